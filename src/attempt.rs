@@ -1,0 +1,384 @@
+//! The pure attempt state machine.
+//!
+//! `decide(state, input, now)` turns one input into events (or a rejection)
+//! and `apply(state, event)` folds one event into an attempt. Both are pure:
+//! no I/O, no clock, no randomness. Ids are derived from what the input
+//! carries (uuid v5), so the same input always yields the same events and a
+//! redelivered command can never mint a second attempt.
+
+mod decide;
+mod ids;
+#[cfg(test)]
+mod proptests;
+
+pub use decide::{decide, Rejection};
+pub use ids::{attempt_id_for, event_id_for, lease_id_for};
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::contract::{
+    AttemptEvent, AttemptStatus, CancelInfo, EventBody, FailureCategory, JobSpec, LeaseInfo,
+    TerminalOutcome, TimerKind, UnixMillis,
+};
+
+/// Everything known about one attempt: the projection row, and what `decide`
+/// needs. Derived only from the attempt's own events, so an attempt can be
+/// rebuilt from its Kafka partition alone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub attempt_id: Uuid,
+    pub job_id: String,
+    pub command_id: Uuid,
+    pub attempt_no: u32,
+    pub tenant: String,
+    pub operation: String,
+    /// Absent only for a rejected attempt.
+    pub spec: Option<Box<JobSpec>>,
+    pub status: AttemptStatus,
+    pub created_at: UnixMillis,
+    pub available_at: UnixMillis,
+    pub updated_at: UnixMillis,
+    pub previous_attempt_id: Option<Uuid>,
+    pub lease: Option<LeaseInfo>,
+    pub started_at: Option<UnixMillis>,
+    pub cancel: Option<CancelInfo>,
+    pub progress: Option<String>,
+    pub progress_percent: Option<u8>,
+    pub outcome: Option<TerminalOutcome>,
+    pub failure_category: Option<FailureCategory>,
+    pub message: Option<String>,
+    pub result_json: Option<String>,
+    pub finished_at: Option<UnixMillis>,
+    pub timer_fired: Option<TimerKind>,
+    pub retry_attempt_id: Option<Uuid>,
+    pub fenced_reports: u32,
+    pub last_seq: u64,
+}
+
+impl Attempt {
+    pub fn is_terminal(&self) -> bool {
+        self.status.is_terminal()
+    }
+
+    /// The deadlines that are armed in this state, each at most once. The
+    /// `deadlines` table is exactly this list for every live attempt.
+    pub fn deadlines(&self) -> Vec<(TimerKind, UnixMillis)> {
+        let Some(spec) = &self.spec else {
+            return Vec::new();
+        };
+        if self.is_terminal() {
+            return Vec::new();
+        }
+        let timeouts = spec.timeouts;
+        let mut deadlines = vec![(
+            TimerKind::ScheduleToClose,
+            self.created_at
+                .saturating_add(timeouts.schedule_to_close.as_i64()),
+        )];
+        match self.started_at {
+            None => deadlines.push((
+                TimerKind::ScheduleToStart,
+                self.available_at
+                    .saturating_add(timeouts.schedule_to_start.as_i64()),
+            )),
+            Some(started_at) => deadlines.push((
+                TimerKind::StartToClose,
+                started_at.saturating_add(timeouts.start_to_close.as_i64()),
+            )),
+        }
+        if let Some(lease) = self.lease.as_ref().filter(|lease| lease.active) {
+            deadlines.push((TimerKind::Heartbeat, lease.expires_at));
+        }
+        if let Some(cancel) = &self.cancel {
+            deadlines.push((TimerKind::CancelGrace, cancel.grace_deadline));
+        }
+        deadlines.sort();
+        deadlines
+    }
+
+    pub fn deadline(&self, timer: TimerKind) -> Option<UnixMillis> {
+        self.deadlines()
+            .into_iter()
+            .find(|(kind, _)| *kind == timer)
+            .map(|(_, due)| due)
+    }
+
+    /// The active lease, if any.
+    pub fn active_lease(&self) -> Option<&LeaseInfo> {
+        self.lease.as_ref().filter(|lease| lease.active)
+    }
+}
+
+/// Everything `decide` sees of one job: its attempts, oldest first.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct JobState {
+    pub attempts: Vec<Attempt>,
+    /// Set when the input's command id already belongs to another job.
+    pub command_owner: Option<String>,
+}
+
+impl JobState {
+    pub fn latest(&self) -> Option<&Attempt> {
+        self.attempts.last()
+    }
+
+    pub fn attempt(&self, attempt_id: Uuid) -> Option<&Attempt> {
+        self.attempts
+            .iter()
+            .find(|attempt| attempt.attempt_id == attempt_id)
+    }
+
+    /// The highest lease epoch any attempt of the job was granted; epochs
+    /// increase across the whole job.
+    pub fn max_epoch(&self) -> u64 {
+        self.attempts
+            .iter()
+            .filter_map(|attempt| attempt.lease.as_ref().map(|lease| lease.epoch))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Folds events (possibly for several attempts) into the job.
+    pub fn apply_all(&mut self, events: &[AttemptEvent]) -> Result<(), ApplyError> {
+        for event in events {
+            let index = self
+                .attempts
+                .iter()
+                .position(|attempt| attempt.attempt_id == event.attempt_id);
+            match index {
+                Some(index) => {
+                    let next = apply(Some(&self.attempts[index]), event)?;
+                    self.attempts[index] = next;
+                }
+                None => {
+                    let created = apply(None, event)?;
+                    self.attempts.push(created);
+                    self.attempts.sort_by_key(|attempt| attempt.attempt_no);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An event that cannot follow the attempt's history: a gap in `seq`, an event
+/// before creation, or anything but bookkeeping after the terminal event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("attempt {attempt_id} seq {seq}: {reason}")]
+pub struct ApplyError {
+    pub attempt_id: Uuid,
+    pub seq: u64,
+    pub reason: String,
+}
+
+/// Folds one event into an attempt. The only function that changes attempt
+/// state, used live and by every rebuild.
+pub fn apply(state: Option<&Attempt>, event: &AttemptEvent) -> Result<Attempt, ApplyError> {
+    let fail = |reason: &str| ApplyError {
+        attempt_id: event.attempt_id,
+        seq: event.seq,
+        reason: reason.to_owned(),
+    };
+    let Some(current) = state else {
+        if event.seq != 1 {
+            return Err(fail("the first event of an attempt must have seq 1"));
+        }
+        return match &event.body {
+            EventBody::Created {
+                command_id,
+                attempt_no,
+                spec,
+                available_at,
+                previous_attempt_id,
+            } => Ok(Attempt {
+                attempt_id: event.attempt_id,
+                job_id: event.job_id.clone(),
+                command_id: *command_id,
+                attempt_no: *attempt_no,
+                tenant: spec.tenant.clone(),
+                operation: spec.operation.as_str().to_owned(),
+                spec: Some(spec.clone()),
+                status: AttemptStatus::Queued,
+                created_at: event.occurred_at,
+                available_at: *available_at,
+                updated_at: event.occurred_at,
+                previous_attempt_id: *previous_attempt_id,
+                lease: None,
+                started_at: None,
+                cancel: None,
+                progress: None,
+                progress_percent: None,
+                outcome: None,
+                failure_category: None,
+                message: None,
+                result_json: None,
+                finished_at: None,
+                timer_fired: None,
+                retry_attempt_id: None,
+                fenced_reports: 0,
+                last_seq: 1,
+            }),
+            EventBody::Rejected {
+                command_id,
+                attempt_no,
+                tenant,
+                operation,
+                category,
+                problems,
+            } => Ok(Attempt {
+                attempt_id: event.attempt_id,
+                job_id: event.job_id.clone(),
+                command_id: *command_id,
+                attempt_no: *attempt_no,
+                tenant: tenant.clone(),
+                operation: operation.clone(),
+                spec: None,
+                status: AttemptStatus::Rejected,
+                created_at: event.occurred_at,
+                available_at: event.occurred_at,
+                updated_at: event.occurred_at,
+                previous_attempt_id: None,
+                lease: None,
+                started_at: None,
+                cancel: None,
+                progress: None,
+                progress_percent: None,
+                outcome: None,
+                failure_category: Some(*category),
+                message: Some(
+                    problems
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                ),
+                result_json: None,
+                finished_at: Some(event.occurred_at),
+                timer_fired: None,
+                retry_attempt_id: None,
+                fenced_reports: 0,
+                last_seq: 1,
+            }),
+            _ => Err(fail(
+                "an attempt's history must start with `created` or `rejected`",
+            )),
+        };
+    };
+    if event.attempt_id != current.attempt_id {
+        return Err(fail("event applied to another attempt"));
+    }
+    if event.seq != current.last_seq + 1 {
+        return Err(fail(&format!("expected seq {}", current.last_seq + 1)));
+    }
+    if current.is_terminal() && !event.body.is_bookkeeping() {
+        return Err(fail(&format!(
+            "`{}` after the terminal state {}",
+            event.body.kind(),
+            current.status.as_str()
+        )));
+    }
+    let mut next = current.clone();
+    next.last_seq = event.seq;
+    next.updated_at = event.occurred_at;
+    match &event.body {
+        EventBody::Created { .. } | EventBody::Rejected { .. } => {
+            return Err(fail("an attempt is created once"));
+        }
+        EventBody::LeaseGranted {
+            lease_id,
+            epoch,
+            runner_instance,
+            expires_at,
+        } => {
+            if current.status != AttemptStatus::Queued {
+                return Err(fail("lease granted to an attempt that is not queued"));
+            }
+            next.status = AttemptStatus::Leased;
+            next.lease = Some(LeaseInfo {
+                lease_id: *lease_id,
+                epoch: *epoch,
+                runner_instance: runner_instance.clone(),
+                granted_at: event.occurred_at,
+                expires_at: *expires_at,
+                active: true,
+            });
+        }
+        EventBody::LeaseExtended { epoch, expires_at } => {
+            let lease = next
+                .lease
+                .as_mut()
+                .filter(|lease| lease.active && lease.epoch == *epoch)
+                .ok_or_else(|| fail("lease extended without an active lease of that epoch"))?;
+            lease.expires_at = *expires_at;
+        }
+        EventBody::Started { epoch, .. } => {
+            if next.active_lease().map(|lease| lease.epoch) != Some(*epoch) {
+                return Err(fail("started without an active lease of that epoch"));
+            }
+            next.started_at = Some(event.occurred_at);
+            if current.status == AttemptStatus::Leased {
+                next.status = AttemptStatus::Running;
+            }
+        }
+        EventBody::Progress {
+            message, percent, ..
+        } => {
+            next.progress = Some(message.clone());
+            next.progress_percent = *percent;
+        }
+        EventBody::CancelRequested {
+            reason,
+            requested_by,
+            grace_deadline,
+        } => {
+            next.status = AttemptStatus::CancelRequested;
+            next.cancel = Some(CancelInfo {
+                reason: reason.clone(),
+                requested_by: requested_by.clone(),
+                requested_at: event.occurred_at,
+                grace_deadline: *grace_deadline,
+            });
+        }
+        EventBody::ReportFenced { .. } => {
+            next.fenced_reports = next.fenced_reports.saturating_add(1);
+            // Bookkeeping does not move the attempt's clock once it is over.
+            if current.is_terminal() {
+                next.updated_at = current.updated_at;
+            }
+        }
+        EventBody::Finished {
+            outcome,
+            category,
+            message,
+            result_json,
+            timer,
+            lease_revoked: _,
+            retry_attempt_id,
+        } => {
+            next.status = (*outcome).into();
+            next.outcome = Some(*outcome);
+            next.failure_category = *category;
+            next.message = Some(message.clone());
+            next.result_json = result_json.clone();
+            next.timer_fired = *timer;
+            next.finished_at = Some(event.occurred_at);
+            next.retry_attempt_id = *retry_attempt_id;
+            if let Some(lease) = next.lease.as_mut() {
+                lease.active = false;
+            }
+        }
+    }
+    Ok(next)
+}
+
+/// Folds a whole history. Errors on the first event that cannot follow.
+pub fn rebuild<'a>(
+    events: impl IntoIterator<Item = &'a AttemptEvent>,
+) -> Result<Option<Attempt>, ApplyError> {
+    let mut state: Option<Attempt> = None;
+    for event in events {
+        state = Some(apply(state.as_ref(), event)?);
+    }
+    Ok(state)
+}

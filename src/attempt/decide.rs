@@ -1,0 +1,559 @@
+use uuid::Uuid;
+
+use super::{attempt_id_for, event_id_for, lease_id_for, Attempt, JobState};
+use crate::contract::{
+    AttemptEvent, AttemptStatus, EventBody, FailureCategory, Input, ReportBody, ReportedOutcome,
+    RunnerReport, TerminalOutcome, TimerKind, UnixMillis,
+};
+
+/// Why an input produced no events. Nothing is written for it but its inbox
+/// row; the caller logs it (and a transport may dead-letter it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Rejection {
+    #[error("job `{job_id}` already exists for command {existing_command_id}; a job id is used by one command only")]
+    JobIdTaken {
+        job_id: String,
+        existing_command_id: Uuid,
+    },
+    #[error("command {command_id} already created job `{owner_job_id}`; a command id yields at most one job")]
+    CommandIdReused {
+        command_id: Uuid,
+        owner_job_id: String,
+    },
+    #[error("no attempt {0}")]
+    UnknownAttempt(Uuid),
+    #[error("attempt {attempt_id} is {status}, not queued; it cannot be leased")]
+    NotQueued {
+        attempt_id: Uuid,
+        status: &'static str,
+    },
+    #[error("attempt {attempt_id} is not available before {available_at} (retry backoff)")]
+    NotYetAvailable {
+        attempt_id: Uuid,
+        available_at: UnixMillis,
+    },
+    #[error("attempt {attempt_id} is already {status}")]
+    AlreadyTerminal {
+        attempt_id: Uuid,
+        status: &'static str,
+    },
+    #[error("a lease needs a runner instance id")]
+    NoRunnerInstance,
+}
+
+/// Collects events, numbering them per attempt.
+struct Emitter<'a> {
+    job: &'a JobState,
+    now: UnixMillis,
+    events: Vec<AttemptEvent>,
+}
+
+impl Emitter<'_> {
+    fn next_seq(&self, attempt_id: Uuid) -> u64 {
+        let stored = self
+            .job
+            .attempt(attempt_id)
+            .map_or(0, |attempt| attempt.last_seq);
+        let pending = self
+            .events
+            .iter()
+            .filter(|event| event.attempt_id == attempt_id)
+            .count() as u64;
+        stored + pending + 1
+    }
+
+    fn push(&mut self, attempt_id: Uuid, job_id: &str, body: EventBody) {
+        let seq = self.next_seq(attempt_id);
+        self.events.push(AttemptEvent {
+            event_id: event_id_for(attempt_id, seq),
+            attempt_id,
+            job_id: job_id.to_owned(),
+            seq,
+            occurred_at: self.now,
+            body,
+        });
+    }
+}
+
+/// Decides what one input means for a job. Pure: same state, input and `now`
+/// give the same events. An empty list is a valid answer (a duplicate, a
+/// heartbeat that needs no extension, a timer that already fired).
+pub fn decide(
+    job: &JobState,
+    input: &Input,
+    now: UnixMillis,
+) -> Result<Vec<AttemptEvent>, Rejection> {
+    let mut emit = Emitter {
+        job,
+        now,
+        events: Vec::new(),
+    };
+    match input {
+        Input::Execute { spec } => {
+            if let Some(existing) = check_new_job(job, spec.command_id, &spec.job_id)? {
+                return Ok(existing);
+            }
+            let attempt_id = attempt_id_for(spec.command_id, 1);
+            emit.push(
+                attempt_id,
+                &spec.job_id,
+                EventBody::Created {
+                    command_id: spec.command_id,
+                    attempt_no: 1,
+                    spec: spec.clone(),
+                    available_at: now,
+                    previous_attempt_id: None,
+                },
+            );
+        }
+        Input::ExecuteInvalid {
+            command_id,
+            job_id,
+            tenant,
+            operation,
+            category,
+            problems,
+        } => {
+            if let Some(existing) = check_new_job(job, *command_id, job_id)? {
+                return Ok(existing);
+            }
+            emit.push(
+                attempt_id_for(*command_id, 1),
+                job_id,
+                EventBody::Rejected {
+                    command_id: *command_id,
+                    attempt_no: 1,
+                    tenant: tenant.clone(),
+                    operation: operation.clone(),
+                    category: *category,
+                    problems: problems.clone(),
+                },
+            );
+        }
+        Input::Grant {
+            attempt_id,
+            runner_instance,
+        } => {
+            let attempt = job
+                .attempt(*attempt_id)
+                .ok_or(Rejection::UnknownAttempt(*attempt_id))?;
+            if attempt.status != AttemptStatus::Queued {
+                return Err(Rejection::NotQueued {
+                    attempt_id: *attempt_id,
+                    status: attempt.status.as_str(),
+                });
+            }
+            if now < attempt.available_at {
+                return Err(Rejection::NotYetAvailable {
+                    attempt_id: *attempt_id,
+                    available_at: attempt.available_at,
+                });
+            }
+            if runner_instance.trim().is_empty() {
+                return Err(Rejection::NoRunnerInstance);
+            }
+            let epoch = job.max_epoch() + 1;
+            let ttl = lease_ttl(attempt);
+            emit.push(
+                *attempt_id,
+                &attempt.job_id,
+                EventBody::LeaseGranted {
+                    lease_id: lease_id_for(*attempt_id, epoch),
+                    epoch,
+                    runner_instance: runner_instance.clone(),
+                    expires_at: now.saturating_add(ttl),
+                },
+            );
+        }
+        Input::Report(report) => decide_report(&mut emit, report)?,
+        Input::TimerFired { attempt_id, timer } => {
+            let attempt = job
+                .attempt(*attempt_id)
+                .ok_or(Rejection::UnknownAttempt(*attempt_id))?;
+            decide_timer(&mut emit, attempt, *timer);
+        }
+        Input::Cancel {
+            attempt_id,
+            reason,
+            requested_by,
+            grace,
+        } => {
+            let attempt = job
+                .attempt(*attempt_id)
+                .ok_or(Rejection::UnknownAttempt(*attempt_id))?;
+            match attempt.status {
+                status if status.is_terminal() => {
+                    return Err(Rejection::AlreadyTerminal {
+                        attempt_id: *attempt_id,
+                        status: status.as_str(),
+                    });
+                }
+                AttemptStatus::CancelRequested => {}
+                AttemptStatus::Queued => finish(
+                    &mut emit,
+                    attempt,
+                    Terminal {
+                        outcome: TerminalOutcome::Cancelled,
+                        category: Some(FailureCategory::Cancelled),
+                        message: format!("cancelled while queued by {requested_by}: {reason}"),
+                        result_json: None,
+                        timer: None,
+                        lease_revoked: false,
+                    },
+                ),
+                _ => emit.push(
+                    *attempt_id,
+                    &attempt.job_id,
+                    EventBody::CancelRequested {
+                        reason: reason.clone(),
+                        requested_by: requested_by.clone(),
+                        grace_deadline: now.saturating_add(grace.as_i64()),
+                    },
+                ),
+            }
+        }
+    }
+    Ok(emit.events)
+}
+
+/// `Ok(Some(vec![]))` for a duplicate of the command that created the job.
+fn check_new_job(
+    job: &JobState,
+    command_id: Uuid,
+    job_id: &str,
+) -> Result<Option<Vec<AttemptEvent>>, Rejection> {
+    if let Some(owner) = job
+        .command_owner
+        .as_ref()
+        .filter(|owner| owner.as_str() != job_id)
+    {
+        return Err(Rejection::CommandIdReused {
+            command_id,
+            owner_job_id: owner.clone(),
+        });
+    }
+    match job.attempts.first() {
+        Some(first) if first.command_id == command_id => Ok(Some(Vec::new())),
+        Some(first) => Err(Rejection::JobIdTaken {
+            job_id: job_id.to_owned(),
+            existing_command_id: first.command_id,
+        }),
+        None => Ok(None),
+    }
+}
+
+fn lease_ttl(attempt: &Attempt) -> i64 {
+    attempt
+        .spec
+        .as_ref()
+        .map_or(30_000, |spec| spec.timeouts.heartbeat.as_i64())
+}
+
+fn decide_report(emit: &mut Emitter<'_>, report: &RunnerReport) -> Result<(), Rejection> {
+    let attempt = emit
+        .job
+        .attempt(report.attempt_id)
+        .ok_or(Rejection::UnknownAttempt(report.attempt_id))?;
+    if let Some(reason) = fence_reason(attempt, report) {
+        emit.push(
+            attempt.attempt_id,
+            &attempt.job_id,
+            EventBody::ReportFenced {
+                report_kind: report.body.kind().to_owned(),
+                report_epoch: report.lease_epoch,
+                current_epoch: attempt.lease.as_ref().map(|lease| lease.epoch),
+                runner_instance: report.runner_instance.clone(),
+                reason,
+            },
+        );
+        return Ok(());
+    }
+    let epoch = report.lease_epoch;
+    match &report.body {
+        ReportBody::Started => {
+            if attempt.started_at.is_none() {
+                emit.push(
+                    attempt.attempt_id,
+                    &attempt.job_id,
+                    EventBody::Started {
+                        epoch,
+                        runner_instance: report.runner_instance.clone(),
+                    },
+                );
+            }
+        }
+        ReportBody::Heartbeat { progress, percent } => {
+            if let Some(message) = progress {
+                push_progress(emit, attempt, epoch, message, *percent);
+            }
+            // Persist a new deadline only when half the TTL is used up: most
+            // heartbeats append nothing. A heartbeat after expiry extends
+            // nothing either: the runner has fenced itself by then, and the
+            // sweeper ends the lease.
+            let ttl = lease_ttl(attempt);
+            if let Some(lease) = attempt.active_lease() {
+                let remaining = lease.expires_at - emit.now;
+                if remaining > 0 && remaining < ttl / 2 {
+                    emit.push(
+                        attempt.attempt_id,
+                        &attempt.job_id,
+                        EventBody::LeaseExtended {
+                            epoch,
+                            expires_at: emit.now.saturating_add(ttl),
+                        },
+                    );
+                }
+            }
+        }
+        ReportBody::Progress { message, percent } => {
+            push_progress(emit, attempt, epoch, message, *percent)
+        }
+        ReportBody::Finished {
+            outcome,
+            category,
+            message,
+            result_json,
+        } => {
+            let terminal = match (outcome, category) {
+                (ReportedOutcome::Succeeded, _) => (TerminalOutcome::Succeeded, None),
+                (ReportedOutcome::Cancelled, _)
+                | (ReportedOutcome::Failed, Some(FailureCategory::Cancelled)) => {
+                    (TerminalOutcome::Cancelled, Some(FailureCategory::Cancelled))
+                }
+                (ReportedOutcome::Failed, Some(FailureCategory::LeaseLost)) => lease_lost(attempt),
+                (ReportedOutcome::Failed, category) => (
+                    TerminalOutcome::Failed,
+                    Some(category.unwrap_or(FailureCategory::RunnerError)),
+                ),
+            };
+            finish(
+                emit,
+                attempt,
+                Terminal {
+                    outcome: terminal.0,
+                    category: terminal.1,
+                    message: message.clone(),
+                    result_json: result_json.clone(),
+                    timer: None,
+                    lease_revoked: false,
+                },
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Why a report cannot be accepted, or `None` when it carries the current
+/// lease. Fencing is by epoch and instance, never by clock.
+fn fence_reason(attempt: &Attempt, report: &RunnerReport) -> Option<String> {
+    if attempt.is_terminal() {
+        return Some(format!(
+            "the attempt is already {}",
+            attempt.status.as_str()
+        ));
+    }
+    let Some(lease) = attempt.active_lease() else {
+        return Some("the attempt has no active lease".to_owned());
+    };
+    if lease.epoch != report.lease_epoch {
+        return Some(format!(
+            "lease epoch {} is stale; the current epoch is {}",
+            report.lease_epoch, lease.epoch
+        ));
+    }
+    if lease.runner_instance != report.runner_instance {
+        return Some(format!(
+            "lease epoch {} belongs to instance {}",
+            lease.epoch, lease.runner_instance
+        ));
+    }
+    None
+}
+
+fn push_progress(
+    emit: &mut Emitter<'_>,
+    attempt: &Attempt,
+    epoch: u64,
+    message: &str,
+    percent: Option<u8>,
+) {
+    let percent = percent.map(|value| value.min(100));
+    let unchanged =
+        attempt.progress.as_deref() == Some(message) && attempt.progress_percent == percent;
+    if !unchanged {
+        emit.push(
+            attempt.attempt_id,
+            &attempt.job_id,
+            EventBody::Progress {
+                epoch,
+                message: message.to_owned(),
+                percent,
+            },
+        );
+    }
+}
+
+/// A lost lease: `outcome_unknown` for a started operation that is not
+/// idempotent (nobody knows whether it finished), else a retryable failure.
+fn lease_lost(attempt: &Attempt) -> (TerminalOutcome, Option<FailureCategory>) {
+    let idempotent = attempt
+        .spec
+        .as_ref()
+        .is_none_or(|spec| spec.operation.is_idempotent());
+    if attempt.started_at.is_some() && !idempotent {
+        (
+            TerminalOutcome::OutcomeUnknown,
+            Some(FailureCategory::LeaseLost),
+        )
+    } else {
+        (TerminalOutcome::Failed, Some(FailureCategory::LeaseLost))
+    }
+}
+
+fn decide_timer(emit: &mut Emitter<'_>, attempt: &Attempt, timer: TimerKind) {
+    let due = match attempt.deadline(timer) {
+        Some(due) if due <= emit.now => due,
+        // Not armed (any more) or not due: firing again is a no-op.
+        _ => return,
+    };
+    let lease_revoked = attempt.active_lease().is_some();
+    let label = |name: &str| {
+        let configured = attempt.spec.as_ref().map(|spec| match timer {
+            TimerKind::ScheduleToStart => spec.timeouts.schedule_to_start.to_string(),
+            TimerKind::StartToClose => spec.timeouts.start_to_close.to_string(),
+            TimerKind::ScheduleToClose => spec.timeouts.schedule_to_close.to_string(),
+            TimerKind::Heartbeat => spec.timeouts.heartbeat.to_string(),
+            TimerKind::CancelGrace => String::new(),
+        });
+        format!(
+            "{name} ({}) passed at {due}",
+            configured.unwrap_or_default()
+        )
+    };
+    let terminal = if attempt.status == AttemptStatus::CancelRequested {
+        let idempotent = attempt
+            .spec
+            .as_ref()
+            .is_none_or(|spec| spec.operation.is_idempotent());
+        if attempt.started_at.is_some() && !idempotent {
+            Terminal {
+                outcome: TerminalOutcome::OutcomeUnknown,
+                category: Some(FailureCategory::Cancelled),
+                message: format!(
+                    "cancel requested, but the runner did not confirm before {}: the started operation may have completed",
+                    timer.as_str()
+                ),
+                result_json: None,
+                timer: Some(timer),
+                lease_revoked,
+            }
+        } else {
+            Terminal {
+                outcome: TerminalOutcome::Cancelled,
+                category: Some(FailureCategory::Cancelled),
+                message: format!(
+                    "cancelled: the runner did not confirm before {}; the lease is revoked",
+                    timer.as_str()
+                ),
+                result_json: None,
+                timer: Some(timer),
+                lease_revoked,
+            }
+        }
+    } else {
+        match timer {
+            TimerKind::ScheduleToStart => Terminal {
+                outcome: TerminalOutcome::TimedOut,
+                category: Some(FailureCategory::Timeout),
+                message: format!(
+                    "no runner started the attempt: {}",
+                    label("schedule_to_start")
+                ),
+                result_json: None,
+                timer: Some(timer),
+                lease_revoked,
+            },
+            TimerKind::StartToClose | TimerKind::ScheduleToClose => Terminal {
+                outcome: TerminalOutcome::TimedOut,
+                category: Some(FailureCategory::Timeout),
+                message: label(timer.as_str()),
+                result_json: None,
+                timer: Some(timer),
+                lease_revoked,
+            },
+            TimerKind::Heartbeat => {
+                let (outcome, category) = lease_lost(attempt);
+                let holder = attempt
+                    .active_lease()
+                    .map(|lease| {
+                        format!("lease epoch {} on {}", lease.epoch, lease.runner_instance)
+                    })
+                    .unwrap_or_default();
+                Terminal {
+                    outcome,
+                    category,
+                    message: format!(
+                        "{holder} expired without a heartbeat: {}",
+                        label("heartbeat")
+                    ),
+                    result_json: None,
+                    timer: Some(timer),
+                    lease_revoked,
+                }
+            }
+            // Only armed while a cancel is requested, handled above.
+            TimerKind::CancelGrace => return,
+        }
+    };
+    finish(emit, attempt, terminal);
+}
+
+struct Terminal {
+    outcome: TerminalOutcome,
+    category: Option<FailureCategory>,
+    message: String,
+    result_json: Option<String>,
+    timer: Option<TimerKind>,
+    lease_revoked: bool,
+}
+
+/// Emits the terminal event and, for a retryable infra failure within the
+/// policy, the next attempt of the job.
+fn finish(emit: &mut Emitter<'_>, attempt: &Attempt, terminal: Terminal) {
+    let retry_policy = attempt.spec.as_ref().map(|spec| spec.retry);
+    let retryable = terminal.outcome == TerminalOutcome::Failed
+        && terminal.category.is_some_and(FailureCategory::is_infra)
+        && attempt.cancel.is_none()
+        && retry_policy.is_some_and(|policy| attempt.attempt_no < policy.max_attempts);
+    let next_attempt_no = attempt.attempt_no + 1;
+    let retry_attempt_id = retryable.then(|| attempt_id_for(attempt.command_id, next_attempt_no));
+    emit.push(
+        attempt.attempt_id,
+        &attempt.job_id,
+        EventBody::Finished {
+            outcome: terminal.outcome,
+            category: terminal.category,
+            message: terminal.message,
+            result_json: terminal.result_json,
+            timer: terminal.timer,
+            lease_revoked: terminal.lease_revoked,
+            retry_attempt_id,
+        },
+    );
+    if let (Some(next_attempt_id), Some(spec), Some(policy)) =
+        (retry_attempt_id, &attempt.spec, retry_policy)
+    {
+        let backoff = policy.backoff_before(next_attempt_no);
+        emit.push(
+            next_attempt_id,
+            &attempt.job_id,
+            EventBody::Created {
+                command_id: attempt.command_id,
+                attempt_no: next_attempt_no,
+                spec: spec.clone(),
+                available_at: emit.now.saturating_add(backoff.as_i64()),
+                previous_attempt_id: Some(attempt.attempt_id),
+            },
+        );
+    }
+}

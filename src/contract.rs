@@ -1,0 +1,28 @@
+//! The execution contract: what the control plane may ask for, what runners
+//! report, and what execplane records. Depends on nothing else in the crate.
+//!
+//! The JSON form (serde) is what people write and read; the Avro form
+//! (`crate::codec`) is what travels on Kafka and what the event log hashes.
+
+mod duration;
+mod events;
+pub mod inputs;
+mod jobspec;
+mod operation;
+mod validate;
+
+pub use duration::DurationMs;
+pub use events::{
+    AttemptEvent, AttemptStatus, CancelInfo, EventBody, FailureCategory, Input, LeaseInfo,
+    ReportBody, ReportedOutcome, RunnerReport, TerminalOutcome, TimerKind, UnixMillis,
+};
+pub use inputs::OperationInputs;
+pub use jobspec::{
+    Callback, JobSpec, Label, PolicyFlags, RetryPolicy, RunnerRequirements, SecretRef, Target,
+    Timeouts, TraceContext,
+};
+pub use operation::{Operation, RunnerType};
+pub use validate::looks_secret;
+pub use validate::{
+    validate_jobspec, validate_jobspec_bytes, Problem, Problems, MAX_JOBSPEC_BYTES,
+};

@@ -1,0 +1,405 @@
+//! Attempt events (the system of record), runner reports and the inputs the
+//! state machine decides on.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::{DurationMs, JobSpec, Problem};
+
+/// Milliseconds since the Unix epoch, UTC. Every clock in the contract.
+pub type UnixMillis = i64;
+
+/// Why an attempt did not succeed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureCategory {
+    Contract,
+    Policy,
+    RunnerError,
+    TargetUnreachable,
+    VerificationFailed,
+    LeaseLost,
+    Infrastructure,
+    Timeout,
+    Cancelled,
+}
+
+impl FailureCategory {
+    pub const ALL: [FailureCategory; 9] = [
+        FailureCategory::Contract,
+        FailureCategory::Policy,
+        FailureCategory::RunnerError,
+        FailureCategory::TargetUnreachable,
+        FailureCategory::VerificationFailed,
+        FailureCategory::LeaseLost,
+        FailureCategory::Infrastructure,
+        FailureCategory::Timeout,
+        FailureCategory::Cancelled,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            FailureCategory::Contract => "contract",
+            FailureCategory::Policy => "policy",
+            FailureCategory::RunnerError => "runner_error",
+            FailureCategory::TargetUnreachable => "target_unreachable",
+            FailureCategory::VerificationFailed => "verification_failed",
+            FailureCategory::LeaseLost => "lease_lost",
+            FailureCategory::Infrastructure => "infrastructure",
+            FailureCategory::Timeout => "timeout",
+            FailureCategory::Cancelled => "cancelled",
+        }
+    }
+
+    /// Only these are retried here; every other failure is the control plane's.
+    pub const fn is_infra(self) -> bool {
+        matches!(
+            self,
+            FailureCategory::LeaseLost | FailureCategory::Infrastructure
+        )
+    }
+}
+
+/// The four timeouts plus the cancel grace period.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimerKind {
+    ScheduleToStart,
+    StartToClose,
+    Heartbeat,
+    ScheduleToClose,
+    CancelGrace,
+}
+
+impl TimerKind {
+    pub const ALL: [TimerKind; 5] = [
+        TimerKind::ScheduleToStart,
+        TimerKind::StartToClose,
+        TimerKind::Heartbeat,
+        TimerKind::ScheduleToClose,
+        TimerKind::CancelGrace,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TimerKind::ScheduleToStart => "schedule_to_start",
+            TimerKind::StartToClose => "start_to_close",
+            TimerKind::Heartbeat => "heartbeat",
+            TimerKind::ScheduleToClose => "schedule_to_close",
+            TimerKind::CancelGrace => "cancel_grace",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        TimerKind::ALL
+            .into_iter()
+            .find(|kind| kind.as_str() == text)
+    }
+}
+
+/// How a finished attempt ended (`rejected` has its own event).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TerminalOutcome {
+    Succeeded,
+    Failed,
+    TimedOut,
+    Cancelled,
+    /// A started operation that is not idempotent lost its lease (or ignored
+    /// a cancel): nobody can say whether it finished. Never retried.
+    OutcomeUnknown,
+}
+
+/// The active or last lease of an attempt.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseInfo {
+    pub lease_id: Uuid,
+    pub epoch: u64,
+    pub runner_instance: String,
+    pub granted_at: UnixMillis,
+    pub expires_at: UnixMillis,
+    pub active: bool,
+}
+
+/// A recorded cancel request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelInfo {
+    pub reason: String,
+    pub requested_by: String,
+    pub requested_at: UnixMillis,
+    pub grace_deadline: UnixMillis,
+}
+
+/// One entry of an attempt's history. `seq` starts at 1 per attempt and has
+/// no gaps; `event_id` is derived from `(attempt_id, seq)`, so a re-published
+/// event keeps its id.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttemptEvent {
+    pub event_id: Uuid,
+    pub attempt_id: Uuid,
+    pub job_id: String,
+    pub seq: u64,
+    pub occurred_at: UnixMillis,
+    pub body: EventBody,
+}
+
+/// What happened. The `type` tag is also the CloudEvents `ce_type` suffix.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventBody {
+    /// The attempt exists and is queued (available from `available_at`).
+    Created {
+        command_id: Uuid,
+        attempt_no: u32,
+        spec: Box<JobSpec>,
+        available_at: UnixMillis,
+        previous_attempt_id: Option<Uuid>,
+    },
+    /// The command broke the contract or a policy; the attempt never ran.
+    /// The first and the terminal event of its attempt.
+    Rejected {
+        command_id: Uuid,
+        attempt_no: u32,
+        tenant: String,
+        operation: String,
+        category: FailureCategory,
+        problems: Vec<Problem>,
+    },
+    LeaseGranted {
+        lease_id: Uuid,
+        epoch: u64,
+        runner_instance: String,
+        expires_at: UnixMillis,
+    },
+    /// Persisted at most about once per half lease TTL, on a heartbeat.
+    LeaseExtended {
+        epoch: u64,
+        expires_at: UnixMillis,
+    },
+    Started {
+        epoch: u64,
+        runner_instance: String,
+    },
+    Progress {
+        epoch: u64,
+        message: String,
+        percent: Option<u8>,
+    },
+    CancelRequested {
+        reason: String,
+        requested_by: String,
+        grace_deadline: UnixMillis,
+    },
+    /// A report with a stale epoch (or for a lease that is no longer active)
+    /// was refused. Bookkeeping: it changes nothing else and may follow the
+    /// terminal event.
+    ReportFenced {
+        report_kind: String,
+        report_epoch: u64,
+        current_epoch: Option<u64>,
+        runner_instance: String,
+        reason: String,
+    },
+    /// The terminal event (with `Rejected`): exactly one per attempt.
+    Finished {
+        outcome: TerminalOutcome,
+        category: Option<FailureCategory>,
+        message: String,
+        result_json: Option<String>,
+        timer: Option<TimerKind>,
+        /// The lease was taken back from a runner that did not report: the
+        /// relay tells the instance to stop.
+        lease_revoked: bool,
+        /// The infra retry this failure caused, if any.
+        retry_attempt_id: Option<Uuid>,
+    },
+}
+
+impl EventBody {
+    /// The stable name, e.g. `lease_granted`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            EventBody::Created { .. } => "created",
+            EventBody::Rejected { .. } => "rejected",
+            EventBody::LeaseGranted { .. } => "lease_granted",
+            EventBody::LeaseExtended { .. } => "lease_extended",
+            EventBody::Started { .. } => "started",
+            EventBody::Progress { .. } => "progress",
+            EventBody::CancelRequested { .. } => "cancel_requested",
+            EventBody::ReportFenced { .. } => "report_fenced",
+            EventBody::Finished { .. } => "finished",
+        }
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            EventBody::Finished { .. } | EventBody::Rejected { .. }
+        )
+    }
+
+    /// Events allowed after the terminal one.
+    pub fn is_bookkeeping(&self) -> bool {
+        matches!(self, EventBody::ReportFenced { .. })
+    }
+}
+
+/// The outcome a runner reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportedOutcome {
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+/// What a runner says about an attempt, always under a lease epoch.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunnerReport {
+    pub attempt_id: Uuid,
+    pub lease_epoch: u64,
+    pub runner_instance: String,
+    pub body: ReportBody,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ReportBody {
+    Started,
+    Heartbeat {
+        progress: Option<String>,
+        percent: Option<u8>,
+    },
+    Progress {
+        message: String,
+        percent: Option<u8>,
+    },
+    Finished {
+        outcome: ReportedOutcome,
+        category: Option<FailureCategory>,
+        message: String,
+        result_json: Option<String>,
+    },
+}
+
+impl ReportBody {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ReportBody::Started => "started",
+            ReportBody::Heartbeat { .. } => "heartbeat",
+            ReportBody::Progress { .. } => "progress",
+            ReportBody::Finished { .. } => "finished",
+        }
+    }
+}
+
+/// Everything the state machine decides on. Ids and clocks come in from
+/// outside; `decide` reads neither a clock nor a random source.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Input {
+    /// A valid ExecuteJob command.
+    Execute {
+        spec: Box<JobSpec>,
+    },
+    /// An ExecuteJob command that failed validation but names its command and
+    /// job: it becomes a `rejected` attempt so that nothing is silently lost.
+    ExecuteInvalid {
+        command_id: Uuid,
+        job_id: String,
+        tenant: String,
+        operation: String,
+        category: FailureCategory,
+        problems: Vec<Problem>,
+    },
+    /// Placement chose `runner_instance` for a queued attempt.
+    Grant {
+        attempt_id: Uuid,
+        runner_instance: String,
+    },
+    Report(RunnerReport),
+    /// The sweeper found the deadline due. Firing twice is a no-op.
+    TimerFired {
+        attempt_id: Uuid,
+        timer: TimerKind,
+    },
+    Cancel {
+        attempt_id: Uuid,
+        reason: String,
+        requested_by: String,
+        grace: DurationMs,
+    },
+}
+
+/// The lifecycle state of an attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttemptStatus {
+    Queued,
+    Leased,
+    Running,
+    CancelRequested,
+    Succeeded,
+    Failed,
+    TimedOut,
+    Cancelled,
+    Rejected,
+    OutcomeUnknown,
+}
+
+impl AttemptStatus {
+    pub const ALL: [AttemptStatus; 10] = [
+        AttemptStatus::Queued,
+        AttemptStatus::Leased,
+        AttemptStatus::Running,
+        AttemptStatus::CancelRequested,
+        AttemptStatus::Succeeded,
+        AttemptStatus::Failed,
+        AttemptStatus::TimedOut,
+        AttemptStatus::Cancelled,
+        AttemptStatus::Rejected,
+        AttemptStatus::OutcomeUnknown,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AttemptStatus::Queued => "queued",
+            AttemptStatus::Leased => "leased",
+            AttemptStatus::Running => "running",
+            AttemptStatus::CancelRequested => "cancel_requested",
+            AttemptStatus::Succeeded => "succeeded",
+            AttemptStatus::Failed => "failed",
+            AttemptStatus::TimedOut => "timed_out",
+            AttemptStatus::Cancelled => "cancelled",
+            AttemptStatus::Rejected => "rejected",
+            AttemptStatus::OutcomeUnknown => "outcome_unknown",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Self> {
+        AttemptStatus::ALL
+            .into_iter()
+            .find(|status| status.as_str() == text)
+    }
+
+    pub const fn is_terminal(self) -> bool {
+        !matches!(
+            self,
+            AttemptStatus::Queued
+                | AttemptStatus::Leased
+                | AttemptStatus::Running
+                | AttemptStatus::CancelRequested
+        )
+    }
+}
+
+impl From<TerminalOutcome> for AttemptStatus {
+    fn from(outcome: TerminalOutcome) -> Self {
+        match outcome {
+            TerminalOutcome::Succeeded => AttemptStatus::Succeeded,
+            TerminalOutcome::Failed => AttemptStatus::Failed,
+            TerminalOutcome::TimedOut => AttemptStatus::TimedOut,
+            TerminalOutcome::Cancelled => AttemptStatus::Cancelled,
+            TerminalOutcome::OutcomeUnknown => AttemptStatus::OutcomeUnknown,
+        }
+    }
+}

@@ -1,0 +1,189 @@
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// The kinds of runner. Each has its own work topic, `exec.work.<type>.v1`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RunnerType {
+    Ansible,
+    Kubernetes,
+    Helm,
+    Opentofu,
+    Ssh,
+    Verification,
+}
+
+impl RunnerType {
+    pub const ALL: [RunnerType; 6] = [
+        RunnerType::Ansible,
+        RunnerType::Kubernetes,
+        RunnerType::Helm,
+        RunnerType::Opentofu,
+        RunnerType::Ssh,
+        RunnerType::Verification,
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RunnerType::Ansible => "ansible",
+            RunnerType::Kubernetes => "kubernetes",
+            RunnerType::Helm => "helm",
+            RunnerType::Opentofu => "opentofu",
+            RunnerType::Ssh => "ssh",
+            RunnerType::Verification => "verification",
+        }
+    }
+}
+
+impl fmt::Display for RunnerType {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+impl FromStr for RunnerType {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        RunnerType::ALL
+            .into_iter()
+            .find(|runner| runner.as_str() == text)
+            .ok_or_else(|| format!("unknown runner type `{text}`"))
+    }
+}
+
+macro_rules! operations {
+    ($( $variant:ident => $name:literal, $runner:ident, idempotent = $idempotent:literal; )*) => {
+        /// Every operation execplane can run, named exactly `<runner>.<op>`.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum Operation { $( $variant, )* }
+
+        impl Operation {
+            pub const ALL: &'static [Operation] = &[ $( Operation::$variant, )* ];
+
+            /// The wire name, e.g. `verify.http.endpoint`.
+            pub const fn as_str(self) -> &'static str {
+                match self { $( Operation::$variant => $name, )* }
+            }
+
+            pub const fn runner_type(self) -> RunnerType {
+                match self { $( Operation::$variant => RunnerType::$runner, )* }
+            }
+
+            /// Whether running it twice has the same effect as running it once.
+            /// A started attempt of an operation that is not idempotent whose
+            /// lease is lost ends `outcome_unknown` and is never retried.
+            pub const fn is_idempotent(self) -> bool {
+                match self { $( Operation::$variant => $idempotent, )* }
+            }
+        }
+    };
+}
+
+operations! {
+    AnsiblePlaybookRun => "ansible.playbook.run", Ansible, idempotent = false;
+    AnsibleRoleRun => "ansible.role.run", Ansible, idempotent = false;
+    AnsibleInventoryValidate => "ansible.inventory.validate", Ansible, idempotent = true;
+    AnsibleCheckModeRun => "ansible.check_mode.run", Ansible, idempotent = true;
+    KubernetesManifestApply => "kubernetes.manifest.apply", Kubernetes, idempotent = false;
+    KubernetesManifestDelete => "kubernetes.manifest.delete", Kubernetes, idempotent = false;
+    KubernetesWait => "kubernetes.wait", Kubernetes, idempotent = true;
+    KubernetesRolloutStatus => "kubernetes.rollout.status", Kubernetes, idempotent = true;
+    KubernetesResourcePatch => "kubernetes.resource.patch", Kubernetes, idempotent = false;
+    KubernetesResourceRead => "kubernetes.resource.read", Kubernetes, idempotent = true;
+    HelmInstall => "helm.install", Helm, idempotent = false;
+    HelmUpgrade => "helm.upgrade", Helm, idempotent = false;
+    HelmRollback => "helm.rollback", Helm, idempotent = false;
+    HelmUninstall => "helm.uninstall", Helm, idempotent = false;
+    HelmTest => "helm.test", Helm, idempotent = true;
+    HelmTemplate => "helm.template", Helm, idempotent = true;
+    OpentofuPlan => "opentofu.plan", Opentofu, idempotent = true;
+    OpentofuApply => "opentofu.apply", Opentofu, idempotent = false;
+    OpentofuDestroy => "opentofu.destroy", Opentofu, idempotent = false;
+    OpentofuOutput => "opentofu.output", Opentofu, idempotent = true;
+    OpentofuStateInspect => "opentofu.state.inspect", Opentofu, idempotent = true;
+    SshCommandRun => "ssh.command.run", Ssh, idempotent = false;
+    SshFileUpload => "ssh.file.upload", Ssh, idempotent = false;
+    SshFileDownload => "ssh.file.download", Ssh, idempotent = true;
+    SshServiceRestart => "ssh.service.restart", Ssh, idempotent = false;
+    SshSystemFactCollect => "ssh.system.fact.collect", Ssh, idempotent = true;
+    VerifyHttpEndpoint => "verify.http.endpoint", Verification, idempotent = true;
+    VerifyTcpConnect => "verify.tcp.connect", Verification, idempotent = true;
+    VerifyKubernetesCondition => "verify.kubernetes.condition", Verification, idempotent = true;
+    VerifyPostgresReady => "verify.postgres.ready", Verification, idempotent = true;
+    VerifyResourceCapability => "verify.resource.capability", Verification, idempotent = true;
+    VerifyCustomProbe => "verify.custom.probe", Verification, idempotent = true;
+}
+
+impl fmt::Display for Operation {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Operation {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        Operation::ALL
+            .iter()
+            .copied()
+            .find(|operation| operation.as_str() == text)
+            .ok_or_else(|| {
+                let runner = text.split('.').next().unwrap_or_default();
+                let known: Vec<&str> = Operation::ALL
+                    .iter()
+                    .filter(|operation| {
+                        operation.as_str().starts_with(runner) && !runner.is_empty()
+                    })
+                    .map(|operation| operation.as_str())
+                    .collect();
+                if known.is_empty() {
+                    format!("unknown operation `{text}`")
+                } else {
+                    format!(
+                        "unknown operation `{text}`; known for `{runner}`: {}",
+                        known.join(", ")
+                    )
+                }
+            })
+    }
+}
+
+impl Serialize for Operation {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Operation {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_map_to_their_runner() {
+        assert_eq!(Operation::ALL.len(), 32);
+        for operation in Operation::ALL {
+            assert_eq!(operation.as_str().parse::<Operation>().unwrap(), *operation);
+            let prefix = operation.as_str().split('.').next().unwrap();
+            let expected = if prefix == "verify" {
+                "verification"
+            } else {
+                prefix
+            };
+            assert_eq!(operation.runner_type().as_str(), expected, "{operation}");
+        }
+    }
+
+    #[test]
+    fn unknown_operation_names_the_known_ones() {
+        let error = "helm.explode".parse::<Operation>().unwrap_err();
+        assert!(error.contains("helm.install"), "{error}");
+    }
+}

@@ -1,0 +1,787 @@
+//! Contract-level validation of a JobSpec. It returns every problem at once,
+//! each with a field path, so a control plane can fix a spec in one round.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::{Component, Path};
+
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use super::inputs::OperationInputs;
+use super::{JobSpec, Operation, RetryPolicy, Timeouts};
+
+/// The largest JobSpec accepted, in bytes of JSON.
+pub const MAX_JOBSPEC_BYTES: usize = 256 * 1024;
+const MAX_ID_CHARS: usize = 256;
+
+/// One thing wrong with a JobSpec, at a field path such as
+/// `inputs.headers.authorization` or `timeouts.heartbeat`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Problem {
+    pub path: String,
+    pub message: String,
+}
+
+impl Problem {
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            write!(formatter, "(jobspec): {}", self.message)
+        } else {
+            write!(formatter, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Every problem found in one JobSpec. Never empty.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problems(pub Vec<Problem>);
+
+impl fmt::Display for Problems {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(formatter, "{} problem(s) in the jobspec:", self.0.len())?;
+        for problem in &self.0 {
+            write!(formatter, "\n  - {problem}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for Problems {}
+
+/// Parses and validates a JobSpec from its JSON bytes.
+pub fn validate_jobspec_bytes(bytes: &[u8]) -> Result<JobSpec, Problems> {
+    if bytes.len() > MAX_JOBSPEC_BYTES {
+        return Err(Problems(vec![Problem::new(
+            "",
+            format!(
+                "the jobspec is {} bytes; the limit is {MAX_JOBSPEC_BYTES}",
+                bytes.len()
+            ),
+        )]));
+    }
+    let value: Value = serde_json::from_slice(bytes).map_err(|error| {
+        Problems(vec![Problem::new(
+            "",
+            format!(
+                "not valid JSON at line {} column {}: {error}",
+                error.line(),
+                error.column()
+            ),
+        )])
+    })?;
+    validate_jobspec(&value)
+}
+
+/// Validates a JobSpec given as JSON and returns it typed, or every problem.
+pub fn validate_jobspec(value: &Value) -> Result<JobSpec, Problems> {
+    let Some(object) = value.as_object() else {
+        return Err(Problems(vec![Problem::new(
+            "",
+            "a jobspec must be a JSON object",
+        )]));
+    };
+    let mut problems = Vec::new();
+    let known = [
+        "command_id",
+        "job_id",
+        "tenant",
+        "requested_by",
+        "operation",
+        "inputs",
+        "runner_requirements",
+        "targets",
+        "secret_refs",
+        "timeouts",
+        "retry",
+        "policy",
+        "callback",
+        "trace",
+    ];
+    for key in object.keys() {
+        if !known.contains(&key.as_str()) {
+            problems.push(Problem::new(key.clone(), "unknown field"));
+        }
+    }
+
+    let command_id = required::<uuid::Uuid>(object, "command_id", &mut problems);
+    let job_id = required::<String>(object, "job_id", &mut problems);
+    let tenant = required::<String>(object, "tenant", &mut problems);
+    let requested_by = required::<String>(object, "requested_by", &mut problems);
+    for (field, value) in [
+        ("job_id", &job_id),
+        ("tenant", &tenant),
+        ("requested_by", &requested_by),
+    ] {
+        if let Some(text) = value {
+            check_identifier(field, text, &mut problems);
+        }
+    }
+    let operation = required::<Operation>(object, "operation", &mut problems);
+    let inputs = match object.get("inputs") {
+        Some(inputs @ Value::Object(_)) => Some(inputs.clone()),
+        Some(_) => {
+            problems.push(Problem::new("inputs", "must be an object"));
+            None
+        }
+        None => {
+            problems.push(Problem::new("inputs", "required field is missing"));
+            None
+        }
+    };
+    let runner_requirements = optional(object, "runner_requirements", &mut problems);
+    let targets = optional(object, "targets", &mut problems);
+    let secret_refs: Option<Vec<super::SecretRef>> = optional(object, "secret_refs", &mut problems);
+    let timeouts: Option<Timeouts> = optional(object, "timeouts", &mut problems);
+    let retry: Option<RetryPolicy> = optional(object, "retry", &mut problems);
+    let policy: Option<super::PolicyFlags> = optional(object, "policy", &mut problems);
+    let callback: Option<Option<super::Callback>> = optional(object, "callback", &mut problems);
+    let trace: Option<Option<super::TraceContext>> = optional(object, "trace", &mut problems);
+
+    let declared: BTreeSet<String> = secret_refs
+        .iter()
+        .flatten()
+        .map(|secret| secret.name.clone())
+        .collect();
+    if let Some(secret_refs) = &secret_refs {
+        check_secret_refs(secret_refs, &mut problems);
+    }
+    if let Some(inputs) = &inputs {
+        scan_secrets(inputs, "inputs", false, &declared, &mut problems);
+    }
+    if let (Some(operation), Some(inputs)) = (operation, &inputs) {
+        match OperationInputs::parse(operation, inputs) {
+            Ok(typed) => check_operation_inputs(&typed, &mut problems),
+            Err((path, message)) => problems.push(input_problem(operation, &path, &message)),
+        }
+    }
+    if let Some(timeouts) = &timeouts {
+        check_timeouts(timeouts, &mut problems);
+    }
+    if let Some(retry) = &retry {
+        check_retry(retry, &mut problems);
+    }
+    if let (Some(operation), Some(policy)) = (operation, &policy) {
+        check_policy(operation, policy, inputs.as_ref(), &mut problems);
+    }
+    if let Some(Some(callback)) = &callback {
+        check_callback(callback, &mut problems);
+    }
+    if let Some(Some(trace)) = &trace {
+        if !is_traceparent(&trace.traceparent) {
+            problems.push(Problem::new(
+                "trace.traceparent",
+                "not a W3C traceparent (`00-<32 hex>-<16 hex>-<2 hex>`)",
+            ));
+        }
+    }
+
+    if !problems.is_empty() {
+        return Err(Problems(problems));
+    }
+    // Every field parsed above; the unwraps below cannot fail when there are
+    // no problems, but stay defensive and report instead of panicking.
+    match (command_id, job_id, tenant, requested_by, operation, inputs) {
+        (
+            Some(command_id),
+            Some(job_id),
+            Some(tenant),
+            Some(requested_by),
+            Some(operation),
+            Some(inputs),
+        ) => Ok(JobSpec {
+            command_id,
+            job_id,
+            tenant,
+            requested_by,
+            operation,
+            inputs,
+            runner_requirements: runner_requirements.unwrap_or_default(),
+            targets: targets.unwrap_or_default(),
+            secret_refs: secret_refs.unwrap_or_default(),
+            timeouts: timeouts.unwrap_or_default(),
+            retry: retry.unwrap_or_default(),
+            policy: policy.unwrap_or_default(),
+            callback: callback.flatten(),
+            trace: trace.flatten(),
+        }),
+        _ => Err(Problems(vec![Problem::new("", "incomplete jobspec")])),
+    }
+}
+
+fn field<T: DeserializeOwned>(value: &Value, path: &str, problems: &mut Vec<Problem>) -> Option<T> {
+    match serde_path_to_error::deserialize::<_, T>(value) {
+        Ok(parsed) => Some(parsed),
+        Err(error) => {
+            let inner = error.path().to_string();
+            let message = error.into_inner().to_string();
+            problems.push(located(path, &inner, &message));
+            None
+        }
+    }
+}
+
+fn required<T: DeserializeOwned>(
+    object: &Map<String, Value>,
+    key: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<T> {
+    match object.get(key) {
+        None | Some(Value::Null) => {
+            problems.push(Problem::new(key, "required field is missing"));
+            None
+        }
+        Some(value) => field(value, key, problems),
+    }
+}
+
+fn optional<T: DeserializeOwned + Default>(
+    object: &Map<String, Value>,
+    key: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<T> {
+    match object.get(key) {
+        None => Some(T::default()),
+        Some(value) => field(value, key, problems),
+    }
+}
+
+/// Joins a base path with serde's inner path, turning "missing field `x`"
+/// into a problem at `base.x`.
+fn located(base: &str, inner: &str, message: &str) -> Problem {
+    let mut path = base.to_owned();
+    if !inner.is_empty() && inner != "." {
+        if !path.is_empty() {
+            path.push('.');
+        }
+        path.push_str(inner);
+    }
+    if let Some(missing) = message
+        .strip_prefix("missing field `")
+        .and_then(|rest| rest.split('`').next())
+    {
+        if !path.is_empty() {
+            path.push('.');
+        }
+        path.push_str(missing);
+        return Problem::new(path, "required field is missing");
+    }
+    if let Some(unknown) = message
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split('`').next())
+    {
+        if !path.ends_with(unknown) {
+            if !path.is_empty() {
+                path.push('.');
+            }
+            path.push_str(unknown);
+        }
+        return Problem::new(path, format!("unknown field ({message})"));
+    }
+    Problem::new(path, message.to_owned())
+}
+
+fn input_problem(operation: Operation, inner: &str, message: &str) -> Problem {
+    let mut problem = located("inputs", inner, message);
+    if operation.runner_type() == super::RunnerType::Ssh && problem.path == "inputs.template_id" {
+        problem.message =
+            "ssh operations run allowlisted command templates only: `template_id` is required"
+                .into();
+    } else {
+        problem.message = format!("{} (inputs of `{operation}`)", problem.message);
+    }
+    problem
+}
+
+fn check_identifier(field: &str, text: &str, problems: &mut Vec<Problem>) {
+    if text.trim().is_empty() {
+        problems.push(Problem::new(field, "must not be empty"));
+    } else if text.chars().count() > MAX_ID_CHARS {
+        problems.push(Problem::new(
+            field,
+            format!("longer than {MAX_ID_CHARS} characters"),
+        ));
+    } else if text.chars().any(char::is_control) {
+        problems.push(Problem::new(field, "contains control characters"));
+    }
+}
+
+fn check_secret_refs(secret_refs: &[super::SecretRef], problems: &mut Vec<Problem>) {
+    let mut seen = BTreeSet::new();
+    for (index, secret) in secret_refs.iter().enumerate() {
+        for (name, value) in [
+            ("name", &secret.name),
+            ("mount", &secret.mount),
+            ("path", &secret.path),
+            ("key", &secret.key),
+        ] {
+            if value.trim().is_empty() {
+                problems.push(Problem::new(
+                    format!("secret_refs[{index}].{name}"),
+                    "must not be empty",
+                ));
+            }
+        }
+        if !seen.insert(secret.name.as_str()) {
+            problems.push(Problem::new(
+                format!("secret_refs[{index}].name"),
+                format!("secret `{}` is declared twice", secret.name),
+            ));
+        }
+    }
+}
+
+/// True when a variable name says it holds a credential.
+pub fn looks_secret(name: &str) -> bool {
+    let lowered: String = name
+        .to_ascii_lowercase()
+        .chars()
+        .filter(|character| character.is_ascii_alphanumeric())
+        .collect();
+    [
+        "password",
+        "passwd",
+        "passphrase",
+        "token",
+        "secret",
+        "privatekey",
+        "credential",
+        "apikey",
+        "authorization",
+    ]
+    .iter()
+    .any(|needle| lowered.contains(needle))
+}
+
+fn secret_ref_name(value: &Value) -> Option<Result<&str, &'static str>> {
+    let object = value.as_object()?;
+    let reference = object.get("$secret")?;
+    if object.len() != 1 {
+        return Some(Err(
+            "a secret reference is exactly {\"$secret\": \"<name>\"}",
+        ));
+    }
+    Some(
+        reference
+            .as_str()
+            .ok_or("`$secret` must name a declared secret_refs entry"),
+    )
+}
+
+/// Walks `value`: a secret-looking name must hold a reference, never a
+/// literal, and every reference must name a declared secret.
+fn scan_secrets(
+    value: &Value,
+    path: &str,
+    under_secret_name: bool,
+    declared: &BTreeSet<String>,
+    problems: &mut Vec<Problem>,
+) {
+    if let Some(reference) = secret_ref_name(value) {
+        match reference {
+            Ok(name) if declared.contains(name) => {}
+            Ok(name) => problems.push(Problem::new(
+                path,
+                format!("secret `{name}` is not declared in secret_refs"),
+            )),
+            Err(message) => problems.push(Problem::new(path, message)),
+        }
+        return;
+    }
+    match value {
+        Value::Object(object) => {
+            for (key, child) in object {
+                let child_path = format!("{path}.{key}");
+                scan_secrets(child, &child_path, under_secret_name || looks_secret(key), declared, problems);
+            }
+        }
+        Value::Array(items) => {
+            for (index, child) in items.iter().enumerate() {
+                scan_secrets(child, &format!("{path}[{index}]"), under_secret_name, declared, problems);
+            }
+        }
+        Value::String(text) if under_secret_name && !text.is_empty() => problems.push(Problem::new(
+            path,
+            "a literal where a secret belongs; declare it in secret_refs and write {\"$secret\": \"<name>\"}",
+        )),
+        Value::Number(_) if under_secret_name => problems.push(Problem::new(
+            path,
+            "a literal where a secret belongs; declare it in secret_refs and write {\"$secret\": \"<name>\"}",
+        )),
+        _ => {}
+    }
+}
+
+fn is_safe_relative(path: &str) -> Result<(), &'static str> {
+    if path.trim().is_empty() {
+        return Err("must not be empty");
+    }
+    let candidate = Path::new(path);
+    if candidate.is_absolute() || path.starts_with('/') || path.starts_with('\\') {
+        return Err("must be relative to the package root, not absolute");
+    }
+    if candidate
+        .components()
+        .any(|component| matches!(component, Component::ParentDir))
+        || path.split(['/', '\\']).any(|part| part == "..")
+    {
+        return Err("must not contain `..`");
+    }
+    Ok(())
+}
+
+fn check_operation_inputs(inputs: &OperationInputs, problems: &mut Vec<Problem>) {
+    use OperationInputs as I;
+    let mut relative = |path: &str, value: &str| {
+        if let Err(message) = is_safe_relative(value) {
+            problems.push(Problem::new(path, message));
+        }
+    };
+    match inputs {
+        I::AnsiblePlaybookRun(playbook) | I::AnsibleCheckModeRun(playbook) => {
+            relative("inputs.playbook", &playbook.playbook)
+        }
+        I::AnsibleRoleRun(role) => relative("inputs.role", &role.role),
+        I::OpentofuPlan(module)
+        | I::OpentofuDestroy(module)
+        | I::OpentofuOutput(module)
+        | I::OpentofuStateInspect(module) => {
+            if let Some(path) = &module.path {
+                relative("inputs.path", path);
+            }
+        }
+        I::OpentofuApply(apply) => {
+            if let Some(path) = &apply.module.path {
+                relative("inputs.path", path);
+            }
+        }
+        I::KubernetesManifestApply(apply) => {
+            if apply.manifests.is_empty() == apply.manifests_artifact.is_none() {
+                problems.push(Problem::new(
+                    "inputs.manifests",
+                    "give exactly one of `manifests` and `manifests_artifact`",
+                ));
+            }
+        }
+        I::SshCommandRun(command) => check_template_id(&command.template_id, problems),
+        I::SshFileUpload(upload) => check_template_id(&upload.template_id, problems),
+        I::SshFileDownload(download) => check_template_id(&download.template_id, problems),
+        I::SshServiceRestart(restart) => check_template_id(&restart.template_id, problems),
+        I::SshSystemFactCollect(facts) => check_template_id(&facts.template_id, problems),
+        I::VerifyHttpEndpoint(http) => {
+            if !(http.url.starts_with("http://") || http.url.starts_with("https://")) {
+                problems.push(Problem::new(
+                    "inputs.url",
+                    "must be an http:// or https:// URL",
+                ));
+            }
+        }
+        I::VerifyCustomProbe(probe) => {
+            if probe.probe_id.trim().is_empty() {
+                problems.push(Problem::new("inputs.probe_id", "must not be empty"));
+            }
+        }
+        _ => {}
+    }
+}
+
+fn check_template_id(template_id: &str, problems: &mut Vec<Problem>) {
+    let valid = !template_id.is_empty()
+        && template_id.chars().all(|character| {
+            character.is_ascii_alphanumeric() || matches!(character, '.' | '_' | '-')
+        });
+    if !valid {
+        problems.push(Problem::new(
+            "inputs.template_id",
+            "ssh operations run allowlisted command templates only: `template_id` is required ([A-Za-z0-9._-]+)",
+        ));
+    }
+}
+
+fn check_timeouts(timeouts: &Timeouts, problems: &mut Vec<Problem>) {
+    let named = [
+        ("schedule_to_start", timeouts.schedule_to_start),
+        ("start_to_close", timeouts.start_to_close),
+        ("heartbeat", timeouts.heartbeat),
+        ("schedule_to_close", timeouts.schedule_to_close),
+    ];
+    for (name, value) in named {
+        let max = if name == "heartbeat" {
+            Timeouts::MAX_HEARTBEAT
+        } else {
+            Timeouts::MAX
+        };
+        if value < Timeouts::MIN || value > max {
+            problems.push(Problem::new(
+                format!("timeouts.{name}"),
+                format!("{value} is out of bounds ({} to {max})", Timeouts::MIN),
+            ));
+        }
+    }
+    if timeouts.heartbeat > timeouts.start_to_close {
+        problems.push(Problem::new(
+            "timeouts.heartbeat",
+            format!(
+                "{} exceeds start_to_close {}",
+                timeouts.heartbeat, timeouts.start_to_close
+            ),
+        ));
+    }
+    if timeouts.start_to_close > timeouts.schedule_to_close {
+        problems.push(Problem::new(
+            "timeouts.start_to_close",
+            format!(
+                "{} exceeds schedule_to_close {}",
+                timeouts.start_to_close, timeouts.schedule_to_close
+            ),
+        ));
+    }
+    if timeouts.schedule_to_start >= timeouts.schedule_to_close {
+        problems.push(Problem::new(
+            "timeouts.schedule_to_start",
+            format!(
+                "{} leaves no time to run within schedule_to_close {}",
+                timeouts.schedule_to_start, timeouts.schedule_to_close
+            ),
+        ));
+    }
+}
+
+fn check_retry(retry: &RetryPolicy, problems: &mut Vec<Problem>) {
+    if retry.max_attempts == 0 || retry.max_attempts > RetryPolicy::MAX_ATTEMPTS {
+        problems.push(Problem::new(
+            "retry.max_attempts",
+            format!(
+                "{} is out of bounds (1 to {})",
+                retry.max_attempts,
+                RetryPolicy::MAX_ATTEMPTS
+            ),
+        ));
+    }
+    if retry.initial_backoff > retry.max_backoff {
+        problems.push(Problem::new(
+            "retry.initial_backoff",
+            format!(
+                "{} exceeds max_backoff {}",
+                retry.initial_backoff, retry.max_backoff
+            ),
+        ));
+    }
+    if retry.max_backoff > Timeouts::MAX {
+        problems.push(Problem::new(
+            "retry.max_backoff",
+            format!("exceeds {}", Timeouts::MAX),
+        ));
+    }
+}
+
+fn is_plan_digest(digest: &str) -> bool {
+    let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
+    hex.len() == 64 && hex.chars().all(|character| character.is_ascii_hexdigit())
+}
+
+fn check_policy(
+    operation: Operation,
+    policy: &super::PolicyFlags,
+    inputs: Option<&Value>,
+    problems: &mut Vec<Problem>,
+) {
+    use Operation as O;
+    if let Some(digest) = &policy.approved_plan_digest {
+        if !is_plan_digest(digest) {
+            problems.push(Problem::new(
+                "policy.approved_plan_digest",
+                "must be `sha256:` followed by 64 hex digits",
+            ));
+        }
+    }
+    match operation {
+        O::KubernetesManifestDelete if !policy.destructive => problems.push(Problem::new(
+            "policy.destructive",
+            "kubernetes.manifest.delete deletes objects and needs `policy.destructive: true`",
+        )),
+        O::OpentofuApply if policy.approved_plan_digest.is_none() && !policy.explicit_command => problems.push(Problem::new(
+            "policy.approved_plan_digest",
+            "opentofu.apply needs an approved plan digest (with `inputs.plan_artifact`) or an explicit operation policy (`policy.explicit_command: true`)",
+        )),
+        O::OpentofuApply if policy.approved_plan_digest.is_some() && inputs.and_then(|inputs| inputs.get("plan_artifact")).is_none() => {
+            problems.push(Problem::new("inputs.plan_artifact", "an approved plan digest needs the plan artifact it approves"));
+        }
+        O::OpentofuDestroy if !policy.elevated => problems.push(Problem::new(
+            "policy.elevated",
+            "opentofu.destroy needs an elevated policy (`policy.elevated: true`)",
+        )),
+        O::HelmRollback if !policy.explicit_command => problems.push(Problem::new(
+            "policy.explicit_command",
+            "helm.rollback runs only as an explicit control-plane command (`policy.explicit_command: true`)",
+        )),
+        _ => {}
+    }
+}
+
+fn check_callback(callback: &super::Callback, problems: &mut Vec<Problem>) {
+    if callback.url.is_none() && callback.topic.is_none() {
+        problems.push(Problem::new(
+            "callback",
+            "name a `url`, a `topic`, or omit `callback`",
+        ));
+    }
+    if let Some(url) = &callback.url {
+        if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() > 2048 {
+            problems.push(Problem::new(
+                "callback.url",
+                "must be an http:// or https:// URL of at most 2048 characters",
+            ));
+        }
+    }
+    if let Some(topic) = &callback.topic {
+        let valid = !topic.is_empty()
+            && topic.len() <= 249
+            && topic.chars().all(|character| {
+                character.is_ascii_alphanumeric() || matches!(character, '.' | '_' | '-')
+            });
+        if !valid {
+            problems.push(Problem::new(
+                "callback.topic",
+                "not a valid Kafka topic name",
+            ));
+        }
+    }
+}
+
+fn is_traceparent(text: &str) -> bool {
+    let parts: Vec<&str> = text.split('-').collect();
+    let hex = |part: &str, len: usize| {
+        part.len() == len && part.chars().all(|character| character.is_ascii_hexdigit())
+    };
+    parts.len() == 4
+        && hex(parts[0], 2)
+        && hex(parts[1], 32)
+        && hex(parts[2], 16)
+        && hex(parts[3], 2)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn http_spec() -> Value {
+        json!({
+            "command_id": "0b6c7f6e-6a59-4c47-9c8e-2f3f9c1d2e4a",
+            "job_id": "plan-42/node-7",
+            "tenant": "team-a",
+            "requested_by": "control-plane",
+            "operation": "verify.http.endpoint",
+            "inputs": {"url": "http://127.0.0.1:8080/health", "headers": {"authorization": {"$secret": "api"}}, "expect": {"status": 200}},
+            "secret_refs": [{"name": "api", "mount": "secret", "path": "apps/api", "key": "token"}]
+        })
+    }
+
+    fn paths(value: &Value) -> Vec<String> {
+        validate_jobspec(value)
+            .unwrap_err()
+            .0
+            .into_iter()
+            .map(|problem| problem.path)
+            .collect()
+    }
+
+    #[test]
+    fn a_good_spec_gets_defaults() {
+        let spec = validate_jobspec(&http_spec()).unwrap();
+        assert_eq!(spec.timeouts, Timeouts::default());
+        assert_eq!(spec.retry.max_attempts, 3);
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let mut spec = http_spec();
+        spec["operation"] = json!("verify.nothing");
+        spec.as_object_mut().unwrap().remove("tenant");
+        spec["timeouts"] =
+            json!({"heartbeat": "2h", "start_to_close": "1m", "schedule_to_close": "30s"});
+        spec["inputs"]["headers"]["x-api-token"] = json!("hunter2");
+        let found = paths(&spec);
+        for expected in [
+            "operation",
+            "tenant",
+            "timeouts.heartbeat",
+            "timeouts.start_to_close",
+            "inputs.headers.x-api-token",
+        ] {
+            assert!(
+                found.iter().any(|path| path == expected),
+                "{expected} missing from {found:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn literal_secrets_and_undeclared_refs_are_refused() {
+        let mut spec = http_spec();
+        spec["inputs"]["headers"]["authorization"] = json!("Bearer abc");
+        assert_eq!(paths(&spec), vec!["inputs.headers.authorization"]);
+        spec["inputs"]["headers"]["authorization"] = json!({"$secret": "nope"});
+        assert_eq!(paths(&spec), vec!["inputs.headers.authorization"]);
+    }
+
+    #[test]
+    fn inputs_must_match_the_operation() {
+        let mut spec = http_spec();
+        spec["inputs"]["port"] = json!(5432);
+        assert_eq!(paths(&spec), vec!["inputs.port"]);
+    }
+
+    #[test]
+    fn policy_rules() {
+        let base = |operation: &str, inputs: Value| {
+            let mut spec = http_spec();
+            spec["operation"] = json!(operation);
+            spec["inputs"] = inputs;
+            spec
+        };
+        let cluster = json!({"name": "c1", "credentials": {"$secret": "api"}});
+        let object = json!({"api_version": "v1", "kind": "ConfigMap", "name": "x"});
+        let delete = base(
+            "kubernetes.manifest.delete",
+            json!({"cluster": cluster, "namespace": "n", "objects": [object]}),
+        );
+        assert_eq!(paths(&delete), vec!["policy.destructive"]);
+        let module = json!({"package": {"name": "net", "version": "1.0.0"}});
+        assert_eq!(
+            paths(&base("opentofu.apply", module.clone())),
+            vec!["policy.approved_plan_digest"]
+        );
+        assert_eq!(
+            paths(&base("opentofu.destroy", module)),
+            vec!["policy.elevated"]
+        );
+        let rollback = base(
+            "helm.rollback",
+            json!({"cluster": cluster, "release": "r", "namespace": "n", "revision": 3}),
+        );
+        assert_eq!(paths(&rollback), vec!["policy.explicit_command"]);
+        assert_eq!(
+            paths(&base("ssh.command.run", json!({"args": {}}))),
+            vec!["inputs.template_id"]
+        );
+        let package = json!({"name": "site", "version": "1"});
+        for bad in ["/etc/site.yml", "../site.yml", "plays/../../site.yml"] {
+            let playbook = base(
+                "ansible.playbook.run",
+                json!({"package": package, "playbook": bad}),
+            );
+            assert_eq!(paths(&playbook), vec!["inputs.playbook"], "{bad}");
+        }
+    }
+}

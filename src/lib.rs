@@ -1,0 +1,5 @@
+//! execplane: the execution plane. See `docs/ARCHITECTURE.md`.
+#![forbid(unsafe_code)]
+
+pub mod attempt;
+pub mod contract;
