@@ -2,4 +2,5 @@
 #![forbid(unsafe_code)]
 
 pub mod attempt;
+pub mod codec;
 pub mod contract;

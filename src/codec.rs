@@ -1,0 +1,19 @@
+//! Avro on the wire: the embedded schemas, the record types that mirror them,
+//! and the two framings.
+//!
+//! - Single-object encoding (default, no registry): `C3 01`, the 8-byte
+//!   little-endian CRC-64-AVRO (Rabin) fingerprint of the writer schema's
+//!   canonical form, then the datum.
+//! - Confluent wire format (when a registry id is configured): `00`, a 4-byte
+//!   big-endian schema id, then the datum.
+//!
+//! Readers accept both and refuse anything else with a clear error.
+
+mod framing;
+mod records;
+
+pub use framing::{can_read, fingerprint, Codec, CodecError, Family, Framing};
+pub use records::{
+    AttemptEventRecord, CancelAttemptRecord, CommandKind, CommandRecord, JobSpecRecord,
+    ResultRecord, RunnerEventRecord, TerminalStatus, WorkRecord, WorkType,
+};

@@ -1,0 +1,677 @@
+//! Rust mirrors of the Avro records, field for field, and the conversions to
+//! and from the contract types. Ids travel as strings, durations as
+//! milliseconds, maps as sorted `Label` arrays.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use super::CodecError;
+use crate::contract::{
+    AttemptEvent, Callback, DurationMs, EventBody, FailureCategory, JobSpec, Label, PolicyFlags,
+    Problem, ReportBody, ReportedOutcome, RetryPolicy, RunnerReport, RunnerRequirements, SecretRef,
+    Target, TerminalOutcome, Timeouts, TimerKind, TraceContext, UnixMillis,
+};
+
+fn uuid(text: &str, field: &str) -> Result<Uuid, CodecError> {
+    Uuid::parse_str(text)
+        .map_err(|_| CodecError::Invalid(format!("`{field}` is not a UUID: `{text}`")))
+}
+
+fn opt_uuid(text: &Option<String>, field: &str) -> Result<Option<Uuid>, CodecError> {
+    text.as_deref().map(|value| uuid(value, field)).transpose()
+}
+
+fn missing(field: &str, kind: &str) -> CodecError {
+    CodecError::Invalid(format!("`{field}` is required for a `{kind}` record"))
+}
+
+fn labels(map: &BTreeMap<String, String>) -> Vec<Label> {
+    map.iter()
+        .map(|(key, value)| Label {
+            key: key.clone(),
+            value: value.clone(),
+        })
+        .collect()
+}
+
+fn unlabel(labels: Vec<Label>) -> BTreeMap<String, String> {
+    labels
+        .into_iter()
+        .map(|label| (label.key, label.value))
+        .collect()
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunnerRequirementsRecord {
+    pub pool: Vec<Label>,
+    pub capabilities: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TargetRecord {
+    pub kind: String,
+    pub id: String,
+    pub address: Option<String>,
+    pub attributes: Vec<Label>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TimeoutsRecord {
+    pub schedule_to_start_ms: i64,
+    pub start_to_close_ms: i64,
+    pub heartbeat_ms: i64,
+    pub schedule_to_close_ms: i64,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RetryPolicyRecord {
+    pub max_attempts: i32,
+    pub initial_backoff_ms: i64,
+    pub max_backoff_ms: i64,
+}
+
+/// The Avro form of a JobSpec. Converting back yields JSON that goes through
+/// the same validation as a JSON JobSpec.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobSpecRecord {
+    pub command_id: String,
+    pub job_id: String,
+    pub tenant: String,
+    pub requested_by: String,
+    pub operation: String,
+    pub inputs_json: String,
+    pub runner_requirements: RunnerRequirementsRecord,
+    pub targets: Vec<TargetRecord>,
+    pub secret_refs: Vec<SecretRef>,
+    pub timeouts: TimeoutsRecord,
+    pub retry: RetryPolicyRecord,
+    pub policy: PolicyFlags,
+    pub callback: Option<Callback>,
+    pub trace: Option<TraceContext>,
+}
+
+fn millis(duration: DurationMs) -> i64 {
+    duration.as_i64()
+}
+
+fn duration(millis: i64) -> DurationMs {
+    DurationMs(u64::try_from(millis).unwrap_or(0))
+}
+
+impl From<&JobSpec> for JobSpecRecord {
+    fn from(spec: &JobSpec) -> Self {
+        Self {
+            command_id: spec.command_id.to_string(),
+            job_id: spec.job_id.clone(),
+            tenant: spec.tenant.clone(),
+            requested_by: spec.requested_by.clone(),
+            operation: spec.operation.as_str().to_owned(),
+            inputs_json: serde_json::to_string(&spec.inputs).unwrap_or_else(|_| "{}".to_owned()),
+            runner_requirements: RunnerRequirementsRecord {
+                pool: labels(&spec.runner_requirements.pool),
+                capabilities: spec.runner_requirements.capabilities.clone(),
+            },
+            targets: spec
+                .targets
+                .iter()
+                .map(|target| TargetRecord {
+                    kind: target.kind.clone(),
+                    id: target.id.clone(),
+                    address: target.address.clone(),
+                    attributes: labels(&target.attributes),
+                })
+                .collect(),
+            secret_refs: spec.secret_refs.clone(),
+            timeouts: TimeoutsRecord {
+                schedule_to_start_ms: millis(spec.timeouts.schedule_to_start),
+                start_to_close_ms: millis(spec.timeouts.start_to_close),
+                heartbeat_ms: millis(spec.timeouts.heartbeat),
+                schedule_to_close_ms: millis(spec.timeouts.schedule_to_close),
+            },
+            retry: RetryPolicyRecord {
+                max_attempts: i32::try_from(spec.retry.max_attempts).unwrap_or(i32::MAX),
+                initial_backoff_ms: millis(spec.retry.initial_backoff),
+                max_backoff_ms: millis(spec.retry.max_backoff),
+            },
+            policy: spec.policy.clone(),
+            callback: spec.callback.clone(),
+            trace: spec.trace.clone(),
+        }
+    }
+}
+
+impl JobSpecRecord {
+    /// The JSON form, for validation. Malformed `inputs_json` becomes a JSON
+    /// string so that validation reports it at `inputs`.
+    pub fn to_json(&self) -> serde_json::Value {
+        let inputs = serde_json::from_str::<serde_json::Value>(&self.inputs_json)
+            .unwrap_or_else(|_| serde_json::Value::String(self.inputs_json.clone()));
+        let spec = serde_json::json!({
+            "command_id": self.command_id,
+            "job_id": self.job_id,
+            "tenant": self.tenant,
+            "requested_by": self.requested_by,
+            "operation": self.operation,
+            "inputs": inputs,
+            "runner_requirements": RunnerRequirements {
+                pool: unlabel(self.runner_requirements.pool.clone()),
+                capabilities: self.runner_requirements.capabilities.clone(),
+            },
+            "targets": self.targets.iter().map(|target| Target {
+                kind: target.kind.clone(),
+                id: target.id.clone(),
+                address: target.address.clone(),
+                attributes: unlabel(target.attributes.clone()),
+            }).collect::<Vec<_>>(),
+            "secret_refs": self.secret_refs,
+            "timeouts": {
+                "schedule_to_start": self.timeouts.schedule_to_start_ms,
+                "start_to_close": self.timeouts.start_to_close_ms,
+                "heartbeat": self.timeouts.heartbeat_ms,
+                "schedule_to_close": self.timeouts.schedule_to_close_ms,
+            },
+            "retry": {
+                "max_attempts": self.retry.max_attempts,
+                "initial_backoff": self.retry.initial_backoff_ms,
+                "max_backoff": self.retry.max_backoff_ms,
+            },
+            "policy": self.policy,
+        });
+        let mut spec = spec;
+        if let Some(callback) = &self.callback {
+            spec["callback"] = serde_json::to_value(callback).unwrap_or_default();
+        }
+        if let Some(trace) = &self.trace {
+            spec["trace"] = serde_json::to_value(trace).unwrap_or_default();
+        }
+        spec
+    }
+
+    /// Back to a JobSpec that was valid when written (events, work items).
+    /// Not re-validated: policy may tighten later, history must still read.
+    pub fn to_spec(&self) -> Result<JobSpec, CodecError> {
+        Ok(JobSpec {
+            command_id: uuid(&self.command_id, "spec.command_id")?,
+            job_id: self.job_id.clone(),
+            tenant: self.tenant.clone(),
+            requested_by: self.requested_by.clone(),
+            operation: self.operation.parse().map_err(CodecError::Invalid)?,
+            inputs: serde_json::from_str(&self.inputs_json)
+                .map_err(|error| CodecError::Invalid(format!("spec.inputs_json: {error}")))?,
+            runner_requirements: RunnerRequirements {
+                pool: unlabel(self.runner_requirements.pool.clone()),
+                capabilities: self.runner_requirements.capabilities.clone(),
+            },
+            targets: self
+                .targets
+                .iter()
+                .map(|target| Target {
+                    kind: target.kind.clone(),
+                    id: target.id.clone(),
+                    address: target.address.clone(),
+                    attributes: unlabel(target.attributes.clone()),
+                })
+                .collect(),
+            secret_refs: self.secret_refs.clone(),
+            timeouts: Timeouts {
+                schedule_to_start: duration(self.timeouts.schedule_to_start_ms),
+                start_to_close: duration(self.timeouts.start_to_close_ms),
+                heartbeat: duration(self.timeouts.heartbeat_ms),
+                schedule_to_close: duration(self.timeouts.schedule_to_close_ms),
+            },
+            retry: RetryPolicy {
+                max_attempts: u32::try_from(self.retry.max_attempts).unwrap_or(1),
+                initial_backoff: duration(self.retry.initial_backoff_ms),
+                max_backoff: duration(self.retry.max_backoff_ms),
+            },
+            policy: self.policy.clone(),
+            callback: self.callback.clone(),
+            trace: self.trace.clone(),
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandKind {
+    ExecuteJob,
+    CancelAttempt,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CancelAttemptRecord {
+    pub attempt_id: String,
+    pub reason: String,
+    pub requested_by: String,
+    pub grace_ms: Option<i64>,
+}
+
+/// exec.commands.v1.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CommandRecord {
+    pub command_id: String,
+    pub kind: CommandKind,
+    pub issued_at: UnixMillis,
+    pub execute: Option<JobSpecRecord>,
+    pub cancel: Option<CancelAttemptRecord>,
+}
+
+/// exec.attempt-events.v1 and the `attempt_events.payload` column.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AttemptEventRecord {
+    pub event_id: String,
+    pub attempt_id: String,
+    pub job_id: String,
+    pub seq: i64,
+    pub occurred_at: UnixMillis,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub command_id: Option<String>,
+    pub attempt_no: Option<i32>,
+    pub spec: Option<JobSpecRecord>,
+    pub available_at: Option<i64>,
+    pub previous_attempt_id: Option<String>,
+    pub tenant: Option<String>,
+    pub operation: Option<String>,
+    pub problems: Vec<Problem>,
+    pub lease_id: Option<String>,
+    pub epoch: Option<i64>,
+    pub runner_instance: Option<String>,
+    pub expires_at: Option<i64>,
+    pub message: Option<String>,
+    pub percent: Option<i32>,
+    pub reason: Option<String>,
+    pub requested_by: Option<String>,
+    pub grace_deadline: Option<i64>,
+    pub report_kind: Option<String>,
+    pub current_epoch: Option<i64>,
+    pub outcome: Option<TerminalOutcome>,
+    pub category: Option<FailureCategory>,
+    pub result_json: Option<String>,
+    pub timer: Option<TimerKind>,
+    pub lease_revoked: bool,
+    pub retry_attempt_id: Option<String>,
+}
+
+fn signed(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+fn unsigned(value: Option<i64>, field: &str, kind: &str) -> Result<u64, CodecError> {
+    value
+        .and_then(|value| u64::try_from(value).ok())
+        .ok_or_else(|| missing(field, kind))
+}
+
+impl From<&AttemptEvent> for AttemptEventRecord {
+    fn from(event: &AttemptEvent) -> Self {
+        let mut record = AttemptEventRecord {
+            event_id: event.event_id.to_string(),
+            attempt_id: event.attempt_id.to_string(),
+            job_id: event.job_id.clone(),
+            seq: signed(event.seq),
+            occurred_at: event.occurred_at,
+            kind: event.body.kind().to_owned(),
+            ..Default::default()
+        };
+        match &event.body {
+            EventBody::Created {
+                command_id,
+                attempt_no,
+                spec,
+                available_at,
+                previous_attempt_id,
+            } => {
+                record.command_id = Some(command_id.to_string());
+                record.attempt_no = Some(*attempt_no as i32);
+                record.spec = Some(JobSpecRecord::from(spec.as_ref()));
+                record.available_at = Some(*available_at);
+                record.previous_attempt_id = previous_attempt_id.map(|id| id.to_string());
+            }
+            EventBody::Rejected {
+                command_id,
+                attempt_no,
+                tenant,
+                operation,
+                category,
+                problems,
+            } => {
+                record.command_id = Some(command_id.to_string());
+                record.attempt_no = Some(*attempt_no as i32);
+                record.tenant = Some(tenant.clone());
+                record.operation = Some(operation.clone());
+                record.category = Some(*category);
+                record.problems = problems.clone();
+            }
+            EventBody::LeaseGranted {
+                lease_id,
+                epoch,
+                runner_instance,
+                expires_at,
+            } => {
+                record.lease_id = Some(lease_id.to_string());
+                record.epoch = Some(signed(*epoch));
+                record.runner_instance = Some(runner_instance.clone());
+                record.expires_at = Some(*expires_at);
+            }
+            EventBody::LeaseExtended { epoch, expires_at } => {
+                record.epoch = Some(signed(*epoch));
+                record.expires_at = Some(*expires_at);
+            }
+            EventBody::Started {
+                epoch,
+                runner_instance,
+            } => {
+                record.epoch = Some(signed(*epoch));
+                record.runner_instance = Some(runner_instance.clone());
+            }
+            EventBody::Progress {
+                epoch,
+                message,
+                percent,
+            } => {
+                record.epoch = Some(signed(*epoch));
+                record.message = Some(message.clone());
+                record.percent = percent.map(i32::from);
+            }
+            EventBody::CancelRequested {
+                reason,
+                requested_by,
+                grace_deadline,
+            } => {
+                record.reason = Some(reason.clone());
+                record.requested_by = Some(requested_by.clone());
+                record.grace_deadline = Some(*grace_deadline);
+            }
+            EventBody::ReportFenced {
+                report_kind,
+                report_epoch,
+                current_epoch,
+                runner_instance,
+                reason,
+            } => {
+                record.report_kind = Some(report_kind.clone());
+                record.epoch = Some(signed(*report_epoch));
+                record.current_epoch = current_epoch.map(signed);
+                record.runner_instance = Some(runner_instance.clone());
+                record.reason = Some(reason.clone());
+            }
+            EventBody::Finished {
+                outcome,
+                category,
+                message,
+                result_json,
+                timer,
+                lease_revoked,
+                retry_attempt_id,
+            } => {
+                record.outcome = Some(*outcome);
+                record.category = *category;
+                record.message = Some(message.clone());
+                record.result_json = result_json.clone();
+                record.timer = *timer;
+                record.lease_revoked = *lease_revoked;
+                record.retry_attempt_id = retry_attempt_id.map(|id| id.to_string());
+            }
+        }
+        record
+    }
+}
+
+impl TryFrom<AttemptEventRecord> for AttemptEvent {
+    type Error = CodecError;
+
+    fn try_from(record: AttemptEventRecord) -> Result<Self, CodecError> {
+        let kind = record.kind.as_str();
+        let attempt_no = |record: &AttemptEventRecord| {
+            record
+                .attempt_no
+                .and_then(|value| u32::try_from(value).ok())
+                .ok_or_else(|| missing("attempt_no", kind))
+        };
+        let text =
+            |value: &Option<String>, field: &str| value.clone().ok_or_else(|| missing(field, kind));
+        let body = match kind {
+            "created" => EventBody::Created {
+                command_id: uuid(&text(&record.command_id, "command_id")?, "command_id")?,
+                attempt_no: attempt_no(&record)?,
+                spec: Box::new(
+                    record
+                        .spec
+                        .as_ref()
+                        .ok_or_else(|| missing("spec", kind))?
+                        .to_spec()?,
+                ),
+                available_at: record
+                    .available_at
+                    .ok_or_else(|| missing("available_at", kind))?,
+                previous_attempt_id: opt_uuid(&record.previous_attempt_id, "previous_attempt_id")?,
+            },
+            "rejected" => EventBody::Rejected {
+                command_id: uuid(&text(&record.command_id, "command_id")?, "command_id")?,
+                attempt_no: attempt_no(&record)?,
+                tenant: text(&record.tenant, "tenant")?,
+                operation: text(&record.operation, "operation")?,
+                category: record.category.ok_or_else(|| missing("category", kind))?,
+                problems: record.problems.clone(),
+            },
+            "lease_granted" => EventBody::LeaseGranted {
+                lease_id: uuid(&text(&record.lease_id, "lease_id")?, "lease_id")?,
+                epoch: unsigned(record.epoch, "epoch", kind)?,
+                runner_instance: text(&record.runner_instance, "runner_instance")?,
+                expires_at: record
+                    .expires_at
+                    .ok_or_else(|| missing("expires_at", kind))?,
+            },
+            "lease_extended" => EventBody::LeaseExtended {
+                epoch: unsigned(record.epoch, "epoch", kind)?,
+                expires_at: record
+                    .expires_at
+                    .ok_or_else(|| missing("expires_at", kind))?,
+            },
+            "started" => EventBody::Started {
+                epoch: unsigned(record.epoch, "epoch", kind)?,
+                runner_instance: text(&record.runner_instance, "runner_instance")?,
+            },
+            "progress" => EventBody::Progress {
+                epoch: unsigned(record.epoch, "epoch", kind)?,
+                message: text(&record.message, "message")?,
+                percent: record.percent.and_then(|value| u8::try_from(value).ok()),
+            },
+            "cancel_requested" => EventBody::CancelRequested {
+                reason: text(&record.reason, "reason")?,
+                requested_by: text(&record.requested_by, "requested_by")?,
+                grace_deadline: record
+                    .grace_deadline
+                    .ok_or_else(|| missing("grace_deadline", kind))?,
+            },
+            "report_fenced" => EventBody::ReportFenced {
+                report_kind: text(&record.report_kind, "report_kind")?,
+                report_epoch: unsigned(record.epoch, "epoch", kind)?,
+                current_epoch: record
+                    .current_epoch
+                    .and_then(|value| u64::try_from(value).ok()),
+                runner_instance: text(&record.runner_instance, "runner_instance")?,
+                reason: text(&record.reason, "reason")?,
+            },
+            "finished" => EventBody::Finished {
+                outcome: record.outcome.ok_or_else(|| missing("outcome", kind))?,
+                category: record.category,
+                message: text(&record.message, "message")?,
+                result_json: record.result_json.clone(),
+                timer: record.timer,
+                lease_revoked: record.lease_revoked,
+                retry_attempt_id: opt_uuid(&record.retry_attempt_id, "retry_attempt_id")?,
+            },
+            other => {
+                return Err(CodecError::Invalid(format!(
+                    "unknown attempt event type `{other}`"
+                )))
+            }
+        };
+        Ok(AttemptEvent {
+            event_id: uuid(&record.event_id, "event_id")?,
+            attempt_id: uuid(&record.attempt_id, "attempt_id")?,
+            job_id: record.job_id,
+            seq: u64::try_from(record.seq)
+                .map_err(|_| CodecError::Invalid("negative seq".into()))?,
+            occurred_at: record.occurred_at,
+            body,
+        })
+    }
+}
+
+/// exec.runner-events.v1: a runner report plus its inbox id and send time.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunnerEventRecord {
+    pub event_id: String,
+    pub attempt_id: String,
+    pub lease_epoch: i64,
+    pub runner_instance: String,
+    pub sent_at: UnixMillis,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub message: Option<String>,
+    pub percent: Option<i32>,
+    pub outcome: Option<ReportedOutcome>,
+    pub category: Option<FailureCategory>,
+    pub result_json: Option<String>,
+}
+
+impl RunnerEventRecord {
+    pub fn from_report(event_id: Uuid, sent_at: UnixMillis, report: &RunnerReport) -> Self {
+        let mut record = RunnerEventRecord {
+            event_id: event_id.to_string(),
+            attempt_id: report.attempt_id.to_string(),
+            lease_epoch: signed(report.lease_epoch),
+            runner_instance: report.runner_instance.clone(),
+            sent_at,
+            kind: report.body.kind().to_owned(),
+            message: None,
+            percent: None,
+            outcome: None,
+            category: None,
+            result_json: None,
+        };
+        match &report.body {
+            ReportBody::Started => {}
+            ReportBody::Heartbeat { progress, percent } => {
+                record.message = progress.clone();
+                record.percent = percent.map(i32::from);
+            }
+            ReportBody::Progress { message, percent } => {
+                record.message = Some(message.clone());
+                record.percent = percent.map(i32::from);
+            }
+            ReportBody::Finished {
+                outcome,
+                category,
+                message,
+                result_json,
+            } => {
+                record.outcome = Some(*outcome);
+                record.category = *category;
+                record.message = Some(message.clone());
+                record.result_json = result_json.clone();
+            }
+        }
+        record
+    }
+
+    pub fn to_report(&self) -> Result<RunnerReport, CodecError> {
+        let kind = self.kind.as_str();
+        let percent = self
+            .percent
+            .and_then(|value| u8::try_from(value.clamp(0, 100)).ok());
+        let body = match kind {
+            "started" => ReportBody::Started,
+            "heartbeat" => ReportBody::Heartbeat {
+                progress: self.message.clone(),
+                percent,
+            },
+            "progress" => ReportBody::Progress {
+                message: self
+                    .message
+                    .clone()
+                    .ok_or_else(|| missing("message", kind))?,
+                percent,
+            },
+            "finished" => ReportBody::Finished {
+                outcome: self.outcome.ok_or_else(|| missing("outcome", kind))?,
+                category: self.category,
+                message: self.message.clone().unwrap_or_default(),
+                result_json: self.result_json.clone(),
+            },
+            other => {
+                return Err(CodecError::Invalid(format!(
+                    "unknown runner event type `{other}`"
+                )))
+            }
+        };
+        Ok(RunnerReport {
+            attempt_id: uuid(&self.attempt_id, "attempt_id")?,
+            lease_epoch: u64::try_from(self.lease_epoch)
+                .map_err(|_| missing("lease_epoch", kind))?,
+            runner_instance: self.runner_instance.clone(),
+            body,
+        })
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkType {
+    WorkItem,
+    LeaseExtended,
+    LeaseRevoked,
+    Cancel,
+}
+
+/// exec.work.<type>.v1: one message to one runner instance.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkRecord {
+    pub record_id: String,
+    pub runner_instance: String,
+    #[serde(rename = "type")]
+    pub kind: WorkType,
+    pub attempt_id: String,
+    pub job_id: String,
+    pub attempt_no: i32,
+    pub lease_id: String,
+    pub lease_epoch: i64,
+    pub expires_at: Option<i64>,
+    pub spec: Option<JobSpecRecord>,
+    pub reason: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TerminalStatus {
+    Succeeded,
+    Failed,
+    TimedOut,
+    Cancelled,
+    Rejected,
+    OutcomeUnknown,
+}
+
+/// exec.results.v1.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ResultRecord {
+    pub attempt_id: String,
+    pub job_id: String,
+    pub command_id: String,
+    pub attempt_no: i32,
+    pub tenant: String,
+    pub operation: String,
+    pub status: TerminalStatus,
+    pub category: Option<FailureCategory>,
+    pub message: String,
+    pub result_json: Option<String>,
+    pub finished_at: UnixMillis,
+    pub terminal_seq: i64,
+    pub idempotency_key: String,
+    pub retry_attempt_id: Option<String>,
+}
