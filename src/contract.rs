@@ -9,6 +9,7 @@ mod events;
 pub mod inputs;
 mod jobspec;
 mod operation;
+pub mod topics;
 mod validate;
 
 pub use duration::DurationMs;

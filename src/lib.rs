@@ -2,5 +2,10 @@
 #![forbid(unsafe_code)]
 
 pub mod attempt;
+pub mod bench;
+pub mod cli;
 pub mod codec;
+pub mod config;
 pub mod contract;
+pub mod store;
+pub mod telemetry;

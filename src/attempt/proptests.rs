@@ -72,8 +72,10 @@ fn action() -> impl Strategy<Value = Action> {
 }
 
 fn spec(command: u128, job: usize, operation: Operation, max_attempts: u32) -> JobSpec {
-    let mut policy = crate::contract::PolicyFlags::default();
-    policy.explicit_command = true;
+    let policy = crate::contract::PolicyFlags {
+        explicit_command: true,
+        ..Default::default()
+    };
     JobSpec {
         command_id: Uuid::from_u128(command + 1),
         job_id: format!("job-{job}"),

@@ -195,6 +195,25 @@ impl Codec {
         read_datum(Self::schema(family), None, bytes)
     }
 
+    /// Reads a bare datum written with the schema of `fingerprint` (current
+    /// or previous), resolved to the current one.
+    pub fn from_datum_by_fingerprint<T: DeserializeOwned>(
+        family: Family,
+        fingerprint: u64,
+        bytes: &[u8],
+    ) -> Result<T, CodecError> {
+        let current = Self::schema(family);
+        let writer = registry()
+            .by_fingerprint
+            .get(&(family, fingerprint))
+            .ok_or(CodecError::UnknownFingerprint {
+                family,
+                fingerprint,
+            })?;
+        let reader = (writer != current).then_some(current);
+        read_datum(writer, reader, bytes)
+    }
+
     /// Encodes with the configured framing.
     pub fn encode<T: Serialize>(&self, family: Family, value: &T) -> Result<Vec<u8>, CodecError> {
         let datum = Self::datum(family, value)?;

@@ -159,10 +159,7 @@ pub fn validate_jobspec(value: &Value) -> Result<JobSpec, Problems> {
         scan_secrets(inputs, "inputs", false, &declared, &mut problems);
     }
     if let (Some(operation), Some(inputs)) = (operation, &inputs) {
-        match OperationInputs::parse(operation, inputs) {
-            Ok(typed) => check_operation_inputs(&typed, &mut problems),
-            Err((path, message)) => problems.push(input_problem(operation, &path, &message)),
-        }
+        check_inputs(operation, inputs, &mut problems);
     }
     if let Some(timeouts) = &timeouts {
         check_timeouts(timeouts, &mut problems);
@@ -288,6 +285,78 @@ fn located(base: &str, inner: &str, message: &str) -> Problem {
         return Problem::new(path, format!("unknown field ({message})"));
     }
     Problem::new(path, message.to_owned())
+}
+
+/// Parses the inputs as the operation's type, reporting every problem: serde
+/// stops at the first, so the offending field is removed from a scratch copy
+/// and parsing resumes, until it parses or a required field is missing.
+fn check_inputs(operation: Operation, inputs: &Value, problems: &mut Vec<Problem>) {
+    let mut scratch = inputs.clone();
+    let mut reported: Vec<String> = Vec::new();
+    for _ in 0..32 {
+        match OperationInputs::parse(operation, &scratch) {
+            Ok(typed) => {
+                if reported.is_empty() {
+                    check_operation_inputs(&typed, problems);
+                }
+                return;
+            }
+            Err((path, message)) => {
+                let problem = input_problem(operation, &path, &message);
+                let missing = problem.message.contains("required field is missing")
+                    || problem.message.contains("`template_id` is required");
+                if reported.contains(&problem.path) {
+                    return;
+                }
+                reported.push(problem.path.clone());
+                problems.push(problem);
+                if missing || !remove_at(&mut scratch, &path, &message) {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Removes the field serde complained about; false when there is nothing to
+/// remove (the error is about the whole value).
+fn remove_at(value: &mut Value, path: &str, message: &str) -> bool {
+    let mut segments: Vec<String> = if path.is_empty() {
+        Vec::new()
+    } else {
+        path.split('.').map(str::to_owned).collect()
+    };
+    if let Some(unknown) = message
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split('`').next())
+    {
+        if segments.last().map(String::as_str) != Some(unknown) {
+            segments.push(unknown.to_owned());
+        }
+    }
+    let Some(last) = segments.pop() else {
+        return false;
+    };
+    let mut target = value;
+    for segment in &segments {
+        let next = match target {
+            Value::Object(map) => map.get_mut(segment),
+            Value::Array(items) => segment
+                .trim_matches(|c| c == '[' || c == ']')
+                .parse::<usize>()
+                .ok()
+                .and_then(|index| items.get_mut(index)),
+            _ => None,
+        };
+        match next {
+            Some(next) => target = next,
+            None => return false,
+        }
+    }
+    match target {
+        Value::Object(map) => map.remove(&last).is_some(),
+        _ => false,
+    }
 }
 
 fn input_problem(operation: Operation, inner: &str, message: &str) -> Problem {
@@ -464,31 +533,29 @@ fn check_operation_inputs(inputs: &OperationInputs, problems: &mut Vec<Problem>)
                 relative("inputs.path", path);
             }
         }
-        I::KubernetesManifestApply(apply) => {
-            if apply.manifests.is_empty() == apply.manifests_artifact.is_none() {
-                problems.push(Problem::new(
-                    "inputs.manifests",
-                    "give exactly one of `manifests` and `manifests_artifact`",
-                ));
-            }
+        I::KubernetesManifestApply(apply)
+            if apply.manifests.is_empty() == apply.manifests_artifact.is_none() =>
+        {
+            problems.push(Problem::new(
+                "inputs.manifests",
+                "give exactly one of `manifests` and `manifests_artifact`",
+            ));
         }
         I::SshCommandRun(command) => check_template_id(&command.template_id, problems),
         I::SshFileUpload(upload) => check_template_id(&upload.template_id, problems),
         I::SshFileDownload(download) => check_template_id(&download.template_id, problems),
         I::SshServiceRestart(restart) => check_template_id(&restart.template_id, problems),
         I::SshSystemFactCollect(facts) => check_template_id(&facts.template_id, problems),
-        I::VerifyHttpEndpoint(http) => {
-            if !(http.url.starts_with("http://") || http.url.starts_with("https://")) {
-                problems.push(Problem::new(
-                    "inputs.url",
-                    "must be an http:// or https:// URL",
-                ));
-            }
+        I::VerifyHttpEndpoint(http)
+            if !(http.url.starts_with("http://") || http.url.starts_with("https://")) =>
+        {
+            problems.push(Problem::new(
+                "inputs.url",
+                "must be an http:// or https:// URL",
+            ));
         }
-        I::VerifyCustomProbe(probe) => {
-            if probe.probe_id.trim().is_empty() {
-                problems.push(Problem::new("inputs.probe_id", "must not be empty"));
-            }
+        I::VerifyCustomProbe(probe) if probe.probe_id.trim().is_empty() => {
+            problems.push(Problem::new("inputs.probe_id", "must not be empty"));
         }
         _ => {}
     }

@@ -1,0 +1,3 @@
+//! `execplane bench`: figures, never assertions.
+
+pub mod store;

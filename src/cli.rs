@@ -1,0 +1,163 @@
+//! The `execplane` command line.
+
+mod audit;
+mod projection;
+mod validate;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use uuid::Uuid;
+
+use crate::config::Config;
+use crate::store::Store;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "execplane",
+    version,
+    about = "The execution plane: typed runners, fenced leases, a tamper-evident attempt log."
+)]
+pub struct Cli {
+    /// A TOML configuration file (also `EXECPLANE_CONFIG`); environment
+    /// variables override it.
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Apply the database migrations.
+    Migrate,
+    /// Validate a JobSpec (JSON); prints every problem and exits 2 when invalid.
+    Validate {
+        file: PathBuf,
+        /// Print the problems (or the normalised spec) as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Tamper evidence and history.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+    /// The projection.
+    #[command(subcommand)]
+    Projection(ProjectionCommand),
+    /// Benchmarks, reported as figures.
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AuditCommand {
+    /// Walk the hash chain; exits 1 at the first bad seq, naming it.
+    Verify {
+        #[arg(long)]
+        attempt: Option<Uuid>,
+    },
+    /// Print an attempt's history as a timeline (or JSON).
+    Replay {
+        #[arg(long)]
+        attempt: Uuid,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ProjectionCommand {
+    /// Rebuild the projection from attempt_events into a shadow schema.
+    Rebuild {
+        /// Diff against the live projection; exit 1 on any difference.
+        #[arg(long)]
+        verify: bool,
+        /// Keep the shadow schema (`execplane_shadow`) for inspection.
+        #[arg(long)]
+        keep: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BenchCommand {
+    /// Batched appends through the store: create, lease, start and finish
+    /// N attempts, in an isolated schema that is dropped afterwards.
+    Store(StoreBenchArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct StoreBenchArgs {
+    /// Attempts to drive through their whole life.
+    #[arg(long, default_value_t = 10_000)]
+    pub attempts: usize,
+    /// Inputs per transaction.
+    #[arg(long, default_value_t = 500)]
+    pub batch: usize,
+    /// Concurrent writers, each with its own connection.
+    #[arg(long, default_value_t = 2)]
+    pub writers: usize,
+    #[arg(long)]
+    pub json: bool,
+    /// Keep the bench schema afterwards.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+/// Runs the command; the exit code is the command's verdict.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let config = Config::load(cli.config.as_deref())?;
+    crate::telemetry::init(&config);
+    match cli.command {
+        Command::Validate { file, json } => validate::run(&file, json),
+        Command::Migrate => {
+            let store = connect(&config).await?;
+            store.migrate().await.context("applying migrations")?;
+            println!("migrations applied");
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Audit(AuditCommand::Verify { attempt }) => {
+            audit::verify(&connect(&config).await?, attempt).await
+        }
+        Command::Audit(AuditCommand::Replay { attempt, json }) => {
+            audit::replay(&connect(&config).await?, attempt, json).await
+        }
+        Command::Projection(ProjectionCommand::Rebuild { verify, keep }) => {
+            projection::rebuild(&connect(&config).await?, verify, keep).await
+        }
+        Command::Bench(BenchCommand::Store(args)) => crate::bench::store::run(&config, &args).await,
+    }
+}
+
+async fn connect(config: &Config) -> anyhow::Result<Store> {
+    Store::connect(&config.database_url, config.database_max_connections, None)
+        .await
+        .with_context(|| format!("connecting to Postgres at {}", redact(&config.database_url)))
+}
+
+/// A database URL without its password, for messages.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let credentials = &url[scheme + 3..at];
+            match credentials.split_once(':') {
+                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
+                None => url.to_owned(),
+            }
+        }
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn redacts_passwords() {
+        assert_eq!(
+            super::redact("postgres://u:secret@h/db"),
+            "postgres://u:***@h/db"
+        );
+        assert_eq!(super::redact("postgres://u@h/db"), "postgres://u@h/db");
+    }
+}

@@ -1,0 +1,110 @@
+//! The Postgres attempt store: the append-only event log with its hash
+//! chain, the projection, the inbox and the outbox. Knows no transport.
+//!
+//! Every state change goes through [`Store::process_batch`] (decide + append)
+//! or [`append_decided`] (append only): events, projection and outbox rows in
+//! ONE transaction, multi-row, one commit per batch.
+
+mod audit;
+mod batch;
+mod outbox;
+mod rebuild;
+mod rows;
+
+pub use batch::{chain_hash, GENESIS_HASH};
+pub use rebuild::SHADOW_SCHEMA;
+
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::PgPool;
+
+pub use audit::{ChainBreak, ChainReport, StoredEvent};
+pub use batch::{
+    append_decided, AppendOutcome, BatchOutcome, InputEnvelope, InputOutcome, LoadedJobs,
+};
+pub use outbox::{OutboxMessage, CE_SOURCE};
+pub use rebuild::{RebuildReport, TableDiff};
+
+use crate::attempt::ApplyError;
+use crate::codec::{Codec, CodecError};
+
+/// Migrations embedded from `migrations/`.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migrations: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("encoding: {0}")]
+    Codec(#[from] CodecError),
+    #[error("history does not fold: {0}")]
+    Apply(#[from] ApplyError),
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    /// True when the database refused the write by a constraint (a unique
+    /// key, a check, the append-only trigger): a fence held.
+    pub fn is_constraint_violation(&self) -> bool {
+        match self {
+            StoreError::Database(sqlx::Error::Database(error)) => {
+                error.code().is_some_and(|code| code.starts_with("23"))
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Handle to the store. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: PgPool,
+    codec: Codec,
+}
+
+impl Store {
+    /// Connects with at most `max_connections`; `search_path` picks the
+    /// schema (tests and benches isolate themselves with one).
+    pub async fn connect(
+        url: &str,
+        max_connections: u32,
+        search_path: Option<&str>,
+    ) -> Result<Self, StoreError> {
+        let mut options: PgConnectOptions = url.parse()?;
+        options = options.application_name("execplane");
+        if let Some(schema) = search_path {
+            options = options.options([("search_path", schema)]);
+        }
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options)
+            .await?;
+        Ok(Self::from_pool(pool))
+    }
+
+    pub fn from_pool(pool: PgPool) -> Self {
+        Self {
+            pool,
+            codec: Codec::default(),
+        }
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    pub fn codec(&self) -> &Codec {
+        &self.codec
+    }
+
+    /// Applies the embedded migrations.
+    pub async fn migrate(&self) -> Result<(), StoreError> {
+        MIGRATOR.run(&self.pool).await?;
+        Ok(())
+    }
+}

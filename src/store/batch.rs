@@ -1,0 +1,584 @@
+//! The write path: claim inputs in the inbox, load and lock the jobs they
+//! touch, decide, and append — one transaction per batch.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+
+use sha2::{Digest, Sha256};
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use super::outbox::messages_for;
+use super::rows::{
+    attempt_from_rows, attempt_row, deadline_rows, insert_sql, job_row, lease_row, timestamp,
+    AttemptRow, JobRow, LeaseRow, ATTEMPT_COLUMNS, DEADLINE_COLUMNS, JOB_COLUMNS, LEASE_COLUMNS,
+};
+use super::{Store, StoreError};
+use crate::attempt::{decide, JobState, Rejection};
+use crate::codec::{AttemptEventRecord, Codec, Family};
+use crate::contract::{AttemptEvent, EventBody, Input, JobSpec, UnixMillis};
+
+/// The hash that precedes an attempt's first event.
+pub const GENESIS_HASH: [u8; 32] = [0; 32];
+
+/// One input with the id that makes its redelivery a no-op.
+#[derive(Clone, Debug)]
+pub struct InputEnvelope {
+    pub input_id: String,
+    /// Where it came from (`commands`, `runner-events`, `timers`, ...).
+    pub source: String,
+    pub input: Input,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum InputOutcome {
+    /// Seen before (inbox): nothing done.
+    Duplicate,
+    /// Decided; `events` may be 0 (e.g. a heartbeat that needed nothing).
+    Applied { events: usize },
+    /// Refused by `decide`; nothing but the inbox row was written.
+    Rejected(Rejection),
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct BatchOutcome {
+    /// One per input, in input order.
+    pub outcomes: Vec<InputOutcome>,
+    pub events: Vec<AttemptEvent>,
+    pub outbox_rows: usize,
+    pub projection_rows: usize,
+}
+
+/// The jobs a batch touches, as loaded (and locked) from the projection.
+#[derive(Clone, Debug, Default)]
+pub struct LoadedJobs {
+    pub jobs: HashMap<String, JobState>,
+    /// The hash of each known attempt's last event.
+    pub last_hash: HashMap<Uuid, [u8; 32]>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct AppendOutcome {
+    pub events: usize,
+    pub outbox_rows: usize,
+    pub projection_rows: usize,
+}
+
+impl Store {
+    /// Decides and appends a batch of inputs in ONE transaction. Inputs seen
+    /// before are skipped; a rejected input writes only its inbox row. On
+    /// error nothing is written (the caller retries the batch).
+    pub async fn process_batch(
+        &self,
+        inputs: &[InputEnvelope],
+        now: UnixMillis,
+    ) -> Result<BatchOutcome, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let outcome = process_in(&mut tx, &self.codec, inputs, now).await?;
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    /// Loads one job's state (no lock), for readers and tests.
+    pub async fn job_state(&self, job_id: &str) -> Result<JobState, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        let loaded = load_jobs(&mut conn, &[job_id.to_owned()], false).await?;
+        Ok(loaded.jobs.get(job_id).cloned().unwrap_or_default())
+    }
+
+    /// The job an attempt belongs to.
+    pub async fn job_of(&self, attempt_id: Uuid) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query("SELECT job_id FROM attempts WHERE attempt_id = $1")
+            .bind(attempt_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row.map(|row| row.get(0)))
+    }
+}
+
+fn job_key(input: &Input) -> Option<&str> {
+    match input {
+        Input::Execute { spec } => Some(&spec.job_id),
+        Input::ExecuteInvalid { job_id, .. } => Some(job_id),
+        _ => None,
+    }
+}
+
+fn attempt_key(input: &Input) -> Option<Uuid> {
+    match input {
+        Input::Grant { attempt_id, .. }
+        | Input::TimerFired { attempt_id, .. }
+        | Input::Cancel { attempt_id, .. } => Some(*attempt_id),
+        Input::Report(report) => Some(report.attempt_id),
+        _ => None,
+    }
+}
+
+fn command_key(input: &Input) -> Option<Uuid> {
+    match input {
+        Input::Execute { spec } => Some(spec.command_id),
+        Input::ExecuteInvalid { command_id, .. } => Some(*command_id),
+        _ => None,
+    }
+}
+
+async fn process_in(
+    conn: &mut PgConnection,
+    codec: &Codec,
+    inputs: &[InputEnvelope],
+    now: UnixMillis,
+) -> Result<BatchOutcome, StoreError> {
+    // 1. Claim input ids; a repeat inside the batch is a duplicate too.
+    let mut seen = HashSet::new();
+    let mut ids = Vec::new();
+    let mut sources = Vec::new();
+    for envelope in inputs {
+        if seen.insert(envelope.input_id.as_str()) {
+            ids.push(envelope.input_id.clone());
+            sources.push(envelope.source.clone());
+        }
+    }
+    let claimed: HashSet<String> = sqlx::query(
+        "INSERT INTO inbox (input_id, source) SELECT * FROM UNNEST($1::text[], $2::text[]) ON CONFLICT DO NOTHING RETURNING input_id",
+    )
+    .bind(&ids)
+    .bind(&sources)
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|row| row.get(0))
+    .collect();
+    let mut fresh = vec![false; inputs.len()];
+    let mut taken = HashSet::new();
+    for (index, envelope) in inputs.iter().enumerate() {
+        fresh[index] =
+            claimed.contains(&envelope.input_id) && taken.insert(envelope.input_id.as_str());
+    }
+
+    // 2. Which jobs do the fresh inputs touch?
+    let attempt_ids: Vec<Uuid> = inputs
+        .iter()
+        .zip(&fresh)
+        .filter(|(_, fresh)| **fresh)
+        .filter_map(|(envelope, _)| attempt_key(&envelope.input))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    let attempt_jobs: HashMap<Uuid, String> =
+        sqlx::query("SELECT attempt_id, job_id FROM attempts WHERE attempt_id = ANY($1)")
+            .bind(&attempt_ids)
+            .fetch_all(&mut *conn)
+            .await?
+            .into_iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect();
+    let mut job_ids = BTreeSet::new();
+    let mut command_ids = BTreeSet::new();
+    for (envelope, _) in inputs.iter().zip(&fresh).filter(|(_, fresh)| **fresh) {
+        if let Some(job_id) = job_key(&envelope.input) {
+            job_ids.insert(job_id.to_owned());
+        }
+        if let Some(job_id) =
+            attempt_key(&envelope.input).and_then(|attempt_id| attempt_jobs.get(&attempt_id))
+        {
+            job_ids.insert(job_id.clone());
+        }
+        if let Some(command_id) = command_key(&envelope.input) {
+            command_ids.insert(command_id);
+        }
+    }
+    let job_ids: Vec<String> = job_ids.into_iter().collect();
+
+    // 3. Lock and load them (sorted: concurrent batches lock in one order).
+    let loaded = load_jobs(conn, &job_ids, true).await?;
+    let command_ids: Vec<Uuid> = command_ids.into_iter().collect();
+    let mut command_owner: HashMap<Uuid, String> =
+        sqlx::query("SELECT command_id, job_id FROM jobs WHERE command_id = ANY($1)")
+            .bind(&command_ids)
+            .fetch_all(&mut *conn)
+            .await?
+            .into_iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect();
+
+    // 4. Decide, input by input, on a working copy.
+    let mut working = loaded.jobs.clone();
+    let mut outcomes = Vec::with_capacity(inputs.len());
+    let mut events = Vec::new();
+    for (envelope, fresh) in inputs.iter().zip(&fresh) {
+        if !fresh {
+            outcomes.push(InputOutcome::Duplicate);
+            continue;
+        }
+        let job_id = match job_key(&envelope.input) {
+            Some(job_id) => Some(job_id.to_owned()),
+            None => attempt_key(&envelope.input)
+                .and_then(|attempt_id| attempt_jobs.get(&attempt_id).cloned()),
+        };
+        let Some(job_id) = job_id else {
+            let attempt_id = attempt_key(&envelope.input).unwrap_or_default();
+            outcomes.push(InputOutcome::Rejected(Rejection::UnknownAttempt(
+                attempt_id,
+            )));
+            continue;
+        };
+        let state = working.entry(job_id.clone()).or_default();
+        state.command_owner = command_key(&envelope.input)
+            .and_then(|command_id| command_owner.get(&command_id).cloned());
+        let decided = decide(state, &envelope.input, now);
+        state.command_owner = None;
+        match decided {
+            Ok(decided) => {
+                state.apply_all(&decided)?;
+                if let Some(first) = state.attempts.first() {
+                    command_owner
+                        .entry(first.command_id)
+                        .or_insert_with(|| job_id.clone());
+                }
+                outcomes.push(InputOutcome::Applied {
+                    events: decided.len(),
+                });
+                events.extend(decided);
+            }
+            Err(rejection) => outcomes.push(InputOutcome::Rejected(rejection)),
+        }
+    }
+
+    // 5. Append through the one write function.
+    let appended = append_in(conn, codec, &loaded, &events).await?;
+    Ok(BatchOutcome {
+        outcomes,
+        events,
+        outbox_rows: appended.outbox_rows,
+        projection_rows: appended.projection_rows,
+    })
+}
+
+/// Loads jobs, their attempts and leases from the projection; with `lock`,
+/// takes row locks on the job rows (in job id order).
+pub(crate) async fn load_jobs(
+    conn: &mut PgConnection,
+    job_ids: &[String],
+    lock: bool,
+) -> Result<LoadedJobs, StoreError> {
+    let mut loaded = LoadedJobs::default();
+    if job_ids.is_empty() {
+        return Ok(loaded);
+    }
+    let lock_clause = if lock { " FOR UPDATE" } else { "" };
+    let job_rows = sqlx::query(&format!(
+        "SELECT to_jsonb(j) FROM jobs j WHERE job_id = ANY($1) ORDER BY job_id{lock_clause}"
+    ))
+    .bind(job_ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut specs: HashMap<String, Option<JobSpec>> = HashMap::new();
+    for row in job_rows {
+        let job: JobRow = serde_json::from_value(row.get(0))
+            .map_err(|error| StoreError::Corrupt(format!("jobs row: {error}")))?;
+        let spec = match job.spec {
+            Some(value) => Some(serde_json::from_value(value).map_err(|error| {
+                StoreError::Corrupt(format!("job {} spec: {error}", job.job_id))
+            })?),
+            None => None,
+        };
+        specs.insert(job.job_id, spec);
+    }
+    let mut leases: HashMap<Uuid, LeaseRow> = HashMap::new();
+    for row in sqlx::query("SELECT to_jsonb(l) FROM leases l WHERE job_id = ANY($1)")
+        .bind(job_ids)
+        .fetch_all(&mut *conn)
+        .await?
+    {
+        let lease: LeaseRow = serde_json::from_value(row.get(0))
+            .map_err(|error| StoreError::Corrupt(format!("leases row: {error}")))?;
+        leases.insert(lease.attempt_id, lease);
+    }
+    for row in sqlx::query(&format!(
+        "SELECT to_jsonb(a) FROM attempts a WHERE job_id = ANY($1) ORDER BY job_id, attempt_no{lock_clause}"
+    ))
+    .bind(job_ids)
+    .fetch_all(&mut *conn)
+    .await?
+    {
+        let attempt: AttemptRow = serde_json::from_value(row.get(0)).map_err(|error| StoreError::Corrupt(format!("attempts row: {error}")))?;
+        let hash: [u8; 32] = attempt
+            .last_hash
+            .as_slice()
+            .try_into()
+            .map_err(|_| StoreError::Corrupt(format!("attempt {}: last_hash is not 32 bytes", attempt.attempt_id)))?;
+        let spec = specs.get(&attempt.job_id).and_then(Option::as_ref);
+        let lease = leases.remove(&attempt.attempt_id);
+        loaded.last_hash.insert(attempt.attempt_id, hash);
+        let job_id = attempt.job_id.clone();
+        let state = attempt_from_rows(attempt, spec, lease)?;
+        loaded.jobs.entry(job_id).or_default().attempts.push(state);
+    }
+    Ok(loaded)
+}
+
+/// The chain link: `sha256(prev_hash || payload)`.
+pub fn chain_hash(prev_hash: &[u8; 32], payload: &[u8]) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(prev_hash);
+    hasher.update(payload);
+    hasher.finalize().into()
+}
+
+/// THE write: appends decided events (hash-chained), folds them through the
+/// one `apply` into the projection, and writes their outbox rows — inside
+/// the caller's transaction, multi-row. `loaded` is the state the events were
+/// decided on. The database refuses anything that races it: `(attempt_id,
+/// seq)` and the one-lease-per-attempt key are unique.
+pub async fn append_decided(
+    conn: &mut PgConnection,
+    codec: &Codec,
+    loaded: &LoadedJobs,
+    events: &[AttemptEvent],
+) -> Result<AppendOutcome, StoreError> {
+    append_in(conn, codec, loaded, events).await
+}
+
+async fn append_in(
+    conn: &mut PgConnection,
+    codec: &Codec,
+    loaded: &LoadedJobs,
+    events: &[AttemptEvent],
+) -> Result<AppendOutcome, StoreError> {
+    if events.is_empty() {
+        return Ok(AppendOutcome::default());
+    }
+    // Fold through the one apply, event by event, to produce the projection
+    // and the outbox rows (which need the attempt as of each event).
+    let mut jobs: BTreeMap<String, JobState> = BTreeMap::new();
+    let mut chain = loaded.last_hash.clone();
+    let mut rows = EventColumns::default();
+    let mut outbox = OutboxColumns::default();
+    let mut granted = HashSet::new();
+    for event in events {
+        let state = jobs
+            .entry(event.job_id.clone())
+            .or_insert_with(|| loaded.jobs.get(&event.job_id).cloned().unwrap_or_default());
+        state.apply_all(std::slice::from_ref(event))?;
+        let attempt = state.attempt(event.attempt_id).ok_or_else(|| {
+            StoreError::Corrupt(format!(
+                "attempt {} vanished while applying",
+                event.attempt_id
+            ))
+        })?;
+        let payload = Codec::datum(Family::AttemptEvent, &AttemptEventRecord::from(event))?;
+        let prev_hash = chain
+            .get(&event.attempt_id)
+            .copied()
+            .unwrap_or(GENESIS_HASH);
+        let hash = chain_hash(&prev_hash, &payload);
+        chain.insert(event.attempt_id, hash);
+        for message in messages_for(event, attempt, codec)? {
+            outbox.push(message);
+        }
+        if matches!(event.body, EventBody::LeaseGranted { .. }) {
+            granted.insert(event.attempt_id);
+        }
+        rows.push(event, payload, prev_hash, hash);
+    }
+
+    sqlx::query(
+        "INSERT INTO attempt_events (event_id, attempt_id, job_id, seq, kind, terminal, occurred_at, payload, schema_fingerprint, prev_hash, hash)
+         SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::int8[], $5::text[], $6::bool[], $7::timestamptz[], $8::bytea[], $9::int8[], $10::bytea[], $11::bytea[])",
+    )
+    .bind(&rows.event_id)
+    .bind(&rows.attempt_id)
+    .bind(&rows.job_id)
+    .bind(&rows.seq)
+    .bind(&rows.kind)
+    .bind(&rows.terminal)
+    .bind(&rows.occurred_at)
+    .bind(&rows.payload)
+    .bind(vec![Codec::fingerprint(Family::AttemptEvent) as i64; rows.event_id.len()])
+    .bind(&rows.prev_hash)
+    .bind(&rows.hash)
+    .execute(&mut *conn)
+    .await?;
+
+    let touched: BTreeSet<Uuid> = events.iter().map(|event| event.attempt_id).collect();
+    let projection_rows =
+        write_projection(conn, "public_live", &jobs, &touched, &granted, &chain).await?;
+
+    let outbox_rows = outbox.topic.len();
+    if outbox_rows > 0 {
+        sqlx::query("INSERT INTO outbox (topic, key, headers, payload) SELECT t, k, h::jsonb, p FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[]) AS u(t, k, h, p)")
+            .bind(&outbox.topic)
+            .bind(&outbox.key)
+            .bind(&outbox.headers)
+            .bind(&outbox.payload)
+            .execute(&mut *conn)
+            .await?;
+    }
+    Ok(AppendOutcome {
+        events: events.len(),
+        outbox_rows,
+        projection_rows,
+    })
+}
+
+/// Writes the projection rows of the touched attempts of `jobs`. `schema` is
+/// `public_live` for the live tables (the connection's own schema), or a
+/// shadow schema name for a rebuild (where every lease is new).
+pub(crate) async fn write_projection(
+    conn: &mut PgConnection,
+    schema: &str,
+    jobs: &BTreeMap<String, JobState>,
+    touched: &BTreeSet<Uuid>,
+    granted: &HashSet<Uuid>,
+    chain: &HashMap<Uuid, [u8; 32]>,
+) -> Result<usize, StoreError> {
+    let schema_name = if schema == "public_live" {
+        sqlx::query_scalar::<_, String>("SELECT current_schema()")
+            .fetch_one(&mut *conn)
+            .await?
+    } else {
+        schema.to_owned()
+    };
+    let mut job_rows = Vec::new();
+    let mut attempt_rows = Vec::new();
+    let mut new_leases = Vec::new();
+    let mut changed_leases = Vec::new();
+    let mut deadline_rows_all = Vec::new();
+    let mut deadline_owners = Vec::new();
+    for state in jobs.values() {
+        let mut job_touched = false;
+        for attempt in state
+            .attempts
+            .iter()
+            .filter(|attempt| touched.contains(&attempt.attempt_id))
+        {
+            job_touched = true;
+            let hash = chain
+                .get(&attempt.attempt_id)
+                .copied()
+                .unwrap_or(GENESIS_HASH);
+            attempt_rows.push(attempt_row(attempt, &hash));
+            if let Some(lease) = lease_row(attempt) {
+                if granted.contains(&attempt.attempt_id) {
+                    new_leases.push(lease);
+                } else {
+                    changed_leases.push(lease);
+                }
+            }
+            deadline_owners.push(attempt.attempt_id);
+            deadline_rows_all.extend(deadline_rows(attempt));
+        }
+        if job_touched {
+            job_rows.extend(job_row(state));
+        }
+    }
+    sqlx::query(&insert_sql(
+        &schema_name,
+        "jobs",
+        JOB_COLUMNS,
+        Some("job_id"),
+    ))
+    .bind(serde_json::to_value(&job_rows).unwrap_or_default())
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(&insert_sql(
+        &schema_name,
+        "attempts",
+        ATTEMPT_COLUMNS,
+        Some("attempt_id"),
+    ))
+    .bind(serde_json::to_value(&attempt_rows).unwrap_or_default())
+    .execute(&mut *conn)
+    .await?;
+    if !new_leases.is_empty() {
+        // No ON CONFLICT: a second lease for an attempt is refused.
+        sqlx::query(&insert_sql(&schema_name, "leases", LEASE_COLUMNS, None))
+            .bind(serde_json::to_value(&new_leases).unwrap_or_default())
+            .execute(&mut *conn)
+            .await?;
+    }
+    if !changed_leases.is_empty() {
+        sqlx::query(&format!(
+            "UPDATE \"{schema_name}\".leases l SET expires_at = r.expires_at, active = r.active
+             FROM jsonb_populate_recordset(NULL::\"{schema_name}\".leases, $1::jsonb) r
+             WHERE l.lease_id = r.lease_id AND l.epoch = r.epoch"
+        ))
+        .bind(serde_json::to_value(&changed_leases).unwrap_or_default())
+        .execute(&mut *conn)
+        .await?;
+    }
+    sqlx::query(&format!(
+        "DELETE FROM \"{schema_name}\".deadlines WHERE attempt_id = ANY($1)"
+    ))
+    .bind(&deadline_owners)
+    .execute(&mut *conn)
+    .await?;
+    if !deadline_rows_all.is_empty() {
+        sqlx::query(&insert_sql(
+            &schema_name,
+            "deadlines",
+            DEADLINE_COLUMNS,
+            None,
+        ))
+        .bind(serde_json::to_value(&deadline_rows_all).unwrap_or_default())
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(job_rows.len()
+        + attempt_rows.len()
+        + new_leases.len()
+        + changed_leases.len()
+        + deadline_rows_all.len())
+}
+
+#[derive(Default)]
+struct EventColumns {
+    event_id: Vec<Uuid>,
+    attempt_id: Vec<Uuid>,
+    job_id: Vec<String>,
+    seq: Vec<i64>,
+    kind: Vec<String>,
+    terminal: Vec<bool>,
+    occurred_at: Vec<chrono::DateTime<chrono::Utc>>,
+    payload: Vec<Vec<u8>>,
+    prev_hash: Vec<Vec<u8>>,
+    hash: Vec<Vec<u8>>,
+}
+
+impl EventColumns {
+    fn push(
+        &mut self,
+        event: &AttemptEvent,
+        payload: Vec<u8>,
+        prev_hash: [u8; 32],
+        hash: [u8; 32],
+    ) {
+        self.event_id.push(event.event_id);
+        self.attempt_id.push(event.attempt_id);
+        self.job_id.push(event.job_id.clone());
+        self.seq.push(i64::try_from(event.seq).unwrap_or(i64::MAX));
+        self.kind.push(event.body.kind().to_owned());
+        self.terminal.push(event.body.is_terminal());
+        self.occurred_at.push(timestamp(event.occurred_at));
+        self.payload.push(payload);
+        self.prev_hash.push(prev_hash.to_vec());
+        self.hash.push(hash.to_vec());
+    }
+}
+
+#[derive(Default)]
+struct OutboxColumns {
+    topic: Vec<String>,
+    key: Vec<String>,
+    headers: Vec<String>,
+    payload: Vec<Vec<u8>>,
+}
+
+impl OutboxColumns {
+    fn push(&mut self, message: super::OutboxMessage) {
+        self.topic.push(message.topic);
+        self.key.push(message.key);
+        self.headers
+            .push(serde_json::Value::Object(message.headers).to_string());
+        self.payload.push(message.payload);
+    }
+}

@@ -1,0 +1,207 @@
+//! What each event causes to be published, as outbox rows. Pure mapping; the
+//! relay (Kafka side) moves the rows. Every record carries a stable
+//! CloudEvents id, so a re-publish after a crash is deduplicated downstream.
+
+use serde_json::{json, Map, Value};
+use uuid::Uuid;
+
+use super::rows::timestamp;
+use crate::attempt::Attempt;
+use crate::codec::{
+    AttemptEventRecord, Codec, CodecError, Family, JobSpecRecord, ResultRecord, TerminalStatus,
+    WorkRecord, WorkType,
+};
+use crate::contract::{topics, AttemptEvent, EventBody, Operation, TerminalOutcome};
+
+/// `ce_source` of records the dispatcher causes.
+pub const CE_SOURCE: &str = "execplane/dispatcher";
+
+const RECORD_NAMESPACE: Uuid = Uuid::from_u128(0x2b8e_51c4_77d9_4a0e_8f31_c6d2_0e94_b517);
+
+/// One row of the outbox.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OutboxMessage {
+    pub topic: String,
+    /// The Kafka key: attempt id, or the runner instance for work topics.
+    pub key: String,
+    pub headers: Map<String, Value>,
+    pub payload: Vec<u8>,
+}
+
+fn derived_id(event: &AttemptEvent, purpose: &str) -> Uuid {
+    let mut name = event.event_id.as_bytes().to_vec();
+    name.extend_from_slice(purpose.as_bytes());
+    Uuid::new_v5(&RECORD_NAMESPACE, &name)
+}
+
+fn headers(id: Uuid, ce_type: &str, event: &AttemptEvent, attempt: &Attempt) -> Map<String, Value> {
+    let mut headers = Map::new();
+    headers.insert("ce_specversion".into(), json!("1.0"));
+    headers.insert("ce_id".into(), json!(id.to_string()));
+    headers.insert("ce_type".into(), json!(ce_type));
+    headers.insert("ce_source".into(), json!(CE_SOURCE));
+    headers.insert(
+        "ce_time".into(),
+        json!(timestamp(event.occurred_at).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+    );
+    headers.insert("ce_subject".into(), json!(event.attempt_id.to_string()));
+    headers.insert("content-type".into(), json!("application/avro"));
+    if let Some(trace) = attempt.spec.as_ref().and_then(|spec| spec.trace.as_ref()) {
+        headers.insert("traceparent".into(), json!(trace.traceparent));
+        if let Some(state) = &trace.tracestate {
+            headers.insert("tracestate".into(), json!(state));
+        }
+    }
+    headers
+}
+
+fn work(
+    event: &AttemptEvent,
+    attempt: &Attempt,
+    kind: WorkType,
+    codec: &Codec,
+    reason: Option<String>,
+) -> Result<Option<OutboxMessage>, CodecError> {
+    let (Some(lease), Ok(operation)) = (
+        attempt.lease.as_ref(),
+        attempt.operation.parse::<Operation>(),
+    ) else {
+        return Ok(None);
+    };
+    let id = derived_id(event, "work");
+    let record = WorkRecord {
+        record_id: id.to_string(),
+        runner_instance: lease.runner_instance.clone(),
+        kind,
+        attempt_id: attempt.attempt_id.to_string(),
+        job_id: attempt.job_id.clone(),
+        attempt_no: i32::try_from(attempt.attempt_no).unwrap_or(i32::MAX),
+        lease_id: lease.lease_id.to_string(),
+        lease_epoch: i64::try_from(lease.epoch).unwrap_or(i64::MAX),
+        expires_at: Some(lease.expires_at),
+        spec: (kind == WorkType::WorkItem)
+            .then(|| attempt.spec.as_deref().map(JobSpecRecord::from))
+            .flatten(),
+        reason,
+    };
+    let ce_type = match kind {
+        WorkType::WorkItem => "io.execplane.work.item",
+        WorkType::LeaseExtended => "io.execplane.work.lease_extended",
+        WorkType::LeaseRevoked => "io.execplane.work.lease_revoked",
+        WorkType::Cancel => "io.execplane.work.cancel",
+    };
+    let mut headers = headers(id, ce_type, event, attempt);
+    headers.insert(
+        "execplane_runner_instance".into(),
+        json!(lease.runner_instance),
+    );
+    Ok(Some(OutboxMessage {
+        topic: topics::work(operation.runner_type()),
+        key: lease.runner_instance.clone(),
+        headers,
+        payload: codec.encode(Family::WorkItem, &record)?,
+    }))
+}
+
+/// The outbox rows one event causes, given the attempt after the event.
+pub(crate) fn messages_for(
+    event: &AttemptEvent,
+    attempt: &Attempt,
+    codec: &Codec,
+) -> Result<Vec<OutboxMessage>, CodecError> {
+    let mut messages = Vec::with_capacity(2);
+    // Every event goes to the published log, keyed by attempt: a faithful,
+    // ordered copy of attempt_events.
+    messages.push(OutboxMessage {
+        topic: topics::ATTEMPT_EVENTS.to_owned(),
+        key: event.attempt_id.to_string(),
+        headers: headers(
+            event.event_id,
+            &format!("io.execplane.attempt.{}", event.body.kind()),
+            event,
+            attempt,
+        ),
+        payload: codec.encode(Family::AttemptEvent, &AttemptEventRecord::from(event))?,
+    });
+    match &event.body {
+        EventBody::LeaseGranted { .. } => {
+            messages.extend(work(event, attempt, WorkType::WorkItem, codec, None)?)
+        }
+        EventBody::LeaseExtended { .. } => {
+            messages.extend(work(event, attempt, WorkType::LeaseExtended, codec, None)?)
+        }
+        EventBody::CancelRequested { reason, .. } => {
+            messages.extend(work(
+                event,
+                attempt,
+                WorkType::Cancel,
+                codec,
+                Some(reason.clone()),
+            )?);
+        }
+        EventBody::Finished {
+            lease_revoked,
+            message,
+            ..
+        } => {
+            if *lease_revoked {
+                messages.extend(work(
+                    event,
+                    attempt,
+                    WorkType::LeaseRevoked,
+                    codec,
+                    Some(message.clone()),
+                )?);
+            }
+            messages.push(result(event, attempt, codec)?);
+        }
+        EventBody::Rejected { .. } => messages.push(result(event, attempt, codec)?),
+        _ => {}
+    }
+    Ok(messages)
+}
+
+fn result(
+    event: &AttemptEvent,
+    attempt: &Attempt,
+    codec: &Codec,
+) -> Result<OutboxMessage, CodecError> {
+    let status = match attempt.outcome {
+        None => TerminalStatus::Rejected,
+        Some(TerminalOutcome::Succeeded) => TerminalStatus::Succeeded,
+        Some(TerminalOutcome::Failed) => TerminalStatus::Failed,
+        Some(TerminalOutcome::TimedOut) => TerminalStatus::TimedOut,
+        Some(TerminalOutcome::Cancelled) => TerminalStatus::Cancelled,
+        Some(TerminalOutcome::OutcomeUnknown) => TerminalStatus::OutcomeUnknown,
+    };
+    let idempotency_key = format!("{}:{}", event.attempt_id, event.seq);
+    let record = ResultRecord {
+        attempt_id: attempt.attempt_id.to_string(),
+        job_id: attempt.job_id.clone(),
+        command_id: attempt.command_id.to_string(),
+        attempt_no: i32::try_from(attempt.attempt_no).unwrap_or(i32::MAX),
+        tenant: attempt.tenant.clone(),
+        operation: attempt.operation.clone(),
+        status,
+        category: attempt.failure_category,
+        message: attempt.message.clone().unwrap_or_default(),
+        result_json: attempt.result_json.clone(),
+        finished_at: attempt.finished_at.unwrap_or(event.occurred_at),
+        terminal_seq: i64::try_from(event.seq).unwrap_or(i64::MAX),
+        idempotency_key: idempotency_key.clone(),
+        retry_attempt_id: attempt.retry_attempt_id.map(|id| id.to_string()),
+    };
+    let mut headers = headers(
+        derived_id(event, "result"),
+        "io.execplane.attempt.result",
+        event,
+        attempt,
+    );
+    headers.insert("idempotency_key".into(), json!(idempotency_key));
+    Ok(OutboxMessage {
+        topic: topics::RESULTS.to_owned(),
+        key: attempt.attempt_id.to_string(),
+        headers,
+        payload: codec.encode(Family::Result, &record)?,
+    })
+}

@@ -1,0 +1,377 @@
+//! Projection rows: one struct per table, field names equal to column names,
+//! moved as JSON (`jsonb_populate_recordset` in, `to_jsonb` out) so the
+//! live writer and the rebuild writer are the same code.
+
+use chrono::{DateTime, Utc};
+use serde::{de::DeserializeOwned, Deserialize, Deserializer, Serialize, Serializer};
+use uuid::Uuid;
+
+use super::StoreError;
+use crate::attempt::{Attempt, JobState};
+use crate::contract::{AttemptStatus, CancelInfo, JobSpec, LeaseInfo, Operation, UnixMillis};
+
+pub(crate) fn timestamp(millis: UnixMillis) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(millis).unwrap_or(DateTime::<Utc>::MIN_UTC)
+}
+
+pub(crate) fn millis(timestamp: DateTime<Utc>) -> UnixMillis {
+    timestamp.timestamp_millis()
+}
+
+/// A serde enum as its plain string (`"lease_lost"`).
+pub(crate) fn enum_text<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(text)) => text,
+        other => format!("{other:?}"),
+    }
+}
+
+pub(crate) fn parse_enum<T: DeserializeOwned>(text: &str, column: &str) -> Result<T, StoreError> {
+    serde_json::from_value(serde_json::Value::String(text.to_owned()))
+        .map_err(|_| StoreError::Corrupt(format!("`{text}` is not a valid {column}")))
+}
+
+/// bytea as Postgres writes it in JSON: `\x` and hex.
+pub(crate) mod bytea {
+    use super::*;
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&format!("\\x{}", hex::encode(bytes)))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let digits = text.strip_prefix("\\x").unwrap_or(&text);
+        hex::decode(digits).map_err(serde::de::Error::custom)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct JobRow {
+    pub job_id: String,
+    pub command_id: Uuid,
+    pub tenant: String,
+    pub operation: String,
+    pub spec: Option<serde_json::Value>,
+    pub attempts: i32,
+    pub latest_attempt_id: Uuid,
+    pub status: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+pub(crate) const JOB_COLUMNS: &[&str] = &[
+    "job_id",
+    "command_id",
+    "tenant",
+    "operation",
+    "spec",
+    "attempts",
+    "latest_attempt_id",
+    "status",
+    "created_at",
+    "updated_at",
+];
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct AttemptRow {
+    pub attempt_id: Uuid,
+    pub job_id: String,
+    pub attempt_no: i32,
+    pub command_id: Uuid,
+    pub tenant: String,
+    pub operation: String,
+    pub runner_type: Option<String>,
+    pub status: String,
+    pub created_at: DateTime<Utc>,
+    pub available_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub previous_attempt_id: Option<Uuid>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub finished_at: Option<DateTime<Utc>>,
+    pub cancel_reason: Option<String>,
+    pub cancel_requested_by: Option<String>,
+    pub cancel_requested_at: Option<DateTime<Utc>>,
+    pub cancel_grace_deadline: Option<DateTime<Utc>>,
+    pub progress: Option<String>,
+    pub progress_percent: Option<i16>,
+    pub outcome: Option<String>,
+    pub failure_category: Option<String>,
+    pub message: Option<String>,
+    pub result_json: Option<String>,
+    pub timer_fired: Option<String>,
+    pub retry_attempt_id: Option<Uuid>,
+    pub fenced_reports: i32,
+    pub last_seq: i64,
+    #[serde(with = "bytea")]
+    pub last_hash: Vec<u8>,
+}
+
+pub(crate) const ATTEMPT_COLUMNS: &[&str] = &[
+    "attempt_id",
+    "job_id",
+    "attempt_no",
+    "command_id",
+    "tenant",
+    "operation",
+    "runner_type",
+    "status",
+    "created_at",
+    "available_at",
+    "updated_at",
+    "previous_attempt_id",
+    "started_at",
+    "finished_at",
+    "cancel_reason",
+    "cancel_requested_by",
+    "cancel_requested_at",
+    "cancel_grace_deadline",
+    "progress",
+    "progress_percent",
+    "outcome",
+    "failure_category",
+    "message",
+    "result_json",
+    "timer_fired",
+    "retry_attempt_id",
+    "fenced_reports",
+    "last_seq",
+    "last_hash",
+];
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct LeaseRow {
+    pub lease_id: Uuid,
+    pub attempt_id: Uuid,
+    pub job_id: String,
+    pub epoch: i64,
+    pub runner_instance: String,
+    pub granted_at: DateTime<Utc>,
+    pub expires_at: DateTime<Utc>,
+    pub active: bool,
+}
+
+pub(crate) const LEASE_COLUMNS: &[&str] = &[
+    "lease_id",
+    "attempt_id",
+    "job_id",
+    "epoch",
+    "runner_instance",
+    "granted_at",
+    "expires_at",
+    "active",
+];
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct DeadlineRow {
+    pub attempt_id: Uuid,
+    pub kind: String,
+    pub due_at: DateTime<Utc>,
+}
+
+pub(crate) const DEADLINE_COLUMNS: &[&str] = &["attempt_id", "kind", "due_at"];
+
+pub(crate) fn job_row(state: &JobState) -> Option<JobRow> {
+    let first = state.attempts.first()?;
+    let latest = state.latest()?;
+    Some(JobRow {
+        job_id: first.job_id.clone(),
+        command_id: first.command_id,
+        tenant: first.tenant.clone(),
+        operation: first.operation.clone(),
+        spec: first
+            .spec
+            .as_ref()
+            .and_then(|spec| serde_json::to_value(spec.as_ref()).ok()),
+        attempts: i32::try_from(latest.attempt_no).unwrap_or(i32::MAX),
+        latest_attempt_id: latest.attempt_id,
+        status: latest.status.as_str().to_owned(),
+        created_at: timestamp(first.created_at),
+        updated_at: timestamp(
+            state
+                .attempts
+                .iter()
+                .map(|attempt| attempt.updated_at)
+                .max()
+                .unwrap_or(first.updated_at),
+        ),
+    })
+}
+
+pub(crate) fn attempt_row(attempt: &Attempt, last_hash: &[u8]) -> AttemptRow {
+    let cancel = attempt.cancel.as_ref();
+    AttemptRow {
+        attempt_id: attempt.attempt_id,
+        job_id: attempt.job_id.clone(),
+        attempt_no: i32::try_from(attempt.attempt_no).unwrap_or(i32::MAX),
+        command_id: attempt.command_id,
+        tenant: attempt.tenant.clone(),
+        operation: attempt.operation.clone(),
+        runner_type: attempt
+            .operation
+            .parse::<Operation>()
+            .ok()
+            .map(|operation| operation.runner_type().as_str().to_owned()),
+        status: attempt.status.as_str().to_owned(),
+        created_at: timestamp(attempt.created_at),
+        available_at: timestamp(attempt.available_at),
+        updated_at: timestamp(attempt.updated_at),
+        previous_attempt_id: attempt.previous_attempt_id,
+        started_at: attempt.started_at.map(timestamp),
+        finished_at: attempt.finished_at.map(timestamp),
+        cancel_reason: cancel.map(|cancel| cancel.reason.clone()),
+        cancel_requested_by: cancel.map(|cancel| cancel.requested_by.clone()),
+        cancel_requested_at: cancel.map(|cancel| timestamp(cancel.requested_at)),
+        cancel_grace_deadline: cancel.map(|cancel| timestamp(cancel.grace_deadline)),
+        progress: attempt.progress.clone(),
+        progress_percent: attempt.progress_percent.map(i16::from),
+        outcome: attempt.outcome.as_ref().map(enum_text),
+        failure_category: attempt.failure_category.as_ref().map(enum_text),
+        message: attempt.message.clone(),
+        result_json: attempt.result_json.clone(),
+        timer_fired: attempt.timer_fired.map(|timer| timer.as_str().to_owned()),
+        retry_attempt_id: attempt.retry_attempt_id,
+        fenced_reports: i32::try_from(attempt.fenced_reports).unwrap_or(i32::MAX),
+        last_seq: i64::try_from(attempt.last_seq).unwrap_or(i64::MAX),
+        last_hash: last_hash.to_vec(),
+    }
+}
+
+pub(crate) fn lease_row(attempt: &Attempt) -> Option<LeaseRow> {
+    let lease = attempt.lease.as_ref()?;
+    Some(LeaseRow {
+        lease_id: lease.lease_id,
+        attempt_id: attempt.attempt_id,
+        job_id: attempt.job_id.clone(),
+        epoch: i64::try_from(lease.epoch).unwrap_or(i64::MAX),
+        runner_instance: lease.runner_instance.clone(),
+        granted_at: timestamp(lease.granted_at),
+        expires_at: timestamp(lease.expires_at),
+        active: lease.active,
+    })
+}
+
+pub(crate) fn deadline_rows(attempt: &Attempt) -> Vec<DeadlineRow> {
+    attempt
+        .deadlines()
+        .into_iter()
+        .map(|(kind, due)| DeadlineRow {
+            attempt_id: attempt.attempt_id,
+            kind: kind.as_str().to_owned(),
+            due_at: timestamp(due),
+        })
+        .collect()
+}
+
+/// Rebuilds the in-memory attempt from its projection rows.
+pub(crate) fn attempt_from_rows(
+    row: AttemptRow,
+    spec: Option<&JobSpec>,
+    lease: Option<LeaseRow>,
+) -> Result<Attempt, StoreError> {
+    let status = AttemptStatus::parse(&row.status).ok_or_else(|| {
+        StoreError::Corrupt(format!(
+            "attempt {}: unknown status `{}`",
+            row.attempt_id, row.status
+        ))
+    })?;
+    let cancel = match (
+        row.cancel_reason,
+        row.cancel_requested_by,
+        row.cancel_requested_at,
+        row.cancel_grace_deadline,
+    ) {
+        (Some(reason), Some(requested_by), Some(requested_at), Some(grace_deadline)) => {
+            Some(CancelInfo {
+                reason,
+                requested_by,
+                requested_at: millis(requested_at),
+                grace_deadline: millis(grace_deadline),
+            })
+        }
+        _ => None,
+    };
+    Ok(Attempt {
+        attempt_id: row.attempt_id,
+        job_id: row.job_id,
+        command_id: row.command_id,
+        attempt_no: u32::try_from(row.attempt_no).unwrap_or(0),
+        tenant: row.tenant,
+        operation: row.operation,
+        spec: spec.map(|spec| Box::new(spec.clone())),
+        status,
+        created_at: millis(row.created_at),
+        available_at: millis(row.available_at),
+        updated_at: millis(row.updated_at),
+        previous_attempt_id: row.previous_attempt_id,
+        lease: lease.map(|lease| LeaseInfo {
+            lease_id: lease.lease_id,
+            epoch: u64::try_from(lease.epoch).unwrap_or(0),
+            runner_instance: lease.runner_instance,
+            granted_at: millis(lease.granted_at),
+            expires_at: millis(lease.expires_at),
+            active: lease.active,
+        }),
+        started_at: row.started_at.map(millis),
+        cancel,
+        progress: row.progress,
+        progress_percent: row
+            .progress_percent
+            .and_then(|value| u8::try_from(value).ok()),
+        outcome: row
+            .outcome
+            .as_deref()
+            .map(|text| parse_enum(text, "outcome"))
+            .transpose()?,
+        failure_category: row
+            .failure_category
+            .as_deref()
+            .map(|text| parse_enum(text, "failure category"))
+            .transpose()?,
+        message: row.message,
+        result_json: row.result_json,
+        finished_at: row.finished_at.map(millis),
+        timer_fired: row
+            .timer_fired
+            .as_deref()
+            .map(|text| {
+                crate::contract::TimerKind::parse(text)
+                    .ok_or_else(|| StoreError::Corrupt(format!("unknown timer `{text}`")))
+            })
+            .transpose()?,
+        retry_attempt_id: row.retry_attempt_id,
+        fenced_reports: u32::try_from(row.fenced_reports).unwrap_or(0),
+        last_seq: u64::try_from(row.last_seq).unwrap_or(0),
+    })
+}
+
+/// `INSERT ... SELECT ... FROM jsonb_populate_recordset(...)`, optionally
+/// upserting on `conflict`.
+pub(crate) fn insert_sql(
+    schema: &str,
+    table: &str,
+    columns: &[&str],
+    conflict: Option<&str>,
+) -> String {
+    let list = columns.join(", ");
+    let mut sql = format!(
+        "INSERT INTO \"{schema}\".{table} ({list}) SELECT {list} FROM jsonb_populate_recordset(NULL::\"{schema}\".{table}, $1::jsonb)"
+    );
+    if let Some(key) = conflict {
+        let updated: Vec<&str> = columns
+            .iter()
+            .copied()
+            .filter(|column| *column != key)
+            .collect();
+        let excluded: Vec<String> = updated
+            .iter()
+            .map(|column| format!("EXCLUDED.{column}"))
+            .collect();
+        sql.push_str(&format!(
+            " ON CONFLICT ({key}) DO UPDATE SET ({}) = ROW({})",
+            updated.join(", "),
+            excluded.join(", ")
+        ));
+    }
+    sql
+}

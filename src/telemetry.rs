@@ -1,0 +1,18 @@
+//! Logs (tracing) set up once per process.
+
+use tracing_subscriber::EnvFilter;
+
+use crate::config::{Config, LogFormat};
+
+/// Installs the global subscriber: `EXECPLANE_LOG` filter, text or JSON,
+/// to stderr (stdout is for command output).
+pub fn init(config: &Config) {
+    let filter = EnvFilter::try_new(&config.log).unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match config.log_format {
+        LogFormat::Json => builder.json().try_init(),
+        LogFormat::Text => builder.try_init(),
+    };
+}

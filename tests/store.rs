@@ -1,0 +1,436 @@
+//! The attempt store against the real Postgres: each test gets a fresh
+//! database from `#[sqlx::test]`.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::{database_url, drive_mixed, execplane, spec, BASE};
+use execplane::attempt::{attempt_id_for, decide, Rejection};
+use execplane::codec::Codec;
+use execplane::contract::Input;
+use execplane::store::{append_decided, InputEnvelope, InputOutcome, LoadedJobs, Store};
+use sqlx::{PgPool, Row};
+use uuid::Uuid;
+
+fn envelope(id: &str, input: Input) -> InputEnvelope {
+    InputEnvelope {
+        input_id: id.to_owned(),
+        source: "test".into(),
+        input,
+    }
+}
+
+async fn count(pool: &PgPool, sql: &str) -> i64 {
+    sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_duplicate_command_id_gives_one_job(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    let command_id = Uuid::new_v4();
+    let execute = Input::Execute {
+        spec: Box::new(spec(command_id, "dup/1", "verify.tcp.connect")),
+    };
+    // Redelivered (same input id), resent (new input id), and resent inside one batch.
+    let first = store
+        .process_batch(
+            &[
+                envelope("in-1", execute.clone()),
+                envelope("in-1", execute.clone()),
+                envelope("in-2", execute.clone()),
+            ],
+            BASE,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        first.outcomes,
+        vec![
+            InputOutcome::Applied { events: 1 },
+            InputOutcome::Duplicate,
+            InputOutcome::Applied { events: 0 }
+        ]
+    );
+    let again = store
+        .process_batch(
+            &[envelope("in-1", execute.clone()), envelope("in-3", execute)],
+            BASE + 5,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        again.outcomes,
+        vec![InputOutcome::Duplicate, InputOutcome::Applied { events: 0 }]
+    );
+    // The same command id under another job id is refused, not a second job.
+    let other = Input::Execute {
+        spec: Box::new(spec(command_id, "dup/2", "verify.tcp.connect")),
+    };
+    let refused = store
+        .process_batch(&[envelope("in-4", other)], BASE + 6)
+        .await
+        .unwrap();
+    assert!(matches!(
+        refused.outcomes[0],
+        InputOutcome::Rejected(Rejection::CommandIdReused { .. })
+    ));
+    assert_eq!(count(&pool, "SELECT count(*) FROM jobs").await, 1);
+    assert_eq!(count(&pool, "SELECT count(*) FROM attempts").await, 1);
+    assert_eq!(count(&pool, "SELECT count(*) FROM attempt_events").await, 1);
+    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 4);
+    // And the database itself refuses a second job row for the command.
+    let error = sqlx::query("INSERT INTO jobs SELECT 'dup/3', command_id, tenant, operation, spec, attempts, latest_attempt_id, status, created_at, updated_at FROM jobs")
+        .execute(&pool)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("jobs_command_id_key"), "{error}");
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn of_two_concurrent_lease_grants_the_database_refuses_the_second(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    let command_id = Uuid::new_v4();
+    let attempt_id = attempt_id_for(command_id, 1);
+    let execute = Input::Execute {
+        spec: Box::new(spec(command_id, "race/1", "verify.tcp.connect")),
+    };
+    store
+        .process_batch(&[envelope("create", execute)], BASE)
+        .await
+        .unwrap();
+
+    // Two dispatchers read the same queued state and each decides a grant.
+    let state = store.job_state("race/1").await.unwrap();
+    let mut loaded = LoadedJobs::default();
+    loaded.jobs.insert("race/1".into(), state.clone());
+    let tip: Vec<u8> = sqlx::query_scalar("SELECT last_hash FROM attempts")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    loaded.last_hash.insert(attempt_id, tip.try_into().unwrap());
+    let grant_a = decide(
+        &state,
+        &Input::Grant {
+            attempt_id,
+            runner_instance: "runner-a".into(),
+        },
+        BASE + 1,
+    )
+    .unwrap();
+    let grant_b = decide(
+        &state,
+        &Input::Grant {
+            attempt_id,
+            runner_instance: "runner-b".into(),
+        },
+        BASE + 1,
+    )
+    .unwrap();
+
+    let codec = Codec::default();
+    let mut first = pool.begin().await.unwrap();
+    append_decided(&mut first, &codec, &loaded, &grant_a)
+        .await
+        .unwrap();
+    let second = {
+        let pool = pool.clone();
+        let loaded = loaded.clone();
+        tokio::spawn(async move {
+            let mut tx = pool.begin().await.unwrap();
+            let result = append_decided(&mut tx, &Codec::default(), &loaded, &grant_b).await;
+            if result.is_ok() {
+                tx.commit().await.unwrap();
+            }
+            result
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    first.commit().await.unwrap();
+    let error = second
+        .await
+        .unwrap()
+        .expect_err("the second grant must be refused");
+    assert!(error.is_constraint_violation(), "{error}");
+    let holders: Vec<String> = sqlx::query_scalar("SELECT runner_instance FROM leases")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_eq!(holders, vec!["runner-a".to_owned()]);
+    assert_eq!(count(&pool, "SELECT count(*) FROM attempt_events").await, 2);
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn update_delete_and_truncate_on_attempt_events_are_refused(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    drive_mixed(&store, 10).await;
+    for statement in [
+        "UPDATE attempt_events SET kind = 'finished' WHERE seq = 1",
+        "DELETE FROM attempt_events WHERE seq = 2",
+        "TRUNCATE attempt_events CASCADE",
+    ] {
+        let error = sqlx::query(statement).execute(&pool).await.unwrap_err();
+        assert!(
+            error.to_string().contains("append-only"),
+            "{statement}: {error}"
+        );
+    }
+    // The database also holds invariant 3: a second terminal event is refused.
+    let error = sqlx::query(
+        "INSERT INTO attempt_events (event_id, attempt_id, job_id, seq, kind, terminal, occurred_at, payload, schema_fingerprint, prev_hash, hash)
+         SELECT gen_random_uuid(), attempt_id, job_id, seq + 100, kind, true, occurred_at, payload, schema_fingerprint, prev_hash, hash
+         FROM attempt_events WHERE terminal LIMIT 1",
+    )
+    .execute(&pool)
+    .await
+    .unwrap_err();
+    assert!(
+        error.to_string().contains("attempt_events_one_terminal"),
+        "{error}"
+    );
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn audit_verify_catches_one_flipped_payload_byte(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    drive_mixed(&store, 30).await;
+    let clean = execplane(&pool, &["audit", "verify"]);
+    assert!(
+        clean.status.success(),
+        "{}",
+        String::from_utf8_lossy(&clean.stderr)
+    );
+    assert!(String::from_utf8_lossy(&clean.stdout).contains("hash chain intact"));
+
+    // A superuser bypasses the trigger and flips one byte of one payload.
+    let row = sqlx::query(
+        "SELECT attempt_id, seq FROM attempt_events WHERE job_id = 'mixed/0' AND seq = 3",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let (attempt_id, seq): (Uuid, i64) = (row.get(0), row.get(1));
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::query("SET session_replication_role = replica")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE attempt_events SET payload = set_byte(payload, 20, get_byte(payload, 20) # 1) WHERE attempt_id = $1 AND seq = $2")
+        .bind(attempt_id)
+        .bind(seq)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("SET session_replication_role = origin")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+
+    let report = store.verify_chain(None).await.unwrap();
+    let broken = report.first_break.expect("the flip is caught");
+    assert_eq!((broken.attempt_id, broken.seq), (attempt_id, seq));
+    let tampered = execplane(&pool, &["audit", "verify"]);
+    assert_eq!(tampered.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&tampered.stderr);
+    assert!(
+        stderr.contains(&format!("attempt {attempt_id} seq {seq}")),
+        "{stderr}"
+    );
+    // Scoped to another attempt, the chain is still intact.
+    let other: Uuid =
+        sqlx::query_scalar("SELECT attempt_id FROM attempts WHERE job_id = 'mixed/1'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(
+        execplane(&pool, &["audit", "verify", "--attempt", &other.to_string()])
+            .status
+            .success()
+    );
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn audit_verify_catches_a_truncated_tail(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    drive_mixed(&store, 10).await;
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::query("SET session_replication_role = replica")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM attempt_events WHERE job_id = 'mixed/0' AND terminal")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    let broken = store
+        .verify_chain(None)
+        .await
+        .unwrap()
+        .first_break
+        .expect("a missing tail is caught");
+    assert!(
+        broken.reason.contains("events missing"),
+        "{}",
+        broken.reason
+    );
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn projection_rebuild_verify_passes_after_a_mixed_workload_and_fails_on_corruption(
+    pool: PgPool,
+) {
+    let store = Store::from_pool(pool.clone());
+    let inputs = drive_mixed(&store, 1_200).await;
+    assert!(inputs > 5_000);
+    let attempts = count(&pool, "SELECT count(*) FROM attempts").await;
+    assert!(attempts >= 1_000, "{attempts} attempts");
+    // Every path of the lifecycle is in the data.
+    let statuses: BTreeMap<String, i64> =
+        sqlx::query("SELECT status, count(*) FROM attempts GROUP BY status")
+            .fetch_all(&pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|row| (row.get(0), row.get(1)))
+            .collect();
+    for status in [
+        "queued",
+        "succeeded",
+        "failed",
+        "timed_out",
+        "cancelled",
+        "rejected",
+        "outcome_unknown",
+    ] {
+        assert!(
+            statuses.contains_key(status),
+            "no {status} attempt in {statuses:?}"
+        );
+    }
+    assert!(
+        count(
+            &pool,
+            "SELECT count(*) FROM attempt_events WHERE kind = 'report_fenced'"
+        )
+        .await
+            > 0
+    );
+    assert!(
+        count(
+            &pool,
+            "SELECT count(*) FROM attempt_events WHERE kind = 'lease_extended'"
+        )
+        .await
+            > 0
+    );
+
+    let clean = execplane(&pool, &["projection", "rebuild", "--verify"]);
+    assert!(
+        clean.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&clean.stdout),
+        String::from_utf8_lossy(&clean.stderr)
+    );
+    assert!(execplane(&pool, &["audit", "verify"]).status.success());
+
+    sqlx::query("UPDATE attempts SET status = 'succeeded' WHERE attempt_id = (SELECT attempt_id FROM attempts WHERE status = 'failed' ORDER BY attempt_id LIMIT 1)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let corrupted = execplane(&pool, &["projection", "rebuild", "--verify"]);
+    assert_eq!(corrupted.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&corrupted.stderr);
+    assert!(
+        stderr.contains("table attempts: 1 live row(s) differ"),
+        "{stderr}"
+    );
+    // The shadow schema was rolled back, not left behind.
+    assert_eq!(count(&pool, "SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'execplane_shadow'").await, 0);
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn outbox_rows_mirror_the_log_in_order(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    drive_mixed(&store, 20).await;
+    let events = count(&pool, "SELECT count(*) FROM attempt_events").await;
+    let published = count(
+        &pool,
+        "SELECT count(*) FROM outbox WHERE topic = 'exec.attempt-events.v1'",
+    )
+    .await;
+    assert_eq!(events, published);
+    let terminal = count(&pool, "SELECT count(*) FROM attempt_events WHERE terminal").await;
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM outbox WHERE topic = 'exec.results.v1'"
+        )
+        .await,
+        terminal
+    );
+    let grants = count(
+        &pool,
+        "SELECT count(*) FROM attempt_events WHERE kind = 'lease_granted'",
+    )
+    .await;
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox WHERE topic = 'exec.work.verification.v1' AND headers->>'ce_type' = 'io.execplane.work.item'").await
+        + count(&pool, "SELECT count(*) FROM outbox WHERE topic = 'exec.work.ssh.v1' AND headers->>'ce_type' = 'io.execplane.work.item'").await, grants);
+    // Per attempt, outbox order is seq order; ce_id is the event id.
+    let mismatched = count(
+        &pool,
+        "SELECT count(*) FROM (SELECT key, (headers->>'ce_id')::uuid AS id, row_number() OVER (PARTITION BY key ORDER BY id) AS n FROM outbox WHERE topic = 'exec.attempt-events.v1') o
+         JOIN attempt_events e ON e.event_id = o.id WHERE e.seq <> o.n",
+    )
+    .await;
+    assert_eq!(mismatched, 0);
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn audit_replay_prints_the_timeline_and_json(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    drive_mixed(&store, 10).await;
+    let attempt: Uuid =
+        sqlx::query_scalar("SELECT attempt_id FROM attempts WHERE job_id = 'mixed/9'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let text = execplane(
+        &pool,
+        &["audit", "replay", "--attempt", &attempt.to_string()],
+    );
+    assert!(text.status.success());
+    let timeline = String::from_utf8_lossy(&text.stdout);
+    let kinds: Vec<&str> = timeline
+        .lines()
+        .map(|line| line.split_whitespace().nth(2).unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "created",
+            "lease_granted",
+            "started",
+            "report_fenced",
+            "finished",
+            "report_fenced"
+        ]
+    );
+    assert!(timeline.contains("epoch 99 is stale"), "{timeline}");
+    let json = execplane(
+        &pool,
+        &[
+            "audit",
+            "replay",
+            "--attempt",
+            &attempt.to_string(),
+            "--json",
+        ],
+    );
+    let events: Vec<serde_json::Value> = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(events.len(), 6);
+    assert_eq!(events[4]["body"]["type"], "finished");
+    assert_eq!(events[1]["prev_hash"], events[0]["hash"]);
+    let _ = database_url(&pool);
+}
