@@ -108,19 +108,24 @@ impl CodecError {
 }
 
 struct Known {
-    schema: Schema,
+    schema: &'static Schema,
     fingerprint: u64,
+    writer: GenericDatumWriter<'static>,
+    reader: GenericDatumReader<'static>,
 }
 
 struct Registry {
     current: HashMap<Family, Known>,
-    /// Every schema a reader accepts by fingerprint: current and previous.
-    by_fingerprint: HashMap<(Family, u64), Schema>,
+    /// Every schema a reader accepts by fingerprint: current and previous,
+    /// each with a reader that resolves it to the current schema.
+    by_fingerprint: HashMap<(Family, u64), GenericDatumReader<'static>>,
 }
 
-fn parse(text: &str, family: Family) -> Schema {
-    Schema::parse_str(text)
-        .unwrap_or_else(|error| panic!("embedded schema {family:?} does not parse: {error}"))
+fn parse(text: &str, family: Family) -> &'static Schema {
+    let schema = Schema::parse_str(text)
+        .unwrap_or_else(|error| panic!("embedded schema {family:?} does not parse: {error}"));
+    // Parsed once per process; the cached writers and readers borrow them.
+    Box::leak(Box::new(schema))
 }
 
 /// The 64-bit Rabin fingerprint of the schema's parsing canonical form.
@@ -131,6 +136,18 @@ pub fn fingerprint(schema: &Schema) -> u64 {
     u64::from_le_bytes(array)
 }
 
+fn reader(writer: &'static Schema, current: &'static Schema) -> GenericDatumReader<'static> {
+    let resolved = if writer == current {
+        None
+    } else {
+        Some(current)
+    };
+    GenericDatumReader::builder(writer)
+        .maybe_reader_schema(resolved)
+        .build()
+        .unwrap_or_else(|error| panic!("embedded schema does not resolve: {error}"))
+}
+
 fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
@@ -139,14 +156,21 @@ fn registry() -> &'static Registry {
         for family in Family::ALL {
             let schema = parse(family.current_text(), family);
             let previous = parse(family.previous_text(), family);
-            let current_fingerprint = fingerprint(&schema);
-            by_fingerprint.insert((family, fingerprint(&previous)), previous);
-            by_fingerprint.insert((family, current_fingerprint), schema.clone());
+            let current_fingerprint = fingerprint(schema);
+            by_fingerprint.insert((family, fingerprint(previous)), reader(previous, schema));
+            by_fingerprint.insert((family, current_fingerprint), reader(schema, schema));
+            let writer = GenericDatumWriter::builder(schema)
+                .build()
+                .unwrap_or_else(|error| {
+                    panic!("embedded schema {family:?} does not resolve: {error}")
+                });
             current.insert(
                 family,
                 Known {
                     schema,
                     fingerprint: current_fingerprint,
+                    writer,
+                    reader: reader(schema, schema),
                 },
             );
         }
@@ -170,7 +194,7 @@ impl Codec {
 
     /// The current schema of a family.
     pub fn schema(family: Family) -> &'static Schema {
-        &registry().current[&family].schema
+        registry().current[&family].schema
     }
 
     pub fn fingerprint(family: Family) -> u64 {
@@ -180,19 +204,16 @@ impl Codec {
     /// The bare Avro datum, without framing. Deterministic for a value (the
     /// schemas use no maps), which is why the event log hashes it.
     pub fn datum<T: Serialize>(family: Family, value: &T) -> Result<Vec<u8>, CodecError> {
-        let schema = Self::schema(family);
-        let avro = apache_avro::to_value(value).map_err(CodecError::avro)?;
-        let avro = avro.resolve(schema).map_err(CodecError::avro)?;
-        GenericDatumWriter::builder(schema)
-            .build()
-            .map_err(CodecError::avro)?
-            .write_value_to_vec(avro)
+        let known = &registry().current[&family];
+        known
+            .writer
+            .write_ser_to_vec(value)
             .map_err(CodecError::avro)
     }
 
     /// Reads a bare datum written with the current schema.
     pub fn from_datum<T: DeserializeOwned>(family: Family, bytes: &[u8]) -> Result<T, CodecError> {
-        read_datum(Self::schema(family), None, bytes)
+        read_datum(&registry().current[&family].reader, bytes)
     }
 
     /// Reads a bare datum written with the schema of `fingerprint` (current
@@ -202,21 +223,23 @@ impl Codec {
         fingerprint: u64,
         bytes: &[u8],
     ) -> Result<T, CodecError> {
-        let current = Self::schema(family);
-        let writer = registry()
+        let reader = registry()
             .by_fingerprint
             .get(&(family, fingerprint))
             .ok_or(CodecError::UnknownFingerprint {
                 family,
                 fingerprint,
             })?;
-        let reader = (writer != current).then_some(current);
-        read_datum(writer, reader, bytes)
+        read_datum(reader, bytes)
     }
 
     /// Encodes with the configured framing.
     pub fn encode<T: Serialize>(&self, family: Family, value: &T) -> Result<Vec<u8>, CodecError> {
-        let datum = Self::datum(family, value)?;
+        self.frame(family, &Self::datum(family, value)?)
+    }
+
+    /// Frames an already encoded datum.
+    pub fn frame(&self, family: Family, datum: &[u8]) -> Result<Vec<u8>, CodecError> {
         let mut framed = Vec::with_capacity(datum.len() + 10);
         match &self.framing {
             Framing::SingleObject => {
@@ -231,7 +254,7 @@ impl Codec {
                 framed.extend_from_slice(&id.to_be_bytes());
             }
         }
-        framed.extend_from_slice(&datum);
+        framed.extend_from_slice(datum);
         Ok(framed)
     }
 
@@ -242,7 +265,6 @@ impl Codec {
         family: Family,
         bytes: &[u8],
     ) -> Result<T, CodecError> {
-        let current = Self::schema(family);
         match bytes {
             [] => Err(CodecError::Empty),
             [0xC3, 0x01, rest @ ..] => {
@@ -252,15 +274,14 @@ impl Codec {
                 let mut array = [0u8; 8];
                 array.copy_from_slice(&rest[..8]);
                 let fingerprint = u64::from_le_bytes(array);
-                let writer = registry()
+                let reader = registry()
                     .by_fingerprint
                     .get(&(family, fingerprint))
                     .ok_or(CodecError::UnknownFingerprint {
                         family,
                         fingerprint,
                     })?;
-                let reader = (writer != current).then_some(current);
-                read_datum(writer, reader, &rest[8..])
+                read_datum(reader, &rest[8..])
             }
             [0xC3, ..] => Err(CodecError::TruncatedHeader("single-object")),
             [0x00, rest @ ..] => {
@@ -272,7 +293,9 @@ impl Codec {
                     return Err(CodecError::UnknownSchemaId { family, id });
                 };
                 match ids.iter().find(|(_, known)| **known == id) {
-                    Some((actual, _)) if *actual == family => read_datum(current, None, &rest[4..]),
+                    Some((actual, _)) if *actual == family => {
+                        read_datum(&registry().current[&family].reader, &rest[4..])
+                    }
                     Some((actual, _)) => Err(CodecError::WrongFamily {
                         id,
                         expected: family,
@@ -287,16 +310,10 @@ impl Codec {
 }
 
 fn read_datum<T: DeserializeOwned>(
-    writer: &Schema,
-    reader: Option<&Schema>,
+    reader: &GenericDatumReader<'static>,
     mut bytes: &[u8],
 ) -> Result<T, CodecError> {
-    let value = GenericDatumReader::builder(writer)
-        .maybe_reader_schema(reader)
-        .build()
-        .map_err(CodecError::avro)?
-        .read_value(&mut bytes)
-        .map_err(CodecError::avro)?;
+    let value = reader.read_value(&mut bytes).map_err(CodecError::avro)?;
     if !bytes.is_empty() {
         return Err(CodecError::Invalid(format!(
             "{} trailing bytes after the datum",

@@ -258,6 +258,48 @@ pub struct CommandRecord {
     pub cancel: Option<CancelAttemptRecord>,
 }
 
+/// The `type` of an attempt event record (the `EventBody` tag).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventType {
+    #[default]
+    Created,
+    Rejected,
+    LeaseGranted,
+    LeaseExtended,
+    Started,
+    Progress,
+    CancelRequested,
+    ReportFenced,
+    Finished,
+}
+
+impl EventType {
+    fn of(body: &EventBody) -> Self {
+        match body {
+            EventBody::Created { .. } => EventType::Created,
+            EventBody::Rejected { .. } => EventType::Rejected,
+            EventBody::LeaseGranted { .. } => EventType::LeaseGranted,
+            EventBody::LeaseExtended { .. } => EventType::LeaseExtended,
+            EventBody::Started { .. } => EventType::Started,
+            EventBody::Progress { .. } => EventType::Progress,
+            EventBody::CancelRequested { .. } => EventType::CancelRequested,
+            EventBody::ReportFenced { .. } => EventType::ReportFenced,
+            EventBody::Finished { .. } => EventType::Finished,
+        }
+    }
+}
+
+/// The `type` of a runner event record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportType {
+    Started,
+    Heartbeat,
+    Progress,
+    Finished,
+}
+
 /// exec.attempt-events.v1 and the `attempt_events.payload` column.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct AttemptEventRecord {
@@ -267,7 +309,7 @@ pub struct AttemptEventRecord {
     pub seq: i64,
     pub occurred_at: UnixMillis,
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: EventType,
     pub command_id: Option<String>,
     pub attempt_no: Option<i32>,
     pub spec: Option<JobSpecRecord>,
@@ -313,7 +355,7 @@ impl From<&AttemptEvent> for AttemptEventRecord {
             job_id: event.job_id.clone(),
             seq: signed(event.seq),
             occurred_at: event.occurred_at,
-            kind: event.body.kind().to_owned(),
+            kind: EventType::of(&event.body),
             ..Default::default()
         };
         match &event.body {
@@ -424,7 +466,7 @@ impl TryFrom<AttemptEventRecord> for AttemptEvent {
     type Error = CodecError;
 
     fn try_from(record: AttemptEventRecord) -> Result<Self, CodecError> {
-        let kind = record.kind.as_str();
+        let kind = event_type_name(record.kind);
         let attempt_no = |record: &AttemptEventRecord| {
             record
                 .attempt_no
@@ -433,8 +475,8 @@ impl TryFrom<AttemptEventRecord> for AttemptEvent {
         };
         let text =
             |value: &Option<String>, field: &str| value.clone().ok_or_else(|| missing(field, kind));
-        let body = match kind {
-            "created" => EventBody::Created {
+        let body = match record.kind {
+            EventType::Created => EventBody::Created {
                 command_id: uuid(&text(&record.command_id, "command_id")?, "command_id")?,
                 attempt_no: attempt_no(&record)?,
                 spec: Box::new(
@@ -449,7 +491,7 @@ impl TryFrom<AttemptEventRecord> for AttemptEvent {
                     .ok_or_else(|| missing("available_at", kind))?,
                 previous_attempt_id: opt_uuid(&record.previous_attempt_id, "previous_attempt_id")?,
             },
-            "rejected" => EventBody::Rejected {
+            EventType::Rejected => EventBody::Rejected {
                 command_id: uuid(&text(&record.command_id, "command_id")?, "command_id")?,
                 attempt_no: attempt_no(&record)?,
                 tenant: text(&record.tenant, "tenant")?,
@@ -457,7 +499,7 @@ impl TryFrom<AttemptEventRecord> for AttemptEvent {
                 category: record.category.ok_or_else(|| missing("category", kind))?,
                 problems: record.problems.clone(),
             },
-            "lease_granted" => EventBody::LeaseGranted {
+            EventType::LeaseGranted => EventBody::LeaseGranted {
                 lease_id: uuid(&text(&record.lease_id, "lease_id")?, "lease_id")?,
                 epoch: unsigned(record.epoch, "epoch", kind)?,
                 runner_instance: text(&record.runner_instance, "runner_instance")?,
@@ -465,29 +507,29 @@ impl TryFrom<AttemptEventRecord> for AttemptEvent {
                     .expires_at
                     .ok_or_else(|| missing("expires_at", kind))?,
             },
-            "lease_extended" => EventBody::LeaseExtended {
+            EventType::LeaseExtended => EventBody::LeaseExtended {
                 epoch: unsigned(record.epoch, "epoch", kind)?,
                 expires_at: record
                     .expires_at
                     .ok_or_else(|| missing("expires_at", kind))?,
             },
-            "started" => EventBody::Started {
+            EventType::Started => EventBody::Started {
                 epoch: unsigned(record.epoch, "epoch", kind)?,
                 runner_instance: text(&record.runner_instance, "runner_instance")?,
             },
-            "progress" => EventBody::Progress {
+            EventType::Progress => EventBody::Progress {
                 epoch: unsigned(record.epoch, "epoch", kind)?,
                 message: text(&record.message, "message")?,
                 percent: record.percent.and_then(|value| u8::try_from(value).ok()),
             },
-            "cancel_requested" => EventBody::CancelRequested {
+            EventType::CancelRequested => EventBody::CancelRequested {
                 reason: text(&record.reason, "reason")?,
                 requested_by: text(&record.requested_by, "requested_by")?,
                 grace_deadline: record
                     .grace_deadline
                     .ok_or_else(|| missing("grace_deadline", kind))?,
             },
-            "report_fenced" => EventBody::ReportFenced {
+            EventType::ReportFenced => EventBody::ReportFenced {
                 report_kind: text(&record.report_kind, "report_kind")?,
                 report_epoch: unsigned(record.epoch, "epoch", kind)?,
                 current_epoch: record
@@ -496,7 +538,7 @@ impl TryFrom<AttemptEventRecord> for AttemptEvent {
                 runner_instance: text(&record.runner_instance, "runner_instance")?,
                 reason: text(&record.reason, "reason")?,
             },
-            "finished" => EventBody::Finished {
+            EventType::Finished => EventBody::Finished {
                 outcome: record.outcome.ok_or_else(|| missing("outcome", kind))?,
                 category: record.category,
                 message: text(&record.message, "message")?,
@@ -505,11 +547,6 @@ impl TryFrom<AttemptEventRecord> for AttemptEvent {
                 lease_revoked: record.lease_revoked,
                 retry_attempt_id: opt_uuid(&record.retry_attempt_id, "retry_attempt_id")?,
             },
-            other => {
-                return Err(CodecError::Invalid(format!(
-                    "unknown attempt event type `{other}`"
-                )))
-            }
         };
         Ok(AttemptEvent {
             event_id: uuid(&record.event_id, "event_id")?,
@@ -523,6 +560,20 @@ impl TryFrom<AttemptEventRecord> for AttemptEvent {
     }
 }
 
+fn event_type_name(kind: EventType) -> &'static str {
+    match kind {
+        EventType::Created => "created",
+        EventType::Rejected => "rejected",
+        EventType::LeaseGranted => "lease_granted",
+        EventType::LeaseExtended => "lease_extended",
+        EventType::Started => "started",
+        EventType::Progress => "progress",
+        EventType::CancelRequested => "cancel_requested",
+        EventType::ReportFenced => "report_fenced",
+        EventType::Finished => "finished",
+    }
+}
+
 /// exec.runner-events.v1: a runner report plus its inbox id and send time.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RunnerEventRecord {
@@ -532,7 +583,7 @@ pub struct RunnerEventRecord {
     pub runner_instance: String,
     pub sent_at: UnixMillis,
     #[serde(rename = "type")]
-    pub kind: String,
+    pub kind: ReportType,
     pub message: Option<String>,
     pub percent: Option<i32>,
     pub outcome: Option<ReportedOutcome>,
@@ -548,7 +599,12 @@ impl RunnerEventRecord {
             lease_epoch: signed(report.lease_epoch),
             runner_instance: report.runner_instance.clone(),
             sent_at,
-            kind: report.body.kind().to_owned(),
+            kind: match report.body {
+                ReportBody::Started => ReportType::Started,
+                ReportBody::Heartbeat { .. } => ReportType::Heartbeat,
+                ReportBody::Progress { .. } => ReportType::Progress,
+                ReportBody::Finished { .. } => ReportType::Finished,
+            },
             message: None,
             percent: None,
             outcome: None,
@@ -581,34 +637,34 @@ impl RunnerEventRecord {
     }
 
     pub fn to_report(&self) -> Result<RunnerReport, CodecError> {
-        let kind = self.kind.as_str();
+        let kind = match self.kind {
+            ReportType::Started => "started",
+            ReportType::Heartbeat => "heartbeat",
+            ReportType::Progress => "progress",
+            ReportType::Finished => "finished",
+        };
         let percent = self
             .percent
             .and_then(|value| u8::try_from(value.clamp(0, 100)).ok());
-        let body = match kind {
-            "started" => ReportBody::Started,
-            "heartbeat" => ReportBody::Heartbeat {
+        let body = match self.kind {
+            ReportType::Started => ReportBody::Started,
+            ReportType::Heartbeat => ReportBody::Heartbeat {
                 progress: self.message.clone(),
                 percent,
             },
-            "progress" => ReportBody::Progress {
+            ReportType::Progress => ReportBody::Progress {
                 message: self
                     .message
                     .clone()
                     .ok_or_else(|| missing("message", kind))?,
                 percent,
             },
-            "finished" => ReportBody::Finished {
+            ReportType::Finished => ReportBody::Finished {
                 outcome: self.outcome.ok_or_else(|| missing("outcome", kind))?,
                 category: self.category,
                 message: self.message.clone().unwrap_or_default(),
                 result_json: self.result_json.clone(),
             },
-            other => {
-                return Err(CodecError::Invalid(format!(
-                    "unknown runner event type `{other}`"
-                )))
-            }
         };
         Ok(RunnerReport {
             attempt_id: uuid(&self.attempt_id, "attempt_id")?,

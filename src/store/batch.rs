@@ -372,7 +372,7 @@ async fn append_in(
             .unwrap_or(GENESIS_HASH);
         let hash = chain_hash(&prev_hash, &payload);
         chain.insert(event.attempt_id, hash);
-        for message in messages_for(event, attempt, codec)? {
+        for message in messages_for(event, &payload, attempt, codec)? {
             outbox.push(message);
         }
         if matches!(event.body, EventBody::LeaseGranted { .. }) {

@@ -8,8 +8,7 @@ use uuid::Uuid;
 use super::rows::timestamp;
 use crate::attempt::Attempt;
 use crate::codec::{
-    AttemptEventRecord, Codec, CodecError, Family, JobSpecRecord, ResultRecord, TerminalStatus,
-    WorkRecord, WorkType,
+    Codec, CodecError, Family, JobSpecRecord, ResultRecord, TerminalStatus, WorkRecord, WorkType,
 };
 use crate::contract::{topics, AttemptEvent, EventBody, Operation, TerminalOutcome};
 
@@ -104,8 +103,10 @@ fn work(
 }
 
 /// The outbox rows one event causes, given the attempt after the event.
+/// `datum` is the event's Avro datum, already encoded for the hash chain.
 pub(crate) fn messages_for(
     event: &AttemptEvent,
+    datum: &[u8],
     attempt: &Attempt,
     codec: &Codec,
 ) -> Result<Vec<OutboxMessage>, CodecError> {
@@ -121,7 +122,7 @@ pub(crate) fn messages_for(
             event,
             attempt,
         ),
-        payload: codec.encode(Family::AttemptEvent, &AttemptEventRecord::from(event))?,
+        payload: codec.frame(Family::AttemptEvent, datum)?,
     });
     match &event.body {
         EventBody::LeaseGranted { .. } => {

@@ -1,0 +1,57 @@
+# Shared helpers for the stack scripts. Sourced, not run.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+STACK_DIR="${EXECPLANE_STACK_DIR:-$ROOT/.stack}"
+mkdir -p "$STACK_DIR"
+
+log() { printf '\033[1m[stack]\033[0m %s\n' "$*" >&2; }
+die() { printf '\033[31m[stack] error:\033[0m %s\n' "$*" >&2; exit 1; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else die "need root for: $*"; fi
+}
+
+APT_UPDATED=0
+apt_install() {
+  # apt_install PACKAGE... : installs only what is missing.
+  local missing=()
+  for package in "$@"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  if [ "$APT_UPDATED" -eq 0 ]; then
+    log "apt-get update"
+    as_root apt-get update -qq
+    APT_UPDATED=1
+  fi
+  log "installing ${missing[*]}"
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+wait_port() {
+  # wait_port PORT SECONDS NAME
+  local deadline=$((SECONDS + $2))
+  until port_open "$1"; do
+    [ $SECONDS -ge $deadline ] && die "$3 did not open 127.0.0.1:$1 within $2 s"
+    sleep 0.2
+  done
+}
+
+ensure_rust() {
+  if command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ]; then
+    export PATH="$HOME/.cargo/bin:$PATH"
+    return 0
+  fi
+  log "cargo not found: installing Rust with rustup"
+  apt_install curl ca-certificates
+  curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --component clippy,rustfmt \
+    || die "could not install Rust; install Rust >= 1.85 (https://rustup.rs) and rerun"
+  export PATH="$HOME/.cargo/bin:$PATH"
+}
+
+ensure_build_deps() {
+  apt_install build-essential pkg-config
+}

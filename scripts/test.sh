@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The whole test suite on the real local stack. `.ci/run` calls exactly this.
+source "$(dirname "$0")/lib.sh"
+cd "$ROOT"
+
+ensure_build_deps
+ensure_rust
+"$ROOT/scripts/postgres.sh"
+
+# sqlx::test creates a fresh database per test from this server.
+export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
+export EXECPLANE_DATABASE_URL="${EXECPLANE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/execplane}"
+
+log "building"
+cargo build --locked --all-targets
+log "running the test suite"
+cargo test --locked --all-targets -- --test-threads="${EXECPLANE_TEST_THREADS:-4}"
+
+log "store benchmark, small N (figures only, never asserted)"
+cargo run --locked --quiet -- migrate
+cargo run --locked --quiet -- bench store --attempts 2000 --batch 250
