@@ -1,17 +1,40 @@
 #!/usr/bin/env bash
-# Brings up the local stack and runs execplane's main job end to end.
+# Brings up the local stack (Postgres, Tansu), starts `execplane serve`, runs
+# the example job end to end with `execplane submit`, and stops serve.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
 ensure_build_deps
+apt_install cmake libcurl4-openssl-dev zlib1g-dev libssl-dev
 ensure_rust
 "$ROOT/scripts/postgres.sh"
+"$ROOT/scripts/tansu.sh"
 export EXECPLANE_DATABASE_URL="${EXECPLANE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/execplane}"
+export EXECPLANE_KAFKA_BROKERS="${EXECPLANE_KAFKA_BROKERS:-127.0.0.1:9092}"
+export EXECPLANE_TOPIC_PREFIX="${EXECPLANE_TOPIC_PREFIX:-demo.}"
 
+log "building (release)"
 cargo build --locked --release
 BIN="$ROOT/target/release/execplane"
-"$BIN" migrate
-"$BIN" validate examples/verify-tcp.json
-"$BIN" bench store --attempts 1000
+
+log "starting execplane serve (log: $STACK_DIR/serve.log)"
+"$BIN" serve >"$STACK_DIR/serve.log" 2>&1 &
+SERVE=$!
+trap 'kill -TERM $SERVE 2>/dev/null; wait $SERVE 2>/dev/null || true' EXIT
+# serve applies migrations and the topology, then announces its runner.
+for _ in $(seq 1 100); do
+  grep -q "reading work partition" "$STACK_DIR/serve.log" 2>/dev/null && break
+  kill -0 $SERVE 2>/dev/null || { cat "$STACK_DIR/serve.log"; die "serve exited"; }
+  sleep 0.2
+done
+sleep 1.5   # the first presence heartbeat reaches the dispatcher
+
+# A fresh command id each run, so the example runs again rather than deduplicating.
+JOB="$STACK_DIR/example-job.json"
+sed -e "s/6f0c5d1e-2b7a-4c39-9e58-1d2f3a4b5c6d/$(cat /proc/sys/kernel/random/uuid)/" \
+    -e "s#example/verify-tcp#example/verify-tcp-$(date +%s)#" examples/verify-tcp.json >"$JOB"
+log "submitting $JOB"
+"$BIN" submit "$JOB" --timeout 60s
+log "the hash chain and the projection check out:"
 "$BIN" audit verify
 "$BIN" projection rebuild --verify

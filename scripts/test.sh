@@ -4,18 +4,23 @@ source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
 ensure_build_deps
+# rdkafka builds a current librdkafka (Debian's 2.0.2 cannot talk to Tansu).
+apt_install cmake libcurl4-openssl-dev zlib1g-dev libssl-dev
 ensure_rust
 "$ROOT/scripts/postgres.sh"
+"$ROOT/scripts/tansu.sh"
 
-# sqlx::test creates a fresh database per test from this server.
+# sqlx::test creates a fresh database per test from this server; every
+# Kafka test uses its own topic prefix.
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 export EXECPLANE_DATABASE_URL="${EXECPLANE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/execplane}"
+export EXECPLANE_KAFKA_BROKERS="${EXECPLANE_KAFKA_BROKERS:-127.0.0.1:9092}"
 
 log "building"
 cargo build --locked --all-targets
 log "running the test suite"
 cargo test --locked --all-targets -- --test-threads="${EXECPLANE_TEST_THREADS:-4}"
 
-log "store benchmark, small N (figures only, never asserted)"
+log "benchmarks, small N (figures only, never asserted)"
 cargo run --locked --quiet -- migrate
 cargo run --locked --quiet -- bench store --attempts 2000 --batch 250

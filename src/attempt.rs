@@ -53,6 +53,8 @@ pub struct Attempt {
     pub timer_fired: Option<TimerKind>,
     pub retry_attempt_id: Option<Uuid>,
     pub fenced_reports: u32,
+    /// Set once the HTTP callback was delivered (true) or given up (false).
+    pub callback_delivered: Option<bool>,
     pub last_seq: u64,
 }
 
@@ -217,6 +219,7 @@ pub fn apply(state: Option<&Attempt>, event: &AttemptEvent) -> Result<Attempt, A
                 timer_fired: None,
                 retry_attempt_id: None,
                 fenced_reports: 0,
+                callback_delivered: None,
                 last_seq: 1,
             }),
             EventBody::Rejected {
@@ -258,6 +261,7 @@ pub fn apply(state: Option<&Attempt>, event: &AttemptEvent) -> Result<Attempt, A
                 timer_fired: None,
                 retry_attempt_id: None,
                 fenced_reports: 0,
+                callback_delivered: None,
                 last_seq: 1,
             }),
             _ => Err(fail(
@@ -343,6 +347,12 @@ pub fn apply(state: Option<&Attempt>, event: &AttemptEvent) -> Result<Attempt, A
         EventBody::ReportFenced { .. } => {
             next.fenced_reports = next.fenced_reports.saturating_add(1);
             // Bookkeeping does not move the attempt's clock once it is over.
+            if current.is_terminal() {
+                next.updated_at = current.updated_at;
+            }
+        }
+        EventBody::CallbackRecorded { delivered, .. } => {
+            next.callback_delivered = Some(*delivered);
             if current.is_terminal() {
                 next.updated_at = current.updated_at;
             }

@@ -1,7 +1,10 @@
 //! The `execplane` command line.
 
+mod attempts;
 mod audit;
 mod projection;
+mod roles;
+mod submit;
 mod validate;
 
 use std::path::PathBuf;
@@ -49,6 +52,67 @@ pub enum Command {
     /// Benchmarks, reported as figures.
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Every role in one process: dispatcher, relay, timers, callbacks and
+    /// the verification runner (applies migrations and topology first).
+    Serve,
+    /// The dispatcher role alone.
+    Dispatcher,
+    /// The outbox relay role alone.
+    Relay,
+    /// One runner instance of a type.
+    Runner {
+        /// The runner type (`verification`).
+        runner_type: String,
+    },
+    /// Kafka topics.
+    #[command(subcommand)]
+    Topology(TopologyCommand),
+    /// Validate a JobSpec, produce it, follow it to its terminal state.
+    /// Exits 0 on success, 1 on any other outcome, 2 if invalid, 4 on timeout.
+    Submit {
+        file: PathBuf,
+        /// Give up waiting after this long.
+        #[arg(long, default_value = "5m", value_parser = parse_duration)]
+        timeout: std::time::Duration,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Attempts in the projection.
+    #[command(subcommand)]
+    Attempts(AttemptsCommand),
+}
+
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    crate::contract::DurationMs::parse(text).map(|duration| duration.as_std())
+}
+
+#[derive(Debug, Subcommand)]
+pub enum TopologyCommand {
+    /// Create missing topics from topology/topics.yaml, report drift; never delete.
+    Apply,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AttemptsCommand {
+    /// Recent attempts.
+    List {
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long)]
+        job: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// One attempt: its projection row and its history.
+    Show {
+        attempt: Uuid,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print an attempt's events as they are appended, until it ends.
+    Watch { attempt: Uuid },
 }
 
 #[derive(Debug, Subcommand)]
@@ -127,6 +191,80 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             projection::rebuild(&connect(&config).await?, verify, keep).await
         }
         Command::Bench(BenchCommand::Store(args)) => crate::bench::store::run(&config, &args).await,
+        Command::Serve => {
+            roles::run(
+                &config,
+                roles::Roles {
+                    dispatcher: true,
+                    relay: true,
+                    verification_runner: true,
+                },
+                true,
+            )
+            .await
+        }
+        Command::Dispatcher => {
+            roles::run(
+                &config,
+                roles::Roles {
+                    dispatcher: true,
+                    ..Default::default()
+                },
+                false,
+            )
+            .await
+        }
+        Command::Relay => {
+            roles::run(
+                &config,
+                roles::Roles {
+                    relay: true,
+                    ..Default::default()
+                },
+                false,
+            )
+            .await
+        }
+        Command::Runner { runner_type } => match runner_type.as_str() {
+            "verification" => {
+                roles::run(
+                    &config,
+                    roles::Roles {
+                        verification_runner: true,
+                        ..Default::default()
+                    },
+                    false,
+                )
+                .await
+            }
+            other => {
+                eprintln!("error: no runner `{other}` in this build (available: verification)");
+                Ok(ExitCode::from(2))
+            }
+        },
+        Command::Topology(TopologyCommand::Apply) => roles::topology_apply(&config).await,
+        Command::Submit {
+            file,
+            timeout,
+            json,
+        } => submit::run(&config, &file, timeout, json).await,
+        Command::Attempts(AttemptsCommand::List {
+            status,
+            job,
+            limit,
+            json,
+        }) => attempts::list(&connect(&config).await?, status, job, limit, json).await,
+        Command::Attempts(AttemptsCommand::Show { attempt, json }) => {
+            attempts::show(&connect(&config).await?, attempt, json).await
+        }
+        Command::Attempts(AttemptsCommand::Watch { attempt }) => {
+            attempts::watch(
+                &connect(&config).await?,
+                attempt,
+                std::time::Duration::from_millis(300),
+            )
+            .await
+        }
     }
 }
 

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::contract::DurationMs;
+
 /// The defaults, documented in the README's configuration table.
 pub mod defaults {
     pub const DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/execplane";
@@ -37,6 +39,32 @@ pub struct Config {
     pub kafka_brokers: String,
     /// `EXECPLANE_TOPIC_PREFIX`: prefixes every topic name.
     pub topic_prefix: String,
+    /// `EXECPLANE_KAFKA_FETCH_WAIT_MS`: consumers' `fetch.wait.max.ms`.
+    pub kafka_fetch_wait_ms: u32,
+    /// `EXECPLANE_DISPATCHER_GROUP`: the dispatchers' consumer group.
+    pub dispatcher_group: String,
+    /// `EXECPLANE_DISPATCHER_MAX_BATCH`: records decided per transaction.
+    pub dispatcher_max_batch: usize,
+    /// `EXECPLANE_DISPATCHER_BATCH_WINDOW`: wait for more records after the first.
+    pub dispatcher_batch_window: DurationMs,
+    /// `EXECPLANE_CANCEL_GRACE`: default grace for a runner to confirm a cancel.
+    pub cancel_grace: DurationMs,
+    /// `EXECPLANE_SWEEP_INTERVAL`: how often due timers are swept.
+    pub sweep_interval: DurationMs,
+    /// `EXECPLANE_PRESENCE_INTERVAL`: how often runners announce themselves.
+    pub presence_interval: DurationMs,
+    /// `EXECPLANE_PRESENCE_TTL`: a presence older than this is not live.
+    pub presence_ttl: DurationMs,
+    /// `EXECPLANE_RUNNER_CAPACITY`: concurrent attempts per runner instance.
+    pub runner_capacity: u32,
+    /// `EXECPLANE_RUNNER_POOL`: pool labels, `key=value,key=value`.
+    pub runner_pool: String,
+    /// `EXECPLANE_RUNNER_DRAIN_TIMEOUT`: shutdown waits this long for running attempts.
+    pub runner_drain_timeout: DurationMs,
+    /// `EXECPLANE_CALLBACK_MAX_ATTEMPTS`: HTTP callback deliveries before giving up.
+    pub callback_max_attempts: i32,
+    /// `EXECPLANE_VERIFY_PROBES`: allowlisted `verify.custom.probe` ids (comma-separated).
+    pub verify_probes: String,
 }
 
 impl Default for Config {
@@ -48,6 +76,19 @@ impl Default for Config {
             log_format: LogFormat::Text,
             kafka_brokers: defaults::KAFKA_BROKERS.to_owned(),
             topic_prefix: String::new(),
+            kafka_fetch_wait_ms: 5,
+            dispatcher_group: "execplane-dispatcher".into(),
+            dispatcher_max_batch: 1_000,
+            dispatcher_batch_window: DurationMs(2),
+            cancel_grace: DurationMs::from_secs(10),
+            sweep_interval: DurationMs(100),
+            presence_interval: DurationMs::from_secs(1),
+            presence_ttl: DurationMs::from_secs(6),
+            runner_capacity: 16,
+            runner_pool: String::new(),
+            runner_drain_timeout: DurationMs::from_secs(30),
+            callback_max_attempts: 8,
+            verify_probes: crate::runners::verification::BUILTIN_PROBES.join(","),
         }
     }
 }
@@ -123,6 +164,60 @@ impl Config {
         if let Some(value) = env("EXECPLANE_TOPIC_PREFIX") {
             config.topic_prefix = value;
         }
+        fn parse<T: std::str::FromStr>(name: &'static str, value: &str) -> Result<T, ConfigError> {
+            value.trim().parse().map_err(|_| ConfigError::Env {
+                name,
+                message: format!("`{value}` is not a valid value"),
+            })
+        }
+        fn duration(name: &'static str, value: &str) -> Result<DurationMs, ConfigError> {
+            DurationMs::parse(value).map_err(|message| ConfigError::Env { name, message })
+        }
+        if let Some(value) = env("EXECPLANE_KAFKA_FETCH_WAIT_MS") {
+            config.kafka_fetch_wait_ms = parse("EXECPLANE_KAFKA_FETCH_WAIT_MS", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_DISPATCHER_GROUP") {
+            config.dispatcher_group = value;
+        }
+        if let Some(value) = env("EXECPLANE_DISPATCHER_MAX_BATCH") {
+            config.dispatcher_max_batch = parse("EXECPLANE_DISPATCHER_MAX_BATCH", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_DISPATCHER_BATCH_WINDOW") {
+            config.dispatcher_batch_window = duration("EXECPLANE_DISPATCHER_BATCH_WINDOW", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_CANCEL_GRACE") {
+            config.cancel_grace = duration("EXECPLANE_CANCEL_GRACE", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_SWEEP_INTERVAL") {
+            config.sweep_interval = duration("EXECPLANE_SWEEP_INTERVAL", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_PRESENCE_INTERVAL") {
+            config.presence_interval = duration("EXECPLANE_PRESENCE_INTERVAL", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_PRESENCE_TTL") {
+            config.presence_ttl = duration("EXECPLANE_PRESENCE_TTL", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_RUNNER_CAPACITY") {
+            config.runner_capacity = parse("EXECPLANE_RUNNER_CAPACITY", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_RUNNER_POOL") {
+            config.runner_pool = value;
+        }
+        if let Some(value) = env("EXECPLANE_RUNNER_DRAIN_TIMEOUT") {
+            config.runner_drain_timeout = duration("EXECPLANE_RUNNER_DRAIN_TIMEOUT", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_CALLBACK_MAX_ATTEMPTS") {
+            config.callback_max_attempts = parse("EXECPLANE_CALLBACK_MAX_ATTEMPTS", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_VERIFY_PROBES") {
+            config.verify_probes = value;
+        }
+        if config.runner_capacity == 0 || config.dispatcher_max_batch == 0 {
+            return Err(ConfigError::Env {
+                name: "EXECPLANE_RUNNER_CAPACITY / EXECPLANE_DISPATCHER_MAX_BATCH",
+                message: "must be at least 1".into(),
+            });
+        }
         if config.database_max_connections == 0 {
             return Err(ConfigError::Env {
                 name: "EXECPLANE_DATABASE_MAX_CONNECTIONS",
@@ -130,6 +225,68 @@ impl Config {
             });
         }
         Ok(config)
+    }
+}
+
+impl Config {
+    pub fn kafka(&self) -> crate::kafka::KafkaConfig {
+        crate::kafka::KafkaConfig {
+            brokers: self.kafka_brokers.clone(),
+            topic_prefix: self.topic_prefix.clone(),
+            fetch_wait_ms: self.kafka_fetch_wait_ms,
+        }
+    }
+
+    pub fn dispatcher(&self) -> crate::dispatcher::DispatcherConfig {
+        crate::dispatcher::DispatcherConfig {
+            group: self.dispatcher_group.clone(),
+            max_batch: self.dispatcher_max_batch,
+            batch_window: self.dispatcher_batch_window.as_std(),
+            cancel_grace: self.cancel_grace.as_std(),
+            sweep_interval: self.sweep_interval.as_std(),
+            presence_ttl: self.presence_ttl.as_std(),
+            callbacks: crate::dispatcher::CallbackConfig {
+                max_attempts: self.callback_max_attempts,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    pub fn runner(&self) -> Result<crate::runner::RunnerConfig, ConfigError> {
+        let mut pool = std::collections::BTreeMap::new();
+        for pair in self
+            .runner_pool
+            .split(',')
+            .map(str::trim)
+            .filter(|pair| !pair.is_empty())
+        {
+            let (key, value) = pair.split_once('=').ok_or_else(|| ConfigError::Env {
+                name: "EXECPLANE_RUNNER_POOL",
+                message: format!("`{pair}` is not key=value"),
+            })?;
+            pool.insert(key.trim().to_owned(), value.trim().to_owned());
+        }
+        Ok(crate::runner::RunnerConfig {
+            capacity: self.runner_capacity,
+            pool,
+            presence_interval: self.presence_interval.as_std(),
+            drain_timeout: self.runner_drain_timeout.as_std(),
+            ..Default::default()
+        })
+    }
+
+    pub fn verification(&self) -> crate::runners::verification::VerificationConfig {
+        crate::runners::verification::VerificationConfig {
+            allowed_probes: self
+                .verify_probes
+                .split(',')
+                .map(str::trim)
+                .filter(|probe| !probe.is_empty())
+                .map(str::to_owned)
+                .collect(),
+            ..Default::default()
+        }
     }
 }
 

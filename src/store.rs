@@ -7,12 +7,17 @@
 
 mod audit;
 mod batch;
+mod callbacks;
 mod outbox;
 mod rebuild;
 mod rows;
+mod runners;
+mod timers;
 
 pub use batch::{chain_hash, GENESIS_HASH};
+pub use callbacks::ClaimedCallback;
 pub use rebuild::SHADOW_SCHEMA;
+pub use runners::{LiveInstance, QueuedAttempt};
 
 use std::time::Duration;
 

@@ -39,6 +39,8 @@ pub enum Rejection {
     },
     #[error("a lease needs a runner instance id")]
     NoRunnerInstance,
+    #[error("attempt {attempt_id} has not ended; a callback outcome needs a terminal state")]
+    NotTerminal { attempt_id: Uuid },
 }
 
 /// Collects events, numbering them per attempt.
@@ -171,6 +173,38 @@ pub fn decide(
                 .attempt(*attempt_id)
                 .ok_or(Rejection::UnknownAttempt(*attempt_id))?;
             decide_timer(&mut emit, attempt, *timer);
+        }
+        Input::CallbackOutcome {
+            attempt_id,
+            url,
+            delivered,
+            attempts,
+            http_status,
+            error,
+            idempotency_key,
+        } => {
+            let attempt = job
+                .attempt(*attempt_id)
+                .ok_or(Rejection::UnknownAttempt(*attempt_id))?;
+            if !attempt.is_terminal() {
+                return Err(Rejection::NotTerminal {
+                    attempt_id: *attempt_id,
+                });
+            }
+            if attempt.callback_delivered.is_none() {
+                emit.push(
+                    *attempt_id,
+                    &attempt.job_id,
+                    EventBody::CallbackRecorded {
+                        url: url.clone(),
+                        delivered: *delivered,
+                        attempts: *attempts,
+                        http_status: *http_status,
+                        error: error.clone(),
+                        idempotency_key: idempotency_key.clone(),
+                    },
+                );
+            }
         }
         Input::Cancel {
             attempt_id,

@@ -139,6 +139,24 @@ pub fn summary(event: &AttemptEvent) -> String {
                 "refused {report_kind} from {runner_instance} under epoch {report_epoch}: {reason}"
             )
         }
+        EventBody::CallbackRecorded {
+            url,
+            delivered,
+            attempts,
+            http_status,
+            error,
+            ..
+        } => {
+            let status = http_status
+                .map(|status| format!(" (HTTP {status})"))
+                .unwrap_or_default();
+            let error = error
+                .as_ref()
+                .map(|error| format!(": {error}"))
+                .unwrap_or_default();
+            let verdict = if *delivered { "delivered" } else { "given up" };
+            format!("callback to {url} {verdict} after {attempts} attempt(s){status}{error}")
+        }
         EventBody::Finished {
             outcome,
             category,

@@ -18,16 +18,18 @@ pub enum Family {
     WorkItem,
     Result,
     Artifact,
+    Presence,
 }
 
 impl Family {
-    pub const ALL: [Family; 6] = [
+    pub const ALL: [Family; 7] = [
         Family::Command,
         Family::AttemptEvent,
         Family::RunnerEvent,
         Family::WorkItem,
         Family::Result,
         Family::Artifact,
+        Family::Presence,
     ];
 
     /// The schema file name under `schemas/`, without `.avsc`.
@@ -39,6 +41,7 @@ impl Family {
             Family::WorkItem => "work-items",
             Family::Result => "results",
             Family::Artifact => "artifacts",
+            Family::Presence => "runner-presence",
         }
     }
 
@@ -51,6 +54,7 @@ impl Family {
             Family::WorkItem => include_str!("../../schemas/work-items.avsc"),
             Family::Result => include_str!("../../schemas/results.avsc"),
             Family::Artifact => include_str!("../../schemas/artifacts.avsc"),
+            Family::Presence => include_str!("../../schemas/runner-presence.avsc"),
         }
     }
 
@@ -63,6 +67,7 @@ impl Family {
             Family::WorkItem => include_str!("../../schemas/previous/work-items.avsc"),
             Family::Result => include_str!("../../schemas/previous/results.avsc"),
             Family::Artifact => include_str!("../../schemas/previous/artifacts.avsc"),
+            Family::Presence => include_str!("../../schemas/previous/runner-presence.avsc"),
         }
     }
 }

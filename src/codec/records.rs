@@ -272,6 +272,7 @@ pub enum EventType {
     CancelRequested,
     ReportFenced,
     Finished,
+    CallbackRecorded,
 }
 
 impl EventType {
@@ -286,6 +287,7 @@ impl EventType {
             EventBody::CancelRequested { .. } => EventType::CancelRequested,
             EventBody::ReportFenced { .. } => EventType::ReportFenced,
             EventBody::Finished { .. } => EventType::Finished,
+            EventBody::CallbackRecorded { .. } => EventType::CallbackRecorded,
         }
     }
 }
@@ -335,6 +337,12 @@ pub struct AttemptEventRecord {
     pub timer: Option<TimerKind>,
     pub lease_revoked: bool,
     pub retry_attempt_id: Option<String>,
+    pub url: Option<String>,
+    pub delivered: Option<bool>,
+    pub delivery_attempts: Option<i32>,
+    pub http_status: Option<i32>,
+    pub error: Option<String>,
+    pub idempotency_key: Option<String>,
 }
 
 fn signed(value: u64) -> i64 {
@@ -457,6 +465,21 @@ impl From<&AttemptEvent> for AttemptEventRecord {
                 record.lease_revoked = *lease_revoked;
                 record.retry_attempt_id = retry_attempt_id.map(|id| id.to_string());
             }
+            EventBody::CallbackRecorded {
+                url,
+                delivered,
+                attempts,
+                http_status,
+                error,
+                idempotency_key,
+            } => {
+                record.url = Some(url.clone());
+                record.delivered = Some(*delivered);
+                record.delivery_attempts = Some(i32::try_from(*attempts).unwrap_or(i32::MAX));
+                record.http_status = http_status.map(i32::from);
+                record.error = error.clone();
+                record.idempotency_key = Some(idempotency_key.clone());
+            }
         }
         record
     }
@@ -547,6 +570,19 @@ impl TryFrom<AttemptEventRecord> for AttemptEvent {
                 lease_revoked: record.lease_revoked,
                 retry_attempt_id: opt_uuid(&record.retry_attempt_id, "retry_attempt_id")?,
             },
+            EventType::CallbackRecorded => EventBody::CallbackRecorded {
+                url: text(&record.url, "url")?,
+                delivered: record.delivered.ok_or_else(|| missing("delivered", kind))?,
+                attempts: record
+                    .delivery_attempts
+                    .and_then(|value| u32::try_from(value).ok())
+                    .ok_or_else(|| missing("delivery_attempts", kind))?,
+                http_status: record
+                    .http_status
+                    .and_then(|value| u16::try_from(value).ok()),
+                error: record.error.clone(),
+                idempotency_key: text(&record.idempotency_key, "idempotency_key")?,
+            },
         };
         Ok(AttemptEvent {
             event_id: uuid(&record.event_id, "event_id")?,
@@ -571,6 +607,7 @@ fn event_type_name(kind: EventType) -> &'static str {
         EventType::CancelRequested => "cancel_requested",
         EventType::ReportFenced => "report_fenced",
         EventType::Finished => "finished",
+        EventType::CallbackRecorded => "callback_recorded",
     }
 }
 
@@ -730,4 +767,28 @@ pub struct ResultRecord {
     pub terminal_seq: i64,
     pub idempotency_key: String,
     pub retry_attempt_id: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PresenceStatus {
+    Ready,
+    Draining,
+    Stopped,
+}
+
+/// exec.runner-presence.v1.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PresenceRecord {
+    pub runner_instance: String,
+    pub runner_type: String,
+    pub version: String,
+    pub pool: Vec<Label>,
+    pub capabilities: Vec<String>,
+    pub capacity: i32,
+    pub in_flight: i32,
+    pub work_partition: i32,
+    pub status: PresenceStatus,
+    pub started_at: UnixMillis,
+    pub sent_at: UnixMillis,
 }

@@ -200,6 +200,16 @@ pub enum EventBody {
         runner_instance: String,
         reason: String,
     },
+    /// The HTTP callback for the terminal state was delivered, or given up
+    /// on after its last attempt. Bookkeeping: follows the terminal event.
+    CallbackRecorded {
+        url: String,
+        delivered: bool,
+        attempts: u32,
+        http_status: Option<u16>,
+        error: Option<String>,
+        idempotency_key: String,
+    },
     /// The terminal event (with `Rejected`): exactly one per attempt.
     Finished {
         outcome: TerminalOutcome,
@@ -228,6 +238,7 @@ impl EventBody {
             EventBody::CancelRequested { .. } => "cancel_requested",
             EventBody::ReportFenced { .. } => "report_fenced",
             EventBody::Finished { .. } => "finished",
+            EventBody::CallbackRecorded { .. } => "callback_recorded",
         }
     }
 
@@ -240,7 +251,10 @@ impl EventBody {
 
     /// Events allowed after the terminal one.
     pub fn is_bookkeeping(&self) -> bool {
-        matches!(self, EventBody::ReportFenced { .. })
+        matches!(
+            self,
+            EventBody::ReportFenced { .. } | EventBody::CallbackRecorded { .. }
+        )
     }
 }
 
@@ -327,6 +341,16 @@ pub enum Input {
         reason: String,
         requested_by: String,
         grace: DurationMs,
+    },
+    /// The callback worker's verdict on the terminal state's HTTP callback.
+    CallbackOutcome {
+        attempt_id: Uuid,
+        url: String,
+        delivered: bool,
+        attempts: u32,
+        http_status: Option<u16>,
+        error: Option<String>,
+        idempotency_key: String,
     },
 }
 

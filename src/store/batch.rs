@@ -121,7 +121,7 @@ fn command_key(input: &Input) -> Option<Uuid> {
     }
 }
 
-async fn process_in(
+pub(crate) async fn process_in(
     conn: &mut PgConnection,
     codec: &Codec,
     inputs: &[InputEnvelope],
@@ -354,6 +354,7 @@ async fn append_in(
     let mut rows = EventColumns::default();
     let mut outbox = OutboxColumns::default();
     let mut granted = HashSet::new();
+    let mut callbacks = Vec::new();
     for event in events {
         let state = jobs
             .entry(event.job_id.clone())
@@ -377,6 +378,11 @@ async fn append_in(
         }
         if matches!(event.body, EventBody::LeaseGranted { .. }) {
             granted.insert(event.attempt_id);
+        }
+        if event.body.is_terminal() {
+            if let Some(callback) = super::callbacks::pending_for(event, attempt) {
+                callbacks.push(callback);
+            }
         }
         rows.push(event, payload, prev_hash, hash);
     }
@@ -412,6 +418,16 @@ async fn append_in(
             .bind(&outbox.payload)
             .execute(&mut *conn)
             .await?;
+    }
+    if !callbacks.is_empty() {
+        sqlx::query(
+            "INSERT INTO callbacks (attempt_id, terminal_seq, url, idempotency_key, body, traceparent, next_attempt_at)
+             SELECT * FROM jsonb_to_recordset($1::jsonb) AS c(attempt_id uuid, terminal_seq bigint, url text, idempotency_key text, body jsonb, traceparent text, next_attempt_at timestamptz)
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(serde_json::to_value(&callbacks).unwrap_or_default())
+        .execute(&mut *conn)
+        .await?;
     }
     Ok(AppendOutcome {
         events: events.len(),

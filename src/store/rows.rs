@@ -102,6 +102,7 @@ pub(crate) struct AttemptRow {
     pub timer_fired: Option<String>,
     pub retry_attempt_id: Option<Uuid>,
     pub fenced_reports: i32,
+    pub callback_delivered: Option<bool>,
     pub last_seq: i64,
     #[serde(with = "bytea")]
     pub last_hash: Vec<u8>,
@@ -135,6 +136,7 @@ pub(crate) const ATTEMPT_COLUMNS: &[&str] = &[
     "timer_fired",
     "retry_attempt_id",
     "fenced_reports",
+    "callback_delivered",
     "last_seq",
     "last_hash",
 ];
@@ -232,6 +234,7 @@ pub(crate) fn attempt_row(attempt: &Attempt, last_hash: &[u8]) -> AttemptRow {
         timer_fired: attempt.timer_fired.map(|timer| timer.as_str().to_owned()),
         retry_attempt_id: attempt.retry_attempt_id,
         fenced_reports: i32::try_from(attempt.fenced_reports).unwrap_or(i32::MAX),
+        callback_delivered: attempt.callback_delivered,
         last_seq: i64::try_from(attempt.last_seq).unwrap_or(i64::MAX),
         last_hash: last_hash.to_vec(),
     }
@@ -341,6 +344,7 @@ pub(crate) fn attempt_from_rows(
             .transpose()?,
         retry_attempt_id: row.retry_attempt_id,
         fenced_reports: u32::try_from(row.fenced_reports).unwrap_or(0),
+        callback_delivered: row.callback_delivered,
         last_seq: u64::try_from(row.last_seq).unwrap_or(0),
     })
 }

@@ -1,0 +1,158 @@
+//! The long-running roles: `serve` (all of them in one process),
+//! `dispatcher`, `relay`, `runner <type>`. SIGINT/SIGTERM shut down
+//! gracefully: runners drain and report first, then the dispatcher and
+//! relay stop after publishing what those reports caused.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::config::Config;
+use crate::kafka::relay::{self, RelayConfig};
+use crate::kafka::topology;
+use crate::runners::verification::VerificationRunner;
+use crate::store::Store;
+
+/// Which roles a process runs.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Roles {
+    pub dispatcher: bool,
+    pub relay: bool,
+    pub verification_runner: bool,
+}
+
+fn on_signal() -> CancellationToken {
+    let token = CancellationToken::new();
+    let trigger = token.clone();
+    tokio::spawn(async move {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = async { match terminate.as_mut() { Some(signal) => { signal.recv().await; } None => std::future::pending::<()>().await } } => {}
+        }
+        info!("shutdown requested");
+        trigger.cancel();
+    });
+    token
+}
+
+pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result<ExitCode> {
+    let kafka = config.kafka();
+    let store = Store::connect(&config.database_url, config.database_max_connections, None)
+        .await
+        .with_context(|| {
+            format!(
+                "connecting to Postgres at {}",
+                super::redact(&config.database_url)
+            )
+        })?;
+    if prepare {
+        store.migrate().await.context("applying migrations")?;
+        let report = topology::apply(&kafka)
+            .await
+            .context("applying the topic topology")?;
+        for name in &report.created {
+            info!(topic = %name, "topic created");
+        }
+        for drift in &report.drift {
+            tracing::warn!(%drift, "topic drift");
+        }
+    }
+    let signal = on_signal();
+    let runners_stop = CancellationToken::new();
+    let core_stop = CancellationToken::new();
+    let producer = kafka.producer().context("creating the Kafka producer")?;
+
+    let mut core = tokio::task::JoinSet::new();
+    if roles.dispatcher {
+        let (store, kafka, producer, settings, stop) = (
+            store.clone(),
+            kafka.clone(),
+            producer.clone(),
+            config.dispatcher(),
+            core_stop.clone(),
+        );
+        core.spawn(async move {
+            crate::dispatcher::run(store, kafka, producer, settings, stop)
+                .await
+                .map_err(anyhow::Error::from)
+        });
+    }
+    if roles.relay {
+        let (store, kafka, producer, stop) = (
+            store.clone(),
+            kafka.clone(),
+            producer.clone(),
+            core_stop.clone(),
+        );
+        core.spawn(async move {
+            relay::run(store, kafka, producer, RelayConfig::default(), stop)
+                .await
+                .map_err(anyhow::Error::from)
+        });
+    }
+    let mut runners = tokio::task::JoinSet::new();
+    if roles.verification_runner {
+        let executor = Arc::new(VerificationRunner::new(config.verification()));
+        let (kafka, settings, stop) = (kafka.clone(), config.runner()?, runners_stop.clone());
+        runners.spawn(async move {
+            crate::runner::run_instance(kafka, settings, executor, stop, None)
+                .await
+                .map_err(anyhow::Error::from)
+        });
+    }
+    info!(?roles, "execplane running");
+
+    let mut failure = None;
+    tokio::select! {
+        _ = signal.cancelled() => {}
+        Some(result) = core.join_next(), if !core.is_empty() => { failure = flatten(result).err(); }
+        Some(result) = runners.join_next(), if !runners.is_empty() => { failure = flatten(result).err(); }
+    }
+    runners_stop.cancel();
+    while let Some(result) = runners.join_next().await {
+        if let Err(error) = flatten(result) {
+            failure.get_or_insert(error);
+        }
+    }
+    // Let the dispatcher and relay take in and publish the final reports.
+    if roles.dispatcher || roles.relay {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    core_stop.cancel();
+    while let Some(result) = core.join_next().await {
+        if let Err(error) = flatten(result) {
+            failure.get_or_insert(error);
+        }
+    }
+    match failure {
+        Some(error) => Err(error),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+fn flatten(result: Result<anyhow::Result<()>, tokio::task::JoinError>) -> anyhow::Result<()> {
+    match result {
+        Ok(inner) => inner,
+        Err(join) => Err(anyhow::anyhow!("task panicked: {join}")),
+    }
+}
+
+pub async fn topology_apply(config: &Config) -> anyhow::Result<ExitCode> {
+    let report = topology::apply(&config.kafka()).await?;
+    for name in &report.created {
+        println!("created {name}");
+    }
+    for name in &report.present {
+        println!("present {name}");
+    }
+    for drift in &report.drift {
+        println!("drift   {drift}");
+    }
+    Ok(ExitCode::SUCCESS)
+}

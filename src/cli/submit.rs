@@ -1,0 +1,155 @@
+//! `execplane submit FILE`: validate locally, produce the command, follow
+//! the published attempt events to the terminal state, print a timeline,
+//! and exit with the outcome.
+
+use std::collections::HashSet;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::producer::FutureRecord;
+use rdkafka::{Message, Offset, TopicPartitionList};
+
+use crate::codec::{AttemptEventRecord, Codec, CommandKind, CommandRecord, Family, JobSpecRecord};
+use crate::config::Config;
+use crate::contract::{topics, validate_jobspec_bytes, AttemptEvent, EventBody, TerminalOutcome};
+use crate::kafka::{cloudevent_headers, partition_count};
+
+/// Exit codes: 0 succeeded, 1 ended otherwise, 2 invalid JobSpec, 4 no
+/// terminal state within the timeout.
+pub async fn run(
+    config: &Config,
+    file: &Path,
+    timeout: Duration,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let spec = match validate_jobspec_bytes(&bytes) {
+        Ok(spec) => spec,
+        Err(problems) => {
+            eprintln!("{}: {problems}", file.display());
+            return Ok(ExitCode::from(2));
+        }
+    };
+    let kafka = config.kafka();
+    // Follow from the end of the published log BEFORE producing.
+    let events_topic = kafka.topic(topics::ATTEMPT_EVENTS);
+    let consumer: StreamConsumer = kafka.assigned_consumer()?;
+    let partitions = partition_count(&consumer, &events_topic)
+        .context("is the topology applied? (`execplane topology apply`)")?;
+    let mut assignment = TopicPartitionList::new();
+    for partition in 0..partitions {
+        let (_, high) =
+            consumer.fetch_watermarks(&events_topic, partition, Duration::from_secs(10))?;
+        assignment.add_partition_offset(&events_topic, partition, Offset::Offset(high))?;
+    }
+    consumer.assign(&assignment)?;
+
+    let producer = kafka.producer()?;
+    let command = CommandRecord {
+        command_id: spec.command_id.to_string(),
+        kind: CommandKind::ExecuteJob,
+        issued_at: chrono::Utc::now().timestamp_millis(),
+        execute: Some(JobSpecRecord::from(&spec)),
+        cancel: None,
+    };
+    let payload = Codec::default().encode(Family::Command, &command)?;
+    let commands_topic = kafka.topic(topics::COMMANDS);
+    let traceparent = spec.trace.as_ref().map(|trace| trace.traceparent.as_str());
+    producer
+        .send(
+            FutureRecord::to(&commands_topic)
+                .key(&spec.job_id)
+                .payload(&payload)
+                .headers(cloudevent_headers(
+                    &spec.command_id.to_string(),
+                    "io.execplane.command.execute_job",
+                    "execplane/cli",
+                    traceparent,
+                )),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(error, _)| anyhow::anyhow!("producing the command: {error}"))?;
+    if !json {
+        println!(
+            "submitted {} job `{}` (command {})",
+            spec.operation, spec.job_id, spec.command_id
+        );
+    }
+
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut seen = HashSet::new();
+    let mut timeline = Vec::new();
+    loop {
+        let message = match tokio::time::timeout_at(deadline, consumer.recv()).await {
+            Err(_) => {
+                eprintln!(
+                    "no terminal state within {}",
+                    humantime::format_duration(timeout)
+                );
+                return Ok(ExitCode::from(4));
+            }
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "reading attempt events");
+                continue;
+            }
+            Ok(Ok(message)) => message,
+        };
+        let Some(payload) = message.payload() else {
+            continue;
+        };
+        let Ok(record) =
+            Codec::default().decode::<AttemptEventRecord>(Family::AttemptEvent, payload)
+        else {
+            continue;
+        };
+        if record.job_id != spec.job_id {
+            continue;
+        }
+        let Ok(event) = AttemptEvent::try_from(record) else {
+            continue;
+        };
+        // A re-published event is the same event.
+        if !seen.insert(event.event_id) {
+            continue;
+        }
+        if json {
+            timeline.push(serde_json::to_value(&event)?);
+        } else {
+            println!(
+                "attempt {} #{:<3} {:<16} {}",
+                event
+                    .attempt_id
+                    .simple()
+                    .to_string()
+                    .get(..8)
+                    .unwrap_or_default(),
+                event.seq,
+                event.body.kind(),
+                super::audit::summary(&event)
+            );
+        }
+        let verdict = match &event.body {
+            EventBody::Finished {
+                retry_attempt_id: Some(_),
+                ..
+            } => None,
+            EventBody::Finished { outcome, .. } => Some(*outcome == TerminalOutcome::Succeeded),
+            EventBody::Rejected { .. } => Some(false),
+            _ => None,
+        };
+        if let Some(succeeded) = verdict {
+            if json {
+                println!("{}", serde_json::to_string_pretty(&timeline)?);
+            }
+            return Ok(if succeeded {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            });
+        }
+    }
+}

@@ -1,0 +1,149 @@
+//! The dispatcher ties store, Kafka and the state machine together: it
+//! consumes commands, runner events and presence in batches, decides them in
+//! one Postgres transaction per batch, commits offsets only after that,
+//! places queued attempts on live runners, fires due timers and delivers
+//! HTTP callbacks.
+
+mod callbacks;
+mod intake;
+pub mod placement;
+
+use std::time::Duration;
+
+use rdkafka::producer::FutureProducer;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+
+use crate::kafka::{KafkaConfig, KafkaError};
+use crate::store::{Store, StoreError};
+
+pub use callbacks::CallbackConfig;
+
+/// Dispatcher settings; defaults are in the README.
+#[derive(Clone, Debug)]
+pub struct DispatcherConfig {
+    /// Consumer group of the dispatchers.
+    pub group: String,
+    /// Most records decided in one transaction.
+    pub max_batch: usize,
+    /// How long a batch waits for more records after its first.
+    pub batch_window: Duration,
+    /// Grace a runner gets to confirm a cancel.
+    pub cancel_grace: Duration,
+    /// How often due timers are swept.
+    pub sweep_interval: Duration,
+    /// How often placement runs without a trigger.
+    pub placement_interval: Duration,
+    /// A presence older than this is not live.
+    pub presence_ttl: Duration,
+    pub callbacks: CallbackConfig,
+}
+
+impl Default for DispatcherConfig {
+    fn default() -> Self {
+        Self {
+            group: "execplane-dispatcher".into(),
+            max_batch: 1_000,
+            batch_window: Duration::from_millis(2),
+            cancel_grace: Duration::from_secs(10),
+            sweep_interval: Duration::from_millis(100),
+            placement_interval: Duration::from_millis(50),
+            presence_ttl: Duration::from_secs(6),
+            callbacks: CallbackConfig::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DispatcherError {
+    #[error(transparent)]
+    Kafka(#[from] KafkaError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Runs every dispatcher task until `shutdown`.
+pub async fn run(
+    store: Store,
+    kafka: KafkaConfig,
+    producer: FutureProducer,
+    config: DispatcherConfig,
+    shutdown: CancellationToken,
+) -> Result<(), DispatcherError> {
+    let placed = std::sync::Arc::new(tokio::sync::Notify::new());
+    let intake = tokio::spawn(intake::run(
+        store.clone(),
+        kafka.clone(),
+        producer.clone(),
+        config.clone(),
+        placed.clone(),
+        shutdown.clone(),
+    ));
+    let placement = tokio::spawn(placement::run(
+        store.clone(),
+        config.clone(),
+        placed,
+        shutdown.clone(),
+    ));
+    let sweeper = tokio::spawn(sweep(
+        store.clone(),
+        config.sweep_interval,
+        shutdown.clone(),
+    ));
+    let callbacks = tokio::spawn(callbacks::run(
+        store.clone(),
+        config.callbacks.clone(),
+        shutdown.clone(),
+    ));
+    info!("dispatcher running");
+    let mut first_error = None;
+    for (name, task) in [
+        ("intake", intake),
+        ("placement", placement),
+        ("sweeper", sweeper),
+        ("callbacks", callbacks),
+    ] {
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(error)) => {
+                error!(task = name, %error, "dispatcher task failed");
+                shutdown.cancel();
+                first_error.get_or_insert(error);
+            }
+            Err(join) => {
+                error!(task = name, %join, "dispatcher task panicked");
+                shutdown.cancel();
+            }
+        }
+    }
+    match first_error {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}
+
+/// Fires due timers; transient database errors are retried.
+async fn sweep(
+    store: Store,
+    interval: Duration,
+    shutdown: CancellationToken,
+) -> Result<(), DispatcherError> {
+    let mut failures = 0u32;
+    while !shutdown.is_cancelled() {
+        let now = chrono::Utc::now().timestamp_millis();
+        match store.sweep_timers(now, 500).await {
+            Ok(outcome) if outcome.outcomes.len() == 500 => continue,
+            Ok(_) => failures = 0,
+            Err(error) => {
+                failures += 1;
+                tracing::warn!(%error, failures, "timer sweep failed");
+            }
+        }
+        let pause = interval * (1 + failures.min(20));
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(pause) => {}
+        }
+    }
+    Ok(())
+}

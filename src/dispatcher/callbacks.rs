@@ -1,0 +1,166 @@
+//! HTTP callbacks of terminal states: POSTed at least once with exponential
+//! backoff and jitter, an `Idempotency-Key` stable across retries, and a
+//! bound on attempts; the outcome is recorded as a `callback_recorded` event.
+
+use std::time::Duration;
+
+use rand::Rng;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::DispatcherError;
+use crate::contract::Input;
+use crate::store::{ClaimedCallback, InputEnvelope, Store};
+
+#[derive(Clone, Debug)]
+pub struct CallbackConfig {
+    pub max_attempts: i32,
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+    pub request_timeout: Duration,
+    pub poll_interval: Duration,
+}
+
+impl Default for CallbackConfig {
+    fn default() -> Self {
+        Self {
+            max_attempts: 8,
+            initial_backoff: Duration::from_millis(500),
+            max_backoff: Duration::from_secs(60),
+            request_timeout: Duration::from_secs(10),
+            poll_interval: Duration::from_millis(200),
+        }
+    }
+}
+
+/// Exponential backoff with full jitter in [delay/2, delay].
+pub fn backoff(config: &CallbackConfig, attempts: i32) -> Duration {
+    let exponent = u32::try_from(attempts.saturating_sub(1))
+        .unwrap_or(0)
+        .min(20);
+    let delay = config
+        .initial_backoff
+        .saturating_mul(1 << exponent)
+        .min(config.max_backoff);
+    let half = delay / 2;
+    half + Duration::from_millis(
+        rand::rng().random_range(0..=u64::try_from(half.as_millis()).unwrap_or(0)),
+    )
+}
+
+pub(super) async fn run(
+    store: Store,
+    config: CallbackConfig,
+    shutdown: CancellationToken,
+) -> Result<(), DispatcherError> {
+    let client = reqwest::Client::builder()
+        .timeout(config.request_timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|error| crate::store::StoreError::Corrupt(format!("http client: {error}")))?;
+    while !shutdown.is_cancelled() {
+        let claimed = match store.claim_callbacks(32, config.request_timeout * 3).await {
+            Ok(claimed) => claimed,
+            Err(error) => {
+                warn!(%error, "claiming callbacks failed");
+                Vec::new()
+            }
+        };
+        let busy = !claimed.is_empty();
+        let deliveries = claimed
+            .into_iter()
+            .map(|callback| deliver(&store, &client, &config, callback));
+        futures_util::future::join_all(deliveries).await;
+        if busy {
+            continue;
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(config.poll_interval) => {}
+        }
+    }
+    Ok(())
+}
+
+async fn deliver(
+    store: &Store,
+    client: &reqwest::Client,
+    config: &CallbackConfig,
+    callback: ClaimedCallback,
+) {
+    let mut request = client
+        .post(&callback.url)
+        .header("content-type", "application/json")
+        .header("idempotency-key", &callback.idempotency_key)
+        .header("ce-specversion", "1.0")
+        .header("ce-id", &callback.idempotency_key)
+        .header("ce-type", "io.execplane.attempt.result")
+        .header("ce-source", crate::store::CE_SOURCE)
+        .body(callback.body.to_string());
+    if let Some(traceparent) = &callback.traceparent {
+        request = request.header("traceparent", traceparent);
+    }
+    let (delivered, status, error) = match request.send().await {
+        Ok(response) if response.status().is_success() => {
+            (true, Some(response.status().as_u16()), None)
+        }
+        Ok(response) => (
+            false,
+            Some(response.status().as_u16()),
+            Some(format!("HTTP {}", response.status())),
+        ),
+        Err(error) => (false, None, Some(error.without_url().to_string())),
+    };
+    let give_up = !delivered && callback.attempts >= config.max_attempts;
+    if delivered || give_up {
+        let outcome = Input::CallbackOutcome {
+            attempt_id: callback.attempt_id,
+            url: callback.url.clone(),
+            delivered,
+            attempts: u32::try_from(callback.attempts).unwrap_or(0),
+            http_status: status,
+            error: error.clone(),
+            idempotency_key: callback.idempotency_key.clone(),
+        };
+        let envelope = InputEnvelope {
+            input_id: format!("callback:{}", callback.idempotency_key),
+            source: "callbacks".into(),
+            input: outcome,
+        };
+        if let Err(failure) = store
+            .process_batch(&[envelope], chrono::Utc::now().timestamp_millis())
+            .await
+        {
+            warn!(%failure, "recording the callback outcome failed; will retry");
+            return;
+        }
+        if let Err(failure) = store
+            .finish_callback(
+                callback.attempt_id,
+                callback.terminal_seq,
+                delivered,
+                status,
+                error.as_deref(),
+            )
+            .await
+        {
+            warn!(%failure, "closing the callback failed");
+        }
+        info!(attempt_id = %callback.attempt_id, delivered, attempts = callback.attempts, "callback done");
+        return;
+    }
+    let delay = backoff(config, callback.attempts);
+    warn!(attempt_id = %callback.attempt_id, attempts = callback.attempts, error = error.as_deref().unwrap_or(""), retry_in_ms = delay.as_millis() as u64, "callback failed");
+    if let Err(failure) = store
+        .retry_callback(
+            callback.attempt_id,
+            callback.terminal_seq,
+            delay,
+            status,
+            error.as_deref().unwrap_or("unknown"),
+        )
+        .await
+    {
+        warn!(%failure, "scheduling the callback retry failed");
+    }
+}

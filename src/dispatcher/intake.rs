@@ -1,0 +1,347 @@
+//! Intake: consume commands, runner events and presence in batches, decide
+//! each batch in ONE transaction, and only then commit the offsets. Poison
+//! records go to the DLQ (with the reason in headers) before their offsets
+//! are committed, so nothing is lost and no partition stalls.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::message::{Header, Headers, OwnedHeaders, OwnedMessage};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+use uuid::Uuid;
+
+use super::{DispatcherConfig, DispatcherError};
+use crate::attempt::Rejection;
+use crate::codec::{Codec, CommandKind, CommandRecord, Family, PresenceRecord, RunnerEventRecord};
+use crate::contract::{topics, validate_jobspec, DurationMs, FailureCategory, Input, Problem};
+use crate::kafka::KafkaConfig;
+use crate::store::{InputEnvelope, InputOutcome, Store};
+
+/// What one record means.
+enum Decoded {
+    Input(InputEnvelope),
+    Presence(PresenceRecord),
+    Poison(String),
+}
+
+pub(super) async fn run(
+    store: Store,
+    kafka: KafkaConfig,
+    producer: FutureProducer,
+    config: DispatcherConfig,
+    placed: Arc<Notify>,
+    shutdown: CancellationToken,
+) -> Result<(), DispatcherError> {
+    let consumer: StreamConsumer = kafka.group_consumer(&config.group)?;
+    let subscribed = [
+        kafka.topic(topics::COMMANDS),
+        kafka.topic(topics::RUNNER_EVENTS),
+        kafka.topic(topics::RUNNER_PRESENCE),
+    ];
+    let names: Vec<&str> = subscribed.iter().map(String::as_str).collect();
+    consumer
+        .subscribe(&names)
+        .map_err(crate::kafka::KafkaError::from)?;
+    let codec = Codec::default();
+    info!(topics = ?names, group = %config.group, "intake subscribed");
+    while !shutdown.is_cancelled() {
+        let batch = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            batch = collect(&consumer, &config) => batch,
+        };
+        if batch.is_empty() {
+            continue;
+        }
+        handle(
+            &store, &kafka, &producer, &consumer, &codec, &config, &batch,
+        )
+        .await?;
+        placed.notify_one();
+    }
+    Ok(())
+}
+
+/// Waits for a first record (up to 100 ms), then takes what arrives within
+/// the batch window, up to the batch size.
+async fn collect(consumer: &StreamConsumer, config: &DispatcherConfig) -> Vec<OwnedMessage> {
+    let mut batch = Vec::new();
+    match tokio::time::timeout(Duration::from_millis(100), consumer.recv()).await {
+        Ok(Ok(message)) => batch.push(message.detach()),
+        Ok(Err(error)) => {
+            warn!(%error, "consume");
+            return batch;
+        }
+        Err(_) => return batch,
+    }
+    let deadline = tokio::time::Instant::now() + config.batch_window;
+    while batch.len() < config.max_batch {
+        match tokio::time::timeout_at(deadline, consumer.recv()).await {
+            Ok(Ok(message)) => batch.push(message.detach()),
+            _ => break,
+        }
+    }
+    batch
+}
+
+async fn handle(
+    store: &Store,
+    kafka: &KafkaConfig,
+    producer: &FutureProducer,
+    consumer: &StreamConsumer,
+    codec: &Codec,
+    config: &DispatcherConfig,
+    batch: &[OwnedMessage],
+) -> Result<(), DispatcherError> {
+    let started = Instant::now();
+    let mut inputs = Vec::new();
+    let mut origins = Vec::new();
+    let mut presence = Vec::new();
+    for message in batch {
+        match decode(kafka, codec, config, message) {
+            Decoded::Input(envelope) => {
+                inputs.push(envelope);
+                origins.push(message);
+            }
+            Decoded::Presence(record) => presence.push(record),
+            Decoded::Poison(reason) => dead_letter(kafka, producer, message, &reason).await,
+        }
+    }
+    store.upsert_presence(&presence).await?;
+    // Decide the batch; a failure is retried (nothing was committed) until
+    // shutdown, never skipped.
+    let mut failures = 0u32;
+    let outcome = loop {
+        match store
+            .process_batch(&inputs, chrono::Utc::now().timestamp_millis())
+            .await
+        {
+            Ok(outcome) => break outcome,
+            Err(error) => {
+                failures += 1;
+                warn!(%error, failures, records = inputs.len(), "batch failed; retrying");
+                tokio::time::sleep(Duration::from_millis(100 * u64::from(failures.min(50)))).await;
+            }
+        }
+    };
+    for ((envelope, message), result) in inputs.iter().zip(&origins).zip(&outcome.outcomes) {
+        if let InputOutcome::Rejected(rejection) = result {
+            match rejection {
+                // Commands the contract cannot honour go where the control plane looks.
+                Rejection::JobIdTaken { .. }
+                | Rejection::CommandIdReused { .. }
+                | Rejection::UnknownAttempt(_) => {
+                    dead_letter(kafka, producer, message, &rejection.to_string()).await;
+                }
+                _ => debug!(input = %envelope.input_id, %rejection, "input refused"),
+            }
+        }
+    }
+    commit(consumer, batch);
+    debug!(
+        records = batch.len(),
+        events = outcome.events.len(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "batch committed"
+    );
+    Ok(())
+}
+
+/// Commits the next offset of every partition in the batch.
+fn commit(consumer: &StreamConsumer, batch: &[OwnedMessage]) {
+    let mut next: HashMap<(String, i32), i64> = HashMap::new();
+    for message in batch {
+        let entry = next
+            .entry((message.topic().to_owned(), message.partition()))
+            .or_insert(0);
+        *entry = (*entry).max(message.offset() + 1);
+    }
+    let mut list = TopicPartitionList::new();
+    for ((topic, partition), offset) in next {
+        if list
+            .add_partition_offset(&topic, partition, Offset::Offset(offset))
+            .is_err()
+        {
+            continue;
+        }
+    }
+    // A failed commit (e.g. the partition was revoked) only means redelivery,
+    // which the inbox turns into a no-op.
+    if let Err(error) = consumer.commit(&list, CommitMode::Async) {
+        warn!(%error, "offset commit failed; records will be redelivered");
+    }
+}
+
+fn decode(
+    kafka: &KafkaConfig,
+    codec: &Codec,
+    config: &DispatcherConfig,
+    message: &OwnedMessage,
+) -> Decoded {
+    let Some(payload) = message.payload() else {
+        return Decoded::Poison("empty payload".into());
+    };
+    let topic = message.topic();
+    if topic == kafka.topic(topics::COMMANDS) {
+        match codec.decode::<CommandRecord>(Family::Command, payload) {
+            Ok(record) => decode_command(config, record),
+            Err(error) => Decoded::Poison(format!("not a command record: {error}")),
+        }
+    } else if topic == kafka.topic(topics::RUNNER_EVENTS) {
+        match codec.decode::<RunnerEventRecord>(Family::RunnerEvent, payload) {
+            Ok(record) => match record.to_report() {
+                Ok(report) => Decoded::Input(InputEnvelope {
+                    input_id: format!("report:{}", record.event_id),
+                    source: "runner-events".into(),
+                    input: Input::Report(report),
+                }),
+                Err(error) => Decoded::Poison(format!("invalid runner event: {error}")),
+            },
+            Err(error) => Decoded::Poison(format!("not a runner event record: {error}")),
+        }
+    } else if topic == kafka.topic(topics::RUNNER_PRESENCE) {
+        match codec.decode::<PresenceRecord>(Family::Presence, payload) {
+            Ok(record) => Decoded::Presence(record),
+            Err(error) => Decoded::Poison(format!("not a presence record: {error}")),
+        }
+    } else {
+        Decoded::Poison(format!("unexpected topic {topic}"))
+    }
+}
+
+fn decode_command(config: &DispatcherConfig, record: CommandRecord) -> Decoded {
+    let input_id = format!("command:{}", record.command_id);
+    match record.kind {
+        CommandKind::ExecuteJob => {
+            let Some(spec) = record.execute else {
+                return Decoded::Poison("an execute_job command without `execute`".into());
+            };
+            match validate_jobspec(&spec.to_json()) {
+                Ok(valid) => Decoded::Input(InputEnvelope {
+                    input_id,
+                    source: "commands".into(),
+                    input: Input::Execute {
+                        spec: Box::new(valid),
+                    },
+                }),
+                Err(problems) => {
+                    // Identifiable: it becomes a rejected attempt, visible to
+                    // everyone. Not identifiable: dead letter.
+                    let command_id = Uuid::parse_str(&spec.command_id).ok();
+                    match command_id {
+                        Some(command_id) if !spec.job_id.trim().is_empty() => {
+                            Decoded::Input(InputEnvelope {
+                                input_id,
+                                source: "commands".into(),
+                                input: Input::ExecuteInvalid {
+                                    command_id,
+                                    job_id: spec.job_id.clone(),
+                                    tenant: spec.tenant.clone(),
+                                    operation: spec.operation.clone(),
+                                    category: if problems
+                                        .0
+                                        .iter()
+                                        .any(|problem| problem.path.starts_with("policy"))
+                                    {
+                                        FailureCategory::Policy
+                                    } else {
+                                        FailureCategory::Contract
+                                    },
+                                    problems: problems.0,
+                                },
+                            })
+                        }
+                        _ => Decoded::Poison(problems.to_string()),
+                    }
+                }
+            }
+        }
+        CommandKind::CancelAttempt => {
+            let Some(cancel) = record.cancel else {
+                return Decoded::Poison("a cancel_attempt command without `cancel`".into());
+            };
+            let Ok(attempt_id) = Uuid::parse_str(&cancel.attempt_id) else {
+                return Decoded::Poison(
+                    Problem::new("cancel.attempt_id", "not a UUID").to_string(),
+                );
+            };
+            let grace = cancel
+                .grace_ms
+                .and_then(|millis| u64::try_from(millis).ok())
+                .map(DurationMs)
+                .unwrap_or(DurationMs(
+                    u64::try_from(config.cancel_grace.as_millis()).unwrap_or(10_000),
+                ));
+            Decoded::Input(InputEnvelope {
+                input_id,
+                source: "commands".into(),
+                input: Input::Cancel {
+                    attempt_id,
+                    reason: cancel.reason,
+                    requested_by: cancel.requested_by,
+                    grace,
+                },
+            })
+        }
+    }
+}
+
+/// Copies a record to the DLQ with the reason and its origin in headers;
+/// retries until the broker takes it (its offset is committed only after).
+async fn dead_letter(
+    kafka: &KafkaConfig,
+    producer: &FutureProducer,
+    message: &OwnedMessage,
+    reason: &str,
+) {
+    warn!(topic = message.topic(), partition = message.partition(), offset = message.offset(), %reason, "dead-lettering record");
+    let mut headers = OwnedHeaders::new();
+    if let Some(original) = message.headers() {
+        for header in original.iter() {
+            headers = headers.insert(Header {
+                key: header.key,
+                value: header.value,
+            });
+        }
+    }
+    let offset = message.offset().to_string();
+    let partition = message.partition().to_string();
+    headers = headers
+        .insert(Header {
+            key: "execplane_dlq_reason",
+            value: Some(reason),
+        })
+        .insert(Header {
+            key: "execplane_dlq_topic",
+            value: Some(message.topic()),
+        })
+        .insert(Header {
+            key: "execplane_dlq_partition",
+            value: Some(partition.as_str()),
+        })
+        .insert(Header {
+            key: "execplane_dlq_offset",
+            value: Some(offset.as_str()),
+        });
+    let topic = kafka.topic(topics::DLQ);
+    let key = message.key().unwrap_or_default();
+    let payload = message.payload().unwrap_or_default();
+    for attempt in 0u32.. {
+        let record = FutureRecord::to(&topic)
+            .key(key)
+            .payload(payload)
+            .headers(headers.clone());
+        match producer.send(record, Duration::from_secs(10)).await {
+            Ok(_) => return,
+            Err((error, _)) => {
+                warn!(%error, attempt, "DLQ publish failed; retrying");
+                tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt.min(25)))).await;
+            }
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! Kafka: client settings that suit Tansu, the shared work-partition
+//! function, CloudEvents headers, topology and the outbox relay.
+
+pub mod relay;
+pub mod topology;
+
+use std::time::Duration;
+
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::{BorrowedMessage, Header, Headers, OwnedHeaders};
+use rdkafka::producer::FutureProducer;
+use rdkafka::{ClientConfig, Message};
+
+/// How to reach the broker and name topics.
+#[derive(Clone, Debug)]
+pub struct KafkaConfig {
+    pub brokers: String,
+    /// Prefixes every topic name (`EXECPLANE_TOPIC_PREFIX`).
+    pub topic_prefix: String,
+    /// `fetch.wait.max.ms`: Tansu sleeps in fetch, so keep it small.
+    pub fetch_wait_ms: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum KafkaError {
+    #[error("kafka: {0}")]
+    Client(#[from] rdkafka::error::KafkaError),
+    #[error("topic {0} does not exist or has no partitions (run `execplane topology apply`)")]
+    NoPartitions(String),
+    #[error("topology: {0}")]
+    Topology(String),
+}
+
+impl KafkaConfig {
+    /// The full name of a topic.
+    pub fn topic(&self, name: &str) -> String {
+        format!("{}{name}", self.topic_prefix)
+    }
+
+    fn base(&self) -> ClientConfig {
+        let mut config = ClientConfig::new();
+        config
+            .set("bootstrap.servers", &self.brokers)
+            .set("broker.address.family", "v4")
+            .set("socket.keepalive.enable", "true")
+            .set("topic.metadata.refresh.interval.ms", "10000")
+            .set("reconnect.backoff.ms", "50")
+            .set("reconnect.backoff.max.ms", "1000")
+            .set("log_level", "3");
+        config
+    }
+
+    /// An idempotent producer: per-partition order survives retries.
+    pub fn producer(&self) -> Result<FutureProducer, KafkaError> {
+        Ok(self
+            .base()
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "1")
+            .set("batch.num.messages", "10000")
+            .set("message.timeout.ms", "30000")
+            .set("queue.buffering.max.messages", "1000000")
+            .create()?)
+    }
+
+    /// A consumer in `group`, manual offsets, cooperative-sticky.
+    pub fn group_consumer(&self, group: &str) -> Result<StreamConsumer, KafkaError> {
+        Ok(self
+            .base()
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "earliest")
+            .set("partition.assignment.strategy", "cooperative-sticky")
+            .set("session.timeout.ms", "10000")
+            .set("heartbeat.interval.ms", "1000")
+            .set("fetch.wait.max.ms", self.fetch_wait_ms.to_string())
+            .set("fetch.min.bytes", "1")
+            .create()?)
+    }
+
+    /// A consumer that only ever uses manual assignment: no group is joined
+    /// and nothing is committed.
+    pub fn assigned_consumer(&self) -> Result<StreamConsumer, KafkaError> {
+        Ok(self
+            .base()
+            .set("group.id", "execplane-unjoined")
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .set("auto.offset.reset", "latest")
+            .set("fetch.wait.max.ms", self.fetch_wait_ms.to_string())
+            .set("fetch.min.bytes", "1")
+            .create()?)
+    }
+
+    pub fn admin(&self) -> Result<AdminClient<DefaultClientContext>, KafkaError> {
+        Ok(self.base().create()?)
+    }
+}
+
+/// The number of partitions of `topic`, from the broker's metadata.
+pub fn partition_count<C: Consumer>(consumer: &C, topic: &str) -> Result<i32, KafkaError> {
+    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    let count = metadata
+        .topics()
+        .iter()
+        .find(|candidate| candidate.name() == topic)
+        .map(|candidate| candidate.partitions().len())
+        .unwrap_or(0);
+    if count == 0 {
+        return Err(KafkaError::NoPartitions(topic.to_owned()));
+    }
+    Ok(i32::try_from(count).unwrap_or(i32::MAX))
+}
+
+/// The partition of a runner instance on its work topic:
+/// `fnv1a64(instance_id) % partitions`. The one function both the runner
+/// (to read) and the relay (to address) use; never the client's partitioner.
+pub fn work_partition(instance_id: &str, partitions: i32) -> i32 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in instance_id.as_bytes() {
+        hash ^= u64::from(*byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    let partitions = u64::try_from(partitions.max(1)).unwrap_or(1);
+    i32::try_from(hash % partitions).unwrap_or(0)
+}
+
+/// Kafka headers from a JSON object of strings (the outbox's `headers`).
+pub fn headers_from_json(headers: &serde_json::Map<String, serde_json::Value>) -> OwnedHeaders {
+    let mut owned = OwnedHeaders::new_with_capacity(headers.len());
+    for (key, value) in headers {
+        let text = match value {
+            serde_json::Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        owned = owned.insert(Header {
+            key,
+            value: Some(text.as_bytes()),
+        });
+    }
+    owned
+}
+
+/// CloudEvents headers for a record we produce directly (not via outbox).
+pub fn cloudevent_headers(
+    id: &str,
+    ce_type: &str,
+    source: &str,
+    traceparent: Option<&str>,
+) -> OwnedHeaders {
+    let time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let mut headers = OwnedHeaders::new_with_capacity(7)
+        .insert(Header {
+            key: "ce_specversion",
+            value: Some("1.0"),
+        })
+        .insert(Header {
+            key: "ce_id",
+            value: Some(id),
+        })
+        .insert(Header {
+            key: "ce_type",
+            value: Some(ce_type),
+        })
+        .insert(Header {
+            key: "ce_source",
+            value: Some(source),
+        })
+        .insert(Header {
+            key: "ce_time",
+            value: Some(time.as_str()),
+        })
+        .insert(Header {
+            key: "content-type",
+            value: Some("application/avro"),
+        });
+    if let Some(traceparent) = traceparent {
+        headers = headers.insert(Header {
+            key: "traceparent",
+            value: Some(traceparent),
+        });
+    }
+    headers
+}
+
+/// A header's value as text.
+pub fn header<'a>(message: &'a BorrowedMessage<'_>, name: &str) -> Option<&'a str> {
+    message
+        .headers()?
+        .iter()
+        .find(|header| header.key == name)
+        .and_then(|header| header.value)
+        .and_then(|value| std::str::from_utf8(value).ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::work_partition;
+
+    #[test]
+    fn work_partition_is_stable_and_in_range() {
+        // Fixed values: changing the function would strand running instances.
+        assert_eq!(
+            work_partition("verification-0", 4),
+            work_partition("verification-0", 4)
+        );
+        for index in 0..100 {
+            let partition = work_partition(&format!("verification-{index}"), 4);
+            assert!((0..4).contains(&partition));
+        }
+        assert_eq!(work_partition("", 1), 0);
+        assert_eq!(
+            work_partition("a", 7),
+            (0xaf63_bc4c_8601_b7be_u64 % 7) as i32
+        );
+    }
+}

@@ -1,0 +1,157 @@
+//! `topology/topics.yaml` and `execplane topology apply`: create what is
+//! missing, report drift, never delete.
+
+use std::time::Duration;
+
+use rdkafka::admin::{AdminOptions, NewTopic, TopicReplication};
+use rdkafka::consumer::Consumer;
+use serde::Deserialize;
+
+use super::{KafkaConfig, KafkaError};
+use crate::contract::{topics, RunnerType};
+
+/// The declaration, embedded so the binary needs no checkout.
+pub const TOPICS_YAML: &str = include_str!("../../topology/topics.yaml");
+
+#[derive(Debug, Deserialize)]
+struct TopologyFile {
+    topics: Vec<TopicSpec>,
+    work_topics: WorkTopics,
+}
+
+#[derive(Debug, Deserialize)]
+struct WorkTopics {
+    partitions: i32,
+    retention_ms: i64,
+    cleanup_policy: String,
+    types: Vec<String>,
+}
+
+/// One declared topic (name without the prefix).
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct TopicSpec {
+    pub name: String,
+    pub partitions: i32,
+    pub retention_ms: i64,
+    pub cleanup_policy: String,
+}
+
+/// Every declared topic, the work topics expanded.
+pub fn declared() -> Result<Vec<TopicSpec>, KafkaError> {
+    let file: TopologyFile = serde_yaml::from_str(TOPICS_YAML)
+        .map_err(|error| KafkaError::Topology(format!("topology/topics.yaml: {error}")))?;
+    let mut specs = file.topics;
+    for name in &file.work_topics.types {
+        let runner: RunnerType = name.parse().map_err(KafkaError::Topology)?;
+        specs.push(TopicSpec {
+            name: topics::work(runner),
+            partitions: file.work_topics.partitions,
+            retention_ms: file.work_topics.retention_ms,
+            cleanup_policy: file.work_topics.cleanup_policy.clone(),
+        });
+    }
+    Ok(specs)
+}
+
+/// What `apply` found and did.
+#[derive(Debug, Default)]
+pub struct ApplyReport {
+    pub created: Vec<String>,
+    pub present: Vec<String>,
+    /// Human-readable differences between the declaration and the broker.
+    pub drift: Vec<String>,
+}
+
+/// Creates the missing topics (with the prefix), reports drift in partition
+/// counts; never deletes or shrinks anything.
+pub async fn apply(kafka: &KafkaConfig) -> Result<ApplyReport, KafkaError> {
+    let specs = declared()?;
+    let admin = kafka.admin()?;
+    let probe = kafka.assigned_consumer()?;
+    let metadata = probe.fetch_metadata(None, Duration::from_secs(10))?;
+    let mut report = ApplyReport::default();
+    let mut missing = Vec::new();
+    for spec in &specs {
+        let name = kafka.topic(&spec.name);
+        match metadata.topics().iter().find(|topic| topic.name() == name) {
+            Some(existing) if !existing.partitions().is_empty() => {
+                let partitions = existing.partitions().len() as i32;
+                if partitions != spec.partitions {
+                    report.drift.push(format!(
+                        "{name}: {partitions} partitions on the broker, {} declared",
+                        spec.partitions
+                    ));
+                }
+                report.present.push(name);
+            }
+            _ => missing.push((name, spec.clone())),
+        }
+    }
+    if !missing.is_empty() {
+        let retention: Vec<String> = missing
+            .iter()
+            .map(|(_, spec)| spec.retention_ms.to_string())
+            .collect();
+        let new_topics: Vec<NewTopic<'_>> = missing
+            .iter()
+            .zip(&retention)
+            .map(|((name, spec), retention)| {
+                NewTopic::new(name, spec.partitions, TopicReplication::Fixed(1))
+                    .set("cleanup.policy", &spec.cleanup_policy)
+                    .set("retention.ms", retention)
+            })
+            .collect();
+        let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+        for result in admin.create_topics(&new_topics, &options).await? {
+            match result {
+                Ok(name) => report.created.push(name),
+                Err((name, rdkafka::types::RDKafkaErrorCode::TopicAlreadyExists)) => {
+                    report.present.push(name)
+                }
+                Err((name, code)) => {
+                    return Err(KafkaError::Topology(format!("creating {name}: {code}")))
+                }
+            }
+        }
+        // Wait until every created topic is visible with its partitions.
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        for name in &report.created {
+            while super::partition_count(&probe, name).is_err() {
+                if std::time::Instant::now() > deadline {
+                    return Err(KafkaError::NoPartitions(name.clone()));
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_declaration_names_every_topic_of_the_design() {
+        let names: Vec<String> = super::declared()
+            .unwrap()
+            .into_iter()
+            .map(|spec| spec.name)
+            .collect();
+        for expected in [
+            "exec.commands.v1",
+            "exec.runner-events.v1",
+            "exec.runner-presence.v1",
+            "exec.log-chunks.v1",
+            "exec.attempt-events.v1",
+            "exec.artifacts.v1",
+            "exec.results.v1",
+            "exec.dlq.v1",
+            "exec.work.verification.v1",
+            "exec.work.ansible.v1",
+        ] {
+            assert!(
+                names.iter().any(|name| name == expected),
+                "{expected} missing"
+            );
+        }
+    }
+}

@@ -1,0 +1,288 @@
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use tokio::sync::{mpsc, watch, Mutex};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, info_span, warn, Instrument};
+use uuid::Uuid;
+
+use super::attempt::{run_attempt, Reporter, Stop};
+use super::{Assignment, Executor, RunnerConfig};
+use crate::codec::{Codec, Family, PresenceRecord, PresenceStatus, WorkRecord, WorkType};
+use crate::contract::topics;
+use crate::contract::Label;
+use crate::kafka::{partition_count, work_partition, KafkaConfig, KafkaError};
+
+/// What the caller can see of a running instance.
+#[derive(Clone, Debug)]
+pub struct InstanceHandle {
+    pub instance_id: String,
+    pub partition: i32,
+}
+
+struct Running {
+    lease: watch::Sender<i64>,
+    stop: mpsc::UnboundedSender<Stop>,
+    epoch: u64,
+}
+
+/// Runs one runner instance until `shutdown`, then drains. `ready` receives
+/// the instance's identity once it reads its partition and has announced
+/// itself.
+pub async fn run_instance<E: Executor>(
+    kafka: KafkaConfig,
+    config: RunnerConfig,
+    executor: Arc<E>,
+    shutdown: CancellationToken,
+    ready: Option<tokio::sync::oneshot::Sender<InstanceHandle>>,
+) -> Result<(), KafkaError> {
+    let runner_type = executor.runner_type();
+    let instance_id = format!("{}-{}", runner_type.as_str(), Uuid::new_v4().simple());
+    let topic = kafka.topic(&topics::work(runner_type));
+    let consumer: StreamConsumer = kafka.assigned_consumer()?;
+    let partitions = partition_count(&consumer, &topic)?;
+    let partition = work_partition(&instance_id, partitions);
+    // Read from a known point BEFORE announcing presence.
+    let (_, high) = consumer.fetch_watermarks(&topic, partition, Duration::from_secs(10))?;
+    let mut assignment = TopicPartitionList::new();
+    assignment.add_partition_offset(&topic, partition, Offset::Offset(high))?;
+    consumer.assign(&assignment)?;
+    let producer: FutureProducer = kafka.producer()?;
+    let span = info_span!("runner", runner_instance = %instance_id);
+    info!(parent: &span, %topic, partition, offset = high, "reading work partition");
+
+    let in_flight = Arc::new(AtomicU32::new(0));
+    let started_at = chrono::Utc::now().timestamp_millis();
+    let presence = Presence {
+        kafka: kafka.clone(),
+        producer: producer.clone(),
+        instance_id: instance_id.clone(),
+        runner_type: runner_type.as_str().to_owned(),
+        capabilities: executor.capabilities(),
+        config: config.clone(),
+        partition,
+        started_at,
+        in_flight: in_flight.clone(),
+    };
+    presence.send(PresenceStatus::Ready).await;
+    if let Some(ready) = ready {
+        let _ = ready.send(InstanceHandle {
+            instance_id: instance_id.clone(),
+            partition,
+        });
+    }
+    let presence_stop = CancellationToken::new();
+    let presence_task = {
+        let presence = presence.clone();
+        let stop = presence_stop.clone();
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(presence.config.presence_interval);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = ticker.tick() => presence.send(PresenceStatus::Ready).await,
+                }
+            }
+        })
+    };
+
+    let reporter = Reporter::new(kafka.clone(), producer.clone(), instance_id.clone());
+    let running: Arc<Mutex<HashMap<Uuid, Running>>> = Arc::new(Mutex::new(HashMap::new()));
+    let mut tasks = tokio::task::JoinSet::new();
+    let codec = Codec::default();
+    let stop_all = CancellationToken::new();
+    loop {
+        let message = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            Some(done) = tasks.join_next(), if !tasks.is_empty() => {
+                if let Ok(attempt_id) = done {
+                    running.lock().await.remove(&attempt_id);
+                }
+                continue;
+            }
+            message = consumer.recv() => message,
+        };
+        let message = match message {
+            Ok(message) => message,
+            Err(error) => {
+                warn!(parent: &span, %error, "work partition read failed");
+                continue;
+            }
+        };
+        let Some(payload) = message.payload() else {
+            continue;
+        };
+        let record: WorkRecord = match codec.decode(Family::WorkItem, payload) {
+            Ok(record) => record,
+            Err(error) => {
+                warn!(parent: &span, %error, offset = message.offset(), "undecodable work record skipped");
+                continue;
+            }
+        };
+        // Records for other instances sharing the partition are not ours.
+        if record.runner_instance != instance_id {
+            continue;
+        }
+        let Ok(attempt_id) = Uuid::parse_str(&record.attempt_id) else {
+            continue;
+        };
+        let epoch = u64::try_from(record.lease_epoch).unwrap_or(0);
+        let mut table = running.lock().await;
+        match record.kind {
+            WorkType::WorkItem => {
+                if table.contains_key(&attempt_id) {
+                    continue; // a re-published work item
+                }
+                let Some(spec) = record.spec.as_ref().and_then(|spec| spec.to_spec().ok()) else {
+                    warn!(parent: &span, %attempt_id, "work item without a readable spec skipped");
+                    continue;
+                };
+                let (lease_tx, lease_rx) = watch::channel(record.expires_at.unwrap_or(0));
+                let (stop_tx, stop_rx) = mpsc::unbounded_channel();
+                table.insert(
+                    attempt_id,
+                    Running {
+                        lease: lease_tx,
+                        stop: stop_tx,
+                        epoch,
+                    },
+                );
+                let assignment = Assignment {
+                    attempt_id,
+                    job_id: record.job_id.clone(),
+                    attempt_no: u32::try_from(record.attempt_no).unwrap_or(0),
+                    lease_epoch: epoch,
+                    spec,
+                };
+                let executor = executor.clone();
+                let reporter = reporter.clone();
+                let in_flight = in_flight.clone();
+                let stop_all = stop_all.clone();
+                let stop_grace = config.stop_grace;
+                let attempt_span =
+                    info_span!(parent: &span, "attempt", %attempt_id, lease_epoch = epoch);
+                in_flight.fetch_add(1, Ordering::SeqCst);
+                tasks.spawn(
+                    async move {
+                        run_attempt(
+                            executor, reporter, assignment, lease_rx, stop_rx, stop_all, stop_grace,
+                        )
+                        .await;
+                        in_flight.fetch_sub(1, Ordering::SeqCst);
+                        attempt_id
+                    }
+                    .instrument(attempt_span),
+                );
+            }
+            WorkType::LeaseExtended => {
+                if let (Some(running), Some(expires_at)) =
+                    (table.get(&attempt_id), record.expires_at)
+                {
+                    if running.epoch == epoch {
+                        let _ = running.lease.send(expires_at);
+                    }
+                }
+            }
+            WorkType::Cancel => {
+                if let Some(running) = table.get(&attempt_id) {
+                    let _ = running
+                        .stop
+                        .send(Stop::Cancel(record.reason.clone().unwrap_or_default()));
+                }
+            }
+            WorkType::LeaseRevoked => {
+                if let Some(running) = table.get(&attempt_id) {
+                    let _ = running.stop.send(Stop::Revoked);
+                }
+            }
+        }
+    }
+
+    // Drain: stop taking work, let running attempts finish, then stop them.
+    info!(parent: &span, running = tasks.len(), "draining");
+    presence.send(PresenceStatus::Draining).await;
+    presence_stop.cancel();
+    let _ = presence_task.await;
+    let drained = tokio::time::timeout(config.drain_timeout, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        stop_all.cancel();
+        while tasks.join_next().await.is_some() {}
+    }
+    presence.send(PresenceStatus::Stopped).await;
+    producer_flush(&producer);
+    info!(parent: &span, "stopped");
+    Ok(())
+}
+
+fn producer_flush(producer: &FutureProducer) {
+    use rdkafka::producer::Producer;
+    let _ = producer.flush(Duration::from_secs(5));
+}
+
+#[derive(Clone)]
+struct Presence {
+    kafka: KafkaConfig,
+    producer: FutureProducer,
+    instance_id: String,
+    runner_type: String,
+    capabilities: Vec<String>,
+    config: RunnerConfig,
+    partition: i32,
+    started_at: i64,
+    in_flight: Arc<AtomicU32>,
+}
+
+impl Presence {
+    async fn send(&self, status: PresenceStatus) {
+        let record = PresenceRecord {
+            runner_instance: self.instance_id.clone(),
+            runner_type: self.runner_type.clone(),
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            pool: self
+                .config
+                .pool
+                .iter()
+                .map(|(key, value)| Label {
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+            capabilities: self.capabilities.clone(),
+            capacity: if status == PresenceStatus::Ready {
+                i32::try_from(self.config.capacity).unwrap_or(i32::MAX)
+            } else {
+                0
+            },
+            in_flight: i32::try_from(self.in_flight.load(Ordering::SeqCst)).unwrap_or(i32::MAX),
+            work_partition: self.partition,
+            status,
+            started_at: self.started_at,
+            sent_at: chrono::Utc::now().timestamp_millis(),
+        };
+        let Ok(payload) = Codec::default().encode(Family::Presence, &record) else {
+            return;
+        };
+        let topic = self.kafka.topic(topics::RUNNER_PRESENCE);
+        let id = Uuid::new_v4().to_string();
+        let record = FutureRecord::to(&topic)
+            .key(&self.instance_id)
+            .payload(&payload)
+            .headers(crate::kafka::cloudevent_headers(
+                &id,
+                "io.execplane.runner.presence",
+                "execplane/runner",
+                None,
+            ));
+        if let Err((error, _)) = self.producer.send(record, Duration::from_secs(5)).await {
+            warn!(runner_instance = %self.instance_id, %error, "presence not delivered");
+        }
+    }
+}

@@ -1,0 +1,5 @@
+//! The typed runners. Each has the same shape: `config` (what the operator
+//! sets), `service` (the executor: one operation in, a typed outcome out) and
+//! the operation-specific modules it needs.
+
+pub mod verification;

@@ -1,0 +1,268 @@
+//! One sample of each probe kind. A sample never panics and never waits past
+//! its timeout or a cancellation.
+
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::contract::inputs::{VerifyCustom, VerifyHttp, VerifyPostgres, VerifyTcp};
+
+/// One observation.
+#[derive(Clone, Debug, Serialize)]
+pub struct Sample {
+    pub n: u32,
+    pub at: String,
+    pub latency_ms: u64,
+    /// Something answered (false: refused, timed out, unresolvable).
+    pub reached: bool,
+    pub observed: serde_json::Value,
+    pub assertions: Vec<Assertion>,
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Assertion {
+    pub name: String,
+    pub expected: serde_json::Value,
+    pub actual: serde_json::Value,
+    pub passed: bool,
+}
+
+impl Sample {
+    fn new(n: u32) -> Self {
+        Self {
+            n,
+            at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            latency_ms: 0,
+            reached: false,
+            observed: serde_json::Value::Null,
+            assertions: Vec::new(),
+            error: None,
+        }
+    }
+
+    pub fn passed(&self) -> bool {
+        self.reached
+            && self.error.is_none()
+            && self.assertions.iter().all(|assertion| assertion.passed)
+    }
+}
+
+fn secret_free(value: &serde_json::Value) -> Option<&str> {
+    value.as_str()
+}
+
+pub async fn http(
+    client: &reqwest::Client,
+    inputs: &VerifyHttp,
+    timeout: Duration,
+    n: u32,
+) -> Sample {
+    let mut sample = Sample::new(n);
+    let method = match reqwest::Method::from_bytes(inputs.method.to_ascii_uppercase().as_bytes()) {
+        Ok(method) => method,
+        Err(_) => {
+            sample.error = Some(format!("`{}` is not an HTTP method", inputs.method));
+            return sample;
+        }
+    };
+    let mut request = client.request(method, &inputs.url).timeout(timeout);
+    for (name, value) in &inputs.headers {
+        match secret_free(value) {
+            Some(text) => request = request.header(name, text),
+            None => {
+                sample.error = Some(format!("header `{name}` is a secret reference; secret resolution is not available in this runner yet"));
+                return sample;
+            }
+        }
+    }
+    if let Some(body) = &inputs.body {
+        request = request.body(body.clone());
+    }
+    let started = Instant::now();
+    let response = request.send().await;
+    sample.latency_ms = started.elapsed().as_millis() as u64;
+    match response {
+        Err(error) => sample.error = Some(error.without_url().to_string()),
+        Ok(response) => {
+            sample.reached = true;
+            let status = response.status().as_u16();
+            let body = response.text().await.unwrap_or_default();
+            sample.observed = serde_json::json!({"status": status, "body_bytes": body.len()});
+            if let Some(expected) = inputs.expect.status {
+                sample.assertions.push(Assertion {
+                    name: "status".into(),
+                    expected: expected.into(),
+                    actual: status.into(),
+                    passed: status == expected,
+                });
+            } else {
+                sample.assertions.push(Assertion {
+                    name: "status_2xx".into(),
+                    expected: "2xx".into(),
+                    actual: status.into(),
+                    passed: (200..300).contains(&status),
+                });
+            }
+            if let Some(needle) = &inputs.expect.body_contains {
+                sample.assertions.push(Assertion {
+                    name: "body_contains".into(),
+                    expected: needle.clone().into(),
+                    actual: body.contains(needle.as_str()).into(),
+                    passed: body.contains(needle.as_str()),
+                });
+            }
+            if let Some(max) = inputs.expect.max_latency_ms {
+                sample.assertions.push(Assertion {
+                    name: "max_latency_ms".into(),
+                    expected: max.into(),
+                    actual: sample.latency_ms.into(),
+                    passed: sample.latency_ms <= max,
+                });
+            }
+        }
+    }
+    sample
+}
+
+pub async fn tcp(inputs: &VerifyTcp, timeout: Duration, n: u32) -> Sample {
+    let mut sample = Sample::new(n);
+    let started = Instant::now();
+    let result = tokio::time::timeout(
+        timeout,
+        TcpStream::connect((inputs.host.as_str(), inputs.port)),
+    )
+    .await;
+    sample.latency_ms = started.elapsed().as_millis() as u64;
+    match result {
+        Ok(Ok(stream)) => {
+            sample.reached = true;
+            sample.observed = serde_json::json!({"peer": stream.peer_addr().map(|addr| addr.to_string()).unwrap_or_default()});
+            sample.assertions.push(Assertion {
+                name: "connected".into(),
+                expected: true.into(),
+                actual: true.into(),
+                passed: true,
+            });
+        }
+        Ok(Err(error)) => {
+            sample.error = Some(format!("connect {}:{}: {error}", inputs.host, inputs.port))
+        }
+        Err(_) => {
+            sample.error = Some(format!(
+                "connect {}:{}: no answer within {} ms",
+                inputs.host,
+                inputs.port,
+                timeout.as_millis()
+            ))
+        }
+    }
+    sample
+}
+
+pub async fn postgres(inputs: &VerifyPostgres, timeout: Duration, n: u32) -> Sample {
+    use sqlx::Connection;
+    let mut sample = Sample::new(n);
+    let mut options = sqlx::postgres::PgConnectOptions::new()
+        .host(&inputs.host)
+        .port(inputs.port)
+        .database(&inputs.database)
+        .username(&inputs.user)
+        .application_name("execplane-verify");
+    if let Some(password) = &inputs.password {
+        match secret_free(password) {
+            Some(text) => options = options.password(text),
+            None => {
+                sample.error = Some("the password is a secret reference; secret resolution is not available in this runner yet".into());
+                return sample;
+            }
+        }
+    }
+    let started = Instant::now();
+    let result = tokio::time::timeout(timeout, async {
+        let mut connection = sqlx::PgConnection::connect_with(&options).await?;
+        let one: i32 = sqlx::query_scalar("SELECT 1")
+            .fetch_one(&mut connection)
+            .await?;
+        connection.close().await.ok();
+        Ok::<i32, sqlx::Error>(one)
+    })
+    .await;
+    sample.latency_ms = started.elapsed().as_millis() as u64;
+    match result {
+        Ok(Ok(one)) => {
+            sample.reached = true;
+            sample.observed = serde_json::json!({"select_1": one});
+            sample.assertions.push(Assertion {
+                name: "select_1".into(),
+                expected: 1.into(),
+                actual: one.into(),
+                passed: one == 1,
+            });
+        }
+        Ok(Err(sqlx::Error::Database(error))) => {
+            // The server answered and refused: reachable, not ready.
+            sample.reached = true;
+            sample.assertions.push(Assertion {
+                name: "select_1".into(),
+                expected: 1.into(),
+                actual: serde_json::Value::Null,
+                passed: false,
+            });
+            sample.error = Some(format!("postgres refused: {}", error.message()));
+        }
+        Ok(Err(error)) => {
+            sample.error = Some(format!("postgres {}:{}: {error}", inputs.host, inputs.port))
+        }
+        Err(_) => {
+            sample.error = Some(format!(
+                "postgres {}:{}: no answer within {} ms",
+                inputs.host,
+                inputs.port,
+                timeout.as_millis()
+            ))
+        }
+    }
+    sample
+}
+
+/// The built-in probes; the caller has checked the allowlist.
+pub async fn custom(inputs: &VerifyCustom, cancel: &CancellationToken, n: u32) -> Sample {
+    let mut sample = Sample::new(n);
+    let started = Instant::now();
+    match inputs.probe_id.as_str() {
+        "sleep" => {
+            let seconds = inputs
+                .args
+                .get("seconds")
+                .and_then(serde_json::Value::as_f64)
+                .unwrap_or(1.0)
+                .clamp(0.0, 86_400.0);
+            tokio::select! {
+                _ = cancel.cancelled() => sample.error = Some("stopped".into()),
+                _ = tokio::time::sleep(Duration::from_secs_f64(seconds)) => {
+                    sample.reached = true;
+                    sample.observed = serde_json::json!({"slept_seconds": seconds});
+                }
+            }
+        }
+        "hang" => {
+            cancel.cancelled().await;
+            sample.error = Some("stopped".into());
+        }
+        "fail" => {
+            sample.reached = true;
+            sample.assertions.push(Assertion {
+                name: "always".into(),
+                expected: true.into(),
+                actual: false.into(),
+                passed: false,
+            });
+        }
+        other => sample.error = Some(format!("probe `{other}` is not built in")),
+    }
+    sample.latency_ms = started.elapsed().as_millis() as u64;
+    sample
+}

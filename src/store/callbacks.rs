@@ -1,0 +1,145 @@
+//! The HTTP callback queue: rows written with the terminal event, claimed by
+//! the callback worker with `FOR UPDATE SKIP LOCKED`.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::rows::{enum_text, timestamp};
+use super::{Store, StoreError};
+use crate::attempt::Attempt;
+use crate::contract::AttemptEvent;
+
+#[derive(Debug, Serialize)]
+pub(crate) struct PendingCallback {
+    attempt_id: Uuid,
+    terminal_seq: i64,
+    url: String,
+    idempotency_key: String,
+    body: serde_json::Value,
+    traceparent: Option<String>,
+    next_attempt_at: DateTime<Utc>,
+}
+
+/// The callback a terminal event owes, if the JobSpec names a URL.
+pub(crate) fn pending_for(event: &AttemptEvent, attempt: &Attempt) -> Option<PendingCallback> {
+    let spec = attempt.spec.as_ref()?;
+    let url = spec.callback.as_ref()?.url.clone()?;
+    let idempotency_key = format!("{}:{}", event.attempt_id, event.seq);
+    let body = serde_json::json!({
+        "attempt_id": attempt.attempt_id,
+        "job_id": attempt.job_id,
+        "command_id": attempt.command_id,
+        "attempt_no": attempt.attempt_no,
+        "tenant": attempt.tenant,
+        "operation": attempt.operation,
+        "status": attempt.status.as_str(),
+        "category": attempt.failure_category.as_ref().map(enum_text),
+        "message": attempt.message,
+        "result": attempt.result_json.as_deref().and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok()),
+        "finished_at": attempt.finished_at.map(timestamp),
+        "terminal_seq": event.seq,
+        "idempotency_key": idempotency_key,
+        "retry_attempt_id": attempt.retry_attempt_id,
+    });
+    Some(PendingCallback {
+        attempt_id: event.attempt_id,
+        terminal_seq: i64::try_from(event.seq).unwrap_or(i64::MAX),
+        url,
+        idempotency_key,
+        body,
+        traceparent: spec.trace.as_ref().map(|trace| trace.traceparent.clone()),
+        next_attempt_at: timestamp(event.occurred_at),
+    })
+}
+
+/// A callback claimed for one delivery attempt.
+#[derive(Clone, Debug)]
+pub struct ClaimedCallback {
+    pub attempt_id: Uuid,
+    pub terminal_seq: i64,
+    pub url: String,
+    pub idempotency_key: String,
+    pub body: serde_json::Value,
+    pub traceparent: Option<String>,
+    /// Including this one.
+    pub attempts: i32,
+}
+
+impl Store {
+    /// Claims due callbacks: bumps their attempt count and pushes their next
+    /// attempt `lease` ahead, so a crashed worker's claim comes back.
+    pub async fn claim_callbacks(
+        &self,
+        limit: i64,
+        lease: std::time::Duration,
+    ) -> Result<Vec<ClaimedCallback>, StoreError> {
+        let rows = sqlx::query(
+            "UPDATE callbacks c SET attempts = c.attempts + 1, next_attempt_at = now() + make_interval(secs => $2)
+             FROM (SELECT attempt_id, terminal_seq FROM callbacks WHERE status = 'pending' AND next_attempt_at <= now()
+                   ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED) due
+             WHERE c.attempt_id = due.attempt_id AND c.terminal_seq = due.terminal_seq
+             RETURNING c.attempt_id, c.terminal_seq, c.url, c.idempotency_key, c.body, c.traceparent, c.attempts",
+        )
+        .bind(limit)
+        .bind(lease.as_secs_f64())
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| ClaimedCallback {
+                attempt_id: row.get(0),
+                terminal_seq: row.get(1),
+                url: row.get(2),
+                idempotency_key: row.get(3),
+                body: row.get(4),
+                traceparent: row.get(5),
+                attempts: row.get(6),
+            })
+            .collect())
+    }
+
+    /// Schedules the next delivery attempt after a failure.
+    pub async fn retry_callback(
+        &self,
+        attempt_id: Uuid,
+        terminal_seq: i64,
+        delay: std::time::Duration,
+        status: Option<u16>,
+        error: &str,
+    ) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE callbacks SET next_attempt_at = now() + make_interval(secs => $3), last_status = $4, last_error = $5
+             WHERE attempt_id = $1 AND terminal_seq = $2",
+        )
+        .bind(attempt_id)
+        .bind(terminal_seq)
+        .bind(delay.as_secs_f64())
+        .bind(status.map(i32::from))
+        .bind(error)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Marks a callback delivered or given up.
+    pub async fn finish_callback(
+        &self,
+        attempt_id: Uuid,
+        terminal_seq: i64,
+        delivered: bool,
+        status: Option<u16>,
+        error: Option<&str>,
+    ) -> Result<(), StoreError> {
+        sqlx::query("UPDATE callbacks SET status = $3, last_status = $4, last_error = $5 WHERE attempt_id = $1 AND terminal_seq = $2")
+            .bind(attempt_id)
+            .bind(terminal_seq)
+            .bind(if delivered { "delivered" } else { "failed" })
+            .bind(status.map(i32::from))
+            .bind(error)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+}

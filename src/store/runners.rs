@@ -1,0 +1,141 @@
+//! Runner presence (soft state, not event-sourced) and what placement reads.
+
+use std::collections::BTreeMap;
+
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::rows::timestamp;
+use super::{Store, StoreError};
+use crate::codec::{PresenceRecord, PresenceStatus};
+use crate::contract::UnixMillis;
+
+/// A queued attempt waiting for a runner.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueuedAttempt {
+    pub attempt_id: Uuid,
+    pub runner_type: String,
+    pub pool: BTreeMap<String, String>,
+    pub capabilities: Vec<String>,
+}
+
+/// A runner instance with a fresh presence and its active leases.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LiveInstance {
+    pub instance_id: String,
+    pub runner_type: String,
+    pub pool: BTreeMap<String, String>,
+    pub capabilities: Vec<String>,
+    pub capacity: i64,
+    pub in_flight: i64,
+}
+
+impl Store {
+    /// Upserts presence records; an older record never overwrites a newer one.
+    pub async fn upsert_presence(&self, records: &[PresenceRecord]) -> Result<(), StoreError> {
+        if records.is_empty() {
+            return Ok(());
+        }
+        let rows: Vec<serde_json::Value> = records
+            .iter()
+            .map(|record| {
+                let pool: BTreeMap<&str, &str> = record
+                    .pool
+                    .iter()
+                    .map(|label| (label.key.as_str(), label.value.as_str()))
+                    .collect();
+                serde_json::json!({
+                    "instance_id": record.runner_instance,
+                    "runner_type": record.runner_type,
+                    "version": record.version,
+                    "pool": pool,
+                    "capabilities": record.capabilities,
+                    "capacity": record.capacity,
+                    "in_flight": record.in_flight,
+                    "started_at": timestamp(record.started_at),
+                    "last_seen_at": timestamp(record.sent_at),
+                    "status": match record.status {
+                        PresenceStatus::Ready => "ready",
+                        PresenceStatus::Draining => "draining",
+                        PresenceStatus::Stopped => "stopped",
+                    },
+                    "work_partition": record.work_partition,
+                })
+            })
+            .collect();
+        sqlx::query(
+            "INSERT INTO runner_instances (instance_id, runner_type, version, pool, capabilities, capacity, in_flight, started_at, last_seen_at, status, work_partition)
+             SELECT instance_id, runner_type, version, pool, capabilities, capacity, in_flight, started_at, last_seen_at, status, work_partition
+             FROM jsonb_populate_recordset(NULL::runner_instances, $1::jsonb)
+             ON CONFLICT (instance_id) DO UPDATE SET
+                 version = EXCLUDED.version, pool = EXCLUDED.pool, capabilities = EXCLUDED.capabilities,
+                 capacity = EXCLUDED.capacity, in_flight = EXCLUDED.in_flight, last_seen_at = EXCLUDED.last_seen_at,
+                 status = EXCLUDED.status, work_partition = EXCLUDED.work_partition
+             WHERE runner_instances.last_seen_at <= EXCLUDED.last_seen_at",
+        )
+        .bind(serde_json::Value::Array(rows))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Queued attempts whose backoff has passed, oldest first.
+    pub async fn queued_attempts(
+        &self,
+        now: UnixMillis,
+        limit: i64,
+    ) -> Result<Vec<QueuedAttempt>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT a.attempt_id, a.runner_type, j.spec->'runner_requirements'
+             FROM attempts a JOIN jobs j ON j.job_id = a.job_id
+             WHERE a.status = 'queued' AND a.available_at <= $1
+             ORDER BY a.available_at, a.attempt_id LIMIT $2",
+        )
+        .bind(timestamp(now))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| {
+                let requirements: Option<serde_json::Value> = row.get(2);
+                let requirements: crate::contract::RunnerRequirements = requirements
+                    .and_then(|value| serde_json::from_value(value).ok())
+                    .unwrap_or_default();
+                QueuedAttempt {
+                    attempt_id: row.get(0),
+                    runner_type: row.get::<Option<String>, _>(1).unwrap_or_default(),
+                    pool: requirements.pool,
+                    capabilities: requirements.capabilities,
+                }
+            })
+            .collect())
+    }
+
+    /// Instances ready to take work whose presence is newer than `fresh_after`.
+    pub async fn live_instances(
+        &self,
+        fresh_after: UnixMillis,
+    ) -> Result<Vec<LiveInstance>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT r.instance_id, r.runner_type, r.pool, r.capabilities, r.capacity,
+                    (SELECT count(*) FROM leases l WHERE l.runner_instance = r.instance_id AND l.active)
+             FROM runner_instances r
+             WHERE r.last_seen_at >= $1 AND r.status = 'ready'",
+        )
+        .bind(timestamp(fresh_after))
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| LiveInstance {
+                instance_id: row.get(0),
+                runner_type: row.get(1),
+                pool: serde_json::from_value(row.get(2)).unwrap_or_default(),
+                capabilities: serde_json::from_value(row.get(3)).unwrap_or_default(),
+                capacity: i64::from(row.get::<i32, _>(4)),
+                in_flight: row.get(5),
+            })
+            .collect())
+    }
+}

@@ -1,0 +1,57 @@
+//! The timer sweeper's claim: due deadlines, their jobs locked with
+//! `FOR UPDATE ... SKIP LOCKED` (jobs first, the same lock order as every
+//! batch), decided in the same transaction. A timer that fires twice is
+//! decided once: the second firing finds it disarmed.
+
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::batch::{process_in, BatchOutcome, InputEnvelope};
+use super::rows::{millis, timestamp};
+use super::{Store, StoreError};
+use crate::contract::{Input, TimerKind, UnixMillis};
+
+impl Store {
+    /// Fires up to `limit` deadlines due at `now`. Jobs being written by
+    /// another transaction are skipped and picked up on the next sweep.
+    pub async fn sweep_timers(
+        &self,
+        now: UnixMillis,
+        limit: i64,
+    ) -> Result<BatchOutcome, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let rows = sqlx::query(
+            "SELECT d.attempt_id, d.kind, d.due_at FROM deadlines d
+             JOIN attempts a ON a.attempt_id = d.attempt_id
+             JOIN jobs j ON j.job_id = a.job_id
+             WHERE d.due_at <= $1
+             ORDER BY d.due_at LIMIT $2
+             FOR UPDATE OF j SKIP LOCKED",
+        )
+        .bind(timestamp(now))
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        if rows.is_empty() {
+            tx.rollback().await?;
+            return Ok(BatchOutcome::default());
+        }
+        let inputs: Vec<InputEnvelope> = rows
+            .into_iter()
+            .filter_map(|row| {
+                let attempt_id: Uuid = row.get(0);
+                let kind: String = row.get(1);
+                let due: chrono::DateTime<chrono::Utc> = row.get(2);
+                let timer = TimerKind::parse(&kind)?;
+                Some(InputEnvelope {
+                    input_id: format!("timer:{attempt_id}:{kind}:{}", millis(due)),
+                    source: "timers".into(),
+                    input: Input::TimerFired { attempt_id, timer },
+                })
+            })
+            .collect();
+        let outcome = process_in(&mut tx, &self.codec, &inputs, now).await?;
+        tx.commit().await?;
+        Ok(outcome)
+    }
+}
