@@ -434,3 +434,40 @@ async fn audit_replay_prints_the_timeline_and_json(pool: PgPool) {
     assert_eq!(events[1]["prev_hash"], events[0]["hash"]);
     let _ = database_url(&pool);
 }
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_callback_outcome_is_recorded_once_after_the_terminal_event(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    drive_mixed(&store, 1).await;
+    let attempt: Uuid = sqlx::query_scalar("SELECT attempt_id FROM attempts")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let outcome = Input::CallbackOutcome {
+        attempt_id: attempt,
+        url: "http://127.0.0.1:1/cb".into(),
+        delivered: true,
+        attempts: 3,
+        http_status: Some(200),
+        error: None,
+        idempotency_key: format!("{attempt}:7"),
+    };
+    let first = store
+        .process_batch(&[envelope("cb-1", outcome.clone())], BASE + 100_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        first.outcomes,
+        vec![InputOutcome::Applied { events: 1 }],
+        "{:?}",
+        first.outcomes
+    );
+    let again = store
+        .process_batch(&[envelope("cb-2", outcome)], BASE + 100_001)
+        .await
+        .unwrap();
+    assert_eq!(again.outcomes, vec![InputOutcome::Applied { events: 0 }]);
+    assert!(execplane(&pool, &["projection", "rebuild", "--verify"])
+        .status
+        .success());
+}

@@ -112,7 +112,10 @@ async fn handle(
             Decoded::Poison(reason) => dead_letter(kafka, producer, message, &reason).await,
         }
     }
-    store.upsert_presence(&presence).await?;
+    // Presence is soft state: a failed upsert only delays placement.
+    if let Err(error) = store.upsert_presence(&presence).await {
+        warn!(%error, records = presence.len(), "presence upsert failed");
+    }
     // Decide the batch; a failure is retried (nothing was committed) until
     // shutdown, never skipped.
     let mut failures = 0u32;

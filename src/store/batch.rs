@@ -107,9 +107,11 @@ fn attempt_key(input: &Input) -> Option<Uuid> {
     match input {
         Input::Grant { attempt_id, .. }
         | Input::TimerFired { attempt_id, .. }
-        | Input::Cancel { attempt_id, .. } => Some(*attempt_id),
+        | Input::Cancel { attempt_id, .. }
+        | Input::CallbackOutcome { attempt_id, .. } => Some(*attempt_id),
         Input::Report(report) => Some(report.attempt_id),
-        _ => None,
+        // Exhaustive on purpose: a new input must say how it is routed.
+        Input::Execute { .. } | Input::ExecuteInvalid { .. } => None,
     }
 }
 

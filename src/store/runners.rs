@@ -36,8 +36,18 @@ impl Store {
         if records.is_empty() {
             return Ok(());
         }
-        let rows: Vec<serde_json::Value> = records
-            .iter()
+        // One row per instance (the newest), or the upsert would touch a row twice.
+        let mut newest: BTreeMap<&str, &PresenceRecord> = BTreeMap::new();
+        for record in records {
+            let entry = newest
+                .entry(record.runner_instance.as_str())
+                .or_insert(record);
+            if record.sent_at > entry.sent_at {
+                *entry = record;
+            }
+        }
+        let rows: Vec<serde_json::Value> = newest
+            .into_values()
             .map(|record| {
                 let pool: BTreeMap<&str, &str> = record
                     .pool

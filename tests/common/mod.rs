@@ -330,3 +330,6 @@ pub async fn drive_mixed(store: &Store, jobs: usize) -> usize {
     }
     processed
 }
+
+pub mod http;
+pub mod pipeline;

@@ -1,0 +1,362 @@
+//! A real pipeline for one test: its own database (from `#[sqlx::test]`),
+//! its own topic prefix and consumer group on the local Tansu broker, and
+//! `execplane` role processes it can kill, stop and restart.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use execplane::codec::{
+    CancelAttemptRecord, Codec, CommandKind, CommandRecord, Family, JobSpecRecord,
+};
+use execplane::contract::{topics, validate_jobspec, JobSpec};
+use execplane::kafka::KafkaConfig;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::OwnedMessage;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use serde_json::{json, Value};
+use sqlx::{PgPool, Row};
+use uuid::Uuid;
+
+pub struct Pipeline {
+    pub url: String,
+    pub prefix: String,
+    pub brokers: String,
+    pub kafka: KafkaConfig,
+    pub dir: PathBuf,
+    pub pool: PgPool,
+    producer: FutureProducer,
+    children: Vec<(String, Option<Child>)>,
+}
+
+pub fn brokers() -> String {
+    std::env::var("EXECPLANE_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
+}
+
+/// A JobSpec for the tests: short timeouts, given operation and inputs.
+pub fn job(operation: &str, inputs: Value, extra: Value) -> JobSpec {
+    let mut spec = json!({
+        "command_id": Uuid::new_v4().to_string(),
+        "job_id": format!("test/{}", Uuid::new_v4().simple()),
+        "tenant": "team-a",
+        "requested_by": "pipeline-test",
+        "operation": operation,
+        "inputs": inputs,
+        "timeouts": {"schedule_to_start": "20s", "start_to_close": "30s", "heartbeat": "2s", "schedule_to_close": "60s"},
+        "retry": {"max_attempts": 2, "initial_backoff": "200ms", "max_backoff": "1s"}
+    });
+    if let (Some(target), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        for (key, value) in extra {
+            target.insert(key.clone(), value.clone());
+        }
+    }
+    validate_jobspec(&spec).expect("test jobspec is valid")
+}
+
+impl Pipeline {
+    pub async fn new(pool: &PgPool) -> Self {
+        Self::with_brokers(pool, brokers()).await
+    }
+
+    pub async fn with_brokers(pool: &PgPool, brokers: String) -> Self {
+        let prefix = format!("t{}.", &Uuid::new_v4().simple().to_string()[..12]);
+        let kafka = KafkaConfig {
+            brokers: brokers.clone(),
+            topic_prefix: prefix.clone(),
+            fetch_wait_ms: 5,
+        };
+        execplane::kafka::topology::apply(&kafka)
+            .await
+            .expect("topology applies");
+        let dir = std::env::temp_dir().join(format!("execplane-{}", prefix.trim_end_matches('.')));
+        std::fs::create_dir_all(&dir).unwrap();
+        Self {
+            url: super::database_url(pool),
+            producer: kafka.producer().unwrap(),
+            prefix,
+            brokers,
+            kafka,
+            dir,
+            pool: pool.clone(),
+            children: Vec::new(),
+        }
+    }
+
+    /// Starts `execplane ARGS` with this pipeline's environment; returns its index.
+    pub fn spawn(&mut self, args: &[&str], env: &[(&str, &str)]) -> usize {
+        let name = format!("{}-{}", args.join("-"), self.children.len());
+        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
+        let mut command = Command::new(env!("CARGO_BIN_EXE_execplane"));
+        command
+            .args(args)
+            .env("EXECPLANE_DATABASE_URL", &self.url)
+            .env("EXECPLANE_KAFKA_BROKERS", &self.brokers)
+            .env("EXECPLANE_TOPIC_PREFIX", &self.prefix)
+            .env(
+                "EXECPLANE_DISPATCHER_GROUP",
+                format!("{}dispatcher", self.prefix),
+            )
+            .env("EXECPLANE_PRESENCE_INTERVAL", "300ms")
+            .env("EXECPLANE_PRESENCE_TTL", "1500ms")
+            .env("EXECPLANE_SWEEP_INTERVAL", "50ms")
+            .env("EXECPLANE_CANCEL_GRACE", "3s")
+            .env("EXECPLANE_RUNNER_DRAIN_TIMEOUT", "5s")
+            .env("EXECPLANE_LOG", "info,execplane=debug,sqlx=warn")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log);
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let child = command.spawn().expect("execplane starts");
+        self.children.push((name, Some(child)));
+        self.children.len() - 1
+    }
+
+    pub fn pid(&self, index: usize) -> i32 {
+        self.children[index]
+            .1
+            .as_ref()
+            .map(|child| child.id() as i32)
+            .unwrap_or(0)
+    }
+
+    pub fn signal(&mut self, index: usize, signal: &str) {
+        let pid = self.pid(index);
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -{signal} {pid}");
+        if signal == "KILL" || signal == "9" {
+            if let Some(mut child) = self.children[index].1.take() {
+                let _ = child.wait();
+            }
+        }
+    }
+
+    /// The standard roles as separate processes: dispatcher, relay, `runners` verification runners.
+    pub fn start_roles(&mut self, runners: usize) -> (usize, usize, Vec<usize>) {
+        let dispatcher = self.spawn(&["dispatcher"], &[]);
+        let relay = self.spawn(&["relay"], &[]);
+        let runners = (0..runners)
+            .map(|_| self.spawn(&["runner", "verification"], &[]))
+            .collect();
+        (dispatcher, relay, runners)
+    }
+
+    pub async fn live_runners(&self) -> i64 {
+        sqlx::query_scalar("SELECT count(*) FROM runner_instances WHERE status = 'ready' AND last_seen_at > now() - interval '1 second'")
+            .fetch_one(&self.pool)
+            .await
+            .unwrap_or(0)
+    }
+
+    pub async fn wait_runners(&self, count: i64) {
+        self.wait(
+            "runners to announce themselves",
+            Duration::from_secs(60),
+            || async { self.live_runners().await >= count },
+        )
+        .await;
+    }
+
+    pub async fn wait<F, Fut>(&self, what: &str, timeout: Duration, mut condition: F)
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = bool>,
+    {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if condition().await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!(
+            "timed out after {timeout:?} waiting for {what}; logs in {}",
+            self.dir.display()
+        );
+    }
+
+    pub async fn submit(&self, spec: &JobSpec) {
+        let record = CommandRecord {
+            command_id: spec.command_id.to_string(),
+            kind: CommandKind::ExecuteJob,
+            issued_at: chrono::Utc::now().timestamp_millis(),
+            execute: Some(JobSpecRecord::from(spec)),
+            cancel: None,
+        };
+        let payload = Codec::default().encode(Family::Command, &record).unwrap();
+        self.produce(topics::COMMANDS, &spec.job_id, &payload).await;
+    }
+
+    pub async fn cancel(&self, attempt_id: Uuid, grace_ms: i64) {
+        let record = CommandRecord {
+            command_id: Uuid::new_v4().to_string(),
+            kind: CommandKind::CancelAttempt,
+            issued_at: chrono::Utc::now().timestamp_millis(),
+            execute: None,
+            cancel: Some(CancelAttemptRecord {
+                attempt_id: attempt_id.to_string(),
+                reason: "test".into(),
+                requested_by: "pipeline-test".into(),
+                grace_ms: Some(grace_ms),
+            }),
+        };
+        let payload = Codec::default().encode(Family::Command, &record).unwrap();
+        self.produce(topics::COMMANDS, "cancel", &payload).await;
+    }
+
+    pub async fn produce(&self, topic: &str, key: &str, payload: &[u8]) {
+        let topic = self.kafka.topic(topic);
+        self.producer
+            .send(
+                FutureRecord::to(&topic).key(key).payload(payload),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(error, _)| error)
+            .expect("produce");
+    }
+
+    /// The attempts of a job, oldest first: (attempt_id, status, category).
+    pub async fn attempts(&self, job_id: &str) -> Vec<(Uuid, String, Option<String>)> {
+        sqlx::query("SELECT attempt_id, status, failure_category FROM attempts WHERE job_id = $1 ORDER BY attempt_no")
+            .bind(job_id)
+            .fetch_all(&self.pool)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|row| (row.get(0), row.get(1), row.get(2)))
+            .collect()
+    }
+
+    /// Waits until the job's latest attempt is terminal and returns all attempts.
+    pub async fn wait_done(
+        &self,
+        job_id: &str,
+        timeout: Duration,
+    ) -> Vec<(Uuid, String, Option<String>)> {
+        let terminal = [
+            "succeeded",
+            "failed",
+            "timed_out",
+            "cancelled",
+            "rejected",
+            "outcome_unknown",
+        ];
+        self.wait(&format!("job {job_id} to end"), timeout, || async {
+            let attempts = self.attempts(job_id).await;
+            attempts.last().is_some_and(|(_, status, _)| terminal.contains(&status.as_str()))
+                && sqlx::query_scalar::<_, bool>("SELECT retry_attempt_id IS NULL FROM attempts WHERE job_id = $1 ORDER BY attempt_no DESC LIMIT 1")
+                    .bind(job_id)
+                    .fetch_one(&self.pool)
+                    .await
+                    .unwrap_or(false)
+        })
+        .await;
+        self.attempts(job_id).await
+    }
+
+    pub async fn wait_status(&self, job_id: &str, status: &str, timeout: Duration) -> Uuid {
+        self.wait(&format!("job {job_id} to be {status}"), timeout, || async {
+            self.attempts(job_id)
+                .await
+                .last()
+                .is_some_and(|(_, current, _)| current == status)
+        })
+        .await;
+        self.attempts(job_id).await.last().unwrap().0
+    }
+
+    /// Every record of a topic from the beginning, until it has been quiet
+    /// for two seconds.
+    pub async fn consume_all(&self, topic: &str) -> Vec<OwnedMessage> {
+        let topic = self.kafka.topic(topic);
+        let consumer: StreamConsumer = self.kafka.assigned_consumer().unwrap();
+        let partitions = execplane::kafka::partition_count(&consumer, &topic).unwrap();
+        let mut list = TopicPartitionList::new();
+        for partition in 0..partitions {
+            list.add_partition_offset(&topic, partition, Offset::Beginning)
+                .unwrap();
+        }
+        consumer.assign(&list).unwrap();
+        let mut messages = Vec::new();
+        while let Ok(Ok(message)) =
+            tokio::time::timeout(Duration::from_secs(2), consumer.recv()).await
+        {
+            messages.push(message.detach());
+        }
+        messages
+    }
+
+    /// Events of the published log decoded, grouped by attempt in offset order.
+    pub async fn published_events(&self) -> BTreeMap<Uuid, Vec<execplane::contract::AttemptEvent>> {
+        let mut by_attempt: BTreeMap<Uuid, Vec<execplane::contract::AttemptEvent>> =
+            BTreeMap::new();
+        for message in self.consume_all(topics::ATTEMPT_EVENTS).await {
+            let record: execplane::codec::AttemptEventRecord = Codec::default()
+                .decode(Family::AttemptEvent, message.payload().unwrap())
+                .unwrap();
+            let event = execplane::contract::AttemptEvent::try_from(record).unwrap();
+            by_attempt.entry(event.attempt_id).or_default().push(event);
+        }
+        by_attempt
+    }
+
+    /// The log in Postgres, decoded, grouped by attempt in seq order.
+    pub async fn stored_events(&self) -> BTreeMap<Uuid, Vec<execplane::contract::AttemptEvent>> {
+        let store = execplane::store::Store::from_pool(self.pool.clone());
+        let ids: Vec<Uuid> = sqlx::query_scalar("SELECT DISTINCT attempt_id FROM attempt_events")
+            .fetch_all(&self.pool)
+            .await
+            .unwrap();
+        let mut by_attempt = BTreeMap::new();
+        for id in ids {
+            let events = store
+                .history(id)
+                .await
+                .unwrap()
+                .iter()
+                .map(|stored| stored.decode().unwrap())
+                .collect();
+            by_attempt.insert(id, events);
+        }
+        by_attempt
+    }
+
+    pub async fn events_of(&self, attempt_id: Uuid) -> Vec<String> {
+        sqlx::query_scalar("SELECT kind FROM attempt_events WHERE attempt_id = $1 ORDER BY seq")
+            .bind(attempt_id)
+            .fetch_all(&self.pool)
+            .await
+            .unwrap()
+    }
+
+    pub fn logs(&self) -> String {
+        let mut all = String::new();
+        for (name, _) in &self.children {
+            let text =
+                std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
+            all.push_str(&format!("===== {name}\n{text}\n"));
+        }
+        all
+    }
+}
+
+impl Drop for Pipeline {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.children {
+            if let Some(child) = child.as_mut() {
+                let _ = Command::new("kill")
+                    .args(["-CONT", &child.id().to_string()])
+                    .status();
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
