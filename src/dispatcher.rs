@@ -71,12 +71,18 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), DispatcherError> {
     let placed = std::sync::Arc::new(tokio::sync::Notify::new());
+    // When intake last had decided every report on its partitions: timers
+    // fire only for deadlines before that, so a lagging or rebalancing
+    // intake never makes the sweeper expire a lease whose heartbeats are
+    // still waiting in Kafka.
+    let caught_up = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
     let intake = tokio::spawn(intake::run(
         store.clone(),
         kafka.clone(),
         producer.clone(),
         config.clone(),
         placed.clone(),
+        caught_up.clone(),
         shutdown.clone(),
     ));
     let placement = tokio::spawn(placement::run(
@@ -88,6 +94,7 @@ pub async fn run(
     let sweeper = tokio::spawn(sweep(
         store.clone(),
         config.sweep_interval,
+        caught_up.clone(),
         shutdown.clone(),
     ));
     let callbacks = tokio::spawn(callbacks::run(
@@ -95,10 +102,16 @@ pub async fn run(
         config.callbacks.clone(),
         shutdown.clone(),
     ));
+    let presence = tokio::spawn(intake::presence(
+        store.clone(),
+        kafka.clone(),
+        shutdown.clone(),
+    ));
     info!("dispatcher running");
     let mut first_error = None;
     for (name, task) in [
         ("intake", intake),
+        ("presence", presence),
         ("placement", placement),
         ("sweeper", sweeper),
         ("callbacks", callbacks),
@@ -126,12 +139,17 @@ pub async fn run(
 async fn sweep(
     store: Store,
     interval: Duration,
+    caught_up: std::sync::Arc<std::sync::atomic::AtomicI64>,
     shutdown: CancellationToken,
 ) -> Result<(), DispatcherError> {
     let mut failures = 0u32;
     while !shutdown.is_cancelled() {
         let now = chrono::Utc::now().timestamp_millis();
-        match store.sweep_timers(now, 500).await {
+        // Reports sent before a deadline may need this long to land in Kafka.
+        const IN_FLIGHT_SLACK_MS: i64 = 500;
+        let decided_until =
+            caught_up.load(std::sync::atomic::Ordering::SeqCst) - IN_FLIGHT_SLACK_MS;
+        match store.sweep_timers(now, now.min(decided_until), 500).await {
             Ok(outcome) if outcome.outcomes.len() == 500 => continue,
             Ok(_) => failures = 0,
             Err(error) => {

@@ -215,3 +215,350 @@ async fn the_same_command_three_times_across_a_dispatcher_restart_is_one_job(poo
         1
     );
 }
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_killed_runner_loses_its_lease_and_a_read_only_job_succeeds_on_another(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    let (_, _, runners) = pipeline.start_roles(1);
+    pipeline.wait_runners(1).await;
+    // Long enough to be killed mid-attempt; the retry's sleep is short.
+    let spec = job(
+        "verify.custom.probe",
+        json!({"probe_id": "sleep", "args": {"seconds": 4}}),
+        json!({"retry": {"max_attempts": 2, "initial_backoff": "100ms", "max_backoff": "100ms"}}),
+    );
+    pipeline.submit(&spec).await;
+    let first = pipeline.wait_status(&spec.job_id, "running", WAIT).await;
+    pipeline.signal(runners[0], "KILL");
+    pipeline.spawn(&["runner", "verification"], &[]);
+    let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert_eq!(
+        (attempts[0].1.as_str(), attempts[0].2.as_deref()),
+        ("failed", Some("lease_lost"))
+    );
+    assert_eq!(attempts[1].1, "succeeded");
+    assert_eq!(attempts[0].0, first);
+    let holders: Vec<String> = sqlx::query_scalar("SELECT runner_instance FROM leases l JOIN attempts a USING (attempt_id) WHERE a.job_id = $1 ORDER BY epoch")
+        .bind(&spec.job_id)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert_ne!(holders[0], holders[1], "the retry ran on another instance");
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_stopped_runner_fences_itself_when_it_runs_again_and_its_late_report_is_fenced(
+    pool: PgPool,
+) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    let (_, _, runners) = pipeline.start_roles(1);
+    pipeline.wait_runners(1).await;
+    let spec = job(
+        "verify.custom.probe",
+        json!({"probe_id": "sleep", "args": {"seconds": 30}}),
+        json!({"retry": {"max_attempts": 1}}),
+    );
+    pipeline.submit(&spec).await;
+    let attempt = pipeline.wait_status(&spec.job_id, "running", WAIT).await;
+    pipeline.signal(runners[0], "STOP");
+    // Longer than the 2 s lease TTL: the sweeper takes the lease back.
+    let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
+    assert_eq!(
+        (attempts[0].1.as_str(), attempts[0].2.as_deref()),
+        ("failed", Some("lease_lost"))
+    );
+    pipeline.signal(runners[0], "CONT");
+    // On waking, the runner fences itself at once and reports; the report is fenced.
+    pipeline
+        .wait("the late report to be fenced", WAIT, || async {
+            pipeline
+                .events_of(attempt)
+                .await
+                .contains(&"report_fenced".to_owned())
+        })
+        .await;
+    let log = std::fs::read_to_string(pipeline.dir.join("runner-verification-2.log")).unwrap();
+    assert!(
+        log.contains("fencing myself") || log.contains("lease revoked"),
+        "{log}"
+    );
+    // Nothing but bookkeeping after the terminal event.
+    let kinds = pipeline.events_of(attempt).await;
+    let terminal = kinds.iter().position(|kind| kind == "finished").unwrap();
+    assert!(
+        kinds[terminal + 1..]
+            .iter()
+            .all(|kind| kind == "report_fenced"),
+        "{kinds:?}"
+    );
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn cancelling_a_running_probe_stops_it_and_a_queued_attempt_is_cancelled_at_once(
+    pool: PgPool,
+) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    pipeline.start_roles(1);
+    pipeline.wait_runners(1).await;
+    let long = job(
+        "verify.custom.probe",
+        json!({"probe_id": "hang"}),
+        json!({}),
+    );
+    pipeline.submit(&long).await;
+    let attempt = pipeline.wait_status(&long.job_id, "running", WAIT).await;
+    let asked = std::time::Instant::now();
+    pipeline.cancel(attempt, 3_000).await;
+    let attempts = pipeline.wait_done(&long.job_id, WAIT).await;
+    assert_eq!(attempts[0].1, "cancelled");
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "confirmed within the grace period"
+    );
+    let kinds = pipeline.events_of(attempt).await;
+    assert!(kinds.contains(&"cancel_requested".to_owned()), "{kinds:?}");
+
+    // No runner of the type matches this pool: the attempt stays queued.
+    let queued = job(
+        "verify.tcp.connect",
+        json!({"host": "127.0.0.1", "port": 5432}),
+        json!({"runner_requirements": {"pool": {"zone": "nowhere"}}}),
+    );
+    pipeline.submit(&queued).await;
+    let attempt = pipeline.wait_status(&queued.job_id, "queued", WAIT).await;
+    pipeline.cancel(attempt, 3_000).await;
+    assert_eq!(
+        pipeline.wait_done(&queued.job_id, WAIT).await[0].1,
+        "cancelled"
+    );
+    assert_eq!(
+        pipeline.events_of(attempt).await,
+        vec!["created", "finished"]
+    );
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn timeouts_fire_schedule_to_start_start_to_close_and_heartbeat(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    let (_, _, runners) = pipeline.start_roles(1);
+    pipeline.wait_runners(1).await;
+    // No runner of this type is alive.
+    let nobody = job(
+        "ssh.command.run",
+        json!({"template_id": "uptime"}),
+        json!({"timeouts": {"schedule_to_start": "2s", "start_to_close": "30s", "heartbeat": "2s", "schedule_to_close": "60s"}}),
+    );
+    // A hung probe.
+    let hung = job(
+        "verify.custom.probe",
+        json!({"probe_id": "hang"}),
+        json!({"timeouts": {"schedule_to_start": "20s", "start_to_close": "3s", "heartbeat": "2s", "schedule_to_close": "60s"}}),
+    );
+    pipeline.submit(&nobody).await;
+    pipeline.submit(&hung).await;
+    let nobody_attempts = pipeline.wait_done(&nobody.job_id, WAIT).await;
+    assert_eq!(
+        (
+            nobody_attempts[0].1.as_str(),
+            nobody_attempts[0].2.as_deref()
+        ),
+        ("timed_out", Some("timeout"))
+    );
+    let timer: String = sqlx::query_scalar("SELECT timer_fired FROM attempts WHERE job_id = $1")
+        .bind(&nobody.job_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(timer, "schedule_to_start");
+    let hung_attempts = pipeline.wait_done(&hung.job_id, WAIT).await;
+    assert_eq!(hung_attempts[0].1, "timed_out");
+    let timer: String = sqlx::query_scalar("SELECT timer_fired FROM attempts WHERE job_id = $1")
+        .bind(&hung.job_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(timer, "start_to_close");
+
+    // A runner that stops heartbeating: the heartbeat timer takes the lease.
+    let silent = job(
+        "verify.custom.probe",
+        json!({"probe_id": "hang"}),
+        json!({"retry": {"max_attempts": 1}}),
+    );
+    pipeline.submit(&silent).await;
+    pipeline.wait_status(&silent.job_id, "running", WAIT).await;
+    pipeline.signal(runners[0], "STOP");
+    let silent_attempts = pipeline.wait_done(&silent.job_id, WAIT).await;
+    pipeline.signal(runners[0], "CONT");
+    assert_eq!(
+        (
+            silent_attempts[0].1.as_str(),
+            silent_attempts[0].2.as_deref()
+        ),
+        ("failed", Some("lease_lost"))
+    );
+    let timer: String = sqlx::query_scalar("SELECT timer_fired FROM attempts WHERE job_id = $1")
+        .bind(&silent.job_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(timer, "heartbeat");
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn poison_records_end_in_the_dlq_or_as_rejected_attempts_and_intake_keeps_going(
+    pool: PgPool,
+) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    pipeline.start_roles(1);
+    pipeline.wait_runners(1).await;
+    pipeline
+        .produce(topics::COMMANDS, "garbage", b"\x00\x01not avro at all")
+        .await;
+    let mut unknown = vec![0xC3, 0x01];
+    unknown.extend_from_slice(&0xdead_beef_u64.to_le_bytes());
+    unknown.extend_from_slice(b"payload");
+    pipeline
+        .produce(topics::COMMANDS, "unknown-schema", &unknown)
+        .await;
+    pipeline
+        .produce(topics::RUNNER_EVENTS, "garbage", b"{\"json\": true}")
+        .await;
+    // Valid Avro carrying an invalid JobSpec: a rejected attempt with the reason.
+    let mut invalid = job(
+        "verify.tcp.connect",
+        json!({"host": "127.0.0.1", "port": 5432}),
+        json!({}),
+    );
+    invalid.inputs = json!({"host": "127.0.0.1"});
+    invalid.timeouts.heartbeat = execplane::contract::DurationMs(100);
+    pipeline.submit(&invalid).await;
+    // And the consumer keeps going.
+    let good = job(
+        "verify.tcp.connect",
+        json!({"host": "127.0.0.1", "port": 5432}),
+        json!({}),
+    );
+    pipeline.submit(&good).await;
+    assert_eq!(
+        pipeline.wait_done(&good.job_id, WAIT).await[0].1,
+        "succeeded"
+    );
+    let rejected = pipeline.wait_done(&invalid.job_id, WAIT).await;
+    assert_eq!(
+        (rejected[0].1.as_str(), rejected[0].2.as_deref()),
+        ("rejected", Some("contract"))
+    );
+    let message: String = sqlx::query_scalar("SELECT message FROM attempts WHERE job_id = $1")
+        .bind(&invalid.job_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(
+        message.contains("inputs.port") && message.contains("timeouts.heartbeat"),
+        "{message}"
+    );
+    let dead: Vec<String> = pipeline
+        .consume_all(topics::DLQ)
+        .await
+        .iter()
+        .map(|message| {
+            use rdkafka::message::Headers;
+            let headers = message.headers().unwrap();
+            headers
+                .iter()
+                .find(|header| header.key == "execplane_dlq_reason")
+                .map(|header| String::from_utf8_lossy(header.value.unwrap()).into_owned())
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(dead.len(), 3, "{dead:?}");
+    assert!(
+        dead.iter().any(|reason| reason.contains("unknown framing")),
+        "{dead:?}"
+    );
+    assert!(
+        dead.iter()
+            .any(|reason| reason.contains("unknown schema fingerprint")),
+        "{dead:?}"
+    );
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_dispatcher_killed_mid_batch_loses_nothing_and_the_published_log_folds_to_the_database(
+    pool: PgPool,
+) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    let (dispatcher, _, _) = pipeline.start_roles(2);
+    pipeline.wait_runners(2).await;
+    let specs: Vec<_> = (0..150)
+        .map(|_| {
+            job(
+                "verify.tcp.connect",
+                json!({"host": "127.0.0.1", "port": 5432}),
+                json!({}),
+            )
+        })
+        .collect();
+    for spec in &specs[..75] {
+        pipeline.submit(spec).await;
+    }
+    // Kill it while it is taking in batches.
+    pipeline
+        .wait("some attempts to exist", WAIT, || async {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM attempts")
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+                > 5
+        })
+        .await;
+    pipeline.signal(dispatcher, "KILL");
+    for spec in &specs[75..] {
+        pipeline.submit(spec).await;
+    }
+    pipeline.spawn(&["dispatcher"], &[]);
+    for spec in &specs {
+        let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
+        assert_eq!(attempts.last().unwrap().1, "succeeded", "{}", spec.job_id);
+    }
+    assert_eq!(
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM jobs")
+            .fetch_one(&pool)
+            .await
+            .unwrap(),
+        150
+    );
+    let double: i64 = sqlx::query_scalar("SELECT count(*) FROM (SELECT attempt_id FROM attempt_events WHERE terminal GROUP BY attempt_id HAVING count(*) > 1) d").fetch_one(&pool).await.unwrap();
+    assert_eq!(double, 0);
+    let rebuild = common::execplane(&pool, &["projection", "rebuild", "--verify"]);
+    assert!(
+        rebuild.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rebuild.stderr)
+    );
+    pipeline
+        .wait("the relay to drain the outbox", WAIT, || async {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox")
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+                == 0
+        })
+        .await;
+    // Fold exec.attempt-events.v1 from the beginning: equal to the Postgres log
+    // (a re-published record is recognised by its event id).
+    let mut published = pipeline.published_events().await;
+    for events in published.values_mut() {
+        let mut seen = std::collections::HashSet::new();
+        events.retain(|event| seen.insert(event.event_id));
+    }
+    let stored = pipeline.stored_events().await;
+    assert_eq!(published.len(), stored.len());
+    assert_eq!(published, stored);
+    for events in published.values() {
+        let folded = execplane::attempt::rebuild(events).unwrap().unwrap();
+        assert_eq!(folded.status.as_str(), "succeeded");
+    }
+}

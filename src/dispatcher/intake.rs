@@ -4,6 +4,7 @@
 //! are committed, so nothing is lost and no partition stalls.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,7 +27,6 @@ use crate::store::{InputEnvelope, InputOutcome, Store};
 /// What one record means.
 enum Decoded {
     Input(InputEnvelope),
-    Presence(PresenceRecord),
     Poison(String),
 }
 
@@ -36,13 +36,15 @@ pub(super) async fn run(
     producer: FutureProducer,
     config: DispatcherConfig,
     placed: Arc<Notify>,
+    caught_up: Arc<AtomicI64>,
     shutdown: CancellationToken,
 ) -> Result<(), DispatcherError> {
     let consumer: StreamConsumer = kafka.group_consumer(&config.group)?;
+    // Presence is read apart from the group (see `presence`), so a
+    // rebalance never blinds placement.
     let subscribed = [
         kafka.topic(topics::COMMANDS),
         kafka.topic(topics::RUNNER_EVENTS),
-        kafka.topic(topics::RUNNER_PRESENCE),
     ];
     let names: Vec<&str> = subscribed.iter().map(String::as_str).collect();
     consumer
@@ -50,26 +52,120 @@ pub(super) async fn run(
         .map_err(crate::kafka::KafkaError::from)?;
     let codec = Codec::default();
     info!(topics = ?names, group = %config.group, "intake subscribed");
+    let mut last_lag_check = 0i64;
+    while !shutdown.is_cancelled() {
+        let polled_at = chrono::Utc::now().timestamp_millis();
+        let batch = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            batch = collect(&consumer, config.max_batch, config.batch_window) => batch,
+        };
+        if !batch.is_empty() {
+            handle(
+                &store, &kafka, &producer, &consumer, &codec, &config, &batch,
+            )
+            .await?;
+            placed.notify_one();
+        }
+        // Under steady traffic polls are never empty: ask the broker for the
+        // watermarks now and then instead.
+        let check_lag = batch.is_empty() || polled_at - last_lag_check >= 250;
+        if check_lag {
+            last_lag_check = polled_at;
+            if tokio::task::block_in_place(|| is_caught_up(&consumer, batch.is_empty())) {
+                caught_up.fetch_max(polled_at, Ordering::SeqCst);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether everything on the assigned partitions up to the poll that just
+/// ended has been decided: an assignment exists and either the poll came
+/// back empty or every position has reached the (cached) high watermark.
+fn is_caught_up(consumer: &StreamConsumer, empty_poll: bool) -> bool {
+    let Ok(assignment) = consumer.assignment() else {
+        return false;
+    };
+    if assignment.count() == 0 {
+        return false;
+    }
+    if empty_poll {
+        return true;
+    }
+    let Ok(positions) = consumer.position() else {
+        return false;
+    };
+    positions.elements().iter().all(|element| {
+        let Ok((_, high)) =
+            consumer.fetch_watermarks(element.topic(), element.partition(), Duration::from_secs(1))
+        else {
+            return false;
+        };
+        match element.offset() {
+            Offset::Offset(position) => position >= high,
+            _ => false,
+        }
+    })
+}
+
+/// Keeps `runner_instances` fresh from the presence topic. Every dispatcher
+/// reads every partition by manual assignment from the end: presence is
+/// soft state, repeated every interval, so no offsets are needed.
+pub(super) async fn presence(
+    store: Store,
+    kafka: KafkaConfig,
+    shutdown: CancellationToken,
+) -> Result<(), DispatcherError> {
+    let topic = kafka.topic(topics::RUNNER_PRESENCE);
+    let consumer: StreamConsumer = kafka.assigned_consumer()?;
+    let partitions = crate::kafka::partition_count(&consumer, &topic)?;
+    let mut assignment = TopicPartitionList::new();
+    for partition in 0..partitions {
+        let (_, high) = consumer
+            .fetch_watermarks(&topic, partition, Duration::from_secs(10))
+            .map_err(crate::kafka::KafkaError::from)?;
+        assignment
+            .add_partition_offset(&topic, partition, Offset::Offset(high))
+            .map_err(crate::kafka::KafkaError::from)?;
+    }
+    consumer
+        .assign(&assignment)
+        .map_err(crate::kafka::KafkaError::from)?;
+    let codec = Codec::default();
     while !shutdown.is_cancelled() {
         let batch = tokio::select! {
             _ = shutdown.cancelled() => break,
-            batch = collect(&consumer, &config) => batch,
+            batch = collect(&consumer, 500, Duration::from_millis(5)) => batch,
         };
-        if batch.is_empty() {
-            continue;
+        let records: Vec<PresenceRecord> = batch
+            .iter()
+            .filter_map(|message| {
+                let decoded = message.payload().map(|payload| codec.decode::<PresenceRecord>(Family::Presence, payload));
+                match decoded {
+                    Some(Ok(record)) => Some(record),
+                    Some(Err(error)) => {
+                        warn!(%error, offset = message.offset(), "undecodable presence record skipped");
+                        None
+                    }
+                    None => None,
+                }
+            })
+            .collect();
+        // Presence is soft state: a failed upsert only delays placement.
+        if let Err(error) = store.upsert_presence(&records).await {
+            warn!(%error, records = records.len(), "presence upsert failed");
         }
-        handle(
-            &store, &kafka, &producer, &consumer, &codec, &config, &batch,
-        )
-        .await?;
-        placed.notify_one();
     }
     Ok(())
 }
 
 /// Waits for a first record (up to 100 ms), then takes what arrives within
 /// the batch window, up to the batch size.
-async fn collect(consumer: &StreamConsumer, config: &DispatcherConfig) -> Vec<OwnedMessage> {
+async fn collect(
+    consumer: &StreamConsumer,
+    max_batch: usize,
+    window: Duration,
+) -> Vec<OwnedMessage> {
     let mut batch = Vec::new();
     match tokio::time::timeout(Duration::from_millis(100), consumer.recv()).await {
         Ok(Ok(message)) => batch.push(message.detach()),
@@ -79,8 +175,8 @@ async fn collect(consumer: &StreamConsumer, config: &DispatcherConfig) -> Vec<Ow
         }
         Err(_) => return batch,
     }
-    let deadline = tokio::time::Instant::now() + config.batch_window;
-    while batch.len() < config.max_batch {
+    let deadline = tokio::time::Instant::now() + window;
+    while batch.len() < max_batch {
         match tokio::time::timeout_at(deadline, consumer.recv()).await {
             Ok(Ok(message)) => batch.push(message.detach()),
             _ => break,
@@ -101,20 +197,14 @@ async fn handle(
     let started = Instant::now();
     let mut inputs = Vec::new();
     let mut origins = Vec::new();
-    let mut presence = Vec::new();
     for message in batch {
         match decode(kafka, codec, config, message) {
             Decoded::Input(envelope) => {
                 inputs.push(envelope);
                 origins.push(message);
             }
-            Decoded::Presence(record) => presence.push(record),
             Decoded::Poison(reason) => dead_letter(kafka, producer, message, &reason).await,
         }
-    }
-    // Presence is soft state: a failed upsert only delays placement.
-    if let Err(error) = store.upsert_presence(&presence).await {
-        warn!(%error, records = presence.len(), "presence upsert failed");
     }
     // Decide the batch; a failure is retried (nothing was committed) until
     // shutdown, never skipped.
@@ -206,11 +296,6 @@ fn decode(
                 Err(error) => Decoded::Poison(format!("invalid runner event: {error}")),
             },
             Err(error) => Decoded::Poison(format!("not a runner event record: {error}")),
-        }
-    } else if topic == kafka.topic(topics::RUNNER_PRESENCE) {
-        match codec.decode::<PresenceRecord>(Family::Presence, payload) {
-            Ok(record) => Decoded::Presence(record),
-            Err(error) => Decoded::Poison(format!("not a presence record: {error}")),
         }
     } else {
         Decoded::Poison(format!("unexpected topic {topic}"))

@@ -12,11 +12,14 @@ use super::{Store, StoreError};
 use crate::contract::{Input, TimerKind, UnixMillis};
 
 impl Store {
-    /// Fires up to `limit` deadlines due at `now`. Jobs being written by
-    /// another transaction are skipped and picked up on the next sweep.
+    /// Fires up to `limit` deadlines due at or before `due_before` (at most
+    /// `now`; the dispatcher passes the instant up to which every runner
+    /// report has been decided). Jobs being written by another transaction
+    /// are skipped and picked up on the next sweep.
     pub async fn sweep_timers(
         &self,
         now: UnixMillis,
+        due_before: UnixMillis,
         limit: i64,
     ) -> Result<BatchOutcome, StoreError> {
         let mut tx = self.pool.begin().await?;
@@ -28,7 +31,7 @@ impl Store {
              ORDER BY d.due_at LIMIT $2
              FOR UPDATE OF j SKIP LOCKED",
         )
-        .bind(timestamp(now))
+        .bind(timestamp(due_before.min(now)))
         .bind(limit)
         .fetch_all(&mut *tx)
         .await?;
