@@ -1,3 +1,4 @@
 //! `execplane bench`: figures, never assertions.
 
+pub mod pipeline;
 pub mod store;

@@ -149,6 +149,9 @@ pub enum BenchCommand {
     /// Batched appends through the store: create, lease, start and finish
     /// N attempts, in an isolated schema that is dropped afterwards.
     Store(StoreBenchArgs),
+    /// N jobs at a target rate through the real pipeline (all roles in this
+    /// process, a loopback TCP probe), then the bare pipeline for comparison.
+    Pipeline(crate::bench::pipeline::PipelineBenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -191,6 +194,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             projection::rebuild(&connect(&config).await?, verify, keep).await
         }
         Command::Bench(BenchCommand::Store(args)) => crate::bench::store::run(&config, &args).await,
+        Command::Bench(BenchCommand::Pipeline(args)) => {
+            crate::bench::pipeline::run(&config, &args).await
+        }
         Command::Serve => {
             roles::run(
                 &config,

@@ -1,0 +1,495 @@
+//! `execplane bench pipeline`: N jobs at a target rate through the real
+//! pipeline (Kafka commands → dispatcher → Postgres → relay → runner →
+//! reports → terminal), with a loopback TCP probe, all roles in this process,
+//! in a schema and topic prefix of its own. Then the bare pipeline on the
+//! same stack: the same number of Kafka records produced and consumed and
+//! the same number of Postgres rows inserted in batches, with no execplane
+//! logic; the ratio of the two is the cost of the guarantees.
+
+use std::collections::HashMap;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::codec::{AttemptEventRecord, Codec, CommandKind, CommandRecord, Family, JobSpecRecord};
+use crate::config::Config;
+use crate::contract::{topics, validate_jobspec, AttemptEvent, EventBody};
+use crate::kafka::{partition_count, KafkaConfig};
+use crate::runners::verification::VerificationRunner;
+use crate::store::Store;
+
+#[derive(Debug, clap::Args)]
+pub struct PipelineBenchArgs {
+    /// Jobs to run.
+    #[arg(long, default_value_t = 2_000)]
+    pub jobs: usize,
+    /// Target submission rate, jobs per second.
+    #[arg(long, default_value_t = 1_000)]
+    pub rate: u32,
+    /// Runner capacity (concurrent attempts of the one runner instance).
+    #[arg(long, default_value_t = 512)]
+    pub capacity: u32,
+    /// Give up waiting for terminal states after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    pub timeout_secs: u64,
+    #[arg(long)]
+    pub json: bool,
+    /// Keep the bench schema afterwards.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Percentiles {
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+}
+
+fn percentiles(mut samples: Vec<i64>) -> Percentiles {
+    if samples.is_empty() {
+        return Percentiles::default();
+    }
+    samples.sort_unstable();
+    let at =
+        |quantile: f64| samples[((samples.len() as f64 - 1.0) * quantile).round() as usize] as f64;
+    Percentiles {
+        p50_ms: at(0.50),
+        p95_ms: at(0.95),
+        p99_ms: at(0.99),
+        max_ms: *samples.last().unwrap_or(&0) as f64,
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct PipelineReport {
+    pub jobs: usize,
+    pub target_rate: u32,
+    pub completed: usize,
+    pub succeeded: usize,
+    pub submit_seconds: f64,
+    pub seconds: f64,
+    pub attempts_per_second: f64,
+    pub command_to_lease: Percentiles,
+    pub command_to_start: Percentiles,
+    pub command_to_terminal: Percentiles,
+    pub postgres_rows_per_attempt: f64,
+    pub kafka_records_per_attempt: f64,
+    pub bare_kafka_records: u64,
+    pub bare_postgres_rows: u64,
+    pub bare_seconds: f64,
+    pub bare_kafka_seconds: f64,
+    pub bare_postgres_seconds: f64,
+    /// execplane seconds / bare seconds for the same records and rows.
+    pub ratio: f64,
+}
+
+pub async fn run(config: &Config, args: &PipelineBenchArgs) -> anyhow::Result<ExitCode> {
+    anyhow::ensure!(
+        args.jobs > 0 && args.rate > 0,
+        "--jobs and --rate must be positive"
+    );
+    let id = format!(
+        "{}{}",
+        std::process::id(),
+        &Uuid::new_v4().simple().to_string()[..6]
+    );
+    let schema = format!("execplane_bench_{id}");
+    let admin = Store::connect(&config.database_url, 1, None)
+        .await
+        .context("connecting to Postgres")?;
+    sqlx::query(&format!("CREATE SCHEMA {schema}"))
+        .execute(admin.pool())
+        .await?;
+    let result = drive(config, args, &schema, &format!("bench{id}.")).await;
+    if !args.keep {
+        sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
+            .execute(admin.pool())
+            .await?;
+    }
+    let report = result?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print_report(&report);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn drive(
+    config: &Config,
+    args: &PipelineBenchArgs,
+    schema: &str,
+    prefix: &str,
+) -> anyhow::Result<PipelineReport> {
+    let store = Store::connect(
+        &config.database_url,
+        config.database_max_connections.max(8),
+        Some(schema),
+    )
+    .await?;
+    store.migrate().await?;
+    let kafka = KafkaConfig {
+        topic_prefix: prefix.to_owned(),
+        ..config.kafka()
+    };
+    crate::kafka::topology::apply(&kafka).await?;
+
+    // The probe target: a loopback listener that accepts and drops.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let port = listener.local_addr()?.port();
+    let target = tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            drop(stream);
+        }
+    });
+
+    let stop_runner = CancellationToken::new();
+    let stop_core = CancellationToken::new();
+    let producer = kafka.producer()?;
+    let mut dispatcher_config = config.dispatcher();
+    dispatcher_config.group = format!("{prefix}dispatcher");
+    let dispatcher = tokio::spawn(crate::dispatcher::run(
+        store.clone(),
+        kafka.clone(),
+        producer.clone(),
+        dispatcher_config,
+        stop_core.clone(),
+    ));
+    let relay = tokio::spawn(crate::kafka::relay::run(
+        store.clone(),
+        kafka.clone(),
+        producer.clone(),
+        Default::default(),
+        stop_core.clone(),
+    ));
+    let mut runner_config = config.runner()?;
+    runner_config.capacity = args.capacity;
+    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+    let runner = tokio::spawn(crate::runner::run_instance(
+        kafka.clone(),
+        runner_config,
+        Arc::new(VerificationRunner::new(config.verification())),
+        stop_runner.clone(),
+        Some(ready_tx),
+    ));
+    ready_rx.await.context("the runner did not start")?;
+    // Wait until placement can see the runner.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while store
+        .live_instances(chrono::Utc::now().timestamp_millis() - 3_000)
+        .await?
+        .is_empty()
+    {
+        anyhow::ensure!(Instant::now() < deadline, "the runner never became live");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Follow the published log from its end.
+    let events_topic = kafka.topic(topics::ATTEMPT_EVENTS);
+    let follower: StreamConsumer = kafka.assigned_consumer()?;
+    let partitions = partition_count(&follower, &events_topic)?;
+    let mut assignment = TopicPartitionList::new();
+    for partition in 0..partitions {
+        let (_, high) =
+            follower.fetch_watermarks(&events_topic, partition, Duration::from_secs(10))?;
+        assignment.add_partition_offset(&events_topic, partition, Offset::Offset(high))?;
+    }
+    follower.assign(&assignment)?;
+
+    let specs: Vec<_> = (0..args.jobs)
+        .map(|index| {
+            validate_jobspec(&serde_json::json!({
+                "command_id": Uuid::new_v4().to_string(),
+                "job_id": format!("bench/{index}"),
+                "tenant": "bench",
+                "requested_by": "execplane-bench",
+                "operation": "verify.tcp.connect",
+                "inputs": {"host": "127.0.0.1", "port": port, "timeout": "5s"},
+                "timeouts": {"schedule_to_start": "5m", "start_to_close": "5m", "heartbeat": "1m", "schedule_to_close": "10m"},
+                "retry": {"max_attempts": 1}
+            }))
+            .expect("bench spec is valid")
+        })
+        .collect();
+    let commands_topic = kafka.topic(topics::COMMANDS);
+    let codec = Codec::default();
+    let mut issued: HashMap<String, i64> = HashMap::with_capacity(args.jobs);
+    let started = Instant::now();
+    let submit = {
+        let period = Duration::from_millis(10);
+        let per_tick = (f64::from(args.rate) * period.as_secs_f64()).max(1.0);
+        let mut sent = 0usize;
+        let mut ticker = tokio::time::interval(period);
+        let mut budget = 0f64;
+        let mut deliveries = Vec::with_capacity(args.jobs);
+        while sent < specs.len() {
+            ticker.tick().await;
+            budget += per_tick;
+            while budget >= 1.0 && sent < specs.len() {
+                let spec = &specs[sent];
+                let now = chrono::Utc::now().timestamp_millis();
+                let record = CommandRecord {
+                    command_id: spec.command_id.to_string(),
+                    kind: CommandKind::ExecuteJob,
+                    issued_at: now,
+                    execute: Some(JobSpecRecord::from(spec)),
+                    cancel: None,
+                };
+                let payload = codec.encode(Family::Command, &record)?;
+                issued.insert(spec.job_id.clone(), now);
+                loop {
+                    match producer.send_result(
+                        FutureRecord::to(&commands_topic)
+                            .key(&spec.job_id)
+                            .payload(&payload),
+                    ) {
+                        Ok(delivery) => {
+                            deliveries.push(delivery);
+                            break;
+                        }
+                        Err((error, _)) => {
+                            tracing::debug!(%error, "producer queue full");
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                    }
+                }
+                sent += 1;
+                budget -= 1.0;
+            }
+        }
+        for delivery in deliveries {
+            let _ = delivery.await;
+        }
+        started.elapsed()
+    };
+
+    let mut lease = HashMap::new();
+    let mut start = HashMap::new();
+    let mut terminal = HashMap::new();
+    let mut succeeded = 0usize;
+    let wait_until = Instant::now() + Duration::from_secs(args.timeout_secs);
+    while terminal.len() < args.jobs && Instant::now() < wait_until {
+        let Ok(Ok(message)) = tokio::time::timeout(Duration::from_secs(5), follower.recv()).await
+        else {
+            continue;
+        };
+        let Some(payload) = message.payload() else {
+            continue;
+        };
+        let Ok(record) = codec.decode::<AttemptEventRecord>(Family::AttemptEvent, payload) else {
+            continue;
+        };
+        let Ok(event) = AttemptEvent::try_from(record) else {
+            continue;
+        };
+        let Some(at) = issued.get(&event.job_id).copied() else {
+            continue;
+        };
+        let elapsed = event.occurred_at - at;
+        match &event.body {
+            EventBody::LeaseGranted { .. } => {
+                lease.entry(event.job_id.clone()).or_insert(elapsed);
+            }
+            EventBody::Started { .. } => {
+                start.entry(event.job_id.clone()).or_insert(elapsed);
+            }
+            EventBody::Finished { outcome, .. } => {
+                if terminal.insert(event.job_id.clone(), elapsed).is_none()
+                    && *outcome == crate::contract::TerminalOutcome::Succeeded
+                {
+                    succeeded += 1;
+                }
+            }
+            _ => {}
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    // Throughput from the first command to the last terminal state.
+    let first_issued = issued.values().copied().min().unwrap_or(0);
+    let last_end = terminal
+        .iter()
+        .filter_map(|(job, elapsed)| issued.get(job).map(|at| at + elapsed))
+        .max()
+        .unwrap_or(first_issued);
+    let active_seconds = ((last_end - first_issued) as f64 / 1000.0).max(1e-3);
+
+    // Let the final reports land and the outbox drain before counting.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop_runner.cancel();
+    let _ = runner.await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    stop_core.cancel();
+    let _ = dispatcher.await;
+    let _ = relay.await;
+    target.abort();
+
+    let rows: i64 = sqlx::query_scalar(
+        "SELECT COALESCE(sum(n_tup_ins + n_tup_upd), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = $1",
+    )
+    .bind(schema)
+    .fetch_one(store.pool())
+    .await?;
+    let mut kafka_records = 0i64;
+    let probe: StreamConsumer = kafka.assigned_consumer()?;
+    for spec in crate::kafka::topology::declared()? {
+        let topic = kafka.topic(&spec.name);
+        let partitions = partition_count(&probe, &topic).unwrap_or(0);
+        for partition in 0..partitions {
+            if let Ok((low, high)) =
+                probe.fetch_watermarks(&topic, partition, Duration::from_secs(5))
+            {
+                kafka_records += high - low;
+            }
+        }
+    }
+
+    let completed = terminal.len().max(1);
+    let (bare_kafka_seconds, bare_postgres_seconds) = bare(
+        config,
+        &kafka,
+        kafka_records.max(0) as u64,
+        rows.max(0) as u64,
+        schema,
+    )
+    .await?;
+    let bare_seconds = bare_kafka_seconds + bare_postgres_seconds;
+    Ok(PipelineReport {
+        jobs: args.jobs,
+        target_rate: args.rate,
+        completed: terminal.len(),
+        succeeded,
+        submit_seconds: submit.as_secs_f64(),
+        seconds,
+        attempts_per_second: terminal.len() as f64 / active_seconds,
+        command_to_lease: percentiles(lease.into_values().collect()),
+        command_to_start: percentiles(start.into_values().collect()),
+        command_to_terminal: percentiles(terminal.into_values().collect()),
+        postgres_rows_per_attempt: rows as f64 / completed as f64,
+        kafka_records_per_attempt: kafka_records as f64 / completed as f64,
+        bare_kafka_records: kafka_records.max(0) as u64,
+        bare_postgres_rows: rows.max(0) as u64,
+        bare_seconds,
+        bare_kafka_seconds,
+        bare_postgres_seconds,
+        ratio: active_seconds / bare_seconds.max(1e-3),
+    })
+}
+
+/// The same volume with no execplane logic: produce and consume `records`
+/// 300-byte records on one topic, insert `rows` rows in 500-row batches.
+async fn bare(
+    config: &Config,
+    kafka: &KafkaConfig,
+    records: u64,
+    rows: u64,
+    schema: &str,
+) -> anyhow::Result<(f64, f64)> {
+    let topic = kafka.topic("bare.v1");
+    let admin = kafka.admin()?;
+    let new_topic =
+        rdkafka::admin::NewTopic::new(&topic, 6, rdkafka::admin::TopicReplication::Fixed(1));
+    admin
+        .create_topics([&new_topic], &rdkafka::admin::AdminOptions::new())
+        .await?;
+    let probe: StreamConsumer = kafka.assigned_consumer()?;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while partition_count(&probe, &topic).is_err() && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let producer: FutureProducer = kafka.producer()?;
+    let consumer: StreamConsumer = kafka.group_consumer(&format!("{topic}-group"))?;
+    consumer.subscribe(&[&topic])?;
+    let payload = vec![b'x'; 300];
+    let began = Instant::now();
+    let mut deliveries = Vec::with_capacity(records as usize);
+    for index in 0..records {
+        let key = index.to_string();
+        loop {
+            match producer.send_result(FutureRecord::to(&topic).key(&key).payload(&payload)) {
+                Ok(delivery) => {
+                    deliveries.push(delivery);
+                    break;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
+            }
+        }
+    }
+    let _ = producer.flush(Duration::from_secs(30));
+    for delivery in deliveries {
+        let _ = delivery.await;
+    }
+    let mut consumed = 0u64;
+    while consumed < records {
+        match tokio::time::timeout(Duration::from_secs(10), consumer.recv()).await {
+            Ok(Ok(_)) => consumed += 1,
+            _ => break,
+        }
+    }
+    let kafka_seconds = began.elapsed().as_secs_f64();
+
+    let store = Store::connect(&config.database_url, 2, Some(schema)).await?;
+    sqlx::query(
+        "CREATE TABLE bare_rows (id bigint PRIMARY KEY, key text NOT NULL, payload bytea NOT NULL)",
+    )
+    .execute(store.pool())
+    .await?;
+    let began = Instant::now();
+    let mut next = 0u64;
+    while next < rows {
+        let count = (rows - next).min(500);
+        sqlx::query("INSERT INTO bare_rows SELECT g, g::text, decode(repeat('78', 300), 'hex') FROM generate_series($1::bigint, $2::bigint) g")
+            .bind(next as i64)
+            .bind((next + count - 1) as i64)
+            .execute(store.pool())
+            .await?;
+        next += count;
+    }
+    Ok((kafka_seconds, began.elapsed().as_secs_f64()))
+}
+
+fn print_report(report: &PipelineReport) {
+    println!(
+        "pipeline bench: {} jobs at a target of {}/s; {} reached a terminal state ({} succeeded)",
+        report.jobs, report.target_rate, report.completed, report.succeeded
+    );
+    println!(
+        "  throughput            {:>10.0} attempts/s end to end",
+        report.attempts_per_second
+    );
+    for (name, figures) in [
+        ("command→lease", &report.command_to_lease),
+        ("command→start", &report.command_to_start),
+        ("command→terminal", &report.command_to_terminal),
+    ] {
+        println!(
+            "  {name:<20} p50 {:>7.0} ms   p95 {:>7.0} ms   p99 {:>7.0} ms   max {:>7.0} ms",
+            figures.p50_ms, figures.p95_ms, figures.p99_ms, figures.max_ms
+        );
+    }
+    println!(
+        "  postgres rows/attempt {:>10.1}",
+        report.postgres_rows_per_attempt
+    );
+    println!(
+        "  kafka records/attempt {:>10.1}",
+        report.kafka_records_per_attempt
+    );
+    println!(
+        "  bare pipeline         {:>10.2} s  ({} Kafka records produced+consumed in {:.2} s, {} rows inserted in {:.2} s)",
+        report.bare_seconds, report.bare_kafka_records, report.bare_kafka_seconds, report.bare_postgres_rows, report.bare_postgres_seconds
+    );
+    println!(
+        "  ratio                 {:>10.2} × the bare pipeline",
+        report.ratio
+    );
+}
