@@ -562,3 +562,107 @@ async fn a_dispatcher_killed_mid_batch_loses_nothing_and_the_published_log_folds
         assert_eq!(folded.status.as_str(), "succeeded");
     }
 }
+
+/// A broker of this test's own whose advertised address is a proxy, so that
+/// every client's connections (bootstrap and after) go through it.
+struct OwnBroker {
+    child: std::process::Child,
+    proxy: common::proxy::Proxy,
+}
+
+impl Drop for OwnBroker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    closed_port()
+}
+
+async fn own_broker() -> OwnBroker {
+    let broker_port = free_port();
+    let proxy_port = free_port();
+    let child = std::process::Command::new("tansu")
+        .args([
+            "broker",
+            "--listener-url",
+            &format!("tcp://127.0.0.1:{broker_port}"),
+            "--advertised-listener-url",
+            &format!("tcp://127.0.0.1:{proxy_port}"),
+            "--storage-engine",
+            "memory://tansu/",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("tansu is installed by scripts/tansu.sh");
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", broker_port)).is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let proxy = common::proxy::Proxy::start_on(proxy_port, broker_port);
+    OwnBroker { child, proxy }
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_runner_cut_off_from_the_broker_stops_its_work_before_its_lease_deadline(pool: PgPool) {
+    let broker = own_broker().await;
+    let mut pipeline =
+        Pipeline::with_brokers(&pool, format!("127.0.0.1:{}", broker.proxy.port)).await;
+    let (_, _, runners) = pipeline.start_roles(1);
+    pipeline.wait_runners(1).await;
+    let spec = job(
+        "verify.custom.probe",
+        json!({"probe_id": "sleep", "args": {"seconds": 60}}),
+        json!({"retry": {"max_attempts": 1}}),
+    );
+    pipeline.submit(&spec).await;
+    let attempt = pipeline.wait_status(&spec.job_id, "running", WAIT).await;
+    broker.proxy.cut(pipeline.pid(runners[0]) as u32);
+    let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
+    assert_eq!(
+        (attempts[0].1.as_str(), attempts[0].2.as_deref()),
+        ("failed", Some("lease_lost"))
+    );
+    // The runner stopped the tool before the lease it last held expired.
+    let expires_at: chrono::DateTime<chrono::Utc> =
+        sqlx::query_scalar("SELECT expires_at FROM leases WHERE attempt_id = $1")
+            .bind(attempt)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let log = std::fs::read_to_string(pipeline.dir.join("runner-verification-2.log")).unwrap();
+    let plain: String = strip_ansi(&log);
+    let fenced_line = plain
+        .lines()
+        .find(|line| line.contains("fencing myself"))
+        .unwrap_or_else(|| panic!("the runner never fenced itself:\n{plain}"));
+    let fenced_at =
+        chrono::DateTime::parse_from_rfc3339(fenced_line.split_whitespace().next().unwrap())
+            .unwrap();
+    assert!(
+        fenced_at < expires_at,
+        "fenced at {fenced_at}, lease expired at {expires_at}"
+    );
+}
+
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars().peekable();
+    while let Some(character) = chars.next() {
+        if character == '\u{1b}' {
+            for next in chars.by_ref() {
+                if next.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(character);
+        }
+    }
+    out
+}

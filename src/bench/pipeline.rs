@@ -303,10 +303,9 @@ async fn drive(
             EventBody::Started { .. } => {
                 start.entry(event.job_id.clone()).or_insert(elapsed);
             }
-            EventBody::Finished { outcome, .. } => {
-                if terminal.insert(event.job_id.clone(), elapsed).is_none()
-                    && *outcome == crate::contract::TerminalOutcome::Succeeded
-                {
+            EventBody::Finished { outcome, .. } if !terminal.contains_key(&event.job_id) => {
+                terminal.insert(event.job_id.clone(), elapsed);
+                if *outcome == crate::contract::TerminalOutcome::Succeeded {
                     succeeded += 1;
                 }
             }

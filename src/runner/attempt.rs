@@ -45,7 +45,16 @@ impl Reporter {
         }
     }
 
-    async fn send(&self, attempt_id: Uuid, epoch: u64, body: ReportBody) {
+    /// Enqueues a report and returns at once: a broker that does not answer
+    /// must never keep the attempt loop from fencing itself. Delivery is
+    /// awaited in the background (the idempotent producer retries until its
+    /// message timeout).
+    fn send(
+        &self,
+        attempt_id: Uuid,
+        epoch: u64,
+        body: ReportBody,
+    ) -> Option<rdkafka::producer::DeliveryFuture> {
         let report = RunnerReport {
             attempt_id,
             lease_epoch: epoch,
@@ -58,9 +67,7 @@ impl Reporter {
             chrono::Utc::now().timestamp_millis(),
             &report,
         );
-        let Ok(payload) = self.codec.encode(Family::RunnerEvent, &record) else {
-            return;
-        };
+        let payload = self.codec.encode(Family::RunnerEvent, &record).ok()?;
         let topic = self.kafka.topic(topics::RUNNER_EVENTS);
         let key = attempt_id.to_string();
         let ce_type = format!("io.execplane.runner.{}", report.body.kind());
@@ -73,8 +80,35 @@ impl Reporter {
                 "execplane/runner",
                 None,
             ));
-        if let Err((error, _)) = self.producer.send(record, Duration::from_secs(10)).await {
-            warn!(%error, kind = report.body.kind(), "report not delivered");
+        match self.producer.send_result(record) {
+            Ok(delivery) => Some(delivery),
+            Err((error, _)) => {
+                warn!(%error, kind = report.body.kind(), "report not enqueued");
+                None
+            }
+        }
+    }
+
+    /// Sends without waiting; a failed delivery is logged.
+    fn post(&self, attempt_id: Uuid, epoch: u64, body: ReportBody) {
+        let kind = body.kind();
+        if let Some(delivery) = self.send(attempt_id, epoch, body) {
+            tokio::spawn(async move {
+                if let Ok(Err((error, _))) = delivery.await {
+                    warn!(%error, kind, "report not delivered");
+                }
+            });
+        }
+    }
+
+    /// Sends the final report and waits (bounded) for its delivery.
+    async fn send_final(&self, attempt_id: Uuid, epoch: u64, body: ReportBody) {
+        if let Some(delivery) = self.send(attempt_id, epoch, body) {
+            match tokio::time::timeout(Duration::from_secs(30), delivery).await {
+                Ok(Ok(Ok(_))) => {}
+                Ok(Ok(Err((error, _)))) => warn!(%error, "final report not delivered"),
+                _ => warn!("final report not confirmed by the broker"),
+            }
         }
     }
 }
@@ -100,7 +134,7 @@ pub(super) async fn run_attempt<E: Executor>(
     let epoch = assignment.lease_epoch;
     let ttl = assignment.spec.timeouts.heartbeat.as_std();
     let margin = fence_margin(ttl);
-    reporter.send(attempt_id, epoch, ReportBody::Started).await;
+    reporter.post(attempt_id, epoch, ReportBody::Started);
     info!("started");
 
     let cancel = CancellationToken::new();
@@ -167,13 +201,13 @@ pub(super) async fn run_attempt<E: Executor>(
                     Some((message, percent)) => (Some(message.clone()), *percent),
                     None => (None, None),
                 };
-                reporter.send(attempt_id, epoch, ReportBody::Heartbeat { progress, percent }).await;
+                reporter.post(attempt_id, epoch, ReportBody::Heartbeat { progress, percent });
             }
         }
     };
     info!(outcome = ?outcome.outcome, category = ?outcome.category, "finished");
     reporter
-        .send(
+        .send_final(
             attempt_id,
             epoch,
             ReportBody::Finished {

@@ -333,3 +333,4 @@ pub async fn drive_mixed(store: &Store, jobs: usize) -> usize {
 
 pub mod http;
 pub mod pipeline;
+pub mod proxy;
