@@ -9,10 +9,13 @@ use std::sync::{Arc, Mutex};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::AbortHandle;
 
+/// Client port -> (owning pid, the forwarding task).
+type Connections = HashMap<u16, (Option<u32>, AbortHandle)>;
+
 #[derive(Clone, Default)]
 struct State {
     blocked: Arc<Mutex<Option<u32>>>,
-    connections: Arc<Mutex<HashMap<u16, (Option<u32>, AbortHandle)>>>,
+    connections: Arc<Mutex<Connections>>,
 }
 
 pub struct Proxy {
