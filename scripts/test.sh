@@ -24,3 +24,4 @@ cargo test --locked --all-targets -- --test-threads="${EXECPLANE_TEST_THREADS:-4
 log "benchmarks, small N (figures only, never asserted)"
 cargo run --locked --quiet -- migrate
 cargo run --locked --quiet -- bench store --attempts 2000 --batch 250
+EXECPLANE_LOG=warn cargo run --locked --quiet -- bench pipeline --jobs 500 --rate 250
