@@ -52,60 +52,101 @@ pub(super) async fn run(
         .map_err(crate::kafka::KafkaError::from)?;
     let codec = Codec::default();
     info!(topics = ?names, group = %config.group, "intake subscribed");
-    let mut last_lag_check = 0i64;
+    // Positions before each poll are decided positions (a batch is decided
+    // before the next poll); a watcher compares them with the broker's high
+    // watermarks off this loop, so intake never waits on it.
+    let progress: Progress = Arc::new(std::sync::Mutex::new(None));
+    let watcher = tokio::spawn(watch_lag(
+        kafka.clone(),
+        progress.clone(),
+        caught_up.clone(),
+        shutdown.clone(),
+    ));
     while !shutdown.is_cancelled() {
         let polled_at = chrono::Utc::now().timestamp_millis();
+        let assigned = consumer.assignment().map(|list| list.count()).unwrap_or(0);
+        if assigned > 0 {
+            if let Ok(positions) = consumer.position() {
+                let snapshot = positions
+                    .elements()
+                    .iter()
+                    .map(|element| {
+                        let offset = match element.offset() {
+                            Offset::Offset(offset) => offset,
+                            _ => -1,
+                        };
+                        (element.topic().to_owned(), element.partition(), offset)
+                    })
+                    .collect();
+                *progress
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((polled_at, snapshot));
+            }
+        }
         let batch = tokio::select! {
             _ = shutdown.cancelled() => break,
             batch = collect(&consumer, config.max_batch, config.batch_window) => batch,
         };
-        if !batch.is_empty() {
-            handle(
-                &store, &kafka, &producer, &consumer, &codec, &config, &batch,
-            )
-            .await?;
-            placed.notify_one();
-        }
-        // Under steady traffic polls are never empty: ask the broker for the
-        // watermarks now and then instead.
-        let check_lag = batch.is_empty() || polled_at - last_lag_check >= 250;
-        if check_lag {
-            last_lag_check = polled_at;
-            if tokio::task::block_in_place(|| is_caught_up(&consumer, batch.is_empty())) {
+        if batch.is_empty() {
+            // Nothing was waiting on any assigned partition.
+            if assigned > 0 {
                 caught_up.fetch_max(polled_at, Ordering::SeqCst);
             }
+            continue;
         }
+        handle(
+            &store, &kafka, &producer, &consumer, &codec, &config, &batch,
+        )
+        .await?;
+        placed.notify_one();
     }
+    watcher.abort();
     Ok(())
 }
 
-/// Whether everything on the assigned partitions up to the poll that just
-/// ended has been decided: an assignment exists and either the poll came
-/// back empty or every position has reached the (cached) high watermark.
-fn is_caught_up(consumer: &StreamConsumer, empty_poll: bool) -> bool {
-    let Ok(assignment) = consumer.assignment() else {
-        return false;
+/// Intake's positions (topic, partition, next offset) as of an instant.
+type Progress = Arc<std::sync::Mutex<Option<(i64, Vec<(String, i32, i64)>)>>>;
+
+/// Every 200 ms: if every position intake had decided up to instant `t`
+/// has reached the broker's high watermark (fetched after `t`), everything
+/// sent before `t` is decided, and `caught_up` moves to `t`.
+async fn watch_lag(
+    kafka: KafkaConfig,
+    progress: Progress,
+    caught_up: Arc<AtomicI64>,
+    shutdown: CancellationToken,
+) {
+    let Ok(client) = kafka.assigned_consumer() else {
+        return;
     };
-    if assignment.count() == 0 {
-        return false;
-    }
-    if empty_poll {
-        return true;
-    }
-    let Ok(positions) = consumer.position() else {
-        return false;
-    };
-    positions.elements().iter().all(|element| {
-        let Ok((_, high)) =
-            consumer.fetch_watermarks(element.topic(), element.partition(), Duration::from_secs(1))
-        else {
-            return false;
+    let client = Arc::new(client);
+    while !shutdown.is_cancelled() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let snapshot = progress
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        let Some((at, positions)) = snapshot else {
+            continue;
         };
-        match element.offset() {
-            Offset::Offset(position) => position >= high,
-            _ => false,
+        if at <= caught_up.load(Ordering::SeqCst) || positions.is_empty() {
+            continue;
         }
-    })
+        let client = client.clone();
+        let decided = tokio::task::spawn_blocking(move || {
+            positions.iter().all(|(topic, partition, position)| {
+                match client.fetch_watermarks(topic, *partition, Duration::from_secs(2)) {
+                    Ok((low, high)) => *position >= high || (*position < 0 && high == low),
+                    Err(_) => false,
+                }
+            })
+        })
+        .await
+        .unwrap_or(false);
+        if decided {
+            caught_up.fetch_max(at, Ordering::SeqCst);
+        }
+    }
 }
 
 /// Keeps `runner_instances` fresh from the presence topic. Every dispatcher

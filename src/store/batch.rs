@@ -165,14 +165,17 @@ pub(crate) async fn process_in(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let attempt_jobs: HashMap<Uuid, String> =
+    let attempt_jobs: HashMap<Uuid, String> = if attempt_ids.is_empty() {
+        HashMap::new()
+    } else {
         sqlx::query("SELECT attempt_id, job_id FROM attempts WHERE attempt_id = ANY($1)")
             .bind(&attempt_ids)
             .fetch_all(&mut *conn)
             .await?
             .into_iter()
             .map(|row| (row.get(0), row.get(1)))
-            .collect();
+            .collect()
+    };
     let mut job_ids = BTreeSet::new();
     let mut command_ids = BTreeSet::new();
     for (envelope, _) in inputs.iter().zip(&fresh).filter(|(_, fresh)| **fresh) {
@@ -193,14 +196,17 @@ pub(crate) async fn process_in(
     // 3. Lock and load them (sorted: concurrent batches lock in one order).
     let loaded = load_jobs(conn, &job_ids, true).await?;
     let command_ids: Vec<Uuid> = command_ids.into_iter().collect();
-    let mut command_owner: HashMap<Uuid, String> =
+    let mut command_owner: HashMap<Uuid, String> = if command_ids.is_empty() {
+        HashMap::new()
+    } else {
         sqlx::query("SELECT command_id, job_id FROM jobs WHERE command_id = ANY($1)")
             .bind(&command_ids)
             .fetch_all(&mut *conn)
             .await?
             .into_iter()
             .map(|row| (row.get(0), row.get(1)))
-            .collect();
+            .collect()
+    };
 
     // 4. Decide, input by input, on a working copy.
     let mut working = loaded.jobs.clone();
@@ -449,12 +455,18 @@ pub(crate) async fn write_projection(
     granted: &HashSet<Uuid>,
     chain: &HashMap<Uuid, [u8; 32]>,
 ) -> Result<usize, StoreError> {
+    // The live tables are found through the connection's search_path.
     let schema_name = if schema == "public_live" {
-        sqlx::query_scalar::<_, String>("SELECT current_schema()")
-            .fetch_one(&mut *conn)
-            .await?
+        String::new()
     } else {
         schema.to_owned()
+    };
+    let qualified = |table: &str| {
+        if schema_name.is_empty() {
+            table.to_owned()
+        } else {
+            format!("\"{schema_name}\".{table}")
+        }
     };
     let mut job_rows = Vec::new();
     let mut attempt_rows = Vec::new();
@@ -516,16 +528,18 @@ pub(crate) async fn write_projection(
     }
     if !changed_leases.is_empty() {
         sqlx::query(&format!(
-            "UPDATE \"{schema_name}\".leases l SET expires_at = r.expires_at, active = r.active
-             FROM jsonb_populate_recordset(NULL::\"{schema_name}\".leases, $1::jsonb) r
-             WHERE l.lease_id = r.lease_id AND l.epoch = r.epoch"
+            "UPDATE {leases} l SET expires_at = r.expires_at, active = r.active
+             FROM jsonb_populate_recordset(NULL::{leases}, $1::jsonb) r
+             WHERE l.lease_id = r.lease_id AND l.epoch = r.epoch",
+            leases = qualified("leases")
         ))
         .bind(serde_json::to_value(&changed_leases).unwrap_or_default())
         .execute(&mut *conn)
         .await?;
     }
     sqlx::query(&format!(
-        "DELETE FROM \"{schema_name}\".deadlines WHERE attempt_id = ANY($1)"
+        "DELETE FROM {} WHERE attempt_id = ANY($1)",
+        qualified("deadlines")
     ))
     .bind(&deadline_owners)
     .execute(&mut *conn)

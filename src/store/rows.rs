@@ -358,9 +358,13 @@ pub(crate) fn insert_sql(
     conflict: Option<&str>,
 ) -> String {
     let list = columns.join(", ");
-    let mut sql = format!(
-        "INSERT INTO \"{schema}\".{table} ({list}) SELECT {list} FROM jsonb_populate_recordset(NULL::\"{schema}\".{table}, $1::jsonb)"
-    );
+    // An empty schema means the connection's search_path.
+    let target = if schema.is_empty() {
+        table.to_owned()
+    } else {
+        format!("\"{schema}\".{table}")
+    };
+    let mut sql = format!("INSERT INTO {target} ({list}) SELECT {list} FROM jsonb_populate_recordset(NULL::{target}, $1::jsonb)");
     if let Some(key) = conflict {
         let updated: Vec<&str> = columns
             .iter()
