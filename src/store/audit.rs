@@ -31,7 +31,7 @@ pub struct StoredEvent {
 }
 
 impl StoredEvent {
-    fn from_row(row: &sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
+    pub(crate) fn from_row(row: &sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
         Ok(Self {
             position: row.try_get("position")?,
             event_id: row.try_get("event_id")?,

@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use futures_util::TryStreamExt;
-use sqlx::Row;
 use uuid::Uuid;
 
 use super::audit::{StoredEvent, EVENT_COLUMNS};
@@ -83,21 +82,7 @@ impl Store {
                 format!("SELECT {EVENT_COLUMNS} FROM \"{live}\".attempt_events ORDER BY position");
             let mut rows = sqlx::query(&query).fetch(&mut *tx);
             while let Some(row) = rows.try_next().await? {
-                let stored = StoredEvent {
-                    position: row.try_get("position")?,
-                    event_id: row.try_get("event_id")?,
-                    attempt_id: row.try_get("attempt_id")?,
-                    job_id: row.try_get("job_id")?,
-                    seq: row.try_get("seq")?,
-                    kind: row.try_get("kind")?,
-                    terminal: row.try_get("terminal")?,
-                    occurred_at: row.try_get("occurred_at")?,
-                    payload: row.try_get("payload")?,
-                    schema_fingerprint: row.try_get("schema_fingerprint")?,
-                    prev_hash: row.try_get("prev_hash")?,
-                    hash: row.try_get("hash")?,
-                    recorded_at: row.try_get("recorded_at")?,
-                };
+                let stored = StoredEvent::from_row(&row)?;
                 let event = stored.decode()?;
                 let next = apply(attempts.get(&event.attempt_id), &event)?;
                 attempts.insert(event.attempt_id, next);
