@@ -666,3 +666,91 @@ fn strip_ansi(text: &str) -> String {
     }
     out
 }
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn submit_follows_a_job_to_its_end_and_a_draining_runner_hands_back_what_it_cannot_finish(
+    pool: PgPool,
+) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    let (_, _, runners) = pipeline.start_roles(1);
+    pipeline.wait_runners(1).await;
+    // `execplane submit`: exit 0 on success, 1 on another end, 2 when invalid.
+    let run_submit = |spec: &execplane::contract::JobSpec| {
+        let path = pipeline.dir.join(format!("{}.json", spec.command_id));
+        std::fs::write(&path, serde_json::to_vec(spec).unwrap()).unwrap();
+        let url = pipeline.url.clone();
+        let prefix = pipeline.prefix.clone();
+        let brokers = pipeline.brokers.clone();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_execplane"))
+                .args(["submit", path.to_str().unwrap(), "--timeout", "60s"])
+                .env("EXECPLANE_DATABASE_URL", url)
+                .env("EXECPLANE_TOPIC_PREFIX", prefix)
+                .env("EXECPLANE_KAFKA_BROKERS", brokers)
+                .env("EXECPLANE_LOG", "warn")
+                .output()
+                .unwrap()
+        })
+    };
+    let ok = run_submit(&job(
+        "verify.tcp.connect",
+        json!({"host": "127.0.0.1", "port": 5432}),
+        json!({}),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        ok.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&ok.stdout)
+    );
+    let timeline = String::from_utf8_lossy(&ok.stdout);
+    for kind in ["created", "lease_granted", "started", "finished"] {
+        assert!(timeline.contains(kind), "{timeline}");
+    }
+    let failing = run_submit(&job(
+        "verify.custom.probe",
+        json!({"probe_id": "fail"}),
+        json!({"retry": {"max_attempts": 1}}),
+    ))
+    .await
+    .unwrap();
+    assert_eq!(failing.status.code(), Some(1));
+    let mut invalid = job(
+        "verify.tcp.connect",
+        json!({"host": "127.0.0.1", "port": 5432}),
+        json!({}),
+    );
+    invalid.inputs = json!({});
+    assert_eq!(run_submit(&invalid).await.unwrap().status.code(), Some(2));
+
+    // SIGTERM while an attempt runs: the runner drains (5 s here), then
+    // stops it and reports a retryable infrastructure failure; a new
+    // runner finishes the job.
+    let spec = job(
+        "verify.custom.probe",
+        json!({"probe_id": "sleep", "args": {"seconds": 20}}),
+        json!({"retry": {"max_attempts": 2, "initial_backoff": "100ms", "max_backoff": "100ms"}}),
+    );
+    pipeline.submit(&spec).await;
+    pipeline.wait_status(&spec.job_id, "running", WAIT).await;
+    pipeline.signal(runners[0], "TERM");
+    pipeline
+        .wait("the first attempt to end", WAIT, || async {
+            pipeline.attempts(&spec.job_id).await.len() == 2
+        })
+        .await;
+    let attempts = pipeline.attempts(&spec.job_id).await;
+    assert_eq!(
+        (attempts[0].1.as_str(), attempts[0].2.as_deref()),
+        ("failed", Some("infrastructure"))
+    );
+    let draining: String = sqlx::query_scalar(
+        "SELECT status FROM runner_instances ORDER BY last_seen_at DESC LIMIT 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_ne!(draining, "ready", "the runner announced it is going away");
+}

@@ -77,7 +77,7 @@ pub async fn run_instance<E: Executor>(
         });
     }
     let presence_stop = CancellationToken::new();
-    let presence_task = {
+    let mut presence_task = Some({
         let presence = presence.clone();
         let stop = presence_stop.clone();
         tokio::spawn(async move {
@@ -89,16 +89,38 @@ pub async fn run_instance<E: Executor>(
                 }
             }
         })
-    };
+    });
 
     let reporter = Reporter::new(kafka.clone(), producer.clone(), instance_id.clone());
     let running: Arc<Mutex<HashMap<Uuid, Running>>> = Arc::new(Mutex::new(HashMap::new()));
     let mut tasks = tokio::task::JoinSet::new();
     let codec = Codec::default();
     let stop_all = CancellationToken::new();
+    // Draining keeps reading the partition: running attempts still need
+    // their lease extensions, cancels and revocations.
+    let mut drain_until: Option<tokio::time::Instant> = None;
     loop {
+        if drain_until.is_some() && tasks.is_empty() {
+            break;
+        }
         let message = tokio::select! {
-            _ = shutdown.cancelled() => break,
+            _ = shutdown.cancelled(), if drain_until.is_none() => {
+                info!(parent: &span, running = tasks.len(), "draining");
+                drain_until = Some(tokio::time::Instant::now() + config.drain_timeout);
+                presence_stop.cancel();
+                if let Some(task) = presence_task.take() {
+                    let _ = task.await;
+                }
+                presence.send(PresenceStatus::Draining).await;
+                continue;
+            }
+            _ = tokio::time::sleep_until(drain_until.unwrap_or_else(tokio::time::Instant::now)), if drain_until.is_some() => {
+                // Out of patience: stop what still runs; it reports a
+                // retryable infrastructure failure.
+                stop_all.cancel();
+                drain_until = Some(tokio::time::Instant::now() + config.stop_grace * 4);
+                continue;
+            }
             Some(done) = tasks.join_next(), if !tasks.is_empty() => {
                 if let Ok(attempt_id) = done {
                     running.lock().await.remove(&attempt_id);
@@ -137,6 +159,12 @@ pub async fn run_instance<E: Executor>(
             WorkType::WorkItem => {
                 if table.contains_key(&attempt_id) {
                     continue; // a re-published work item
+                }
+                if drain_until.is_some() {
+                    // Not started, not reported: the dispatcher's timers
+                    // give it to a live instance.
+                    warn!(parent: &span, %attempt_id, "draining: work item left for another instance");
+                    continue;
                 }
                 let Some(spec) = record.spec.as_ref().and_then(|spec| spec.to_spec().ok()) else {
                     warn!(parent: &span, %attempt_id, "work item without a readable spec skipped");
@@ -203,18 +231,9 @@ pub async fn run_instance<E: Executor>(
         }
     }
 
-    // Drain: stop taking work, let running attempts finish, then stop them.
-    info!(parent: &span, running = tasks.len(), "draining");
-    presence.send(PresenceStatus::Draining).await;
     presence_stop.cancel();
-    let _ = presence_task.await;
-    let drained = tokio::time::timeout(config.drain_timeout, async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await;
-    if drained.is_err() {
-        stop_all.cancel();
-        while tasks.join_next().await.is_some() {}
+    if let Some(task) = presence_task.take() {
+        let _ = task.await;
     }
     presence.send(PresenceStatus::Stopped).await;
     producer_flush(&producer);

@@ -122,7 +122,8 @@ impl Store {
             .collect())
     }
 
-    /// Instances ready to take work whose presence is newer than `fresh_after`.
+    /// Instances ready to take work whose presence is newer than `fresh_after`
+    /// and newer than any lease they lost to the heartbeat timer.
     pub async fn live_instances(
         &self,
         fresh_after: UnixMillis,
@@ -131,7 +132,13 @@ impl Store {
             "SELECT r.instance_id, r.runner_type, r.pool, r.capabilities, r.capacity,
                     (SELECT count(*) FROM leases l WHERE l.runner_instance = r.instance_id AND l.active)
              FROM runner_instances r
-             WHERE r.last_seen_at >= $1 AND r.status = 'ready'",
+             WHERE r.last_seen_at >= $1 AND r.status = 'ready'
+               -- An instance whose lease expired without a heartbeat after its
+               -- last presence is suspect (probably dead) until it speaks again.
+               AND NOT EXISTS (
+                   SELECT 1 FROM leases l JOIN attempts a ON a.attempt_id = l.attempt_id
+                   WHERE l.runner_instance = r.instance_id AND NOT l.active
+                     AND a.timer_fired = 'heartbeat' AND a.finished_at > r.last_seen_at)",
         )
         .bind(timestamp(fresh_after))
         .fetch_all(&self.pool)
