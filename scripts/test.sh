@@ -19,7 +19,7 @@ export EXECPLANE_KAFKA_BROKERS="${EXECPLANE_KAFKA_BROKERS:-127.0.0.1:9092}"
 log "building"
 cargo build --locked --all-targets
 log "running the test suite"
-cargo test --locked --all-targets -- --test-threads="${EXECPLANE_TEST_THREADS:-4}"
+cargo test --locked --all-targets -- --test-threads="${EXECPLANE_TEST_THREADS:-2}"
 
 log "benchmarks, small N (figures only, never asserted)"
 cargo run --locked --quiet -- migrate

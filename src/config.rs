@@ -61,6 +61,8 @@ pub struct Config {
     pub runner_pool: String,
     /// `EXECPLANE_RUNNER_DRAIN_TIMEOUT`: shutdown waits this long for running attempts.
     pub runner_drain_timeout: DurationMs,
+    /// `EXECPLANE_INBOX_RETENTION`: how long processed input ids are kept.
+    pub inbox_retention: DurationMs,
     /// `EXECPLANE_CALLBACK_MAX_ATTEMPTS`: HTTP callback deliveries before giving up.
     pub callback_max_attempts: i32,
     /// `EXECPLANE_VERIFY_PROBES`: allowlisted `verify.custom.probe` ids (comma-separated).
@@ -87,6 +89,7 @@ impl Default for Config {
             runner_capacity: 16,
             runner_pool: String::new(),
             runner_drain_timeout: DurationMs::from_secs(30),
+            inbox_retention: DurationMs::from_secs(7 * 24 * 3600),
             callback_max_attempts: 8,
             verify_probes: crate::runners::verification::BUILTIN_PROBES.join(","),
         }
@@ -206,6 +209,9 @@ impl Config {
         if let Some(value) = env("EXECPLANE_RUNNER_DRAIN_TIMEOUT") {
             config.runner_drain_timeout = duration("EXECPLANE_RUNNER_DRAIN_TIMEOUT", &value)?;
         }
+        if let Some(value) = env("EXECPLANE_INBOX_RETENTION") {
+            config.inbox_retention = duration("EXECPLANE_INBOX_RETENTION", &value)?;
+        }
         if let Some(value) = env("EXECPLANE_CALLBACK_MAX_ATTEMPTS") {
             config.callback_max_attempts = parse("EXECPLANE_CALLBACK_MAX_ATTEMPTS", &value)?;
         }
@@ -245,6 +251,7 @@ impl Config {
             cancel_grace: self.cancel_grace.as_std(),
             sweep_interval: self.sweep_interval.as_std(),
             presence_ttl: self.presence_ttl.as_std(),
+            inbox_retention: self.inbox_retention.as_std(),
             callbacks: crate::dispatcher::CallbackConfig {
                 max_attempts: self.callback_max_attempts,
                 ..Default::default()

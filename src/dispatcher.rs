@@ -36,6 +36,9 @@ pub struct DispatcherConfig {
     pub placement_interval: Duration,
     /// A presence older than this is not live.
     pub presence_ttl: Duration,
+    /// Inbox ids older than this are forgotten: no input is redelivered
+    /// after its topic's retention (7 days for commands and runner events).
+    pub inbox_retention: Duration,
     pub callbacks: CallbackConfig,
 }
 
@@ -49,6 +52,7 @@ impl Default for DispatcherConfig {
             sweep_interval: Duration::from_millis(100),
             placement_interval: Duration::from_millis(50),
             presence_ttl: Duration::from_secs(6),
+            inbox_retention: Duration::from_secs(7 * 24 * 3600),
             callbacks: CallbackConfig::default(),
         }
     }
@@ -102,6 +106,11 @@ pub async fn run(
         config.callbacks.clone(),
         shutdown.clone(),
     ));
+    let maintenance = tokio::spawn(maintain(
+        store.clone(),
+        config.inbox_retention,
+        shutdown.clone(),
+    ));
     let presence = tokio::spawn(intake::presence(
         store.clone(),
         kafka.clone(),
@@ -112,6 +121,7 @@ pub async fn run(
     for (name, task) in [
         ("intake", intake),
         ("presence", presence),
+        ("maintenance", maintenance),
         ("placement", placement),
         ("sweeper", sweeper),
         ("callbacks", callbacks),
@@ -161,6 +171,30 @@ async fn sweep(
         tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tokio::time::sleep(pause) => {}
+        }
+    }
+    Ok(())
+}
+
+/// Every ten minutes: forget inbox ids past the input topics' retention and
+/// runner instances silent for a day.
+async fn maintain(
+    store: Store,
+    inbox_retention: Duration,
+    shutdown: CancellationToken,
+) -> Result<(), DispatcherError> {
+    while !shutdown.is_cancelled() {
+        match store
+            .prune(inbox_retention, Duration::from_secs(24 * 3600))
+            .await
+        {
+            Ok((inbox, instances)) if inbox + instances > 0 => info!(inbox, instances, "pruned"),
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "pruning failed"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tokio::time::sleep(Duration::from_secs(600)) => {}
         }
     }
     Ok(())

@@ -262,7 +262,7 @@ async fn a_stopped_runner_fences_itself_when_it_runs_again_and_its_late_report_i
     pipeline.submit(&spec).await;
     let attempt = pipeline.wait_status(&spec.job_id, "running", WAIT).await;
     pipeline.signal(runners[0], "STOP");
-    // Longer than the 2 s lease TTL: the sweeper takes the lease back.
+    // Longer than the 4 s lease TTL: the sweeper takes the lease back.
     let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
     assert_eq!(
         (attempts[0].1.as_str(), attempts[0].2.as_deref()),
@@ -353,7 +353,7 @@ async fn timeouts_fire_schedule_to_start_start_to_close_and_heartbeat(pool: PgPo
     let hung = job(
         "verify.custom.probe",
         json!({"probe_id": "hang"}),
-        json!({"timeouts": {"schedule_to_start": "20s", "start_to_close": "3s", "heartbeat": "2s", "schedule_to_close": "60s"}}),
+        json!({"timeouts": {"schedule_to_start": "20s", "start_to_close": "5s", "heartbeat": "4s", "schedule_to_close": "60s"}}),
     );
     pipeline.submit(&nobody).await;
     pipeline.submit(&hung).await;

@@ -471,3 +471,33 @@ async fn a_callback_outcome_is_recorded_once_after_the_terminal_event(pool: PgPo
         .status
         .success());
 }
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn pruning_forgets_old_inbox_ids_only(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    drive_mixed(&store, 3).await;
+    let before = count(&pool, "SELECT count(*) FROM inbox").await;
+    sqlx::query(
+        "UPDATE inbox SET processed_at = now() - interval '8 days' WHERE input_id LIKE 'mixed-0-%'",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let old = count(
+        &pool,
+        "SELECT count(*) FROM inbox WHERE processed_at < now() - interval '7 days'",
+    )
+    .await;
+    let (pruned, _) = store
+        .prune(
+            std::time::Duration::from_secs(7 * 24 * 3600),
+            std::time::Duration::from_secs(86_400),
+        )
+        .await
+        .unwrap();
+    assert_eq!(pruned as i64, old);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM inbox").await,
+        before - old
+    );
+}

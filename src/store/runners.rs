@@ -31,6 +31,30 @@ pub struct LiveInstance {
 }
 
 impl Store {
+    /// Deletes inbox ids older than `inbox_retention` and runner instances
+    /// not seen for `instance_retention`; returns how many of each.
+    pub async fn prune(
+        &self,
+        inbox_retention: std::time::Duration,
+        instance_retention: std::time::Duration,
+    ) -> Result<(u64, u64), StoreError> {
+        let inbox =
+            sqlx::query("DELETE FROM inbox WHERE processed_at < now() - make_interval(secs => $1)")
+                .bind(inbox_retention.as_secs_f64())
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+        let instances = sqlx::query(
+            "DELETE FROM runner_instances r WHERE last_seen_at < now() - make_interval(secs => $1)
+             AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.runner_instance = r.instance_id AND l.active)",
+        )
+        .bind(instance_retention.as_secs_f64())
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        Ok((inbox, instances))
+    }
+
     /// Upserts presence records; an older record never overwrites a newer one.
     pub async fn upsert_presence(&self, records: &[PresenceRecord]) -> Result<(), StoreError> {
         if records.is_empty() {

@@ -35,7 +35,9 @@ pub fn brokers() -> String {
     std::env::var("EXECPLANE_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".into())
 }
 
-/// A JobSpec for the tests: short timeouts, given operation and inputs.
+/// A JobSpec for the tests: short timeouts (a 4 s lease leaves ~1.2 s for
+/// the extension round trip on a loaded 2-core machine), given operation
+/// and inputs.
 pub fn job(operation: &str, inputs: Value, extra: Value) -> JobSpec {
     let mut spec = json!({
         "command_id": Uuid::new_v4().to_string(),
@@ -44,7 +46,7 @@ pub fn job(operation: &str, inputs: Value, extra: Value) -> JobSpec {
         "requested_by": "pipeline-test",
         "operation": operation,
         "inputs": inputs,
-        "timeouts": {"schedule_to_start": "20s", "start_to_close": "30s", "heartbeat": "2s", "schedule_to_close": "60s"},
+        "timeouts": {"schedule_to_start": "20s", "start_to_close": "30s", "heartbeat": "4s", "schedule_to_close": "60s"},
         "retry": {"max_attempts": 2, "initial_backoff": "200ms", "max_backoff": "1s"}
     });
     if let (Some(target), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
@@ -104,6 +106,7 @@ impl Pipeline {
             .env("EXECPLANE_CANCEL_GRACE", "3s")
             .env("EXECPLANE_RUNNER_DRAIN_TIMEOUT", "5s")
             .env("EXECPLANE_LOG", "info,execplane=debug,sqlx=warn")
+            .env("EXECPLANE_DATABASE_MAX_CONNECTIONS", "5")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
