@@ -8,6 +8,7 @@
 
 mod decide;
 mod ids;
+pub mod placement;
 #[cfg(test)]
 mod proptests;
 

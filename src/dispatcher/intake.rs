@@ -251,10 +251,10 @@ async fn handle(
     // shutdown, never skipped.
     let mut failures = 0u32;
     let outcome = loop {
-        match store
-            .process_batch(&inputs, chrono::Utc::now().timestamp_millis())
-            .await
-        {
+        let now = chrono::Utc::now().timestamp_millis();
+        let fresh_after = now - i64::try_from(config.presence_ttl.as_millis()).unwrap_or(i64::MAX);
+        // Commands are placed in the transaction that creates their attempts.
+        match store.process_batch_placing(&inputs, now, fresh_after).await {
             Ok(outcome) => break outcome,
             Err(error) => {
                 failures += 1;

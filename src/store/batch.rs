@@ -13,6 +13,7 @@ use super::rows::{
     AttemptRow, JobRow, LeaseRow, ATTEMPT_COLUMNS, DEADLINE_COLUMNS, JOB_COLUMNS, LEASE_COLUMNS,
 };
 use super::{Store, StoreError};
+use crate::attempt::placement::{place, QueuedAttempt};
 use crate::attempt::{decide, JobState, Rejection};
 use crate::codec::{AttemptEventRecord, Codec, Family};
 use crate::contract::{AttemptEvent, EventBody, Input, JobSpec, UnixMillis};
@@ -73,7 +74,22 @@ impl Store {
         now: UnixMillis,
     ) -> Result<BatchOutcome, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let outcome = process_in(&mut tx, &self.codec, inputs, now).await?;
+        let outcome = process_in(&mut tx, &self.codec, inputs, now, None).await?;
+        tx.commit().await?;
+        Ok(outcome)
+    }
+
+    /// As [`Store::process_batch`], and places the attempts the batch
+    /// created on live runners (presence newer than `fresh_after`) in the
+    /// same transaction: a command is leased in one commit, not two.
+    pub async fn process_batch_placing(
+        &self,
+        inputs: &[InputEnvelope],
+        now: UnixMillis,
+        fresh_after: UnixMillis,
+    ) -> Result<BatchOutcome, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let outcome = process_in(&mut tx, &self.codec, inputs, now, Some(fresh_after)).await?;
         tx.commit().await?;
         Ok(outcome)
     }
@@ -128,6 +144,7 @@ pub(crate) async fn process_in(
     codec: &Codec,
     inputs: &[InputEnvelope],
     now: UnixMillis,
+    place_fresh_after: Option<UnixMillis>,
 ) -> Result<BatchOutcome, StoreError> {
     // 1. Claim input ids; a repeat inside the batch is a duplicate too.
     let mut seen = HashSet::new();
@@ -248,6 +265,51 @@ pub(crate) async fn process_in(
                 events.extend(decided);
             }
             Err(rejection) => outcomes.push(InputOutcome::Rejected(rejection)),
+        }
+    }
+
+    // 4b. Place what this batch created, in the same transaction.
+    if let Some(fresh_after) = place_fresh_after {
+        let queued: Vec<QueuedAttempt> = events
+            .iter()
+            .filter_map(|event| match &event.body {
+                EventBody::Created {
+                    spec, available_at, ..
+                } if *available_at <= now => Some(QueuedAttempt {
+                    attempt_id: event.attempt_id,
+                    runner_type: spec.operation.runner_type().as_str().to_owned(),
+                    pool: spec.runner_requirements.pool.clone(),
+                    capabilities: spec.runner_requirements.capabilities.clone(),
+                }),
+                _ => None,
+            })
+            .collect();
+        if !queued.is_empty() {
+            let instances = super::runners::live_instances_in(conn, fresh_after).await?;
+            for (attempt_id, runner_instance) in place(&queued, &instances) {
+                let Some(job_id) = events
+                    .iter()
+                    .find(|event| event.attempt_id == attempt_id)
+                    .map(|event| event.job_id.clone())
+                else {
+                    continue;
+                };
+                let Some(state) = working.get_mut(&job_id) else {
+                    continue;
+                };
+                // Not queued any more (cancelled in the same batch): no grant.
+                if let Ok(granted) = decide(
+                    state,
+                    &Input::Grant {
+                        attempt_id,
+                        runner_instance,
+                    },
+                    now,
+                ) {
+                    state.apply_all(&granted)?;
+                    events.extend(granted);
+                }
+            }
         }
     }
 

@@ -3,32 +3,13 @@
 use std::collections::BTreeMap;
 
 use sqlx::Row;
-use uuid::Uuid;
 
 use super::rows::timestamp;
 use super::{Store, StoreError};
 use crate::codec::{PresenceRecord, PresenceStatus};
 use crate::contract::UnixMillis;
 
-/// A queued attempt waiting for a runner.
-#[derive(Clone, Debug, PartialEq)]
-pub struct QueuedAttempt {
-    pub attempt_id: Uuid,
-    pub runner_type: String,
-    pub pool: BTreeMap<String, String>,
-    pub capabilities: Vec<String>,
-}
-
-/// A runner instance with a fresh presence and its active leases.
-#[derive(Clone, Debug, PartialEq)]
-pub struct LiveInstance {
-    pub instance_id: String,
-    pub runner_type: String,
-    pub pool: BTreeMap<String, String>,
-    pub capabilities: Vec<String>,
-    pub capacity: i64,
-    pub in_flight: i64,
-}
+pub use crate::attempt::placement::{LiveInstance, QueuedAttempt};
 
 impl Store {
     /// Deletes inbox ids older than `inbox_retention` and runner instances
@@ -152,31 +133,40 @@ impl Store {
         &self,
         fresh_after: UnixMillis,
     ) -> Result<Vec<LiveInstance>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT r.instance_id, r.runner_type, r.pool, r.capabilities, r.capacity,
-                    (SELECT count(*) FROM leases l WHERE l.runner_instance = r.instance_id AND l.active)
-             FROM runner_instances r
-             WHERE r.last_seen_at >= $1 AND r.status = 'ready'
-               -- An instance whose lease expired without a heartbeat after its
-               -- last presence is suspect (probably dead) until it speaks again.
-               AND NOT EXISTS (
-                   SELECT 1 FROM leases l JOIN attempts a ON a.attempt_id = l.attempt_id
-                   WHERE l.runner_instance = r.instance_id AND NOT l.active
-                     AND a.timer_fired = 'heartbeat' AND a.finished_at > r.last_seen_at)",
-        )
-        .bind(timestamp(fresh_after))
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|row| LiveInstance {
-                instance_id: row.get(0),
-                runner_type: row.get(1),
-                pool: serde_json::from_value(row.get(2)).unwrap_or_default(),
-                capabilities: serde_json::from_value(row.get(3)).unwrap_or_default(),
-                capacity: i64::from(row.get::<i32, _>(4)),
-                in_flight: row.get(5),
-            })
-            .collect())
+        let mut conn = self.pool.acquire().await?;
+        live_instances_in(&mut conn, fresh_after).await
     }
+}
+
+/// [`Store::live_instances`] inside a caller's transaction.
+pub(crate) async fn live_instances_in(
+    conn: &mut sqlx::PgConnection,
+    fresh_after: UnixMillis,
+) -> Result<Vec<LiveInstance>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT r.instance_id, r.runner_type, r.pool, r.capabilities, r.capacity,
+                (SELECT count(*) FROM leases l WHERE l.runner_instance = r.instance_id AND l.active)
+         FROM runner_instances r
+         WHERE r.last_seen_at >= $1 AND r.status = 'ready'
+           -- An instance whose lease expired without a heartbeat after its
+           -- last presence is suspect (probably dead) until it speaks again.
+           AND NOT EXISTS (
+               SELECT 1 FROM leases l JOIN attempts a ON a.attempt_id = l.attempt_id
+               WHERE l.runner_instance = r.instance_id AND NOT l.active
+                 AND a.timer_fired = 'heartbeat' AND a.finished_at > r.last_seen_at)",
+    )
+    .bind(timestamp(fresh_after))
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .into_iter()
+        .map(|row| LiveInstance {
+            instance_id: row.get(0),
+            runner_type: row.get(1),
+            pool: serde_json::from_value(row.get(2)).unwrap_or_default(),
+            capabilities: serde_json::from_value(row.get(3)).unwrap_or_default(),
+            capacity: i64::from(row.get::<i32, _>(4)),
+            in_flight: row.get(5),
+        })
+        .collect())
 }

@@ -53,7 +53,7 @@ impl Store {
                 })
             })
             .collect();
-        let outcome = process_in(&mut tx, &self.codec, &inputs, now).await?;
+        let outcome = process_in(&mut tx, &self.codec, &inputs, now, None).await?;
         tx.commit().await?;
         Ok(outcome)
     }
