@@ -19,9 +19,15 @@ export EXECPLANE_KAFKA_BROKERS="${EXECPLANE_KAFKA_BROKERS:-127.0.0.1:9092}"
 log "building"
 cargo build --locked --all-targets
 log "running the test suite"
-cargo test --locked --all-targets -- --test-threads="${EXECPLANE_TEST_THREADS:-2}"
+RESULTS="$STACK_DIR/test-results.log"
+cargo test --locked --all-targets -- --test-threads="${EXECPLANE_TEST_THREADS:-2}" 2>&1 | tee "$RESULTS"
+[ "${PIPESTATUS[0]}" -eq 0 ] || die "tests failed"
 
 log "benchmarks, small N (figures only, never asserted)"
 cargo run --locked --quiet -- migrate
 cargo run --locked --quiet -- bench store --attempts 2000 --batch 250
 EXECPLANE_LOG=warn cargo run --locked --quiet -- bench pipeline --jobs 500 --rate 250
+
+# One closing line for the whole suite.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+     END { printf "suite: %d passed, %d failed\n", p, f }' "$RESULTS"
