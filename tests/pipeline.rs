@@ -754,3 +754,38 @@ async fn submit_follows_a_job_to_its_end_and_a_draining_runner_hands_back_what_i
     .unwrap();
     assert_ne!(draining, "ready", "the runner announced it is going away");
 }
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn submitting_a_command_that_already_ran_reports_its_outcome_at_once(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    pipeline.start_roles(1);
+    pipeline.wait_runners(1).await;
+    let spec = job(
+        "verify.tcp.connect",
+        json!({"host": "127.0.0.1", "port": 5432}),
+        json!({}),
+    );
+    pipeline.submit(&spec).await;
+    pipeline.wait_done(&spec.job_id, WAIT).await;
+    let path = pipeline.dir.join("again.json");
+    std::fs::write(&path, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let started = std::time::Instant::now();
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_execplane"))
+        .args(["submit", path.to_str().unwrap(), "--timeout", "60s"])
+        .env("EXECPLANE_DATABASE_URL", &pipeline.url)
+        .env("EXECPLANE_TOPIC_PREFIX", &pipeline.prefix)
+        .env("EXECPLANE_KAFKA_BROKERS", &pipeline.brokers)
+        .env("EXECPLANE_LOG", "warn")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert!(String::from_utf8_lossy(&output.stdout).contains("already ran"));
+    assert_eq!(
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM attempts")
+            .fetch_one(&pool)
+            .await
+            .unwrap(),
+        1
+    );
+}

@@ -33,6 +33,11 @@ pub async fn run(
             return Ok(ExitCode::from(2));
         }
     };
+    // A command that already ran is not resubmitted to wait in vain: the
+    // dispatcher would (rightly) treat it as a duplicate and publish nothing.
+    if let Some(code) = already_known(config, &spec, json).await {
+        return Ok(code);
+    }
     let kafka = config.kafka();
     // Follow from the end of the published log BEFORE producing.
     let events_topic = kafka.topic(topics::ATTEMPT_EVENTS);
@@ -152,4 +157,46 @@ pub async fn run(
             });
         }
     }
+}
+
+/// When Postgres is reachable and the command already created its job:
+/// prints the latest attempt's history and returns the exit code its state
+/// deserves (or `None` to submit normally, e.g. still in flight).
+async fn already_known(
+    config: &Config,
+    spec: &crate::contract::JobSpec,
+    json: bool,
+) -> Option<ExitCode> {
+    let options: sqlx::postgres::PgConnectOptions = config.database_url.parse().ok()?;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .acquire_timeout(Duration::from_secs(2))
+        .connect_with(options)
+        .await
+        .ok()?;
+    let store = crate::store::Store::from_pool(pool);
+    let (attempt_id, status): (uuid::Uuid, String) = sqlx::query_as(
+        "SELECT a.attempt_id, a.status FROM jobs j JOIN attempts a ON a.attempt_id = j.latest_attempt_id WHERE j.command_id = $1",
+    )
+    .bind(spec.command_id)
+    .fetch_optional(store.pool())
+    .await
+    .ok()??;
+    let terminal = crate::contract::AttemptStatus::parse(&status)
+        .is_some_and(crate::contract::AttemptStatus::is_terminal);
+    if !terminal {
+        return None;
+    }
+    if !json {
+        println!(
+            "command {} already ran (job `{}`); its latest attempt:",
+            spec.command_id, spec.job_id
+        );
+    }
+    let _ = super::audit::replay(&store, attempt_id, json).await;
+    Some(if status == "succeeded" {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
