@@ -67,6 +67,9 @@ pub struct Config {
     pub callback_max_attempts: i32,
     /// `EXECPLANE_VERIFY_PROBES`: allowlisted `verify.custom.probe` ids (comma-separated).
     pub verify_probes: String,
+    /// `EXECPLANE_METRICS_ADDR`: where long-running roles serve Prometheus
+    /// `/metrics`; empty turns the listener off.
+    pub metrics_addr: String,
 }
 
 impl Default for Config {
@@ -92,6 +95,7 @@ impl Default for Config {
             inbox_retention: DurationMs::from_secs(7 * 24 * 3600),
             callback_max_attempts: 8,
             verify_probes: crate::runners::verification::BUILTIN_PROBES.join(","),
+            metrics_addr: "127.0.0.1:9464".into(),
         }
     }
 }
@@ -217,6 +221,24 @@ impl Config {
         }
         if let Some(value) = env("EXECPLANE_VERIFY_PROBES") {
             config.verify_probes = value;
+        }
+        if let Some(value) = env("EXECPLANE_METRICS_ADDR") {
+            config.metrics_addr = value;
+        }
+        if !config.metrics_addr.trim().is_empty()
+            && config
+                .metrics_addr
+                .trim()
+                .parse::<std::net::SocketAddr>()
+                .is_err()
+        {
+            return Err(ConfigError::Env {
+                name: "EXECPLANE_METRICS_ADDR",
+                message: format!(
+                    "`{}` is not an address such as 127.0.0.1:9464",
+                    config.metrics_addr
+                ),
+            });
         }
         if config.runner_capacity == 0 || config.dispatcher_max_batch == 0 {
             return Err(ConfigError::Env {

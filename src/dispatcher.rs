@@ -153,13 +153,32 @@ async fn sweep(
     shutdown: CancellationToken,
 ) -> Result<(), DispatcherError> {
     let mut failures = 0u32;
+    let mut last_gauges = 0i64;
     while !shutdown.is_cancelled() {
         let now = chrono::Utc::now().timestamp_millis();
         // Reports sent before a deadline may need this long to land in Kafka.
         const IN_FLIGHT_SLACK_MS: i64 = 500;
         let decided_until =
             caught_up.load(std::sync::atomic::Ordering::SeqCst) - IN_FLIGHT_SLACK_MS;
-        match store.sweep_timers(now, now.min(decided_until), 500).await {
+        crate::telemetry::metrics::intake_lag(
+            ((now - decided_until - IN_FLIGHT_SLACK_MS).max(0)) as f64 / 1000.0,
+        );
+        if now - last_gauges >= 15_000 {
+            last_gauges = now;
+            if let Ok(counts) = sqlx::query_as::<_, (String, i64)>(
+                "SELECT status, count(*) FROM attempts GROUP BY status",
+            )
+            .fetch_all(store.pool())
+            .await
+            {
+                crate::telemetry::metrics::attempts_by_state(&counts);
+            }
+        }
+        let swept = store.sweep_timers(now, now.min(decided_until), 500).await;
+        if let Ok(outcome) = &swept {
+            crate::telemetry::metrics::record_events(&outcome.events);
+        }
+        match swept {
             Ok(outcome) if outcome.outcomes.len() == 500 => continue,
             Ok(_) => failures = 0,
             Err(error) => {

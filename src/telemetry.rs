@@ -1,4 +1,6 @@
-//! Logs (tracing) set up once per process.
+//! Logs (tracing) and metrics (Prometheus), set up once per process.
+
+pub mod metrics;
 
 use tracing_subscriber::EnvFilter;
 

@@ -789,3 +789,50 @@ async fn submitting_a_command_that_already_ran_reports_its_outcome_at_once(pool:
         1
     );
 }
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn the_dispatcher_serves_prometheus_metrics(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    let port = free_port().to_string();
+    let address = format!("127.0.0.1:{port}");
+    pipeline.spawn(
+        &["dispatcher"],
+        &[("EXECPLANE_METRICS_ADDR", address.as_str())],
+    );
+    pipeline.spawn(&["relay"], &[("EXECPLANE_METRICS_ADDR", "")]);
+    pipeline.spawn(
+        &["runner", "verification"],
+        &[("EXECPLANE_METRICS_ADDR", "")],
+    );
+    pipeline.wait_runners(1).await;
+    let spec = job(
+        "verify.tcp.connect",
+        json!({"host": "127.0.0.1", "port": 5432}),
+        json!({}),
+    );
+    pipeline.submit(&spec).await;
+    pipeline.wait_done(&spec.job_id, WAIT).await;
+    let scrape = || {
+        use std::io::{Read, Write};
+        let mut stream = std::net::TcpStream::connect(&address).unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut text = String::new();
+        stream.read_to_string(&mut text).unwrap();
+        text
+    };
+    pipeline
+        .wait("the terminal state to be counted", WAIT, || async {
+            scrape().contains("execplane_attempts_ended_total{state=\"succeeded\"} 1")
+        })
+        .await;
+    let text = scrape();
+    for name in [
+        "execplane_lease_grants_total 1",
+        "execplane_intake_transaction_seconds",
+        "# HELP execplane_lease_grants_total leases granted",
+    ] {
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
+}

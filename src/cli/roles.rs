@@ -42,6 +42,7 @@ fn on_signal() -> CancellationToken {
 }
 
 pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result<ExitCode> {
+    crate::telemetry::metrics::init(config.metrics_addr.trim().parse().ok());
     let kafka = config.kafka();
     let store = Store::connect(&config.database_url, config.database_max_connections, None)
         .await

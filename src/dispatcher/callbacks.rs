@@ -111,6 +111,7 @@ async fn deliver(
         ),
         Err(error) => (false, None, Some(error.without_url().to_string())),
     };
+    crate::telemetry::metrics::callback(delivered);
     let give_up = !delivered && callback.attempts >= config.max_attempts;
     if delivered || give_up {
         let outcome = Input::CallbackOutcome {

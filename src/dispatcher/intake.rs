@@ -263,6 +263,8 @@ async fn handle(
             }
         }
     };
+    crate::telemetry::metrics::record_events(&outcome.events);
+    crate::telemetry::metrics::intake_batch(batch.len(), started.elapsed().as_secs_f64());
     for ((envelope, message), result) in inputs.iter().zip(&origins).zip(&outcome.outcomes) {
         if let InputOutcome::Rejected(rejection) = result {
             match rejection {
@@ -428,6 +430,7 @@ async fn dead_letter(
     message: &OwnedMessage,
     reason: &str,
 ) {
+    crate::telemetry::metrics::dead_lettered();
     warn!(topic = message.topic(), partition = message.partition(), offset = message.offset(), %reason, "dead-lettering record");
     let mut headers = OwnedHeaders::new();
     if let Some(original) = message.headers() {

@@ -65,5 +65,6 @@ pub async fn place_once(
     let outcome = store
         .process_batch(&inputs, chrono::Utc::now().timestamp_millis())
         .await?;
+    crate::telemetry::metrics::record_events(&outcome.events);
     Ok(outcome.events.len())
 }

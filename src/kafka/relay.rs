@@ -80,6 +80,7 @@ pub async fn run(
                 .fetch_all(store.pool())
                 .await?;
         if rows.is_empty() {
+            crate::telemetry::metrics::outbox_round(0, &[], 0.0);
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 notification = listener.recv() => { if let Err(error) = notification { warn!(%error, "outbox listener"); } }
@@ -89,6 +90,7 @@ pub async fn run(
         }
         let started = Instant::now();
         let mut ids = Vec::with_capacity(rows.len());
+        let mut published_topics = Vec::with_capacity(rows.len());
         let mut deliveries = Vec::with_capacity(rows.len());
         let mut failed = false;
         for row in &rows {
@@ -146,6 +148,7 @@ pub async fn run(
                 break;
             }
             ids.push(id);
+            published_topics.push(topic);
         }
         for delivery in deliveries {
             match delivery.await {
@@ -171,6 +174,11 @@ pub async fn run(
             .bind(&ids)
             .execute(store.pool())
             .await?;
+        crate::telemetry::metrics::outbox_round(
+            rows.len(),
+            &published_topics,
+            started.elapsed().as_secs_f64(),
+        );
         debug!(
             rows = ids.len(),
             elapsed_ms = started.elapsed().as_millis() as u64,

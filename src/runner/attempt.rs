@@ -153,6 +153,7 @@ pub(super) async fn run_attempt<E: Executor>(
             biased;
             _ = tokio::time::sleep_until(fence) => {
                 warn!("lease deadline passed without an extension: fencing myself");
+                crate::telemetry::metrics::runner_self_fenced();
                 cancel.cancel();
                 let _ = tokio::time::timeout(stop_grace, &mut execution).await;
                 break ExecutionOutcome::failed(

@@ -194,14 +194,18 @@ pub async fn run_instance<E: Executor>(
                 let stop_grace = config.stop_grace;
                 let attempt_span =
                     info_span!(parent: &span, "attempt", %attempt_id, lease_epoch = epoch);
-                in_flight.fetch_add(1, Ordering::SeqCst);
+                crate::telemetry::metrics::runner_in_flight(
+                    in_flight.fetch_add(1, Ordering::SeqCst) + 1,
+                );
                 tasks.spawn(
                     async move {
                         run_attempt(
                             executor, reporter, assignment, lease_rx, stop_rx, stop_all, stop_grace,
                         )
                         .await;
-                        in_flight.fetch_sub(1, Ordering::SeqCst);
+                        crate::telemetry::metrics::runner_in_flight(
+                            in_flight.fetch_sub(1, Ordering::SeqCst).saturating_sub(1),
+                        );
                         attempt_id
                     }
                     .instrument(attempt_span),
