@@ -476,8 +476,15 @@ async fn append_in(
     .await?;
 
     let touched: BTreeSet<Uuid> = events.iter().map(|event| event.attempt_id).collect();
-    let projection_rows =
-        write_projection(conn, "public_live", &jobs, &touched, &granted, &chain).await?;
+    let projection_rows = write_projection(
+        conn,
+        ProjectionTarget::Live,
+        &jobs,
+        &touched,
+        &granted,
+        &chain,
+    )
+    .await?;
 
     let outbox_rows = outbox.topic.len();
     if outbox_rows > 0 {
@@ -506,22 +513,27 @@ async fn append_in(
     })
 }
 
-/// Writes the projection rows of the touched attempts of `jobs`. `schema` is
-/// `public_live` for the live tables (the connection's own schema), or a
-/// shadow schema name for a rebuild (where every lease is new).
+/// Where projection rows go.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ProjectionTarget<'a> {
+    /// The live tables, found through the connection's search_path.
+    Live,
+    /// A shadow schema being rebuilt (where every lease is new).
+    Shadow(&'a str),
+}
+
+/// Writes the projection rows of the touched attempts of `jobs`.
 pub(crate) async fn write_projection(
     conn: &mut PgConnection,
-    schema: &str,
+    target: ProjectionTarget<'_>,
     jobs: &BTreeMap<String, JobState>,
     touched: &BTreeSet<Uuid>,
     granted: &HashSet<Uuid>,
     chain: &HashMap<Uuid, [u8; 32]>,
 ) -> Result<usize, StoreError> {
-    // The live tables are found through the connection's search_path.
-    let schema_name = if schema == "public_live" {
-        String::new()
-    } else {
-        schema.to_owned()
+    let schema_name = match target {
+        ProjectionTarget::Live => String::new(),
+        ProjectionTarget::Shadow(schema) => schema.to_owned(),
     };
     let qualified = |table: &str| {
         if schema_name.is_empty() {

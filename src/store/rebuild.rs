@@ -7,7 +7,7 @@ use futures_util::TryStreamExt;
 use uuid::Uuid;
 
 use super::audit::{StoredEvent, EVENT_COLUMNS};
-use super::batch::write_projection;
+use super::batch::{write_projection, ProjectionTarget};
 use super::{Store, StoreError};
 use crate::attempt::{apply, Attempt, JobState};
 
@@ -119,7 +119,15 @@ impl Store {
                 .iter()
                 .map(|name| (name.clone(), jobs[name].clone()))
                 .collect();
-            write_projection(&mut tx, SHADOW_SCHEMA, &part, &touched, &granted, &tips).await?;
+            write_projection(
+                &mut tx,
+                ProjectionTarget::Shadow(SHADOW_SCHEMA),
+                &part,
+                &touched,
+                &granted,
+                &tips,
+            )
+            .await?;
         }
 
         for (table, key) in TABLES {
