@@ -210,8 +210,48 @@ fn not_json_at_all() {
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn validation_writes_nothing(pool: PgPool) {
-    let (code, _) = validate(Some(&pool), &with(&[("/operation", json!("helm.explode"))]));
-    assert_eq!(code, Some(2));
+    // One spec of each class, run with the database configured.
+    let cluster = json!({"name": "prod", "credentials": {"$secret": "api"}});
+    let module = json!({"package": {"name": "network", "version": "1.2.0"}});
+    let classes = [
+        with(&[("/operation", json!("helm.explode"))]),
+        with(&[("/tenant", Value::Null)]),
+        with(&[("/timeouts", json!({"heartbeat": "2h"}))]),
+        with(&[("/inputs/headers", json!({"Authorization": "Bearer abc"}))]),
+        with(&[
+            ("/operation", json!("kubernetes.manifest.delete")),
+            (
+                "/inputs",
+                json!({"cluster": cluster, "namespace": "a", "objects": []}),
+            ),
+        ]),
+        with(&[
+            ("/operation", json!("opentofu.destroy")),
+            ("/inputs", module),
+        ]),
+        with(&[
+            ("/operation", json!("helm.rollback")),
+            (
+                "/inputs",
+                json!({"cluster": cluster, "release": "w", "namespace": "a", "revision": 1}),
+            ),
+        ]),
+        with(&[
+            ("/operation", json!("ssh.command.run")),
+            ("/inputs", json!({})),
+        ]),
+        with(&[
+            ("/operation", json!("ansible.playbook.run")),
+            (
+                "/inputs",
+                json!({"package": {"name": "s", "version": "1"}, "playbook": "../x.yml"}),
+            ),
+        ]),
+    ];
+    for spec in &classes {
+        let (code, output) = validate(Some(&pool), spec);
+        assert_eq!(code, Some(2), "{output}");
+    }
     for table in ["jobs", "attempts", "attempt_events", "inbox", "outbox"] {
         let rows: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
             .fetch_one(&pool)
