@@ -60,6 +60,53 @@ pub struct Attempt {
 }
 
 impl Attempt {
+    /// A queued attempt as its first event (seq 1) makes it; the caller
+    /// fills in what that event says beyond identity.
+    fn first(
+        event: &AttemptEvent,
+        command_id: Uuid,
+        attempt_no: u32,
+        tenant: &str,
+        operation: &str,
+    ) -> Self {
+        Attempt {
+            attempt_id: event.attempt_id,
+            job_id: event.job_id.clone(),
+            command_id,
+            attempt_no,
+            tenant: tenant.to_owned(),
+            operation: operation.to_owned(),
+            spec: None,
+            status: AttemptStatus::Queued,
+            created_at: event.occurred_at,
+            available_at: event.occurred_at,
+            updated_at: event.occurred_at,
+            previous_attempt_id: None,
+            lease: None,
+            started_at: None,
+            cancel: None,
+            progress: None,
+            progress_percent: None,
+            outcome: None,
+            failure_category: None,
+            message: None,
+            result_json: None,
+            finished_at: None,
+            timer_fired: None,
+            retry_attempt_id: None,
+            fenced_reports: 0,
+            callback_delivered: None,
+            last_seq: 1,
+        }
+    }
+
+    /// Whether the operation may run twice; a rejected attempt never ran.
+    pub fn is_idempotent(&self) -> bool {
+        self.spec
+            .as_ref()
+            .is_none_or(|spec| spec.operation.is_idempotent())
+    }
+
     pub fn is_terminal(&self) -> bool {
         self.status.is_terminal()
     }
@@ -194,35 +241,19 @@ pub fn apply(state: Option<&Attempt>, event: &AttemptEvent) -> Result<Attempt, A
                 spec,
                 available_at,
                 previous_attempt_id,
-            } => Ok(Attempt {
-                attempt_id: event.attempt_id,
-                job_id: event.job_id.clone(),
-                command_id: *command_id,
-                attempt_no: *attempt_no,
-                tenant: spec.tenant.clone(),
-                operation: spec.operation.as_str().to_owned(),
-                spec: Some(spec.clone()),
-                status: AttemptStatus::Queued,
-                created_at: event.occurred_at,
-                available_at: *available_at,
-                updated_at: event.occurred_at,
-                previous_attempt_id: *previous_attempt_id,
-                lease: None,
-                started_at: None,
-                cancel: None,
-                progress: None,
-                progress_percent: None,
-                outcome: None,
-                failure_category: None,
-                message: None,
-                result_json: None,
-                finished_at: None,
-                timer_fired: None,
-                retry_attempt_id: None,
-                fenced_reports: 0,
-                callback_delivered: None,
-                last_seq: 1,
-            }),
+            } => {
+                let mut attempt = Attempt::first(
+                    event,
+                    *command_id,
+                    *attempt_no,
+                    &spec.tenant,
+                    spec.operation.as_str(),
+                );
+                attempt.spec = Some(spec.clone());
+                attempt.available_at = *available_at;
+                attempt.previous_attempt_id = *previous_attempt_id;
+                Ok(attempt)
+            }
             EventBody::Rejected {
                 command_id,
                 attempt_no,
@@ -230,41 +261,21 @@ pub fn apply(state: Option<&Attempt>, event: &AttemptEvent) -> Result<Attempt, A
                 operation,
                 category,
                 problems,
-            } => Ok(Attempt {
-                attempt_id: event.attempt_id,
-                job_id: event.job_id.clone(),
-                command_id: *command_id,
-                attempt_no: *attempt_no,
-                tenant: tenant.clone(),
-                operation: operation.clone(),
-                spec: None,
-                status: AttemptStatus::Rejected,
-                created_at: event.occurred_at,
-                available_at: event.occurred_at,
-                updated_at: event.occurred_at,
-                previous_attempt_id: None,
-                lease: None,
-                started_at: None,
-                cancel: None,
-                progress: None,
-                progress_percent: None,
-                outcome: None,
-                failure_category: Some(*category),
-                message: Some(
+            } => {
+                let mut attempt =
+                    Attempt::first(event, *command_id, *attempt_no, tenant, operation);
+                attempt.status = AttemptStatus::Rejected;
+                attempt.failure_category = Some(*category);
+                attempt.message = Some(
                     problems
                         .iter()
                         .map(ToString::to_string)
                         .collect::<Vec<_>>()
                         .join("; "),
-                ),
-                result_json: None,
-                finished_at: Some(event.occurred_at),
-                timer_fired: None,
-                retry_attempt_id: None,
-                fenced_reports: 0,
-                callback_delivered: None,
-                last_seq: 1,
-            }),
+                );
+                attempt.finished_at = Some(event.occurred_at);
+                Ok(attempt)
+            }
             _ => Err(fail(
                 "an attempt's history must start with `created` or `rejected`",
             )),

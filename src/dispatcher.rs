@@ -64,6 +64,8 @@ pub enum DispatcherError {
     Kafka(#[from] KafkaError),
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("cannot build the HTTP client for callbacks: {0}")]
+    HttpClient(String),
 }
 
 /// Runs every dispatcher task until `shutdown`.

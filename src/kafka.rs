@@ -9,9 +9,9 @@ use std::time::Duration;
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::message::{BorrowedMessage, Header, Headers, OwnedHeaders};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureProducer;
-use rdkafka::{ClientConfig, Message};
+use rdkafka::ClientConfig;
 
 /// How to reach the broker and name topics.
 #[derive(Clone, Debug)]
@@ -184,16 +184,6 @@ pub fn cloudevent_headers(
         });
     }
     headers
-}
-
-/// A header's value as text.
-pub fn header<'a>(message: &'a BorrowedMessage<'_>, name: &str) -> Option<&'a str> {
-    message
-        .headers()?
-        .iter()
-        .find(|header| header.key == name)
-        .and_then(|header| header.value)
-        .and_then(|value| std::str::from_utf8(value).ok())
 }
 
 #[cfg(test)]

@@ -430,10 +430,7 @@ fn push_progress(
 /// A lost lease: `outcome_unknown` for a started operation that is not
 /// idempotent (nobody knows whether it finished), else a retryable failure.
 fn lease_lost(attempt: &Attempt) -> (TerminalOutcome, Option<FailureCategory>) {
-    let idempotent = attempt
-        .spec
-        .as_ref()
-        .is_none_or(|spec| spec.operation.is_idempotent());
+    let idempotent = attempt.is_idempotent();
     if attempt.started_at.is_some() && !idempotent {
         (
             TerminalOutcome::OutcomeUnknown,
@@ -465,10 +462,7 @@ fn decide_timer(emit: &mut Emitter<'_>, attempt: &Attempt, timer: TimerKind) {
         )
     };
     let terminal = if attempt.status == AttemptStatus::CancelRequested {
-        let idempotent = attempt
-            .spec
-            .as_ref()
-            .is_none_or(|spec| spec.operation.is_idempotent());
+        let idempotent = attempt.is_idempotent();
         if attempt.started_at.is_some() && !idempotent {
             Terminal {
                 outcome: TerminalOutcome::OutcomeUnknown,

@@ -103,19 +103,9 @@ pub async fn run(config: &Config, args: &PipelineBenchArgs) -> anyhow::Result<Ex
         std::process::id(),
         &Uuid::new_v4().simple().to_string()[..6]
     );
-    let schema = format!("execplane_bench_{id}");
-    let admin = Store::connect(&config.database_url, 1, None)
-        .await
-        .context("connecting to Postgres")?;
-    sqlx::query(&format!("CREATE SCHEMA {schema}"))
-        .execute(admin.pool())
-        .await?;
-    let result = drive(config, args, &schema, &format!("bench{id}.")).await;
-    if !args.keep {
-        sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
-            .execute(admin.pool())
-            .await?;
-    }
+    let schema = super::ScratchSchema::create(config, format!("execplane_bench_{id}")).await?;
+    let result = drive(config, args, &schema.name, &format!("bench{id}.")).await;
+    schema.finish(args.keep).await?;
     let report = result?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

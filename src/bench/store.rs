@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::Context;
 use serde::Serialize;
 use tokio::sync::Mutex;
 use uuid::Uuid;
@@ -46,19 +45,11 @@ pub async fn run(config: &Config, args: &StoreBenchArgs) -> anyhow::Result<ExitC
         args.attempts > 0 && args.batch > 0 && args.writers > 0,
         "--attempts, --batch and --writers must be positive"
     );
-    let schema = format!("execplane_bench_{}", std::process::id());
-    let admin = Store::connect(&config.database_url, 1, None)
-        .await
-        .context("connecting to Postgres")?;
-    sqlx::query(&format!("CREATE SCHEMA {schema}"))
-        .execute(admin.pool())
-        .await?;
-    let result = drive(config, args, &schema).await;
-    if !args.keep {
-        sqlx::query(&format!("DROP SCHEMA {schema} CASCADE"))
-            .execute(admin.pool())
+    let schema =
+        super::ScratchSchema::create(config, format!("execplane_bench_{}", std::process::id()))
             .await?;
-    }
+    let result = drive(config, args, &schema.name).await;
+    schema.finish(args.keep).await?;
     let report = result?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

@@ -15,9 +15,6 @@ impl DurationMs {
     pub const fn from_secs(secs: u64) -> Self {
         Self(secs * 1000)
     }
-    pub const fn millis(self) -> u64 {
-        self.0
-    }
     /// Milliseconds as a signed number, saturating, for timestamp arithmetic.
     pub fn as_i64(self) -> i64 {
         i64::try_from(self.0).unwrap_or(i64::MAX)

@@ -57,7 +57,7 @@ pub(super) async fn run(
         .timeout(config.request_timeout)
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .map_err(|error| crate::store::StoreError::Corrupt(format!("http client: {error}")))?;
+        .map_err(|error| DispatcherError::HttpClient(error.to_string()))?;
     while !shutdown.is_cancelled() {
         let claimed = match store.claim_callbacks(32, config.request_timeout * 3).await {
             Ok(claimed) => claimed,

@@ -13,7 +13,7 @@ use crate::codec::{AttemptEventRecord, Codec, Family};
 use crate::contract::AttemptEvent;
 
 /// One row of `attempt_events`.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, sqlx::FromRow)]
 pub struct StoredEvent {
     pub position: i64,
     pub event_id: Uuid,
@@ -32,21 +32,7 @@ pub struct StoredEvent {
 
 impl StoredEvent {
     pub(crate) fn from_row(row: &sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
-        Ok(Self {
-            position: row.try_get("position")?,
-            event_id: row.try_get("event_id")?,
-            attempt_id: row.try_get("attempt_id")?,
-            job_id: row.try_get("job_id")?,
-            seq: row.try_get("seq")?,
-            kind: row.try_get("kind")?,
-            terminal: row.try_get("terminal")?,
-            occurred_at: row.try_get("occurred_at")?,
-            payload: row.try_get("payload")?,
-            schema_fingerprint: row.try_get("schema_fingerprint")?,
-            prev_hash: row.try_get("prev_hash")?,
-            hash: row.try_get("hash")?,
-            recorded_at: row.try_get("recorded_at")?,
-        })
+        <Self as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(row)
     }
 
     /// Decodes the payload with the schema it was written with.

@@ -100,15 +100,6 @@ impl Store {
         let loaded = load_jobs(&mut conn, &[job_id.to_owned()], false).await?;
         Ok(loaded.jobs.get(job_id).cloned().unwrap_or_default())
     }
-
-    /// The job an attempt belongs to.
-    pub async fn job_of(&self, attempt_id: Uuid) -> Result<Option<String>, StoreError> {
-        let row = sqlx::query("SELECT job_id FROM attempts WHERE attempt_id = $1")
-            .bind(attempt_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        Ok(row.map(|row| row.get(0)))
-    }
 }
 
 fn job_key(input: &Input) -> Option<&str> {

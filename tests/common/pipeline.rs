@@ -338,16 +338,6 @@ impl Pipeline {
             .await
             .unwrap()
     }
-
-    pub fn logs(&self) -> String {
-        let mut all = String::new();
-        for (name, _) in &self.children {
-            let text =
-                std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
-            all.push_str(&format!("===== {name}\n{text}\n"));
-        }
-        all
-    }
 }
 
 impl Drop for Pipeline {
