@@ -15,6 +15,6 @@ mod records;
 pub use framing::{can_read, fingerprint, Codec, CodecError, Family, Framing};
 pub use records::{
     AttemptEventRecord, CancelAttemptRecord, CommandKind, CommandRecord, EventType, JobSpecRecord,
-    PresenceRecord, PresenceStatus, ReportType, ResultRecord, RunnerEventRecord, TerminalStatus,
-    WorkRecord, WorkType,
+    LogChunkRecord, LogStream, PresenceRecord, PresenceStatus, ReportType, ResultRecord,
+    RunnerEventRecord, TerminalStatus, WorkRecord, WorkType,
 };

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use execplane::attempt::{attempt_id_for, event_id_for};
 use execplane::codec::{
     AttemptEventRecord, CancelAttemptRecord, Codec, CodecError, CommandKind, CommandRecord, Family,
-    Framing, JobSpecRecord, ResultRecord, RunnerEventRecord, TerminalStatus, WorkRecord, WorkType,
+    Framing, JobSpecRecord, LogChunkRecord, LogStream, ResultRecord, RunnerEventRecord,
+    TerminalStatus, WorkRecord, WorkType,
 };
 use execplane::contract::{
     validate_jobspec, AttemptEvent, EventBody, FailureCategory, JobSpec, Problem, ReportBody,
@@ -239,6 +240,26 @@ fn runner_reports_work_items_and_results_round_trip() {
             retry_attempt_id: None,
         };
         round_trip(Family::Result, &result);
+    }
+}
+
+#[test]
+fn log_chunks_of_every_stream_round_trip() {
+    for (seq, stream) in [LogStream::Stdout, LogStream::Stderr, LogStream::Runner]
+        .into_iter()
+        .enumerate()
+    {
+        let chunk = LogChunkRecord {
+            chunk_id: Uuid::from_u128(seq as u128).to_string(),
+            attempt_id: Uuid::from_u128(11).to_string(),
+            lease_epoch: 3,
+            runner_instance: "exec-a.1".into(),
+            stream,
+            seq: seq as i64,
+            text: "line one\nline \u{2713} two\n".into(),
+            sent_at: 1_700_000_000_000,
+        };
+        round_trip(Family::LogChunk, &chunk);
     }
 }
 

@@ -19,10 +19,11 @@ pub enum Family {
     Result,
     Artifact,
     Presence,
+    LogChunk,
 }
 
 impl Family {
-    pub const ALL: [Family; 7] = [
+    pub const ALL: [Family; 8] = [
         Family::Command,
         Family::AttemptEvent,
         Family::RunnerEvent,
@@ -30,6 +31,7 @@ impl Family {
         Family::Result,
         Family::Artifact,
         Family::Presence,
+        Family::LogChunk,
     ];
 
     /// The schema file name under `schemas/`, without `.avsc`.
@@ -42,6 +44,7 @@ impl Family {
             Family::Result => "results",
             Family::Artifact => "artifacts",
             Family::Presence => "runner-presence",
+            Family::LogChunk => "log-chunks",
         }
     }
 
@@ -55,6 +58,7 @@ impl Family {
             Family::Result => include_str!("../../schemas/results.avsc"),
             Family::Artifact => include_str!("../../schemas/artifacts.avsc"),
             Family::Presence => include_str!("../../schemas/runner-presence.avsc"),
+            Family::LogChunk => include_str!("../../schemas/log-chunks.avsc"),
         }
     }
 
@@ -68,6 +72,7 @@ impl Family {
             Family::Result => include_str!("../../schemas/previous/results.avsc"),
             Family::Artifact => include_str!("../../schemas/previous/artifacts.avsc"),
             Family::Presence => include_str!("../../schemas/previous/runner-presence.avsc"),
+            Family::LogChunk => include_str!("../../schemas/previous/log-chunks.avsc"),
         }
     }
 }

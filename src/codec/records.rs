@@ -792,3 +792,26 @@ pub struct PresenceRecord {
     pub started_at: UnixMillis,
     pub sent_at: UnixMillis,
 }
+
+/// Which output a log chunk carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogStream {
+    Stdout,
+    Stderr,
+    /// The runner's (or executor's) own notes about the run.
+    Runner,
+}
+
+/// exec.log-chunks.v1: one ordered piece of output, masked at the source.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LogChunkRecord {
+    pub chunk_id: String,
+    pub attempt_id: String,
+    pub lease_epoch: i64,
+    pub runner_instance: String,
+    pub stream: LogStream,
+    pub seq: i64,
+    pub text: String,
+    pub sent_at: UnixMillis,
+}
