@@ -1,7 +1,7 @@
 //! The `execplane` command line.
 
 mod attempts;
-mod audit;
+pub(crate) mod audit;
 mod projection;
 mod roles;
 mod submit;
@@ -52,9 +52,16 @@ pub enum Command {
     /// Benchmarks, reported as figures.
     #[command(subcommand)]
     Bench(BenchCommand),
-    /// Every role in one process: dispatcher, relay, timers, callbacks and
-    /// the verification runner (applies migrations and topology first).
+    /// Every role in one process: dispatcher, relay, timers, callbacks, the
+    /// verification runner, and the ingress when its keys are set (applies
+    /// migrations and topology first).
     Serve,
+    /// The ingress role alone: HTTP and TCP for executors, the execute API.
+    /// Refuses to start without EXECPLANE_INGRESS_KEY and EXECPLANE_API_KEY.
+    Ingress,
+    /// The runner catalog the ingress checks executors against.
+    #[command(subcommand)]
+    Executors(ExecutorsCommand),
     /// The dispatcher role alone.
     Dispatcher,
     /// The outbox relay role alone.
@@ -84,6 +91,28 @@ pub enum Command {
 
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     crate::contract::DurationMs::parse(text).map(|duration| duration.as_std())
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExecutorsCommand {
+    /// Add an executor or replace its entry.
+    Put {
+        executor_id: String,
+        /// Runner types it may serve, comma-separated (e.g. `verification,ssh`).
+        #[arg(long, value_delimiter = ',', required = true)]
+        types: Vec<String>,
+        /// Tenants whose attempts it may run, comma-separated; none = all.
+        #[arg(long, value_delimiter = ',')]
+        tenants: Vec<String>,
+        /// Keep the entry but refuse the executor.
+        #[arg(long)]
+        disabled: bool,
+    },
+    /// The catalog.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -204,11 +233,24 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     dispatcher: true,
                     relay: true,
                     verification_runner: true,
+                    ingress: !config.ingress_key.is_empty() || !config.api_key.is_empty(),
                 },
                 true,
             )
             .await
         }
+        Command::Ingress => {
+            roles::run(
+                &config,
+                roles::Roles {
+                    ingress: true,
+                    ..Default::default()
+                },
+                false,
+            )
+            .await
+        }
+        Command::Executors(command) => executors(&connect(&config).await?, command).await,
         Command::Dispatcher => {
             roles::run(
                 &config,
@@ -270,6 +312,64 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 std::time::Duration::from_millis(300),
             )
             .await
+        }
+    }
+}
+
+async fn executors(store: &Store, command: ExecutorsCommand) -> anyhow::Result<ExitCode> {
+    match command {
+        ExecutorsCommand::Put {
+            executor_id,
+            types,
+            tenants,
+            disabled,
+        } => {
+            if !crate::ingress::protocol::valid_executor_id(&executor_id) {
+                eprintln!(
+                    "error: `{executor_id}` is not an executor id (1 to 64 of A-Z a-z 0-9 _ -)"
+                );
+                return Ok(ExitCode::from(2));
+            }
+            for runner_type in &types {
+                if let Err(error) = runner_type.parse::<crate::contract::RunnerType>() {
+                    eprintln!("error: {error}");
+                    return Ok(ExitCode::from(2));
+                }
+            }
+            store
+                .put_executor(&crate::store::ExecutorGrant {
+                    executor_id: executor_id.clone(),
+                    runner_types: types,
+                    tenants,
+                    enabled: !disabled,
+                })
+                .await?;
+            println!(
+                "executor {executor_id} {}",
+                if disabled { "disabled" } else { "enabled" }
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        ExecutorsCommand::List { json } => {
+            let grants = store.list_executors().await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&grants)?);
+            } else {
+                for grant in grants {
+                    println!(
+                        "{:<24} {:<8} types={} tenants={}",
+                        grant.executor_id,
+                        if grant.enabled { "enabled" } else { "disabled" },
+                        grant.runner_types.join(","),
+                        if grant.tenants.is_empty() {
+                            "*".to_owned()
+                        } else {
+                            grant.tenants.join(",")
+                        }
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

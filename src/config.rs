@@ -70,6 +70,67 @@ pub struct Config {
     /// `EXECPLANE_METRICS_ADDR`: where long-running roles serve Prometheus
     /// `/metrics`; empty turns the listener off.
     pub metrics_addr: String,
+    /// `EXECPLANE_INGRESS_BIND`: the address both ingress listeners bind.
+    pub ingress_bind: String,
+    /// `EXECPLANE_INGRESS_HTTP_PORT`.
+    pub ingress_http_port: u16,
+    /// `EXECPLANE_INGRESS_TCP_PORT`.
+    pub ingress_tcp_port: u16,
+    /// `EXECPLANE_INGRESS_KEY`: the executors' shared key. No default.
+    pub ingress_key: Secret,
+    /// `EXECPLANE_API_KEY`: the execute API's shared key. No default.
+    pub api_key: Secret,
+    /// `EXECPLANE_INGRESS_ALLOW_CIDRS`: client addresses admitted (comma-separated CIDRs).
+    pub ingress_allow_cidrs: String,
+    /// `EXECPLANE_INGRESS_TRUST_PROXY`: honour X-Forwarded-For from trusted proxies.
+    pub ingress_trust_proxy: bool,
+    /// `EXECPLANE_INGRESS_TRUSTED_PROXIES`: the proxies' CIDRs.
+    pub ingress_trusted_proxies: String,
+    /// `EXECPLANE_INGRESS_MAX_BODY`: largest HTTP request body, in bytes.
+    pub ingress_max_body: usize,
+    /// `EXECPLANE_INGRESS_MAX_FRAME`: largest TCP frame, in bytes.
+    pub ingress_max_frame: usize,
+    /// `EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PEER`: open connections per client address.
+    pub ingress_max_connections_per_peer: usize,
+    /// `EXECPLANE_INGRESS_READ_TIMEOUT`: a started request or frame must arrive within this.
+    pub ingress_read_timeout: DurationMs,
+    /// `EXECPLANE_INGRESS_IDLE_TIMEOUT`: a connection with no request for this long is closed.
+    pub ingress_idle_timeout: DurationMs,
+    /// `EXECPLANE_INGRESS_SESSION_TTL`: an executor session with no request for this long ends.
+    pub ingress_session_ttl: DurationMs,
+    /// `EXECPLANE_INGRESS_METRICS_UPSTREAM`: the dispatcher's `/metrics` URL, appended
+    /// to the ingress's own when the roles run as separate processes.
+    pub ingress_metrics_upstream: String,
+}
+
+/// A credential read from the configuration: never printed, compared in
+/// constant time by its users.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str(if self.0.is_empty() {
+            "Secret(unset)"
+        } else {
+            "Secret(redacted)"
+        })
+    }
 }
 
 impl Default for Config {
@@ -96,6 +157,21 @@ impl Default for Config {
             callback_max_attempts: 8,
             verify_probes: crate::runners::verification::BUILTIN_PROBES.join(","),
             metrics_addr: "127.0.0.1:9464".into(),
+            ingress_bind: "127.0.0.1".into(),
+            ingress_http_port: 3000,
+            ingress_tcp_port: 3001,
+            ingress_key: Secret::default(),
+            api_key: Secret::default(),
+            ingress_allow_cidrs: "127.0.0.0/8,::1/128".into(),
+            ingress_trust_proxy: false,
+            ingress_trusted_proxies: String::new(),
+            ingress_max_body: 1024 * 1024,
+            ingress_max_frame: 1024 * 1024,
+            ingress_max_connections_per_peer: 64,
+            ingress_read_timeout: DurationMs::from_secs(10),
+            ingress_idle_timeout: DurationMs::from_secs(60),
+            ingress_session_ttl: DurationMs::from_secs(30),
+            ingress_metrics_upstream: String::new(),
         }
     }
 }
@@ -224,6 +300,61 @@ impl Config {
         }
         if let Some(value) = env("EXECPLANE_METRICS_ADDR") {
             config.metrics_addr = value;
+        }
+        if let Some(value) = env("EXECPLANE_INGRESS_BIND") {
+            config.ingress_bind = value;
+        }
+        if let Some(value) = env("EXECPLANE_INGRESS_HTTP_PORT") {
+            config.ingress_http_port = parse("EXECPLANE_INGRESS_HTTP_PORT", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_INGRESS_TCP_PORT") {
+            config.ingress_tcp_port = parse("EXECPLANE_INGRESS_TCP_PORT", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_INGRESS_KEY") {
+            config.ingress_key = Secret::new(value);
+        }
+        if let Some(value) = env("EXECPLANE_API_KEY") {
+            config.api_key = Secret::new(value);
+        }
+        if let Some(value) = env("EXECPLANE_INGRESS_ALLOW_CIDRS") {
+            config.ingress_allow_cidrs = value;
+        }
+        if let Some(value) = env("EXECPLANE_INGRESS_TRUST_PROXY") {
+            config.ingress_trust_proxy = match value.trim() {
+                "true" | "1" | "yes" => true,
+                "false" | "0" | "no" | "" => false,
+                other => {
+                    return Err(ConfigError::Env {
+                        name: "EXECPLANE_INGRESS_TRUST_PROXY",
+                        message: format!("`{other}` is neither true nor false"),
+                    })
+                }
+            };
+        }
+        if let Some(value) = env("EXECPLANE_INGRESS_TRUSTED_PROXIES") {
+            config.ingress_trusted_proxies = value;
+        }
+        if let Some(value) = env("EXECPLANE_INGRESS_MAX_BODY") {
+            config.ingress_max_body = parse("EXECPLANE_INGRESS_MAX_BODY", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_INGRESS_MAX_FRAME") {
+            config.ingress_max_frame = parse("EXECPLANE_INGRESS_MAX_FRAME", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PEER") {
+            config.ingress_max_connections_per_peer =
+                parse("EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PEER", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_INGRESS_READ_TIMEOUT") {
+            config.ingress_read_timeout = duration("EXECPLANE_INGRESS_READ_TIMEOUT", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_INGRESS_IDLE_TIMEOUT") {
+            config.ingress_idle_timeout = duration("EXECPLANE_INGRESS_IDLE_TIMEOUT", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_INGRESS_SESSION_TTL") {
+            config.ingress_session_ttl = duration("EXECPLANE_INGRESS_SESSION_TTL", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_INGRESS_METRICS_UPSTREAM") {
+            config.ingress_metrics_upstream = value;
         }
         if !config.metrics_addr.trim().is_empty()
             && config

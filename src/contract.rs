@@ -23,7 +23,7 @@ pub use jobspec::{
     Timeouts, TraceContext,
 };
 pub use operation::{Operation, RunnerType};
-pub use validate::looks_secret;
+pub use validate::{is_traceparent, looks_secret};
 pub use validate::{
     validate_jobspec, validate_jobspec_bytes, Problem, Problems, MAX_JOBSPEC_BYTES,
 };

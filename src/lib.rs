@@ -8,6 +8,7 @@ pub mod codec;
 pub mod config;
 pub mod contract;
 pub mod dispatcher;
+pub mod ingress;
 pub mod kafka;
 pub mod runner;
 pub mod runners;

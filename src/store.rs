@@ -8,6 +8,7 @@
 mod audit;
 mod batch;
 mod callbacks;
+mod ingress;
 mod outbox;
 mod rebuild;
 mod rows;
@@ -16,6 +17,7 @@ mod timers;
 
 pub use batch::{chain_hash, GENESIS_HASH};
 pub use callbacks::ClaimedCallback;
+pub use ingress::{AttemptLease, ExecutorGrant, LeaseView, LeasedWork};
 pub use rebuild::SHADOW_SCHEMA;
 pub use runners::{LiveInstance, QueuedAttempt};
 

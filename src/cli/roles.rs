@@ -23,6 +23,7 @@ pub struct Roles {
     pub dispatcher: bool,
     pub relay: bool,
     pub verification_runner: bool,
+    pub ingress: bool,
 }
 
 fn on_signal() -> CancellationToken {
@@ -42,6 +43,24 @@ fn on_signal() -> CancellationToken {
 }
 
 pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result<ExitCode> {
+    // Checked before anything starts: the ingress never runs without keys.
+    let ingress_config = if roles.ingress {
+        match crate::ingress::IngressConfig::from_config(config) {
+            Ok(checked) => Some(checked),
+            Err(problems) => {
+                for problem in &problems {
+                    eprintln!("error: {problem}");
+                }
+                eprintln!(
+                    "the ingress refuses to start ({} problem(s) above)",
+                    problems.len()
+                );
+                return Ok(ExitCode::from(2));
+            }
+        }
+    } else {
+        None
+    };
     crate::telemetry::metrics::init(config.metrics_addr.trim().parse().ok());
     let kafka = config.kafka();
     let store = Store::connect(&config.database_url, config.database_max_connections, None)
@@ -95,6 +114,17 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
             relay::run(store, kafka, producer, RelayConfig::default(), stop)
                 .await
                 .map_err(anyhow::Error::from)
+        });
+    }
+    if let Some(ingress_config) = ingress_config {
+        let (store, kafka, producer, stop) = (
+            store.clone(),
+            kafka.clone(),
+            producer.clone(),
+            core_stop.clone(),
+        );
+        core.spawn(async move {
+            crate::ingress::run(ingress_config, store, kafka, producer, stop).await
         });
     }
     let mut runners = tokio::task::JoinSet::new();

@@ -725,7 +725,7 @@ fn check_callback(callback: &super::Callback, problems: &mut Vec<Problem>) {
     }
 }
 
-fn is_traceparent(text: &str) -> bool {
+pub fn is_traceparent(text: &str) -> bool {
     let parts: Vec<&str> = text.split('-').collect();
     let hex = |part: &str, len: usize| {
         part.len() == len && part.chars().all(|character| character.is_ascii_hexdigit())

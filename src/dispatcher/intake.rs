@@ -109,7 +109,8 @@ type Progress = Arc<std::sync::Mutex<Option<(i64, Vec<(String, i32, i64)>)>>>;
 
 /// Every 200 ms: if every position intake had decided up to instant `t`
 /// has reached the broker's high watermark (fetched after `t`), everything
-/// sent before `t` is decided, and `caught_up` moves to `t`.
+/// sent before `t` is decided, and `caught_up` moves to `t`. About once a
+/// second it also reports the consumer lag (records not yet read) by topic.
 async fn watch_lag(
     kafka: KafkaConfig,
     progress: Progress,
@@ -120,8 +121,10 @@ async fn watch_lag(
         return;
     };
     let client = Arc::new(client);
+    let mut tick = 0u64;
     while !shutdown.is_cancelled() {
         tokio::time::sleep(Duration::from_millis(200)).await;
+        tick += 1;
         let snapshot = progress
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -129,21 +132,36 @@ async fn watch_lag(
         let Some((at, positions)) = snapshot else {
             continue;
         };
-        if at <= caught_up.load(Ordering::SeqCst) || positions.is_empty() {
+        let gate_open = at > caught_up.load(Ordering::SeqCst);
+        if positions.is_empty() || (!gate_open && tick % 5 != 0) {
             continue;
         }
         let client = client.clone();
-        let decided = tokio::task::spawn_blocking(move || {
-            positions.iter().all(|(topic, partition, position)| {
+        let (decided, lag) = tokio::task::spawn_blocking(move || {
+            let mut decided = true;
+            let mut lag: std::collections::BTreeMap<String, i64> = Default::default();
+            for (topic, partition, position) in &positions {
                 match client.fetch_watermarks(topic, *partition, Duration::from_secs(2)) {
-                    Ok((low, high)) => *position >= high || (*position < 0 && high == low),
-                    Err(_) => false,
+                    Ok((low, high)) => {
+                        decided &= *position >= high || (*position < 0 && high == low);
+                        let behind = if *position < 0 {
+                            high - low
+                        } else {
+                            high - position
+                        };
+                        *lag.entry(topic.clone()).or_default() += behind.max(0);
+                    }
+                    Err(_) => decided = false,
                 }
-            })
+            }
+            (decided, lag)
         })
         .await
-        .unwrap_or(false);
-        if decided {
+        .unwrap_or_default();
+        for (topic, records) in &lag {
+            crate::telemetry::metrics::consumer_lag(topic, *records);
+        }
+        if decided && gate_open {
             caught_up.fetch_max(at, Ordering::SeqCst);
         }
     }
@@ -266,6 +284,18 @@ async fn handle(
     crate::telemetry::metrics::record_events(&outcome.events);
     crate::telemetry::metrics::intake_batch(batch.len(), started.elapsed().as_secs_f64());
     for ((envelope, message), result) in inputs.iter().zip(&origins).zip(&outcome.outcomes) {
+        if let Input::Report(report) = &envelope.input {
+            // One span per report: the attempt, its lease and the trace.
+            let traceparent = header(message, "traceparent").unwrap_or_default();
+            let span = tracing::debug_span!(
+                "report",
+                attempt_id = %report.attempt_id,
+                lease_epoch = report.lease_epoch,
+                runner_instance = %report.runner_instance,
+                traceparent = %traceparent,
+            );
+            debug!(parent: &span, kind = report.body.kind(), outcome = ?result, "report decided");
+        }
         if let InputOutcome::Rejected(rejection) = result {
             match rejection {
                 // Commands the contract cannot honour go where the control plane looks.
@@ -476,4 +506,15 @@ async fn dead_letter(
             }
         }
     }
+}
+
+/// A header's value as text.
+fn header(message: &OwnedMessage, name: &str) -> Option<String> {
+    use rdkafka::message::Headers;
+    let headers = message.headers()?;
+    headers
+        .iter()
+        .find(|header| header.key == name)
+        .and_then(|header| header.value)
+        .map(|value| String::from_utf8_lossy(value).into_owned())
 }

@@ -33,6 +33,8 @@ pub(super) struct Reporter {
     producer: FutureProducer,
     instance_id: String,
     codec: Codec,
+    /// The attempt's trace context, carried on its reports.
+    traceparent: Option<String>,
 }
 
 impl Reporter {
@@ -42,6 +44,15 @@ impl Reporter {
             producer,
             instance_id,
             codec: Codec::default(),
+            traceparent: None,
+        }
+    }
+
+    /// This reporter for one attempt, carrying its JobSpec's traceparent.
+    fn for_attempt(&self, traceparent: Option<String>) -> Self {
+        Self {
+            traceparent,
+            ..self.clone()
         }
     }
 
@@ -78,7 +89,7 @@ impl Reporter {
                 &event_id.to_string(),
                 &ce_type,
                 "execplane/runner",
-                None,
+                self.traceparent.as_deref(),
             ));
         match self.producer.send_result(record) {
             Ok(delivery) => Some(delivery),
@@ -134,6 +145,13 @@ pub(super) async fn run_attempt<E: Executor>(
     let epoch = assignment.lease_epoch;
     let ttl = assignment.spec.timeouts.heartbeat.as_std();
     let margin = fence_margin(ttl);
+    let reporter = reporter.for_attempt(
+        assignment
+            .spec
+            .trace
+            .as_ref()
+            .map(|trace| trace.traceparent.clone()),
+    );
     reporter.post(attempt_id, epoch, ReportBody::Started);
     info!("started");
 

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use metrics::{
     counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
 };
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 use crate::contract::{AttemptEvent, EventBody, TerminalOutcome};
 
@@ -29,8 +29,56 @@ pub const OUTBOX_PUBLISHED: &str = "execplane_outbox_published_total";
 pub const OUTBOX_PUBLISH_SECONDS: &str = "execplane_outbox_publish_seconds";
 pub const RUNNER_IN_FLIGHT: &str = "execplane_runner_attempts_in_flight";
 pub const RUNNER_SELF_FENCES: &str = "execplane_runner_self_fences_total";
+pub const INGRESS_REQUESTS: &str = "execplane_ingress_requests_total";
+pub const INGRESS_REQUEST_SECONDS: &str = "execplane_ingress_request_seconds";
+pub const INGRESS_AUTH_REFUSALS: &str = "execplane_ingress_auth_refusals_total";
+pub const INGRESS_CONNECTIONS_REFUSED: &str = "execplane_ingress_connections_refused_total";
+pub const INGRESS_CONNECTIONS_TIMED_OUT: &str = "execplane_ingress_connections_timed_out_total";
+pub const INGRESS_SESSIONS: &str = "execplane_ingress_executor_sessions";
+pub const INGRESS_WORK_HANDED: &str = "execplane_ingress_work_handed_total";
+pub const CONSUMER_LAG: &str = "execplane_consumer_lag_records";
 
 fn describe() {
+    describe_counter!(
+        INGRESS_REQUESTS,
+        Unit::Count,
+        "ingress requests, by transport, route (the route template or TCP op) and HTTP status"
+    );
+    describe_histogram!(
+        INGRESS_REQUEST_SECONDS,
+        Unit::Seconds,
+        "ingress request duration, by transport"
+    );
+    describe_counter!(
+        INGRESS_AUTH_REFUSALS,
+        Unit::Count,
+        "ingress requests refused before reaching a handler or by policy, by reason"
+    );
+    describe_counter!(
+        INGRESS_CONNECTIONS_REFUSED,
+        Unit::Count,
+        "connections closed at accept for exceeding the per-peer limit, by transport"
+    );
+    describe_counter!(
+        INGRESS_CONNECTIONS_TIMED_OUT,
+        Unit::Count,
+        "TCP connections closed for a half-sent frame or idleness"
+    );
+    describe_gauge!(
+        INGRESS_SESSIONS,
+        Unit::Count,
+        "executor sessions this ingress announces presence for"
+    );
+    describe_counter!(
+        INGRESS_WORK_HANDED,
+        Unit::Count,
+        "leased attempts handed to executors on poll"
+    );
+    describe_gauge!(
+        CONSUMER_LAG,
+        Unit::Count,
+        "records the dispatcher's intake has yet to read, by topic (high watermark minus position, summed over its partitions)"
+    );
     describe_histogram!(
         INTAKE_BATCH_RECORDS,
         Unit::Count,
@@ -111,26 +159,98 @@ fn describe() {
     );
 }
 
-/// Installs the Prometheus recorder and, when `listen` is given, serves
-/// `/metrics` there. A port already taken (several roles on one machine)
-/// keeps the recorder and logs a warning instead of failing the process.
+static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
+
+/// Installs the Prometheus recorder (once per process) and, when `listen`
+/// is given, serves `/metrics` there. A port already taken (several roles
+/// on one machine) logs a warning instead of failing the process: the
+/// metrics are still recorded, and the ingress serves them too.
 pub fn init(listen: Option<SocketAddr>) {
-    let result = match listen {
-        Some(address) => PrometheusBuilder::new()
-            .with_http_listener(address)
-            .install()
-            .map(|()| Some(address)),
-        None => PrometheusBuilder::new().install_recorder().map(|_| None),
-    };
-    match result {
-        Ok(Some(address)) => tracing::info!(%address, "metrics on /metrics"),
-        Ok(None) => {}
-        Err(error) => {
-            tracing::warn!(%error, "metrics endpoint not started; metrics are still recorded");
-            let _ = PrometheusBuilder::new().install_recorder();
+    if HANDLE.get().is_none() {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        if metrics::set_global_recorder(recorder).is_ok() {
+            let _ = HANDLE.set(handle.clone());
+            describe();
+            tokio::spawn(async move {
+                let mut ticker = tokio::time::interval(std::time::Duration::from_secs(5));
+                loop {
+                    ticker.tick().await;
+                    handle.run_upkeep();
+                }
+            });
         }
     }
-    describe();
+    let Some(address) = listen else {
+        return;
+    };
+    tokio::spawn(async move {
+        let listener = match tokio::net::TcpListener::bind(address).await {
+            Ok(listener) => listener,
+            Err(error) => {
+                tracing::warn!(%error, %address, "metrics endpoint not started; metrics are still recorded");
+                return;
+            }
+        };
+        tracing::info!(%address, "metrics on /metrics");
+        let app = axum::Router::new().route(
+            "/metrics",
+            axum::routing::get(|| async {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4; charset=utf-8",
+                    )],
+                    render(),
+                )
+            }),
+        );
+        if let Err(error) = axum::serve(listener, app).await {
+            tracing::warn!(%error, "metrics endpoint stopped");
+        }
+    });
+}
+
+/// The process's metrics in Prometheus text exposition format.
+pub fn render() -> String {
+    HANDLE
+        .get()
+        .map(PrometheusHandle::render)
+        .unwrap_or_default()
+}
+
+/// The families of `upstream` that `local` does not already have, so that
+/// the two concatenated stay one valid exposition (a family appears once).
+pub fn merge_exposition(local: &str, upstream: &str) -> String {
+    fn family(line: &str) -> Option<&str> {
+        let name = if let Some(rest) = line
+            .strip_prefix("# HELP ")
+            .or_else(|| line.strip_prefix("# TYPE "))
+        {
+            rest.split_whitespace().next()?
+        } else if line.starts_with('#') || line.trim().is_empty() {
+            return None;
+        } else {
+            line.split(|c: char| c == '{' || c.is_whitespace()).next()?
+        };
+        // Summary and histogram samples belong to their base family.
+        Some(
+            ["_bucket", "_sum", "_count"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix))
+                .unwrap_or(name),
+        )
+    }
+    let known: std::collections::HashSet<&str> = local.lines().filter_map(family).collect();
+    let mut merged = String::new();
+    for line in upstream.lines() {
+        if family(line).is_some_and(|name| known.contains(name)) {
+            continue;
+        }
+        merged.push_str(line);
+        merged.push('\n');
+    }
+    merged
 }
 
 /// Counts what a committed batch appended.
@@ -212,4 +332,54 @@ pub fn runner_in_flight(count: u32) {
 
 pub fn runner_self_fenced() {
     counter!(RUNNER_SELF_FENCES).increment(1);
+}
+
+pub fn ingress_request(transport: &'static str, route: &str, status: u16, seconds: f64) {
+    counter!(INGRESS_REQUESTS, "transport" => transport, "route" => route.to_owned(), "status" => status.to_string()).increment(1);
+    histogram!(INGRESS_REQUEST_SECONDS, "transport" => transport).record(seconds);
+}
+
+pub fn ingress_auth_refused(reason: &'static str) {
+    counter!(INGRESS_AUTH_REFUSALS, "reason" => reason).increment(1);
+}
+
+pub fn ingress_refused(reason: &'static str) {
+    ingress_auth_refused(reason);
+}
+
+pub fn ingress_connection_refused(transport: &'static str) {
+    counter!(INGRESS_CONNECTIONS_REFUSED, "transport" => transport).increment(1);
+}
+
+pub fn ingress_connection_timed_out(transport: &'static str) {
+    counter!(INGRESS_CONNECTIONS_TIMED_OUT, "transport" => transport).increment(1);
+}
+
+pub fn ingress_sessions(count: usize) {
+    gauge!(INGRESS_SESSIONS).set(count as f64);
+}
+
+pub fn ingress_work_handed(count: usize) {
+    if count > 0 {
+        counter!(INGRESS_WORK_HANDED).increment(count as u64);
+    }
+}
+
+pub fn consumer_lag(topic: &str, records: i64) {
+    gauge!(CONSUMER_LAG, "topic" => topic.to_owned()).set(records as f64);
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn merged_exposition_repeats_no_family() {
+        let local =
+            "# TYPE a counter\na 1\n# TYPE h summary\nh{quantile=\"0.5\"} 1\nh_sum 1\nh_count 1\n";
+        let upstream =
+            "# TYPE a counter\na 2\n# TYPE b gauge\nb{x=\"1\"} 3\n# TYPE h summary\nh_count 4\n";
+        assert_eq!(
+            super::merge_exposition(local, upstream),
+            "# TYPE b gauge\nb{x=\"1\"} 3\n"
+        );
+    }
 }

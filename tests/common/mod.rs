@@ -333,4 +333,5 @@ pub async fn drive_mixed(store: &Store, jobs: usize) -> usize {
 
 pub mod http;
 pub mod pipeline;
+pub mod prometheus;
 pub mod proxy;

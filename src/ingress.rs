@@ -1,0 +1,368 @@
+//! The ingress (DESIGN §7): a front door for executors that do not speak
+//! Kafka (HTTP and a length-prefixed TCP protocol) and the internal execute
+//! API (HTTP). It opens no second path into the state: reports and commands
+//! are validated, checked against the runner catalog and produced to the
+//! same topics a Kafka runner or control plane uses; everything it answers
+//! with is read from the projection.
+//!
+//! An executor registers a session; the ingress announces a runner instance
+//! for it on `exec.runner-presence.v1`, so placement treats it like any
+//! runner, and hands it the leases granted to that instance (read from
+//! Postgres, where a lease is committed before its work record is even
+//! relayed) when it polls.
+
+pub mod api;
+pub mod executor;
+pub mod frame;
+pub mod http;
+pub mod net;
+pub mod protocol;
+pub mod tcp;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use rdkafka::producer::FutureProducer;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+use tracing::info;
+
+use crate::config::{Config, Secret};
+use crate::contract::Problem;
+use crate::kafka::KafkaConfig;
+use crate::store::Store;
+use net::{Cidrs, ClientResolver};
+
+/// Shortest shared key accepted.
+pub const MIN_KEY_CHARS: usize = 16;
+
+/// Settings, checked: the ingress refuses to start on any problem.
+#[derive(Clone, Debug)]
+pub struct IngressConfig {
+    pub http: SocketAddr,
+    pub tcp: SocketAddr,
+    pub ingress_key: Secret,
+    pub api_key: Secret,
+    pub allow: Cidrs,
+    pub resolver: ClientResolver,
+    pub max_body: usize,
+    pub max_frame: usize,
+    pub max_connections_per_peer: usize,
+    pub read_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub session_ttl: Duration,
+    pub presence_interval: Duration,
+    pub metrics_upstream: Option<String>,
+}
+
+impl IngressConfig {
+    /// Every reason the configuration cannot start an ingress, at once.
+    pub fn from_config(config: &Config) -> Result<Self, Vec<String>> {
+        let mut problems = Vec::new();
+        for (name, key) in [
+            ("EXECPLANE_INGRESS_KEY", &config.ingress_key),
+            ("EXECPLANE_API_KEY", &config.api_key),
+        ] {
+            if key.is_empty() {
+                problems.push(format!("{name} is not set: the ingress has no default key"));
+            } else if key.expose().chars().count() < MIN_KEY_CHARS {
+                problems.push(format!("{name} is shorter than {MIN_KEY_CHARS} characters"));
+            }
+        }
+        if !config.ingress_key.is_empty() && config.ingress_key == config.api_key {
+            problems.push(
+                "EXECPLANE_INGRESS_KEY and EXECPLANE_API_KEY are the same: executors could call the execute API".into(),
+            );
+        }
+        let allow = Cidrs::parse(&config.ingress_allow_cidrs).unwrap_or_else(|error| {
+            problems.push(format!("EXECPLANE_INGRESS_ALLOW_CIDRS: {error}"));
+            Cidrs::default()
+        });
+        if allow.is_empty() {
+            problems.push("EXECPLANE_INGRESS_ALLOW_CIDRS admits nobody".into());
+        }
+        let trusted = Cidrs::parse(&config.ingress_trusted_proxies).unwrap_or_else(|error| {
+            problems.push(format!("EXECPLANE_INGRESS_TRUSTED_PROXIES: {error}"));
+            Cidrs::default()
+        });
+        if config.ingress_trust_proxy && trusted.is_empty() {
+            problems.push(
+                "EXECPLANE_INGRESS_TRUST_PROXY is on but EXECPLANE_INGRESS_TRUSTED_PROXIES is empty"
+                    .into(),
+            );
+        }
+        let bind: Option<IpAddr> = config.ingress_bind.trim().parse().ok();
+        if bind.is_none() {
+            problems.push(format!(
+                "EXECPLANE_INGRESS_BIND: `{}` is not an IP address",
+                config.ingress_bind
+            ));
+        }
+        if config.ingress_max_body == 0 || config.ingress_max_frame == 0 {
+            problems.push("EXECPLANE_INGRESS_MAX_BODY and _MAX_FRAME must be positive".into());
+        }
+        if config.ingress_max_connections_per_peer == 0 {
+            problems.push("EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PEER must be positive".into());
+        }
+        let idle_timeout = config.ingress_idle_timeout.as_std();
+        if idle_timeout < Duration::from_millis(2 * protocol::MAX_POLL_WAIT_MS) {
+            problems.push(format!(
+                "EXECPLANE_INGRESS_IDLE_TIMEOUT must be at least {} s (twice the longest poll)",
+                2 * protocol::MAX_POLL_WAIT_MS / 1000
+            ));
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        let bind = bind.unwrap_or(IpAddr::from([127, 0, 0, 1]));
+        Ok(Self {
+            http: SocketAddr::new(bind, config.ingress_http_port),
+            tcp: SocketAddr::new(bind, config.ingress_tcp_port),
+            ingress_key: config.ingress_key.clone(),
+            api_key: config.api_key.clone(),
+            allow,
+            resolver: ClientResolver {
+                trust_proxy: config.ingress_trust_proxy,
+                trusted,
+            },
+            max_body: config.ingress_max_body,
+            max_frame: config.ingress_max_frame,
+            max_connections_per_peer: config.ingress_max_connections_per_peer,
+            read_timeout: config.ingress_read_timeout.as_std(),
+            idle_timeout,
+            session_ttl: config.ingress_session_ttl.as_std(),
+            presence_interval: config.presence_interval.as_std(),
+            metrics_upstream: Some(config.ingress_metrics_upstream.trim().to_owned())
+                .filter(|url| !url.is_empty()),
+        })
+    }
+}
+
+/// Constant-time comparison of a presented key with the configured one.
+pub fn key_matches(presented: &[u8], expected: &Secret) -> bool {
+    use subtle::ConstantTimeEq;
+    // Lengths differ in constant time too: compare fixed-size digests.
+    use sha2::{Digest, Sha256};
+    let presented = Sha256::digest(presented);
+    let expected = Sha256::digest(expected.expose().as_bytes());
+    bool::from(presented.ct_eq(&expected)) && !expected.is_empty()
+}
+
+/// Why a request was not served. Each maps to one HTTP status and one TCP
+/// error frame.
+#[derive(Debug, thiserror::Error)]
+pub enum IngressError {
+    #[error("invalid request")]
+    BadRequest(Vec<Problem>),
+    /// Never says why: a missing key and a wrong one look the same.
+    #[error("unauthorized")]
+    Unauthorized,
+    /// The client address is not admitted.
+    #[error("forbidden")]
+    NotAllowed,
+    /// An authenticated executor outside its grant; recorded in the audit.
+    #[error("forbidden by policy: {0}")]
+    Policy(Refusal),
+    #[error("{0} not found")]
+    NotFound(String),
+    #[error("session unknown: register again")]
+    SessionUnknown,
+    #[error("{0}")]
+    Conflict(String),
+    #[error("request too large")]
+    TooLarge,
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Policy refusals, by reason (a bounded metric label).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("unknown_executor")]
+    UnknownExecutor,
+    #[error("executor_disabled")]
+    Disabled,
+    #[error("runner_type_not_allowed")]
+    RunnerType,
+    #[error("tenant_not_allowed")]
+    Tenant,
+    #[error("instance_not_owned")]
+    InstanceNotOwned,
+}
+
+impl Refusal {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Refusal::UnknownExecutor => "unknown_executor",
+            Refusal::Disabled => "executor_disabled",
+            Refusal::RunnerType => "runner_type_not_allowed",
+            Refusal::Tenant => "tenant_not_allowed",
+            Refusal::InstanceNotOwned => "instance_not_owned",
+        }
+    }
+}
+
+impl IngressError {
+    pub fn status(&self) -> u16 {
+        match self {
+            IngressError::BadRequest(_) => 400,
+            IngressError::Unauthorized => 401,
+            IngressError::NotAllowed | IngressError::Policy(_) => 403,
+            IngressError::NotFound(_) | IngressError::SessionUnknown => 404,
+            IngressError::Conflict(_) => 409,
+            IngressError::TooLarge => 413,
+            IngressError::Unavailable(_) => 503,
+        }
+    }
+
+    /// The JSON body: a stable `error` code, and details only where they
+    /// tell the caller nothing it may not know.
+    pub fn body(&self) -> serde_json::Value {
+        match self {
+            IngressError::BadRequest(problems) => {
+                json!({"error": "invalid_request", "problems": problems})
+            }
+            IngressError::Unauthorized => json!({"error": "unauthorized"}),
+            IngressError::NotAllowed => json!({"error": "forbidden"}),
+            IngressError::Policy(reason) => {
+                json!({"error": "forbidden", "reason": reason.as_str()})
+            }
+            IngressError::NotFound(what) => {
+                json!({"error": "not_found", "message": format!("{what} not found")})
+            }
+            IngressError::SessionUnknown => {
+                json!({"error": "session_unknown", "message": "register again"})
+            }
+            IngressError::Conflict(message) => json!({"error": "conflict", "message": message}),
+            IngressError::TooLarge => json!({"error": "too_large"}),
+            IngressError::Unavailable(message) => {
+                json!({"error": "unavailable", "message": message})
+            }
+        }
+    }
+}
+
+impl From<crate::store::StoreError> for IngressError {
+    fn from(error: crate::store::StoreError) -> Self {
+        tracing::warn!(%error, "ingress: store unavailable");
+        IngressError::Unavailable("the attempt store did not answer".into())
+    }
+}
+
+/// Who is calling, as established by the transport.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    pub executor_id: String,
+    pub client: IpAddr,
+    pub transport: &'static str,
+}
+
+/// Shared state of both listeners.
+pub struct Ingress {
+    pub config: IngressConfig,
+    pub store: Store,
+    pub kafka: KafkaConfig,
+    pub producer: FutureProducer,
+    pub executors: executor::Sessions,
+    pub peers: http::PeerLimits,
+    /// Ends long polls and event streams at shutdown.
+    pub shutdown: CancellationToken,
+    http_client: reqwest::Client,
+}
+
+impl Ingress {
+    pub fn new(
+        config: IngressConfig,
+        store: Store,
+        kafka: KafkaConfig,
+        producer: FutureProducer,
+        shutdown: CancellationToken,
+    ) -> Arc<Self> {
+        let peers = http::PeerLimits::new(config.max_connections_per_peer);
+        Arc::new(Self {
+            config,
+            store,
+            kafka,
+            producer,
+            executors: executor::Sessions::default(),
+            peers,
+            shutdown,
+            http_client: reqwest::Client::builder()
+                .timeout(Duration::from_secs(5))
+                .build()
+                .unwrap_or_default(),
+        })
+    }
+
+    /// `/readyz`: Postgres and the broker both answer.
+    pub async fn ready(&self) -> Result<(), String> {
+        sqlx::query("SELECT 1")
+            .execute(self.store.pool())
+            .await
+            .map_err(|error| format!("postgres: {error}"))?;
+        let producer = self.producer.clone();
+        tokio::task::spawn_blocking(move || {
+            use rdkafka::producer::Producer;
+            producer
+                .client()
+                .fetch_metadata(None, Duration::from_secs(3))
+                .map(|_| ())
+                .map_err(|error| format!("broker: {error}"))
+        })
+        .await
+        .map_err(|error| format!("broker check: {error}"))?
+    }
+
+    /// `/metrics`: this process's metrics, then the dispatcher's when it
+    /// runs elsewhere (families this process already has are not repeated,
+    /// so the text stays valid exposition).
+    pub async fn metrics_text(&self) -> String {
+        let mut text = crate::telemetry::metrics::render();
+        if let Some(url) = &self.config.metrics_upstream {
+            match self.http_client.get(url).send().await {
+                Ok(response) if response.status().is_success() => {
+                    if let Ok(upstream) = response.text().await {
+                        text.push_str(&crate::telemetry::metrics::merge_exposition(
+                            &text, &upstream,
+                        ));
+                    }
+                }
+                Ok(response) => {
+                    tracing::warn!(status = %response.status(), %url, "upstream metrics not served")
+                }
+                Err(error) => tracing::warn!(%error, %url, "upstream metrics unreachable"),
+            }
+        }
+        text
+    }
+}
+
+/// Binds both listeners and serves until `shutdown`.
+pub async fn run(
+    config: IngressConfig,
+    store: Store,
+    kafka: KafkaConfig,
+    producer: FutureProducer,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let http_listener = tokio::net::TcpListener::bind(config.http)
+        .await
+        .with_context(|| format!("binding the ingress HTTP listener on {}", config.http))?;
+    let tcp_listener = tokio::net::TcpListener::bind(config.tcp)
+        .await
+        .with_context(|| format!("binding the ingress TCP listener on {}", config.tcp))?;
+    info!(http = %config.http, tcp = %config.tcp, "ingress listening");
+    let ingress = Ingress::new(config, store, kafka, producer, shutdown.clone());
+    let presence = tokio::spawn(executor::announce_sessions(
+        ingress.clone(),
+        shutdown.clone(),
+    ));
+    let tcp = tokio::spawn(tcp::serve(ingress.clone(), tcp_listener, shutdown.clone()));
+    let http = http::serve(ingress.clone(), http_listener, shutdown.clone()).await;
+    shutdown.cancel();
+    let _ = tcp.await;
+    let _ = presence.await;
+    http
+}

@@ -1,0 +1,202 @@
+//! The internal execute API: submit a JobSpec, cancel an attempt, read
+//! attempts, jobs and histories. Submissions and cancels are validated and
+//! produced to `exec.commands.v1`, exactly as a control plane on Kafka
+//! would; nothing here writes the store.
+
+use std::time::Duration;
+
+use rdkafka::producer::FutureRecord;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use uuid::Uuid;
+
+use super::{Ingress, IngressError};
+use crate::codec::{CancelAttemptRecord, Codec, CommandKind, CommandRecord, Family, JobSpecRecord};
+use crate::contract::{topics, validate_jobspec_bytes, AttemptEvent, Problem};
+use crate::kafka::cloudevent_headers;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Submitted {
+    pub job_id: String,
+    pub command_id: Uuid,
+}
+
+/// `POST /v1/attempts/{id}/cancel` body; every field optional.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelRequest {
+    #[serde(default)]
+    pub reason: Option<String>,
+    #[serde(default)]
+    pub requested_by: Option<String>,
+    #[serde(default)]
+    pub grace_ms: Option<u32>,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct CancelAccepted {
+    pub attempt_id: Uuid,
+    pub command_id: Uuid,
+}
+
+/// One line of an attempt's timeline.
+pub fn timeline_entry(event: &AttemptEvent) -> serde_json::Value {
+    json!({
+        "seq": event.seq,
+        "kind": event.body.kind(),
+        "occurred_at": chrono::DateTime::from_timestamp_millis(event.occurred_at)
+            .map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+        "summary": crate::cli::audit::summary(event),
+    })
+}
+
+impl Ingress {
+    async fn produce_command(
+        &self,
+        key: &str,
+        command: &CommandRecord,
+        ce_type: &str,
+        traceparent: Option<&str>,
+    ) -> Result<(), IngressError> {
+        let payload = Codec::default()
+            .encode(Family::Command, command)
+            .map_err(|error| IngressError::Unavailable(error.to_string()))?;
+        let topic = self.kafka.topic(topics::COMMANDS);
+        self.producer
+            .send(
+                FutureRecord::to(&topic)
+                    .key(key)
+                    .payload(&payload)
+                    .headers(cloudevent_headers(
+                        &command.command_id,
+                        ce_type,
+                        "execplane/ingress",
+                        traceparent,
+                    )),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(error, _)| IngressError::Unavailable(format!("broker: {error}")))?;
+        Ok(())
+    }
+
+    /// Validates and produces an ExecuteJob command. A traceparent in the
+    /// spec wins over the request's header.
+    pub async fn submit(
+        &self,
+        body: &[u8],
+        traceparent: Option<&str>,
+    ) -> Result<Submitted, IngressError> {
+        let spec = validate_jobspec_bytes(body)
+            .map_err(|problems| IngressError::BadRequest(problems.0))?;
+        let command = CommandRecord {
+            command_id: spec.command_id.to_string(),
+            kind: CommandKind::ExecuteJob,
+            issued_at: chrono::Utc::now().timestamp_millis(),
+            execute: Some(JobSpecRecord::from(&spec)),
+            cancel: None,
+        };
+        let traceparent = spec
+            .trace
+            .as_ref()
+            .map(|trace| trace.traceparent.as_str())
+            .or(traceparent);
+        self.produce_command(
+            &spec.job_id,
+            &command,
+            "io.execplane.command.execute_job",
+            traceparent,
+        )
+        .await?;
+        tracing::info!(job_id = %spec.job_id, command_id = %spec.command_id, operation = %spec.operation, "job submitted through the execute API");
+        Ok(Submitted {
+            job_id: spec.job_id,
+            command_id: spec.command_id,
+        })
+    }
+
+    pub async fn cancel(
+        &self,
+        attempt_id: Uuid,
+        request: CancelRequest,
+        traceparent: Option<&str>,
+    ) -> Result<CancelAccepted, IngressError> {
+        let reason = request
+            .reason
+            .unwrap_or_else(|| "cancelled through the execute API".into());
+        if reason.len() > 1024 {
+            return Err(IngressError::BadRequest(vec![Problem::new(
+                "reason",
+                "longer than 1024 bytes",
+            )]));
+        }
+        let Some(attempt) = self.store.attempt_lease(attempt_id).await? else {
+            return Err(IngressError::NotFound(format!("attempt {attempt_id}")));
+        };
+        if attempt.status.is_terminal() {
+            return Err(IngressError::Conflict(format!(
+                "attempt {attempt_id} already ended: {}",
+                attempt.status.as_str()
+            )));
+        }
+        let command_id = Uuid::new_v4();
+        let command = CommandRecord {
+            command_id: command_id.to_string(),
+            kind: CommandKind::CancelAttempt,
+            issued_at: chrono::Utc::now().timestamp_millis(),
+            execute: None,
+            cancel: Some(CancelAttemptRecord {
+                attempt_id: attempt_id.to_string(),
+                reason,
+                requested_by: request.requested_by.unwrap_or_else(|| "execute-api".into()),
+                grace_ms: request.grace_ms.map(i64::from),
+            }),
+        };
+        self.produce_command(
+            &attempt.job_id,
+            &command,
+            "io.execplane.command.cancel_attempt",
+            traceparent,
+        )
+        .await?;
+        Ok(CancelAccepted {
+            attempt_id,
+            command_id,
+        })
+    }
+
+    /// State plus timeline.
+    pub async fn attempt(&self, attempt_id: Uuid) -> Result<serde_json::Value, IngressError> {
+        let Some(row) = self.store.attempt_json(attempt_id).await? else {
+            return Err(IngressError::NotFound(format!("attempt {attempt_id}")));
+        };
+        let timeline: Vec<serde_json::Value> = self
+            .events_after(attempt_id, 0)
+            .await?
+            .iter()
+            .map(timeline_entry)
+            .collect();
+        Ok(json!({"attempt": row, "timeline": timeline}))
+    }
+
+    pub async fn job(&self, job_id: &str) -> Result<serde_json::Value, IngressError> {
+        self.store
+            .job_json(job_id)
+            .await?
+            .ok_or_else(|| IngressError::NotFound(format!("job {job_id}")))
+    }
+
+    /// Decoded events after `after_seq`.
+    pub async fn events_after(
+        &self,
+        attempt_id: Uuid,
+        after_seq: i64,
+    ) -> Result<Vec<AttemptEvent>, IngressError> {
+        self.store
+            .history_after(attempt_id, after_seq)
+            .await?
+            .iter()
+            .map(|stored| stored.decode().map_err(IngressError::from))
+            .collect()
+    }
+}

@@ -1,0 +1,483 @@
+//! The executor side of the ingress, shared by HTTP and TCP: sessions and
+//! their presence, polling for leased work, reports and log chunks. Every
+//! request is checked against the runner catalog; a refusal of an
+//! authenticated executor is recorded in `ingress_audit`.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::producer::FutureRecord;
+use tokio::sync::Mutex;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, info_span, warn, Instrument};
+use uuid::Uuid;
+
+use super::protocol::{
+    owns_instance, LogRequest, PollReply, PollRequest, RegisterReply, RegisterRequest, ReportReply,
+    ReportRequest, WorkItem, MAX_POLL_WAIT_MS,
+};
+use super::{Caller, Ingress, IngressError, Refusal};
+use crate::codec::{
+    Codec, Family, LogChunkRecord, PresenceRecord, PresenceStatus, RunnerEventRecord,
+};
+use crate::contract::{topics, Label, Problem, RunnerType};
+use crate::kafka::{cloudevent_headers, partition_count, work_partition};
+use crate::store::AttemptLease;
+
+/// How soon a handed-out lease whose attempt has not started is offered
+/// again (the first answer may have been lost with its connection).
+pub const REOFFER_AFTER: Duration = Duration::from_secs(5);
+/// How often a waiting poll looks for new leases.
+const POLL_STEP: Duration = Duration::from_millis(100);
+
+/// One registered executor session: a runner instance the ingress stands
+/// in for.
+#[derive(Clone, Debug)]
+struct Session {
+    executor_id: String,
+    runner_type: RunnerType,
+    capacity: u32,
+    pool: BTreeMap<String, String>,
+    capabilities: Vec<String>,
+    partition: i32,
+    started_at: i64,
+    last_seen: Instant,
+    polling: u32,
+    offered: HashMap<Uuid, Instant>,
+}
+
+/// The live sessions of this ingress process.
+#[derive(Default)]
+pub struct Sessions {
+    inner: Mutex<HashMap<String, Session>>,
+}
+
+impl Ingress {
+    /// Looks the executor up in the catalog and checks the runner type and
+    /// tenant; a refusal is audited before it is returned.
+    async fn authorize(
+        &self,
+        caller: &Caller,
+        route: &str,
+        runner_type: Option<&str>,
+        tenant: Option<&str>,
+        attempt_id: Option<Uuid>,
+    ) -> Result<(), IngressError> {
+        let grant = self.store.executor_grant(&caller.executor_id).await?;
+        let refusal = match &grant {
+            None => Some(Refusal::UnknownExecutor),
+            Some(grant) if !grant.enabled => Some(Refusal::Disabled),
+            Some(grant) if runner_type.is_some_and(|t| !grant.serves_type(t)) => {
+                Some(Refusal::RunnerType)
+            }
+            Some(grant) if tenant.is_some_and(|t| !grant.serves_tenant(t)) => Some(Refusal::Tenant),
+            Some(_) => None,
+        };
+        match refusal {
+            None => Ok(()),
+            Some(reason) => self.refuse(caller, route, reason, attempt_id).await,
+        }
+    }
+
+    async fn refuse(
+        &self,
+        caller: &Caller,
+        route: &str,
+        reason: Refusal,
+        attempt_id: Option<Uuid>,
+    ) -> Result<(), IngressError> {
+        crate::telemetry::metrics::ingress_refused(reason.as_str());
+        warn!(executor_id = %caller.executor_id, client = %caller.client, transport = caller.transport, route, reason = reason.as_str(), "executor refused by policy");
+        self.store
+            .record_refusal(
+                &caller.executor_id,
+                caller.client,
+                caller.transport,
+                route,
+                reason.as_str(),
+                attempt_id,
+            )
+            .await?;
+        Err(IngressError::Policy(reason))
+    }
+
+    pub async fn register(
+        &self,
+        caller: &Caller,
+        request: RegisterRequest,
+    ) -> Result<RegisterReply, IngressError> {
+        self.authorize(
+            caller,
+            "register",
+            Some(request.runner_type.as_str()),
+            None,
+            None,
+        )
+        .await?;
+        if request.capacity == 0 || request.capacity > 1024 {
+            return Err(IngressError::BadRequest(vec![Problem::new(
+                "capacity",
+                "must be between 1 and 1024",
+            )]));
+        }
+        let instance_id = super::protocol::instance_of(&caller.executor_id);
+        let topic = self.kafka.topic(&topics::work(request.runner_type));
+        let consumer = self
+            .kafka
+            .assigned_consumer()
+            .map_err(|error| IngressError::Unavailable(error.to_string()))?;
+        let partitions = tokio::task::spawn_blocking(move || partition_count(&consumer, &topic))
+            .await
+            .map_err(|error| IngressError::Unavailable(error.to_string()))?
+            .map_err(|error| IngressError::Unavailable(error.to_string()))?;
+        let session = Session {
+            executor_id: caller.executor_id.clone(),
+            runner_type: request.runner_type,
+            capacity: request.capacity,
+            pool: request.pool,
+            capabilities: request.capabilities,
+            partition: work_partition(&instance_id, partitions),
+            started_at: chrono::Utc::now().timestamp_millis(),
+            last_seen: Instant::now(),
+            polling: 0,
+            offered: HashMap::new(),
+        };
+        self.announce(&instance_id, &session, PresenceStatus::Ready)
+            .await?;
+        info!(executor_id = %caller.executor_id, runner_instance = %instance_id, runner_type = %session.runner_type, "executor session registered");
+        self.executors
+            .inner
+            .lock()
+            .await
+            .insert(instance_id.clone(), session);
+        Ok(RegisterReply {
+            instance_id,
+            heartbeat_interval_ms: u64::try_from(self.config.presence_interval.as_millis())
+                .unwrap_or(1_000)
+                .max(1_000),
+            session_ttl_ms: u64::try_from(self.config.session_ttl.as_millis()).unwrap_or(30_000),
+        })
+    }
+
+    async fn announce(
+        &self,
+        instance_id: &str,
+        session: &Session,
+        status: PresenceStatus,
+    ) -> Result<(), IngressError> {
+        let record = PresenceRecord {
+            runner_instance: instance_id.to_owned(),
+            runner_type: session.runner_type.as_str().to_owned(),
+            version: format!("ingress/{}", env!("CARGO_PKG_VERSION")),
+            pool: session
+                .pool
+                .iter()
+                .map(|(key, value)| Label {
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+            capabilities: session.capabilities.clone(),
+            capacity: if status == PresenceStatus::Ready {
+                i32::try_from(session.capacity).unwrap_or(i32::MAX)
+            } else {
+                0
+            },
+            // Placement counts active leases itself.
+            in_flight: 0,
+            work_partition: session.partition,
+            status,
+            started_at: session.started_at,
+            sent_at: chrono::Utc::now().timestamp_millis(),
+        };
+        let payload = Codec::default()
+            .encode(Family::Presence, &record)
+            .map_err(|error| IngressError::Unavailable(error.to_string()))?;
+        let topic = self.kafka.topic(topics::RUNNER_PRESENCE);
+        let id = Uuid::new_v4().to_string();
+        self.producer
+            .send(
+                FutureRecord::to(&topic)
+                    .key(instance_id)
+                    .payload(&payload)
+                    .headers(cloudevent_headers(
+                        &id,
+                        "io.execplane.runner.presence",
+                        "execplane/ingress",
+                        None,
+                    )),
+                Duration::from_secs(5),
+            )
+            .await
+            .map_err(|(error, _)| IngressError::Unavailable(format!("broker: {error}")))?;
+        Ok(())
+    }
+
+    /// Marks the session seen (and polling); `None` if it is unknown.
+    async fn touch(
+        &self,
+        caller: &Caller,
+        instance_id: &str,
+        polling: i32,
+    ) -> Result<(), IngressError> {
+        let mut sessions = self.executors.inner.lock().await;
+        let Some(session) = sessions.get_mut(instance_id) else {
+            return Err(IngressError::SessionUnknown);
+        };
+        if session.executor_id != caller.executor_id {
+            drop(sessions);
+            return self
+                .refuse(caller, "poll", Refusal::InstanceNotOwned, None)
+                .await;
+        }
+        session.last_seen = Instant::now();
+        session.polling = session.polling.saturating_add_signed(polling);
+        Ok(())
+    }
+
+    pub async fn poll(
+        &self,
+        caller: &Caller,
+        request: PollRequest,
+    ) -> Result<PollReply, IngressError> {
+        self.authorize(caller, "poll", None, None, None).await?;
+        self.touch(caller, &request.instance_id, 1).await?;
+        let result = self.wait_for_work(&request).await;
+        let _ = self.touch(caller, &request.instance_id, -1).await;
+        result
+    }
+
+    async fn wait_for_work(&self, request: &PollRequest) -> Result<PollReply, IngressError> {
+        let wait = Duration::from_millis(request.wait_ms.min(MAX_POLL_WAIT_MS));
+        let deadline = Instant::now() + wait;
+        loop {
+            let leased = self.store.leased_work(&request.instance_id).await?;
+            let now = Instant::now();
+            let mut work = Vec::new();
+            {
+                let mut sessions = self.executors.inner.lock().await;
+                let Some(session) = sessions.get_mut(&request.instance_id) else {
+                    return Err(IngressError::SessionUnknown);
+                };
+                session
+                    .offered
+                    .retain(|attempt, _| leased.iter().any(|l| l.attempt_id == *attempt));
+                for lease in leased {
+                    let due = session
+                        .offered
+                        .get(&lease.attempt_id)
+                        .is_none_or(|at| now.duration_since(*at) >= REOFFER_AFTER);
+                    if due {
+                        session.offered.insert(lease.attempt_id, now);
+                        work.push(WorkItem {
+                            attempt_id: lease.attempt_id,
+                            job_id: lease.job_id,
+                            attempt_no: lease.attempt_no,
+                            lease_id: lease.lease_id,
+                            lease_epoch: lease.epoch,
+                            lease_expires_at: lease.expires_at.timestamp_millis(),
+                            operation: lease.operation,
+                            spec: lease.spec.unwrap_or_default(),
+                        });
+                    }
+                }
+            }
+            if !work.is_empty()
+                || Instant::now() + POLL_STEP > deadline
+                || self.shutdown.is_cancelled()
+            {
+                crate::telemetry::metrics::ingress_work_handed(work.len());
+                return Ok(PollReply { work });
+            }
+            tokio::time::sleep(POLL_STEP).await;
+        }
+    }
+
+    /// Checks a report or log chunk's attempt: it exists, the instance is
+    /// the caller's, and the attempt's type and tenant are in its grant.
+    async fn check_attempt(
+        &self,
+        caller: &Caller,
+        route: &str,
+        attempt_id: Uuid,
+        runner_instance: &str,
+    ) -> Result<AttemptLease, IngressError> {
+        if !owns_instance(&caller.executor_id, runner_instance) {
+            self.refuse(caller, route, Refusal::InstanceNotOwned, Some(attempt_id))
+                .await?;
+        }
+        let Some(attempt) = self.store.attempt_lease(attempt_id).await? else {
+            // Still check the executor, so an unknown one is audited.
+            self.authorize(caller, route, None, None, Some(attempt_id))
+                .await?;
+            return Err(IngressError::NotFound(format!("attempt {attempt_id}")));
+        };
+        self.authorize(
+            caller,
+            route,
+            attempt.runner_type.as_deref(),
+            Some(&attempt.tenant),
+            Some(attempt_id),
+        )
+        .await?;
+        if let Some(session) = self.executors.inner.lock().await.get_mut(runner_instance) {
+            session.last_seen = Instant::now();
+        }
+        Ok(attempt)
+    }
+
+    pub async fn report(
+        &self,
+        caller: &Caller,
+        request: ReportRequest,
+        traceparent: Option<&str>,
+    ) -> Result<ReportReply, IngressError> {
+        let report = request.into_report().map_err(IngressError::BadRequest)?;
+        let attempt_id = report.attempt_id;
+        let span = info_span!("report", %attempt_id, lease_epoch = report.lease_epoch, runner_instance = %report.runner_instance, kind = report.body.kind());
+        async {
+            let attempt = self
+                .check_attempt(caller, "report", attempt_id, &report.runner_instance)
+                .await?;
+            let event_id = Uuid::new_v4();
+            let record = RunnerEventRecord::from_report(
+                event_id,
+                chrono::Utc::now().timestamp_millis(),
+                &report,
+            );
+            let payload = Codec::default()
+                .encode(Family::RunnerEvent, &record)
+                .map_err(|error| IngressError::Unavailable(error.to_string()))?;
+            let topic = self.kafka.topic(topics::RUNNER_EVENTS);
+            let key = attempt_id.to_string();
+            let ce_type = format!("io.execplane.runner.{}", report.body.kind());
+            self.producer
+                .send(
+                    FutureRecord::to(&topic)
+                        .key(&key)
+                        .payload(&payload)
+                        .headers(cloudevent_headers(
+                            &event_id.to_string(),
+                            &ce_type,
+                            "execplane/ingress",
+                            traceparent,
+                        )),
+                    Duration::from_secs(10),
+                )
+                .await
+                .map_err(|(error, _)| IngressError::Unavailable(format!("broker: {error}")))?;
+            let now = chrono::Utc::now();
+            let lease = attempt.lease.as_ref();
+            let lease_valid = !attempt.status.is_terminal()
+                && lease.is_some_and(|lease| {
+                    lease.active
+                        && u64::try_from(lease.epoch).ok() == Some(report.lease_epoch)
+                        && lease.runner_instance == report.runner_instance
+                        && lease.expires_at > now
+                });
+            tracing::debug!(lease_valid, "report forwarded");
+            Ok(ReportReply {
+                accepted: true,
+                lease_valid,
+                cancel_requested: attempt.cancel_requested,
+                lease_expires_at: lease.map(|lease| lease.expires_at.timestamp_millis()),
+            })
+        }
+        .instrument(span)
+        .await
+    }
+
+    pub async fn log_chunk(
+        &self,
+        caller: &Caller,
+        request: LogRequest,
+    ) -> Result<(), IngressError> {
+        self.check_attempt(caller, "log", request.attempt_id, &request.runner_instance)
+            .await?;
+        // Stable across re-sends of the same chunk.
+        let chunk_id = Uuid::new_v5(
+            &request.attempt_id,
+            format!(
+                "{}:{:?}:{}",
+                request.lease_epoch, request.stream, request.seq
+            )
+            .as_bytes(),
+        );
+        let record = LogChunkRecord {
+            chunk_id: chunk_id.to_string(),
+            attempt_id: request.attempt_id.to_string(),
+            lease_epoch: i64::try_from(request.lease_epoch).unwrap_or(i64::MAX),
+            runner_instance: request.runner_instance,
+            stream: request.stream,
+            seq: i64::try_from(request.seq).unwrap_or(i64::MAX),
+            text: request.text,
+            sent_at: chrono::Utc::now().timestamp_millis(),
+        };
+        let payload = Codec::default()
+            .encode(Family::LogChunk, &record)
+            .map_err(|error| IngressError::Unavailable(error.to_string()))?;
+        let topic = self.kafka.topic(topics::LOG_CHUNKS);
+        let key = request.attempt_id.to_string();
+        self.producer
+            .send(
+                FutureRecord::to(&topic)
+                    .key(&key)
+                    .payload(&payload)
+                    .headers(cloudevent_headers(
+                        &record.chunk_id,
+                        "io.execplane.runner.log_chunk",
+                        "execplane/ingress",
+                        None,
+                    )),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(error, _)| IngressError::Unavailable(format!("broker: {error}")))?;
+        Ok(())
+    }
+}
+
+/// Announces every live session each presence interval; a session with no
+/// request for the session TTL (and no poll waiting) ends with a `stopped`
+/// presence, and so do all of them at shutdown.
+pub async fn announce_sessions(ingress: Arc<Ingress>, shutdown: CancellationToken) {
+    let mut ticker = tokio::time::interval(ingress.config.presence_interval);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = ticker.tick() => {}
+        }
+        let (live, ended) = {
+            let mut sessions = ingress.executors.inner.lock().await;
+            let ttl = ingress.config.session_ttl;
+            let ended: Vec<(String, Session)> = sessions
+                .iter()
+                .filter(|(_, s)| s.polling == 0 && s.last_seen.elapsed() > ttl)
+                .map(|(id, s)| (id.clone(), s.clone()))
+                .collect();
+            for (id, _) in &ended {
+                sessions.remove(id);
+            }
+            let live: Vec<(String, Session)> = sessions
+                .iter()
+                .map(|(id, s)| (id.clone(), s.clone()))
+                .collect();
+            (live, ended)
+        };
+        crate::telemetry::metrics::ingress_sessions(live.len());
+        for (id, session) in &ended {
+            info!(runner_instance = %id, executor_id = %session.executor_id, "executor session ended (idle)");
+            let _ = ingress.announce(id, session, PresenceStatus::Stopped).await;
+        }
+        for (id, session) in &live {
+            if let Err(error) = ingress.announce(id, session, PresenceStatus::Ready).await {
+                warn!(runner_instance = %id, %error, "presence not delivered");
+            }
+        }
+    }
+    let sessions: Vec<(String, Session)> = ingress.executors.inner.lock().await.drain().collect();
+    for (id, session) in &sessions {
+        let _ = ingress.announce(id, session, PresenceStatus::Stopped).await;
+    }
+}

@@ -1,0 +1,656 @@
+//! The HTTP listener: executor routes, the execute API and the operations
+//! endpoints, behind one guard (client address, allowlist, keys) and the
+//! per-peer connection limit.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{ConnectInfo, MatchedPath, Path, Request, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::serve::{IncomingStream, Listener};
+use axum::{Json, Router};
+use futures_util::stream::Stream;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use super::api::CancelRequest;
+use super::protocol::{
+    self, valid_executor_id, LogRequest, PollRequest, RegisterRequest, ReportRequest,
+};
+use super::{key_matches, Caller, Ingress, IngressError};
+use crate::contract::Problem;
+
+/// The executor id header of executor routes.
+pub const EXECUTOR_HEADER: &str = "x-execplane-executor";
+/// How often an SSE stream looks for new events.
+const SSE_STEP: Duration = Duration::from_millis(150);
+
+impl IntoResponse for IngressError {
+    fn into_response(self) -> Response {
+        let status =
+            StatusCode::from_u16(self.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut response = (status, Json(self.body())).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+/// Open connections per client address.
+pub struct PeerLimits {
+    max: usize,
+    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+/// Holds one connection's place; released on drop.
+pub struct PeerSlot {
+    address: IpAddr,
+    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self
+            .open
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(count) = open.get_mut(&self.address) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.address);
+            }
+        }
+    }
+}
+
+impl PeerLimits {
+    pub fn new(max: usize) -> Self {
+        Self {
+            max,
+            open: Arc::default(),
+        }
+    }
+
+    /// A slot for one more connection from `address`, if it has one left.
+    pub fn acquire(&self, address: IpAddr) -> Option<PeerSlot> {
+        let address = super::net::normalize(address);
+        let mut open = self
+            .open
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let count = open.entry(address).or_insert(0);
+        if *count >= self.max {
+            return None;
+        }
+        *count += 1;
+        Some(PeerSlot {
+            address,
+            open: self.open.clone(),
+        })
+    }
+}
+
+/// A connection that is closed after `idle` without reading or writing a
+/// byte, and that holds its peer slot while open.
+pub struct GuardedStream {
+    inner: TcpStream,
+    idle: Duration,
+    sleep: Pin<Box<tokio::time::Sleep>>,
+    _slot: PeerSlot,
+}
+
+impl GuardedStream {
+    fn touch(&mut self) {
+        self.sleep
+            .as_mut()
+            .reset(tokio::time::Instant::now() + self.idle);
+    }
+
+    fn poll_idle(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Error> {
+        match self.sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "idle connection closed",
+            )),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+use std::future::Future;
+
+impl AsyncRead for GuardedStream {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Ready(result) => {
+                if buf.filled().len() > before {
+                    self.touch();
+                }
+                Poll::Ready(result)
+            }
+            Poll::Pending => match self.poll_idle(cx) {
+                Poll::Ready(error) => Poll::Ready(Err(error)),
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+}
+
+impl AsyncWrite for GuardedStream {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let result = Pin::new(&mut self.inner).poll_write(cx, buf);
+        if matches!(result, Poll::Ready(Ok(written)) if written > 0) {
+            self.touch();
+        }
+        result
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Accepts connections within the per-peer limit; a connection over it is
+/// closed at once.
+pub struct GuardedListener {
+    listener: TcpListener,
+    ingress: Arc<Ingress>,
+}
+
+impl Listener for GuardedListener {
+    type Io = GuardedStream;
+    type Addr = SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        loop {
+            let (stream, peer) = match self.listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    warn!(%error, "ingress accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let Some(slot) = self.ingress.peers.acquire(peer.ip()) else {
+                crate::telemetry::metrics::ingress_connection_refused("http");
+                warn!(%peer, "connection over the per-peer limit closed");
+                continue;
+            };
+            let _ = stream.set_nodelay(true);
+            let idle = self.ingress.config.idle_timeout;
+            return (
+                GuardedStream {
+                    inner: stream,
+                    idle,
+                    sleep: Box::pin(tokio::time::sleep(idle)),
+                    _slot: slot,
+                },
+                peer,
+            );
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        self.listener.local_addr()
+    }
+}
+
+/// The socket peer of a request.
+#[derive(Clone, Copy, Debug)]
+pub struct Peer(pub SocketAddr);
+
+impl axum::extract::connect_info::Connected<IncomingStream<'_, GuardedListener>> for Peer {
+    fn connect_info(stream: IncomingStream<'_, GuardedListener>) -> Self {
+        Peer(*stream.remote_addr())
+    }
+}
+
+/// The resolved client address, set by the guard.
+#[derive(Clone, Copy, Debug)]
+pub struct Client(pub IpAddr);
+
+/// Serves HTTP until `shutdown`.
+pub async fn serve(
+    ingress: Arc<Ingress>,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let app = router(ingress.clone());
+    let listener = GuardedListener { listener, ingress };
+    axum::serve(listener, app.into_make_service_with_connect_info::<Peer>())
+        .with_graceful_shutdown(shutdown.cancelled_owned())
+        .await?;
+    info!("ingress HTTP stopped");
+    Ok(())
+}
+
+/// Every route, as (method, path); `docs/openapi.yaml` documents exactly
+/// these (a unit test holds it to that).
+pub const ROUTES: [(&str, &str); 12] = [
+    ("get", "/healthz"),
+    ("get", "/readyz"),
+    ("get", "/metrics"),
+    ("post", "/v1/executor/register"),
+    ("post", "/v1/executor/poll"),
+    ("post", "/v1/executor/reports"),
+    ("post", "/v1/executor/logs"),
+    ("post", "/v1/jobs"),
+    ("get", "/v1/jobs/{*job_id}"),
+    ("get", "/v1/attempts/{attempt_id}"),
+    ("get", "/v1/attempts/{attempt_id}/events"),
+    ("post", "/v1/attempts/{attempt_id}/cancel"),
+];
+
+pub fn router(ingress: Arc<Ingress>) -> Router {
+    let max_body = ingress.config.max_body;
+    Router::new()
+        .route(ROUTES[0].1, get(|| async { "ok\n" }))
+        .route(ROUTES[1].1, get(readyz))
+        .route(ROUTES[2].1, get(metrics))
+        .route(ROUTES[3].1, post(register))
+        .route(ROUTES[4].1, post(poll))
+        .route(ROUTES[5].1, post(report))
+        .route(ROUTES[6].1, post(log))
+        .route(ROUTES[7].1, post(submit))
+        .route(ROUTES[8].1, get(job))
+        .route(ROUTES[9].1, get(attempt))
+        .route(ROUTES[10].1, get(events))
+        .route(ROUTES[11].1, post(cancel))
+        .fallback(|| async { IngressError::NotFound("route".into()) })
+        .layer(axum::middleware::from_fn_with_state(ingress.clone(), guard))
+        .layer(axum::extract::DefaultBodyLimit::max(max_body))
+        .with_state(ingress)
+}
+
+/// Which key a route needs.
+enum Needs {
+    Nothing,
+    ExecutorKey,
+    ApiKey,
+}
+
+fn needs(path: &str) -> Needs {
+    if path.starts_with("/v1/executor/") {
+        Needs::ExecutorKey
+    } else if path.starts_with("/v1/") {
+        Needs::ApiKey
+    } else {
+        Needs::Nothing
+    }
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&[u8]> {
+    let value = headers.get(header::AUTHORIZATION)?.as_bytes();
+    let token = value
+        .strip_prefix(b"Bearer ")
+        .or_else(|| value.strip_prefix(b"bearer "))?;
+    Some(token)
+}
+
+/// Client address and allowlist, then the route's key; counts every
+/// request by route and result.
+async fn guard(
+    State(ingress): State<Arc<Ingress>>,
+    ConnectInfo(Peer(peer)): ConnectInfo<Peer>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let started = Instant::now();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|path| path.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let forwarded: Vec<String> = request
+        .headers()
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|value| value.to_str().ok().map(str::to_owned))
+        .collect();
+    let client = ingress
+        .config
+        .resolver
+        .resolve(peer.ip(), forwarded.iter().map(String::as_str));
+    let response = match admit(&ingress, client, &mut request) {
+        Ok(()) => {
+            request.extensions_mut().insert(Client(client));
+            next.run(request).await
+        }
+        Err(error) => error.into_response(),
+    };
+    crate::telemetry::metrics::ingress_request(
+        "http",
+        &route,
+        response.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
+    response
+}
+
+fn admit(ingress: &Ingress, client: IpAddr, request: &mut Request) -> Result<(), IngressError> {
+    if !ingress.config.allow.contains(client) {
+        crate::telemetry::metrics::ingress_auth_refused("client_not_allowed");
+        return Err(IngressError::NotAllowed);
+    }
+    let expected = match needs(request.uri().path()) {
+        Needs::Nothing => return Ok(()),
+        Needs::ExecutorKey => &ingress.config.ingress_key,
+        Needs::ApiKey => &ingress.config.api_key,
+    };
+    match bearer(request.headers()) {
+        None => {
+            crate::telemetry::metrics::ingress_auth_refused("key_missing");
+            return Err(IngressError::Unauthorized);
+        }
+        Some(presented) if !key_matches(presented, expected) => {
+            crate::telemetry::metrics::ingress_auth_refused("key_wrong");
+            return Err(IngressError::Unauthorized);
+        }
+        Some(_) => {}
+    }
+    if matches!(needs(request.uri().path()), Needs::ExecutorKey) {
+        let executor_id = request
+            .headers()
+            .get(EXECUTOR_HEADER)
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        if !valid_executor_id(&executor_id) {
+            return Err(IngressError::BadRequest(vec![Problem::new(
+                format!("header {EXECUTOR_HEADER}"),
+                "an executor id of 1 to 64 characters A-Z a-z 0-9 _ - is required",
+            )]));
+        }
+        request.extensions_mut().insert(Caller {
+            executor_id,
+            client,
+            transport: "http",
+        });
+    }
+    Ok(())
+}
+
+fn body(result: Result<Bytes, BytesRejection>) -> Result<Bytes, IngressError> {
+    result.map_err(|rejection| {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            IngressError::TooLarge
+        } else {
+            IngressError::BadRequest(vec![Problem::new("", rejection.body_text())])
+        }
+    })
+}
+
+fn traceparent(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get("traceparent")
+        .and_then(|value| value.to_str().ok())
+        .filter(|value| crate::contract::is_traceparent(value))
+}
+
+fn caller(request_caller: Option<axum::Extension<Caller>>) -> Result<Caller, IngressError> {
+    request_caller
+        .map(|axum::Extension(caller)| caller)
+        .ok_or(IngressError::Unauthorized)
+}
+
+async fn readyz(State(ingress): State<Arc<Ingress>>) -> Response {
+    match ingress.ready().await {
+        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+        Err(why) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {why}\n"),
+        )
+            .into_response(),
+    }
+}
+
+async fn metrics(State(ingress): State<Arc<Ingress>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        ingress.metrics_text().await,
+    )
+        .into_response()
+}
+
+async fn register(
+    State(ingress): State<Arc<Ingress>>,
+    request_caller: Option<axum::Extension<Caller>>,
+    raw: Result<Bytes, BytesRejection>,
+) -> Result<Json<protocol::RegisterReply>, IngressError> {
+    let caller = caller(request_caller)?;
+    let request: RegisterRequest =
+        protocol::parse(&body(raw)?).map_err(IngressError::BadRequest)?;
+    Ok(Json(ingress.register(&caller, request).await?))
+}
+
+async fn poll(
+    State(ingress): State<Arc<Ingress>>,
+    request_caller: Option<axum::Extension<Caller>>,
+    raw: Result<Bytes, BytesRejection>,
+) -> Result<Json<protocol::PollReply>, IngressError> {
+    let caller = caller(request_caller)?;
+    let request: PollRequest = protocol::parse(&body(raw)?).map_err(IngressError::BadRequest)?;
+    Ok(Json(ingress.poll(&caller, request).await?))
+}
+
+async fn report(
+    State(ingress): State<Arc<Ingress>>,
+    headers: HeaderMap,
+    request_caller: Option<axum::Extension<Caller>>,
+    raw: Result<Bytes, BytesRejection>,
+) -> Result<Json<protocol::ReportReply>, IngressError> {
+    let caller = caller(request_caller)?;
+    let request: ReportRequest = protocol::parse(&body(raw)?).map_err(IngressError::BadRequest)?;
+    Ok(Json(
+        ingress
+            .report(&caller, request, traceparent(&headers))
+            .await?,
+    ))
+}
+
+async fn log(
+    State(ingress): State<Arc<Ingress>>,
+    request_caller: Option<axum::Extension<Caller>>,
+    raw: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, IngressError> {
+    let caller = caller(request_caller)?;
+    let request: LogRequest = protocol::parse(&body(raw)?).map_err(IngressError::BadRequest)?;
+    ingress.log_chunk(&caller, request).await?;
+    Ok(StatusCode::ACCEPTED)
+}
+
+async fn submit(
+    State(ingress): State<Arc<Ingress>>,
+    headers: HeaderMap,
+    raw: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<super::api::Submitted>), IngressError> {
+    let submitted = ingress.submit(&body(raw)?, traceparent(&headers)).await?;
+    Ok((StatusCode::ACCEPTED, Json(submitted)))
+}
+
+fn attempt_id(text: &str) -> Result<Uuid, IngressError> {
+    Uuid::parse_str(text)
+        .map_err(|_| IngressError::BadRequest(vec![Problem::new("attempt_id", "not a UUID")]))
+}
+
+async fn cancel(
+    State(ingress): State<Arc<Ingress>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    raw: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<super::api::CancelAccepted>), IngressError> {
+    let attempt_id = attempt_id(&id)?;
+    let raw = body(raw)?;
+    let request: CancelRequest = if raw.iter().all(u8::is_ascii_whitespace) {
+        CancelRequest::default()
+    } else {
+        protocol::parse(&raw).map_err(IngressError::BadRequest)?
+    };
+    let accepted = ingress
+        .cancel(attempt_id, request, traceparent(&headers))
+        .await?;
+    Ok((StatusCode::ACCEPTED, Json(accepted)))
+}
+
+async fn attempt(
+    State(ingress): State<Arc<Ingress>>,
+    Path(id): Path<String>,
+) -> Result<Json<serde_json::Value>, IngressError> {
+    Ok(Json(ingress.attempt(attempt_id(&id)?).await?))
+}
+
+async fn job(
+    State(ingress): State<Arc<Ingress>>,
+    Path(job_id): Path<String>,
+) -> Result<Json<serde_json::Value>, IngressError> {
+    Ok(Json(ingress.job(&job_id).await?))
+}
+
+/// The history as JSON, or, when the client accepts `text/event-stream`,
+/// live as Server-Sent Events (`id` = seq, `event` = kind); the stream ends
+/// after the terminal event. `Last-Event-ID` resumes after that seq.
+async fn events(
+    State(ingress): State<Arc<Ingress>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, IngressError> {
+    let attempt_id = attempt_id(&id)?;
+    if ingress.store.attempt_json(attempt_id).await?.is_none() {
+        return Err(IngressError::NotFound(format!("attempt {attempt_id}")));
+    }
+    let wants_stream = headers
+        .get(header::ACCEPT)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|accept| accept.contains("text/event-stream"));
+    if !wants_stream {
+        let events = ingress.events_after(attempt_id, 0).await?;
+        return Ok(Json(events).into_response());
+    }
+    let after = headers
+        .get("last-event-id")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<i64>().ok())
+        .unwrap_or(0);
+    Ok(Sse::new(event_stream(ingress, attempt_id, after))
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response())
+}
+
+struct StreamState {
+    ingress: Arc<Ingress>,
+    attempt_id: Uuid,
+    after: i64,
+    pending: std::collections::VecDeque<crate::contract::AttemptEvent>,
+    done: bool,
+}
+
+fn event_stream(
+    ingress: Arc<Ingress>,
+    attempt_id: Uuid,
+    after: i64,
+) -> impl Stream<Item = Result<Event, Infallible>> {
+    let state = StreamState {
+        ingress,
+        attempt_id,
+        after,
+        pending: Default::default(),
+        done: false,
+    };
+    futures_util::stream::unfold(state, |mut state| async move {
+        loop {
+            if let Some(event) = state.pending.pop_front() {
+                state.after = i64::try_from(event.seq).unwrap_or(i64::MAX);
+                if event.body.is_terminal() {
+                    state.done = true;
+                }
+                let sse = Event::default()
+                    .id(event.seq.to_string())
+                    .event(event.body.kind())
+                    .json_data(&event)
+                    .unwrap_or_else(|_| Event::default().comment("unencodable event"));
+                return Some((Ok(sse), state));
+            }
+            if state.done || state.ingress.shutdown.is_cancelled() {
+                return None;
+            }
+            match state
+                .ingress
+                .events_after(state.attempt_id, state.after)
+                .await
+            {
+                Ok(events) if !events.is_empty() => state.pending.extend(events),
+                Ok(_) => {
+                    tokio::select! {
+                        _ = tokio::time::sleep(SSE_STEP) => {}
+                        _ = state.ingress.shutdown.cancelled() => return None,
+                    }
+                }
+                Err(_) => return None,
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ROUTES;
+
+    #[test]
+    fn the_openapi_document_lists_exactly_the_routes() {
+        let text = include_str!("../../docs/openapi.yaml");
+        let document: serde_yaml::Value = serde_yaml::from_str(text).unwrap();
+        let mut documented: Vec<(String, String)> = document["paths"]
+            .as_mapping()
+            .unwrap()
+            .iter()
+            .flat_map(|(path, methods)| {
+                let path = path.as_str().unwrap().to_owned();
+                methods
+                    .as_mapping()
+                    .unwrap()
+                    .keys()
+                    .map(move |method| (method.as_str().unwrap().to_owned(), path.clone()))
+            })
+            .collect();
+        let mut served: Vec<(String, String)> = ROUTES
+            .iter()
+            .map(|(method, path)| ((*method).to_owned(), path.replace("{*", "{")))
+            .collect();
+        documented.sort();
+        served.sort();
+        assert_eq!(documented, served);
+    }
+}

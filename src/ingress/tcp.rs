@@ -1,0 +1,258 @@
+//! The TCP listener: length-prefixed JSON frames (see [`super::frame`]).
+//! The first frame must authenticate; then each request frame gets exactly
+//! one reply frame, in order: `{"id", "ok": true, "status": 200, "body"}` or
+//! `{"id", "ok": false, "status", "error"}`. A frame that is not JSON, too
+//! large or empty, a failed authentication, a frame left half-sent past the
+//! read timeout, or a connection idle past the idle timeout is closed.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::frame::{encode, FrameDecoder, FrameError};
+use super::protocol::{self, valid_executor_id, AuthRequest, TcpOp, TcpRequest};
+use super::{key_matches, Caller, Ingress, IngressError};
+use crate::contract::Problem;
+
+pub async fn serve(ingress: Arc<Ingress>, listener: TcpListener, shutdown: CancellationToken) {
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    warn!(%error, "ingress TCP accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Some(slot) = ingress.peers.acquire(peer.ip()) else {
+            crate::telemetry::metrics::ingress_connection_refused("tcp");
+            warn!(%peer, "TCP connection over the per-peer limit closed");
+            continue;
+        };
+        let (ingress, shutdown) = (ingress.clone(), shutdown.clone());
+        connections.spawn(async move {
+            let _slot = slot;
+            connection(ingress, stream, peer, shutdown).await;
+        });
+    }
+    connections.shutdown().await;
+    info!("ingress TCP stopped");
+}
+
+/// A connection ends after this reply.
+struct Close(Value);
+
+async fn connection(
+    ingress: Arc<Ingress>,
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    shutdown: CancellationToken,
+) {
+    let _ = stream.set_nodelay(true);
+    let client = ingress.config.resolver.resolve(peer.ip(), []);
+    if !ingress.config.allow.contains(client) {
+        crate::telemetry::metrics::ingress_auth_refused("client_not_allowed");
+        let _ = write(&mut stream, &error_frame(None, &IngressError::NotAllowed)).await;
+        return;
+    }
+    let mut decoder = FrameDecoder::new(ingress.config.max_frame);
+    let mut buffer = vec![0u8; 16 * 1024];
+    let mut caller: Option<Caller> = None;
+    let mut frame_started: Option<Instant> = None;
+    loop {
+        // Answer every whole frame received so far.
+        loop {
+            let frame = match decoder.next_frame() {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
+                Err(error) => {
+                    debug!(%peer, %error, "TCP frame refused");
+                    let refusal = match error {
+                        FrameError::TooLarge { .. } => IngressError::TooLarge,
+                        FrameError::Empty => {
+                            IngressError::BadRequest(vec![Problem::new("", error.to_string())])
+                        }
+                    };
+                    crate::telemetry::metrics::ingress_request(
+                        "tcp",
+                        "frame",
+                        refusal.status(),
+                        0.0,
+                    );
+                    let _ = write(&mut stream, &error_frame(None, &refusal)).await;
+                    return;
+                }
+            };
+            frame_started = None;
+            match handle(&ingress, &mut caller, client, &frame).await {
+                Ok(reply) => {
+                    if write(&mut stream, &reply).await.is_err() {
+                        return;
+                    }
+                }
+                Err(Close(reply)) => {
+                    let _ = write(&mut stream, &reply).await;
+                    return;
+                }
+            }
+        }
+        if decoder.pending() > 0 && frame_started.is_none() {
+            frame_started = Some(Instant::now());
+        }
+        let deadline = match frame_started {
+            Some(started) => started + ingress.config.read_timeout,
+            None => Instant::now() + ingress.config.idle_timeout,
+        };
+        let read = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            read = tokio::time::timeout_at(deadline.into(), stream.read(&mut buffer)) => read,
+        };
+        match read {
+            Err(_) => {
+                crate::telemetry::metrics::ingress_connection_timed_out("tcp");
+                debug!(%peer, half_frame = frame_started.is_some(), "TCP connection timed out");
+                return;
+            }
+            Ok(Ok(0)) | Ok(Err(_)) => return,
+            Ok(Ok(read)) => decoder.push(&buffer[..read]),
+        }
+    }
+}
+
+async fn write(stream: &mut TcpStream, reply: &Value) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec(reply).unwrap_or_default();
+    stream.write_all(&encode(&bytes)).await
+}
+
+fn error_frame(id: Option<u64>, error: &IngressError) -> Value {
+    json!({"id": id, "ok": false, "status": error.status(), "error": error.body()})
+}
+
+fn ok_frame(id: Option<u64>, body: Value) -> Value {
+    json!({"id": id, "ok": true, "status": 200, "body": body})
+}
+
+async fn handle(
+    ingress: &Ingress,
+    caller: &mut Option<Caller>,
+    client: std::net::IpAddr,
+    frame: &[u8],
+) -> Result<Value, Close> {
+    let started = Instant::now();
+    // Not JSON at all: this is not a client of ours.
+    let request: TcpRequest = protocol::parse(frame).map_err(|problems| {
+        crate::telemetry::metrics::ingress_request("tcp", "frame", 400, 0.0);
+        Close(error_frame(None, &IngressError::BadRequest(problems)))
+    })?;
+    let id = request.id;
+    let op = request.op;
+    let Some(authenticated) = caller.as_ref() else {
+        if op != TcpOp::Auth {
+            crate::telemetry::metrics::ingress_auth_refused("key_missing");
+            crate::telemetry::metrics::ingress_request("tcp", "auth", 401, 0.0);
+            return Err(Close(error_frame(id, &IngressError::Unauthorized)));
+        }
+        let auth: AuthRequest = body(&request.body).map_err(|error| {
+            crate::telemetry::metrics::ingress_request("tcp", "auth", 400, 0.0);
+            Close(error_frame(id, &error))
+        })?;
+        if !key_matches(auth.key.as_bytes(), &ingress.config.ingress_key) {
+            crate::telemetry::metrics::ingress_auth_refused("key_wrong");
+            crate::telemetry::metrics::ingress_request("tcp", "auth", 401, 0.0);
+            return Err(Close(error_frame(id, &IngressError::Unauthorized)));
+        }
+        if !valid_executor_id(&auth.executor_id) {
+            let error = IngressError::BadRequest(vec![Problem::new(
+                "body.executor_id",
+                "an executor id of 1 to 64 characters A-Z a-z 0-9 _ - is required",
+            )]);
+            return Err(Close(error_frame(id, &error)));
+        }
+        *caller = Some(Caller {
+            executor_id: auth.executor_id.clone(),
+            client,
+            transport: "tcp",
+        });
+        crate::telemetry::metrics::ingress_request("tcp", "auth", 200, 0.0);
+        return Ok(ok_frame(id, json!({"executor_id": auth.executor_id})));
+    };
+    let result: Result<Value, IngressError> = async {
+        match op {
+            TcpOp::Auth => Err(IngressError::Conflict("already authenticated".into())),
+            TcpOp::Register => {
+                let reply = ingress
+                    .register(authenticated, body(&request.body)?)
+                    .await?;
+                Ok(serde_json::to_value(reply).unwrap_or_default())
+            }
+            TcpOp::Poll => {
+                let reply = ingress.poll(authenticated, body(&request.body)?).await?;
+                Ok(serde_json::to_value(reply).unwrap_or_default())
+            }
+            TcpOp::Report => {
+                let reply = ingress
+                    .report(authenticated, body(&request.body)?, None)
+                    .await?;
+                Ok(serde_json::to_value(reply).unwrap_or_default())
+            }
+            TcpOp::Log => {
+                ingress
+                    .log_chunk(authenticated, body(&request.body)?)
+                    .await?;
+                Ok(json!({"accepted": true}))
+            }
+        }
+    }
+    .await;
+    let name = match op {
+        TcpOp::Auth => "auth",
+        TcpOp::Register => "register",
+        TcpOp::Poll => "poll",
+        TcpOp::Report => "report",
+        TcpOp::Log => "log",
+    };
+    let seconds = started.elapsed().as_secs_f64();
+    match result {
+        Ok(body) => {
+            crate::telemetry::metrics::ingress_request("tcp", name, 200, seconds);
+            Ok(ok_frame(id, body))
+        }
+        Err(error) => {
+            crate::telemetry::metrics::ingress_request("tcp", name, error.status(), seconds);
+            Ok(error_frame(id, &error))
+        }
+    }
+}
+
+/// A request body, with problems' paths under `body.`.
+fn body<T: serde::de::DeserializeOwned>(value: &Value) -> Result<T, IngressError> {
+    let bytes = serde_json::to_vec(value).unwrap_or_default();
+    protocol::parse(&bytes).map_err(|problems| {
+        IngressError::BadRequest(
+            problems
+                .into_iter()
+                .map(|problem| {
+                    Problem::new(
+                        if problem.path.is_empty() {
+                            "body".to_owned()
+                        } else {
+                            format!("body.{}", problem.path)
+                        },
+                        problem.message,
+                    )
+                })
+                .collect(),
+        )
+    })
+}

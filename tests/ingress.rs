@@ -1,0 +1,1013 @@
+//! The ingress on the real stack: executors written in Python (not with the
+//! project's Rust client) complete attempts over HTTP and TCP; the execute
+//! API runs a job and streams its events; every refusal is exact and writes
+//! nothing; the ingress will not start without its keys; `/metrics` is
+//! valid exposition and moves.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::pipeline::{job, Pipeline};
+use common::prometheus;
+use execplane::codec::{Codec, Family, LogChunkRecord};
+use execplane::contract::topics;
+use rdkafka::message::Headers;
+use rdkafka::Message;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+const WAIT: Duration = Duration::from_secs(60);
+const INGRESS_KEY: &str = "executor-key-for-the-tests-0123";
+const API_KEY: &str = "api-key-for-the-tests-456789";
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
+fn script(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/executors")
+        .join(name)
+}
+
+struct Ingress {
+    http: u16,
+    tcp: u16,
+}
+
+impl Ingress {
+    fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.http)
+    }
+}
+
+/// Starts `execplane ARGS` (the ingress alone, or `serve`) with both keys
+/// and fresh ports, and waits until it answers HTTP.
+async fn start(pipeline: &mut Pipeline, args: &[&str], extra: &[(&str, &str)]) -> Ingress {
+    let (http, tcp) = (free_port(), free_port());
+    let (http_text, tcp_text) = (http.to_string(), tcp.to_string());
+    let mut env = vec![
+        ("EXECPLANE_INGRESS_KEY", INGRESS_KEY),
+        ("EXECPLANE_API_KEY", API_KEY),
+        ("EXECPLANE_INGRESS_HTTP_PORT", http_text.as_str()),
+        ("EXECPLANE_INGRESS_TCP_PORT", tcp_text.as_str()),
+        ("EXECPLANE_METRICS_ADDR", ""),
+    ];
+    env.extend_from_slice(extra);
+    pipeline.spawn(args, &env);
+    let ingress = Ingress { http, tcp };
+    let client = reqwest::Client::new();
+    pipeline
+        .wait("the ingress to answer", WAIT, || async {
+            client.get(ingress.url("/healthz")).send().await.is_ok()
+        })
+        .await;
+    ingress
+}
+
+/// A request with a bearer key (and an executor id); the status and JSON.
+async fn call(
+    method: reqwest::Method,
+    url: &str,
+    key: Option<&str>,
+    executor: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Option<Vec<u8>>,
+) -> (u16, Value) {
+    let mut request = reqwest::Client::new().request(method, url);
+    if let Some(key) = key {
+        request = request.header("authorization", format!("Bearer {key}"));
+    }
+    if let Some(executor) = executor {
+        request = request.header("x-execplane-executor", executor);
+    }
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    if let Some(body) = body {
+        request = request
+            .header("content-type", "application/json")
+            .body(body);
+    }
+    let response = request.send().await.expect("the ingress answers");
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+async fn metrics(ingress: &Ingress) -> std::collections::BTreeMap<String, f64> {
+    let text = reqwest::get(ingress.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    prometheus::parse(&text).unwrap_or_else(|error| panic!("invalid exposition: {error}\n{text}"))
+}
+
+fn catalog(pipeline: &Pipeline, args: &[&str]) {
+    let output = common::execplane(&pipeline.pool, &[&["executors", "put"], args].concat());
+    assert!(
+        output.status.success(),
+        "executors put: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn the_exposition_reader_is_strict() {
+    assert!(prometheus::parse("# TYPE a counter\na{x=\"1\"} 2\n").is_ok());
+    assert!(prometheus::parse("a b\n").is_err());
+    assert!(prometheus::parse("# TYPE a counter\na 1\n# TYPE a counter\n").is_err());
+    assert!(prometheus::parse("a 1\nb 1\na 2\n").is_err());
+    assert!(prometheus::parse("a{x=1} 1\n").is_err());
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn python_executors_complete_attempts_over_http_and_over_tcp(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    let dispatcher_metrics = free_port();
+    let dispatcher_metrics_addr = format!("127.0.0.1:{dispatcher_metrics}");
+    let upstream = format!("http://{dispatcher_metrics_addr}/metrics");
+    pipeline.spawn(
+        &["dispatcher"],
+        &[("EXECPLANE_METRICS_ADDR", dispatcher_metrics_addr.as_str())],
+    );
+    pipeline.spawn(&["relay"], &[("EXECPLANE_METRICS_ADDR", "")]);
+    let ingress = start(
+        &mut pipeline,
+        &["ingress"],
+        &[
+            ("EXECPLANE_INGRESS_METRICS_UPSTREAM", upstream.as_str()),
+            ("EXECPLANE_INGRESS_SESSION_TTL", "1s"),
+        ],
+    )
+    .await;
+    catalog(&pipeline, &["py-http", "--types", "verification"]);
+    catalog(
+        &pipeline,
+        &["py-tcp", "--types", "verification", "--tenants", "team-a"],
+    );
+
+    for (name, args) in [
+        (
+            "python-http",
+            vec![
+                script("http_executor.py").display().to_string(),
+                format!("http://127.0.0.1:{}", ingress.http),
+                "py-http".into(),
+                "1".into(),
+            ],
+        ),
+        (
+            "python-tcp",
+            vec![
+                script("tcp_executor.py").display().to_string(),
+                "127.0.0.1".into(),
+                ingress.tcp.to_string(),
+                "py-tcp".into(),
+                "1".into(),
+            ],
+        ),
+    ] {
+        let executor = Command::new("python3")
+            .args(&args)
+            .env("EXECPLANE_INGRESS_KEY", INGRESS_KEY)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("python3 runs");
+        pipeline.wait_runners(1).await;
+        // Postgres listens here: the executor's own probe connects to it.
+        let spec = job(
+            "verify.tcp.connect",
+            json!({"host": "127.0.0.1", "port": 5432}),
+            json!({}),
+        );
+        pipeline.submit(&spec).await;
+        let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
+        let output = executor.wait_with_output().unwrap();
+        assert!(
+            output.status.success(),
+            "{name} executor failed: {}\n{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(attempts.len(), 1, "{name}: {attempts:?}");
+        assert_eq!(attempts[0].1, "succeeded", "{name}: {attempts:?}");
+        let result: String =
+            sqlx::query_scalar("SELECT result_json FROM attempts WHERE attempt_id = $1")
+                .bind(attempts[0].0)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert!(result.contains(name), "{name}: {result}");
+        let kinds = pipeline.events_of(attempts[0].0).await;
+        assert_eq!(
+            kinds,
+            ["created", "lease_granted", "started", "finished"],
+            "{name}"
+        );
+        // The session ends once the executor is gone; nothing is placed on it.
+        pipeline
+            .wait("the executor session to end", WAIT, || async {
+                pipeline.live_runners().await == 0
+            })
+            .await;
+    }
+
+    // Log chunks reached their topic; the HTTP executor's traceparent rode
+    // along with its reports.
+    let chunks: Vec<LogChunkRecord> = pipeline
+        .consume_all(topics::LOG_CHUNKS)
+        .await
+        .iter()
+        .map(|message| {
+            Codec::default()
+                .decode(Family::LogChunk, message.payload().unwrap())
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(chunks.len(), 2, "{chunks:?}");
+    assert!(chunks[0].text.contains("connect") || chunks[1].text.contains("connect"));
+    let traced = pipeline
+        .consume_all(topics::RUNNER_EVENTS)
+        .await
+        .iter()
+        .filter(|message| {
+            message.headers().is_some_and(|headers| {
+                headers.iter().any(|header| {
+                    header.key == "traceparent"
+                        && header.value
+                            == Some(
+                                b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+                                    .as_slice(),
+                            )
+                })
+            })
+        })
+        .count();
+    assert!(
+        traced >= 3,
+        "reports with the executor's traceparent: {traced}"
+    );
+
+    // The ingress serves its own metrics and the dispatcher's, as one
+    // valid exposition.
+    let samples = metrics(&ingress).await;
+    assert!(
+        prometheus::sum(
+            &samples,
+            "execplane_ingress_requests_total",
+            &["route=\"/v1/executor/reports\"", "status=\"200\""]
+        ) >= 3.0
+    );
+    assert!(
+        prometheus::sum(
+            &samples,
+            "execplane_ingress_requests_total",
+            &["transport=\"tcp\"", "route=\"report\""]
+        ) >= 2.0
+    );
+    assert!(
+        prometheus::sum(&samples, "execplane_lease_grants_total", &[]) >= 2.0,
+        "the dispatcher's metrics are proxied"
+    );
+    assert!(
+        prometheus::sum(
+            &samples,
+            "execplane_attempts_ended_total",
+            &["state=\"succeeded\""]
+        ) >= 2.0
+    );
+}
+
+/// Reads SSE events until the terminal one: (seq, kind, received at).
+async fn follow(url: &str, last_event_id: Option<&str>) -> Vec<(u64, String, Instant)> {
+    let mut request = reqwest::Client::new()
+        .get(url)
+        .header("authorization", format!("Bearer {API_KEY}"))
+        .header("accept", "text/event-stream");
+    if let Some(id) = last_event_id {
+        request = request.header("last-event-id", id);
+    }
+    let mut response = request.send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert!(response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    let mut buffer = String::new();
+    let mut events = Vec::new();
+    let deadline = Instant::now() + WAIT;
+    while let Ok(Ok(Some(chunk))) = tokio::time::timeout_at(deadline.into(), response.chunk()).await
+    {
+        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+        while let Some(end) = buffer.find("\n\n") {
+            let block: String = buffer.drain(..end + 2).collect();
+            let (mut id, mut kind) = (None, None);
+            for line in block.lines() {
+                if let Some(value) = line.strip_prefix("id:") {
+                    id = value.trim().parse::<u64>().ok();
+                } else if let Some(value) = line.strip_prefix("event:") {
+                    kind = Some(value.trim().to_owned());
+                }
+            }
+            if let (Some(id), Some(kind)) = (id, kind) {
+                events.push((id, kind, Instant::now()));
+            }
+        }
+    }
+    events
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn the_execute_api_runs_a_job_streams_its_events_and_cancels(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    let ingress = start(&mut pipeline, &["serve"], &[]).await;
+    pipeline.wait_runners(1).await;
+    let before = metrics(&ingress).await;
+
+    // Invalid: 400 naming every problem, nothing produced.
+    let (status, body) = call(
+        reqwest::Method::POST,
+        &ingress.url("/v1/jobs"),
+        Some(API_KEY),
+        None,
+        &[],
+        Some(
+            br#"{"operation": "verify.tcp.connect", "inputs": {"host": "h", "port": "x"}}"#
+                .to_vec(),
+        ),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    let paths: Vec<&str> = body["problems"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|problem| problem["path"].as_str().unwrap())
+        .collect();
+    assert!(
+        paths.contains(&"command_id") && paths.contains(&"inputs.port"),
+        "{paths:?}"
+    );
+
+    // A job that takes 1.5 s, so that its events arrive while it runs.
+    let spec = job(
+        "verify.custom.probe",
+        json!({"probe_id": "sleep", "args": {"seconds": 1.5}}),
+        json!({}),
+    );
+    let (status, body) = call(
+        reqwest::Method::POST,
+        &ingress.url("/v1/jobs"),
+        Some(API_KEY),
+        None,
+        &[],
+        Some(serde_json::to_vec(&spec).unwrap()),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["job_id"], spec.job_id);
+    assert_eq!(body["command_id"], spec.command_id.to_string());
+    let job_url = ingress.url(&format!("/v1/jobs/{}", spec.job_id));
+    let deadline = Instant::now() + WAIT;
+    let attempt_id = loop {
+        let (status, body) = call(
+            reqwest::Method::GET,
+            &job_url,
+            Some(API_KEY),
+            None,
+            &[],
+            None,
+        )
+        .await;
+        if let Some(id) = body["attempts"][0]["attempt_id"]
+            .as_str()
+            .filter(|_| status == 200)
+        {
+            break id.to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no attempt for the job: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let events_url = ingress.url(&format!("/v1/attempts/{attempt_id}/events"));
+    let streamed = follow(&events_url, None).await;
+    let kinds: Vec<&str> = streamed.iter().map(|(_, kind, _)| kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["created", "lease_granted", "started", "finished"],
+        "{streamed:?}"
+    );
+    let seqs: Vec<u64> = streamed.iter().map(|(seq, _, _)| *seq).collect();
+    assert_eq!(seqs, [1, 2, 3, 4]);
+    // Live, not replayed at the end: `started` arrived well before `finished`.
+    let gap = streamed[3].2.duration_since(streamed[2].2);
+    assert!(
+        gap >= Duration::from_millis(1000),
+        "started → finished arrived {gap:?} apart"
+    );
+    // Resuming after seq 2 gives the rest.
+    let resumed = follow(&events_url, Some("2")).await;
+    assert_eq!(
+        resumed.iter().map(|(seq, _, _)| *seq).collect::<Vec<_>>(),
+        [3, 4]
+    );
+
+    let (status, body) = call(
+        reqwest::Method::GET,
+        &ingress.url(&format!("/v1/attempts/{attempt_id}")),
+        Some(API_KEY),
+        None,
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(body["attempt"]["status"], "succeeded");
+    assert_eq!(body["timeline"].as_array().unwrap().len(), 4);
+    assert_eq!(body["timeline"][3]["kind"], "finished");
+    let (status, body) = call(
+        reqwest::Method::GET,
+        &events_url,
+        Some(API_KEY),
+        None,
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(body.as_array().unwrap().len(), 4);
+    assert_eq!(body[0]["body"]["type"], "created");
+
+    // Cancel a hanging probe through the API; a second cancel is a conflict.
+    let hang = job(
+        "verify.custom.probe",
+        json!({"probe_id": "hang"}),
+        json!({}),
+    );
+    let (status, _) = call(
+        reqwest::Method::POST,
+        &ingress.url("/v1/jobs"),
+        Some(API_KEY),
+        None,
+        &[],
+        Some(serde_json::to_vec(&hang).unwrap()),
+    )
+    .await;
+    assert_eq!(status, 202);
+    let hanging = pipeline.wait_status(&hang.job_id, "running", WAIT).await;
+    let cancel_url = ingress.url(&format!("/v1/attempts/{hanging}/cancel"));
+    let (status, body) = call(
+        reqwest::Method::POST,
+        &cancel_url,
+        Some(API_KEY),
+        None,
+        &[],
+        Some(br#"{"reason": "operator changed their mind"}"#.to_vec()),
+    )
+    .await;
+    assert_eq!(status, 202, "{body}");
+    pipeline.wait_status(&hang.job_id, "cancelled", WAIT).await;
+    let (status, body) = call(
+        reqwest::Method::POST,
+        &cancel_url,
+        Some(API_KEY),
+        None,
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(status, 409, "{body}");
+    let (status, _) = call(
+        reqwest::Method::GET,
+        &ingress.url("/v1/attempts/00000000-0000-0000-0000-000000000000"),
+        Some(API_KEY),
+        None,
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(status, 404);
+
+    // The counters moved with the attempts.
+    let after = metrics(&ingress).await;
+    let ended = |samples| prometheus::sum(samples, "execplane_attempts_ended_total", &[]);
+    assert!(
+        ended(&after) >= ended(&before) + 2.0,
+        "attempts ended did not move"
+    );
+    assert!(
+        prometheus::sum(
+            &after,
+            "execplane_ingress_requests_total",
+            &["route=\"/v1/jobs\"", "status=\"202\""]
+        ) >= 2.0
+    );
+    assert!(
+        prometheus::sum(
+            &after,
+            "execplane_ingress_requests_total",
+            &["route=\"/v1/jobs\"", "status=\"400\""]
+        ) >= 1.0
+    );
+    assert!(prometheus::sum(&after, "execplane_lease_grants_total", &[]) >= 2.0);
+    assert!(after
+        .keys()
+        .any(|key| key.starts_with("execplane_intake_transaction_seconds")));
+}
+
+/// Reads TCP frames until the connection closes (or `wait` passes):
+/// the replies received, and whether it closed.
+fn tcp_replies(stream: &mut TcpStream, wait: Duration) -> (Vec<Value>, bool) {
+    stream.set_read_timeout(Some(wait)).unwrap();
+    let mut bytes = Vec::new();
+    let mut buffer = [0u8; 4096];
+    let closed = loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => break true,
+            Ok(read) => bytes.extend_from_slice(&buffer[..read]),
+            Err(error)
+                if matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                break false
+            }
+            Err(_) => break true,
+        }
+    };
+    let mut replies = Vec::new();
+    let mut rest = &bytes[..];
+    while rest.len() >= 4 {
+        let size = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        if rest.len() < 4 + size {
+            break;
+        }
+        replies.push(serde_json::from_slice(&rest[4..4 + size]).unwrap());
+        rest = &rest[4 + size..];
+    }
+    (replies, closed)
+}
+
+fn frame(value: &Value) -> Vec<u8> {
+    let payload = serde_json::to_vec(value).unwrap();
+    let mut bytes = (payload.len() as u32).to_be_bytes().to_vec();
+    bytes.extend(payload);
+    bytes
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn every_refusal_is_exact_and_nothing_reaches_kafka_or_postgres(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    let open = start(
+        &mut pipeline,
+        &["ingress"],
+        &[
+            ("EXECPLANE_INGRESS_MAX_BODY", "2048"),
+            ("EXECPLANE_INGRESS_MAX_FRAME", "2048"),
+            ("EXECPLANE_INGRESS_READ_TIMEOUT", "1s"),
+            ("EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PEER", "6"),
+        ],
+    )
+    .await;
+    catalog(&pipeline, &["enabled-exec", "--types", "verification"]);
+    catalog(
+        &pipeline,
+        &["disabled-exec", "--types", "verification", "--disabled"],
+    );
+    catalog(&pipeline, &["ssh-only", "--types", "ssh"]);
+    let register = open.url("/v1/executor/register");
+    let good = Some(br#"{"runner_type": "verification"}"#.to_vec());
+    let post = reqwest::Method::POST;
+
+    // Key missing or wrong: 401, with no detail of why (the same answer).
+    let unauthorized = json!({"error": "unauthorized"});
+    for key in [None, Some("wrong-key-wrong-key-wrong"), Some(API_KEY)] {
+        let (status, body) = call(
+            post.clone(),
+            &register,
+            key,
+            Some("enabled-exec"),
+            &[],
+            good.clone(),
+        )
+        .await;
+        assert_eq!(
+            (status, &body),
+            (401, &unauthorized),
+            "executor route, key {key:?}"
+        );
+    }
+    for key in [None, Some(INGRESS_KEY)] {
+        let (status, body) = call(
+            post.clone(),
+            &open.url("/v1/jobs"),
+            key,
+            None,
+            &[],
+            good.clone(),
+        )
+        .await;
+        assert_eq!(
+            (status, &body),
+            (401, &unauthorized),
+            "execute API, key {key:?}"
+        );
+    }
+
+    // Unknown, disabled, or outside its types: 403 and an audit row.
+    for (executor, reason) in [
+        ("nobody", "unknown_executor"),
+        ("disabled-exec", "executor_disabled"),
+        ("ssh-only", "runner_type_not_allowed"),
+    ] {
+        let (status, body) = call(
+            post.clone(),
+            &register,
+            Some(INGRESS_KEY),
+            Some(executor),
+            &[],
+            good.clone(),
+        )
+        .await;
+        assert_eq!(
+            (status, body),
+            (403, json!({"error": "forbidden", "reason": reason})),
+            "{executor}"
+        );
+    }
+    let audit: Vec<(String, String, String)> =
+        sqlx::query_as("SELECT executor_id, reason, host(client) FROM ingress_audit ORDER BY id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(
+        audit,
+        [
+            (
+                "nobody".into(),
+                "unknown_executor".into(),
+                "127.0.0.1".into()
+            ),
+            (
+                "disabled-exec".into(),
+                "executor_disabled".into(),
+                "127.0.0.1".into()
+            ),
+            (
+                "ssh-only".into(),
+                "runner_type_not_allowed".into(),
+                "127.0.0.1".into()
+            ),
+        ]
+    );
+
+    // Too large: 413 on HTTP.
+    let huge = format!(
+        r#"{{"runner_type": "verification", "pool": {{"x": "{}"}}}}"#,
+        "y".repeat(4096)
+    );
+    let (status, body) = call(
+        post.clone(),
+        &register,
+        Some(INGRESS_KEY),
+        Some("enabled-exec"),
+        &[],
+        Some(huge.clone().into_bytes()),
+    )
+    .await;
+    assert_eq!((status, body), (413, json!({"error": "too_large"})));
+    let (status, _) = call(
+        post.clone(),
+        &open.url("/v1/jobs"),
+        Some(API_KEY),
+        None,
+        &[],
+        Some(huge.into_bytes()),
+    )
+    .await;
+    assert_eq!(status, 413);
+
+    // Malformed JSON: 400 naming the field path.
+    for (route, body, path) in [
+        (
+            "/v1/executor/register",
+            r#"{"runner_type": "verification", "capacity": "x"}"#,
+            "capacity",
+        ),
+        (
+            "/v1/executor/register",
+            r#"{"runner_type": "teleport"}"#,
+            "runner_type",
+        ),
+        (
+            "/v1/executor/reports",
+            r#"{"attempt_id": "00000000-0000-0000-0000-000000000001", "lease_epoch": "two", "runner_instance": "enabled-exec.1", "type": "started"}"#,
+            "lease_epoch",
+        ),
+        (
+            "/v1/executor/reports",
+            r#"{"attempt_id": "00000000-0000-0000-0000-000000000001", "lease_epoch": 1, "runner_instance": "enabled-exec.1", "type": "finished", "outcome": "failed"}"#,
+            "category",
+        ),
+        ("/v1/executor/register", r#"{"runner_type": "#, ""),
+    ] {
+        let (status, reply) = call(
+            post.clone(),
+            &open.url(route),
+            Some(INGRESS_KEY),
+            Some("enabled-exec"),
+            &[],
+            Some(body.as_bytes().to_vec()),
+        )
+        .await;
+        assert_eq!(status, 400, "{route} {body}: {reply}");
+        assert_eq!(reply["error"], "invalid_request");
+        assert_eq!(reply["problems"][0]["path"], path, "{body}: {reply}");
+    }
+
+    // TCP: garbage, an oversized frame, a frame that is not JSON, a bad key,
+    // a request before auth: each gets one error frame and is closed.
+    let tcp_address = format!("127.0.0.1:{}", open.tcp);
+    let auth =
+        json!({"op": "auth", "id": 1, "body": {"key": INGRESS_KEY, "executor_id": "enabled-exec"}});
+    let mut cases: Vec<(&str, Vec<u8>, Option<u16>)> = vec![
+        (
+            "http on the tcp port",
+            b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+            Some(413),
+        ),
+        (
+            "oversized frame",
+            100_000u32.to_be_bytes().to_vec(),
+            Some(413),
+        ),
+        (
+            "not json",
+            frame(&json!(null))
+                .into_iter()
+                .take(4)
+                .chain(*b"nul!")
+                .collect(),
+            Some(400),
+        ),
+        (
+            "wrong key",
+            frame(
+                &json!({"op": "auth", "id": 1, "body": {"key": "nope", "executor_id": "enabled-exec"}}),
+            ),
+            Some(401),
+        ),
+        (
+            "no auth first",
+            frame(&json!({"op": "poll", "id": 1, "body": {"instance_id": "x"}})),
+            Some(401),
+        ),
+    ];
+    cases.push(("empty frame", vec![0, 0, 0, 0], Some(400)));
+    for (case, bytes, status) in cases {
+        let mut stream = TcpStream::connect(&tcp_address).unwrap();
+        stream.write_all(&bytes).unwrap();
+        let (replies, closed) = tcp_replies(&mut stream, Duration::from_secs(5));
+        assert!(closed, "{case}: connection left open");
+        assert_eq!(replies.len(), 1, "{case}: {replies:?}");
+        assert_eq!(replies[0]["ok"], false, "{case}");
+        assert_eq!(
+            replies[0]["status"].as_u64().map(|s| s as u16),
+            status,
+            "{case}: {replies:?}"
+        );
+    }
+    // A half-open connection (half a header, then silence) is closed after
+    // the read timeout; meanwhile the server serves others.
+    let mut half_open = TcpStream::connect(&tcp_address).unwrap();
+    half_open.write_all(&[0, 0]).unwrap();
+    let mut other = TcpStream::connect(&tcp_address).unwrap();
+    other.write_all(&frame(&auth)).unwrap();
+    other
+        .write_all(&frame(
+            &json!({"op": "register", "id": 2, "body": {"runner_type": "teleport"}}),
+        ))
+        .unwrap();
+    let (replies, closed) = tcp_replies(&mut other, Duration::from_millis(500));
+    assert!(!closed, "a good client stays connected");
+    assert_eq!(replies.len(), 2, "{replies:?}");
+    assert_eq!(replies[0]["ok"], true);
+    assert_eq!(
+        replies[1]["status"], 400,
+        "bad body: an error frame, connection kept"
+    );
+    assert_eq!(
+        replies[1]["error"]["problems"][0]["path"],
+        "body.runner_type"
+    );
+    let started = Instant::now();
+    let (_, closed) = tcp_replies(&mut half_open, Duration::from_secs(5));
+    assert!(
+        closed && started.elapsed() < Duration::from_secs(4),
+        "half-open connection closed after the read timeout"
+    );
+    drop(other);
+
+    // Per-peer connection limit: over it, a connection is closed at once.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let held: Vec<TcpStream> = (0..6)
+        .map(|_| TcpStream::connect(&tcp_address).unwrap())
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut over = TcpStream::connect(&tcp_address).unwrap();
+    let (_, closed) = tcp_replies(&mut over, Duration::from_secs(3));
+    assert!(closed, "a connection over the per-peer limit is closed");
+    drop(held);
+
+    // Allowlist: a peer outside it gets 403; X-Forwarded-For is ignored
+    // unless trust proxy is on and the peer is a trusted proxy.
+    let (status, _) = call(
+        reqwest::Method::GET,
+        &open.url("/healthz"),
+        None,
+        None,
+        &[("x-forwarded-for", "10.9.9.9")],
+        None,
+    )
+    .await;
+    assert_eq!(
+        status, 200,
+        "spoofed XFF ignored: still 127.0.0.1, which is allowed"
+    );
+    let closed_door = start(
+        &mut pipeline,
+        &["ingress"],
+        &[("EXECPLANE_INGRESS_ALLOW_CIDRS", "10.9.9.9/32")],
+    )
+    .await;
+    for forwarded in [None, Some("10.9.9.9")] {
+        let headers: Vec<(&str, &str)> = forwarded
+            .map(|value| ("x-forwarded-for", value))
+            .into_iter()
+            .collect();
+        let (status, body) = call(
+            post.clone(),
+            &closed_door.url("/v1/executor/register"),
+            Some(INGRESS_KEY),
+            Some("enabled-exec"),
+            &headers,
+            good.clone(),
+        )
+        .await;
+        assert_eq!(
+            (status, body),
+            (403, json!({"error": "forbidden"})),
+            "XFF {forwarded:?} with trust proxy off"
+        );
+    }
+    let mut stream = TcpStream::connect(format!("127.0.0.1:{}", closed_door.tcp)).unwrap();
+    let (replies, closed) = tcp_replies(&mut stream, Duration::from_secs(3));
+    assert!(
+        closed && replies.len() == 1 && replies[0]["status"] == 403,
+        "{replies:?}"
+    );
+    let proxied = start(
+        &mut pipeline,
+        &["ingress"],
+        &[
+            ("EXECPLANE_INGRESS_ALLOW_CIDRS", "10.9.9.9/32"),
+            ("EXECPLANE_INGRESS_TRUST_PROXY", "true"),
+            ("EXECPLANE_INGRESS_TRUSTED_PROXIES", "127.0.0.0/8"),
+        ],
+    )
+    .await;
+    for (forwarded, status) in [
+        (Some("1.2.3.4, 10.9.9.9"), 200),
+        (Some("10.9.9.9, 127.0.0.5"), 200),
+        (Some("10.9.9.9, 1.2.3.4"), 403),
+        (Some("::ffff:10.9.9.9"), 200),
+        (None, 403),
+    ] {
+        let headers: Vec<(&str, &str)> = forwarded
+            .map(|value| ("x-forwarded-for", value))
+            .into_iter()
+            .collect();
+        let (got, _) = call(
+            reqwest::Method::GET,
+            &proxied.url("/healthz"),
+            None,
+            None,
+            &headers,
+            None,
+        )
+        .await;
+        assert_eq!(got, status, "XFF {forwarded:?} through a trusted proxy");
+    }
+
+    // None of it reached Kafka or the attempt store.
+    for topic in [
+        topics::COMMANDS,
+        topics::RUNNER_EVENTS,
+        topics::LOG_CHUNKS,
+        topics::RUNNER_PRESENCE,
+    ] {
+        assert!(
+            pipeline.consume_all(topic).await.is_empty(),
+            "{topic} got a record"
+        );
+    }
+    for table in ["attempt_events", "jobs", "outbox", "inbox"] {
+        let rows: i64 = sqlx::query_scalar(&format!("SELECT count(*) FROM {table}"))
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        assert_eq!(rows, 0, "{table}");
+    }
+    let refusals = metrics(&open).await;
+    assert!(
+        prometheus::sum(
+            &refusals,
+            "execplane_ingress_auth_refusals_total",
+            &["reason=\"key_wrong\""]
+        ) >= 2.0
+    );
+    assert!(
+        prometheus::sum(
+            &refusals,
+            "execplane_ingress_auth_refusals_total",
+            &["reason=\"executor_disabled\""]
+        ) >= 1.0
+    );
+}
+
+#[test]
+fn the_ingress_refuses_to_start_without_its_keys_and_says_why() {
+    let run = |env: &[(&str, &str)]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_execplane"));
+        command
+            .arg("ingress")
+            .env_remove("EXECPLANE_INGRESS_KEY")
+            .env_remove("EXECPLANE_API_KEY")
+            .env(
+                "EXECPLANE_DATABASE_URL",
+                "postgres://nobody@127.0.0.1:1/none",
+            )
+            .env("EXECPLANE_LOG", "warn");
+        for (key, value) in env {
+            command.env(key, value);
+        }
+        let output = command.output().unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).into_owned(),
+        )
+    };
+    let (code, stderr) = run(&[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("EXECPLANE_INGRESS_KEY is not set")
+            && stderr.contains("EXECPLANE_API_KEY is not set"),
+        "{stderr}"
+    );
+    let (code, stderr) = run(&[
+        ("EXECPLANE_INGRESS_KEY", "short"),
+        ("EXECPLANE_API_KEY", API_KEY),
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("EXECPLANE_INGRESS_KEY is shorter than 16"),
+        "{stderr}"
+    );
+    let (code, stderr) = run(&[
+        ("EXECPLANE_INGRESS_KEY", API_KEY),
+        ("EXECPLANE_API_KEY", API_KEY),
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(stderr.contains("are the same"), "{stderr}");
+    let (code, stderr) = run(&[
+        ("EXECPLANE_INGRESS_KEY", INGRESS_KEY),
+        ("EXECPLANE_API_KEY", API_KEY),
+        ("EXECPLANE_INGRESS_ALLOW_CIDRS", "10.0.0.0/8,bogus"),
+        ("EXECPLANE_INGRESS_TRUST_PROXY", "true"),
+    ]);
+    assert_eq!(code, Some(2));
+    assert!(
+        stderr.contains("`bogus`") && stderr.contains("TRUSTED_PROXIES is empty"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains(INGRESS_KEY) && !stderr.contains(API_KEY),
+        "a key was printed"
+    );
+}
