@@ -17,6 +17,12 @@ log "building (release)"
 cargo build --locked --release
 BIN="$ROOT/target/release/execplane"
 
+# Keys for the ingress, fresh each run and never printed.
+random_key() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+export EXECPLANE_INGRESS_KEY="${EXECPLANE_INGRESS_KEY:-$(random_key)}"
+export EXECPLANE_API_KEY="${EXECPLANE_API_KEY:-$(random_key)}"
+INGRESS="http://127.0.0.1:${EXECPLANE_INGRESS_HTTP_PORT:-3000}"
+
 log "starting execplane serve (log: $STACK_DIR/serve.log)"
 "$BIN" serve >"$STACK_DIR/serve.log" 2>&1 &
 SERVE=$!
@@ -35,6 +41,10 @@ sed -e "s/6f0c5d1e-2b7a-4c39-9e58-1d2f3a4b5c6d/$(cat /proc/sys/kernel/random/uui
     -e "s#example/verify-tcp#example/verify-tcp-$(date +%s)#" examples/verify-tcp.json >"$JOB"
 log "submitting $JOB"
 "$BIN" submit "$JOB" --timeout 60s
+JOB_ID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["job_id"])' "$JOB")
+log "the same job through the execute API ($INGRESS/v1/jobs/$JOB_ID):"
+curl -fsS -H "Authorization: Bearer $EXECPLANE_API_KEY" "$INGRESS/v1/jobs/$JOB_ID" |
+  python3 -c 'import json,sys; d=json.load(sys.stdin); a=d["attempts"][-1]; print("job %s: attempt %s is %s" % (d["job"]["job_id"], a["attempt_id"], a["status"]))'
 log "the hash chain and the projection check out:"
 "$BIN" audit verify
 "$BIN" projection rebuild --verify
