@@ -6,6 +6,8 @@ cd "$ROOT"
 ensure_build_deps
 # rdkafka builds a current librdkafka (Debian's 2.0.2 cannot talk to Tansu).
 apt_install cmake libcurl4-openssl-dev zlib1g-dev libssl-dev
+# The ingress tests drive executors written in Python (standard library only).
+command -v python3 >/dev/null 2>&1 || apt_install python3
 ensure_rust
 "$ROOT/scripts/postgres.sh"
 "$ROOT/scripts/tansu.sh"
