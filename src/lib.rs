@@ -12,5 +12,6 @@ pub mod ingress;
 pub mod kafka;
 pub mod runner;
 pub mod runners;
+pub mod secrets;
 pub mod store;
 pub mod telemetry;

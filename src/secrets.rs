@@ -1,0 +1,461 @@
+//! Secrets by reference (DESIGN §5). A JobSpec names each secret it needs
+//! (`secret_refs`: name, mount, path, key) and its inputs say
+//! `{"$secret": "<name>"}`; the runner resolves the references at execution
+//! time from a Vault-API server (KV v2), holds the values in memory only,
+//! and masks every form of them in whatever leaves it ([`mask`]).
+//!
+//! Failures name the reference, never a value: an unreachable store or
+//! credentials the store refuses are `infrastructure` (another runner, or
+//! the same one later, may succeed); a missing path or key, or a policy
+//! that denies the path, is `contract` (the JobSpec asks for what it may
+//! not have).
+
+pub mod mask;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::RwLock;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+use vaultrs::client::{Client, VaultClient, VaultClientSettingsBuilder};
+use vaultrs::error::ClientError;
+
+use crate::config::Secret;
+use crate::contract::{FailureCategory, JobSpec, SecretRef};
+pub use mask::{Masker, StreamMasker, MASK};
+
+/// How the runner authenticates to the secret store.
+#[derive(Clone, Debug)]
+pub enum VaultAuth {
+    Token(Secret),
+    AppRole {
+        mount: String,
+        role_id: String,
+        secret_id: Secret,
+    },
+}
+
+#[derive(Clone, Debug)]
+pub struct VaultSettings {
+    /// `EXECPLANE_VAULT_ADDR`, e.g. `http://127.0.0.1:8200`.
+    pub address: String,
+    pub auth: VaultAuth,
+    /// Per request.
+    pub timeout: Duration,
+}
+
+/// A resolved value: never printed.
+#[derive(Clone)]
+pub struct SecretValue(Arc<String>);
+
+impl SecretValue {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for SecretValue {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("SecretValue(redacted)")
+    }
+}
+
+/// Why a reference could not be resolved. Every message names the
+/// reference and none carries a value.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SecretError {
+    #[error("secret `{name}` ({location}): the secret store is unreachable: {detail}")]
+    Unreachable {
+        name: String,
+        location: String,
+        detail: String,
+    },
+    #[error("secret `{name}` ({location}): the secret store refused this runner's credentials")]
+    Unauthenticated { name: String, location: String },
+    #[error("secret `{name}` ({location}): no such secret")]
+    NotFound { name: String, location: String },
+    #[error("secret `{name}` ({location}): permission denied by the secret store's policy")]
+    Denied { name: String, location: String },
+    #[error("secret `{name}` ({location}): the secret has no key `{key}`")]
+    KeyMissing {
+        name: String,
+        location: String,
+        key: String,
+    },
+    #[error("secret `{name}` is referenced but not declared in secret_refs")]
+    Undeclared { name: String },
+    #[error("secret `{name}` ({location}): no secret store is configured on this runner (EXECPLANE_VAULT_ADDR)")]
+    NotConfigured { name: String, location: String },
+}
+
+impl SecretError {
+    pub fn category(&self) -> FailureCategory {
+        match self {
+            SecretError::Unreachable { .. }
+            | SecretError::Unauthenticated { .. }
+            | SecretError::NotConfigured { .. } => FailureCategory::Infrastructure,
+            SecretError::NotFound { .. }
+            | SecretError::Denied { .. }
+            | SecretError::KeyMissing { .. }
+            | SecretError::Undeclared { .. } => FailureCategory::Contract,
+        }
+    }
+}
+
+fn location(reference: &SecretRef) -> String {
+    format!(
+        "{}/{}#{}",
+        reference.mount.trim_end_matches('/'),
+        reference.path.trim_start_matches('/'),
+        reference.key
+    )
+}
+
+/// A client of a Vault-API server (Vault, OpenBao) that keeps its token
+/// alive: renewed at two thirds of its TTL, or, for AppRole, logged in
+/// again when it cannot be renewed.
+pub struct Vault {
+    settings: VaultSettings,
+    client: RwLock<VaultClient>,
+    /// When the current token must be renewed; `None`: it does not expire.
+    renew_at: std::sync::Mutex<Option<Instant>>,
+}
+
+impl std::fmt::Debug for Vault {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("Vault")
+            .field("address", &self.settings.address)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Vault {
+    /// Builds the client and authenticates. A store that is down or refuses
+    /// the credentials does not stop the runner: attempts that need a
+    /// secret fail with a clear reason until it answers.
+    pub async fn connect(settings: VaultSettings) -> Result<Arc<Self>, String> {
+        let token = match &settings.auth {
+            VaultAuth::Token(token) => token.expose().to_owned(),
+            VaultAuth::AppRole { .. } => String::new(),
+        };
+        let client = VaultClient::new(
+            VaultClientSettingsBuilder::default()
+                .address(&settings.address)
+                .token(token)
+                .timeout(Some(settings.timeout))
+                .build()
+                .map_err(|error| format!("vault settings: {error}"))?,
+        )
+        .map_err(|error| format!("vault client: {error}"))?;
+        let vault = Arc::new(Self {
+            settings,
+            client: RwLock::new(client),
+            renew_at: std::sync::Mutex::new(None),
+        });
+        if let Err(error) = vault.authenticate().await {
+            warn!(address = %vault.settings.address, %error, "secret store: not authenticated yet");
+        }
+        Ok(vault)
+    }
+
+    fn schedule(&self, ttl_seconds: u64) {
+        let at =
+            (ttl_seconds > 0).then(|| Instant::now() + Duration::from_secs(ttl_seconds) * 2 / 3);
+        *self.renew_at.lock().unwrap_or_else(|p| p.into_inner()) = at;
+    }
+
+    /// Logs in (AppRole) or looks the token up (token auth) to learn when
+    /// to renew it.
+    async fn authenticate(&self) -> Result<(), ClientError> {
+        match &self.settings.auth {
+            VaultAuth::AppRole {
+                mount,
+                role_id,
+                secret_id,
+            } => {
+                let mut client = self.client.write().await;
+                let auth =
+                    vaultrs::auth::approle::login(&*client, mount, role_id, secret_id.expose())
+                        .await?;
+                client.set_token(&auth.client_token);
+                self.schedule(auth.lease_duration);
+                info!(
+                    ttl_s = auth.lease_duration,
+                    "secret store: logged in with AppRole"
+                );
+            }
+            VaultAuth::Token(_) => {
+                let client = self.client.read().await;
+                let lookup = vaultrs::token::lookup_self(&*client).await?;
+                self.schedule(if lookup.renewable.unwrap_or(false) {
+                    lookup.ttl
+                } else {
+                    0
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Renews the token (or logs in again) when two thirds of its TTL have
+    /// passed; every second it checks.
+    pub fn keep_alive(self: &Arc<Self>, shutdown: CancellationToken) {
+        let vault = self.clone();
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = ticker.tick() => {}
+                }
+                let due = vault
+                    .renew_at
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .is_some_and(|at| Instant::now() >= at);
+                if due {
+                    vault.renew().await;
+                }
+            }
+        });
+    }
+
+    async fn renew(&self) {
+        let renewed = {
+            let client = self.client.read().await;
+            vaultrs::token::renew_self(&*client, None).await
+        };
+        match renewed {
+            Ok(auth) => {
+                tracing::debug!(ttl_s = auth.lease_duration, "secret store token renewed");
+                self.schedule(auth.lease_duration);
+            }
+            Err(error) => {
+                if matches!(self.settings.auth, VaultAuth::AppRole { .. }) {
+                    if let Err(error) = self.authenticate().await {
+                        warn!(%error, "secret store: AppRole login failed; retrying");
+                        self.schedule(3);
+                    }
+                } else {
+                    warn!(%error, "secret store: token renewal failed");
+                    self.schedule(0);
+                }
+            }
+        }
+    }
+
+    /// Reads one reference (KV v2).
+    pub async fn resolve(&self, reference: &SecretRef) -> Result<SecretValue, SecretError> {
+        let name = reference.name.clone();
+        let location = location(reference);
+        let read = {
+            let client = self.client.read().await;
+            vaultrs::kv2::read::<BTreeMap<String, serde_json::Value>>(
+                &*client,
+                reference.mount.trim_matches('/'),
+                reference.path.trim_matches('/'),
+            )
+            .await
+        };
+        let data = match read {
+            Ok(data) => data,
+            Err(ClientError::APIError { code: 404, .. }) => {
+                return Err(SecretError::NotFound { name, location })
+            }
+            Err(ClientError::APIError { code: 403, .. }) => {
+                // A refused token and a policy that denies the path look the
+                // same; asking about the token itself tells them apart.
+                let token_valid = {
+                    let client = self.client.read().await;
+                    vaultrs::token::lookup_self(&*client).await.is_ok()
+                };
+                return Err(if token_valid {
+                    SecretError::Denied { name, location }
+                } else {
+                    if matches!(self.settings.auth, VaultAuth::AppRole { .. }) {
+                        let _ = self.authenticate().await;
+                    }
+                    SecretError::Unauthenticated { name, location }
+                });
+            }
+            Err(ClientError::APIError { code, .. }) => {
+                return Err(SecretError::Unreachable {
+                    name,
+                    location,
+                    detail: format!("HTTP {code}"),
+                })
+            }
+            Err(error) => {
+                return Err(SecretError::Unreachable {
+                    name,
+                    location,
+                    detail: error.to_string(),
+                })
+            }
+        };
+        match data.get(&reference.key) {
+            Some(serde_json::Value::String(text)) => Ok(SecretValue(Arc::new(text.clone()))),
+            Some(other) => Ok(SecretValue(Arc::new(other.to_string()))),
+            None => Err(SecretError::KeyMissing {
+                name,
+                location,
+                key: reference.key.clone(),
+            }),
+        }
+    }
+}
+
+/// The secrets an attempt resolved: the masker for everything it sends.
+#[derive(Clone, Debug, Default)]
+pub struct Resolved {
+    pub masker: Masker,
+    pub count: usize,
+}
+
+/// Replaces every `{"$secret": "<name>"}` in the spec's inputs with the
+/// value of its declared reference, resolving each name once.
+pub async fn resolve_inputs(
+    spec: &mut JobSpec,
+    vault: Option<&Vault>,
+) -> Result<Resolved, SecretError> {
+    fn names(value: &serde_json::Value, out: &mut Vec<String>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                if let (1, Some(serde_json::Value::String(name))) = (map.len(), map.get("$secret"))
+                {
+                    out.push(name.clone());
+                } else {
+                    map.values().for_each(|value| names(value, out));
+                }
+            }
+            serde_json::Value::Array(items) => items.iter().for_each(|value| names(value, out)),
+            _ => {}
+        }
+    }
+    fn substitute(value: &mut serde_json::Value, values: &BTreeMap<String, SecretValue>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                let reference = match (map.len(), map.get("$secret")) {
+                    (1, Some(serde_json::Value::String(name))) => values.get(name).cloned(),
+                    _ => None,
+                };
+                match reference {
+                    Some(secret) => *value = serde_json::Value::String(secret.expose().to_owned()),
+                    None => map.values_mut().for_each(|value| substitute(value, values)),
+                }
+            }
+            serde_json::Value::Array(items) => {
+                items.iter_mut().for_each(|value| substitute(value, values))
+            }
+            _ => {}
+        }
+    }
+    let mut wanted = Vec::new();
+    names(&spec.inputs, &mut wanted);
+    wanted.sort();
+    wanted.dedup();
+    if wanted.is_empty() {
+        return Ok(Resolved::default());
+    }
+    let mut values = BTreeMap::new();
+    for name in wanted {
+        let Some(reference) = spec.secret_refs.iter().find(|r| r.name == name) else {
+            return Err(SecretError::Undeclared { name });
+        };
+        let Some(vault) = vault else {
+            return Err(SecretError::NotConfigured {
+                name,
+                location: location(reference),
+            });
+        };
+        values.insert(name, vault.resolve(reference).await?);
+    }
+    substitute(&mut spec.inputs, &values);
+    Ok(Resolved {
+        masker: Masker::new(values.values().map(SecretValue::expose)),
+        count: values.len(),
+    })
+}
+
+/// Values handed to a tool as 0600 files, removed when this is dropped.
+#[derive(Debug)]
+pub struct SecretFiles {
+    dir: std::path::PathBuf,
+}
+
+impl SecretFiles {
+    /// A fresh 0700 directory under the system temp dir.
+    pub fn new() -> std::io::Result<Self> {
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = std::env::temp_dir().join(format!(
+            "execplane-secrets-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        Ok(Self { dir })
+    }
+
+    /// Writes `value` to a 0600 file named `name`; returns its path.
+    pub fn write(&self, name: &str, value: &SecretValue) -> std::io::Result<std::path::PathBuf> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let safe: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let path = self.dir.join(safe);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)?;
+        file.write_all(value.expose().as_bytes())?;
+        Ok(path)
+    }
+}
+
+impl Drop for SecretFiles {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secret_files_are_private_and_removed() {
+        use std::os::unix::fs::PermissionsExt;
+        let files = SecretFiles::new().unwrap();
+        let path = files
+            .write("db/password", &SecretValue(Arc::new("value".into())))
+            .unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "value");
+        drop(files);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn values_never_print() {
+        let value = SecretValue(Arc::new("hunter2".into()));
+        assert!(!format!("{value:?}").contains("hunter2"));
+        let error = SecretError::Denied {
+            name: "db".into(),
+            location: "secret/app#password".into(),
+        };
+        assert_eq!(error.category(), FailureCategory::Contract);
+        assert!(error.to_string().contains("`db`"));
+    }
+}

@@ -1,0 +1,219 @@
+//! Masking at the source: every resolved secret value, and its base64,
+//! URL-encoded and JSON-escaped forms, is replaced before text leaves the
+//! runner. [`StreamMasker`] holds back the tail of a stream that could be
+//! the start of a form, so a value split across chunks is caught too.
+
+use base64::Engine;
+
+/// What a masked form is replaced with.
+pub const MASK: &str = "[masked]";
+
+/// The forms of a set of secret values, longest first.
+#[derive(Clone, Debug, Default)]
+pub struct Masker {
+    forms: Vec<String>,
+}
+
+/// Percent-encoding of every byte outside RFC 3986's unreserved set, in
+/// upper and lower case hex, and the form-encoding variant (space as `+`).
+fn url_forms(value: &str) -> Vec<String> {
+    let encode = |upper: bool, plus: bool| {
+        let mut out = String::new();
+        for byte in value.bytes() {
+            match byte {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    out.push(byte as char)
+                }
+                b' ' if plus => out.push('+'),
+                _ if upper => out.push_str(&format!("%{byte:02X}")),
+                _ => out.push_str(&format!("%{byte:02x}")),
+            }
+        }
+        out
+    };
+    vec![
+        encode(true, false),
+        encode(false, false),
+        encode(true, true),
+        encode(false, true),
+    ]
+}
+
+/// Every form a value may take in output.
+pub fn forms_of(value: &str) -> Vec<String> {
+    use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+    let mut forms = vec![value.to_owned()];
+    for engine in [&STANDARD, &STANDARD_NO_PAD, &URL_SAFE, &URL_SAFE_NO_PAD] {
+        forms.push(engine.encode(value.as_bytes()));
+    }
+    forms.extend(url_forms(value));
+    let json = serde_json::to_string(value).unwrap_or_default();
+    forms.push(json[1..json.len().saturating_sub(1).max(1)].to_owned());
+    forms
+}
+
+impl Masker {
+    /// Masks `values` (empty values are ignored) in every form.
+    pub fn new<'a>(values: impl IntoIterator<Item = &'a str>) -> Self {
+        let mut forms: Vec<String> = values
+            .into_iter()
+            .filter(|value| !value.is_empty())
+            .flat_map(forms_of)
+            .filter(|form| !form.is_empty())
+            .collect();
+        forms.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        forms.dedup();
+        Self { forms }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.forms.is_empty()
+    }
+
+    /// `text` with every form replaced by [`MASK`] (leftmost, longest
+    /// first).
+    pub fn mask(&self, text: &str) -> String {
+        self.scan(text, false).0
+    }
+
+    /// Scans from the left, replacing the longest form that starts at each
+    /// position. When `streaming`, stops where the rest of `text` could be
+    /// the beginning of a longer form, and says how far it got.
+    fn scan(&self, text: &str, streaming: bool) -> (String, usize) {
+        let bytes = text.as_bytes();
+        let mut out = String::with_capacity(text.len());
+        let (mut at, mut plain_from) = (0, 0);
+        while at < bytes.len() {
+            let rest = &bytes[at..];
+            if streaming
+                && self
+                    .forms
+                    .iter()
+                    .any(|form| form.len() > rest.len() && form.as_bytes().starts_with(rest))
+            {
+                break;
+            }
+            if let Some(form) = self
+                .forms
+                .iter()
+                .find(|form| rest.starts_with(form.as_bytes()))
+            {
+                out.push_str(&text[plain_from..at]);
+                out.push_str(MASK);
+                at += form.len();
+                plain_from = at;
+                continue;
+            }
+            at += text[at..].chars().next().map_or(1, char::len_utf8);
+        }
+        out.push_str(&text[plain_from..at]);
+        (out, at)
+    }
+}
+
+/// Masks a stream given in chunks: what it returns never contains a form,
+/// nor the beginning of one that a later chunk might complete.
+#[derive(Clone, Debug, Default)]
+pub struct StreamMasker {
+    masker: Masker,
+    pending: String,
+}
+
+impl StreamMasker {
+    pub fn new(masker: Masker) -> Self {
+        Self {
+            masker,
+            pending: String::new(),
+        }
+    }
+
+    /// The masked text that is safe to emit now.
+    pub fn push(&mut self, chunk: &str) -> String {
+        self.pending.push_str(chunk);
+        let (out, consumed) = self.masker.scan(&self.pending, true);
+        self.pending.drain(..consumed);
+        out
+    }
+
+    /// Whatever was held back, masked: the stream has ended.
+    pub fn finish(&mut self) -> String {
+        let rest = std::mem::take(&mut self.pending);
+        self.masker.mask(&rest)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const SECRET: &str = "p@ss/w0rd+\"q\" &<x>";
+
+    #[test]
+    fn every_form_is_masked() {
+        let masker = Masker::new([SECRET]);
+        for form in forms_of(SECRET) {
+            let masked = masker.mask(&format!("before {form} after"));
+            assert_eq!(masked, format!("before {MASK} after"), "form {form}");
+        }
+        assert!(forms_of(SECRET).contains(&"cEBzcy93MHJkKyJxIiAmPHg+".to_owned()));
+        assert!(forms_of(SECRET).contains(&"p%40ss%2Fw0rd%2B%22q%22%20%26%3Cx%3E".to_owned()));
+        assert!(forms_of(SECRET).contains(&r#"p@ss/w0rd+\"q\" &<x>"#.to_owned()));
+        assert_eq!(Masker::new([""]).mask("anything"), "anything");
+    }
+
+    #[test]
+    fn a_value_split_across_chunks_is_caught() {
+        let mut stream = StreamMasker::new(Masker::new(["hunter2-secret"]));
+        let mut out = stream.push("password: hunter");
+        assert_eq!(out, "password: ");
+        out.push_str(&stream.push("2-sec"));
+        out.push_str(&stream.push("ret and more\n"));
+        out.push_str(&stream.finish());
+        assert_eq!(out, format!("password: {MASK} and more\n"));
+        // A prefix that turns out not to be the value is released.
+        let mut stream = StreamMasker::new(Masker::new(["hunter2-secret"]));
+        let mut out = stream.push("hunt");
+        out.push_str(&stream.push("ing season"));
+        out.push_str(&stream.finish());
+        assert_eq!(out, "hunting season");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+        /// However the output is cut, no chunk emitted carries the secret
+        /// or any form of it, and nothing else is lost or altered.
+        #[test]
+        fn chunked_output_never_carries_a_form(
+            secret in "[a-zA-Z0-9@/+ \"&<>é]{6,24}",
+            filler in proptest::collection::vec("[a-z .\n]{0,20}", 1..6),
+            cuts in proptest::collection::vec(1usize..40, 1..20),
+        ) {
+            let forms = forms_of(&secret);
+            let mut text = String::new();
+            for (index, piece) in filler.iter().enumerate() {
+                text.push_str(piece);
+                text.push_str(&forms[index % forms.len()]);
+            }
+            let mut stream = StreamMasker::new(Masker::new([secret.as_str()]));
+            let mut emitted = Vec::new();
+            let mut rest = text.as_str();
+            let mut cut = cuts.iter().cycle();
+            while !rest.is_empty() {
+                let mut take = (*cut.next().unwrap()).min(rest.len());
+                while !rest.is_char_boundary(take) {
+                    take += 1;
+                }
+                emitted.push(stream.push(&rest[..take]));
+                rest = &rest[take..];
+            }
+            emitted.push(stream.finish());
+            let joined: String = emitted.concat();
+            for form in &forms {
+                prop_assert!(!joined.contains(form.as_str()), "form {:?} leaked", form);
+            }
+            prop_assert_eq!(joined, Masker::new([secret.as_str()]).mask(&text));
+        }
+    }
+}
