@@ -92,9 +92,10 @@ pub struct Config {
     pub ingress_max_frame: usize,
     /// `EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PEER`: open connections per client address.
     pub ingress_max_connections_per_peer: usize,
-    /// `EXECPLANE_INGRESS_READ_TIMEOUT`: a started request or frame must arrive within this.
+    /// `EXECPLANE_INGRESS_READ_TIMEOUT`: a TCP frame (and a connection's first frame)
+    /// must be complete within this.
     pub ingress_read_timeout: DurationMs,
-    /// `EXECPLANE_INGRESS_IDLE_TIMEOUT`: a connection with no request for this long is closed.
+    /// `EXECPLANE_INGRESS_IDLE_TIMEOUT`: a connection that moves no byte for this long is closed.
     pub ingress_idle_timeout: DurationMs,
     /// `EXECPLANE_INGRESS_SESSION_TTL`: an executor session with no request for this long ends.
     pub ingress_session_ttl: DurationMs,

@@ -145,9 +145,12 @@ pub fn key_matches(presented: &[u8], expected: &Secret) -> bool {
     use subtle::ConstantTimeEq;
     // Lengths differ in constant time too: compare fixed-size digests.
     use sha2::{Digest, Sha256};
+    if expected.is_empty() {
+        return false;
+    }
     let presented = Sha256::digest(presented);
     let expected = Sha256::digest(expected.expose().as_bytes());
-    bool::from(presented.ct_eq(&expected)) && !expected.is_empty()
+    bool::from(presented.ct_eq(&expected))
 }
 
 /// Why a request was not served. Each maps to one HTTP status and one TCP
@@ -321,6 +324,7 @@ impl Ingress {
     pub async fn metrics_text(&self) -> String {
         let mut text = crate::telemetry::metrics::render();
         if let Some(url) = &self.config.metrics_upstream {
+            let shown = crate::cli::redact(url);
             match self.http_client.get(url).send().await {
                 Ok(response) if response.status().is_success() => {
                     if let Ok(upstream) = response.text().await {
@@ -330,9 +334,11 @@ impl Ingress {
                     }
                 }
                 Ok(response) => {
-                    tracing::warn!(status = %response.status(), %url, "upstream metrics not served")
+                    tracing::warn!(status = %response.status(), url = %shown, "upstream metrics not served")
                 }
-                Err(error) => tracing::warn!(%error, %url, "upstream metrics unreachable"),
+                Err(error) => {
+                    tracing::warn!(error = %error.without_url(), url = %shown, "upstream metrics unreachable")
+                }
             }
         }
         text

@@ -158,6 +158,7 @@ async fn python_executors_complete_attempts_over_http_and_over_tcp(pool: PgPool)
         &["py-tcp", "--types", "verification", "--tenants", "team-a"],
     );
 
+    let mut finished = Vec::new();
     for (name, args) in [
         (
             "python-http",
@@ -204,6 +205,7 @@ async fn python_executors_complete_attempts_over_http_and_over_tcp(pool: PgPool)
         );
         assert_eq!(attempts.len(), 1, "{name}: {attempts:?}");
         assert_eq!(attempts[0].1, "succeeded", "{name}: {attempts:?}");
+        finished.push(attempts[0].0);
         let result: String =
             sqlx::query_scalar("SELECT result_json FROM attempts WHERE attempt_id = $1")
                 .bind(attempts[0].0)
@@ -247,6 +249,31 @@ async fn python_executors_complete_attempts_over_http_and_over_tcp(pool: PgPool)
         .collect();
     assert_eq!(chunks.len(), 2, "{chunks:?}");
     assert!(chunks[0].text.contains("connect") || chunks[1].text.contains("connect"));
+    // Nobody writes into an attempt that was not leased to them: another
+    // instance of the same executor gets 409, another executor's instance
+    // 403; neither reaches the broker.
+    let events_before = pipeline.consume_all(topics::RUNNER_EVENTS).await.len();
+    for (executor, instance, status) in [
+        ("py-http", "py-http.intruder", 409),
+        ("py-tcp", "py-http.intruder", 403),
+    ] {
+        let report = json!({"attempt_id": finished[0], "lease_epoch": 1, "runner_instance": instance, "type": "heartbeat"});
+        let (got, body) = call(
+            reqwest::Method::POST,
+            &ingress.url("/v1/executor/reports"),
+            Some(INGRESS_KEY),
+            Some(executor),
+            &[],
+            Some(serde_json::to_vec(&report).unwrap()),
+        )
+        .await;
+        assert_eq!(got, status, "{executor} as {instance}: {body}");
+    }
+    assert_eq!(
+        pipeline.consume_all(topics::RUNNER_EVENTS).await.len(),
+        events_before
+    );
+
     let traced = pipeline
         .consume_all(topics::RUNNER_EVENTS)
         .await

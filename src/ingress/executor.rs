@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::producer::FutureRecord;
-use tokio::sync::Mutex;
+use std::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, info_span, warn, Instrument};
 use uuid::Uuid;
@@ -23,11 +23,15 @@ use crate::codec::{
 };
 use crate::contract::{topics, Label, Problem, RunnerType};
 use crate::kafka::{cloudevent_headers, partition_count, work_partition};
-use crate::store::AttemptLease;
+use crate::store::{AttemptLease, ExecutorGrant};
 
 /// How soon a handed-out lease whose attempt has not started is offered
 /// again (the first answer may have been lost with its connection).
 pub const REOFFER_AFTER: Duration = Duration::from_secs(5);
+/// Sessions one executor id may hold at once.
+pub const MAX_SESSIONS_PER_EXECUTOR: usize = 64;
+/// At most one audit row per (executor, reason, client) this often.
+pub const AUDIT_EVERY: Duration = Duration::from_secs(10);
 /// How often a waiting poll looks for new leases.
 const POLL_STEP: Duration = Duration::from_millis(100);
 
@@ -51,6 +55,36 @@ struct Session {
 #[derive(Default)]
 pub struct Sessions {
     inner: Mutex<HashMap<String, Session>>,
+    /// Work-topic partition counts, by runner type.
+    partitions: Mutex<HashMap<RunnerType, i32>>,
+    /// When each (executor, reason, client) refusal was last written to the
+    /// audit table: at most one row per AUDIT_EVERY, so a key holder cannot
+    /// flood it (the metric still counts every refusal).
+    audited: Mutex<HashMap<(String, &'static str, std::net::IpAddr), Instant>>,
+}
+
+impl Sessions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Session>> {
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Counts a waiting poll for its session, and uncounts it however the poll
+/// ends (a client that disconnects drops the request mid-wait).
+struct Polling<'a> {
+    sessions: &'a Sessions,
+    instance_id: String,
+}
+
+impl Drop for Polling<'_> {
+    fn drop(&mut self) {
+        if let Some(session) = self.sessions.lock().get_mut(&self.instance_id) {
+            session.polling = session.polling.saturating_sub(1);
+            session.last_seen = Instant::now();
+        }
+    }
 }
 
 impl Ingress {
@@ -63,7 +97,7 @@ impl Ingress {
         runner_type: Option<&str>,
         tenant: Option<&str>,
         attempt_id: Option<Uuid>,
-    ) -> Result<(), IngressError> {
+    ) -> Result<ExecutorGrant, IngressError> {
         let grant = self.store.executor_grant(&caller.executor_id).await?;
         let refusal = match &grant {
             None => Some(Refusal::UnknownExecutor),
@@ -74,9 +108,13 @@ impl Ingress {
             Some(grant) if tenant.is_some_and(|t| !grant.serves_tenant(t)) => Some(Refusal::Tenant),
             Some(_) => None,
         };
-        match refusal {
-            None => Ok(()),
-            Some(reason) => self.refuse(caller, route, reason, attempt_id).await,
+        match (refusal, grant) {
+            (None, Some(grant)) => Ok(grant),
+            (refusal, _) => {
+                let reason = refusal.unwrap_or(Refusal::UnknownExecutor);
+                self.refuse(caller, route, reason, attempt_id).await?;
+                Err(IngressError::Policy(reason))
+            }
         }
     }
 
@@ -88,6 +126,27 @@ impl Ingress {
         attempt_id: Option<Uuid>,
     ) -> Result<(), IngressError> {
         crate::telemetry::metrics::ingress_refused(reason.as_str());
+        let due = {
+            let mut audited = self
+                .executors
+                .audited
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if audited.len() > 10_000 {
+                audited.retain(|_, at| at.elapsed() < AUDIT_EVERY);
+            }
+            let key = (caller.executor_id.clone(), reason.as_str(), caller.client);
+            match audited.get(&key) {
+                Some(at) if at.elapsed() < AUDIT_EVERY => false,
+                _ => {
+                    audited.insert(key, Instant::now());
+                    true
+                }
+            }
+        };
+        if !due {
+            return Err(IngressError::Policy(reason));
+        }
         warn!(executor_id = %caller.executor_id, client = %caller.client, transport = caller.transport, route, reason = reason.as_str(), "executor refused by policy");
         self.store
             .record_refusal(
@@ -121,16 +180,20 @@ impl Ingress {
                 "must be between 1 and 1024",
             )]));
         }
+        let open = self
+            .executors
+            .lock()
+            .values()
+            .filter(|session| session.executor_id == caller.executor_id)
+            .count();
+        if open >= MAX_SESSIONS_PER_EXECUTOR {
+            return Err(IngressError::Conflict(format!(
+                "executor {} already holds {open} sessions (the most it may)",
+                caller.executor_id
+            )));
+        }
         let instance_id = super::protocol::instance_of(&caller.executor_id);
-        let topic = self.kafka.topic(&topics::work(request.runner_type));
-        let consumer = self
-            .kafka
-            .assigned_consumer()
-            .map_err(|error| IngressError::Unavailable(error.to_string()))?;
-        let partitions = tokio::task::spawn_blocking(move || partition_count(&consumer, &topic))
-            .await
-            .map_err(|error| IngressError::Unavailable(error.to_string()))?
-            .map_err(|error| IngressError::Unavailable(error.to_string()))?;
+        let partitions = self.partitions(request.runner_type).await?;
         let session = Session {
             executor_id: caller.executor_id.clone(),
             runner_type: request.runner_type,
@@ -146,11 +209,7 @@ impl Ingress {
         self.announce(&instance_id, &session, PresenceStatus::Ready)
             .await?;
         info!(executor_id = %caller.executor_id, runner_instance = %instance_id, runner_type = %session.runner_type, "executor session registered");
-        self.executors
-            .inner
-            .lock()
-            .await
-            .insert(instance_id.clone(), session);
+        self.executors.lock().insert(instance_id.clone(), session);
         Ok(RegisterReply {
             instance_id,
             heartbeat_interval_ms: u64::try_from(self.config.presence_interval.as_millis())
@@ -214,26 +273,32 @@ impl Ingress {
         Ok(())
     }
 
-    /// Marks the session seen (and polling); `None` if it is unknown.
-    async fn touch(
-        &self,
-        caller: &Caller,
-        instance_id: &str,
-        polling: i32,
-    ) -> Result<(), IngressError> {
-        let mut sessions = self.executors.inner.lock().await;
-        let Some(session) = sessions.get_mut(instance_id) else {
-            return Err(IngressError::SessionUnknown);
-        };
-        if session.executor_id != caller.executor_id {
-            drop(sessions);
-            return self
-                .refuse(caller, "poll", Refusal::InstanceNotOwned, None)
-                .await;
+    /// The partition count of a runner type's work topic (cached).
+    async fn partitions(&self, runner_type: RunnerType) -> Result<i32, IngressError> {
+        if let Some(count) = self
+            .executors
+            .partitions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .get(&runner_type)
+        {
+            return Ok(*count);
         }
-        session.last_seen = Instant::now();
-        session.polling = session.polling.saturating_add_signed(polling);
-        Ok(())
+        let topic = self.kafka.topic(&topics::work(runner_type));
+        let consumer = self
+            .kafka
+            .assigned_consumer()
+            .map_err(|error| IngressError::Unavailable(error.to_string()))?;
+        let count = tokio::task::spawn_blocking(move || partition_count(&consumer, &topic))
+            .await
+            .map_err(|error| IngressError::Unavailable(error.to_string()))?
+            .map_err(|error| IngressError::Unavailable(error.to_string()))?;
+        self.executors
+            .partitions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .insert(runner_type, count);
+        Ok(count)
     }
 
     pub async fn poll(
@@ -241,14 +306,45 @@ impl Ingress {
         caller: &Caller,
         request: PollRequest,
     ) -> Result<PollReply, IngressError> {
-        self.authorize(caller, "poll", None, None, None).await?;
-        self.touch(caller, &request.instance_id, 1).await?;
-        let result = self.wait_for_work(&request).await;
-        let _ = self.touch(caller, &request.instance_id, -1).await;
-        result
+        let grant = self.authorize(caller, "poll", None, None, None).await?;
+        let runner_type = {
+            let mut sessions = self.executors.lock();
+            match sessions.get_mut(&request.instance_id) {
+                None => return Err(IngressError::SessionUnknown),
+                Some(session) if session.executor_id == caller.executor_id => {
+                    session.last_seen = Instant::now();
+                    session.polling += 1;
+                    Some(session.runner_type)
+                }
+                Some(_) => None,
+            }
+        };
+        let Some(runner_type) = runner_type else {
+            self.refuse(caller, "poll", Refusal::InstanceNotOwned, None)
+                .await?;
+            return Err(IngressError::Policy(Refusal::InstanceNotOwned));
+        };
+        let _polling = Polling {
+            sessions: &self.executors,
+            instance_id: request.instance_id.clone(),
+        };
+        // The grant may have changed since the session registered.
+        if !grant.serves_type(runner_type.as_str()) {
+            self.refuse(caller, "poll", Refusal::RunnerType, None)
+                .await?;
+            return Err(IngressError::Policy(Refusal::RunnerType));
+        }
+        self.wait_for_work(&request, &grant).await
     }
 
-    async fn wait_for_work(&self, request: &PollRequest) -> Result<PollReply, IngressError> {
+    /// Leases of the instance not started yet, within the executor's grant.
+    /// A lease outside it (placement does not know the catalog's tenant
+    /// limits) is never handed out; the attempt's timers recover it.
+    async fn wait_for_work(
+        &self,
+        request: &PollRequest,
+        grant: &ExecutorGrant,
+    ) -> Result<PollReply, IngressError> {
         let wait = Duration::from_millis(request.wait_ms.min(MAX_POLL_WAIT_MS));
         let deadline = Instant::now() + wait;
         loop {
@@ -256,7 +352,7 @@ impl Ingress {
             let now = Instant::now();
             let mut work = Vec::new();
             {
-                let mut sessions = self.executors.inner.lock().await;
+                let mut sessions = self.executors.lock();
                 let Some(session) = sessions.get_mut(&request.instance_id) else {
                     return Err(IngressError::SessionUnknown);
                 };
@@ -264,6 +360,11 @@ impl Ingress {
                     .offered
                     .retain(|attempt, _| leased.iter().any(|l| l.attempt_id == *attempt));
                 for lease in leased {
+                    if !grant.serves_tenant(&lease.tenant) || !grant.serves_type(&lease.runner_type)
+                    {
+                        warn!(attempt_id = %lease.attempt_id, executor_id = %grant.executor_id, "lease outside the executor's grant not handed out");
+                        continue;
+                    }
                     let due = session
                         .offered
                         .get(&lease.attempt_id)
@@ -295,7 +396,10 @@ impl Ingress {
     }
 
     /// Checks a report or log chunk's attempt: it exists, the instance is
-    /// the caller's, and the attempt's type and tenant are in its grant.
+    /// the caller's, the attempt's type and tenant are in its grant, and the
+    /// instance holds (or held) the attempt's lease. Only then does anything
+    /// reach the broker: a report on someone else's attempt would otherwise
+    /// put a `report_fenced` event in that attempt's permanent log.
     async fn check_attempt(
         &self,
         caller: &Caller,
@@ -313,15 +417,25 @@ impl Ingress {
                 .await?;
             return Err(IngressError::NotFound(format!("attempt {attempt_id}")));
         };
+        let runner_type = attempt.runner_type.clone().unwrap_or_default();
         self.authorize(
             caller,
             route,
-            attempt.runner_type.as_deref(),
+            Some(&runner_type),
             Some(&attempt.tenant),
             Some(attempt_id),
         )
         .await?;
-        if let Some(session) = self.executors.inner.lock().await.get_mut(runner_instance) {
+        let held = attempt
+            .lease
+            .as_ref()
+            .is_some_and(|lease| lease.runner_instance == runner_instance);
+        if !held {
+            return Err(IngressError::Conflict(format!(
+                "attempt {attempt_id} was not leased to {runner_instance}"
+            )));
+        }
+        if let Some(session) = self.executors.lock().get_mut(runner_instance) {
             session.last_seen = Instant::now();
         }
         Ok(attempt)
@@ -449,7 +563,7 @@ pub async fn announce_sessions(ingress: Arc<Ingress>, shutdown: CancellationToke
             _ = ticker.tick() => {}
         }
         let (live, ended) = {
-            let mut sessions = ingress.executors.inner.lock().await;
+            let mut sessions = ingress.executors.lock();
             let ttl = ingress.config.session_ttl;
             let ended: Vec<(String, Session)> = sessions
                 .iter()
@@ -476,7 +590,7 @@ pub async fn announce_sessions(ingress: Arc<Ingress>, shutdown: CancellationToke
             }
         }
     }
-    let sessions: Vec<(String, Session)> = ingress.executors.inner.lock().await.drain().collect();
+    let sessions: Vec<(String, Session)> = ingress.executors.lock().drain().collect();
     for (id, session) in &sessions {
         let _ = ingress.announce(id, session, PresenceStatus::Stopped).await;
     }

@@ -36,6 +36,8 @@ use crate::contract::Problem;
 
 /// The executor id header of executor routes.
 pub const EXECUTOR_HEADER: &str = "x-execplane-executor";
+/// How long shutdown waits for open HTTP requests.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// How often an SSE stream looks for new events.
 const SSE_STEP: Duration = Duration::from_millis(150);
 
@@ -165,14 +167,27 @@ impl AsyncWrite for GuardedStream {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let result = Pin::new(&mut self.inner).poll_write(cx, buf);
-        if matches!(result, Poll::Ready(Ok(written)) if written > 0) {
-            self.touch();
+        match result {
+            Poll::Ready(Ok(written)) if written > 0 => self.touch(),
+            // A client that stops reading holds nothing past the idle timeout.
+            Poll::Pending => {
+                if let Poll::Ready(error) = self.poll_idle(cx) {
+                    return Poll::Ready(Err(error));
+                }
+            }
+            _ => {}
         }
         result
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
+        match Pin::new(&mut self.inner).poll_flush(cx) {
+            Poll::Pending => match self.poll_idle(cx) {
+                Poll::Ready(error) => Poll::Ready(Err(error)),
+                Poll::Pending => Poll::Pending,
+            },
+            ready => ready,
+        }
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
@@ -247,9 +262,17 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     let app = router(ingress.clone());
     let listener = GuardedListener { listener, ingress };
-    axum::serve(listener, app.into_make_service_with_connect_info::<Peer>())
-        .with_graceful_shutdown(shutdown.cancelled_owned())
-        .await?;
+    let server = axum::serve(listener, app.into_make_service_with_connect_info::<Peer>())
+        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    // Graceful, within bounds: long polls and event streams end at
+    // shutdown; whatever still holds on after the grace is cut.
+    tokio::select! {
+        result = server => result?,
+        _ = async {
+            shutdown.cancelled().await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => warn!("ingress HTTP connections still open after the shutdown grace; closing"),
+    }
     info!("ingress HTTP stopped");
     Ok(())
 }
@@ -331,18 +354,27 @@ async fn guard(
         .get::<MatchedPath>()
         .map(|path| path.as_str().to_owned())
         .unwrap_or_else(|| "unmatched".to_owned());
+    // Lossy, so that one odd byte cannot make a whole header line vanish
+    // (the unreadable hop then refuses the request).
     let forwarded: Vec<String> = request
         .headers()
         .get_all("x-forwarded-for")
         .iter()
-        .filter_map(|value| value.to_str().ok().map(str::to_owned))
+        .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned())
         .collect();
     let client = ingress
         .config
         .resolver
         .resolve(peer.ip(), forwarded.iter().map(String::as_str));
-    let response = match admit(&ingress, client, &mut request) {
-        Ok(()) => {
+    let admitted = match client {
+        Some(client) => admit(&ingress, client, &mut request).map(|()| client),
+        None => {
+            crate::telemetry::metrics::ingress_auth_refused("forwarded_for_unreadable");
+            Err(IngressError::NotAllowed)
+        }
+    };
+    let response = match admitted {
+        Ok(client) => {
             request.extensions_mut().insert(Client(client));
             next.run(request).await
         }
@@ -613,6 +645,29 @@ fn event_stream(
             {
                 Ok(events) if !events.is_empty() => state.pending.extend(events),
                 Ok(_) => {
+                    // Nothing new: a finished attempt's stream ends (a client
+                    // resuming after the terminal event gets nothing more).
+                    let ended = state
+                        .ingress
+                        .store
+                        .attempt_lease(state.attempt_id)
+                        .await
+                        .ok()
+                        .flatten()
+                        .is_none_or(|attempt| attempt.status.is_terminal());
+                    if ended {
+                        match state
+                            .ingress
+                            .events_after(state.attempt_id, state.after)
+                            .await
+                        {
+                            Ok(events) if !events.is_empty() => {
+                                state.pending.extend(events);
+                                continue;
+                            }
+                            _ => return None,
+                        }
+                    }
                     tokio::select! {
                         _ = tokio::time::sleep(SSE_STEP) => {}
                         _ = state.ingress.shutdown.cancelled() => return None,

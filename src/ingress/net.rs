@@ -87,16 +87,17 @@ impl ClientResolver {
     /// The peer itself unless trust-proxy is on AND the peer is a trusted
     /// proxy; then the rightmost X-Forwarded-For hop that is not a trusted
     /// proxy (everything left of it was written by the client and proves
-    /// nothing). An unreadable hop stops the walk at the last trusted one.
+    /// nothing). `None` when a hop the walk reaches is unreadable: the
+    /// client cannot be known, and the caller refuses the request.
     /// `forwarded_for` holds the header's values in the order received.
     pub fn resolve<'a>(
         &self,
         peer: IpAddr,
         forwarded_for: impl IntoIterator<Item = &'a str>,
-    ) -> IpAddr {
+    ) -> Option<IpAddr> {
         let peer = normalize(peer);
         if !self.trust_proxy || !self.trusted.contains(peer) {
-            return peer;
+            return Some(peer);
         }
         let hops: Vec<&str> = forwarded_for
             .into_iter()
@@ -106,11 +107,11 @@ impl ClientResolver {
         for hop in hops.iter().rev() {
             match parse_hop(hop) {
                 Some(address) if self.trusted.contains(address) => client = address,
-                Some(address) => return address,
-                None => return client,
+                Some(address) => return Some(address),
+                None => return None,
             }
         }
-        client
+        Some(client)
     }
 }
 
@@ -143,14 +144,23 @@ mod tests {
             trust_proxy: false,
             trusted: Cidrs::parse("127.0.0.0/8").unwrap(),
         };
-        assert_eq!(off.resolve(ip("127.0.0.1"), ["10.9.9.9"]), ip("127.0.0.1"));
+        assert_eq!(
+            off.resolve(ip("127.0.0.1"), ["10.9.9.9"]),
+            Some(ip("127.0.0.1"))
+        );
         let on = ClientResolver {
             trust_proxy: true,
             trusted: Cidrs::parse("127.0.0.0/8,172.16.0.0/12").unwrap(),
         };
         // The peer is not a trusted proxy: its header is the client's own words.
-        assert_eq!(on.resolve(ip("192.0.2.1"), ["10.9.9.9"]), ip("192.0.2.1"));
-        assert_eq!(on.resolve(ip("::ffff:192.0.2.1"), [""]), ip("192.0.2.1"));
+        assert_eq!(
+            on.resolve(ip("192.0.2.1"), ["10.9.9.9"]),
+            Some(ip("192.0.2.1"))
+        );
+        assert_eq!(
+            on.resolve(ip("::ffff:192.0.2.1"), [""]),
+            Some(ip("192.0.2.1"))
+        );
     }
 
     #[test]
@@ -160,28 +170,28 @@ mod tests {
             trusted: Cidrs::parse("127.0.0.0/8,172.16.0.0/12").unwrap(),
         };
         let peer = ip("127.0.0.1");
-        assert_eq!(on.resolve(peer, ["10.9.9.9"]), ip("10.9.9.9"));
+        assert_eq!(on.resolve(peer, ["10.9.9.9"]), Some(ip("10.9.9.9")));
         // A spoofed leftmost entry is ignored.
         assert_eq!(
             on.resolve(peer, ["1.2.3.4, 10.9.9.9, 172.16.0.5"]),
-            ip("10.9.9.9")
+            Some(ip("10.9.9.9"))
         );
         // Several header lines are one list, in order.
         assert_eq!(
             on.resolve(peer, ["1.2.3.4", "10.9.9.9:4711, 172.16.0.5"]),
-            ip("10.9.9.9")
+            Some(ip("10.9.9.9"))
         );
-        assert_eq!(on.resolve(peer, ["[::ffff:10.8.8.8]:80"]), ip("10.8.8.8"));
+        assert_eq!(
+            on.resolve(peer, ["[::ffff:10.8.8.8]:80"]),
+            Some(ip("10.8.8.8"))
+        );
         // All trusted: the leftmost one; none: the peer.
         assert_eq!(
             on.resolve(peer, ["172.16.0.9, 172.16.0.5"]),
-            ip("172.16.0.9")
+            Some(ip("172.16.0.9"))
         );
-        assert_eq!(on.resolve(peer, Vec::<&str>::new()), peer);
-        // Garbage stops the walk at the last trusted hop.
-        assert_eq!(
-            on.resolve(peer, ["10.9.9.9, garbage, 172.16.0.5"]),
-            ip("172.16.0.5")
-        );
+        assert_eq!(on.resolve(peer, Vec::<&str>::new()), Some(peer));
+        // An unreadable hop: the client cannot be known.
+        assert_eq!(on.resolve(peer, ["10.9.9.9, garbage, 172.16.0.5"]), None);
     }
 }

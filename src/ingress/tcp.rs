@@ -60,7 +60,8 @@ async fn connection(
     shutdown: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
-    let client = ingress.config.resolver.resolve(peer.ip(), []);
+    // No X-Forwarded-For on TCP: the client is the socket peer.
+    let client = crate::ingress::net::normalize(peer.ip());
     if !ingress.config.allow.contains(client) {
         crate::telemetry::metrics::ingress_auth_refused("client_not_allowed");
         let _ = write(&mut stream, &error_frame(None, &IngressError::NotAllowed)).await;
@@ -70,6 +71,7 @@ async fn connection(
     let mut buffer = vec![0u8; 16 * 1024];
     let mut caller: Option<Caller> = None;
     let mut frame_started: Option<Instant> = None;
+    let connected = Instant::now();
     loop {
         // Answer every whole frame received so far.
         loop {
@@ -110,9 +112,12 @@ async fn connection(
         if decoder.pending() > 0 && frame_started.is_none() {
             frame_started = Some(Instant::now());
         }
-        let deadline = match frame_started {
-            Some(started) => started + ingress.config.read_timeout,
-            None => Instant::now() + ingress.config.idle_timeout,
+        // A frame started must finish within the read timeout, and so must
+        // the first (authenticating) one; otherwise the idle timeout.
+        let deadline = match (frame_started, &caller) {
+            (Some(started), _) => started + ingress.config.read_timeout,
+            (None, None) => connected + ingress.config.read_timeout,
+            (None, Some(_)) => Instant::now() + ingress.config.idle_timeout,
         };
         let read = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -130,9 +135,19 @@ async fn connection(
     }
 }
 
+/// How long a reply may take to be written: a client that stops reading
+/// does not hold its connection.
+const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 async fn write(stream: &mut TcpStream, reply: &Value) -> std::io::Result<()> {
     let bytes = serde_json::to_vec(reply).unwrap_or_default();
-    stream.write_all(&encode(&bytes)).await
+    match tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(&encode(&bytes))).await {
+        Ok(result) => result,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "reply not read by the client",
+        )),
+    }
 }
 
 fn error_frame(id: Option<u64>, error: &IngressError) -> Value {

@@ -62,6 +62,8 @@ pub struct LeasedWork {
     pub epoch: i64,
     pub expires_at: DateTime<Utc>,
     pub operation: String,
+    pub tenant: String,
+    pub runner_type: String,
     pub spec: Option<serde_json::Value>,
 }
 
@@ -182,7 +184,7 @@ impl Store {
     pub async fn leased_work(&self, instance: &str) -> Result<Vec<LeasedWork>, StoreError> {
         let rows = sqlx::query(
             "SELECT l.attempt_id, a.job_id, a.attempt_no, l.lease_id, l.epoch, l.expires_at,
-                    a.operation, j.spec
+                    a.operation, a.tenant, COALESCE(a.runner_type, ''), j.spec
              FROM leases l
              JOIN attempts a USING (attempt_id)
              JOIN jobs j ON j.job_id = a.job_id
@@ -202,7 +204,9 @@ impl Store {
                 epoch: row.get(4),
                 expires_at: row.get(5),
                 operation: row.get(6),
-                spec: row.get(7),
+                tenant: row.get(7),
+                runner_type: row.get(8),
+                spec: row.get(9),
             })
             .collect())
     }
