@@ -11,12 +11,16 @@ command -v python3 >/dev/null 2>&1 || apt_install python3
 ensure_rust
 "$ROOT/scripts/postgres.sh"
 "$ROOT/scripts/tansu.sh"
+"$ROOT/scripts/openbao.sh"
 
 # sqlx::test creates a fresh database per test from this server; every
 # Kafka test uses its own topic prefix.
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 export EXECPLANE_DATABASE_URL="${EXECPLANE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/execplane}"
 export EXECPLANE_KAFKA_BROKERS="${EXECPLANE_KAFKA_BROKERS:-127.0.0.1:9092}"
+# The secrets tests administer OpenBao with the root token scripts/openbao.sh made.
+export EXECPLANE_TEST_VAULT_ADDR="${EXECPLANE_TEST_VAULT_ADDR:-http://127.0.0.1:8200}"
+export EXECPLANE_TEST_VAULT_TOKEN_FILE="${EXECPLANE_TEST_VAULT_TOKEN_FILE:-$STACK_DIR/openbao-root-token}"
 
 log "building"
 cargo build --locked --all-targets

@@ -102,6 +102,16 @@ pub struct Config {
     /// `EXECPLANE_INGRESS_METRICS_UPSTREAM`: the dispatcher's `/metrics` URL, appended
     /// to the ingress's own when the roles run as separate processes.
     pub ingress_metrics_upstream: String,
+    /// `EXECPLANE_VAULT_ADDR`: the Vault-API server runners resolve secrets from.
+    pub vault_addr: String,
+    /// `EXECPLANE_VAULT_TOKEN`: token auth.
+    pub vault_token: Secret,
+    /// `EXECPLANE_VAULT_ROLE_ID`: AppRole auth (with the secret id).
+    pub vault_role_id: String,
+    /// `EXECPLANE_VAULT_SECRET_ID`.
+    pub vault_secret_id: Secret,
+    /// `EXECPLANE_VAULT_APPROLE_MOUNT`.
+    pub vault_approle_mount: String,
 }
 
 /// A credential read from the configuration: never printed, compared in
@@ -173,6 +183,11 @@ impl Default for Config {
             ingress_idle_timeout: DurationMs::from_secs(60),
             ingress_session_ttl: DurationMs::from_secs(30),
             ingress_metrics_upstream: String::new(),
+            vault_addr: String::new(),
+            vault_token: Secret::default(),
+            vault_role_id: String::new(),
+            vault_secret_id: Secret::default(),
+            vault_approle_mount: "approle".into(),
         }
     }
 }
@@ -357,6 +372,30 @@ impl Config {
         if let Some(value) = env("EXECPLANE_INGRESS_METRICS_UPSTREAM") {
             config.ingress_metrics_upstream = value;
         }
+        if let Some(value) = env("EXECPLANE_VAULT_ADDR") {
+            config.vault_addr = value;
+        }
+        if let Some(value) = env("EXECPLANE_VAULT_TOKEN") {
+            config.vault_token = Secret::new(value);
+        }
+        if let Some(value) = env("EXECPLANE_VAULT_ROLE_ID") {
+            config.vault_role_id = value;
+        }
+        if let Some(value) = env("EXECPLANE_VAULT_SECRET_ID") {
+            config.vault_secret_id = Secret::new(value);
+        }
+        if let Some(value) = env("EXECPLANE_VAULT_APPROLE_MOUNT") {
+            config.vault_approle_mount = value;
+        }
+        if !config.vault_addr.trim().is_empty()
+            && config.vault_token.is_empty()
+            && (config.vault_role_id.is_empty() || config.vault_secret_id.is_empty())
+        {
+            return Err(ConfigError::Env {
+                name: "EXECPLANE_VAULT_ADDR",
+                message: "set EXECPLANE_VAULT_TOKEN, or EXECPLANE_VAULT_ROLE_ID and EXECPLANE_VAULT_SECRET_ID".into(),
+            });
+        }
         if !config.metrics_addr.trim().is_empty()
             && config
                 .metrics_addr
@@ -434,6 +473,29 @@ impl Config {
             presence_interval: self.presence_interval.as_std(),
             drain_timeout: self.runner_drain_timeout.as_std(),
             ..Default::default()
+        })
+    }
+
+    /// The secret store runners use, when one is configured (AppRole wins
+    /// over a token when both are set).
+    pub fn vault(&self) -> Option<crate::secrets::VaultSettings> {
+        let address = self.vault_addr.trim();
+        if address.is_empty() {
+            return None;
+        }
+        let auth = if !self.vault_role_id.is_empty() && !self.vault_secret_id.is_empty() {
+            crate::secrets::VaultAuth::AppRole {
+                mount: self.vault_approle_mount.clone(),
+                role_id: self.vault_role_id.clone(),
+                secret_id: self.vault_secret_id.clone(),
+            }
+        } else {
+            crate::secrets::VaultAuth::Token(self.vault_token.clone())
+        };
+        Some(crate::secrets::VaultSettings {
+            address: address.to_owned(),
+            auth,
+            timeout: std::time::Duration::from_secs(5),
         })
     }
 

@@ -19,6 +19,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::codec::LogStream;
 use crate::contract::{FailureCategory, JobSpec, ReportedOutcome, RunnerType};
 
 pub use instance::{run_instance, InstanceHandle};
@@ -39,14 +40,26 @@ pub struct ExecutionContext {
     /// Cancelled on cancel, lease loss or shutdown: stop the tool promptly.
     pub cancel: CancellationToken,
     progress: mpsc::UnboundedSender<(String, Option<u8>)>,
+    log: mpsc::UnboundedSender<(LogStream, String)>,
 }
 
 impl ExecutionContext {
     pub fn new(
         cancel: CancellationToken,
         progress: mpsc::UnboundedSender<(String, Option<u8>)>,
+        log: mpsc::UnboundedSender<(LogStream, String)>,
     ) -> Self {
-        Self { cancel, progress }
+        Self {
+            cancel,
+            progress,
+            log,
+        }
+    }
+
+    /// Writes tool output; it is masked (as a stream) and sent to
+    /// `exec.log-chunks.v1` in order.
+    pub fn log(&self, stream: LogStream, text: impl Into<String>) {
+        let _ = self.log.send((stream, text.into()));
     }
 
     /// Reports progress; carried on the next heartbeat.
@@ -113,6 +126,9 @@ pub struct RunnerConfig {
     pub drain_timeout: Duration,
     /// How long a stopped tool gets to finish before its outcome is reported.
     pub stop_grace: Duration,
+    /// Where `{"$secret": ...}` references are resolved; none: a JobSpec
+    /// that needs a secret fails `infrastructure`.
+    pub secrets: Option<std::sync::Arc<crate::secrets::Vault>>,
 }
 
 impl Default for RunnerConfig {
@@ -123,6 +139,7 @@ impl Default for RunnerConfig {
             presence_interval: Duration::from_secs(1),
             drain_timeout: Duration::from_secs(30),
             stop_grace: Duration::from_secs(2),
+            secrets: None,
         }
     }
 }

@@ -9,7 +9,16 @@ use crate::config::{Config, LogFormat};
 /// Installs the global subscriber: `EXECPLANE_LOG` filter, text or JSON,
 /// to stderr (stdout is for command output).
 pub fn init(config: &Config) {
-    let filter = EnvFilter::try_new(&config.log).unwrap_or_else(|_| EnvFilter::new("info"));
+    let mut filter = EnvFilter::try_new(&config.log).unwrap_or_else(|_| EnvFilter::new("info"));
+    // The secret-store client's request tracing is never wanted in our logs
+    // unless asked for by name.
+    for quiet in ["rustify", "vaultrs"] {
+        if !config.log.contains(quiet) {
+            if let Ok(directive) = format!("{quiet}=warn").parse() {
+                filter = filter.add_directive(directive);
+            }
+        }
+    }
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -130,7 +130,16 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
     let mut runners = tokio::task::JoinSet::new();
     if roles.verification_runner {
         let executor = Arc::new(VerificationRunner::new(config.verification()));
-        let (kafka, settings, stop) = (kafka.clone(), config.runner()?, runners_stop.clone());
+        let mut settings = config.runner()?;
+        if let Some(vault) = config.vault() {
+            let address = vault.address.clone();
+            let vault = crate::secrets::Vault::connect(vault)
+                .await
+                .map_err(|error| anyhow::anyhow!("secret store at {address}: {error}"))?;
+            vault.keep_alive(runners_stop.clone());
+            settings.secrets = Some(vault);
+        }
+        let (kafka, stop) = (kafka.clone(), runners_stop.clone());
         runners.spawn(async move {
             crate::runner::run_instance(kafka, settings, executor, stop, None)
                 .await

@@ -13,9 +13,10 @@ use uuid::Uuid;
 use super::{
     fence_margin, heartbeat_period, Assignment, ExecutionContext, ExecutionOutcome, Executor,
 };
-use crate::codec::{Codec, Family, RunnerEventRecord};
+use crate::codec::{Codec, Family, LogChunkRecord, LogStream, RunnerEventRecord};
 use crate::contract::{topics, FailureCategory, ReportBody, ReportedOutcome, RunnerReport};
 use crate::kafka::KafkaConfig;
+use crate::secrets::{Masker, StreamMasker, Vault};
 
 /// Why a running attempt must stop.
 #[derive(Clone, Debug, PartialEq)]
@@ -35,6 +36,8 @@ pub(super) struct Reporter {
     codec: Codec,
     /// The attempt's trace context, carried on its reports.
     traceparent: Option<String>,
+    /// The attempt's resolved secrets, masked in everything it sends.
+    masker: Masker,
 }
 
 impl Reporter {
@@ -45,14 +48,81 @@ impl Reporter {
             instance_id,
             codec: Codec::default(),
             traceparent: None,
+            masker: Masker::default(),
         }
     }
 
-    /// This reporter for one attempt, carrying its JobSpec's traceparent.
-    fn for_attempt(&self, traceparent: Option<String>) -> Self {
+    /// This reporter for one attempt: its JobSpec's traceparent, and the
+    /// masker of the secrets it resolved.
+    fn for_attempt(&self, traceparent: Option<String>, masker: Masker) -> Self {
         Self {
             traceparent,
+            masker,
             ..self.clone()
+        }
+    }
+
+    /// Every text of a report, masked.
+    fn masked(&self, body: ReportBody) -> ReportBody {
+        if self.masker.is_empty() {
+            return body;
+        }
+        let mask = |text: String| self.masker.mask(&text);
+        match body {
+            ReportBody::Started => ReportBody::Started,
+            ReportBody::Heartbeat { progress, percent } => ReportBody::Heartbeat {
+                progress: progress.map(mask),
+                percent,
+            },
+            ReportBody::Progress { message, percent } => ReportBody::Progress {
+                message: mask(message),
+                percent,
+            },
+            ReportBody::Finished {
+                outcome,
+                category,
+                message,
+                result_json,
+            } => ReportBody::Finished {
+                outcome,
+                category,
+                message: mask(message),
+                result_json: result_json.map(mask),
+            },
+        }
+    }
+
+    /// Sends one chunk of output (already masked by the caller's stream
+    /// masker) to `exec.log-chunks.v1`, keyed by attempt.
+    fn log(&self, attempt_id: Uuid, epoch: u64, stream: LogStream, seq: u64, text: String) {
+        let chunk_id =
+            Uuid::new_v5(&attempt_id, format!("{epoch}:{stream:?}:{seq}").as_bytes()).to_string();
+        let record = LogChunkRecord {
+            chunk_id: chunk_id.clone(),
+            attempt_id: attempt_id.to_string(),
+            lease_epoch: i64::try_from(epoch).unwrap_or(i64::MAX),
+            runner_instance: self.instance_id.clone(),
+            stream,
+            seq: i64::try_from(seq).unwrap_or(i64::MAX),
+            text,
+            sent_at: chrono::Utc::now().timestamp_millis(),
+        };
+        let Ok(payload) = self.codec.encode(Family::LogChunk, &record) else {
+            return;
+        };
+        let topic = self.kafka.topic(topics::LOG_CHUNKS);
+        let key = attempt_id.to_string();
+        let record = FutureRecord::to(&topic)
+            .key(&key)
+            .payload(&payload)
+            .headers(crate::kafka::cloudevent_headers(
+                &chunk_id,
+                "io.execplane.runner.log_chunk",
+                "execplane/runner",
+                self.traceparent.as_deref(),
+            ));
+        if let Err((error, _)) = self.producer.send_result(record) {
+            warn!(%error, "log chunk not enqueued");
         }
     }
 
@@ -70,7 +140,7 @@ impl Reporter {
             attempt_id,
             lease_epoch: epoch,
             runner_instance: self.instance_id.clone(),
-            body,
+            body: self.masked(body),
         };
         let event_id = Uuid::new_v4();
         let record = RunnerEventRecord::from_report(
@@ -132,6 +202,15 @@ fn deadline_instant(expires_at_millis: i64, margin: Duration) -> tokio::time::In
 
 /// Runs the attempt to its end; returns when the final report is sent (or
 /// deliberately not sent, after a revocation).
+/// What every attempt of an instance shares.
+#[derive(Clone, Debug)]
+pub(super) struct AttemptSettings {
+    /// How long a stopped tool gets before its outcome is reported.
+    pub stop_grace: Duration,
+    /// Where secret references are resolved.
+    pub secrets: Option<Arc<Vault>>,
+}
+
 pub(super) async fn run_attempt<E: Executor>(
     executor: Arc<E>,
     reporter: Reporter,
@@ -139,25 +218,54 @@ pub(super) async fn run_attempt<E: Executor>(
     mut lease: watch::Receiver<i64>,
     mut stops: mpsc::UnboundedReceiver<Stop>,
     stop_all: CancellationToken,
-    stop_grace: Duration,
+    settings: AttemptSettings,
 ) {
+    let AttemptSettings {
+        stop_grace,
+        secrets,
+    } = settings;
+    let mut assignment = assignment;
     let attempt_id = assignment.attempt_id;
     let epoch = assignment.lease_epoch;
     let ttl = assignment.spec.timeouts.heartbeat.as_std();
     let margin = fence_margin(ttl);
-    let reporter = reporter.for_attempt(
-        assignment
-            .spec
-            .trace
-            .as_ref()
-            .map(|trace| trace.traceparent.clone()),
-    );
+    let traceparent = assignment
+        .spec
+        .trace
+        .as_ref()
+        .map(|trace| trace.traceparent.clone());
+    // Secrets are resolved here, at execution time, and live in memory only
+    // (in the inputs the executor reads); every report masks them.
+    let resolved = crate::secrets::resolve_inputs(&mut assignment.spec, secrets.as_deref()).await;
+    let masker = resolved
+        .as_ref()
+        .map(|resolved| resolved.masker.clone())
+        .unwrap_or_default();
+    let reporter = reporter.for_attempt(traceparent, masker.clone());
     reporter.post(attempt_id, epoch, ReportBody::Started);
     info!("started");
+    if let Err(error) = resolved {
+        warn!(%error, "secret not resolved");
+        reporter
+            .send_final(
+                attempt_id,
+                epoch,
+                ReportBody::Finished {
+                    outcome: ReportedOutcome::Failed,
+                    category: Some(error.category()),
+                    message: error.to_string(),
+                    result_json: None,
+                },
+            )
+            .await;
+        return;
+    }
 
     let cancel = CancellationToken::new();
     let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
-    let context = ExecutionContext::new(cancel.clone(), progress_tx);
+    let (log_tx, mut log_rx) = mpsc::unbounded_channel::<(LogStream, String)>();
+    let context = ExecutionContext::new(cancel.clone(), progress_tx, log_tx);
+    let mut logs = OutputStreams::new(masker);
     let execution = executor.execute(assignment, context);
     tokio::pin!(execution);
     let mut fence = deadline_instant(*lease.borrow(), margin);
@@ -215,6 +323,9 @@ pub(super) async fn run_attempt<E: Executor>(
             }
             outcome = &mut execution => break outcome,
             Some(progress) = progress_rx.recv() => latest_progress = Some(progress),
+            Some((stream, text)) = log_rx.recv() => {
+                logs.push(&reporter, attempt_id, epoch, stream, &text);
+            }
             _ = heartbeat.tick() => {
                 let (progress, percent) = match &latest_progress {
                     Some((message, percent)) => (Some(message.clone()), *percent),
@@ -224,6 +335,11 @@ pub(super) async fn run_attempt<E: Executor>(
             }
         }
     };
+    // Output the tool wrote before it ended, and what the maskers held back.
+    while let Ok((stream, text)) = log_rx.try_recv() {
+        logs.push(&reporter, attempt_id, epoch, stream, &text);
+    }
+    logs.finish(&reporter, attempt_id, epoch);
     info!(outcome = ?outcome.outcome, category = ?outcome.category, "finished");
     reporter
         .send_final(
@@ -237,4 +353,54 @@ pub(super) async fn run_attempt<E: Executor>(
             },
         )
         .await;
+}
+
+/// The attempt's output streams: each masked as a stream (a secret split
+/// across two writes is still caught) and numbered.
+struct OutputStreams {
+    masker: Masker,
+    streams: Vec<(LogStream, StreamMasker, u64)>,
+}
+
+impl OutputStreams {
+    fn new(masker: Masker) -> Self {
+        Self {
+            masker,
+            streams: Vec::new(),
+        }
+    }
+
+    fn push(
+        &mut self,
+        reporter: &Reporter,
+        attempt_id: Uuid,
+        epoch: u64,
+        stream: LogStream,
+        text: &str,
+    ) {
+        let index = match self.streams.iter().position(|(s, _, _)| *s == stream) {
+            Some(index) => index,
+            None => {
+                self.streams
+                    .push((stream, StreamMasker::new(self.masker.clone()), 0));
+                self.streams.len() - 1
+            }
+        };
+        let (_, masker, seq) = &mut self.streams[index];
+        let ready = masker.push(text);
+        if !ready.is_empty() {
+            reporter.log(attempt_id, epoch, stream, *seq, ready);
+            *seq += 1;
+        }
+    }
+
+    fn finish(&mut self, reporter: &Reporter, attempt_id: Uuid, epoch: u64) {
+        for (stream, masker, seq) in &mut self.streams {
+            let rest = masker.finish();
+            if !rest.is_empty() {
+                reporter.log(attempt_id, epoch, *stream, *seq, rest);
+                *seq += 1;
+            }
+        }
+    }
 }

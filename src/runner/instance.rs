@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, info_span, warn, Instrument};
 use uuid::Uuid;
 
-use super::attempt::{run_attempt, Reporter, Stop};
+use super::attempt::{run_attempt, AttemptSettings, Reporter, Stop};
 use super::{Assignment, Executor, RunnerConfig};
 use crate::codec::{Codec, Family, PresenceRecord, PresenceStatus, WorkRecord, WorkType};
 use crate::contract::topics;
@@ -192,6 +192,7 @@ pub async fn run_instance<E: Executor>(
                 let in_flight = in_flight.clone();
                 let stop_all = stop_all.clone();
                 let stop_grace = config.stop_grace;
+                let secrets = config.secrets.clone();
                 let attempt_span =
                     info_span!(parent: &span, "attempt", %attempt_id, lease_epoch = epoch);
                 crate::telemetry::metrics::runner_in_flight(
@@ -200,7 +201,16 @@ pub async fn run_instance<E: Executor>(
                 tasks.spawn(
                     async move {
                         run_attempt(
-                            executor, reporter, assignment, lease_rx, stop_rx, stop_all, stop_grace,
+                            executor,
+                            reporter,
+                            assignment,
+                            lease_rx,
+                            stop_rx,
+                            stop_all,
+                            AttemptSettings {
+                                stop_grace,
+                                secrets,
+                            },
                         )
                         .await;
                         crate::telemetry::metrics::runner_in_flight(

@@ -39,6 +39,11 @@ fn url_forms(value: &str) -> Vec<String> {
     ]
 }
 
+/// RFC 3986 percent-encoding (upper-case hex), one of the masked forms.
+pub fn percent_encode(value: &str) -> String {
+    url_forms(value).swap_remove(0)
+}
+
 /// Every form a value may take in output.
 pub fn forms_of(value: &str) -> Vec<String> {
     use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};

@@ -5,9 +5,10 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
 
+use crate::codec::LogStream;
 use crate::contract::inputs::{VerifyCustom, VerifyHttp, VerifyPostgres, VerifyTcp};
+use crate::runner::ExecutionContext;
 
 /// One observation.
 #[derive(Clone, Debug, Serialize)]
@@ -73,7 +74,7 @@ pub async fn http(
         match secret_free(value) {
             Some(text) => request = request.header(name, text),
             None => {
-                sample.error = Some(format!("header `{name}` is a secret reference; secret resolution is not available in this runner yet"));
+                sample.error = Some(format!("header `{name}` is not a string"));
                 return sample;
             }
         }
@@ -175,7 +176,7 @@ pub async fn postgres(inputs: &VerifyPostgres, timeout: Duration, n: u32) -> Sam
         match secret_free(password) {
             Some(text) => options = options.password(text),
             None => {
-                sample.error = Some("the password is a secret reference; secret resolution is not available in this runner yet".into());
+                sample.error = Some("the password is not a string".into());
                 return sample;
             }
         }
@@ -229,10 +230,57 @@ pub async fn postgres(inputs: &VerifyPostgres, timeout: Duration, n: u32) -> Sam
 }
 
 /// The built-in probes; the caller has checked the allowlist.
-pub async fn custom(inputs: &VerifyCustom, cancel: &CancellationToken, n: u32) -> Sample {
+pub async fn custom(inputs: &VerifyCustom, context: &ExecutionContext, n: u32) -> Sample {
+    let cancel = &context.cancel;
     let mut sample = Sample::new(n);
     let started = Instant::now();
     match inputs.probe_id.as_str() {
+        // Writes `args.text` to its output in the forms `args.forms` names
+        // (plain, base64, url, json), the plain form split across two writes
+        // when `args.split`: a job that deliberately leaks, to prove masking.
+        "echo" => {
+            use base64::Engine;
+            let text = inputs
+                .args
+                .get("text")
+                .and_then(serde_json::Value::as_str)
+                .unwrap_or_default();
+            let forms: Vec<&str> = inputs
+                .args
+                .get("forms")
+                .and_then(serde_json::Value::as_array)
+                .map(|forms| forms.iter().filter_map(serde_json::Value::as_str).collect())
+                .unwrap_or_else(|| vec!["plain"]);
+            for form in &forms {
+                let line = match *form {
+                    "base64" => base64::engine::general_purpose::STANDARD.encode(text),
+                    "url" => crate::secrets::mask::percent_encode(text),
+                    "json" => serde_json::to_string(text).unwrap_or_default(),
+                    _ => text.to_owned(),
+                };
+                context.log(LogStream::Stdout, format!("{form}: {line}\n"));
+            }
+            if inputs
+                .args
+                .get("split")
+                .and_then(serde_json::Value::as_bool)
+                == Some(true)
+            {
+                let middle = text
+                    .char_indices()
+                    .nth(text.chars().count() / 2)
+                    .map_or(0, |(i, _)| i);
+                context.log(LogStream::Stdout, format!("split: {}", &text[..middle]));
+                context.log(LogStream::Stdout, format!("{}\n", &text[middle..]));
+            }
+            context.log(
+                LogStream::Stderr,
+                format!("echoed {} form(s)\n", forms.len()),
+            );
+            context.progress(format!("echoing {text}"), None);
+            sample.reached = true;
+            sample.observed = serde_json::json!({"echoed": text});
+        }
         "sleep" => {
             let seconds = inputs
                 .args

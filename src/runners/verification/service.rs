@@ -85,7 +85,7 @@ impl Executor for VerificationRunner {
                     probes::postgres(postgres, self.config.default_timeout, n).await
                 }
                 OperationInputs::VerifyCustomProbe(probe) => {
-                    probes::custom(probe, &context.cancel, n).await
+                    probes::custom(probe, &context, n).await
                 }
                 _ => {
                     return ExecutionOutcome::failed(

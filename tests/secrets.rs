@@ -1,0 +1,502 @@
+//! Secrets by reference against a real OpenBao (the Vault API): resolution,
+//! each failure's category and message, token and AppRole renewal, and an
+//! attempt that deliberately echoes its secret in every form, after which
+//! no Kafka topic, Postgres table or process log holds any of them.
+
+mod common;
+
+use std::time::Duration;
+
+use common::http::Server;
+use common::pipeline::{job, Pipeline};
+use execplane::codec::{Codec, Family, LogChunkRecord};
+use execplane::config::Secret;
+use execplane::contract::{topics, FailureCategory, RunnerType, SecretRef};
+use execplane::secrets::mask::forms_of;
+use execplane::secrets::{SecretError, Vault, VaultAuth, VaultSettings};
+use rdkafka::message::Headers;
+use rdkafka::Message;
+use serde_json::{json, Value};
+use sqlx::{PgPool, Row};
+use uuid::Uuid;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The OpenBao dev server that scripts/openbao.sh starts, administered with
+/// its root token over the HTTP API.
+struct Bao {
+    address: String,
+    root: String,
+    client: reqwest::Client,
+}
+
+impl Bao {
+    fn new() -> Self {
+        let address = std::env::var("EXECPLANE_TEST_VAULT_ADDR")
+            .unwrap_or_else(|_| "http://127.0.0.1:8200".into());
+        let file = std::env::var("EXECPLANE_TEST_VAULT_TOKEN_FILE").unwrap_or_else(|_| {
+            format!("{}/.stack/openbao-root-token", env!("CARGO_MANIFEST_DIR"))
+        });
+        let root = std::fs::read_to_string(&file)
+            .unwrap_or_else(|_| panic!("{file}: start OpenBao with scripts/openbao.sh"))
+            .trim()
+            .to_owned();
+        Self {
+            address,
+            root,
+            client: reqwest::Client::new(),
+        }
+    }
+
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
+        let mut request = self
+            .client
+            .request(method, format!("{}/v1/{path}", self.address))
+            .header("x-vault-token", &self.root);
+        if let Some(body) = body {
+            request = request.body(body.to_string());
+        }
+        let response = request.send().await.expect("OpenBao answers");
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    async fn put(&self, path: &str, data: Value) {
+        let (status, body) = self
+            .call(
+                reqwest::Method::POST,
+                &format!("secret/data/{path}"),
+                Some(json!({"data": data})),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+    }
+
+    /// A policy that reads everything under `prefix` except `prefix/denied`.
+    async fn policy(&self, name: &str, prefix: &str) {
+        let policy = format!(
+            "path \"secret/data/{prefix}/*\" {{ capabilities = [\"read\"] }}\npath \"secret/data/{prefix}/denied\" {{ capabilities = [\"deny\"] }}\n"
+        );
+        let (status, body) = self
+            .call(
+                reqwest::Method::PUT,
+                &format!("sys/policies/acl/{name}"),
+                Some(json!({"policy": policy})),
+            )
+            .await;
+        assert!(status == 204 || status == 200, "{body}");
+    }
+
+    async fn token(&self, policy: &str, ttl: &str) -> String {
+        let (status, body) = self
+            .call(
+                reqwest::Method::POST,
+                "auth/token/create",
+                Some(json!({"policies": [policy], "ttl": ttl, "explicit_max_ttl": "1h", "renewable": true})),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body["auth"]["client_token"].as_str().unwrap().to_owned()
+    }
+
+    /// An AppRole whose tokens live `ttl`; returns (role_id, secret_id).
+    async fn approle(&self, role: &str, policy: &str, ttl: &str) -> (String, String) {
+        // Enabling twice is refused; either way it is enabled afterwards.
+        let _ = self
+            .call(
+                reqwest::Method::POST,
+                "sys/auth/approle",
+                Some(json!({"type": "approle"})),
+            )
+            .await;
+        let (status, body) = self
+            .call(
+                reqwest::Method::POST,
+                &format!("auth/approle/role/{role}"),
+                Some(json!({"token_policies": [policy], "token_ttl": ttl, "token_max_ttl": "1h"})),
+            )
+            .await;
+        assert!(status == 204 || status == 200, "{body}");
+        let (_, body) = self
+            .call(
+                reqwest::Method::GET,
+                &format!("auth/approle/role/{role}/role-id"),
+                None,
+            )
+            .await;
+        let role_id = body["data"]["role_id"].as_str().unwrap().to_owned();
+        let (_, body) = self
+            .call(
+                reqwest::Method::POST,
+                &format!("auth/approle/role/{role}/secret-id"),
+                Some(json!({})),
+            )
+            .await;
+        let secret_id = body["data"]["secret_id"].as_str().unwrap().to_owned();
+        (role_id, secret_id)
+    }
+}
+
+fn reference(name: &str, path: &str, key: &str) -> SecretRef {
+    SecretRef {
+        name: name.into(),
+        mount: "secret".into(),
+        path: path.into(),
+        key: key.into(),
+    }
+}
+
+async fn vault(address: &str, auth: VaultAuth) -> std::sync::Arc<Vault> {
+    Vault::connect(VaultSettings {
+        address: address.into(),
+        auth,
+        timeout: Duration::from_secs(3),
+    })
+    .await
+    .unwrap()
+}
+
+/// A value that changes under base64, URL and JSON encoding.
+fn secret_value() -> String {
+    format!("p@ss/w0rd+\"q\" &<{}>", Uuid::new_v4().simple())
+}
+
+#[tokio::test]
+async fn each_vault_failure_has_its_category_and_names_the_ref_never_the_value() {
+    let bao = Bao::new();
+    let prefix = format!("execplane-test/{}", Uuid::new_v4().simple());
+    let value = secret_value();
+    bao.put(&format!("{prefix}/app"), json!({"password": value}))
+        .await;
+    bao.put(&format!("{prefix}/denied"), json!({"password": value}))
+        .await;
+    let policy = format!("p-{}", Uuid::new_v4().simple());
+    bao.policy(&policy, &prefix).await;
+    let token = bao.token(&policy, "1h").await;
+    let good = vault(&bao.address, VaultAuth::Token(Secret::new(token))).await;
+
+    let resolved = good
+        .resolve(&reference("db", &format!("{prefix}/app"), "password"))
+        .await
+        .unwrap();
+    assert_eq!(resolved.expose(), value);
+    assert!(!format!("{resolved:?}").contains(&value));
+
+    let wrong = vault(&bao.address, VaultAuth::Token(Secret::new("not-a-token"))).await;
+    let down = vault("http://127.0.0.1:1", VaultAuth::Token(Secret::new("x"))).await;
+    let cases: Vec<(&str, &Vault, SecretRef, FailureCategory, &str)> = vec![
+        (
+            "missing path",
+            &good,
+            reference("db", &format!("{prefix}/nope"), "password"),
+            FailureCategory::Contract,
+            "no such secret",
+        ),
+        (
+            "denied by policy",
+            &good,
+            reference("db", &format!("{prefix}/denied"), "password"),
+            FailureCategory::Contract,
+            "permission denied",
+        ),
+        (
+            "missing key",
+            &good,
+            reference("db", &format!("{prefix}/app"), "user"),
+            FailureCategory::Contract,
+            "no key `user`",
+        ),
+        (
+            "wrong token",
+            &wrong,
+            reference("db", &format!("{prefix}/app"), "password"),
+            FailureCategory::Infrastructure,
+            "refused this runner's credentials",
+        ),
+        (
+            "unreachable",
+            &down,
+            reference("db", &format!("{prefix}/app"), "password"),
+            FailureCategory::Infrastructure,
+            "unreachable",
+        ),
+    ];
+    for (case, store, reference, category, phrase) in cases {
+        let error: SecretError = store.resolve(&reference).await.unwrap_err();
+        let message = error.to_string();
+        assert_eq!(error.category(), category, "{case}: {message}");
+        assert!(
+            message.contains("secret `db`") && message.contains(&reference.path),
+            "{case}: {message}"
+        );
+        assert!(message.contains(phrase), "{case}: {message}");
+        assert!(!message.contains(&value), "{case}: the value leaked");
+    }
+}
+
+#[tokio::test]
+async fn token_and_approle_credentials_are_renewed_before_they_expire() {
+    let bao = Bao::new();
+    let prefix = format!("execplane-test/{}", Uuid::new_v4().simple());
+    bao.put(&format!("{prefix}/app"), json!({"password": "renewed"}))
+        .await;
+    let policy = format!("p-{}", Uuid::new_v4().simple());
+    bao.policy(&policy, &prefix).await;
+    let token = bao.token(&policy, "3s").await;
+    let (role_id, secret_id) = bao
+        .approle(&format!("r-{}", Uuid::new_v4().simple()), &policy, "3s")
+        .await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let stores = [
+        vault(&bao.address, VaultAuth::Token(Secret::new(token))).await,
+        vault(
+            &bao.address,
+            VaultAuth::AppRole {
+                mount: "approle".into(),
+                role_id,
+                secret_id: Secret::new(secret_id),
+            },
+        )
+        .await,
+    ];
+    for store in &stores {
+        store.keep_alive(shutdown.clone());
+    }
+    let wanted = reference("db", &format!("{prefix}/app"), "password");
+    // Twice the tokens' TTL: without renewal both would have expired.
+    for _ in 0..3 {
+        for store in &stores {
+            assert_eq!(store.resolve(&wanted).await.unwrap().expose(), "renewed");
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    shutdown.cancel();
+}
+
+/// Every record of a topic up to its high watermarks as of now (presence
+/// never goes quiet, so "until quiet" would never end).
+async fn records_until_now(
+    pipeline: &Pipeline,
+    topic: &str,
+) -> Vec<rdkafka::message::OwnedMessage> {
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    let topic = pipeline.kafka.topic(topic);
+    let consumer: StreamConsumer = pipeline.kafka.assigned_consumer().unwrap();
+    let partitions = execplane::kafka::partition_count(&consumer, &topic).unwrap();
+    let mut list = rdkafka::TopicPartitionList::new();
+    let mut remaining = std::collections::HashMap::new();
+    for partition in 0..partitions {
+        let (low, high) = consumer
+            .fetch_watermarks(&topic, partition, Duration::from_secs(5))
+            .unwrap();
+        if high > low {
+            list.add_partition_offset(&topic, partition, rdkafka::Offset::Offset(low))
+                .unwrap();
+            remaining.insert(partition, high);
+        }
+    }
+    let mut messages = Vec::new();
+    if remaining.is_empty() {
+        return messages;
+    }
+    consumer.assign(&list).unwrap();
+    while !remaining.is_empty() {
+        let message = tokio::time::timeout(WAIT, consumer.recv())
+            .await
+            .expect("records up to the watermark arrive")
+            .unwrap();
+        if let Some(high) = remaining.get(&message.partition()) {
+            if message.offset() + 1 >= *high {
+                remaining.remove(&message.partition());
+            }
+        }
+        messages.push(message.detach());
+    }
+    messages
+}
+
+/// Every form of `value`, and the halves the job split it into.
+fn leaks(value: &str) -> Vec<String> {
+    let mut needles = forms_of(value);
+    let middle = value
+        .char_indices()
+        .nth(value.chars().count() / 2)
+        .unwrap()
+        .0;
+    needles.push(value[..middle].to_owned());
+    needles.push(value[middle..].to_owned());
+    needles
+}
+
+fn find_leak(haystack: &[u8], needles: &[String]) -> Option<String> {
+    needles
+        .iter()
+        .find(|needle| {
+            haystack
+                .windows(needle.len())
+                .any(|window| window == needle.as_bytes())
+        })
+        .cloned()
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn an_attempt_echoing_its_secret_leaks_it_nowhere(pool: PgPool) {
+    let bao = Bao::new();
+    let prefix = format!("execplane-test/{}", Uuid::new_v4().simple());
+    let value = secret_value();
+    bao.put(&format!("{prefix}/app"), json!({"password": value}))
+        .await;
+    let policy = format!("p-{}", Uuid::new_v4().simple());
+    bao.policy(&policy, &prefix).await;
+    let token = bao.token(&policy, "1h").await;
+
+    let mut pipeline = Pipeline::new(&pool).await;
+    pipeline.spawn(&["dispatcher"], &[]);
+    pipeline.spawn(&["relay"], &[]);
+    pipeline.spawn(
+        &["runner", "verification"],
+        &[
+            ("EXECPLANE_VAULT_ADDR", bao.address.as_str()),
+            ("EXECPLANE_VAULT_TOKEN", token.as_str()),
+            ("EXECPLANE_VERIFY_PROBES", "sleep,hang,fail,echo"),
+        ],
+    );
+    pipeline.wait_runners(1).await;
+    let refs = json!({"secret_refs": [{"name": "pw", "mount": "secret", "path": format!("{prefix}/app"), "key": "password"}]});
+
+    // 1. The job echoes its secret in every form, the plain one split
+    //    across two writes; it also puts it in its progress and result.
+    let echo = job(
+        "verify.custom.probe",
+        json!({"probe_id": "echo", "args": {"text": {"$secret": "pw"}, "forms": ["plain", "base64", "url", "json"], "split": true}}),
+        refs.clone(),
+    );
+    pipeline.submit(&echo).await;
+    // 2. A header from the secret reaches its target: resolution works.
+    let target = Server::start(vec![], 200).await;
+    let http = job(
+        "verify.http.endpoint",
+        json!({"url": format!("http://127.0.0.1:{}/ready", target.port), "headers": {"authorization": {"$secret": "pw"}}, "expect": {"status": 200}}),
+        refs.clone(),
+    );
+    pipeline.submit(&http).await;
+    // 3. A path that does not exist: a contract failure naming the ref.
+    let missing = job(
+        "verify.custom.probe",
+        json!({"probe_id": "echo", "args": {"text": {"$secret": "gone"}}}),
+        json!({"secret_refs": [{"name": "gone", "mount": "secret", "path": format!("{prefix}/nope"), "key": "password"}]}),
+    );
+    pipeline.submit(&missing).await;
+
+    for (spec, status) in [
+        (&echo, "succeeded"),
+        (&http, "succeeded"),
+        (&missing, "failed"),
+    ] {
+        let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
+        assert_eq!(
+            attempts.last().unwrap().1,
+            status,
+            "{}: {attempts:?}",
+            spec.operation
+        );
+    }
+    let received = target.requests();
+    assert_eq!(received[0].header("authorization"), Some(value.as_str()));
+    let row = sqlx::query("SELECT failure_category, message FROM attempts WHERE job_id = $1")
+        .bind(&missing.job_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(row.get::<String, _>(0), "contract");
+    let message: String = row.get(1);
+    assert!(
+        message.contains("secret `gone`") && message.contains("no such secret"),
+        "{message}"
+    );
+
+    // The echo happened, masked: its output reached exec.log-chunks.v1.
+    let chunks: Vec<LogChunkRecord> = pipeline
+        .consume_all(topics::LOG_CHUNKS)
+        .await
+        .iter()
+        .map(|message| {
+            Codec::default()
+                .decode(Family::LogChunk, message.payload().unwrap())
+                .unwrap()
+        })
+        .collect();
+    let output: String = chunks.iter().map(|chunk| chunk.text.as_str()).collect();
+    assert_eq!(output.matches("[masked]").count(), 5, "{output}");
+    assert!(
+        output.contains("base64: [masked]") && output.contains("split: [masked]"),
+        "{output}"
+    );
+
+    // Nowhere: not in any topic (payloads and headers), any table, any log.
+    let needles = leaks(&value);
+    let work = topics::work(RunnerType::Verification);
+    for topic in [
+        topics::COMMANDS,
+        topics::RUNNER_EVENTS,
+        topics::RUNNER_PRESENCE,
+        topics::LOG_CHUNKS,
+        topics::ATTEMPT_EVENTS,
+        topics::ARTIFACTS,
+        topics::RESULTS,
+        topics::DLQ,
+        work.as_str(),
+    ] {
+        for message in records_until_now(&pipeline, topic).await {
+            let mut bytes = message.payload().unwrap_or_default().to_vec();
+            if let Some(headers) = message.headers() {
+                for header in headers.iter() {
+                    bytes.extend_from_slice(header.value.unwrap_or_default());
+                }
+            }
+            assert_eq!(find_leak(&bytes, &needles), None, "leaked on {topic}");
+        }
+    }
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables WHERE table_schema = 'public' AND table_type = 'BASE TABLE'",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(tables.len() >= 10, "{tables:?}");
+    for table in &tables {
+        let text: Option<String> = sqlx::query_scalar(&format!(
+            "SELECT string_agg(t::text, E'\\n') FROM {table} t"
+        ))
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(
+            find_leak(text.unwrap_or_default().as_bytes(), &needles),
+            None,
+            "leaked in table {table}"
+        );
+    }
+    let payloads: Vec<Vec<u8>> = sqlx::query_scalar("SELECT payload FROM attempt_events")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    for payload in payloads {
+        assert_eq!(
+            find_leak(&payload, &needles),
+            None,
+            "leaked in an attempt event"
+        );
+    }
+    for entry in std::fs::read_dir(&pipeline.dir).unwrap() {
+        let path = entry.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(
+            find_leak(&bytes, &needles),
+            None,
+            "leaked in {}",
+            path.display()
+        );
+    }
+}
