@@ -12,6 +12,7 @@ ensure_rust
 export EXECPLANE_DATABASE_URL="${EXECPLANE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/execplane}"
 export EXECPLANE_KAFKA_BROKERS="${EXECPLANE_KAFKA_BROKERS:-127.0.0.1:9092}"
 export EXECPLANE_TOPIC_PREFIX="${EXECPLANE_TOPIC_PREFIX:-demo.}"
+export EXECPLANE_ARTIFACT_DIR="${EXECPLANE_ARTIFACT_DIR:-$STACK_DIR/artifacts}"
 
 log "building (release)"
 cargo build --locked --release

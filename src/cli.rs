@@ -56,6 +56,11 @@ pub enum Command {
     /// verification runner, and the ingress when its keys are set (applies
     /// migrations and topology first).
     Serve,
+    /// The artifact worker alone: log chunks to stored, checksummed bundles.
+    ArtifactWorker,
+    /// Stored artifacts of an attempt.
+    #[command(subcommand)]
+    Artifacts(ArtifactsCommand),
     /// The ingress role alone: HTTP and TCP for executors, the execute API.
     /// Refuses to start without EXECPLANE_INGRESS_KEY and EXECPLANE_API_KEY.
     Ingress,
@@ -91,6 +96,24 @@ pub enum Command {
 
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     crate::contract::DurationMs::parse(text).map(|duration| duration.as_std())
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ArtifactsCommand {
+    /// An attempt's artifacts: name, class, size, sha256.
+    List {
+        attempt: Uuid,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Download one artifact, verifying its sha256 (exit 1 on a mismatch).
+    Get {
+        attempt: Uuid,
+        name: String,
+        /// Write here instead of standard output.
+        #[arg(short, long)]
+        output: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -234,6 +257,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     relay: true,
                     verification_runner: true,
                     ingress: !config.ingress_key.is_empty() || !config.api_key.is_empty(),
+                    artifact_worker: true,
                 },
                 true,
             )
@@ -251,6 +275,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             .await
         }
         Command::Executors(command) => executors(&connect(&config).await?, command).await,
+        Command::ArtifactWorker => {
+            roles::run(
+                &config,
+                roles::Roles {
+                    artifact_worker: true,
+                    ..Default::default()
+                },
+                false,
+            )
+            .await
+        }
+        Command::Artifacts(command) => artifacts(&config, &connect(&config).await?, command).await,
         Command::Dispatcher => {
             roles::run(
                 &config,
@@ -312,6 +348,68 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 std::time::Duration::from_millis(300),
             )
             .await
+        }
+    }
+}
+
+async fn artifacts(
+    config: &Config,
+    store: &Store,
+    command: ArtifactsCommand,
+) -> anyhow::Result<ExitCode> {
+    use crate::artifacts::ArtifactStorage;
+    let storage = crate::artifacts::LocalDir::new(&config.artifact_dir);
+    match command {
+        ArtifactsCommand::List { attempt, json } => {
+            let rows = store.artifacts_of(attempt).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else {
+                for row in rows {
+                    println!(
+                        "{:<16} {:<9} {:>9} B  sha256:{}  {}",
+                        row.name, row.retention_class, row.size, row.sha256, row.media_type
+                    );
+                }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ArtifactsCommand::Get {
+            attempt,
+            name,
+            output,
+        } => {
+            let Some(row) = store
+                .artifacts_of(attempt)
+                .await?
+                .into_iter()
+                .find(|row| row.name == name)
+            else {
+                eprintln!("attempt {attempt} has no artifact `{name}`");
+                return Ok(ExitCode::from(1));
+            };
+            let bytes = storage
+                .get(&row.storage_key)
+                .await
+                .with_context(|| format!("reading {}", storage.uri(&row.storage_key)))?;
+            let actual = crate::artifacts::sha256_hex(&bytes);
+            if actual != row.sha256 {
+                eprintln!(
+                    "sha256 mismatch for {name}: the manifest says {}, the content is {actual}",
+                    row.sha256
+                );
+                return Ok(ExitCode::from(1));
+            }
+            match output {
+                Some(path) => std::fs::write(&path, &bytes)
+                    .with_context(|| format!("writing {}", path.display()))?,
+                None => {
+                    use std::io::Write;
+                    std::io::stdout().write_all(&bytes)?;
+                }
+            }
+            eprintln!("sha256 verified: {actual}");
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

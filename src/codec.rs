@@ -14,7 +14,7 @@ mod records;
 
 pub use framing::{can_read, fingerprint, Codec, CodecError, Family, Framing};
 pub use records::{
-    AttemptEventRecord, CancelAttemptRecord, CommandKind, CommandRecord, EventType, JobSpecRecord,
-    LogChunkRecord, LogStream, PresenceRecord, PresenceStatus, ReportType, ResultRecord,
-    RunnerEventRecord, TerminalStatus, WorkRecord, WorkType,
+    ArtifactRecord, AttemptEventRecord, CancelAttemptRecord, CommandKind, CommandRecord, EventType,
+    JobSpecRecord, LogChunkRecord, LogStream, PresenceRecord, PresenceStatus, ReportType,
+    ResultRecord, RetentionClass, RunnerEventRecord, TerminalStatus, WorkRecord, WorkType,
 };

@@ -112,6 +112,14 @@ pub struct Config {
     pub vault_secret_id: Secret,
     /// `EXECPLANE_VAULT_APPROLE_MOUNT`.
     pub vault_approle_mount: String,
+    /// `EXECPLANE_ARTIFACT_DIR`: where the artifact worker stores bundles.
+    pub artifact_dir: String,
+    /// `EXECPLANE_ARTIFACT_GROUP`: the artifact workers' consumer group.
+    pub artifact_group: String,
+    /// `EXECPLANE_ARTIFACT_GRACE`: how long after an attempt ends its bundle waits for late chunks.
+    pub artifact_grace: DurationMs,
+    /// `EXECPLANE_ARTIFACT_DETECTORS`: the detectors that mask secret-shaped text (comma-separated).
+    pub artifact_detectors: String,
 }
 
 /// A credential read from the configuration: never printed, compared in
@@ -188,6 +196,10 @@ impl Default for Config {
             vault_role_id: String::new(),
             vault_secret_id: Secret::default(),
             vault_approle_mount: "approle".into(),
+            artifact_dir: "execplane-artifacts".into(),
+            artifact_group: "execplane-artifacts".into(),
+            artifact_grace: DurationMs::from_secs(2),
+            artifact_detectors: crate::artifacts::detect::BUILTIN.join(","),
         }
     }
 }
@@ -372,6 +384,18 @@ impl Config {
         if let Some(value) = env("EXECPLANE_INGRESS_METRICS_UPSTREAM") {
             config.ingress_metrics_upstream = value;
         }
+        if let Some(value) = env("EXECPLANE_ARTIFACT_DIR") {
+            config.artifact_dir = value;
+        }
+        if let Some(value) = env("EXECPLANE_ARTIFACT_GROUP") {
+            config.artifact_group = value;
+        }
+        if let Some(value) = env("EXECPLANE_ARTIFACT_GRACE") {
+            config.artifact_grace = duration("EXECPLANE_ARTIFACT_GRACE", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_ARTIFACT_DETECTORS") {
+            config.artifact_detectors = value;
+        }
         if let Some(value) = env("EXECPLANE_VAULT_ADDR") {
             config.vault_addr = value;
         }
@@ -496,6 +520,26 @@ impl Config {
             address: address.to_owned(),
             auth,
             timeout: std::time::Duration::from_secs(5),
+        })
+    }
+
+    pub fn artifacts(&self) -> Result<crate::artifacts::ArtifactConfig, ConfigError> {
+        let names: Vec<String> = self
+            .artifact_detectors
+            .split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+            .map(str::to_owned)
+            .collect();
+        Ok(crate::artifacts::ArtifactConfig {
+            group: self.artifact_group.clone(),
+            grace: self.artifact_grace.as_std(),
+            detectors: crate::artifacts::Detectors::new(&names).map_err(|message| {
+                ConfigError::Env {
+                    name: "EXECPLANE_ARTIFACT_DETECTORS",
+                    message,
+                }
+            })?,
         })
     }
 

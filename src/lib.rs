@@ -1,6 +1,7 @@
 //! execplane: the execution plane. See `docs/ARCHITECTURE.md`.
 #![forbid(unsafe_code)]
 
+pub mod artifacts;
 pub mod attempt;
 pub mod bench;
 pub mod cli;

@@ -5,6 +5,7 @@
 //! or [`append_decided`] (append only): events, projection and outbox rows in
 //! ONE transaction, multi-row, one commit per batch.
 
+mod artifacts;
 mod audit;
 mod batch;
 mod callbacks;
@@ -15,6 +16,7 @@ mod rows;
 mod runners;
 mod timers;
 
+pub use artifacts::{ArtifactRow, PendingBundle, StagedChunk};
 pub use batch::{chain_hash, GENESIS_HASH};
 pub use callbacks::ClaimedCallback;
 pub use ingress::{AttemptLease, ExecutorGrant, LeaseView, LeasedWork};

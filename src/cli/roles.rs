@@ -24,6 +24,7 @@ pub struct Roles {
     pub relay: bool,
     pub verification_runner: bool,
     pub ingress: bool,
+    pub artifact_worker: bool,
 }
 
 fn on_signal() -> CancellationToken {
@@ -112,6 +113,21 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
         );
         core.spawn(async move {
             relay::run(store, kafka, producer, RelayConfig::default(), stop)
+                .await
+                .map_err(anyhow::Error::from)
+        });
+    }
+    if roles.artifact_worker {
+        let settings = config.artifacts()?;
+        let storage = Arc::new(crate::artifacts::LocalDir::new(&config.artifact_dir));
+        let (store, kafka, producer, stop) = (
+            store.clone(),
+            kafka.clone(),
+            producer.clone(),
+            core_stop.clone(),
+        );
+        core.spawn(async move {
+            crate::artifacts::run(store, kafka, producer, settings, storage, stop)
                 .await
                 .map_err(anyhow::Error::from)
         });

@@ -815,3 +815,37 @@ pub struct LogChunkRecord {
     pub text: String,
     pub sent_at: UnixMillis,
 }
+
+/// How long an artifact is kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RetentionClass {
+    Logs,
+    Rendered,
+    Evidence,
+}
+
+impl RetentionClass {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RetentionClass::Logs => "logs",
+            RetentionClass::Rendered => "rendered",
+            RetentionClass::Evidence => "evidence",
+        }
+    }
+}
+
+/// exec.artifacts.v1: artifact.created.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ArtifactRecord {
+    pub artifact_id: String,
+    pub attempt_id: String,
+    pub name: String,
+    pub media_type: String,
+    pub size: i64,
+    pub sha256: String,
+    pub producer: String,
+    pub retention_class: RetentionClass,
+    pub uri: String,
+    pub created_at: UnixMillis,
+}

@@ -172,6 +172,7 @@ pub fn init(listen: Option<SocketAddr>) {
         if metrics::set_global_recorder(recorder).is_ok() {
             let _ = HANDLE.set(handle.clone());
             describe();
+            describe_artifacts();
             tokio::spawn(async move {
                 let mut ticker = tokio::time::interval(std::time::Duration::from_secs(5));
                 loop {
@@ -367,6 +368,50 @@ pub fn ingress_work_handed(count: usize) {
 
 pub fn consumer_lag(topic: &str, records: i64) {
     gauge!(CONSUMER_LAG, "topic" => topic.to_owned()).set(records as f64);
+}
+
+pub const ARTIFACT_DETECTIONS: &str = "execplane_artifact_detections_total";
+pub const ARTIFACT_BACKLOG: &str = "execplane_artifact_backlog";
+pub const ARTIFACTS_STORED: &str = "execplane_artifacts_stored_total";
+pub const ARTIFACT_STORE_FAILURES: &str = "execplane_artifact_store_failures_total";
+
+pub(crate) fn describe_artifacts() {
+    describe_counter!(
+        ARTIFACT_DETECTIONS,
+        Unit::Count,
+        "secret-shaped text the artifact worker masked, by detector"
+    );
+    describe_gauge!(
+        ARTIFACT_BACKLOG,
+        Unit::Count,
+        "ended attempts whose artifacts are not stored yet"
+    );
+    describe_counter!(
+        ARTIFACTS_STORED,
+        Unit::Count,
+        "artifacts stored and recorded, by retention class"
+    );
+    describe_counter!(
+        ARTIFACT_STORE_FAILURES,
+        Unit::Count,
+        "artifact writes the storage refused or did not answer"
+    );
+}
+
+pub fn artifact_detection(detector: &'static str, count: usize) {
+    counter!(ARTIFACT_DETECTIONS, "detector" => detector).increment(count as u64);
+}
+
+pub fn artifact_backlog(count: i64) {
+    gauge!(ARTIFACT_BACKLOG).set(count as f64);
+}
+
+pub fn artifact_stored(class: &'static str) {
+    counter!(ARTIFACTS_STORED, "class" => class).increment(1);
+}
+
+pub fn artifact_store_failed() {
+    counter!(ARTIFACT_STORE_FAILURES).increment(1);
 }
 
 #[cfg(test)]

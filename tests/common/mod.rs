@@ -35,12 +35,19 @@ pub fn database_url(pool: &PgPool) -> String {
 }
 
 pub fn execplane(pool: &PgPool, args: &[&str]) -> Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_execplane"))
+    execplane_with(pool, args, &[])
+}
+
+pub fn execplane_with(pool: &PgPool, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_execplane"));
+    command
         .args(args)
         .env("EXECPLANE_DATABASE_URL", database_url(pool))
-        .env("EXECPLANE_LOG", "warn")
-        .output()
-        .expect("the execplane binary runs")
+        .env("EXECPLANE_LOG", "warn");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().expect("the execplane binary runs")
 }
 
 pub fn spec(command_id: Uuid, job_id: &str, operation: &str) -> JobSpec {

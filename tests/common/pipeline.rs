@@ -107,6 +107,11 @@ impl Pipeline {
             .env("EXECPLANE_RUNNER_DRAIN_TIMEOUT", "5s")
             .env("EXECPLANE_LOG", "info,execplane=debug,sqlx=warn")
             .env("EXECPLANE_DATABASE_MAX_CONNECTIONS", "5")
+            .env("EXECPLANE_ARTIFACT_DIR", self.dir.join("artifacts"))
+            .env(
+                "EXECPLANE_ARTIFACT_GROUP",
+                format!("{}artifacts", self.prefix),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);

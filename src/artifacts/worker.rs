@@ -1,0 +1,338 @@
+//! The worker's two loops: intake (chunks → staged rows → offsets) and
+//! bundling (ended attempts → stored artifacts → refs + outbox).
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::message::OwnedMessage;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Message, Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+use uuid::Uuid;
+
+use super::{sha256_hex, ArtifactStorage, Detectors};
+use crate::codec::{ArtifactRecord, Codec, Family, LogChunkRecord, RetentionClass};
+use crate::contract::topics;
+use crate::kafka::{KafkaConfig, KafkaError};
+use crate::store::{PendingBundle, StagedChunk, Store};
+
+/// Settings; defaults in the README.
+#[derive(Clone, Debug)]
+pub struct ArtifactConfig {
+    /// `EXECPLANE_ARTIFACT_GROUP`: the workers' consumer group.
+    pub group: String,
+    /// `EXECPLANE_ARTIFACT_GRACE`: how long after an attempt ends its bundle
+    /// waits for chunks still in flight.
+    pub grace: Duration,
+    pub detectors: Detectors,
+}
+
+const NAMESPACE: Uuid = Uuid::from_u128(0x6a1f_0c2e_93d4_4b7a_a51e_7f20_c3b8_d914);
+
+pub async fn run<S: ArtifactStorage>(
+    store: Store,
+    kafka: KafkaConfig,
+    producer: FutureProducer,
+    config: ArtifactConfig,
+    storage: Arc<S>,
+    shutdown: CancellationToken,
+) -> Result<(), KafkaError> {
+    let consumer: StreamConsumer = kafka.group_consumer(&config.group)?;
+    let topic = kafka.topic(topics::LOG_CHUNKS);
+    consumer.subscribe(&[topic.as_str()])?;
+    info!(%topic, group = %config.group, "artifact worker subscribed");
+    // The instant before which every chunk sent is staged: a bundle is only
+    // built once intake has caught up past its attempt's end (plus the
+    // grace), so a worker that was down or lagging never bundles half the
+    // output.
+    let caught_up = Arc::new(AtomicI64::new(0));
+    let bundler = tokio::spawn(bundle_loop(
+        store.clone(),
+        config.clone(),
+        storage,
+        caught_up.clone(),
+        shutdown.clone(),
+    ));
+    let codec = Codec::default();
+    while !shutdown.is_cancelled() {
+        let polled_at = chrono::Utc::now().timestamp_millis();
+        let assigned = consumer.assignment().map(|list| list.count()).unwrap_or(0);
+        let batch = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            batch = collect(&consumer) => batch,
+        };
+        if batch.is_empty() {
+            if assigned > 0 {
+                caught_up.fetch_max(polled_at, Ordering::SeqCst);
+            }
+            continue;
+        }
+        let mut chunks = Vec::with_capacity(batch.len());
+        for message in &batch {
+            match message
+                .payload()
+                .ok_or_else(|| "empty payload".to_owned())
+                .and_then(|payload| {
+                    codec
+                        .decode::<LogChunkRecord>(Family::LogChunk, payload)
+                        .map_err(|error| format!("not a log chunk: {error}"))
+                })
+                .and_then(|record| {
+                    Ok(StagedChunk {
+                        attempt_id: record
+                            .attempt_id
+                            .parse()
+                            .map_err(|_| "attempt_id is not a UUID".to_owned())?,
+                        stream: format!("{:?}", record.stream).to_lowercase(),
+                        seq: record.seq,
+                        lease_epoch: record.lease_epoch,
+                        producer: record.runner_instance,
+                        text: record.text,
+                    })
+                }) {
+                Ok(chunk) => chunks.push(chunk),
+                Err(reason) => dead_letter(&kafka, &producer, message, &reason).await,
+            }
+        }
+        // Staged before the offsets move: a crash re-reads, and the
+        // (attempt, stream, seq) key makes that a no-op.
+        let mut failures = 0u32;
+        loop {
+            match store.stage_chunks(&chunks).await {
+                Ok(new) => {
+                    debug!(records = batch.len(), new, "chunks staged");
+                    break;
+                }
+                Err(error) => {
+                    failures += 1;
+                    warn!(%error, failures, "staging chunks failed; retrying");
+                    if shutdown.is_cancelled() {
+                        bundler.abort();
+                        return Ok(());
+                    }
+                    tokio::time::sleep(Duration::from_millis(200 * u64::from(failures.min(25))))
+                        .await;
+                }
+            }
+        }
+        commit(&consumer, &batch);
+    }
+    let _ = bundler.await;
+    Ok(())
+}
+
+async fn collect(consumer: &StreamConsumer) -> Vec<OwnedMessage> {
+    let mut batch = Vec::new();
+    match tokio::time::timeout(Duration::from_millis(200), consumer.recv()).await {
+        Ok(Ok(message)) => batch.push(message.detach()),
+        _ => return batch,
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(20);
+    while batch.len() < 500 {
+        match tokio::time::timeout_at(deadline, consumer.recv()).await {
+            Ok(Ok(message)) => batch.push(message.detach()),
+            _ => break,
+        }
+    }
+    batch
+}
+
+fn commit(consumer: &StreamConsumer, batch: &[OwnedMessage]) {
+    let mut next: std::collections::BTreeMap<(String, i32), i64> = Default::default();
+    for message in batch {
+        let entry = next
+            .entry((message.topic().to_owned(), message.partition()))
+            .or_insert(0);
+        *entry = (*entry).max(message.offset() + 1);
+    }
+    let mut list = TopicPartitionList::new();
+    for ((topic, partition), offset) in next {
+        let _ = list.add_partition_offset(&topic, partition, Offset::Offset(offset));
+    }
+    if let Err(error) = consumer.commit(&list, CommitMode::Async) {
+        warn!(%error, "offset commit failed; chunks will be redelivered (and deduplicated)");
+    }
+}
+
+async fn dead_letter(
+    kafka: &KafkaConfig,
+    producer: &FutureProducer,
+    message: &OwnedMessage,
+    reason: &str,
+) {
+    crate::telemetry::metrics::dead_lettered();
+    warn!(
+        reason,
+        offset = message.offset(),
+        "poison log chunk to the DLQ"
+    );
+    let topic = kafka.topic(topics::DLQ);
+    let origin = format!(
+        "{}:{}:{}",
+        message.topic(),
+        message.partition(),
+        message.offset()
+    );
+    let headers = rdkafka::message::OwnedHeaders::new()
+        .insert(rdkafka::message::Header {
+            key: "execplane_dlq_reason",
+            value: Some(reason),
+        })
+        .insert(rdkafka::message::Header {
+            key: "execplane_dlq_origin",
+            value: Some(origin.as_str()),
+        });
+    let record = FutureRecord::to(&topic)
+        .payload(message.payload().unwrap_or_default())
+        .key(message.key().unwrap_or_default())
+        .headers(headers);
+    if let Err((error, _)) = producer.send(record, Duration::from_secs(10)).await {
+        warn!(%error, "DLQ record not delivered");
+    }
+}
+
+/// One attempt's artifacts, built and scrubbed.
+struct Built {
+    records: Vec<ArtifactRecord>,
+    keys: Vec<String>,
+    bodies: Vec<Vec<u8>>,
+    detections: Vec<(String, &'static str, usize)>,
+}
+
+fn build<S: ArtifactStorage>(bundle: &PendingBundle, detectors: &Detectors, storage: &S) -> Built {
+    let mut parts: Vec<(String, &'static str, RetentionClass, String, String)> = Vec::new();
+    for (stream, producer, text) in &bundle.chunks {
+        let name = format!("{stream}.log");
+        match parts.iter_mut().find(|part| part.0 == name) {
+            Some(part) => part.4.push_str(text),
+            None => parts.push((
+                name,
+                "text/plain; charset=utf-8",
+                RetentionClass::Logs,
+                producer.clone(),
+                text.clone(),
+            )),
+        }
+    }
+    if let Some(result) = &bundle.result_json {
+        parts.push((
+            "result.json".into(),
+            "application/json",
+            RetentionClass::Evidence,
+            "runner-result".into(),
+            result.clone(),
+        ));
+    }
+    let mut built = Built {
+        records: Vec::new(),
+        keys: Vec::new(),
+        bodies: Vec::new(),
+        detections: Vec::new(),
+    };
+    let now = chrono::Utc::now().timestamp_millis();
+    for (name, media_type, class, producer, text) in parts {
+        let (text, caught) = detectors.scrub(&text);
+        for (detector, count) in caught {
+            crate::telemetry::metrics::artifact_detection(detector, count);
+            warn!(attempt_id = %bundle.attempt_id, artifact = %name, detector, count, "secret-shaped text masked by the artifact worker");
+            built.detections.push((name.clone(), detector, count));
+        }
+        let bytes = text.into_bytes();
+        let key = format!("{}/{name}", bundle.attempt_id);
+        built.records.push(ArtifactRecord {
+            artifact_id: Uuid::new_v5(&NAMESPACE, key.as_bytes()).to_string(),
+            attempt_id: bundle.attempt_id.to_string(),
+            name,
+            media_type: media_type.to_owned(),
+            size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
+            sha256: sha256_hex(&bytes),
+            producer,
+            retention_class: class,
+            uri: storage.uri(&key),
+            created_at: now,
+        });
+        built.keys.push(key);
+        built.bodies.push(bytes);
+    }
+    built
+}
+
+async fn bundle_loop<S: ArtifactStorage>(
+    store: Store,
+    config: ArtifactConfig,
+    storage: Arc<S>,
+    caught_up: Arc<AtomicI64>,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = Duration::from_millis(500);
+    let mut backlog_checked = Instant::now() - Duration::from_secs(60);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        if backlog_checked.elapsed() >= Duration::from_secs(2) {
+            if let Ok(count) = store.bundle_backlog().await {
+                crate::telemetry::metrics::artifact_backlog(count);
+            }
+            backlog_checked = Instant::now();
+        }
+        let grace = i64::try_from(config.grace.as_millis()).unwrap_or(i64::MAX);
+        let cutoff = caught_up.load(Ordering::SeqCst).saturating_sub(grace);
+        let pending = match store.pending_bundles(cutoff, 20).await {
+            Ok(pending) => pending,
+            Err(error) => {
+                warn!(%error, "reading pending bundles failed");
+                continue;
+            }
+        };
+        let mut failed = false;
+        for bundle in &pending {
+            let built = build(bundle, &config.detectors, &*storage);
+            let mut stored = true;
+            for (key, body) in built.keys.iter().zip(&built.bodies) {
+                if let Err(error) = storage.put(key, body).await {
+                    crate::telemetry::metrics::artifact_store_failed();
+                    warn!(%error, %key, "storing an artifact failed; will retry");
+                    stored = false;
+                    break;
+                }
+            }
+            if !stored {
+                failed = true;
+                break;
+            }
+            match store
+                .record_bundle(
+                    bundle.attempt_id,
+                    &built.records,
+                    &built.keys,
+                    &built.detections,
+                )
+                .await
+            {
+                Ok(()) => {
+                    for record in &built.records {
+                        crate::telemetry::metrics::artifact_stored(record.retention_class.as_str());
+                    }
+                    debug!(attempt_id = %bundle.attempt_id, artifacts = built.records.len(), "artifacts stored");
+                }
+                Err(error) => {
+                    warn!(%error, attempt_id = %bundle.attempt_id, "recording artifacts failed; will retry");
+                    failed = true;
+                    break;
+                }
+            }
+        }
+        backoff = if failed {
+            (backoff * 2).min(Duration::from_secs(30))
+        } else if pending.len() == 20 {
+            Duration::from_millis(10)
+        } else {
+            Duration::from_millis(500)
+        };
+    }
+}

@@ -1,0 +1,232 @@
+//! The artifact worker's tables: staged log chunks, artifact refs, bundle
+//! progress and detections. An artifact row and its `artifact.created`
+//! outbox row are written in one transaction.
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Map, Value};
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::{Store, StoreError};
+use crate::codec::{ArtifactRecord, Family};
+use crate::contract::topics;
+
+/// A chunk taken from `exec.log-chunks.v1`.
+#[derive(Clone, Debug)]
+pub struct StagedChunk {
+    pub attempt_id: Uuid,
+    pub stream: String,
+    pub seq: i64,
+    pub lease_epoch: i64,
+    pub producer: String,
+    pub text: String,
+}
+
+/// A finished attempt whose artifacts are not stored yet.
+#[derive(Clone, Debug)]
+pub struct PendingBundle {
+    pub attempt_id: Uuid,
+    pub result_json: Option<String>,
+    /// (stream, producer, text) in seq order per stream.
+    pub chunks: Vec<(String, String, String)>,
+}
+
+/// A stored artifact's ref.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ArtifactRow {
+    pub artifact_id: Uuid,
+    pub attempt_id: Uuid,
+    pub name: String,
+    pub media_type: String,
+    pub size: i64,
+    pub sha256: String,
+    pub producer: String,
+    pub retention_class: String,
+    pub storage_key: String,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Store {
+    /// Stages chunks; a chunk seen before (same attempt, stream, seq) is
+    /// ignored. Returns how many were new.
+    pub async fn stage_chunks(&self, chunks: &[StagedChunk]) -> Result<u64, StoreError> {
+        if chunks.is_empty() {
+            return Ok(0);
+        }
+        let result = sqlx::query(
+            "INSERT INTO artifact_chunks (attempt_id, stream, seq, lease_epoch, producer, text)
+             SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[])
+             ON CONFLICT DO NOTHING",
+        )
+        .bind(chunks.iter().map(|c| c.attempt_id).collect::<Vec<_>>())
+        .bind(chunks.iter().map(|c| c.stream.clone()).collect::<Vec<_>>())
+        .bind(chunks.iter().map(|c| c.seq).collect::<Vec<_>>())
+        .bind(chunks.iter().map(|c| c.lease_epoch).collect::<Vec<_>>())
+        .bind(chunks.iter().map(|c| c.producer.clone()).collect::<Vec<_>>())
+        .bind(chunks.iter().map(|c| c.text.clone()).collect::<Vec<_>>())
+        .execute(self.pool())
+        .await?;
+        Ok(result.rows_affected())
+    }
+
+    /// Attempts that ended before `cutoff` (ms since the epoch) and have no
+    /// stored bundle, oldest first, with their staged chunks.
+    pub async fn pending_bundles(
+        &self,
+        cutoff: i64,
+        limit: i64,
+    ) -> Result<Vec<PendingBundle>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT a.attempt_id, a.result_json FROM attempts a
+             WHERE a.finished_at IS NOT NULL
+               AND a.finished_at < to_timestamp($1::double precision / 1000.0)
+               AND NOT EXISTS (SELECT 1 FROM artifact_bundles b WHERE b.attempt_id = a.attempt_id)
+             ORDER BY a.finished_at LIMIT $2",
+        )
+        .bind(cutoff)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        let mut pending: Vec<PendingBundle> = rows
+            .iter()
+            .map(|row| PendingBundle {
+                attempt_id: row.get(0),
+                result_json: row.get(1),
+                chunks: Vec::new(),
+            })
+            .collect();
+        if pending.is_empty() {
+            return Ok(pending);
+        }
+        let ids: Vec<Uuid> = pending.iter().map(|p| p.attempt_id).collect();
+        let chunks = sqlx::query(
+            "SELECT attempt_id, stream, producer, text FROM artifact_chunks
+             WHERE attempt_id = ANY($1) ORDER BY attempt_id, stream, seq",
+        )
+        .bind(&ids)
+        .fetch_all(self.pool())
+        .await?;
+        for row in chunks {
+            let attempt_id: Uuid = row.get(0);
+            if let Some(bundle) = pending.iter_mut().find(|p| p.attempt_id == attempt_id) {
+                bundle.chunks.push((row.get(1), row.get(2), row.get(3)));
+            }
+        }
+        Ok(pending)
+    }
+
+    /// How many finished attempts wait for their artifacts.
+    pub async fn bundle_backlog(&self) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT count(*) FROM attempts a WHERE a.finished_at IS NOT NULL
+             AND NOT EXISTS (SELECT 1 FROM artifact_bundles b WHERE b.attempt_id = a.attempt_id)",
+        )
+        .fetch_one(self.pool())
+        .await?)
+    }
+
+    /// Records a stored bundle: artifact refs, one `artifact.created`
+    /// outbox row per artifact not recorded before, detections, progress;
+    /// the staged chunks go. One transaction.
+    pub async fn record_bundle(
+        &self,
+        attempt_id: Uuid,
+        artifacts: &[ArtifactRecord],
+        storage_keys: &[String],
+        detections: &[(String, &'static str, usize)],
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool().begin().await?;
+        for (record, key) in artifacts.iter().zip(storage_keys) {
+            let artifact_id: Uuid = record
+                .artifact_id
+                .parse()
+                .map_err(|_| StoreError::Corrupt("artifact id".into()))?;
+            let inserted = sqlx::query(
+                "INSERT INTO artifacts (artifact_id, attempt_id, name, media_type, size, sha256, producer, retention_class, storage_key)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
+            )
+            .bind(artifact_id)
+            .bind(attempt_id)
+            .bind(&record.name)
+            .bind(&record.media_type)
+            .bind(record.size)
+            .bind(&record.sha256)
+            .bind(&record.producer)
+            .bind(record.retention_class.as_str())
+            .bind(key)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if inserted == 0 {
+                continue;
+            }
+            let payload = self.codec().encode(Family::Artifact, record)?;
+            let mut headers = Map::new();
+            headers.insert("ce_specversion".into(), json!("1.0"));
+            headers.insert("ce_id".into(), json!(record.artifact_id));
+            headers.insert("ce_type".into(), json!("io.execplane.artifact.created"));
+            headers.insert("ce_source".into(), json!("execplane/artifact-worker"));
+            headers.insert(
+                "ce_time".into(),
+                json!(chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
+            );
+            headers.insert("ce_subject".into(), json!(attempt_id.to_string()));
+            headers.insert("content-type".into(), json!("application/avro"));
+            sqlx::query(
+                "INSERT INTO outbox (topic, key, headers, payload) VALUES ($1, $2, $3, $4)",
+            )
+            .bind(topics::ARTIFACTS)
+            .bind(attempt_id.to_string())
+            .bind(Value::Object(headers))
+            .bind(payload)
+            .execute(&mut *tx)
+            .await?;
+        }
+        for (name, detector, occurrences) in detections {
+            sqlx::query(
+                "INSERT INTO artifact_detections (attempt_id, name, detector, occurrences) VALUES ($1, $2, $3, $4)",
+            )
+            .bind(attempt_id)
+            .bind(name)
+            .bind(*detector)
+            .bind(i32::try_from(*occurrences).unwrap_or(i32::MAX))
+            .execute(&mut *tx)
+            .await?;
+        }
+        sqlx::query("INSERT INTO artifact_bundles (attempt_id) VALUES ($1) ON CONFLICT DO NOTHING")
+            .bind(attempt_id)
+            .execute(&mut *tx)
+            .await?;
+        sqlx::query("DELETE FROM artifact_chunks WHERE attempt_id = $1")
+            .bind(attempt_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn artifacts_of(&self, attempt_id: Uuid) -> Result<Vec<ArtifactRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT artifact_id, attempt_id, name, media_type, size, sha256, producer, retention_class, storage_key, created_at
+             FROM artifacts WHERE attempt_id = $1 ORDER BY name",
+        )
+        .bind(attempt_id)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|row| ArtifactRow {
+                artifact_id: row.get(0),
+                attempt_id: row.get(1),
+                name: row.get(2),
+                media_type: row.get(3),
+                size: row.get(4),
+                sha256: row.get(5),
+                producer: row.get(6),
+                retention_class: row.get(7),
+                storage_key: row.get(8),
+                created_at: row.get(9),
+            })
+            .collect())
+    }
+}

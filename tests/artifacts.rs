@@ -1,0 +1,190 @@
+//! The artifact worker on the real stack: an attempt's output and result
+//! become checksummed artifacts (local-directory storage, the embedded
+//! default), secret-shaped text the runner could not know is masked again,
+//! `artifact.created` is published once per artifact, and a worker killed
+//! and restarted loses and duplicates nothing.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::pipeline::{job, Pipeline};
+use execplane::codec::{ArtifactRecord, Codec, Family};
+use execplane::contract::topics;
+use rdkafka::message::Headers;
+use rdkafka::Message;
+use serde_json::json;
+use sqlx::PgPool;
+use uuid::Uuid;
+
+const WAIT: Duration = Duration::from_secs(60);
+const KEY_SHAPED: &str = "AKIAQWERTYUIOPASDFGH";
+
+fn echo_job(text: &str) -> execplane::contract::JobSpec {
+    job(
+        "verify.custom.probe",
+        json!({"probe_id": "echo", "args": {"text": text, "forms": ["plain"]}}),
+        json!({}),
+    )
+}
+
+async fn names_of(pool: &PgPool, attempt: Uuid) -> Vec<String> {
+    sqlx::query_scalar("SELECT name FROM artifacts WHERE attempt_id = $1 ORDER BY name")
+        .bind(attempt)
+        .fetch_all(pool)
+        .await
+        .unwrap()
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn output_becomes_checksummed_artifacts_once_even_across_a_worker_crash(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    pipeline.spawn(&["dispatcher"], &[]);
+    pipeline.spawn(&["relay"], &[]);
+    pipeline.spawn(
+        &["runner", "verification"],
+        &[("EXECPLANE_VERIFY_PROBES", "sleep,hang,fail,echo")],
+    );
+    let worker = pipeline.spawn(
+        &["artifact-worker"],
+        &[("EXECPLANE_ARTIFACT_GRACE", "300ms")],
+    );
+    pipeline.wait_runners(1).await;
+
+    let first = echo_job(&format!("hello from a tool that printed {KEY_SHAPED}"));
+    pipeline.submit(&first).await;
+    let attempt = pipeline.wait_status(&first.job_id, "succeeded", WAIT).await;
+    pipeline
+        .wait("the first attempt's artifacts", WAIT, || async {
+            names_of(&pool, attempt).await.len() == 3
+        })
+        .await;
+    assert_eq!(
+        names_of(&pool, attempt).await,
+        ["result.json", "stderr.log", "stdout.log"]
+    );
+
+    // Download through the CLI: the sha256 is verified, the key-shaped text
+    // the runner did not know to mask is masked, and recorded.
+    let out = pipeline.dir.join("stdout.log");
+    let output = common::execplane_with(
+        &pool,
+        &[
+            "artifacts",
+            "get",
+            &attempt.to_string(),
+            "stdout.log",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &[(
+            "EXECPLANE_ARTIFACT_DIR",
+            pipeline.dir.join("artifacts").to_str().unwrap(),
+        )],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert_eq!(
+        text,
+        "plain: hello from a tool that printed [masked:aws_access_key_id]\n"
+    );
+    let manifest: (String, i64) = sqlx::query_as(
+        "SELECT sha256, size FROM artifacts WHERE attempt_id = $1 AND name = 'stdout.log'",
+    )
+    .bind(attempt)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        manifest.0,
+        execplane::artifacts::sha256_hex(text.as_bytes())
+    );
+    assert_eq!(manifest.1, text.len() as i64);
+    let detected: Vec<(String, String, i32)> = sqlx::query_as("SELECT name, detector, occurrences FROM artifact_detections WHERE attempt_id = $1 ORDER BY name")
+        .bind(attempt)
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert!(
+        detected.contains(&("stdout.log".into(), "aws_access_key_id".into(), 1)),
+        "{detected:?}"
+    );
+    // A bundle changed in storage no longer verifies.
+    let stored = pipeline
+        .dir
+        .join("artifacts")
+        .join(attempt.to_string())
+        .join("stdout.log");
+    std::fs::write(&stored, "tampered\n").unwrap();
+    let output = common::execplane_with(
+        &pool,
+        &["artifacts", "get", &attempt.to_string(), "stdout.log"],
+        &[(
+            "EXECPLANE_ARTIFACT_DIR",
+            pipeline.dir.join("artifacts").to_str().unwrap(),
+        )],
+    );
+    assert_eq!(output.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("sha256 mismatch"));
+
+    // The worker dies; output keeps arriving; a new worker picks it up.
+    pipeline.signal(worker, "KILL");
+    let second = echo_job("second attempt's output");
+    pipeline.submit(&second).await;
+    let second_attempt = pipeline
+        .wait_status(&second.job_id, "succeeded", WAIT)
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    pipeline.spawn(
+        &["artifact-worker"],
+        &[("EXECPLANE_ARTIFACT_GRACE", "300ms")],
+    );
+    pipeline
+        .wait("the second attempt's artifacts", WAIT, || async {
+            names_of(&pool, second_attempt).await.len() == 3
+        })
+        .await;
+
+    // artifact.created: every artifact published, each record's ce_id its
+    // artifact id (so any re-publish deduplicates), one artifact per id.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut published: BTreeMap<String, Vec<ArtifactRecord>> = BTreeMap::new();
+    for message in pipeline.consume_all(topics::ARTIFACTS).await {
+        let record: ArtifactRecord = Codec::default()
+            .decode(Family::Artifact, message.payload().unwrap())
+            .unwrap();
+        let ce_id = message
+            .headers()
+            .and_then(|headers| headers.iter().find(|header| header.key == "ce_id"))
+            .and_then(|header| header.value)
+            .map(|value| String::from_utf8_lossy(value).into_owned());
+        assert_eq!(ce_id.as_deref(), Some(record.artifact_id.as_str()));
+        published
+            .entry(record.artifact_id.clone())
+            .or_default()
+            .push(record);
+    }
+    let recorded: Vec<String> =
+        sqlx::query_scalar("SELECT artifact_id::text FROM artifacts ORDER BY artifact_id")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(recorded.len(), 6);
+    assert_eq!(published.keys().cloned().collect::<Vec<_>>(), recorded);
+    for (id, records) in &published {
+        assert!(
+            records.windows(2).all(|pair| pair[0] == pair[1]),
+            "{id}: {records:?}"
+        );
+    }
+    let staged: i64 = sqlx::query_scalar("SELECT count(*) FROM artifact_chunks")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(staged, 0, "every staged chunk is in a bundle");
+}
