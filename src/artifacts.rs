@@ -16,6 +16,38 @@ pub use detect::Detectors;
 pub use storage::{ArtifactStorage, LocalDir, StorageError};
 pub use worker::{run, ArtifactConfig};
 
+/// One collection: every artifact past its class's retention is deleted
+/// from storage, then forgotten. With `dry_run`, nothing is deleted and the
+/// same list is returned. Evidence is kept for its own (longer) retention,
+/// after the logs of the same attempt are gone.
+pub async fn collect_garbage<S: ArtifactStorage>(
+    store: &crate::store::Store,
+    storage: &S,
+    retention: crate::store::Retention,
+    dry_run: bool,
+) -> Result<Vec<crate::store::ArtifactRow>, String> {
+    let expired = store
+        .expired_artifacts(retention)
+        .await
+        .map_err(|error| error.to_string())?;
+    if dry_run {
+        return Ok(expired);
+    }
+    let mut deleted = Vec::with_capacity(expired.len());
+    for artifact in expired {
+        storage
+            .delete(&artifact.storage_key)
+            .await
+            .map_err(|error| error.to_string())?;
+        store
+            .forget_artifact(artifact.artifact_id)
+            .await
+            .map_err(|error| error.to_string())?;
+        deleted.push(artifact);
+    }
+    Ok(deleted)
+}
+
 /// A bundle's bytes and digest, as recorded in its manifest.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};

@@ -114,6 +114,14 @@ pub enum ArtifactsCommand {
         #[arg(short, long)]
         output: Option<PathBuf>,
     },
+    /// Delete artifacts past their class's retention; `--dry-run` lists
+    /// exactly what a real run would delete, and why.
+    Gc {
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -371,6 +379,35 @@ async fn artifacts(
                         row.name, row.retention_class, row.size, row.sha256, row.media_type
                     );
                 }
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        ArtifactsCommand::Gc { dry_run, json } => {
+            let retention = config.retention();
+            let listed = crate::artifacts::collect_garbage(store, &storage, retention, dry_run)
+                .await
+                .map_err(anyhow::Error::msg)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&listed)?);
+            } else {
+                let verb = if dry_run { "would delete" } else { "deleted" };
+                for row in &listed {
+                    let kept = match row.retention_class.as_str() {
+                        "logs" => retention.logs,
+                        "rendered" => retention.rendered,
+                        _ => retention.evidence,
+                    };
+                    println!(
+                        "{verb} {}/{} ({}, created {}, past its {} retention)",
+                        row.attempt_id,
+                        row.name,
+                        row.retention_class,
+                        row.created_at
+                            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                        humantime::format_duration(kept)
+                    );
+                }
+                println!("{} artifact(s) {verb}", listed.len());
             }
             Ok(ExitCode::SUCCESS)
         }

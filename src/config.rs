@@ -120,6 +120,14 @@ pub struct Config {
     pub artifact_grace: DurationMs,
     /// `EXECPLANE_ARTIFACT_DETECTORS`: the detectors that mask secret-shaped text (comma-separated).
     pub artifact_detectors: String,
+    /// `EXECPLANE_ARTIFACT_RETENTION_LOGS`.
+    pub artifact_retention_logs: DurationMs,
+    /// `EXECPLANE_ARTIFACT_RETENTION_RENDERED`.
+    pub artifact_retention_rendered: DurationMs,
+    /// `EXECPLANE_ARTIFACT_RETENTION_EVIDENCE`.
+    pub artifact_retention_evidence: DurationMs,
+    /// `EXECPLANE_ARTIFACT_GC_INTERVAL`: how often the worker collects expired artifacts.
+    pub artifact_gc_interval: DurationMs,
 }
 
 /// A credential read from the configuration: never printed, compared in
@@ -200,6 +208,10 @@ impl Default for Config {
             artifact_group: "execplane-artifacts".into(),
             artifact_grace: DurationMs::from_secs(2),
             artifact_detectors: crate::artifacts::detect::BUILTIN.join(","),
+            artifact_retention_logs: DurationMs::from_secs(7 * 24 * 3600),
+            artifact_retention_rendered: DurationMs::from_secs(30 * 24 * 3600),
+            artifact_retention_evidence: DurationMs::from_secs(365 * 24 * 3600),
+            artifact_gc_interval: DurationMs::from_secs(3600),
         }
     }
 }
@@ -396,6 +408,34 @@ impl Config {
         if let Some(value) = env("EXECPLANE_ARTIFACT_DETECTORS") {
             config.artifact_detectors = value;
         }
+        for (name, field) in [
+            (
+                "EXECPLANE_ARTIFACT_RETENTION_LOGS",
+                &mut config.artifact_retention_logs,
+            ),
+            (
+                "EXECPLANE_ARTIFACT_RETENTION_RENDERED",
+                &mut config.artifact_retention_rendered,
+            ),
+            (
+                "EXECPLANE_ARTIFACT_RETENTION_EVIDENCE",
+                &mut config.artifact_retention_evidence,
+            ),
+            (
+                "EXECPLANE_ARTIFACT_GC_INTERVAL",
+                &mut config.artifact_gc_interval,
+            ),
+        ] {
+            if let Some(value) = env(name) {
+                *field = duration(name, &value)?;
+            }
+        }
+        if config.artifact_retention_evidence < config.artifact_retention_logs {
+            return Err(ConfigError::Env {
+                name: "EXECPLANE_ARTIFACT_RETENTION_EVIDENCE",
+                message: "evidence must be kept at least as long as logs".into(),
+            });
+        }
         if let Some(value) = env("EXECPLANE_VAULT_ADDR") {
             config.vault_addr = value;
         }
@@ -523,6 +563,14 @@ impl Config {
         })
     }
 
+    pub fn retention(&self) -> crate::store::Retention {
+        crate::store::Retention {
+            logs: self.artifact_retention_logs.as_std(),
+            rendered: self.artifact_retention_rendered.as_std(),
+            evidence: self.artifact_retention_evidence.as_std(),
+        }
+    }
+
     pub fn artifacts(&self) -> Result<crate::artifacts::ArtifactConfig, ConfigError> {
         let names: Vec<String> = self
             .artifact_detectors
@@ -534,6 +582,8 @@ impl Config {
         Ok(crate::artifacts::ArtifactConfig {
             group: self.artifact_group.clone(),
             grace: self.artifact_grace.as_std(),
+            retention: self.retention(),
+            gc_interval: self.artifact_gc_interval.as_std(),
             detectors: crate::artifacts::Detectors::new(&names).map_err(|message| {
                 ConfigError::Env {
                     name: "EXECPLANE_ARTIFACT_DETECTORS",

@@ -16,7 +16,7 @@ mod rows;
 mod runners;
 mod timers;
 
-pub use artifacts::{ArtifactRow, PendingBundle, StagedChunk};
+pub use artifacts::{ArtifactRow, PendingBundle, Retention, StagedChunk};
 pub use batch::{chain_hash, GENESIS_HASH};
 pub use callbacks::ClaimedCallback;
 pub use ingress::{AttemptLease, ExecutorGrant, LeaseView, LeasedWork};

@@ -188,3 +188,74 @@ async fn output_becomes_checksummed_artifacts_once_even_across_a_worker_crash(po
         .unwrap();
     assert_eq!(staged, 0, "every staged chunk is in a bundle");
 }
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn retention_deletes_logs_keeps_evidence_and_the_dry_run_lists_exactly_that(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    pipeline.spawn(&["dispatcher"], &[]);
+    pipeline.spawn(&["relay"], &[]);
+    pipeline.spawn(
+        &["runner", "verification"],
+        &[("EXECPLANE_VERIFY_PROBES", "sleep,hang,fail,echo")],
+    );
+    pipeline.spawn(
+        &["artifact-worker"],
+        &[("EXECPLANE_ARTIFACT_GRACE", "300ms")],
+    );
+    pipeline.wait_runners(1).await;
+    let spec = echo_job("kept briefly");
+    pipeline.submit(&spec).await;
+    let attempt = pipeline.wait_status(&spec.job_id, "succeeded", WAIT).await;
+    pipeline
+        .wait("the attempt's artifacts", WAIT, || async {
+            names_of(&pool, attempt).await.len() == 3
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let dir = pipeline.dir.join("artifacts");
+    let env = [
+        ("EXECPLANE_ARTIFACT_DIR", dir.to_str().unwrap()),
+        ("EXECPLANE_ARTIFACT_RETENTION_LOGS", "1s"),
+        ("EXECPLANE_ARTIFACT_RETENTION_EVIDENCE", "1h"),
+    ];
+    let listed = |args: &[&str]| {
+        let output = common::execplane_with(&pool, args, &env);
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let rows: Vec<serde_json::Value> = serde_json::from_slice(&output.stdout).unwrap();
+        rows.iter()
+            .map(|row| {
+                (
+                    row["artifact_id"].as_str().unwrap().to_owned(),
+                    row["name"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let would = listed(&["artifacts", "gc", "--dry-run", "--json"]);
+    let mut names: Vec<&str> = would.iter().map(|(_, name)| name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, ["stderr.log", "stdout.log"]);
+    assert_eq!(
+        names_of(&pool, attempt).await.len(),
+        3,
+        "a dry run deletes nothing"
+    );
+    let deleted = listed(&["artifacts", "gc", "--json"]);
+    assert_eq!(
+        deleted, would,
+        "the dry run lists exactly what the real run deletes"
+    );
+    assert_eq!(names_of(&pool, attempt).await, ["result.json"]);
+    let folder = dir.join(attempt.to_string());
+    assert!(!folder.join("stdout.log").exists() && !folder.join("stderr.log").exists());
+    assert!(
+        folder.join("result.json").exists(),
+        "evidence outlives logs"
+    );
+    assert!(listed(&["artifacts", "gc", "--dry-run", "--json"]).is_empty());
+}

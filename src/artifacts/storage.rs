@@ -20,6 +20,11 @@ pub trait ArtifactStorage: Send + Sync + 'static {
         &self,
         key: &str,
     ) -> impl std::future::Future<Output = Result<Vec<u8>, StorageError>> + Send;
+    /// Deletes a key; a key already gone is not an error.
+    fn delete(
+        &self,
+        key: &str,
+    ) -> impl std::future::Future<Output = Result<(), StorageError>> + Send;
     /// Where a key lives, for `artifact.created`'s `uri`.
     fn uri(&self, key: &str) -> String;
 }
@@ -64,6 +69,13 @@ impl ArtifactStorage for LocalDir {
 
     async fn get(&self, key: &str) -> Result<Vec<u8>, StorageError> {
         Ok(tokio::fs::read(self.path(key)).await?)
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        match tokio::fs::remove_file(self.path(key)).await {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error.into()),
+            _ => Ok(()),
+        }
     }
 
     fn uri(&self, key: &str) -> String {

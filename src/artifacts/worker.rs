@@ -28,6 +28,9 @@ pub struct ArtifactConfig {
     /// waits for chunks still in flight.
     pub grace: Duration,
     pub detectors: Detectors,
+    pub retention: crate::store::Retention,
+    /// How often expired artifacts are collected.
+    pub gc_interval: Duration,
 }
 
 const NAMESPACE: Uuid = Uuid::from_u128(0x6a1f_0c2e_93d4_4b7a_a51e_7f20_c3b8_d914);
@@ -269,6 +272,7 @@ async fn bundle_loop<S: ArtifactStorage>(
 ) {
     let mut backoff = Duration::from_millis(500);
     let mut backlog_checked = Instant::now() - Duration::from_secs(60);
+    let mut collected = Instant::now();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -279,6 +283,16 @@ async fn bundle_loop<S: ArtifactStorage>(
                 crate::telemetry::metrics::artifact_backlog(count);
             }
             backlog_checked = Instant::now();
+        }
+        if collected.elapsed() >= config.gc_interval {
+            collected = Instant::now();
+            match super::collect_garbage(&store, &*storage, config.retention, false).await {
+                Ok(deleted) if !deleted.is_empty() => {
+                    info!(deleted = deleted.len(), "expired artifacts collected")
+                }
+                Ok(_) => {}
+                Err(error) => warn!(%error, "collecting expired artifacts failed"),
+            }
         }
         let grace = i64::try_from(config.grace.as_millis()).unwrap_or(i64::MAX);
         let cutoff = caught_up.load(Ordering::SeqCst).saturating_sub(grace);

@@ -230,3 +230,57 @@ impl Store {
             .collect())
     }
 }
+
+/// How long each retention class is kept.
+#[derive(Clone, Copy, Debug)]
+pub struct Retention {
+    pub logs: std::time::Duration,
+    pub rendered: std::time::Duration,
+    pub evidence: std::time::Duration,
+}
+
+impl Store {
+    /// Artifacts older than their class's retention, oldest first: what a
+    /// collection deletes (the dry run lists exactly this).
+    pub async fn expired_artifacts(
+        &self,
+        retention: Retention,
+    ) -> Result<Vec<ArtifactRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT artifact_id, attempt_id, name, media_type, size, sha256, producer, retention_class, storage_key, created_at
+             FROM artifacts
+             WHERE created_at < now() - make_interval(secs => CASE retention_class
+                       WHEN 'logs' THEN $1 WHEN 'rendered' THEN $2 ELSE $3 END)
+             ORDER BY created_at, artifact_id",
+        )
+        .bind(retention.logs.as_secs_f64())
+        .bind(retention.rendered.as_secs_f64())
+        .bind(retention.evidence.as_secs_f64())
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|row| ArtifactRow {
+                artifact_id: row.get(0),
+                attempt_id: row.get(1),
+                name: row.get(2),
+                media_type: row.get(3),
+                size: row.get(4),
+                sha256: row.get(5),
+                producer: row.get(6),
+                retention_class: row.get(7),
+                storage_key: row.get(8),
+                created_at: row.get(9),
+            })
+            .collect())
+    }
+
+    /// Forgets an artifact whose bytes are deleted.
+    pub async fn forget_artifact(&self, artifact_id: Uuid) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM artifacts WHERE artifact_id = $1")
+            .bind(artifact_id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+}
