@@ -12,6 +12,7 @@ ensure_rust
 "$ROOT/scripts/postgres.sh"
 "$ROOT/scripts/tansu.sh"
 "$ROOT/scripts/openbao.sh"
+"$ROOT/scripts/garage.sh"
 
 # sqlx::test creates a fresh database per test from this server; every
 # Kafka test uses its own topic prefix.

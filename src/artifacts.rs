@@ -13,7 +13,7 @@ pub mod storage;
 mod worker;
 
 pub use detect::Detectors;
-pub use storage::{ArtifactStorage, LocalDir, StorageError};
+pub use storage::{ArtifactStorage, LocalDir, S3Settings, Storage, StorageError, S3};
 pub use worker::{run, ArtifactConfig};
 
 /// One collection: every artifact past its class's retention is deleted

@@ -366,7 +366,7 @@ async fn artifacts(
     command: ArtifactsCommand,
 ) -> anyhow::Result<ExitCode> {
     use crate::artifacts::ArtifactStorage;
-    let storage = crate::artifacts::LocalDir::new(&config.artifact_dir);
+    let storage = config.storage();
     match command {
         ArtifactsCommand::List { attempt, json } => {
             let rows = store.artifacts_of(attempt).await?;

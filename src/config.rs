@@ -128,6 +128,16 @@ pub struct Config {
     pub artifact_retention_evidence: DurationMs,
     /// `EXECPLANE_ARTIFACT_GC_INTERVAL`: how often the worker collects expired artifacts.
     pub artifact_gc_interval: DurationMs,
+    /// `EXECPLANE_S3_ENDPOINT`: S3-compatible storage for artifacts; empty: `artifact_dir`.
+    pub s3_endpoint: String,
+    /// `EXECPLANE_S3_REGION`.
+    pub s3_region: String,
+    /// `EXECPLANE_S3_BUCKET`.
+    pub s3_bucket: String,
+    /// `EXECPLANE_S3_ACCESS_KEY_ID`.
+    pub s3_access_key_id: String,
+    /// `EXECPLANE_S3_SECRET_ACCESS_KEY`.
+    pub s3_secret_access_key: Secret,
 }
 
 /// A credential read from the configuration: never printed, compared in
@@ -212,6 +222,11 @@ impl Default for Config {
             artifact_retention_rendered: DurationMs::from_secs(30 * 24 * 3600),
             artifact_retention_evidence: DurationMs::from_secs(365 * 24 * 3600),
             artifact_gc_interval: DurationMs::from_secs(3600),
+            s3_endpoint: String::new(),
+            s3_region: "garage".into(),
+            s3_bucket: "execplane-artifacts".into(),
+            s3_access_key_id: String::new(),
+            s3_secret_access_key: Secret::default(),
         }
     }
 }
@@ -430,6 +445,30 @@ impl Config {
                 *field = duration(name, &value)?;
             }
         }
+        if let Some(value) = env("EXECPLANE_S3_ENDPOINT") {
+            config.s3_endpoint = value;
+        }
+        if let Some(value) = env("EXECPLANE_S3_REGION") {
+            config.s3_region = value;
+        }
+        if let Some(value) = env("EXECPLANE_S3_BUCKET") {
+            config.s3_bucket = value;
+        }
+        if let Some(value) = env("EXECPLANE_S3_ACCESS_KEY_ID") {
+            config.s3_access_key_id = value;
+        }
+        if let Some(value) = env("EXECPLANE_S3_SECRET_ACCESS_KEY") {
+            config.s3_secret_access_key = Secret::new(value);
+        }
+        if !config.s3_endpoint.trim().is_empty()
+            && (config.s3_access_key_id.is_empty() || config.s3_secret_access_key.is_empty())
+        {
+            return Err(ConfigError::Env {
+                name: "EXECPLANE_S3_ENDPOINT",
+                message: "set EXECPLANE_S3_ACCESS_KEY_ID and EXECPLANE_S3_SECRET_ACCESS_KEY too"
+                    .into(),
+            });
+        }
         if config.artifact_retention_evidence < config.artifact_retention_logs {
             return Err(ConfigError::Env {
                 name: "EXECPLANE_ARTIFACT_RETENTION_EVIDENCE",
@@ -561,6 +600,24 @@ impl Config {
             auth,
             timeout: std::time::Duration::from_secs(5),
         })
+    }
+
+    /// Where artifacts are stored: S3 when an endpoint is configured, else
+    /// the local directory.
+    pub fn storage(&self) -> crate::artifacts::Storage {
+        if self.s3_endpoint.trim().is_empty() {
+            crate::artifacts::Storage::Local(crate::artifacts::LocalDir::new(&self.artifact_dir))
+        } else {
+            crate::artifacts::Storage::S3(crate::artifacts::S3::new(
+                &crate::artifacts::S3Settings {
+                    endpoint: self.s3_endpoint.trim().to_owned(),
+                    region: self.s3_region.clone(),
+                    bucket: self.s3_bucket.clone(),
+                    access_key_id: self.s3_access_key_id.clone(),
+                    secret_access_key: self.s3_secret_access_key.clone(),
+                },
+            ))
+        }
     }
 
     pub fn retention(&self) -> crate::store::Retention {

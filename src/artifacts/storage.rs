@@ -82,3 +82,225 @@ impl ArtifactStorage for LocalDir {
         format!("file://{}", self.path(key).display())
     }
 }
+
+/// S3-compatible storage (Garage, MinIO, AWS): path-style addressing, an
+/// endpoint override, multipart above [`S3::PART_SIZE`]. Each object
+/// carries its sha256 as metadata, and a read compares the content with it.
+#[derive(Clone, Debug)]
+pub struct S3 {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+}
+
+/// How to reach the bucket.
+#[derive(Clone, Debug)]
+pub struct S3Settings {
+    pub endpoint: String,
+    pub region: String,
+    pub bucket: String,
+    pub access_key_id: String,
+    pub secret_access_key: crate::config::Secret,
+}
+
+fn s3_error(error: impl std::fmt::Display) -> StorageError {
+    StorageError::Io(std::io::Error::other(error.to_string()))
+}
+
+impl S3 {
+    /// Parts of a multipart upload (S3's minimum is 5 MiB).
+    pub const PART_SIZE: usize = 8 * 1024 * 1024;
+
+    pub fn new(settings: &S3Settings) -> Self {
+        use aws_sdk_s3::config::{
+            BehaviorVersion, Credentials, Region, RequestChecksumCalculation,
+            ResponseChecksumValidation,
+        };
+        let config = aws_sdk_s3::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .endpoint_url(&settings.endpoint)
+            .region(Region::new(settings.region.clone()))
+            .force_path_style(true)
+            .credentials_provider(Credentials::new(
+                &settings.access_key_id,
+                settings.secret_access_key.expose(),
+                None,
+                None,
+                "execplane",
+            ))
+            // The content's own sha256 is checked on read instead of the
+            // SDK's default CRC trailers, which not every S3 speaks.
+            .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+            .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+            .timeout_config(
+                aws_sdk_s3::config::timeout::TimeoutConfig::builder()
+                    .operation_attempt_timeout(std::time::Duration::from_secs(30))
+                    .connect_timeout(std::time::Duration::from_secs(3))
+                    .build(),
+            )
+            .build();
+        Self {
+            client: aws_sdk_s3::Client::from_conf(config),
+            bucket: settings.bucket.clone(),
+        }
+    }
+}
+
+impl ArtifactStorage for S3 {
+    async fn put(&self, key: &str, bytes: &[u8]) -> Result<(), StorageError> {
+        use aws_sdk_s3::primitives::ByteStream;
+        let sha256 = super::sha256_hex(bytes);
+        if bytes.len() <= Self::PART_SIZE {
+            self.client
+                .put_object()
+                .bucket(&self.bucket)
+                .key(key)
+                .metadata("sha256", &sha256)
+                .body(ByteStream::from(bytes.to_vec()))
+                .send()
+                .await
+                .map_err(|error| s3_error(aws_sdk_s3::error::DisplayErrorContext(error)))?;
+            return Ok(());
+        }
+        let upload = self
+            .client
+            .create_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .metadata("sha256", &sha256)
+            .send()
+            .await
+            .map_err(|error| s3_error(aws_sdk_s3::error::DisplayErrorContext(error)))?;
+        let upload_id = upload.upload_id().unwrap_or_default().to_owned();
+        let mut parts = Vec::new();
+        for (index, chunk) in bytes.chunks(Self::PART_SIZE).enumerate() {
+            let number = i32::try_from(index + 1).unwrap_or(i32::MAX);
+            let part = self
+                .client
+                .upload_part()
+                .bucket(&self.bucket)
+                .key(key)
+                .upload_id(&upload_id)
+                .part_number(number)
+                .body(ByteStream::from(chunk.to_vec()))
+                .send()
+                .await;
+            let part = match part {
+                Ok(part) => part,
+                Err(error) => {
+                    let _ = self
+                        .client
+                        .abort_multipart_upload()
+                        .bucket(&self.bucket)
+                        .key(key)
+                        .upload_id(&upload_id)
+                        .send()
+                        .await;
+                    return Err(s3_error(aws_sdk_s3::error::DisplayErrorContext(error)));
+                }
+            };
+            parts.push(
+                aws_sdk_s3::types::CompletedPart::builder()
+                    .part_number(number)
+                    .set_e_tag(part.e_tag().map(str::to_owned))
+                    .build(),
+            );
+        }
+        self.client
+            .complete_multipart_upload()
+            .bucket(&self.bucket)
+            .key(key)
+            .upload_id(&upload_id)
+            .multipart_upload(
+                aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                    .set_parts(Some(parts))
+                    .build(),
+            )
+            .send()
+            .await
+            .map_err(|error| s3_error(aws_sdk_s3::error::DisplayErrorContext(error)))?;
+        Ok(())
+    }
+
+    async fn get(&self, key: &str) -> Result<Vec<u8>, StorageError> {
+        let object = self
+            .client
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|error| s3_error(aws_sdk_s3::error::DisplayErrorContext(error)))?;
+        let expected = object
+            .metadata()
+            .and_then(|metadata| metadata.get("sha256"))
+            .cloned();
+        let bytes = object
+            .body
+            .collect()
+            .await
+            .map_err(s3_error)?
+            .into_bytes()
+            .to_vec();
+        if let Some(expected) = expected {
+            let actual = super::sha256_hex(&bytes);
+            if actual != expected {
+                return Err(s3_error(format!(
+                    "{key}: content sha256 {actual} differs from the stored {expected}"
+                )));
+            }
+        }
+        Ok(bytes)
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        self.client
+            .delete_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|error| s3_error(aws_sdk_s3::error::DisplayErrorContext(error)))?;
+        Ok(())
+    }
+
+    fn uri(&self, key: &str) -> String {
+        format!("s3://{}/{key}", self.bucket)
+    }
+}
+
+/// The configured storage: S3 when an endpoint is set, else a directory.
+#[derive(Clone, Debug)]
+pub enum Storage {
+    Local(LocalDir),
+    S3(S3),
+}
+
+impl ArtifactStorage for Storage {
+    async fn put(&self, key: &str, bytes: &[u8]) -> Result<(), StorageError> {
+        match self {
+            Storage::Local(local) => local.put(key, bytes).await,
+            Storage::S3(s3) => s3.put(key, bytes).await,
+        }
+    }
+
+    async fn get(&self, key: &str) -> Result<Vec<u8>, StorageError> {
+        match self {
+            Storage::Local(local) => local.get(key).await,
+            Storage::S3(s3) => s3.get(key).await,
+        }
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StorageError> {
+        match self {
+            Storage::Local(local) => local.delete(key).await,
+            Storage::S3(s3) => s3.delete(key).await,
+        }
+    }
+
+    fn uri(&self, key: &str) -> String {
+        match self {
+            Storage::Local(local) => local.uri(key),
+            Storage::S3(s3) => s3.uri(key),
+        }
+    }
+}

@@ -119,7 +119,7 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
     }
     if roles.artifact_worker {
         let settings = config.artifacts()?;
-        let storage = Arc::new(crate::artifacts::LocalDir::new(&config.artifact_dir));
+        let storage = Arc::new(config.storage());
         let (store, kafka, producer, stop) = (
             store.clone(),
             kafka.clone(),
