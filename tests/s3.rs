@@ -59,18 +59,23 @@ fn garage_pids() -> Vec<i32> {
         .collect()
 }
 
+/// Starts Garage again, detached, as scripts/garage.sh does.
 fn start_garage() {
-    Command::new("garage")
+    let config = stack().join("garage/garage.toml");
+    let log = stack().join("garage.log");
+    let status = Command::new("sh")
         .args([
             "-c",
-            stack().join("garage/garage.toml").to_str().unwrap(),
-            "server",
+            &format!(
+                "nohup garage -c '{}' server >>'{}' 2>&1 &",
+                config.display(),
+                log.display()
+            ),
         ])
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("garage starts");
+        .status()
+        .expect("sh runs");
+    assert!(status.success());
 }
 
 async fn metric(port: u16, name: &str) -> f64 {

@@ -138,6 +138,24 @@ impl Bao {
     }
 }
 
+/// (access key id, secret) that scripts/garage.sh generated.
+fn s3_credentials() -> (String, String) {
+    let stack = std::env::var("EXECPLANE_STACK_DIR")
+        .unwrap_or_else(|_| format!("{}/.stack", env!("CARGO_MANIFEST_DIR")));
+    let text = std::fs::read_to_string(format!("{stack}/garage-credentials"))
+        .expect("start Garage with scripts/garage.sh");
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}=")))
+            .unwrap()
+            .to_owned()
+    };
+    (
+        value("EXECPLANE_S3_ACCESS_KEY_ID"),
+        value("EXECPLANE_S3_SECRET_ACCESS_KEY"),
+    )
+}
+
 fn reference(name: &str, path: &str, key: &str) -> SecretRef {
     SecretRef {
         name: name.into(),
@@ -354,6 +372,15 @@ async fn an_attempt_echoing_its_secret_leaks_it_nowhere(pool: PgPool) {
     let mut pipeline = Pipeline::new(&pool).await;
     pipeline.spawn(&["dispatcher"], &[]);
     pipeline.spawn(&["relay"], &[]);
+    // Artifacts go to the stack's real S3 (Garage), to be scanned too.
+    let (key_id, key_secret) = s3_credentials();
+    let s3_env = [
+        ("EXECPLANE_S3_ENDPOINT", "http://127.0.0.1:3900"),
+        ("EXECPLANE_S3_ACCESS_KEY_ID", key_id.as_str()),
+        ("EXECPLANE_S3_SECRET_ACCESS_KEY", key_secret.as_str()),
+        ("EXECPLANE_ARTIFACT_GRACE", "300ms"),
+    ];
+    pipeline.spawn(&["artifact-worker"], &s3_env);
     pipeline.spawn(
         &["runner", "verification"],
         &[
@@ -487,6 +514,38 @@ async fn an_attempt_echoing_its_secret_leaks_it_nowhere(pool: PgPool) {
             find_leak(&payload, &needles),
             None,
             "leaked in an attempt event"
+        );
+    }
+    // Every stored artifact of the three attempts (logs and results).
+    let storage = execplane::artifacts::S3::new(&execplane::artifacts::S3Settings {
+        endpoint: "http://127.0.0.1:3900".into(),
+        region: "garage".into(),
+        bucket: "execplane-artifacts".into(),
+        access_key_id: key_id.clone(),
+        secret_access_key: Secret::new(key_secret.clone()),
+    });
+    pipeline
+        .wait("the echo attempt's artifacts", WAIT, || async {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM artifacts a JOIN attempts t USING (attempt_id) WHERE t.job_id = $1")
+                .bind(&echo.job_id)
+                .fetch_one(&pool)
+                .await
+                .unwrap_or(0)
+                == 3
+        })
+        .await;
+    let keys: Vec<String> = sqlx::query_scalar("SELECT storage_key FROM artifacts")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert!(keys.len() >= 3);
+    for key in keys {
+        use execplane::artifacts::ArtifactStorage;
+        let bytes = storage.get(&key).await.unwrap();
+        assert_eq!(
+            find_leak(&bytes, &needles),
+            None,
+            "leaked in S3 object {key}"
         );
     }
     for entry in std::fs::read_dir(&pipeline.dir).unwrap() {
