@@ -186,6 +186,55 @@ pub fn cloudevent_headers(
     headers
 }
 
+/// A batch from `consumer`: waits up to `first` for one record, then takes
+/// what arrives within `window` of it, at most `max`.
+pub async fn collect_batch(
+    consumer: &StreamConsumer,
+    first: Duration,
+    window: Duration,
+    max: usize,
+) -> Vec<rdkafka::message::OwnedMessage> {
+    let mut batch = Vec::new();
+    match tokio::time::timeout(first, consumer.recv()).await {
+        Ok(Ok(message)) => batch.push(message.detach()),
+        Ok(Err(error)) => {
+            tracing::warn!(%error, "consume");
+            return batch;
+        }
+        Err(_) => return batch,
+    }
+    let deadline = tokio::time::Instant::now() + window;
+    while batch.len() < max {
+        match tokio::time::timeout_at(deadline, consumer.recv()).await {
+            Ok(Ok(message)) => batch.push(message.detach()),
+            _ => break,
+        }
+    }
+    batch
+}
+
+/// Commits the offset after the last record of every partition in `batch`.
+/// A failed commit (e.g. a revoked partition) only means redelivery, which
+/// every consumer here makes a no-op.
+pub fn commit_batch(consumer: &StreamConsumer, batch: &[rdkafka::message::OwnedMessage]) {
+    use rdkafka::consumer::CommitMode;
+    use rdkafka::{Message, Offset, TopicPartitionList};
+    let mut next: std::collections::BTreeMap<(&str, i32), i64> = Default::default();
+    for message in batch {
+        let entry = next
+            .entry((message.topic(), message.partition()))
+            .or_insert(0);
+        *entry = (*entry).max(message.offset() + 1);
+    }
+    let mut list = TopicPartitionList::new();
+    for ((topic, partition), offset) in next {
+        let _ = list.add_partition_offset(topic, partition, Offset::Offset(offset));
+    }
+    if let Err(error) = consumer.commit(&list, CommitMode::Async) {
+        tracing::warn!(%error, "offset commit failed; records will be redelivered");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::work_partition;

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -17,28 +16,6 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 const WAIT: Duration = Duration::from_secs(90);
-
-fn stack() -> PathBuf {
-    std::env::var("EXECPLANE_STACK_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".stack"))
-}
-
-/// (access key id, secret) from scripts/garage.sh.
-fn credentials() -> (String, String) {
-    let text = std::fs::read_to_string(stack().join("garage-credentials"))
-        .expect("start Garage with scripts/garage.sh");
-    let value = |name: &str| {
-        text.lines()
-            .find_map(|line| line.strip_prefix(&format!("{name}=")))
-            .unwrap()
-            .to_owned()
-    };
-    (
-        value("EXECPLANE_S3_ACCESS_KEY_ID"),
-        value("EXECPLANE_S3_SECRET_ACCESS_KEY"),
-    )
-}
 
 const ENDPOINT: &str = "http://127.0.0.1:3900";
 
@@ -61,8 +38,8 @@ fn garage_pids() -> Vec<i32> {
 
 /// Starts Garage again, detached, as scripts/garage.sh does.
 fn start_garage() {
-    let config = stack().join("garage/garage.toml");
-    let log = stack().join("garage.log");
+    let config = common::stack_dir().join("garage/garage.toml");
+    let log = common::stack_dir().join("garage.log");
     let status = Command::new("sh")
         .args([
             "-c",
@@ -89,7 +66,7 @@ async fn metric(port: u16, name: &str) -> f64 {
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn s3_artifacts_round_trip_and_survive_an_outage(pool: PgPool) {
-    let (key_id, secret) = credentials();
+    let (key_id, secret) = common::s3_credentials();
     let storage = S3::new(&S3Settings {
         endpoint: ENDPOINT.into(),
         region: "garage".into(),

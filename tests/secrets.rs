@@ -138,24 +138,6 @@ impl Bao {
     }
 }
 
-/// (access key id, secret) that scripts/garage.sh generated.
-fn s3_credentials() -> (String, String) {
-    let stack = std::env::var("EXECPLANE_STACK_DIR")
-        .unwrap_or_else(|_| format!("{}/.stack", env!("CARGO_MANIFEST_DIR")));
-    let text = std::fs::read_to_string(format!("{stack}/garage-credentials"))
-        .expect("start Garage with scripts/garage.sh");
-    let value = |name: &str| {
-        text.lines()
-            .find_map(|line| line.strip_prefix(&format!("{name}=")))
-            .unwrap()
-            .to_owned()
-    };
-    (
-        value("EXECPLANE_S3_ACCESS_KEY_ID"),
-        value("EXECPLANE_S3_SECRET_ACCESS_KEY"),
-    )
-}
-
 fn reference(name: &str, path: &str, key: &str) -> SecretRef {
     SecretRef {
         name: name.into(),
@@ -373,7 +355,7 @@ async fn an_attempt_echoing_its_secret_leaks_it_nowhere(pool: PgPool) {
     pipeline.spawn(&["dispatcher"], &[]);
     pipeline.spawn(&["relay"], &[]);
     // Artifacts go to the stack's real S3 (Garage), to be scanned too.
-    let (key_id, key_secret) = s3_credentials();
+    let (key_id, key_secret) = common::s3_credentials();
     let s3_env = [
         ("EXECPLANE_S3_ENDPOINT", "http://127.0.0.1:3900"),
         ("EXECPLANE_S3_ACCESS_KEY_ID", key_id.as_str()),

@@ -5,10 +5,10 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::OwnedMessage;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
@@ -128,36 +128,17 @@ pub async fn run<S: ArtifactStorage>(
 }
 
 async fn collect(consumer: &StreamConsumer) -> Vec<OwnedMessage> {
-    let mut batch = Vec::new();
-    match tokio::time::timeout(Duration::from_millis(200), consumer.recv()).await {
-        Ok(Ok(message)) => batch.push(message.detach()),
-        _ => return batch,
-    }
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(20);
-    while batch.len() < 500 {
-        match tokio::time::timeout_at(deadline, consumer.recv()).await {
-            Ok(Ok(message)) => batch.push(message.detach()),
-            _ => break,
-        }
-    }
-    batch
+    crate::kafka::collect_batch(
+        consumer,
+        Duration::from_millis(200),
+        Duration::from_millis(20),
+        500,
+    )
+    .await
 }
 
 fn commit(consumer: &StreamConsumer, batch: &[OwnedMessage]) {
-    let mut next: std::collections::BTreeMap<(String, i32), i64> = Default::default();
-    for message in batch {
-        let entry = next
-            .entry((message.topic().to_owned(), message.partition()))
-            .or_insert(0);
-        *entry = (*entry).max(message.offset() + 1);
-    }
-    let mut list = TopicPartitionList::new();
-    for ((topic, partition), offset) in next {
-        let _ = list.add_partition_offset(&topic, partition, Offset::Offset(offset));
-    }
-    if let Err(error) = consumer.commit(&list, CommitMode::Async) {
-        warn!(%error, "offset commit failed; chunks will be redelivered (and deduplicated)");
-    }
+    crate::kafka::commit_batch(consumer, batch);
 }
 
 async fn dead_letter(

@@ -3,12 +3,11 @@
 //! records go to the DLQ (with the reason in headers) before their offsets
 //! are committed, so nothing is lost and no partition stalls.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Header, Headers, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
@@ -225,23 +224,7 @@ async fn collect(
     max_batch: usize,
     window: Duration,
 ) -> Vec<OwnedMessage> {
-    let mut batch = Vec::new();
-    match tokio::time::timeout(Duration::from_millis(100), consumer.recv()).await {
-        Ok(Ok(message)) => batch.push(message.detach()),
-        Ok(Err(error)) => {
-            warn!(%error, "consume");
-            return batch;
-        }
-        Err(_) => return batch,
-    }
-    let deadline = tokio::time::Instant::now() + window;
-    while batch.len() < max_batch {
-        match tokio::time::timeout_at(deadline, consumer.recv()).await {
-            Ok(Ok(message)) => batch.push(message.detach()),
-            _ => break,
-        }
-    }
-    batch
+    crate::kafka::collect_batch(consumer, Duration::from_millis(100), window, max_batch).await
 }
 
 async fn handle(
@@ -320,27 +303,7 @@ async fn handle(
 
 /// Commits the next offset of every partition in the batch.
 fn commit(consumer: &StreamConsumer, batch: &[OwnedMessage]) {
-    let mut next: HashMap<(String, i32), i64> = HashMap::new();
-    for message in batch {
-        let entry = next
-            .entry((message.topic().to_owned(), message.partition()))
-            .or_insert(0);
-        *entry = (*entry).max(message.offset() + 1);
-    }
-    let mut list = TopicPartitionList::new();
-    for ((topic, partition), offset) in next {
-        if list
-            .add_partition_offset(&topic, partition, Offset::Offset(offset))
-            .is_err()
-        {
-            continue;
-        }
-    }
-    // A failed commit (e.g. the partition was revoked) only means redelivery,
-    // which the inbox turns into a no-op.
-    if let Err(error) = consumer.commit(&list, CommitMode::Async) {
-        warn!(%error, "offset commit failed; records will be redelivered");
-    }
+    crate::kafka::commit_batch(consumer, batch);
 }
 
 fn decode(

@@ -11,6 +11,23 @@ use super::{Store, StoreError};
 use crate::codec::{ArtifactRecord, Family};
 use crate::contract::topics;
 
+const ARTIFACT_COLUMNS: &str = "artifact_id, attempt_id, name, media_type, size, sha256, producer, retention_class, storage_key, created_at";
+
+fn artifact_row(row: &sqlx::postgres::PgRow) -> ArtifactRow {
+    ArtifactRow {
+        artifact_id: row.get(0),
+        attempt_id: row.get(1),
+        name: row.get(2),
+        media_type: row.get(3),
+        size: row.get(4),
+        sha256: row.get(5),
+        producer: row.get(6),
+        retention_class: row.get(7),
+        storage_key: row.get(8),
+        created_at: row.get(9),
+    }
+}
+
 /// A chunk taken from `exec.log-chunks.v1`.
 #[derive(Clone, Debug)]
 pub struct StagedChunk {
@@ -206,28 +223,13 @@ impl Store {
     }
 
     pub async fn artifacts_of(&self, attempt_id: Uuid) -> Result<Vec<ArtifactRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT artifact_id, attempt_id, name, media_type, size, sha256, producer, retention_class, storage_key, created_at
-             FROM artifacts WHERE attempt_id = $1 ORDER BY name",
-        )
+        let rows = sqlx::query(&format!(
+            "SELECT {ARTIFACT_COLUMNS} FROM artifacts WHERE attempt_id = $1 ORDER BY name"
+        ))
         .bind(attempt_id)
         .fetch_all(self.pool())
         .await?;
-        Ok(rows
-            .iter()
-            .map(|row| ArtifactRow {
-                artifact_id: row.get(0),
-                attempt_id: row.get(1),
-                name: row.get(2),
-                media_type: row.get(3),
-                size: row.get(4),
-                sha256: row.get(5),
-                producer: row.get(6),
-                retention_class: row.get(7),
-                storage_key: row.get(8),
-                created_at: row.get(9),
-            })
-            .collect())
+        Ok(rows.iter().map(artifact_row).collect())
     }
 }
 
@@ -246,33 +248,18 @@ impl Store {
         &self,
         retention: Retention,
     ) -> Result<Vec<ArtifactRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT artifact_id, attempt_id, name, media_type, size, sha256, producer, retention_class, storage_key, created_at
-             FROM artifacts
+        let rows = sqlx::query(&format!(
+            "SELECT {ARTIFACT_COLUMNS} FROM artifacts
              WHERE created_at < now() - make_interval(secs => CASE retention_class
                        WHEN 'logs' THEN $1 WHEN 'rendered' THEN $2 ELSE $3 END)
-             ORDER BY created_at, artifact_id",
-        )
+             ORDER BY created_at, artifact_id"
+        ))
         .bind(retention.logs.as_secs_f64())
         .bind(retention.rendered.as_secs_f64())
         .bind(retention.evidence.as_secs_f64())
         .fetch_all(self.pool())
         .await?;
-        Ok(rows
-            .iter()
-            .map(|row| ArtifactRow {
-                artifact_id: row.get(0),
-                attempt_id: row.get(1),
-                name: row.get(2),
-                media_type: row.get(3),
-                size: row.get(4),
-                sha256: row.get(5),
-                producer: row.get(6),
-                retention_class: row.get(7),
-                storage_key: row.get(8),
-                created_at: row.get(9),
-            })
-            .collect())
+        Ok(rows.iter().map(artifact_row).collect())
     }
 
     /// Forgets an artifact whose bytes are deleted.

@@ -34,6 +34,29 @@ pub fn database_url(pool: &PgPool) -> String {
     format!("{prefix}/{database}{query}")
 }
 
+/// The local stack's state directory (`.stack/`, or EXECPLANE_STACK_DIR).
+pub fn stack_dir() -> std::path::PathBuf {
+    std::env::var("EXECPLANE_STACK_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".stack"))
+}
+
+/// (access key id, secret) that scripts/garage.sh generated.
+pub fn s3_credentials() -> (String, String) {
+    let text = std::fs::read_to_string(stack_dir().join("garage-credentials"))
+        .expect("start Garage with scripts/garage.sh");
+    let value = |name: &str| {
+        text.lines()
+            .find_map(|line| line.strip_prefix(&format!("{name}=")))
+            .unwrap()
+            .to_owned()
+    };
+    (
+        value("EXECPLANE_S3_ACCESS_KEY_ID"),
+        value("EXECPLANE_S3_SECRET_ACCESS_KEY"),
+    )
+}
+
 pub fn execplane(pool: &PgPool, args: &[&str]) -> Output {
     execplane_with(pool, args, &[])
 }
