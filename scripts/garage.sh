@@ -45,24 +45,31 @@ if [ ! -s "$CREDENTIALS" ]; then
   printf 'EXECPLANE_S3_ACCESS_KEY_ID=GK%s\nEXECPLANE_S3_SECRET_ACCESS_KEY=%s\n' "$(hex 12)" "$(hex 32)" >"$CREDENTIALS"
 fi
 
-if port_open "$PORT"; then
-  log "S3 (Garage) already answering on 127.0.0.1:$PORT"
-  exit 0
-fi
-log "starting garage on 127.0.0.1:$PORT"
-nohup garage -c "$CONFIG" server >"$STACK_DIR/garage.log" 2>&1 &
-echo $! >"$STACK_DIR/garage.pid"
-wait_port "$PORT" 30 "garage"
 g() { garage -c "$CONFIG" "$@"; }
+if port_open "$PORT"; then
+  g status >/dev/null 2>&1 || die "something answers on 127.0.0.1:$PORT, but not the Garage of $CONFIG"
+  log "S3 (Garage) already answering on 127.0.0.1:$PORT"
+else
+  log "starting garage on 127.0.0.1:$PORT"
+  nohup garage -c "$CONFIG" server >>"$STACK_DIR/garage.log" 2>&1 &
+  echo $! >"$STACK_DIR/garage.pid"
+  wait_port "$PORT" 30 "garage"
+fi
 
-# One-node layout, once.
-if ! g layout show 2>/dev/null | grep -q "dc1"; then
+# Every step below is checked and repeated on each run, so an interrupted
+# first run is completed by the next one.
+# One-node layout: assign the node a role if it has none, apply if staged.
+if g status 2>/dev/null | grep -q "NO ROLE ASSIGNED"; then
   NODE=$(g node id -q 2>/dev/null | cut -d@ -f1)
   [ -n "$NODE" ] || die "garage did not report its node id (log: $STACK_DIR/garage.log)"
   g layout assign -z dc1 -c 1G "$NODE" >/dev/null
-  g layout apply --version 1 >/dev/null
 fi
-# The key and bucket, once.
+# Garage names the version to apply when changes are staged.
+NEXT=$(g layout show 2>&1 | sed -n 's/.*garage layout apply --version *\([0-9][0-9]*\).*/\1/p' | head -1)
+if [ -n "$NEXT" ]; then
+  g layout apply --version "$NEXT" >/dev/null
+fi
+# The key and bucket.
 source "$CREDENTIALS"
 if ! g key info "$EXECPLANE_S3_ACCESS_KEY_ID" >/dev/null 2>&1; then
   g key import --yes -n execplane "$EXECPLANE_S3_ACCESS_KEY_ID" "$EXECPLANE_S3_SECRET_ACCESS_KEY" >/dev/null

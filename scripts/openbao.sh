@@ -26,8 +26,10 @@ fi
 umask 077
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$TOKEN_FILE"
 log "starting OpenBao dev server on 127.0.0.1:$PORT"
+# The token goes through the environment, not argv (/proc/*/cmdline is
+# readable by every local user).
+BAO_DEV_ROOT_TOKEN_ID="$(cat "$TOKEN_FILE")" VAULT_DEV_ROOT_TOKEN_ID="$(cat "$TOKEN_FILE")" \
 nohup "$BAO" server -dev \
-  -dev-root-token-id="$(cat "$TOKEN_FILE")" \
   -dev-listen-address="127.0.0.1:$PORT" \
   >"$STACK_DIR/openbao.log" 2>&1 &
 echo $! >"$STACK_DIR/openbao.pid"

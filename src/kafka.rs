@@ -187,21 +187,20 @@ pub fn cloudevent_headers(
 }
 
 /// A batch from `consumer`: waits up to `first` for one record, then takes
-/// what arrives within `window` of it, at most `max`.
+/// what arrives within `window` of it, at most `max`. `Ok` and empty means
+/// nothing arrived (the caller may count itself caught up); a consume error
+/// is an error, never an empty batch.
 pub async fn collect_batch(
     consumer: &StreamConsumer,
     first: Duration,
     window: Duration,
     max: usize,
-) -> Vec<rdkafka::message::OwnedMessage> {
+) -> Result<Vec<rdkafka::message::OwnedMessage>, KafkaError> {
     let mut batch = Vec::new();
     match tokio::time::timeout(first, consumer.recv()).await {
         Ok(Ok(message)) => batch.push(message.detach()),
-        Ok(Err(error)) => {
-            tracing::warn!(%error, "consume");
-            return batch;
-        }
-        Err(_) => return batch,
+        Ok(Err(error)) => return Err(error.into()),
+        Err(_) => return Ok(batch),
     }
     let deadline = tokio::time::Instant::now() + window;
     while batch.len() < max {
@@ -210,7 +209,7 @@ pub async fn collect_batch(
             _ => break,
         }
     }
-    batch
+    Ok(batch)
 }
 
 /// Commits the offset after the last record of every partition in `batch`.

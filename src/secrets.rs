@@ -156,9 +156,17 @@ impl Vault {
             renew_at: std::sync::Mutex::new(None),
         });
         if let Err(error) = vault.authenticate().await {
-            warn!(address = %vault.settings.address, %error, "secret store: not authenticated yet");
+            warn!(address = %vault.settings.address, %error, "secret store: not authenticated yet; retrying");
+            vault.retry_soon();
         }
         Ok(vault)
+    }
+
+    /// Tries again in a few seconds (a store that was down, a renewal that
+    /// failed): renewal never silently stops.
+    fn retry_soon(&self) {
+        *self.renew_at.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(Instant::now() + Duration::from_secs(3));
     }
 
     fn schedule(&self, ttl_seconds: u64) {
@@ -224,26 +232,41 @@ impl Vault {
     }
 
     async fn renew(&self) {
+        let approle = matches!(self.settings.auth, VaultAuth::AppRole { .. });
         let renewed = {
             let client = self.client.read().await;
             vaultrs::token::renew_self(&*client, None).await
         };
         match renewed {
+            // Near its max TTL a renewal grants less each time: an AppRole
+            // logs in again instead of riding the token to its end.
+            Ok(auth) if approle && auth.lease_duration < 5 => self.relogin().await,
             Ok(auth) => {
                 tracing::debug!(ttl_s = auth.lease_duration, "secret store token renewed");
-                self.schedule(auth.lease_duration);
-            }
-            Err(error) => {
-                if matches!(self.settings.auth, VaultAuth::AppRole { .. }) {
-                    if let Err(error) = self.authenticate().await {
-                        warn!(%error, "secret store: AppRole login failed; retrying");
-                        self.schedule(3);
-                    }
+                if auth.lease_duration == 0 {
+                    self.retry_soon();
                 } else {
-                    warn!(%error, "secret store: token renewal failed");
-                    self.schedule(0);
+                    self.schedule(auth.lease_duration);
                 }
             }
+            Err(error) if approle => {
+                tracing::debug!(%error, "secret store: renewal refused; logging in again");
+                self.relogin().await;
+            }
+            Err(error) => {
+                warn!(%error, "secret store: token renewal failed; retrying");
+                // A token past its end cannot be renewed; keep trying (the
+                // operator may fix the store), and attempts fail clearly
+                // with `infrastructure` meanwhile.
+                self.retry_soon();
+            }
+        }
+    }
+
+    async fn relogin(&self) {
+        if let Err(error) = self.authenticate().await {
+            warn!(%error, "secret store: AppRole login failed; retrying");
+            self.retry_soon();
         }
     }
 

@@ -115,11 +115,14 @@ async fn output_becomes_checksummed_artifacts_once_even_across_a_worker_crash(po
         "{detected:?}"
     );
     // A bundle changed in storage no longer verifies.
-    let stored = pipeline
-        .dir
-        .join("artifacts")
-        .join(attempt.to_string())
-        .join("stdout.log");
+    let key: String = sqlx::query_scalar(
+        "SELECT storage_key FROM artifacts WHERE attempt_id = $1 AND name = 'stdout.log'",
+    )
+    .bind(attempt)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let stored = pipeline.dir.join("artifacts").join(key);
     std::fs::write(&stored, "tampered\n").unwrap();
     let output = common::execplane_with(
         &pool,
@@ -236,6 +239,12 @@ async fn retention_deletes_logs_keeps_evidence_and_the_dry_run_lists_exactly_tha
             })
             .collect::<Vec<_>>()
     };
+    let keys: Vec<(String, String)> =
+        sqlx::query_as("SELECT name, storage_key FROM artifacts WHERE attempt_id = $1")
+            .bind(attempt)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
     let would = listed(&["artifacts", "gc", "--dry-run", "--json"]);
     let mut names: Vec<&str> = would.iter().map(|(_, name)| name.as_str()).collect();
     names.sort();
@@ -251,11 +260,12 @@ async fn retention_deletes_logs_keeps_evidence_and_the_dry_run_lists_exactly_tha
         "the dry run lists exactly what the real run deletes"
     );
     assert_eq!(names_of(&pool, attempt).await, ["result.json"]);
-    let folder = dir.join(attempt.to_string());
-    assert!(!folder.join("stdout.log").exists() && !folder.join("stderr.log").exists());
-    assert!(
-        folder.join("result.json").exists(),
-        "evidence outlives logs"
-    );
+    for (name, key) in &keys {
+        assert_eq!(
+            dir.join(key).exists(),
+            name == "result.json",
+            "{name}: evidence outlives logs, logs are deleted"
+        );
+    }
     assert!(listed(&["artifacts", "gc", "--dry-run", "--json"]).is_empty());
 }

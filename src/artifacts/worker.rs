@@ -67,6 +67,13 @@ pub async fn run<S: ArtifactStorage>(
             _ = shutdown.cancelled() => break,
             batch = collect(&consumer) => batch,
         };
+        let batch = match batch {
+            Ok(batch) => batch,
+            Err(error) => {
+                warn!(%error, "consume");
+                continue;
+            }
+        };
         if batch.is_empty() {
             if assigned > 0 {
                 caught_up.fetch_max(polled_at, Ordering::SeqCst);
@@ -93,7 +100,8 @@ pub async fn run<S: ArtifactStorage>(
                         seq: record.seq,
                         lease_epoch: record.lease_epoch,
                         producer: record.runner_instance,
-                        text: record.text,
+                        // Postgres text holds no NUL; tools may print one.
+                        text: record.text.replace('\0', "\u{FFFD}"),
                     })
                 }) {
                 Ok(chunk) => chunks.push(chunk),
@@ -127,7 +135,7 @@ pub async fn run<S: ArtifactStorage>(
     Ok(())
 }
 
-async fn collect(consumer: &StreamConsumer) -> Vec<OwnedMessage> {
+async fn collect(consumer: &StreamConsumer) -> Result<Vec<OwnedMessage>, KafkaError> {
     crate::kafka::collect_batch(
         consumer,
         Duration::from_millis(200),
@@ -225,14 +233,21 @@ fn build<S: ArtifactStorage>(bundle: &PendingBundle, detectors: &Detectors, stor
             built.detections.push((name.clone(), detector, count));
         }
         let bytes = text.into_bytes();
-        let key = format!("{}/{name}", bundle.attempt_id);
+        let sha256 = sha256_hex(&bytes);
+        // Content-addressed: two workers racing on one attempt cannot leave
+        // an object that differs from the recorded digest.
+        let key = format!("{}/{}/{name}", bundle.attempt_id, &sha256[..16]);
         built.records.push(ArtifactRecord {
-            artifact_id: Uuid::new_v5(&NAMESPACE, key.as_bytes()).to_string(),
+            artifact_id: Uuid::new_v5(
+                &NAMESPACE,
+                format!("{}/{name}", bundle.attempt_id).as_bytes(),
+            )
+            .to_string(),
             attempt_id: bundle.attempt_id.to_string(),
             name,
             media_type: media_type.to_owned(),
             size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
-            sha256: sha256_hex(&bytes),
+            sha256,
             producer,
             retention_class: class,
             uri: storage.uri(&key),
@@ -297,8 +312,10 @@ async fn bundle_loop<S: ArtifactStorage>(
                 }
             }
             if !stored {
+                // The next attempts may store fine (an object-level refusal);
+                // an outage fails them all quickly.
                 failed = true;
-                break;
+                continue;
             }
             match store
                 .record_bundle(
@@ -318,7 +335,6 @@ async fn bundle_loop<S: ArtifactStorage>(
                 Err(error) => {
                     warn!(%error, attempt_id = %bundle.attempt_id, "recording artifacts failed; will retry");
                     failed = true;
-                    break;
                 }
             }
         }

@@ -406,6 +406,25 @@ fn check_secret_refs(secret_refs: &[super::SecretRef], problems: &mut Vec<Proble
                 format!("secret `{}` is declared twice", secret.name),
             ));
         }
+        // The mount and path become URL segments of the secret store's API:
+        // no dot segments, no query or fragment, nothing encoded, so a
+        // reference reads a KV secret and nothing else.
+        for (name, value) in [("mount", &secret.mount), ("path", &secret.path)] {
+            let confined = value.trim_matches('/').split('/').all(|segment| {
+                !segment.is_empty()
+                    && segment != "."
+                    && segment != ".."
+                    && segment
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-_.@+=".contains(&b))
+            });
+            if !value.trim().is_empty() && !confined {
+                problems.push(Problem::new(
+                    format!("secret_refs[{index}].{name}"),
+                    "segments of letters, digits and - _ . @ + = only, separated by /, no `.` or `..`",
+                ));
+            }
+        }
     }
 }
 
@@ -800,6 +819,29 @@ mod tests {
         assert_eq!(paths(&spec), vec!["inputs.headers.authorization"]);
         spec["inputs"]["headers"]["authorization"] = json!({"$secret": "nope"});
         assert_eq!(paths(&spec), vec!["inputs.headers.authorization"]);
+    }
+
+    #[test]
+    fn secret_refs_read_kv_secrets_and_nothing_else() {
+        let mut spec = http_spec();
+        let declared = spec["secret_refs"][0].clone();
+        for (field, value) in [
+            ("path", "../../database/creds/admin"),
+            ("path", "app/%2e%2e/x"),
+            ("path", "app?list=true"),
+            ("mount", "secret/./x"),
+        ] {
+            spec["secret_refs"][0] = declared.clone();
+            spec["secret_refs"][0][field] = json!(value);
+            assert_eq!(
+                paths(&spec),
+                vec![format!("secret_refs[0].{field}")],
+                "{value}"
+            );
+        }
+        spec["secret_refs"][0] = declared;
+        spec["secret_refs"][0]["path"] = json!("team-a/app.v2/db");
+        assert!(validate_jobspec(&spec).is_ok());
     }
 
     #[test]

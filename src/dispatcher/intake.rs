@@ -86,6 +86,14 @@ pub(super) async fn run(
             _ = shutdown.cancelled() => break,
             batch = collect(&consumer, config.max_batch, config.batch_window) => batch,
         };
+        let batch = match batch {
+            Ok(batch) => batch,
+            Err(error) => {
+                // Not "nothing waiting": the timer gate must not move.
+                warn!(%error, "consume");
+                continue;
+            }
+        };
         if batch.is_empty() {
             // Nothing was waiting on any assigned partition.
             if assigned > 0 {
@@ -193,7 +201,7 @@ pub(super) async fn presence(
     while !shutdown.is_cancelled() {
         let batch = tokio::select! {
             _ = shutdown.cancelled() => break,
-            batch = collect(&consumer, 500, Duration::from_millis(5)) => batch,
+            batch = collect(&consumer, 500, Duration::from_millis(5)) => batch.unwrap_or_default(),
         };
         let records: Vec<PresenceRecord> = batch
             .iter()
@@ -223,7 +231,7 @@ async fn collect(
     consumer: &StreamConsumer,
     max_batch: usize,
     window: Duration,
-) -> Vec<OwnedMessage> {
+) -> Result<Vec<OwnedMessage>, crate::kafka::KafkaError> {
     crate::kafka::collect_batch(consumer, Duration::from_millis(100), window, max_batch).await
 }
 

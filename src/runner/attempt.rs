@@ -94,7 +94,14 @@ impl Reporter {
 
     /// Sends one chunk of output (already masked by the caller's stream
     /// masker) to `exec.log-chunks.v1`, keyed by attempt.
-    fn log(&self, attempt_id: Uuid, epoch: u64, stream: LogStream, seq: u64, text: String) {
+    fn log(
+        &self,
+        attempt_id: Uuid,
+        epoch: u64,
+        stream: LogStream,
+        seq: u64,
+        text: String,
+    ) -> Option<rdkafka::producer::DeliveryFuture> {
         let chunk_id =
             Uuid::new_v5(&attempt_id, format!("{epoch}:{stream:?}:{seq}").as_bytes()).to_string();
         let record = LogChunkRecord {
@@ -108,7 +115,7 @@ impl Reporter {
             sent_at: chrono::Utc::now().timestamp_millis(),
         };
         let Ok(payload) = self.codec.encode(Family::LogChunk, &record) else {
-            return;
+            return None;
         };
         let topic = self.kafka.topic(topics::LOG_CHUNKS);
         let key = attempt_id.to_string();
@@ -121,8 +128,12 @@ impl Reporter {
                 "execplane/runner",
                 self.traceparent.as_deref(),
             ));
-        if let Err((error, _)) = self.producer.send_result(record) {
-            warn!(%error, "log chunk not enqueued");
+        match self.producer.send_result(record) {
+            Ok(delivery) => Some(delivery),
+            Err((error, _)) => {
+                warn!(%error, "log chunk not enqueued");
+                None
+            }
         }
     }
 
@@ -339,7 +350,7 @@ pub(super) async fn run_attempt<E: Executor>(
     while let Ok((stream, text)) = log_rx.try_recv() {
         logs.push(&reporter, attempt_id, epoch, stream, &text);
     }
-    logs.finish(&reporter, attempt_id, epoch);
+    logs.finish(&reporter, attempt_id, epoch).await;
     info!(outcome = ?outcome.outcome, category = ?outcome.category, "finished");
     reporter
         .send_final(
@@ -355,11 +366,16 @@ pub(super) async fn run_attempt<E: Executor>(
         .await;
 }
 
+/// Largest chunk of output sent in one record.
+const MAX_CHUNK_BYTES: usize = 64 * 1024;
+
 /// The attempt's output streams: each masked as a stream (a secret split
-/// across two writes is still caught) and numbered.
+/// across two writes is still caught), cut into bounded chunks, numbered;
+/// deliveries are kept so the final report waits for them.
 struct OutputStreams {
     masker: Masker,
     streams: Vec<(LogStream, StreamMasker, u64)>,
+    deliveries: Vec<rdkafka::producer::DeliveryFuture>,
 }
 
 impl OutputStreams {
@@ -367,6 +383,32 @@ impl OutputStreams {
         Self {
             masker,
             streams: Vec::new(),
+            deliveries: Vec::new(),
+        }
+    }
+
+    fn send(
+        &mut self,
+        reporter: &Reporter,
+        attempt_id: Uuid,
+        epoch: u64,
+        index: usize,
+        text: String,
+    ) {
+        let mut rest = text.as_str();
+        while !rest.is_empty() {
+            let mut cut = rest.len().min(MAX_CHUNK_BYTES);
+            while !rest.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let (stream, _, seq) = &mut self.streams[index];
+            if let Some(delivery) =
+                reporter.log(attempt_id, epoch, *stream, *seq, rest[..cut].to_owned())
+            {
+                self.deliveries.push(delivery);
+            }
+            *seq += 1;
+            rest = &rest[cut..];
         }
     }
 
@@ -386,21 +428,26 @@ impl OutputStreams {
                 self.streams.len() - 1
             }
         };
-        let (_, masker, seq) = &mut self.streams[index];
-        let ready = masker.push(text);
-        if !ready.is_empty() {
-            reporter.log(attempt_id, epoch, stream, *seq, ready);
-            *seq += 1;
-        }
+        let ready = self.streams[index].1.push(text);
+        self.send(reporter, attempt_id, epoch, index, ready);
     }
 
-    fn finish(&mut self, reporter: &Reporter, attempt_id: Uuid, epoch: u64) {
-        for (stream, masker, seq) in &mut self.streams {
-            let rest = masker.finish();
-            if !rest.is_empty() {
-                reporter.log(attempt_id, epoch, *stream, *seq, rest);
-                *seq += 1;
-            }
+    /// Flushes what the maskers held back and waits (bounded) until the
+    /// broker has every chunk, so output is staged before the attempt ends.
+    async fn finish(&mut self, reporter: &Reporter, attempt_id: Uuid, epoch: u64) {
+        for index in 0..self.streams.len() {
+            let rest = self.streams[index].1.finish();
+            self.send(reporter, attempt_id, epoch, index, rest);
+        }
+        let deliveries = std::mem::take(&mut self.deliveries);
+        if tokio::time::timeout(
+            Duration::from_secs(10),
+            futures_util::future::join_all(deliveries),
+        )
+        .await
+        .is_err()
+        {
+            warn!("output chunks not acknowledged within 10 s; reporting the end anyway");
         }
     }
 }

@@ -5,6 +5,9 @@
 
 use base64::Engine;
 
+/// Lines of a multi-line value at least this long are masked on their own.
+pub const MIN_LINE_MASKED: usize = 8;
+
 /// What a masked form is replaced with.
 pub const MASK: &str = "[masked]";
 
@@ -60,12 +63,26 @@ pub fn forms_of(value: &str) -> Vec<String> {
 impl Masker {
     /// Masks `values` (empty values are ignored) in every form.
     pub fn new<'a>(values: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut forms: Vec<String> = values
-            .into_iter()
-            .filter(|value| !value.is_empty())
-            .flat_map(forms_of)
-            .filter(|form| !form.is_empty())
-            .collect();
+        let mut forms: Vec<String> = Vec::new();
+        for value in values.into_iter().filter(|value| !value.is_empty()) {
+            forms.extend(forms_of(value));
+            // A tool may print the value trimmed, or a multi-line value
+            // (a PEM key) line by line.
+            let trimmed = value.trim();
+            if trimmed != value && !trimmed.is_empty() {
+                forms.extend(forms_of(trimmed));
+            }
+            if trimmed.contains('\n') {
+                forms.extend(
+                    trimmed
+                        .lines()
+                        .map(str::trim)
+                        .filter(|line| line.len() >= MIN_LINE_MASKED)
+                        .map(str::to_owned),
+                );
+            }
+        }
+        forms.retain(|form| !form.is_empty());
         forms.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
         forms.dedup();
         Self { forms }
@@ -165,6 +182,13 @@ mod tests {
         assert!(forms_of(SECRET).contains(&"p%40ss%2Fw0rd%2B%22q%22%20%26%3Cx%3E".to_owned()));
         assert!(forms_of(SECRET).contains(&r#"p@ss/w0rd+\"q\" &<x>"#.to_owned()));
         assert_eq!(Masker::new([""]).mask("anything"), "anything");
+        let pem = "-----BEGIN KEY-----\nMIIBOgIBAAJBAKj34GkxFhD9\n-----END KEY-----\n";
+        let masker = Masker::new([pem]);
+        assert_eq!(
+            masker.mask("line: MIIBOgIBAAJBAKj34GkxFhD9"),
+            format!("line: {MASK}")
+        );
+        assert_eq!(masker.mask(pem.trim()), MASK);
     }
 
     #[test]
