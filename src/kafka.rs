@@ -234,6 +234,97 @@ pub fn commit_batch(consumer: &StreamConsumer, batch: &[rdkafka::message::OwnedM
     }
 }
 
+/// A consumer's positions (topic, partition, next offset) as of an instant:
+/// what it had finished with when it polled again.
+#[derive(Clone, Debug, Default)]
+pub struct Progress(std::sync::Arc<std::sync::Mutex<Option<(i64, Vec<(String, i32, i64)>)>>>);
+
+/// Records `consumer`'s positions as of `polled_at` (call it just before a
+/// poll, after the previous batch is done with).
+pub fn record_progress(consumer: &StreamConsumer, polled_at: i64, progress: &Progress) {
+    use rdkafka::Offset;
+    if let Ok(positions) = consumer.position() {
+        let snapshot = positions
+            .elements()
+            .iter()
+            .map(|element| {
+                let offset = match element.offset() {
+                    Offset::Offset(offset) => offset,
+                    _ => -1,
+                };
+                (element.topic().to_owned(), element.partition(), offset)
+            })
+            .collect();
+        *progress
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((polled_at, snapshot));
+    }
+}
+
+/// Every 200 ms: if every position recorded at instant `t` has reached the
+/// broker's high watermark (fetched after `t`), everything sent before `t`
+/// is done with, and `caught_up` moves to `t`; this holds under a steady
+/// stream too, where no poll ever comes back empty. About once a second it
+/// also reports the consumer lag (records not yet read) by topic.
+pub async fn watch_caught_up(
+    kafka: KafkaConfig,
+    progress: Progress,
+    caught_up: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    shutdown: tokio_util::sync::CancellationToken,
+) {
+    use std::sync::atomic::Ordering;
+    let Ok(client) = kafka.assigned_consumer() else {
+        return;
+    };
+    let client = std::sync::Arc::new(client);
+    let mut tick = 0u64;
+    while !shutdown.is_cancelled() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        tick += 1;
+        let snapshot = progress
+            .0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
+        let Some((at, positions)) = snapshot else {
+            continue;
+        };
+        let gate_open = at > caught_up.load(Ordering::SeqCst);
+        if positions.is_empty() || (!gate_open && tick % 5 != 0) {
+            continue;
+        }
+        let client = client.clone();
+        let (decided, lag) = tokio::task::spawn_blocking(move || {
+            let mut decided = true;
+            let mut lag: std::collections::BTreeMap<String, i64> = Default::default();
+            for (topic, partition, position) in &positions {
+                match client.fetch_watermarks(topic, *partition, Duration::from_secs(2)) {
+                    Ok((low, high)) => {
+                        decided &= *position >= high || (*position < 0 && high == low);
+                        let behind = if *position < 0 {
+                            high - low
+                        } else {
+                            high - position
+                        };
+                        *lag.entry(topic.clone()).or_default() += behind.max(0);
+                    }
+                    Err(_) => decided = false,
+                }
+            }
+            (decided, lag)
+        })
+        .await
+        .unwrap_or_default();
+        for (topic, records) in &lag {
+            crate::telemetry::metrics::consumer_lag(topic, *records);
+        }
+        if decided && gate_open {
+            caught_up.fetch_max(at, Ordering::SeqCst);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::work_partition;

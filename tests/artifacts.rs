@@ -185,6 +185,29 @@ async fn output_becomes_checksummed_artifacts_once_even_across_a_worker_crash(po
             "{id}: {records:?}"
         );
     }
+    // A chunk that arrives after its attempt was bundled is not lost: it
+    // becomes an artifact of its own.
+    let late = execplane::codec::LogChunkRecord {
+        chunk_id: Uuid::new_v4().to_string(),
+        attempt_id: attempt.to_string(),
+        lease_epoch: 1,
+        runner_instance: "late-runner".into(),
+        stream: execplane::codec::LogStream::Stdout,
+        seq: 100,
+        text: "a late line\n".into(),
+        sent_at: chrono::Utc::now().timestamp_millis(),
+    };
+    let payload = Codec::default().encode(Family::LogChunk, &late).unwrap();
+    pipeline
+        .produce(topics::LOG_CHUNKS, &attempt.to_string(), &payload)
+        .await;
+    pipeline
+        .wait("the late chunk's artifact", WAIT, || async {
+            names_of(&pool, attempt)
+                .await
+                .contains(&"stdout.late-100.log".to_owned())
+        })
+        .await;
     let staged: i64 = sqlx::query_scalar("SELECT count(*) FROM artifact_chunks")
         .fetch_one(&pool)
         .await

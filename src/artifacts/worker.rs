@@ -52,6 +52,13 @@ pub async fn run<S: ArtifactStorage>(
     // grace), so a worker that was down or lagging never bundles half the
     // output.
     let caught_up = Arc::new(AtomicI64::new(0));
+    let progress = crate::kafka::Progress::default();
+    let watcher = tokio::spawn(crate::kafka::watch_caught_up(
+        kafka.clone(),
+        progress.clone(),
+        caught_up.clone(),
+        shutdown.clone(),
+    ));
     let bundler = tokio::spawn(bundle_loop(
         store.clone(),
         config.clone(),
@@ -63,6 +70,9 @@ pub async fn run<S: ArtifactStorage>(
     while !shutdown.is_cancelled() {
         let polled_at = chrono::Utc::now().timestamp_millis();
         let assigned = consumer.assignment().map(|list| list.count()).unwrap_or(0);
+        if assigned > 0 {
+            crate::kafka::record_progress(&consumer, polled_at, &progress);
+        }
         let batch = tokio::select! {
             _ = shutdown.cancelled() => break,
             batch = collect(&consumer) => batch,
@@ -122,6 +132,7 @@ pub async fn run<S: ArtifactStorage>(
                     warn!(%error, failures, "staging chunks failed; retrying");
                     if shutdown.is_cancelled() {
                         bundler.abort();
+                        watcher.abort();
                         return Ok(());
                     }
                     tokio::time::sleep(Duration::from_millis(200 * u64::from(failures.min(25))))
@@ -132,6 +143,7 @@ pub async fn run<S: ArtifactStorage>(
         commit(&consumer, &batch);
     }
     let _ = bundler.await;
+    watcher.abort();
     Ok(())
 }
 
@@ -188,6 +200,8 @@ async fn dead_letter(
 
 /// One attempt's artifacts, built and scrubbed.
 struct Built {
+    /// (stream, seq) of every chunk in the bundle.
+    chunks: Vec<(String, i64)>,
     records: Vec<ArtifactRecord>,
     keys: Vec<String>,
     bodies: Vec<Vec<u8>>,
@@ -196,8 +210,19 @@ struct Built {
 
 fn build<S: ArtifactStorage>(bundle: &PendingBundle, detectors: &Detectors, storage: &S) -> Built {
     let mut parts: Vec<(String, &'static str, RetentionClass, String, String)> = Vec::new();
-    for (stream, producer, text) in &bundle.chunks {
-        let name = format!("{stream}.log");
+    for (stream, seq, producer, text) in &bundle.chunks {
+        let name = if bundle.late {
+            // Named after its stream's first late chunk, so each late
+            // bundle has a name of its own.
+            let first = bundle
+                .chunks
+                .iter()
+                .find(|(s, _, _, _)| s == stream)
+                .map_or(*seq, |(_, first, _, _)| *first);
+            format!("{stream}.late-{first}.log")
+        } else {
+            format!("{stream}.log")
+        };
         match parts.iter_mut().find(|part| part.0 == name) {
             Some(part) => part.4.push_str(text),
             None => parts.push((
@@ -219,6 +244,11 @@ fn build<S: ArtifactStorage>(bundle: &PendingBundle, detectors: &Detectors, stor
         ));
     }
     let mut built = Built {
+        chunks: bundle
+            .chunks
+            .iter()
+            .map(|(stream, seq, _, _)| (stream.clone(), *seq))
+            .collect(),
         records: Vec::new(),
         keys: Vec::new(),
         bodies: Vec::new(),
@@ -323,6 +353,7 @@ async fn bundle_loop<S: ArtifactStorage>(
                     &built.records,
                     &built.keys,
                     &built.detections,
+                    &built.chunks,
                 )
                 .await
             {

@@ -54,8 +54,8 @@ pub(super) async fn run(
     // Positions before each poll are decided positions (a batch is decided
     // before the next poll); a watcher compares them with the broker's high
     // watermarks off this loop, so intake never waits on it.
-    let progress: Progress = Arc::new(std::sync::Mutex::new(None));
-    let watcher = tokio::spawn(watch_lag(
+    let progress = crate::kafka::Progress::default();
+    let watcher = tokio::spawn(crate::kafka::watch_caught_up(
         kafka.clone(),
         progress.clone(),
         caught_up.clone(),
@@ -65,22 +65,7 @@ pub(super) async fn run(
         let polled_at = chrono::Utc::now().timestamp_millis();
         let assigned = consumer.assignment().map(|list| list.count()).unwrap_or(0);
         if assigned > 0 {
-            if let Ok(positions) = consumer.position() {
-                let snapshot = positions
-                    .elements()
-                    .iter()
-                    .map(|element| {
-                        let offset = match element.offset() {
-                            Offset::Offset(offset) => offset,
-                            _ => -1,
-                        };
-                        (element.topic().to_owned(), element.partition(), offset)
-                    })
-                    .collect();
-                *progress
-                    .lock()
-                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((polled_at, snapshot));
-            }
+            crate::kafka::record_progress(&consumer, polled_at, &progress);
         }
         let batch = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -109,69 +94,6 @@ pub(super) async fn run(
     }
     watcher.abort();
     Ok(())
-}
-
-/// Intake's positions (topic, partition, next offset) as of an instant.
-type Progress = Arc<std::sync::Mutex<Option<(i64, Vec<(String, i32, i64)>)>>>;
-
-/// Every 200 ms: if every position intake had decided up to instant `t`
-/// has reached the broker's high watermark (fetched after `t`), everything
-/// sent before `t` is decided, and `caught_up` moves to `t`. About once a
-/// second it also reports the consumer lag (records not yet read) by topic.
-async fn watch_lag(
-    kafka: KafkaConfig,
-    progress: Progress,
-    caught_up: Arc<AtomicI64>,
-    shutdown: CancellationToken,
-) {
-    let Ok(client) = kafka.assigned_consumer() else {
-        return;
-    };
-    let client = Arc::new(client);
-    let mut tick = 0u64;
-    while !shutdown.is_cancelled() {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        tick += 1;
-        let snapshot = progress
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .clone();
-        let Some((at, positions)) = snapshot else {
-            continue;
-        };
-        let gate_open = at > caught_up.load(Ordering::SeqCst);
-        if positions.is_empty() || (!gate_open && tick % 5 != 0) {
-            continue;
-        }
-        let client = client.clone();
-        let (decided, lag) = tokio::task::spawn_blocking(move || {
-            let mut decided = true;
-            let mut lag: std::collections::BTreeMap<String, i64> = Default::default();
-            for (topic, partition, position) in &positions {
-                match client.fetch_watermarks(topic, *partition, Duration::from_secs(2)) {
-                    Ok((low, high)) => {
-                        decided &= *position >= high || (*position < 0 && high == low);
-                        let behind = if *position < 0 {
-                            high - low
-                        } else {
-                            high - position
-                        };
-                        *lag.entry(topic.clone()).or_default() += behind.max(0);
-                    }
-                    Err(_) => decided = false,
-                }
-            }
-            (decided, lag)
-        })
-        .await
-        .unwrap_or_default();
-        for (topic, records) in &lag {
-            crate::telemetry::metrics::consumer_lag(topic, *records);
-        }
-        if decided && gate_open {
-            caught_up.fetch_max(at, Ordering::SeqCst);
-        }
-    }
 }
 
 /// Keeps `runner_instances` fresh from the presence topic. Every dispatcher

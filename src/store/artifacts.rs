@@ -44,8 +44,11 @@ pub struct StagedChunk {
 pub struct PendingBundle {
     pub attempt_id: Uuid,
     pub result_json: Option<String>,
-    /// (stream, producer, text) in seq order per stream.
-    pub chunks: Vec<(String, String, String)>,
+    /// (stream, seq, producer, text) in seq order per stream.
+    pub chunks: Vec<(String, i64, String, String)>,
+    /// Chunks that arrived after the attempt's bundle was stored: they
+    /// become artifacts of their own rather than being lost.
+    pub late: bool,
 }
 
 /// A stored artifact's ref.
@@ -94,11 +97,16 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<PendingBundle>, StoreError> {
         let rows = sqlx::query(
-            "SELECT a.attempt_id, a.result_json FROM attempts a
-             WHERE a.finished_at IS NOT NULL
-               AND a.finished_at < to_timestamp($1::double precision / 1000.0)
-               AND NOT EXISTS (SELECT 1 FROM artifact_bundles b WHERE b.attempt_id = a.attempt_id)
-             ORDER BY a.finished_at LIMIT $2",
+            "(SELECT a.attempt_id, a.result_json, false FROM attempts a
+              WHERE a.finished_at IS NOT NULL
+                AND a.finished_at < to_timestamp($1::double precision / 1000.0)
+                AND NOT EXISTS (SELECT 1 FROM artifact_bundles b WHERE b.attempt_id = a.attempt_id)
+              ORDER BY a.finished_at LIMIT $2)
+             UNION ALL
+             (SELECT DISTINCT c.attempt_id, NULL::text, true FROM artifact_chunks c
+              JOIN artifact_bundles b USING (attempt_id)
+              WHERE c.received_at < to_timestamp($1::double precision / 1000.0)
+              LIMIT $2)",
         )
         .bind(cutoff)
         .bind(limit)
@@ -110,6 +118,7 @@ impl Store {
                 attempt_id: row.get(0),
                 result_json: row.get(1),
                 chunks: Vec::new(),
+                late: row.get(2),
             })
             .collect();
         if pending.is_empty() {
@@ -117,7 +126,7 @@ impl Store {
         }
         let ids: Vec<Uuid> = pending.iter().map(|p| p.attempt_id).collect();
         let chunks = sqlx::query(
-            "SELECT attempt_id, stream, producer, text FROM artifact_chunks
+            "SELECT attempt_id, stream, seq, producer, text FROM artifact_chunks
              WHERE attempt_id = ANY($1) ORDER BY attempt_id, stream, seq",
         )
         .bind(&ids)
@@ -126,7 +135,9 @@ impl Store {
         for row in chunks {
             let attempt_id: Uuid = row.get(0);
             if let Some(bundle) = pending.iter_mut().find(|p| p.attempt_id == attempt_id) {
-                bundle.chunks.push((row.get(1), row.get(2), row.get(3)));
+                bundle
+                    .chunks
+                    .push((row.get(1), row.get(2), row.get(3), row.get(4)));
             }
         }
         Ok(pending)
@@ -151,6 +162,7 @@ impl Store {
         artifacts: &[ArtifactRecord],
         storage_keys: &[String],
         detections: &[(String, &'static str, usize)],
+        bundled: &[(String, i64)],
     ) -> Result<(), StoreError> {
         let mut tx = self.pool().begin().await?;
         for (record, key) in artifacts.iter().zip(storage_keys) {
@@ -214,10 +226,22 @@ impl Store {
             .bind(attempt_id)
             .execute(&mut *tx)
             .await?;
-        sqlx::query("DELETE FROM artifact_chunks WHERE attempt_id = $1")
-            .bind(attempt_id)
-            .execute(&mut *tx)
-            .await?;
+        // Only what this bundle holds: a chunk staged meanwhile waits for
+        // the next (late) bundle.
+        sqlx::query(
+            "DELETE FROM artifact_chunks c USING UNNEST($2::text[], $3::bigint[]) AS u(stream, seq)
+             WHERE c.attempt_id = $1 AND c.stream = u.stream AND c.seq = u.seq",
+        )
+        .bind(attempt_id)
+        .bind(
+            bundled
+                .iter()
+                .map(|(stream, _)| stream.clone())
+                .collect::<Vec<_>>(),
+        )
+        .bind(bundled.iter().map(|(_, seq)| *seq).collect::<Vec<_>>())
+        .execute(&mut *tx)
+        .await?;
         tx.commit().await?;
         Ok(())
     }
