@@ -237,7 +237,10 @@ pub fn commit_batch(consumer: &StreamConsumer, batch: &[rdkafka::message::OwnedM
 /// A consumer's positions (topic, partition, next offset) as of an instant:
 /// what it had finished with when it polled again.
 #[derive(Clone, Debug, Default)]
-pub struct Progress(std::sync::Arc<std::sync::Mutex<Option<(i64, Vec<(String, i32, i64)>)>>>);
+pub struct Progress(std::sync::Arc<std::sync::Mutex<Option<Positions>>>);
+
+/// (instant in ms, [(topic, partition, next offset)]).
+type Positions = (i64, Vec<(String, i32, i64)>);
 
 /// Records `consumer`'s positions as of `polled_at` (call it just before a
 /// poll, after the previous batch is done with).
