@@ -43,12 +43,23 @@ wait_port() {
 ensure_rust() {
   if command -v cargo >/dev/null 2>&1 || [ -x "$HOME/.cargo/bin/cargo" ]; then
     export PATH="$HOME/.cargo/bin:$PATH"
+    # The crate needs Rust >= 1.94.1 (aws-sdk-s3); update a rustup toolchain that is older.
+    local version
+    version=$(rustc --version 2>/dev/null | awk '{print $2}')
+    if [ -n "$version" ] && [ "$(printf '%s\n1.94.1\n' "$version" | sort -V | head -1)" != "1.94.1" ]; then
+      if command -v rustup >/dev/null 2>&1; then
+        log "rustc $version is older than 1.94.1: updating the stable toolchain"
+        rustup update stable >/dev/null && rustup default stable >/dev/null
+      else
+        die "rustc $version is older than 1.94.1 and rustup is absent; install Rust >= 1.94.1 (https://rustup.rs)"
+      fi
+    fi
     return 0
   fi
   log "cargo not found: installing Rust with rustup"
   apt_install curl ca-certificates
   curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal --component clippy,rustfmt \
-    || die "could not install Rust; install Rust >= 1.85 (https://rustup.rs) and rerun"
+    || die "could not install Rust; install Rust >= 1.94.1 (https://rustup.rs) and rerun"
   export PATH="$HOME/.cargo/bin:$PATH"
 }
 
