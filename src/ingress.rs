@@ -140,6 +140,16 @@ impl IngressConfig {
     }
 }
 
+/// Encodes a record for the broker.
+pub(crate) fn encode<T: serde::Serialize>(
+    family: crate::codec::Family,
+    record: &T,
+) -> Result<Vec<u8>, IngressError> {
+    crate::codec::Codec::default()
+        .encode(family, record)
+        .map_err(|error| IngressError::Unavailable(error.to_string()))
+}
+
 /// Constant-time comparison of a presented key with the configured one.
 pub fn key_matches(presented: &[u8], expected: &Secret) -> bool {
     use subtle::ConstantTimeEq;
@@ -297,6 +307,30 @@ impl Ingress {
                 .build()
                 .unwrap_or_default(),
         })
+    }
+
+    /// Produces one record to `topic` (before its prefix) and waits for the
+    /// broker's acknowledgement: a reply never promises what is not on the
+    /// broker.
+    pub(crate) async fn produce(
+        &self,
+        topic: &str,
+        key: &str,
+        payload: &[u8],
+        headers: rdkafka::message::OwnedHeaders,
+    ) -> Result<(), IngressError> {
+        let topic = self.kafka.topic(topic);
+        self.producer
+            .send(
+                rdkafka::producer::FutureRecord::to(&topic)
+                    .key(key)
+                    .payload(payload)
+                    .headers(headers),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(error, _)| IngressError::Unavailable(format!("broker: {error}")))?;
+        Ok(())
     }
 
     /// `/readyz`: Postgres and the broker both answer.

@@ -234,17 +234,79 @@ pub fn commit_batch(consumer: &StreamConsumer, batch: &[rdkafka::message::OwnedM
     }
 }
 
+/// A consumer group member whose progress gates other work (the
+/// dispatcher's timers, the artifact worker's bundles): `caught_up` is the
+/// instant before which everything sent to its partitions is done with.
+/// Polling through it records positions; a watcher compares them with the
+/// broker's high watermarks off the poll loop.
+pub struct CaughtUpGate {
+    progress: Progress,
+    caught_up: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl CaughtUpGate {
+    pub fn start(
+        kafka: &KafkaConfig,
+        caught_up: std::sync::Arc<std::sync::atomic::AtomicI64>,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> Self {
+        let progress = Progress::default();
+        let watcher = tokio::spawn(watch_caught_up(
+            kafka.clone(),
+            progress.clone(),
+            caught_up.clone(),
+            shutdown,
+        ));
+        Self {
+            progress,
+            caught_up,
+            watcher,
+        }
+    }
+
+    /// One batch (see [`collect_batch`]). The positions before the poll are
+    /// the ones the caller is done with (it handles a batch before polling
+    /// again); an empty batch on an assigned consumer moves the gate, a
+    /// consume error does not.
+    pub async fn poll(
+        &self,
+        consumer: &StreamConsumer,
+        first: Duration,
+        window: Duration,
+        max: usize,
+    ) -> Result<Vec<rdkafka::message::OwnedMessage>, KafkaError> {
+        let polled_at = chrono::Utc::now().timestamp_millis();
+        let assigned = consumer.assignment().map(|list| list.count()).unwrap_or(0);
+        if assigned > 0 {
+            record_progress(consumer, polled_at, &self.progress);
+        }
+        let batch = collect_batch(consumer, first, window, max).await?;
+        if batch.is_empty() && assigned > 0 {
+            self.caught_up
+                .fetch_max(polled_at, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(batch)
+    }
+}
+
+impl Drop for CaughtUpGate {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
+}
+
 /// A consumer's positions (topic, partition, next offset) as of an instant:
 /// what it had finished with when it polled again.
 #[derive(Clone, Debug, Default)]
-pub struct Progress(std::sync::Arc<std::sync::Mutex<Option<Positions>>>);
+struct Progress(std::sync::Arc<std::sync::Mutex<Option<Positions>>>);
 
 /// (instant in ms, [(topic, partition, next offset)]).
 type Positions = (i64, Vec<(String, i32, i64)>);
 
 /// Records `consumer`'s positions as of `polled_at` (call it just before a
 /// poll, after the previous batch is done with).
-pub fn record_progress(consumer: &StreamConsumer, polled_at: i64, progress: &Progress) {
+fn record_progress(consumer: &StreamConsumer, polled_at: i64, progress: &Progress) {
     use rdkafka::Offset;
     if let Ok(positions) = consumer.position() {
         let snapshot = positions
@@ -270,7 +332,7 @@ pub fn record_progress(consumer: &StreamConsumer, polled_at: i64, progress: &Pro
 /// is done with, and `caught_up` moves to `t`; this holds under a steady
 /// stream too, where no poll ever comes back empty. About once a second it
 /// also reports the consumer lag (records not yet read) by topic.
-pub async fn watch_caught_up(
+async fn watch_caught_up(
     kafka: KafkaConfig,
     progress: Progress,
     caught_up: std::sync::Arc<std::sync::atomic::AtomicI64>,
@@ -294,7 +356,7 @@ pub async fn watch_caught_up(
             continue;
         };
         let gate_open = at > caught_up.load(Ordering::SeqCst);
-        if positions.is_empty() || (!gate_open && tick % 5 != 0) {
+        if positions.is_empty() || (!gate_open && !tick.is_multiple_of(5)) {
             continue;
         }
         let client = client.clone();

@@ -52,13 +52,7 @@ pub async fn run<S: ArtifactStorage>(
     // grace), so a worker that was down or lagging never bundles half the
     // output.
     let caught_up = Arc::new(AtomicI64::new(0));
-    let progress = crate::kafka::Progress::default();
-    let watcher = tokio::spawn(crate::kafka::watch_caught_up(
-        kafka.clone(),
-        progress.clone(),
-        caught_up.clone(),
-        shutdown.clone(),
-    ));
+    let gate = crate::kafka::CaughtUpGate::start(&kafka, caught_up.clone(), shutdown.clone());
     let bundler = tokio::spawn(bundle_loop(
         store.clone(),
         config.clone(),
@@ -68,28 +62,18 @@ pub async fn run<S: ArtifactStorage>(
     ));
     let codec = Codec::default();
     while !shutdown.is_cancelled() {
-        let polled_at = chrono::Utc::now().timestamp_millis();
-        let assigned = consumer.assignment().map(|list| list.count()).unwrap_or(0);
-        if assigned > 0 {
-            crate::kafka::record_progress(&consumer, polled_at, &progress);
-        }
         let batch = tokio::select! {
             _ = shutdown.cancelled() => break,
-            batch = collect(&consumer) => batch,
+            batch = gate.poll(&consumer, Duration::from_millis(200), Duration::from_millis(20), 500) => batch,
         };
         let batch = match batch {
+            Ok(batch) if batch.is_empty() => continue,
             Ok(batch) => batch,
             Err(error) => {
                 warn!(%error, "consume");
                 continue;
             }
         };
-        if batch.is_empty() {
-            if assigned > 0 {
-                caught_up.fetch_max(polled_at, Ordering::SeqCst);
-            }
-            continue;
-        }
         let mut chunks = Vec::with_capacity(batch.len());
         for message in &batch {
             match message
@@ -132,7 +116,6 @@ pub async fn run<S: ArtifactStorage>(
                     warn!(%error, failures, "staging chunks failed; retrying");
                     if shutdown.is_cancelled() {
                         bundler.abort();
-                        watcher.abort();
                         return Ok(());
                     }
                     tokio::time::sleep(Duration::from_millis(200 * u64::from(failures.min(25))))
@@ -143,18 +126,7 @@ pub async fn run<S: ArtifactStorage>(
         commit(&consumer, &batch);
     }
     let _ = bundler.await;
-    watcher.abort();
     Ok(())
-}
-
-async fn collect(consumer: &StreamConsumer) -> Result<Vec<OwnedMessage>, KafkaError> {
-    crate::kafka::collect_batch(
-        consumer,
-        Duration::from_millis(200),
-        Duration::from_millis(20),
-        500,
-    )
-    .await
 }
 
 fn commit(consumer: &StreamConsumer, batch: &[OwnedMessage]) {

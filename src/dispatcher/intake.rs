@@ -3,7 +3,7 @@
 //! records go to the DLQ (with the reason in headers) before their offsets
 //! are committed, so nothing is lost and no partition stalls.
 
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -52,47 +52,27 @@ pub(super) async fn run(
     let codec = Codec::default();
     info!(topics = ?names, group = %config.group, "intake subscribed");
     // Positions before each poll are decided positions (a batch is decided
-    // before the next poll); a watcher compares them with the broker's high
-    // watermarks off this loop, so intake never waits on it.
-    let progress = crate::kafka::Progress::default();
-    let watcher = tokio::spawn(crate::kafka::watch_caught_up(
-        kafka.clone(),
-        progress.clone(),
-        caught_up.clone(),
-        shutdown.clone(),
-    ));
+    // before the next poll): the gate the timer sweeper waits on.
+    let gate = crate::kafka::CaughtUpGate::start(&kafka, caught_up, shutdown.clone());
     while !shutdown.is_cancelled() {
-        let polled_at = chrono::Utc::now().timestamp_millis();
-        let assigned = consumer.assignment().map(|list| list.count()).unwrap_or(0);
-        if assigned > 0 {
-            crate::kafka::record_progress(&consumer, polled_at, &progress);
-        }
         let batch = tokio::select! {
             _ = shutdown.cancelled() => break,
-            batch = collect(&consumer, config.max_batch, config.batch_window) => batch,
+            batch = gate.poll(&consumer, Duration::from_millis(100), config.batch_window, config.max_batch) => batch,
         };
         let batch = match batch {
+            Ok(batch) if batch.is_empty() => continue,
             Ok(batch) => batch,
             Err(error) => {
-                // Not "nothing waiting": the timer gate must not move.
                 warn!(%error, "consume");
                 continue;
             }
         };
-        if batch.is_empty() {
-            // Nothing was waiting on any assigned partition.
-            if assigned > 0 {
-                caught_up.fetch_max(polled_at, Ordering::SeqCst);
-            }
-            continue;
-        }
         handle(
             &store, &kafka, &producer, &consumer, &codec, &config, &batch,
         )
         .await?;
         placed.notify_one();
     }
-    watcher.abort();
     Ok(())
 }
 

@@ -3,15 +3,12 @@
 //! produced to `exec.commands.v1`, exactly as a control plane on Kafka
 //! would; nothing here writes the store.
 
-use std::time::Duration;
-
-use rdkafka::producer::FutureRecord;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
 
 use super::{Ingress, IngressError};
-use crate::codec::{CancelAttemptRecord, Codec, CommandKind, CommandRecord, Family, JobSpecRecord};
+use crate::codec::{CancelAttemptRecord, CommandKind, CommandRecord, Family, JobSpecRecord};
 use crate::contract::{topics, validate_jobspec_bytes, AttemptEvent, Problem};
 use crate::kafka::cloudevent_headers;
 
@@ -58,26 +55,14 @@ impl Ingress {
         ce_type: &str,
         traceparent: Option<&str>,
     ) -> Result<(), IngressError> {
-        let payload = Codec::default()
-            .encode(Family::Command, command)
-            .map_err(|error| IngressError::Unavailable(error.to_string()))?;
-        let topic = self.kafka.topic(topics::COMMANDS);
-        self.producer
-            .send(
-                FutureRecord::to(&topic)
-                    .key(key)
-                    .payload(&payload)
-                    .headers(cloudevent_headers(
-                        &command.command_id,
-                        ce_type,
-                        "execplane/ingress",
-                        traceparent,
-                    )),
-                Duration::from_secs(10),
-            )
-            .await
-            .map_err(|(error, _)| IngressError::Unavailable(format!("broker: {error}")))?;
-        Ok(())
+        let payload = super::encode(Family::Command, command)?;
+        let headers = cloudevent_headers(
+            &command.command_id,
+            ce_type,
+            "execplane/ingress",
+            traceparent,
+        );
+        self.produce(topics::COMMANDS, key, &payload, headers).await
     }
 
     /// Validates and produces an ExecuteJob command. A traceparent in the

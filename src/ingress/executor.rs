@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::producer::FutureRecord;
 use std::sync::Mutex;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, info_span, warn, Instrument};
@@ -18,9 +17,7 @@ use super::protocol::{
     ReportRequest, WorkItem, MAX_POLL_WAIT_MS,
 };
 use super::{Caller, Ingress, IngressError, Refusal};
-use crate::codec::{
-    Codec, Family, LogChunkRecord, PresenceRecord, PresenceStatus, RunnerEventRecord,
-};
+use crate::codec::{Family, LogChunkRecord, PresenceRecord, PresenceStatus, RunnerEventRecord};
 use crate::contract::{topics, Label, Problem, RunnerType};
 use crate::kafka::{cloudevent_headers, partition_count, work_partition};
 use crate::store::{AttemptLease, ExecutorGrant};
@@ -250,27 +247,16 @@ impl Ingress {
             started_at: session.started_at,
             sent_at: chrono::Utc::now().timestamp_millis(),
         };
-        let payload = Codec::default()
-            .encode(Family::Presence, &record)
-            .map_err(|error| IngressError::Unavailable(error.to_string()))?;
-        let topic = self.kafka.topic(topics::RUNNER_PRESENCE);
+        let payload = super::encode(Family::Presence, &record)?;
         let id = Uuid::new_v4().to_string();
-        self.producer
-            .send(
-                FutureRecord::to(&topic)
-                    .key(instance_id)
-                    .payload(&payload)
-                    .headers(cloudevent_headers(
-                        &id,
-                        "io.execplane.runner.presence",
-                        "execplane/ingress",
-                        None,
-                    )),
-                Duration::from_secs(5),
-            )
+        let headers = cloudevent_headers(
+            &id,
+            "io.execplane.runner.presence",
+            "execplane/ingress",
+            None,
+        );
+        self.produce(topics::RUNNER_PRESENCE, instance_id, &payload, headers)
             .await
-            .map_err(|(error, _)| IngressError::Unavailable(format!("broker: {error}")))?;
-        Ok(())
     }
 
     /// The partition count of a runner type's work topic (cached).
@@ -460,27 +446,21 @@ impl Ingress {
                 chrono::Utc::now().timestamp_millis(),
                 &report,
             );
-            let payload = Codec::default()
-                .encode(Family::RunnerEvent, &record)
-                .map_err(|error| IngressError::Unavailable(error.to_string()))?;
-            let topic = self.kafka.topic(topics::RUNNER_EVENTS);
-            let key = attempt_id.to_string();
+            let payload = super::encode(Family::RunnerEvent, &record)?;
             let ce_type = format!("io.execplane.runner.{}", report.body.kind());
-            self.producer
-                .send(
-                    FutureRecord::to(&topic)
-                        .key(&key)
-                        .payload(&payload)
-                        .headers(cloudevent_headers(
-                            &event_id.to_string(),
-                            &ce_type,
-                            "execplane/ingress",
-                            traceparent,
-                        )),
-                    Duration::from_secs(10),
-                )
-                .await
-                .map_err(|(error, _)| IngressError::Unavailable(format!("broker: {error}")))?;
+            let headers = cloudevent_headers(
+                &event_id.to_string(),
+                &ce_type,
+                "execplane/ingress",
+                traceparent,
+            );
+            self.produce(
+                topics::RUNNER_EVENTS,
+                &attempt_id.to_string(),
+                &payload,
+                headers,
+            )
+            .await?;
             let now = chrono::Utc::now();
             let lease = attempt.lease.as_ref();
             let lease_valid = !attempt.status.is_terminal()
@@ -528,27 +508,20 @@ impl Ingress {
             text: request.text,
             sent_at: chrono::Utc::now().timestamp_millis(),
         };
-        let payload = Codec::default()
-            .encode(Family::LogChunk, &record)
-            .map_err(|error| IngressError::Unavailable(error.to_string()))?;
-        let topic = self.kafka.topic(topics::LOG_CHUNKS);
-        let key = request.attempt_id.to_string();
-        self.producer
-            .send(
-                FutureRecord::to(&topic)
-                    .key(&key)
-                    .payload(&payload)
-                    .headers(cloudevent_headers(
-                        &record.chunk_id,
-                        "io.execplane.runner.log_chunk",
-                        "execplane/ingress",
-                        None,
-                    )),
-                Duration::from_secs(10),
-            )
-            .await
-            .map_err(|(error, _)| IngressError::Unavailable(format!("broker: {error}")))?;
-        Ok(())
+        let payload = super::encode(Family::LogChunk, &record)?;
+        let headers = cloudevent_headers(
+            &record.chunk_id,
+            "io.execplane.runner.log_chunk",
+            "execplane/ingress",
+            None,
+        );
+        self.produce(
+            topics::LOG_CHUNKS,
+            &request.attempt_id.to_string(),
+            &payload,
+            headers,
+        )
+        .await
     }
 }
 
