@@ -390,6 +390,64 @@ async fn watch_caught_up(
     }
 }
 
+/// Copies a record to the DLQ with the reason and its origin in headers;
+/// retries until the broker takes it (its offset is committed only after).
+pub async fn dead_letter(
+    kafka: &KafkaConfig,
+    producer: &FutureProducer,
+    message: &rdkafka::message::OwnedMessage,
+    reason: &str,
+) {
+    crate::telemetry::metrics::dead_lettered();
+    tracing::warn!(topic = message.topic(), partition = message.partition(), offset = message.offset(), %reason, "dead-lettering record");
+    let mut headers = rdkafka::message::OwnedHeaders::new();
+    use rdkafka::message::Headers;
+    use rdkafka::Message;
+    if let Some(original) = message.headers() {
+        for header in original.iter() {
+            headers = headers.insert(rdkafka::message::Header {
+                key: header.key,
+                value: header.value,
+            });
+        }
+    }
+    let offset = message.offset().to_string();
+    let partition = message.partition().to_string();
+    headers = headers
+        .insert(rdkafka::message::Header {
+            key: "execplane_dlq_reason",
+            value: Some(reason),
+        })
+        .insert(rdkafka::message::Header {
+            key: "execplane_dlq_topic",
+            value: Some(message.topic()),
+        })
+        .insert(rdkafka::message::Header {
+            key: "execplane_dlq_partition",
+            value: Some(partition.as_str()),
+        })
+        .insert(rdkafka::message::Header {
+            key: "execplane_dlq_offset",
+            value: Some(offset.as_str()),
+        });
+    let topic = kafka.topic(crate::contract::topics::DLQ);
+    let key = message.key().unwrap_or_default();
+    let payload = message.payload().unwrap_or_default();
+    for attempt in 0u32.. {
+        let record = rdkafka::producer::FutureRecord::to(&topic)
+            .key(key)
+            .payload(payload)
+            .headers(headers.clone());
+        match producer.send(record, Duration::from_secs(10)).await {
+            Ok(_) => return,
+            Err((error, _)) => {
+                tracing::warn!(%error, attempt, "DLQ publish failed; retrying");
+                tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt.min(25)))).await;
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::work_partition;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::OwnedMessage;
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureProducer;
 use rdkafka::Message;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -99,7 +99,7 @@ pub async fn run<S: ArtifactStorage>(
                     })
                 }) {
                 Ok(chunk) => chunks.push(chunk),
-                Err(reason) => dead_letter(&kafka, &producer, message, &reason).await,
+                Err(reason) => crate::kafka::dead_letter(&kafka, &producer, message, &reason).await,
             }
         }
         // Staged before the offsets move: a crash re-reads, and the
@@ -131,43 +131,6 @@ pub async fn run<S: ArtifactStorage>(
 
 fn commit(consumer: &StreamConsumer, batch: &[OwnedMessage]) {
     crate::kafka::commit_batch(consumer, batch);
-}
-
-async fn dead_letter(
-    kafka: &KafkaConfig,
-    producer: &FutureProducer,
-    message: &OwnedMessage,
-    reason: &str,
-) {
-    crate::telemetry::metrics::dead_lettered();
-    warn!(
-        reason,
-        offset = message.offset(),
-        "poison log chunk to the DLQ"
-    );
-    let topic = kafka.topic(topics::DLQ);
-    let origin = format!(
-        "{}:{}:{}",
-        message.topic(),
-        message.partition(),
-        message.offset()
-    );
-    let headers = rdkafka::message::OwnedHeaders::new()
-        .insert(rdkafka::message::Header {
-            key: "execplane_dlq_reason",
-            value: Some(reason),
-        })
-        .insert(rdkafka::message::Header {
-            key: "execplane_dlq_origin",
-            value: Some(origin.as_str()),
-        });
-    let record = FutureRecord::to(&topic)
-        .payload(message.payload().unwrap_or_default())
-        .key(message.key().unwrap_or_default())
-        .headers(headers);
-    if let Err((error, _)) = producer.send(record, Duration::from_secs(10)).await {
-        warn!(%error, "DLQ record not delivered");
-    }
 }
 
 /// One attempt's artifacts, built and scrubbed.

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{Consumer, StreamConsumer};
-use rdkafka::message::{Header, Headers, OwnedHeaders, OwnedMessage};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::message::OwnedMessage;
+use rdkafka::producer::FutureProducer;
 use rdkafka::{Message, Offset, TopicPartitionList};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -155,7 +155,9 @@ async fn handle(
                 inputs.push(envelope);
                 origins.push(message);
             }
-            Decoded::Poison(reason) => dead_letter(kafka, producer, message, &reason).await,
+            Decoded::Poison(reason) => {
+                crate::kafka::dead_letter(kafka, producer, message, &reason).await
+            }
         }
     }
     // Decide the batch; a failure is retried (nothing was committed) until
@@ -195,7 +197,8 @@ async fn handle(
                 Rejection::JobIdTaken { .. }
                 | Rejection::CommandIdReused { .. }
                 | Rejection::UnknownAttempt(_) => {
-                    dead_letter(kafka, producer, message, &rejection.to_string()).await;
+                    crate::kafka::dead_letter(kafka, producer, message, &rejection.to_string())
+                        .await;
                 }
                 _ => debug!(input = %envelope.input_id, %rejection, "input refused"),
             }
@@ -321,62 +324,6 @@ fn decode_command(config: &DispatcherConfig, record: CommandRecord) -> Decoded {
                     grace,
                 },
             })
-        }
-    }
-}
-
-/// Copies a record to the DLQ with the reason and its origin in headers;
-/// retries until the broker takes it (its offset is committed only after).
-async fn dead_letter(
-    kafka: &KafkaConfig,
-    producer: &FutureProducer,
-    message: &OwnedMessage,
-    reason: &str,
-) {
-    crate::telemetry::metrics::dead_lettered();
-    warn!(topic = message.topic(), partition = message.partition(), offset = message.offset(), %reason, "dead-lettering record");
-    let mut headers = OwnedHeaders::new();
-    if let Some(original) = message.headers() {
-        for header in original.iter() {
-            headers = headers.insert(Header {
-                key: header.key,
-                value: header.value,
-            });
-        }
-    }
-    let offset = message.offset().to_string();
-    let partition = message.partition().to_string();
-    headers = headers
-        .insert(Header {
-            key: "execplane_dlq_reason",
-            value: Some(reason),
-        })
-        .insert(Header {
-            key: "execplane_dlq_topic",
-            value: Some(message.topic()),
-        })
-        .insert(Header {
-            key: "execplane_dlq_partition",
-            value: Some(partition.as_str()),
-        })
-        .insert(Header {
-            key: "execplane_dlq_offset",
-            value: Some(offset.as_str()),
-        });
-    let topic = kafka.topic(topics::DLQ);
-    let key = message.key().unwrap_or_default();
-    let payload = message.payload().unwrap_or_default();
-    for attempt in 0u32.. {
-        let record = FutureRecord::to(&topic)
-            .key(key)
-            .payload(payload)
-            .headers(headers.clone());
-        match producer.send(record, Duration::from_secs(10)).await {
-            Ok(_) => return,
-            Err((error, _)) => {
-                warn!(%error, attempt, "DLQ publish failed; retrying");
-                tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt.min(25)))).await;
-            }
         }
     }
 }
