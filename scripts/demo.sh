@@ -46,6 +46,20 @@ JOB_ID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["job_id
 log "the same job through the execute API ($INGRESS/v1/jobs/$JOB_ID):"
 curl -fsS -H "Authorization: Bearer $EXECPLANE_API_KEY" "$INGRESS/v1/jobs/$JOB_ID" |
   python3 -c 'import json,sys; d=json.load(sys.stdin); a=d["attempts"][-1]; print("job %s: attempt %s is %s" % (d["job"]["job_id"], a["attempt_id"], a["status"]))'
+# Every example, each to the end the README's table gives it (all succeed).
+for example in examples/*.json; do
+  name=$(basename "$example" .json)
+  copy="$STACK_DIR/example-$name.json"
+  python3 - "$example" "$copy" <<'PY'
+import json, sys, time, uuid
+spec = json.load(open(sys.argv[1]))
+spec["command_id"] = str(uuid.uuid4())
+spec["job_id"] = "%s-%d" % (spec["job_id"], time.time() * 1000)
+json.dump(spec, open(sys.argv[2], "w"))
+PY
+  log "example $name"
+  "$BIN" submit "$copy" --timeout 60s || die "example $name did not succeed (the README says it does)"
+done
 log "the hash chain and the projection check out:"
 "$BIN" audit verify
 "$BIN" projection rebuild --verify

@@ -23,6 +23,10 @@ export EXECPLANE_KAFKA_BROKERS="${EXECPLANE_KAFKA_BROKERS:-127.0.0.1:9092}"
 export EXECPLANE_TEST_VAULT_ADDR="${EXECPLANE_TEST_VAULT_ADDR:-http://127.0.0.1:8200}"
 export EXECPLANE_TEST_VAULT_TOKEN_FILE="${EXECPLANE_TEST_VAULT_TOKEN_FILE:-$STACK_DIR/openbao-root-token}"
 
+log "checking formatting and lints"
+cargo fmt --all --check || die "cargo fmt --check: formatting differs (run cargo fmt)"
+cargo clippy --locked --all-targets -- -D warnings || die "cargo clippy: warnings (they fail the build)"
+
 log "building"
 cargo build --locked --all-targets
 log "running the test suite"

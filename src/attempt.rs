@@ -7,12 +7,14 @@
 //! redelivered command can never mint a second attempt.
 
 mod decide;
+mod fencing;
 mod ids;
 pub mod placement;
 #[cfg(test)]
 mod proptests;
 
 pub use decide::{decide, Rejection};
+pub use fencing::{lease_refusal, LeaseFacts};
 pub use ids::{attempt_id_for, event_id_for, lease_id_for};
 
 use serde::{Deserialize, Serialize};

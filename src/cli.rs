@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Args, Parser, Subcommand};
+use clap::{Parser, Subcommand};
 use uuid::Uuid;
 
 use crate::config::Config;
@@ -208,28 +208,10 @@ pub enum ProjectionCommand {
 pub enum BenchCommand {
     /// Batched appends through the store: create, lease, start and finish
     /// N attempts, in an isolated schema that is dropped afterwards.
-    Store(StoreBenchArgs),
+    Store(crate::bench::store::StoreBenchArgs),
     /// N jobs at a target rate through the real pipeline (all roles in this
     /// process, a loopback TCP probe), then the bare pipeline for comparison.
     Pipeline(crate::bench::pipeline::PipelineBenchArgs),
-}
-
-#[derive(Debug, Args)]
-pub struct StoreBenchArgs {
-    /// Attempts to drive through their whole life.
-    #[arg(long, default_value_t = 10_000)]
-    pub attempts: usize,
-    /// Inputs per transaction.
-    #[arg(long, default_value_t = 500)]
-    pub batch: usize,
-    /// Concurrent writers, each with its own connection.
-    #[arg(long, default_value_t = 2)]
-    pub writers: usize,
-    #[arg(long)]
-    pub json: bool,
-    /// Keep the bench schema afterwards.
-    #[arg(long)]
-    pub keep: bool,
 }
 
 /// Runs the command; the exit code is the command's verdict.
@@ -512,31 +494,11 @@ async fn executors(store: &Store, command: ExecutorsCommand) -> anyhow::Result<E
 async fn connect(config: &Config) -> anyhow::Result<Store> {
     Store::connect(&config.database_url, config.database_max_connections, None)
         .await
-        .with_context(|| format!("connecting to Postgres at {}", redact(&config.database_url)))
-}
-
-/// A database URL without its password, for messages.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let credentials = &url[scheme + 3..at];
-            match credentials.split_once(':') {
-                Some((user, _)) => format!("{}{user}:***{}", &url[..scheme + 3], &url[at..]),
-                None => url.to_owned(),
-            }
-        }
-        _ => url.to_owned(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn redacts_passwords() {
-        assert_eq!(
-            super::redact("postgres://u:secret@h/db"),
-            "postgres://u:***@h/db"
-        );
-        assert_eq!(super::redact("postgres://u@h/db"), "postgres://u@h/db");
-    }
+        .with_context(|| {
+            format!(
+                "connecting to Postgres at {}",
+                crate::telemetry::redact(&config.database_url)
+            )
+        })
+        .map(|store| store.with_codec(config.kafka().codec))
 }

@@ -9,12 +9,18 @@
 //!
 //! Readers accept both and refuse anything else with a clear error.
 
+mod canonical;
+mod cloudevents;
 mod framing;
 mod records;
 
-pub use framing::{can_read, fingerprint, Codec, CodecError, Family, Framing};
+pub use canonical::{crc64_avro, parsing_canonical_form};
+pub use cloudevents::CloudEvent;
+pub use framing::{
+    can_read, fingerprint, legacy_fingerprint, Codec, CodecError, Family, Framing, RegistryIds,
+};
 pub use records::{
     ArtifactRecord, AttemptEventRecord, CancelAttemptRecord, CommandKind, CommandRecord, EventType,
-    JobSpecRecord, LogChunkRecord, LogStream, PresenceRecord, PresenceStatus, ReportType,
+    JobSpecRecord, LogChunkRecord, LogStream, Presence, PresenceRecord, PresenceStatus, ReportType,
     ResultRecord, RetentionClass, RunnerEventRecord, TerminalStatus, WorkRecord, WorkType,
 };

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::contract::DurationMs;
+pub use crate::secrets::Secret;
 
 /// The defaults, documented in the README's configuration table.
 pub mod defaults {
@@ -41,6 +42,14 @@ pub struct Config {
     pub topic_prefix: String,
     /// `EXECPLANE_KAFKA_FETCH_WAIT_MS`: consumers' `fetch.wait.max.ms`.
     pub kafka_fetch_wait_ms: u32,
+    /// `EXECPLANE_AVRO_FRAMING`: `single-object` (no registry) or `confluent`.
+    pub avro_framing: String,
+    /// `EXECPLANE_CONFLUENT_SCHEMA_IDS`: the registry id of each family's
+    /// current schema, `commands=1,attempt-events=2,...` (written and read).
+    pub confluent_schema_ids: String,
+    /// `EXECPLANE_CONFLUENT_PREVIOUS_SCHEMA_IDS`: ids under which the previous
+    /// release's schemas were registered (read, resolved to the current).
+    pub confluent_previous_schema_ids: String,
     /// `EXECPLANE_DISPATCHER_GROUP`: the dispatchers' consumer group.
     pub dispatcher_group: String,
     /// `EXECPLANE_DISPATCHER_MAX_BATCH`: records decided per transaction.
@@ -67,6 +76,15 @@ pub struct Config {
     pub callback_max_attempts: i32,
     /// `EXECPLANE_VERIFY_PROBES`: allowlisted `verify.custom.probe` ids (comma-separated).
     pub verify_probes: String,
+    /// `EXECPLANE_VERIFY_MAX_TIMEOUT`: the longest per-sample timeout a probe may ask for.
+    pub verify_max_timeout: DurationMs,
+    /// `EXECPLANE_VERIFY_MAX_BODY_BYTES`: the most response body bytes an HTTP probe reads.
+    pub verify_max_body_bytes: usize,
+    /// `EXECPLANE_POLICY_FILE`: the operator's policy (TOML); empty: the defaults.
+    pub policy_file: String,
+    /// The policy file, loaded and checked (not a setting of its own).
+    #[serde(skip)]
+    pub policy: std::sync::Arc<crate::policy::OperatorPolicy>,
     /// `EXECPLANE_METRICS_ADDR`: where long-running roles serve Prometheus
     /// `/metrics`; empty turns the listener off.
     pub metrics_addr: String,
@@ -92,6 +110,12 @@ pub struct Config {
     pub ingress_max_frame: usize,
     /// `EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PEER`: open connections per client address.
     pub ingress_max_connections_per_peer: usize,
+    /// `EXECPLANE_INGRESS_MAX_CONNECTIONS`: open HTTP + TCP connections in all.
+    pub ingress_max_connections: usize,
+    /// `EXECPLANE_INGRESS_HEADER_TIMEOUT`: an HTTP request's headers must arrive within this.
+    pub ingress_header_timeout: DurationMs,
+    /// `EXECPLANE_INGRESS_PARTIAL_FRAME_BUDGET`: bytes all TCP connections may hold in unfinished frames.
+    pub ingress_partial_frame_budget: usize,
     /// `EXECPLANE_INGRESS_READ_TIMEOUT`: a TCP frame (and a connection's first frame)
     /// must be complete within this.
     pub ingress_read_timeout: DurationMs,
@@ -140,36 +164,6 @@ pub struct Config {
     pub s3_secret_access_key: Secret,
 }
 
-/// A credential read from the configuration: never printed, compared in
-/// constant time by its users.
-#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
-#[serde(transparent)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        formatter.write_str(if self.0.is_empty() {
-            "Secret(unset)"
-        } else {
-            "Secret(redacted)"
-        })
-    }
-}
-
 impl Default for Config {
     fn default() -> Self {
         Self {
@@ -180,6 +174,9 @@ impl Default for Config {
             kafka_brokers: defaults::KAFKA_BROKERS.to_owned(),
             topic_prefix: String::new(),
             kafka_fetch_wait_ms: 5,
+            avro_framing: "single-object".into(),
+            confluent_schema_ids: String::new(),
+            confluent_previous_schema_ids: String::new(),
             dispatcher_group: "execplane-dispatcher".into(),
             dispatcher_max_batch: 1_000,
             dispatcher_batch_window: DurationMs(2),
@@ -193,6 +190,10 @@ impl Default for Config {
             inbox_retention: DurationMs::from_secs(7 * 24 * 3600),
             callback_max_attempts: 8,
             verify_probes: crate::runners::verification::BUILTIN_PROBES.join(","),
+            verify_max_timeout: DurationMs::from_secs(60),
+            verify_max_body_bytes: 1024 * 1024,
+            policy_file: String::new(),
+            policy: std::sync::Arc::default(),
             metrics_addr: "127.0.0.1:9464".into(),
             ingress_bind: "127.0.0.1".into(),
             ingress_http_port: 3000,
@@ -205,6 +206,9 @@ impl Default for Config {
             ingress_max_body: 1024 * 1024,
             ingress_max_frame: 1024 * 1024,
             ingress_max_connections_per_peer: 64,
+            ingress_max_connections: 1024,
+            ingress_header_timeout: DurationMs::from_secs(10),
+            ingress_partial_frame_budget: 64 * 1024 * 1024,
             ingress_read_timeout: DurationMs::from_secs(10),
             ingress_idle_timeout: DurationMs::from_secs(60),
             ingress_session_ttl: DurationMs::from_secs(30),
@@ -311,6 +315,21 @@ impl Config {
         fn duration(name: &'static str, value: &str) -> Result<DurationMs, ConfigError> {
             DurationMs::parse(value).map_err(|message| ConfigError::Env { name, message })
         }
+        for (name, field) in [
+            ("EXECPLANE_AVRO_FRAMING", &mut config.avro_framing),
+            (
+                "EXECPLANE_CONFLUENT_SCHEMA_IDS",
+                &mut config.confluent_schema_ids,
+            ),
+            (
+                "EXECPLANE_CONFLUENT_PREVIOUS_SCHEMA_IDS",
+                &mut config.confluent_previous_schema_ids,
+            ),
+        ] {
+            if let Some(value) = env(name) {
+                *field = value;
+            }
+        }
         if let Some(value) = env("EXECPLANE_KAFKA_FETCH_WAIT_MS") {
             config.kafka_fetch_wait_ms = parse("EXECPLANE_KAFKA_FETCH_WAIT_MS", &value)?;
         }
@@ -352,6 +371,25 @@ impl Config {
         }
         if let Some(value) = env("EXECPLANE_VERIFY_PROBES") {
             config.verify_probes = value;
+        }
+        if let Some(value) = env("EXECPLANE_VERIFY_MAX_BODY_BYTES") {
+            config.verify_max_body_bytes = parse("EXECPLANE_VERIFY_MAX_BODY_BYTES", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_VERIFY_MAX_TIMEOUT") {
+            config.verify_max_timeout = duration("EXECPLANE_VERIFY_MAX_TIMEOUT", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_POLICY_FILE") {
+            config.policy_file = value;
+        }
+        if let Some(value) = env("EXECPLANE_INGRESS_MAX_CONNECTIONS") {
+            config.ingress_max_connections = parse("EXECPLANE_INGRESS_MAX_CONNECTIONS", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_INGRESS_HEADER_TIMEOUT") {
+            config.ingress_header_timeout = duration("EXECPLANE_INGRESS_HEADER_TIMEOUT", &value)?;
+        }
+        if let Some(value) = env("EXECPLANE_INGRESS_PARTIAL_FRAME_BUDGET") {
+            config.ingress_partial_frame_budget =
+                parse("EXECPLANE_INGRESS_PARTIAL_FRAME_BUDGET", &value)?;
         }
         if let Some(value) = env("EXECPLANE_METRICS_ADDR") {
             config.metrics_addr = value;
@@ -520,6 +558,21 @@ impl Config {
                 message: "must be at least 1".into(),
             });
         }
+        config.codec()?;
+        if !config.policy_file.trim().is_empty() {
+            let policy = crate::policy::OperatorPolicy::load(Path::new(config.policy_file.trim()))
+                .map_err(|message| ConfigError::Env {
+                    name: "EXECPLANE_POLICY_FILE",
+                    message,
+                })?;
+            config.policy = std::sync::Arc::new(policy);
+        }
+        if config.verify_max_body_bytes == 0 {
+            return Err(ConfigError::Env {
+                name: "EXECPLANE_VERIFY_MAX_BODY_BYTES",
+                message: "must be at least 1".into(),
+            });
+        }
         if config.database_max_connections == 0 {
             return Err(ConfigError::Env {
                 name: "EXECPLANE_DATABASE_MAX_CONNECTIONS",
@@ -536,7 +589,68 @@ impl Config {
             brokers: self.kafka_brokers.clone(),
             topic_prefix: self.topic_prefix.clone(),
             fetch_wait_ms: self.kafka_fetch_wait_ms,
+            // Checked when the configuration was loaded.
+            codec: self.codec().unwrap_or_default(),
         }
+    }
+
+    /// The codec the framing settings describe.
+    pub fn codec(&self) -> Result<crate::codec::Codec, ConfigError> {
+        use crate::codec::{Codec, Family, Framing, RegistryIds};
+        fn ids(
+            name: &'static str,
+            list: &str,
+        ) -> Result<std::collections::HashMap<Family, u32>, ConfigError> {
+            let mut ids = std::collections::HashMap::new();
+            for pair in list
+                .split(',')
+                .map(str::trim)
+                .filter(|pair| !pair.is_empty())
+            {
+                let parsed = pair.split_once('=').and_then(|(stem, id)| {
+                    Some((
+                        Family::from_file_stem(stem.trim())?,
+                        id.trim().parse::<u32>().ok()?,
+                    ))
+                });
+                let Some((family, id)) = parsed else {
+                    let families: Vec<&str> = Family::ALL
+                        .iter()
+                        .map(|family| family.file_stem())
+                        .collect();
+                    return Err(ConfigError::Env {
+                        name,
+                        message: format!(
+                            "`{pair}` is not <family>=<registry id>; families: {}",
+                            families.join(", ")
+                        ),
+                    });
+                };
+                ids.insert(family, id);
+            }
+            Ok(ids)
+        }
+        let framing = match self.avro_framing.trim() {
+            "single-object" | "" => Framing::SingleObject,
+            "confluent" => Framing::Confluent,
+            other => {
+                return Err(ConfigError::Env {
+                    name: "EXECPLANE_AVRO_FRAMING",
+                    message: format!("`{other}` is neither `single-object` nor `confluent`"),
+                })
+            }
+        };
+        let registry = RegistryIds {
+            current: ids("EXECPLANE_CONFLUENT_SCHEMA_IDS", &self.confluent_schema_ids)?,
+            previous: ids(
+                "EXECPLANE_CONFLUENT_PREVIOUS_SCHEMA_IDS",
+                &self.confluent_previous_schema_ids,
+            )?,
+        };
+        Codec::new(framing, registry).map_err(|error| ConfigError::Env {
+            name: "EXECPLANE_CONFLUENT_SCHEMA_IDS",
+            message: error.to_string(),
+        })
     }
 
     pub fn dispatcher(&self) -> crate::dispatcher::DispatcherConfig {
@@ -550,8 +664,10 @@ impl Config {
             inbox_retention: self.inbox_retention.as_std(),
             callbacks: crate::dispatcher::CallbackConfig {
                 max_attempts: self.callback_max_attempts,
+                policy: self.policy.clone(),
                 ..Default::default()
             },
+            policy: self.policy.clone(),
             ..Default::default()
         }
     }
@@ -575,6 +691,7 @@ impl Config {
             pool,
             presence_interval: self.presence_interval.as_std(),
             drain_timeout: self.runner_drain_timeout.as_std(),
+            policy: self.policy.clone(),
             ..Default::default()
         })
     }
@@ -659,6 +776,9 @@ impl Config {
                 .filter(|probe| !probe.is_empty())
                 .map(str::to_owned)
                 .collect(),
+            max_timeout: self.verify_max_timeout.as_std(),
+            max_body_bytes: self.verify_max_body_bytes,
+            policy: self.policy.clone(),
             ..Default::default()
         }
     }

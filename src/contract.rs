@@ -8,14 +8,16 @@ mod duration;
 mod events;
 pub mod inputs;
 mod jobspec;
+pub mod limits;
 mod operation;
+pub mod secret_shapes;
 pub mod topics;
 mod validate;
 
 pub use duration::DurationMs;
 pub use events::{
-    AttemptEvent, AttemptStatus, CancelInfo, EventBody, FailureCategory, Input, LeaseInfo,
-    ReportBody, ReportedOutcome, RunnerReport, TerminalOutcome, TimerKind, UnixMillis,
+    event_kind, AttemptEvent, AttemptStatus, CancelInfo, EventBody, FailureCategory, Input,
+    LeaseInfo, ReportBody, ReportedOutcome, RunnerReport, TerminalOutcome, TimerKind, UnixMillis,
 };
 pub use inputs::OperationInputs;
 pub use jobspec::{

@@ -40,6 +40,8 @@ pub struct DispatcherConfig {
     /// after its topic's retention (7 days for commands and runner events).
     pub inbox_retention: Duration,
     pub callbacks: CallbackConfig,
+    /// The operator's policy, checked at intake (`rejected (policy)`).
+    pub policy: std::sync::Arc<crate::policy::OperatorPolicy>,
 }
 
 impl Default for DispatcherConfig {
@@ -54,6 +56,7 @@ impl Default for DispatcherConfig {
             presence_ttl: Duration::from_secs(6),
             inbox_retention: Duration::from_secs(7 * 24 * 3600),
             callbacks: CallbackConfig::default(),
+            policy: std::sync::Arc::default(),
         }
     }
 }
@@ -66,6 +69,8 @@ pub enum DispatcherError {
     Store(#[from] StoreError),
     #[error("cannot build the HTTP client for callbacks: {0}")]
     HttpClient(String),
+    #[error("a blocking task failed: {0}")]
+    Task(String),
 }
 
 /// Runs every dispatcher task until `shutdown`.
@@ -82,13 +87,20 @@ pub async fn run(
     // intake never makes the sweeper expire a lease whose heartbeats are
     // still waiting in Kafka.
     let caught_up = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(0));
+    // Per partition, shared through Postgres with every other dispatcher:
+    // the sweeper fires a deadline only once EVERY runner-events partition
+    // is decided past it, whichever dispatcher owns it.
+    let progress = crate::kafka::PartitionProgress::default();
     let intake = tokio::spawn(intake::run(
         store.clone(),
         kafka.clone(),
         producer.clone(),
         config.clone(),
-        placed.clone(),
-        caught_up.clone(),
+        intake::Signals {
+            placed: placed.clone(),
+            caught_up,
+            progress: progress.clone(),
+        },
         shutdown.clone(),
     ));
     let placement = tokio::spawn(placement::run(
@@ -99,8 +111,9 @@ pub async fn run(
     ));
     let sweeper = tokio::spawn(sweep(
         store.clone(),
+        kafka.clone(),
         config.sweep_interval,
-        caught_up.clone(),
+        progress,
         shutdown.clone(),
     ));
     let callbacks = tokio::spawn(callbacks::run(
@@ -147,42 +160,78 @@ pub async fn run(
     }
 }
 
-/// Fires due timers; transient database errors are retried.
+/// Fires due timers; transient database errors are retried. A deadline
+/// fires only when every runner-events partition has been decided past it
+/// (minus the slack for reports in flight), by whichever dispatcher owns
+/// the partition: this dispatcher publishes its own partitions' progress
+/// and reads everyone's.
 async fn sweep(
     store: Store,
+    kafka: KafkaConfig,
     interval: Duration,
-    caught_up: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    progress: crate::kafka::PartitionProgress,
     shutdown: CancellationToken,
 ) -> Result<(), DispatcherError> {
+    let runner_events = kafka.topic(crate::contract::topics::RUNNER_EVENTS);
+    let mut partitions: Option<i32> = None;
+    let mut published: std::collections::BTreeMap<(String, i32), i64> = Default::default();
     let mut failures = 0u32;
     let mut last_gauges = 0i64;
     while !shutdown.is_cancelled() {
         let now = chrono::Utc::now().timestamp_millis();
         // Reports sent before a deadline may need this long to land in Kafka.
         const IN_FLIGHT_SLACK_MS: i64 = 500;
-        let decided_until =
-            caught_up.load(std::sync::atomic::Ordering::SeqCst) - IN_FLIGHT_SLACK_MS;
-        crate::telemetry::metrics::intake_lag(
-            ((now - decided_until - IN_FLIGHT_SLACK_MS).max(0)) as f64 / 1000.0,
-        );
-        if now - last_gauges >= 15_000 {
-            last_gauges = now;
-            if let Ok(counts) = sqlx::query_as::<_, (String, i64)>(
-                "SELECT status, count(*) FROM attempts GROUP BY status",
-            )
-            .fetch_all(store.pool())
-            .await
-            {
-                crate::telemetry::metrics::attempts_by_state(&counts);
+        let swept = async {
+            let changed: Vec<(String, i32, i64)> = {
+                let current = progress
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                current
+                    .iter()
+                    .filter(|(key, at)| published.get(*key) != Some(*at))
+                    .map(|((topic, partition), at)| (topic.clone(), *partition, *at))
+                    .collect()
+            };
+            store.record_intake_progress(&changed).await?;
+            for (topic, partition, at) in changed {
+                published.insert((topic, partition), at);
             }
+            if partitions.is_none() {
+                let consumer = kafka.assigned_consumer()?;
+                let topic = runner_events.clone();
+                partitions = Some(
+                    tokio::task::spawn_blocking(move || {
+                        crate::kafka::partition_count(&consumer, &topic)
+                    })
+                    .await
+                    .map_err(|join| DispatcherError::Task(join.to_string()))??,
+                );
+            }
+            let decided_until = store
+                .intake_decided_until(&runner_events, partitions.unwrap_or(1))
+                .await?
+                .map_or(0, |until| until - IN_FLIGHT_SLACK_MS);
+            crate::telemetry::metrics::intake_lag(
+                ((now - decided_until - IN_FLIGHT_SLACK_MS).max(0)) as f64 / 1000.0,
+            );
+            if now - last_gauges >= 15_000 {
+                last_gauges = now;
+                if let Ok(counts) = store.attempts_by_status().await {
+                    crate::telemetry::metrics::attempts_by_state(&counts);
+                }
+            }
+            let outcome = store.sweep_timers(now, now.min(decided_until), 500).await?;
+            Ok::<_, DispatcherError>(outcome)
         }
-        let swept = store.sweep_timers(now, now.min(decided_until), 500).await;
-        if let Ok(outcome) = &swept {
-            crate::telemetry::metrics::record_events(&outcome.events);
-        }
+        .await;
         match swept {
-            Ok(outcome) if outcome.outcomes.len() == 500 => continue,
-            Ok(_) => failures = 0,
+            Ok(outcome) => {
+                crate::telemetry::metrics::record_events(&outcome.events);
+                failures = 0;
+                if outcome.outcomes.len() == 500 {
+                    continue;
+                }
+            }
             Err(error) => {
                 failures += 1;
                 tracing::warn!(%error, failures, "timer sweep failed");
@@ -198,24 +247,38 @@ async fn sweep(
 }
 
 /// Every ten minutes: forget inbox ids past the input topics' retention and
-/// runner instances silent for a day.
+/// runner instances silent for a day. Every ten seconds: analyse the hot
+/// tables that changed a lot, so their plans never depend on autovacuum
+/// having run (a table grown from empty read by a plan made for an empty
+/// table turns a key lookup into a sequential scan).
 async fn maintain(
     store: Store,
     inbox_retention: Duration,
     shutdown: CancellationToken,
 ) -> Result<(), DispatcherError> {
+    let mut last_prune: Option<std::time::Instant> = None;
     while !shutdown.is_cancelled() {
-        match store
-            .prune(inbox_retention, Duration::from_secs(24 * 3600))
-            .await
-        {
-            Ok((inbox, instances)) if inbox + instances > 0 => info!(inbox, instances, "pruned"),
+        if last_prune.is_none_or(|at| at.elapsed() >= Duration::from_secs(600)) {
+            last_prune = Some(std::time::Instant::now());
+            match store
+                .prune(inbox_retention, Duration::from_secs(24 * 3600))
+                .await
+            {
+                Ok((inbox, instances)) if inbox + instances > 0 => {
+                    info!(inbox, instances, "pruned")
+                }
+                Ok(_) => {}
+                Err(error) => tracing::warn!(%error, "pruning failed"),
+            }
+        }
+        match store.analyze_if_stale().await {
+            Ok(tables) if !tables.is_empty() => tracing::debug!(?tables, "analysed"),
             Ok(_) => {}
-            Err(error) => tracing::warn!(%error, "pruning failed"),
+            Err(error) => tracing::warn!(%error, "analyse failed"),
         }
         tokio::select! {
             _ = shutdown.cancelled() => break,
-            _ = tokio::time::sleep(Duration::from_secs(600)) => {}
+            _ = tokio::time::sleep(Duration::from_secs(10)) => {}
         }
     }
     Ok(())

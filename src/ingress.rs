@@ -13,6 +13,7 @@
 
 pub mod api;
 pub mod executor;
+pub mod feed;
 pub mod frame;
 pub mod http;
 pub mod net;
@@ -29,9 +30,10 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
-use crate::config::{Config, Secret};
+use crate::config::Config;
 use crate::contract::Problem;
 use crate::kafka::KafkaConfig;
+use crate::secrets::Secret;
 use crate::store::Store;
 use net::{Cidrs, ClientResolver};
 
@@ -50,11 +52,19 @@ pub struct IngressConfig {
     pub max_body: usize,
     pub max_frame: usize,
     pub max_connections_per_peer: usize,
+    /// Open HTTP + TCP connections, all peers together.
+    pub max_connections: usize,
+    /// An HTTP request's headers must arrive within this.
+    pub header_timeout: Duration,
+    /// Bytes all TCP connections together may hold in unfinished frames.
+    pub partial_frame_budget: usize,
     pub read_timeout: Duration,
     pub idle_timeout: Duration,
     pub session_ttl: Duration,
     pub presence_interval: Duration,
     pub metrics_upstream: Option<String>,
+    /// The operator's policy: a JobSpec it refuses gets 403, nothing produced.
+    pub policy: std::sync::Arc<crate::policy::OperatorPolicy>,
 }
 
 impl IngressConfig {
@@ -103,8 +113,20 @@ impl IngressConfig {
         if config.ingress_max_body == 0 || config.ingress_max_frame == 0 {
             problems.push("EXECPLANE_INGRESS_MAX_BODY and _MAX_FRAME must be positive".into());
         }
-        if config.ingress_max_connections_per_peer == 0 {
-            problems.push("EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PEER must be positive".into());
+        if config.ingress_max_connections_per_peer == 0 || config.ingress_max_connections == 0 {
+            problems.push(
+                "EXECPLANE_INGRESS_MAX_CONNECTIONS and _MAX_CONNECTIONS_PER_PEER must be positive"
+                    .into(),
+            );
+        }
+        if config.ingress_partial_frame_budget < config.ingress_max_frame {
+            problems.push(
+                "EXECPLANE_INGRESS_PARTIAL_FRAME_BUDGET must hold at least one frame of EXECPLANE_INGRESS_MAX_FRAME"
+                    .into(),
+            );
+        }
+        if config.ingress_header_timeout.as_std().is_zero() {
+            problems.push("EXECPLANE_INGRESS_HEADER_TIMEOUT must be positive".into());
         }
         let idle_timeout = config.ingress_idle_timeout.as_std();
         if idle_timeout < Duration::from_millis(2 * protocol::MAX_POLL_WAIT_MS) {
@@ -130,24 +152,32 @@ impl IngressConfig {
             max_body: config.ingress_max_body,
             max_frame: config.ingress_max_frame,
             max_connections_per_peer: config.ingress_max_connections_per_peer,
+            max_connections: config.ingress_max_connections,
+            header_timeout: config.ingress_header_timeout.as_std(),
+            partial_frame_budget: config.ingress_partial_frame_budget,
             read_timeout: config.ingress_read_timeout.as_std(),
             idle_timeout,
             session_ttl: config.ingress_session_ttl.as_std(),
             presence_interval: config.presence_interval.as_std(),
             metrics_upstream: Some(config.ingress_metrics_upstream.trim().to_owned())
                 .filter(|url| !url.is_empty()),
+            policy: config.policy.clone(),
         })
     }
 }
 
-/// Encodes a record for the broker.
-pub(crate) fn encode<T: serde::Serialize>(
-    family: crate::codec::Family,
-    record: &T,
-) -> Result<Vec<u8>, IngressError> {
-    crate::codec::Codec::default()
-        .encode(family, record)
-        .map_err(|error| IngressError::Unavailable(error.to_string()))
+impl Ingress {
+    /// Encodes a record for the broker with the configured framing.
+    pub(crate) fn encode<T: serde::Serialize>(
+        &self,
+        family: crate::codec::Family,
+        record: &T,
+    ) -> Result<Vec<u8>, IngressError> {
+        self.kafka
+            .codec
+            .encode(family, record)
+            .map_err(|error| IngressError::Unavailable(error.to_string()))
+    }
 }
 
 /// Constant-time comparison of a presented key with the configured one.
@@ -178,6 +208,9 @@ pub enum IngressError {
     /// An authenticated executor outside its grant; recorded in the audit.
     #[error("forbidden by policy: {0}")]
     Policy(Refusal),
+    /// A JobSpec the operator's policy refuses for its tenant.
+    #[error("refused by the operator's policy")]
+    PolicyProblems(Vec<Problem>),
     #[error("{0} not found")]
     NotFound(String),
     #[error("session unknown: register again")]
@@ -222,7 +255,9 @@ impl IngressError {
         match self {
             IngressError::BadRequest(_) => 400,
             IngressError::Unauthorized => 401,
-            IngressError::NotAllowed | IngressError::Policy(_) => 403,
+            IngressError::NotAllowed
+            | IngressError::Policy(_)
+            | IngressError::PolicyProblems(_) => 403,
             IngressError::NotFound(_) | IngressError::SessionUnknown => 404,
             IngressError::Conflict(_) => 409,
             IngressError::TooLarge => 413,
@@ -241,6 +276,9 @@ impl IngressError {
             IngressError::NotAllowed => json!({"error": "forbidden"}),
             IngressError::Policy(reason) => {
                 json!({"error": "forbidden", "reason": reason.as_str()})
+            }
+            IngressError::PolicyProblems(problems) => {
+                json!({"error": "forbidden_by_policy", "problems": problems})
             }
             IngressError::NotFound(what) => {
                 json!({"error": "not_found", "message": format!("{what} not found")})
@@ -280,6 +318,10 @@ pub struct Ingress {
     pub producer: FutureProducer,
     pub executors: executor::Sessions,
     pub peers: http::PeerLimits,
+    /// Memory held in unfinished TCP frames, across connections.
+    pub frames: tcp::FrameBudget,
+    /// What event streams and long polls wait on: one poller per process.
+    pub feed: Arc<feed::Feed>,
     /// Ends long polls and event streams at shutdown.
     pub shutdown: CancellationToken,
     http_client: reqwest::Client,
@@ -293,7 +335,8 @@ impl Ingress {
         producer: FutureProducer,
         shutdown: CancellationToken,
     ) -> Arc<Self> {
-        let peers = http::PeerLimits::new(config.max_connections_per_peer);
+        let peers = http::PeerLimits::new(config.max_connections_per_peer, config.max_connections);
+        let frames = tcp::FrameBudget::new(config.partial_frame_budget);
         Arc::new(Self {
             config,
             store,
@@ -301,6 +344,8 @@ impl Ingress {
             producer,
             executors: executor::Sessions::default(),
             peers,
+            frames,
+            feed: Arc::default(),
             shutdown,
             http_client: reqwest::Client::builder()
                 .timeout(Duration::from_secs(5))
@@ -358,7 +403,7 @@ impl Ingress {
     pub async fn metrics_text(&self) -> String {
         let mut text = crate::telemetry::metrics::render();
         if let Some(url) = &self.config.metrics_upstream {
-            let shown = crate::cli::redact(url);
+            let shown = crate::telemetry::redact(url);
             match self.http_client.get(url).send().await {
                 Ok(response) if response.status().is_success() => {
                     if let Ok(upstream) = response.text().await {
@@ -399,10 +444,17 @@ pub async fn run(
         ingress.clone(),
         shutdown.clone(),
     ));
+    let feed = tokio::spawn(
+        ingress
+            .feed
+            .clone()
+            .run(ingress.store.clone(), shutdown.clone()),
+    );
     let tcp = tokio::spawn(tcp::serve(ingress.clone(), tcp_listener, shutdown.clone()));
     let http = http::serve(ingress.clone(), http_listener, shutdown.clone()).await;
     shutdown.cancel();
     let _ = tcp.await;
     let _ = presence.await;
+    let _ = feed.await;
     http
 }

@@ -21,6 +21,9 @@ pub struct KafkaConfig {
     pub topic_prefix: String,
     /// `fetch.wait.max.ms`: Tansu sleeps in fetch, so keep it small.
     pub fetch_wait_ms: u32,
+    /// How records are framed and read (`EXECPLANE_AVRO_FRAMING` and the
+    /// registry ids): built once from the configuration.
+    pub codec: crate::codec::Codec,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -61,6 +64,23 @@ impl KafkaConfig {
             .set("linger.ms", "1")
             .set("batch.num.messages", "10000")
             .set("message.timeout.ms", "30000")
+            .set("queue.buffering.max.messages", "1000000")
+            .create()?)
+    }
+
+    /// The relay's producer: idempotent, and a record not delivered within
+    /// `message_timeout` fails instead of going out late (the relay's
+    /// takeover rule counts on it).
+    pub fn relay_producer(&self, message_timeout: Duration) -> Result<FutureProducer, KafkaError> {
+        let millis = message_timeout.as_millis().max(100).to_string();
+        Ok(self
+            .base()
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("linger.ms", "1")
+            .set("batch.num.messages", "10000")
+            .set("message.timeout.ms", &millis)
+            .set("request.timeout.ms", &millis)
             .set("queue.buffering.max.messages", "1000000")
             .create()?)
     }
@@ -144,46 +164,32 @@ pub fn headers_from_json(headers: &serde_json::Map<String, serde_json::Value>) -
     owned
 }
 
-/// CloudEvents headers for a record we produce directly (not via outbox).
+/// CloudEvents headers for a record we produce directly (not via the
+/// outbox), stamped now.
 pub fn cloudevent_headers(
     id: &str,
     ce_type: &str,
     source: &str,
     traceparent: Option<&str>,
 ) -> OwnedHeaders {
-    let time = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-    let mut headers = OwnedHeaders::new_with_capacity(7)
-        .insert(Header {
-            key: "ce_specversion",
-            value: Some("1.0"),
-        })
-        .insert(Header {
-            key: "ce_id",
-            value: Some(id),
-        })
-        .insert(Header {
-            key: "ce_type",
-            value: Some(ce_type),
-        })
-        .insert(Header {
-            key: "ce_source",
-            value: Some(source),
-        })
-        .insert(Header {
-            key: "ce_time",
-            value: Some(time.as_str()),
-        })
-        .insert(Header {
-            key: "content-type",
-            value: Some("application/avro"),
-        });
-    if let Some(traceparent) = traceparent {
-        headers = headers.insert(Header {
-            key: "traceparent",
-            value: Some(traceparent),
+    let event = crate::codec::CloudEvent {
+        id,
+        ce_type,
+        source,
+        time: chrono::Utc::now().timestamp_millis(),
+        subject: None,
+        traceparent,
+        tracestate: None,
+    };
+    let headers = event.headers();
+    let mut owned = OwnedHeaders::new_with_capacity(headers.len());
+    for (key, value) in &headers {
+        owned = owned.insert(Header {
+            key,
+            value: Some(value.as_bytes()),
         });
     }
-    headers
+    owned
 }
 
 /// A batch from `consumer`: waits up to `first` for one record, then takes
@@ -245,10 +251,17 @@ pub struct CaughtUpGate {
     watcher: tokio::task::JoinHandle<()>,
 }
 
+/// Per (topic, partition): the instant before which every record sent to it
+/// is done with, by this process (the dispatcher shares it through
+/// Postgres, so every dispatcher's timers see every partition).
+pub type PartitionProgress =
+    std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<(String, i32), i64>>>;
+
 impl CaughtUpGate {
     pub fn start(
         kafka: &KafkaConfig,
         caught_up: std::sync::Arc<std::sync::atomic::AtomicI64>,
+        partitions: PartitionProgress,
         shutdown: tokio_util::sync::CancellationToken,
     ) -> Self {
         let progress = Progress::default();
@@ -256,6 +269,7 @@ impl CaughtUpGate {
             kafka.clone(),
             progress.clone(),
             caught_up.clone(),
+            partitions,
             shutdown,
         ));
         Self {
@@ -336,6 +350,7 @@ async fn watch_caught_up(
     kafka: KafkaConfig,
     progress: Progress,
     caught_up: std::sync::Arc<std::sync::atomic::AtomicI64>,
+    partitions: PartitionProgress,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
     use std::sync::atomic::Ordering;
@@ -360,13 +375,18 @@ async fn watch_caught_up(
             continue;
         }
         let client = client.clone();
-        let (decided, lag) = tokio::task::spawn_blocking(move || {
+        let (decided, lag, done) = tokio::task::spawn_blocking(move || {
             let mut decided = true;
             let mut lag: std::collections::BTreeMap<String, i64> = Default::default();
+            let mut done = Vec::new();
             for (topic, partition, position) in &positions {
                 match client.fetch_watermarks(topic, *partition, Duration::from_secs(2)) {
                     Ok((low, high)) => {
-                        decided &= *position >= high || (*position < 0 && high == low);
+                        let partition_done = *position >= high || (*position < 0 && high == low);
+                        decided &= partition_done;
+                        if partition_done {
+                            done.push((topic.clone(), *partition));
+                        }
                         let behind = if *position < 0 {
                             high - low
                         } else {
@@ -377,12 +397,21 @@ async fn watch_caught_up(
                     Err(_) => decided = false,
                 }
             }
-            (decided, lag)
+            (decided, lag, done)
         })
         .await
         .unwrap_or_default();
         for (topic, records) in &lag {
             crate::telemetry::metrics::consumer_lag(topic, *records);
+        }
+        {
+            let mut by_partition = partitions
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            for key in done {
+                let entry = by_partition.entry(key).or_insert(at);
+                *entry = (*entry).max(at);
+            }
         }
         if decided && gate_open {
             caught_up.fetch_max(at, Ordering::SeqCst);
@@ -391,13 +420,15 @@ async fn watch_caught_up(
 }
 
 /// Copies a record to the DLQ with the reason and its origin in headers;
-/// retries until the broker takes it (its offset is committed only after).
+/// retries until the broker takes it (true) or shutdown (false: the caller
+/// must not commit the record's offset).
 pub async fn dead_letter(
     kafka: &KafkaConfig,
     producer: &FutureProducer,
     message: &rdkafka::message::OwnedMessage,
     reason: &str,
-) {
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> bool {
     crate::telemetry::metrics::dead_lettered();
     tracing::warn!(topic = message.topic(), partition = message.partition(), offset = message.offset(), %reason, "dead-lettering record");
     let mut headers = rdkafka::message::OwnedHeaders::new();
@@ -433,16 +464,25 @@ pub async fn dead_letter(
     let topic = kafka.topic(crate::contract::topics::DLQ);
     let key = message.key().unwrap_or_default();
     let payload = message.payload().unwrap_or_default();
-    for attempt in 0u32.. {
+    let mut attempt = 0u32;
+    loop {
         let record = rdkafka::producer::FutureRecord::to(&topic)
             .key(key)
             .payload(payload)
             .headers(headers.clone());
-        match producer.send(record, Duration::from_secs(10)).await {
-            Ok(_) => return,
+        let sent = tokio::select! {
+            _ = shutdown.cancelled() => return false,
+            sent = producer.send(record, Duration::from_secs(10)) => sent,
+        };
+        match sent {
+            Ok(_) => return true,
             Err((error, _)) => {
+                attempt += 1;
                 tracing::warn!(%error, attempt, "DLQ publish failed; retrying");
-                tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt.min(25)))).await;
+                tokio::select! {
+                    _ = shutdown.cancelled() => return false,
+                    _ = tokio::time::sleep(Duration::from_millis(200 * u64::from(attempt.min(25)))) => {}
+                }
             }
         }
     }

@@ -11,6 +11,7 @@ pub mod contract;
 pub mod dispatcher;
 pub mod ingress;
 pub mod kafka;
+pub mod policy;
 pub mod runner;
 pub mod runners;
 pub mod secrets;

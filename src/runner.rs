@@ -129,6 +129,8 @@ pub struct RunnerConfig {
     /// Where `{"$secret": ...}` references are resolved; none: a JobSpec
     /// that needs a secret fails `infrastructure`.
     pub secrets: Option<std::sync::Arc<crate::secrets::Vault>>,
+    /// The operator's policy (`EXECPLANE_POLICY_FILE`).
+    pub policy: std::sync::Arc<crate::policy::OperatorPolicy>,
 }
 
 impl Default for RunnerConfig {
@@ -140,6 +142,7 @@ impl Default for RunnerConfig {
             drain_timeout: Duration::from_secs(30),
             stop_grace: Duration::from_secs(2),
             secrets: None,
+            policy: std::sync::Arc::default(),
         }
     }
 }

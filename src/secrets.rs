@@ -11,6 +11,7 @@
 //! not have).
 
 pub mod mask;
+mod value;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -22,9 +23,9 @@ use tracing::{info, warn};
 use vaultrs::client::{Client, VaultClient, VaultClientSettingsBuilder};
 use vaultrs::error::ClientError;
 
-use crate::config::Secret;
 use crate::contract::{FailureCategory, JobSpec, SecretRef};
 pub use mask::{Masker, StreamMasker, MASK};
+pub use value::Secret;
 
 /// How the runner authenticates to the secret store.
 #[derive(Clone, Debug)]
@@ -88,6 +89,8 @@ pub enum SecretError {
     Undeclared { name: String },
     #[error("secret `{name}` ({location}): no secret store is configured on this runner (EXECPLANE_VAULT_ADDR)")]
     NotConfigured { name: String, location: String },
+    #[error("refused by the operator's policy: {0}")]
+    Policy(String),
 }
 
 impl SecretError {
@@ -100,6 +103,7 @@ impl SecretError {
             | SecretError::Denied { .. }
             | SecretError::KeyMissing { .. }
             | SecretError::Undeclared { .. } => FailureCategory::Contract,
+            SecretError::Policy(_) => FailureCategory::Policy,
         }
     }
 }

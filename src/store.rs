@@ -12,6 +12,7 @@ mod callbacks;
 mod ingress;
 mod outbox;
 mod rebuild;
+mod relay;
 mod rows;
 mod runners;
 mod timers;
@@ -21,7 +22,8 @@ pub use batch::{chain_hash, GENESIS_HASH};
 pub use callbacks::ClaimedCallback;
 pub use ingress::{AttemptLease, ExecutorGrant, LeaseView, LeasedWork};
 pub use rebuild::SHADOW_SCHEMA;
-pub use runners::{LiveInstance, QueuedAttempt};
+pub use relay::{OutboxRow, RelayLock};
+pub use runners::{LiveInstance, QueuedAttempt, QueuedPosition};
 
 use std::time::Duration;
 
@@ -30,7 +32,8 @@ use sqlx::PgPool;
 
 pub use audit::{ChainBreak, ChainReport, StoredEvent};
 pub use batch::{
-    append_decided, AppendOutcome, BatchOutcome, InputEnvelope, InputOutcome, LoadedJobs,
+    append_decided, AppendOutcome, BatchOutcome, InputEnvelope, InputOutcome, IsolatedOutcome,
+    LoadedJobs,
 };
 pub use outbox::{OutboxMessage, CE_SOURCE};
 pub use rebuild::{RebuildReport, TableDiff};
@@ -64,6 +67,37 @@ impl StoreError {
                 error.code().is_some_and(|code| code.starts_with("23"))
             }
             _ => false,
+        }
+    }
+
+    /// True when retrying the same write can succeed without anything in
+    /// it changing: the connection, the pool or the server was unavailable,
+    /// or the transaction lost a race (serialization failure, deadlock).
+    /// Anything else (the data was refused, a row did not decode) fails
+    /// again for the same inputs, however often it is retried.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Database(sqlx::Error::Database(error)) => {
+                error.code().is_some_and(|code| {
+                    // 08: connection; 40: transaction rollback (serialization,
+                    // deadlock); 53: insufficient resources; 57: operator
+                    // intervention (shutdown, cancel); 58: system error.
+                    ["08", "40", "53", "57", "58"]
+                        .iter()
+                        .any(|class| code.starts_with(class))
+                })
+            }
+            StoreError::Database(
+                sqlx::Error::Io(_)
+                | sqlx::Error::Tls(_)
+                | sqlx::Error::PoolTimedOut
+                | sqlx::Error::PoolClosed
+                | sqlx::Error::WorkerCrashed
+                | sqlx::Error::Protocol(_),
+            ) => true,
+            StoreError::Database(_) => false,
+            StoreError::Migrate(_) => true,
+            StoreError::Codec(_) | StoreError::Apply(_) | StoreError::Corrupt(_) => false,
         }
     }
 }
@@ -101,6 +135,12 @@ impl Store {
             pool,
             codec: Codec::default(),
         }
+    }
+
+    /// The same store framing outbox records with `codec`.
+    pub fn with_codec(mut self, codec: Codec) -> Self {
+        self.codec = codec;
+        self
     }
 
     pub fn pool(&self) -> &PgPool {

@@ -22,9 +22,22 @@ const WAIT: Duration = Duration::from_secs(60);
 const KEY_SHAPED: &str = "AKIAQWERTYUIOPASDFGH";
 
 fn echo_job(text: &str) -> execplane::contract::JobSpec {
+    echo_job_as(text, "plain")
+}
+
+/// `form` `reversed`: the JobSpec holds the text reversed and the tool
+/// prints it the right way round, so a key-shaped literal is never in the
+/// JobSpec (which refuses one) but is in the output, as when a tool
+/// prints a key by itself.
+fn echo_job_as(text: &str, form: &str) -> execplane::contract::JobSpec {
+    let text: String = if form == "reversed" {
+        text.chars().rev().collect()
+    } else {
+        text.to_owned()
+    };
     job(
         "verify.custom.probe",
-        json!({"probe_id": "echo", "args": {"text": text, "forms": ["plain"]}}),
+        json!({"probe_id": "echo", "args": {"text": text, "forms": [form]}}),
         json!({}),
     )
 }
@@ -52,7 +65,10 @@ async fn output_becomes_checksummed_artifacts_once_even_across_a_worker_crash(po
     );
     pipeline.wait_runners(1).await;
 
-    let first = echo_job(&format!("hello from a tool that printed {KEY_SHAPED}"));
+    let first = echo_job_as(
+        &format!("hello from a tool that printed {KEY_SHAPED}"),
+        "reversed",
+    );
     pipeline.submit(&first).await;
     let attempt = pipeline.wait_status(&first.job_id, "succeeded", WAIT).await;
     pipeline
@@ -91,7 +107,7 @@ async fn output_becomes_checksummed_artifacts_once_even_across_a_worker_crash(po
     let text = std::fs::read_to_string(&out).unwrap();
     assert_eq!(
         text,
-        "plain: hello from a tool that printed [masked:aws_access_key_id]\n"
+        "reversed: hello from a tool that printed [masked:aws_access_key_id]\n"
     );
     let manifest: (String, i64) = sqlx::query_as(
         "SELECT sha256, size FROM artifacts WHERE attempt_id = $1 AND name = 'stdout.log'",

@@ -41,7 +41,7 @@ fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(
     family: Family,
     value: &T,
 ) {
-    let confluent = Codec::new(Framing::Confluent(HashMap::from([(family, 17)])));
+    let confluent = Codec::confluent(HashMap::from([(family, 17)]));
     for codec in [Codec::default(), confluent] {
         let bytes = codec.encode(family, value).unwrap();
         let back: T = codec.decode(family, &bytes).unwrap();
@@ -294,10 +294,7 @@ fn readers_refuse_unknown_framing_and_schemas() {
         "{error}"
     );
     // Confluent framing without a configured id is refused, not guessed.
-    let confluent = Codec::new(Framing::Confluent(HashMap::from([(
-        Family::AttemptEvent,
-        3,
-    )])));
+    let confluent = Codec::confluent(HashMap::from([(Family::AttemptEvent, 3)]));
     let framed = confluent.encode(Family::AttemptEvent, &event).unwrap();
     assert!(matches!(
         codec.decode::<AttemptEventRecord>(Family::AttemptEvent, &framed),
@@ -310,6 +307,136 @@ fn readers_refuse_unknown_framing_and_schemas() {
     assert!(codec
         .decode::<AttemptEventRecord>(Family::AttemptEvent, &garbage)
         .is_err());
+}
+
+/// The single-object fingerprint of each schema, as an independent
+/// implementation computes it: fastavro 1.13.1,
+/// `fingerprint(to_parsing_canonical_form(schema), "CRC-64-AVRO")`, whose
+/// hex string is the 8 bytes as written after `C3 01` (little-endian).
+/// Computed once from `schemas/*.avsc` and `schemas/previous/*.avsc`.
+const FASTAVRO_FINGERPRINTS: [(Family, &str, &str); 8] = [
+    (Family::Artifact, "bd5e3cb52f518ce4", "bd5e3cb52f518ce4"),
+    (Family::AttemptEvent, "0392863e61f7b1bf", "18cd5b8292cba420"),
+    (Family::Command, "c7cd0961e9b67293", "c7cd0961e9b67293"),
+    (Family::LogChunk, "7fbd3e6c576040ce", "7fbd3e6c576040ce"),
+    (Family::Result, "82b536f5207f4b71", "82b536f5207f4b71"),
+    (Family::RunnerEvent, "113fa3d628a5028a", "113fa3d628a5028a"),
+    (Family::Presence, "d7c26a14c9aa5626", "d7c26a14c9aa5626"),
+    (Family::WorkItem, "40aed7f57f22cac7", "40aed7f57f22cac7"),
+];
+
+fn wire_bytes(fingerprint: u64) -> String {
+    hex::encode(fingerprint.to_le_bytes())
+}
+
+#[test]
+fn fingerprints_are_the_specifications_as_fastavro_computes_them() {
+    for (family, current, previous) in FASTAVRO_FINGERPRINTS {
+        assert_eq!(
+            wire_bytes(execplane::codec::fingerprint(family.current_text()).unwrap()),
+            current,
+            "{family:?}"
+        );
+        assert_eq!(
+            wire_bytes(execplane::codec::fingerprint(family.previous_text()).unwrap()),
+            previous,
+            "{family:?} (previous)"
+        );
+        assert_eq!(
+            wire_bytes(Codec::fingerprint(family)),
+            current,
+            "{family:?}"
+        );
+    }
+    // The value the issue quotes from the specification for commands.avsc.
+    assert_eq!(Codec::fingerprint(Family::Command), 0x9372_b6e9_6109_cdc7);
+}
+
+#[test]
+fn a_record_framed_by_a_spec_conforming_producer_is_read_and_old_records_still_are() {
+    let event = AttemptEventRecord::from(&all_events()[2]);
+    let datum = Codec::datum(Family::AttemptEvent, &event).unwrap();
+    // What fastavro's schemaless single-object writer puts on the wire.
+    let mut framed = vec![0xC3, 0x01];
+    framed.extend_from_slice(&hex::decode(FASTAVRO_FINGERPRINTS[1].1).unwrap());
+    framed.extend_from_slice(&datum);
+    assert_eq!(
+        Codec::default()
+            .encode(Family::AttemptEvent, &event)
+            .unwrap(),
+        framed
+    );
+    let back: AttemptEventRecord = Codec::default()
+        .decode(Family::AttemptEvent, &framed)
+        .unwrap();
+    assert_eq!(back, event);
+    // Records (and attempt_events rows) written before the fix carry
+    // apache-avro's fingerprint: still readable.
+    let legacy = execplane::codec::legacy_fingerprint(Codec::schema(Family::AttemptEvent));
+    assert_ne!(legacy, Codec::fingerprint(Family::AttemptEvent));
+    let mut old = vec![0xC3, 0x01];
+    old.extend_from_slice(&legacy.to_le_bytes());
+    old.extend_from_slice(&datum);
+    let back: AttemptEventRecord = Codec::default().decode(Family::AttemptEvent, &old).unwrap();
+    assert_eq!(back, event);
+    let back: AttemptEventRecord =
+        Codec::from_datum_by_fingerprint(Family::AttemptEvent, legacy, &datum).unwrap();
+    assert_eq!(back, event);
+}
+
+#[test]
+fn confluent_framing_writes_the_current_id_and_reads_previous_ids() {
+    use execplane::codec::RegistryIds;
+    let ids: HashMap<Family, u32> = Family::ALL
+        .into_iter()
+        .enumerate()
+        .map(|(index, family)| (family, 100 + index as u32))
+        .collect();
+    let codec = Codec::new(
+        Framing::Confluent,
+        RegistryIds {
+            current: ids.clone(),
+            previous: HashMap::from([(Family::AttemptEvent, 7)]),
+        },
+    )
+    .unwrap();
+    let event = AttemptEventRecord::from(&all_events()[2]);
+    let bytes = codec.encode(Family::AttemptEvent, &event).unwrap();
+    assert_eq!(bytes[0], 0);
+    assert_eq!(
+        u32::from_be_bytes(bytes[1..5].try_into().unwrap()),
+        ids[&Family::AttemptEvent]
+    );
+    // A single-object reader configured with the same ids reads it too.
+    let reader = Codec::new(
+        Framing::SingleObject,
+        RegistryIds {
+            current: ids.clone(),
+            previous: HashMap::new(),
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        reader
+            .decode::<AttemptEventRecord>(Family::AttemptEvent, &bytes)
+            .unwrap(),
+        event
+    );
+    // Confluent framing without an id for every family, or one id twice, is refused.
+    let error = Codec::new(Framing::Confluent, RegistryIds::default()).unwrap_err();
+    assert!(
+        error.to_string().contains("no registry id for commands"),
+        "{error}"
+    );
+    let error = Codec::new(
+        Framing::Confluent,
+        RegistryIds {
+            current: ids.clone(),
+            previous: HashMap::from([(Family::Command, ids[&Family::Result])]),
+        },
+    )
+    .unwrap_err();
+    assert!(error.to_string().contains("is given for"), "{error}");
 }
 
 #[test]
@@ -337,7 +464,11 @@ fn single_object_header_is_the_spec_fingerprint() {
         )
         .unwrap();
     assert_eq!(&bytes[..2], &[0xC3, 0x01]);
-    let expected = rabin(Codec::schema(Family::Result).canonical_form().as_bytes());
+    let expected = rabin(
+        execplane::codec::parsing_canonical_form(Family::Result.current_text())
+            .unwrap()
+            .as_bytes(),
+    );
     assert_eq!(
         u64::from_le_bytes(bytes[2..10].try_into().unwrap()),
         expected

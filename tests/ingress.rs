@@ -8,10 +8,10 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::ingress::{call, catalog, free_port, metrics, script, start, API_KEY, INGRESS_KEY};
 use common::pipeline::{job, Pipeline};
 use common::prometheus;
 use execplane::codec::{Codec, Family, LogChunkRecord};
@@ -22,106 +22,6 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 
 const WAIT: Duration = Duration::from_secs(60);
-const INGRESS_KEY: &str = "executor-key-for-the-tests-0123";
-const API_KEY: &str = "api-key-for-the-tests-456789";
-
-fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
-}
-
-fn script(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/executors")
-        .join(name)
-}
-
-struct Ingress {
-    http: u16,
-    tcp: u16,
-}
-
-impl Ingress {
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.http)
-    }
-}
-
-/// Starts `execplane ARGS` (the ingress alone, or `serve`) with both keys
-/// and fresh ports, and waits until it answers HTTP.
-async fn start(pipeline: &mut Pipeline, args: &[&str], extra: &[(&str, &str)]) -> Ingress {
-    let (http, tcp) = (free_port(), free_port());
-    let (http_text, tcp_text) = (http.to_string(), tcp.to_string());
-    let mut env = vec![
-        ("EXECPLANE_INGRESS_KEY", INGRESS_KEY),
-        ("EXECPLANE_API_KEY", API_KEY),
-        ("EXECPLANE_INGRESS_HTTP_PORT", http_text.as_str()),
-        ("EXECPLANE_INGRESS_TCP_PORT", tcp_text.as_str()),
-        ("EXECPLANE_METRICS_ADDR", ""),
-    ];
-    env.extend_from_slice(extra);
-    pipeline.spawn(args, &env);
-    let ingress = Ingress { http, tcp };
-    let client = reqwest::Client::new();
-    pipeline
-        .wait("the ingress to answer", WAIT, || async {
-            client.get(ingress.url("/healthz")).send().await.is_ok()
-        })
-        .await;
-    ingress
-}
-
-/// A request with a bearer key (and an executor id); the status and JSON.
-async fn call(
-    method: reqwest::Method,
-    url: &str,
-    key: Option<&str>,
-    executor: Option<&str>,
-    headers: &[(&str, &str)],
-    body: Option<Vec<u8>>,
-) -> (u16, Value) {
-    let mut request = reqwest::Client::new().request(method, url);
-    if let Some(key) = key {
-        request = request.header("authorization", format!("Bearer {key}"));
-    }
-    if let Some(executor) = executor {
-        request = request.header("x-execplane-executor", executor);
-    }
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    if let Some(body) = body {
-        request = request
-            .header("content-type", "application/json")
-            .body(body);
-    }
-    let response = request.send().await.expect("the ingress answers");
-    let status = response.status().as_u16();
-    let text = response.text().await.unwrap_or_default();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
-
-async fn metrics(ingress: &Ingress) -> std::collections::BTreeMap<String, f64> {
-    let text = reqwest::get(ingress.url("/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    prometheus::parse(&text).unwrap_or_else(|error| panic!("invalid exposition: {error}\n{text}"))
-}
-
-fn catalog(pipeline: &Pipeline, args: &[&str]) {
-    let output = common::execplane(&pipeline.pool, &[&["executors", "put"], args].concat());
-    assert!(
-        output.status.success(),
-        "executors put: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
 
 #[test]
 fn the_exposition_reader_is_strict() {

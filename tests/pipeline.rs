@@ -121,6 +121,62 @@ async fn verification_jobs_reach_the_right_terminal_states_and_are_published(poo
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn with_confluent_framing_configured_a_job_runs_end_to_end(pool: PgPool) {
+    let ids: Vec<(Family, u32)> = Family::ALL
+        .into_iter()
+        .enumerate()
+        .map(|(index, family)| (family, 41 + index as u32))
+        .collect();
+    let mut pipeline = Pipeline::confluent(&pool, &ids).await;
+    pipeline.start_roles(1);
+    pipeline.wait_runners(1).await;
+    let spec = job(
+        "verify.tcp.connect",
+        json!({"host": "127.0.0.1", "port": 5432}),
+        json!({}),
+    );
+    pipeline.submit(&spec).await;
+    assert_eq!(
+        pipeline.wait_done(&spec.job_id, WAIT).await[0].1,
+        "succeeded"
+    );
+    pipeline
+        .wait("the relay to drain the outbox", WAIT, || async {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox")
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+                == 0
+        })
+        .await;
+    // Every record every role wrote is framed 00 + the family's registry id.
+    let id_of = |family: Family| ids.iter().find(|(f, _)| *f == family).unwrap().1;
+    for (topic, family) in [
+        (topics::ATTEMPT_EVENTS, Family::AttemptEvent),
+        (topics::RESULTS, Family::Result),
+        (topics::RUNNER_EVENTS, Family::RunnerEvent),
+        (topics::RUNNER_PRESENCE, Family::Presence),
+        ("exec.work.verification.v1", Family::WorkItem),
+    ] {
+        let records = pipeline.consume_all(topic).await;
+        assert!(!records.is_empty(), "{topic}");
+        for record in records {
+            let payload = record.payload().unwrap();
+            assert_eq!(payload[0], 0, "{topic}: Confluent magic byte");
+            assert_eq!(
+                u32::from_be_bytes(payload[1..5].try_into().unwrap()),
+                id_of(family),
+                "{topic}"
+            );
+        }
+    }
+    assert_eq!(
+        pipeline.published_events().await,
+        pipeline.stored_events().await
+    );
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn http_callbacks_are_retried_with_a_stable_idempotency_key_and_recorded(pool: PgPool) {
     let mut pipeline = Pipeline::new(&pool).await;
     pipeline.start_roles(1);
@@ -445,6 +501,10 @@ async fn poison_records_end_in_the_dlq_or_as_rejected_attempts_and_intake_keeps_
         pipeline.wait_done(&good.job_id, WAIT).await[0].1,
         "succeeded"
     );
+    // The same command id again, for another job: dead-lettered, not lost.
+    let mut reused = good.clone();
+    reused.job_id = format!("{}-other", good.job_id);
+    pipeline.submit(&reused).await;
     let rejected = pipeline.wait_done(&invalid.job_id, WAIT).await;
     assert_eq!(
         (rejected[0].1.as_str(), rejected[0].2.as_deref()),
@@ -459,6 +519,13 @@ async fn poison_records_end_in_the_dlq_or_as_rejected_attempts_and_intake_keeps_
         message.contains("inputs.port") && message.contains("timeouts.heartbeat"),
         "{message}"
     );
+    pipeline
+        .wait(
+            "the reused command id to be dead-lettered",
+            WAIT,
+            || async { pipeline.consume_all(topics::DLQ).await.len() >= 4 },
+        )
+        .await;
     let dead: Vec<String> = pipeline
         .consume_all(topics::DLQ)
         .await
@@ -473,7 +540,20 @@ async fn poison_records_end_in_the_dlq_or_as_rejected_attempts_and_intake_keeps_
                 .unwrap()
         })
         .collect();
-    assert_eq!(dead.len(), 3, "{dead:?}");
+    assert_eq!(dead.len(), 4, "{dead:?}");
+    assert!(
+        dead.iter()
+            .any(|reason| reason.contains("first used for job") && reason.contains(&reused.job_id)),
+        "{dead:?}"
+    );
+    assert!(
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM jobs WHERE job_id = $1")
+            .bind(&reused.job_id)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+            == 0
+    );
     assert!(
         dead.iter().any(|reason| reason.contains("unknown framing")),
         "{dead:?}"
@@ -834,5 +914,60 @@ async fn the_dispatcher_serves_prometheus_metrics(pool: PgPool) {
         "# HELP execplane_lease_grants_total leases granted",
     ] {
         assert!(text.contains(name), "{name} missing:\n{text}");
+    }
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn every_example_runs_to_the_end_the_readme_gives_it(pool: PgPool) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    // | `examples/verify-tcp.json` | what it checks | `succeeded` |
+    let expected: Vec<(String, String)> = readme
+        .lines()
+        .filter(|line| line.starts_with("| `examples/"))
+        .map(|line| {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            (
+                cells[1].trim_matches('`').to_owned(),
+                cells[3].trim_matches('`').to_owned(),
+            )
+        })
+        .collect();
+    let mut on_disk: Vec<String> = std::fs::read_dir(root.join("examples"))
+        .unwrap()
+        .map(|entry| format!("examples/{}", entry.unwrap().file_name().to_string_lossy()))
+        .collect();
+    on_disk.sort();
+    let mut listed: Vec<String> = expected.iter().map(|(path, _)| path.clone()).collect();
+    listed.sort();
+    assert_eq!(listed, on_disk, "the README's table lists every example");
+
+    let mut pipeline = Pipeline::new(&pool).await;
+    // The HTTP example reads `serve`'s /metrics; here, the dispatcher's.
+    let metrics = closed_port();
+    let metrics_addr = format!("127.0.0.1:{metrics}");
+    pipeline.spawn(
+        &["dispatcher"],
+        &[("EXECPLANE_METRICS_ADDR", metrics_addr.as_str())],
+    );
+    pipeline.spawn(&["relay"], &[]);
+    pipeline.spawn(&["runner", "verification"], &[]);
+    pipeline.wait_runners(1).await;
+    for (path, end) in &expected {
+        let text = std::fs::read_to_string(root.join(path))
+            .unwrap()
+            .replace("127.0.0.1:9464", &metrics_addr);
+        let mut value: serde_json::Value = serde_json::from_str(&text).unwrap();
+        value["command_id"] = json!(uuid::Uuid::new_v4().to_string());
+        value["job_id"] = json!(format!(
+            "{}-{}",
+            value["job_id"].as_str().unwrap(),
+            uuid::Uuid::new_v4().simple()
+        ));
+        let spec = execplane::contract::validate_jobspec(&value)
+            .unwrap_or_else(|problems| panic!("{path}: {problems}"));
+        pipeline.submit(&spec).await;
+        let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
+        assert_eq!(&attempts.last().unwrap().1, end, "{path}: {attempts:?}");
     }
 }

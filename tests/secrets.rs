@@ -343,7 +343,8 @@ fn find_leak(haystack: &[u8], needles: &[String]) -> Option<String> {
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn an_attempt_echoing_its_secret_leaks_it_nowhere(pool: PgPool) {
     let bao = Bao::new();
-    let prefix = format!("execplane-test/{}", Uuid::new_v4().simple());
+    // Under the tenant's own name: the operator's default policy.
+    let prefix = format!("team-a/execplane-test/{}", Uuid::new_v4().simple());
     let value = secret_value();
     bao.put(&format!("{prefix}/app"), json!({"password": value}))
         .await;
@@ -540,4 +541,81 @@ async fn an_attempt_echoing_its_secret_leaks_it_nowhere(pool: PgPool) {
             path.display()
         );
     }
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_tenant_cannot_name_another_tenants_secret(pool: PgPool) {
+    let bao = Bao::new();
+    let run = Uuid::new_v4().simple().to_string();
+    let value = secret_value();
+    bao.put(&format!("team-b/{run}/db"), json!({"password": value}))
+        .await;
+    let policy = format!("p-{}", Uuid::new_v4().simple());
+    bao.policy(&policy, &format!("team-b/{run}")).await;
+    // The runner's token CAN read team-b's secret: only the operator's
+    // policy stands between a team-a job and it.
+    let token = bao.token(&policy, "1h").await;
+    let listener = Server::start(vec![], 200).await;
+    let steal = |extra_tenant: &str| {
+        job(
+            "verify.http.endpoint",
+            json!({"url": listener.url("/exfiltrate"), "headers": {"authorization": {"$secret": "db"}}}),
+            json!({
+                "tenant": extra_tenant,
+                "secret_refs": [{"name": "db", "mount": "secret", "path": format!("team-b/{run}/db"), "key": "password"}]
+            }),
+        )
+    };
+
+    // 1. At intake: `rejected (policy)`, never placed.
+    let mut pipeline = Pipeline::new(&pool).await;
+    let vault_env = [
+        ("EXECPLANE_VAULT_ADDR", bao.address.as_str()),
+        ("EXECPLANE_VAULT_TOKEN", token.as_str()),
+    ];
+    pipeline.spawn(&["dispatcher"], &[]);
+    pipeline.spawn(&["relay"], &[]);
+    pipeline.spawn(&["runner", "verification"], &vault_env);
+    pipeline.wait_runners(1).await;
+    let spec = steal("team-a");
+    pipeline.submit(&spec).await;
+    let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
+    assert_eq!(
+        (attempts[0].1.as_str(), attempts[0].2.as_deref()),
+        ("rejected", Some("policy"))
+    );
+
+    // 2. In the runner, before resolving: a dispatcher whose policy file
+    //    lets team-a read anything, a runner with the default policy.
+    drop(pipeline);
+    tokio::time::sleep(Duration::from_secs(2)).await; // its runner's presence lapses
+    let mut second = Pipeline::new(&pool).await;
+    let lax = second.dir.join("lax.toml");
+    std::fs::write(&lax, "[tenants.team-a]\nsecret_prefixes = [\"*/\"]\n").unwrap();
+    let lax = lax.display().to_string();
+    second.spawn(&["dispatcher"], &[("EXECPLANE_POLICY_FILE", lax.as_str())]);
+    second.spawn(&["relay"], &[]);
+    second.spawn(&["runner", "verification"], &vault_env);
+    second.wait_runners(1).await;
+    let spec = steal("team-a");
+    second.submit(&spec).await;
+    let attempts = second.wait_done(&spec.job_id, WAIT).await;
+    assert_eq!(
+        (attempts[0].1.as_str(), attempts[0].2.as_deref()),
+        ("failed", Some("policy")),
+        "{attempts:?}"
+    );
+    assert!(
+        listener.requests().is_empty(),
+        "the listener received {:?}",
+        listener.requests()
+    );
+    // And the secret's owner reads it as before.
+    let spec = steal("team-b");
+    second.submit(&spec).await;
+    assert_eq!(second.wait_done(&spec.job_id, WAIT).await[0].1, "succeeded");
+    assert_eq!(
+        listener.requests()[0].header("authorization"),
+        Some(value.as_str())
+    );
 }

@@ -501,3 +501,175 @@ async fn pruning_forgets_old_inbox_ids_only(pool: PgPool) {
         before - old
     );
 }
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_reused_command_id_under_another_job_is_refused_not_dropped(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    let command_id = Uuid::new_v4();
+    let first = Input::Execute {
+        spec: Box::new(spec(command_id, "reuse/a", "verify.tcp.connect")),
+    };
+    let other = Input::Execute {
+        spec: Box::new(spec(command_id, "reuse/b", "verify.tcp.connect")),
+    };
+    let id = format!("command:{command_id}");
+    // Across batches (the inbox remembers what the id stood for)...
+    store
+        .process_batch(&[envelope(&id, first.clone())], BASE)
+        .await
+        .unwrap();
+    let again = store
+        .process_batch(
+            &[envelope(&id, first.clone()), envelope(&id, other.clone())],
+            BASE + 1,
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.outcomes[0], InputOutcome::Duplicate, "a redelivery");
+    assert!(
+        matches!(&again.outcomes[1], InputOutcome::Rejected(Rejection::InputIdReused { first, again, .. })
+            if first.contains("reuse/a") && again.contains("reuse/b")),
+        "{:?}",
+        again.outcomes[1]
+    );
+    // ...and inside one batch.
+    let fresh = Uuid::new_v4();
+    let id = format!("command:{fresh}");
+    let same_batch = store
+        .process_batch(
+            &[
+                envelope(
+                    &id,
+                    Input::Execute {
+                        spec: Box::new(spec(fresh, "reuse/c", "verify.tcp.connect")),
+                    },
+                ),
+                envelope(
+                    &id,
+                    Input::Execute {
+                        spec: Box::new(spec(fresh, "reuse/d", "verify.tcp.connect")),
+                    },
+                ),
+            ],
+            BASE + 2,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        same_batch.outcomes[1],
+        InputOutcome::Rejected(Rejection::InputIdReused { .. })
+    ));
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM jobs WHERE job_id IN ('reuse/b', 'reuse/d')"
+        )
+        .await,
+        0
+    );
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn one_input_the_database_refuses_is_isolated_and_the_rest_are_decided(pool: PgPool) {
+    use execplane::contract::{ReportBody, RunnerReport};
+    let store = Store::from_pool(pool.clone());
+    // An attempt to report on.
+    let command_id = Uuid::new_v4();
+    store
+        .process_batch(
+            &[envelope(
+                "setup",
+                Input::Execute {
+                    spec: Box::new(spec(command_id, "iso/0", "verify.tcp.connect")),
+                },
+            )],
+            BASE,
+        )
+        .await
+        .unwrap();
+    let attempt_id = attempt_id_for(command_id, 1);
+    store
+        .process_batch(
+            &[envelope(
+                "grant",
+                Input::Grant {
+                    attempt_id,
+                    runner_instance: "r-1".into(),
+                },
+            )],
+            BASE + 1,
+        )
+        .await
+        .unwrap();
+    // A batch of good commands with, in the middle, a report whose progress
+    // holds U+0000: Postgres text cannot store it. (Intake refuses such a
+    // report before it gets here; this is the last line of defence.)
+    let mut inputs: Vec<InputEnvelope> = (0..9)
+        .map(|index| {
+            let id = Uuid::new_v4();
+            envelope(
+                &format!("command:{id}"),
+                Input::Execute {
+                    spec: Box::new(spec(
+                        id,
+                        &format!("iso/{}", index + 1),
+                        "verify.tcp.connect",
+                    )),
+                },
+            )
+        })
+        .collect();
+    inputs.insert(
+        5,
+        envelope(
+            "report:nul",
+            Input::Report(RunnerReport {
+                attempt_id,
+                lease_epoch: 1,
+                runner_instance: "r-1".into(),
+                body: ReportBody::Progress {
+                    message: "half\u{0}way".into(),
+                    percent: Some(50),
+                },
+            }),
+        ),
+    );
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let isolated = store
+        .process_isolating(&inputs, None, &shutdown)
+        .await
+        .unwrap();
+    assert_eq!(isolated.decisions.len(), inputs.len());
+    for (index, decision) in isolated.decisions.iter().enumerate() {
+        if index == 5 {
+            let reason = decision.as_ref().unwrap_err();
+            assert!(reason.contains("refuses this record"), "{reason}");
+        } else {
+            assert!(
+                matches!(decision, Ok(InputOutcome::Applied { .. })),
+                "{index}: {decision:?}"
+            );
+        }
+    }
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM jobs WHERE job_id LIKE 'iso/%'").await,
+        10
+    );
+    // The refused input left nothing behind, not even its inbox row.
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM inbox WHERE input_id = 'report:nul'"
+        )
+        .await,
+        0
+    );
+    // And shutdown ends a retry loop that cannot succeed.
+    let stopped = tokio_util::sync::CancellationToken::new();
+    stopped.cancel();
+    let bad = [inputs[5].clone()];
+    assert!(store
+        .process_isolating(&bad, None, &stopped)
+        .await
+        .is_none());
+}

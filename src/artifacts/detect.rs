@@ -4,8 +4,12 @@
 
 use regex::Regex;
 
-/// The built-in detectors, by name.
-pub const BUILTIN: [&str; 3] = ["pem_private_key", "aws_access_key_id", "bearer_token"];
+/// The built-in detectors, by name: the contract's secret shapes.
+pub const BUILTIN: [&str; 3] = [
+    crate::contract::secret_shapes::SHAPES[0].0,
+    crate::contract::secret_shapes::SHAPES[1].0,
+    crate::contract::secret_shapes::SHAPES[2].0,
+];
 
 #[derive(Clone, Debug)]
 pub struct Detectors {
@@ -17,24 +21,16 @@ impl Detectors {
     pub fn new(names: &[String]) -> Result<Self, String> {
         let mut rules = Vec::new();
         for name in names {
-            let (name, pattern) = match name.as_str() {
-                "pem_private_key" => (
-                    "pem_private_key",
-                    r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z0-9 ]*PRIVATE KEY-----",
-                ),
-                "aws_access_key_id" => ("aws_access_key_id", r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"),
-                "bearer_token" => ("bearer_token", r"(?i)\bbearer\s+[A-Za-z0-9\-._~+/]{16,}=*"),
-                other => {
-                    return Err(format!(
-                        "unknown detector `{other}` (known: {})",
-                        BUILTIN.join(", ")
-                    ))
-                }
+            let Some((name, rule)) = crate::contract::secret_shapes::compiled()
+                .iter()
+                .find(|(known, _)| *known == name.as_str())
+            else {
+                return Err(format!(
+                    "unknown detector `{name}` (known: {})",
+                    BUILTIN.join(", ")
+                ));
             };
-            rules.push((
-                name,
-                Regex::new(pattern).map_err(|error| error.to_string())?,
-            ));
+            rules.push((*name, rule.clone()));
         }
         Ok(Self { rules })
     }

@@ -99,7 +99,7 @@ pub struct S3Settings {
     pub region: String,
     pub bucket: String,
     pub access_key_id: String,
-    pub secret_access_key: crate::config::Secret,
+    pub secret_access_key: crate::secrets::Secret,
 }
 
 fn s3_error(error: impl std::fmt::Display) -> StorageError {

@@ -14,7 +14,7 @@ use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use super::{sha256_hex, ArtifactStorage, Detectors};
-use crate::codec::{ArtifactRecord, Codec, Family, LogChunkRecord, RetentionClass};
+use crate::codec::{ArtifactRecord, Family, LogChunkRecord, RetentionClass};
 use crate::contract::topics;
 use crate::kafka::{KafkaConfig, KafkaError};
 use crate::store::{PendingBundle, StagedChunk, Store};
@@ -52,7 +52,12 @@ pub async fn run<S: ArtifactStorage>(
     // grace), so a worker that was down or lagging never bundles half the
     // output.
     let caught_up = Arc::new(AtomicI64::new(0));
-    let gate = crate::kafka::CaughtUpGate::start(&kafka, caught_up.clone(), shutdown.clone());
+    let gate = crate::kafka::CaughtUpGate::start(
+        &kafka,
+        caught_up.clone(),
+        Default::default(),
+        shutdown.clone(),
+    );
     let bundler = tokio::spawn(bundle_loop(
         store.clone(),
         config.clone(),
@@ -60,7 +65,7 @@ pub async fn run<S: ArtifactStorage>(
         caught_up.clone(),
         shutdown.clone(),
     ));
-    let codec = Codec::default();
+    let codec = kafka.codec.clone();
     while !shutdown.is_cancelled() {
         let batch = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -93,13 +98,21 @@ pub async fn run<S: ArtifactStorage>(
                         stream: format!("{:?}", record.stream).to_lowercase(),
                         seq: record.seq,
                         lease_epoch: record.lease_epoch,
-                        producer: record.runner_instance,
+                        producer: record.runner_instance.replace('\0', "\u{FFFD}"),
                         // Postgres text holds no NUL; tools may print one.
                         text: record.text.replace('\0', "\u{FFFD}"),
                     })
                 }) {
                 Ok(chunk) => chunks.push(chunk),
-                Err(reason) => crate::kafka::dead_letter(&kafka, &producer, message, &reason).await,
+                Err(reason) => {
+                    if !crate::kafka::dead_letter(&kafka, &producer, message, &reason, &shutdown)
+                        .await
+                    {
+                        // Shutdown before the broker took it: nothing committed.
+                        bundler.abort();
+                        return Ok(());
+                    }
+                }
             }
         }
         // Staged before the offsets move: a crash re-reads, and the

@@ -22,6 +22,12 @@ pub enum Rejection {
     },
     #[error("no attempt {0}")]
     UnknownAttempt(Uuid),
+    #[error("id `{input_id}` was first used for {first} and now for {again}; an id names one input only")]
+    InputIdReused {
+        input_id: String,
+        first: String,
+        again: String,
+    },
     #[error("attempt {attempt_id} is {status}, not queued; it cannot be leased")]
     NotQueued {
         attempt_id: Uuid,
@@ -380,28 +386,21 @@ fn decide_report(emit: &mut Emitter<'_>, report: &RunnerReport) -> Result<(), Re
 /// Why a report cannot be accepted, or `None` when it carries the current
 /// lease. Fencing is by epoch and instance, never by clock.
 fn fence_reason(attempt: &Attempt, report: &RunnerReport) -> Option<String> {
-    if attempt.is_terminal() {
-        return Some(format!(
-            "the attempt is already {}",
-            attempt.status.as_str()
-        ));
-    }
-    let Some(lease) = attempt.active_lease() else {
-        return Some("the attempt has no active lease".to_owned());
-    };
-    if lease.epoch != report.lease_epoch {
-        return Some(format!(
-            "lease epoch {} is stale; the current epoch is {}",
-            report.lease_epoch, lease.epoch
-        ));
-    }
-    if lease.runner_instance != report.runner_instance {
-        return Some(format!(
-            "lease epoch {} belongs to instance {}",
-            lease.epoch, lease.runner_instance
-        ));
-    }
-    None
+    super::fencing::lease_refusal(
+        attempt.is_terminal().then(|| attempt.status.as_str()),
+        attempt
+            .lease
+            .as_ref()
+            .map(|lease| super::fencing::LeaseFacts {
+                epoch: lease.epoch,
+                runner_instance: &lease.runner_instance,
+                active: lease.active,
+                expires_at: lease.expires_at,
+            }),
+        report.lease_epoch,
+        &report.runner_instance,
+        None,
+    )
 }
 
 fn push_progress(

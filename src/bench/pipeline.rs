@@ -19,7 +19,7 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use crate::codec::{AttemptEventRecord, Codec, CommandKind, CommandRecord, Family, JobSpecRecord};
+use crate::codec::{AttemptEventRecord, CommandRecord, Family};
 use crate::config::Config;
 use crate::contract::{topics, validate_jobspec, AttemptEvent, EventBody};
 use crate::kafka::{partition_count, KafkaConfig};
@@ -45,6 +45,13 @@ pub struct PipelineBenchArgs {
     /// Keep the bench schema afterwards.
     #[arg(long)]
     pub keep: bool,
+    /// Queue every job first with no runner alive, then start the runner
+    /// and measure how fast the backlog drains.
+    #[arg(long)]
+    pub backlog: bool,
+    /// Skip the bare-pipeline comparison (long runs).
+    #[arg(long)]
+    pub no_bare: bool,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -91,6 +98,30 @@ pub struct PipelineReport {
     pub bare_postgres_seconds: f64,
     /// execplane seconds / bare seconds for the same records and rows.
     pub ratio: f64,
+    /// With `--backlog`: seconds from the runner's start to the last
+    /// terminal state, and attempts per second over them.
+    pub drain_seconds: Option<f64>,
+    pub drain_rate: Option<f64>,
+    /// Attempts reaching a terminal state in each 10-second window of the
+    /// run: a rate that falls as the run goes on is a cost that grows.
+    pub window_rates: Vec<f64>,
+}
+
+/// Terminal states per 10-second window, as attempts per second.
+fn window_rates(ends: &[i64]) -> Vec<f64> {
+    const WINDOW_MS: i64 = 10_000;
+    let (Some(first), Some(last)) = (ends.iter().min(), ends.iter().max()) else {
+        return Vec::new();
+    };
+    let windows = usize::try_from((last - first) / WINDOW_MS + 1).unwrap_or(1);
+    let mut counts = vec![0u64; windows];
+    for end in ends {
+        counts[usize::try_from((end - first) / WINDOW_MS).unwrap_or(0)] += 1;
+    }
+    counts
+        .into_iter()
+        .map(|count| count as f64 / (WINDOW_MS as f64 / 1000.0))
+        .collect()
 }
 
 pub async fn run(config: &Config, args: &PipelineBenchArgs) -> anyhow::Result<ExitCode> {
@@ -126,7 +157,8 @@ async fn drive(
         config.database_max_connections.max(8),
         Some(schema),
     )
-    .await?;
+    .await?
+    .with_codec(config.kafka().codec);
     store.migrate().await?;
     let kafka = KafkaConfig {
         topic_prefix: prefix.to_owned(),
@@ -158,30 +190,36 @@ async fn drive(
     let relay = tokio::spawn(crate::kafka::relay::run(
         store.clone(),
         kafka.clone(),
-        producer.clone(),
         Default::default(),
         stop_core.clone(),
     ));
     let mut runner_config = config.runner()?;
     runner_config.capacity = args.capacity;
-    let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-    let runner = tokio::spawn(crate::runner::run_instance(
-        kafka.clone(),
-        runner_config,
-        Arc::new(VerificationRunner::new(config.verification())),
-        stop_runner.clone(),
-        Some(ready_tx),
-    ));
-    ready_rx.await.context("the runner did not start")?;
-    // Wait until placement can see the runner.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while store
-        .live_instances(chrono::Utc::now().timestamp_millis() - 3_000)
-        .await?
-        .is_empty()
-    {
-        anyhow::ensure!(Instant::now() < deadline, "the runner never became live");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let start_runner = || async {
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let runner = tokio::spawn(crate::runner::run_instance(
+            kafka.clone(),
+            runner_config.clone(),
+            Arc::new(VerificationRunner::new(config.verification())),
+            stop_runner.clone(),
+            Some(ready_tx),
+        ));
+        ready_rx.await.context("the runner did not start")?;
+        // Wait until placement can see the runner.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while store
+            .live_instances(chrono::Utc::now().timestamp_millis() - 3_000)
+            .await?
+            .is_empty()
+        {
+            anyhow::ensure!(Instant::now() < deadline, "the runner never became live");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        anyhow::Ok(runner)
+    };
+    let mut runner = None;
+    if !args.backlog {
+        runner = Some(start_runner().await?);
     }
 
     // Follow the published log from its end.
@@ -205,14 +243,14 @@ async fn drive(
                 "requested_by": "execplane-bench",
                 "operation": "verify.tcp.connect",
                 "inputs": {"host": "127.0.0.1", "port": port, "timeout": "5s"},
-                "timeouts": {"schedule_to_start": "5m", "start_to_close": "5m", "heartbeat": "1m", "schedule_to_close": "10m"},
+                "timeouts": {"schedule_to_start": "30m", "start_to_close": "5m", "heartbeat": "1m", "schedule_to_close": "1h"},
                 "retry": {"max_attempts": 1}
             }))
             .expect("bench spec is valid")
         })
         .collect();
     let commands_topic = kafka.topic(topics::COMMANDS);
-    let codec = Codec::default();
+    let codec = kafka.codec.clone();
     let mut issued: HashMap<String, i64> = HashMap::with_capacity(args.jobs);
     let started = Instant::now();
     let submit = {
@@ -228,13 +266,7 @@ async fn drive(
             while budget >= 1.0 && sent < specs.len() {
                 let spec = &specs[sent];
                 let now = chrono::Utc::now().timestamp_millis();
-                let record = CommandRecord {
-                    command_id: spec.command_id.to_string(),
-                    kind: CommandKind::ExecuteJob,
-                    issued_at: now,
-                    execute: Some(JobSpecRecord::from(spec)),
-                    cancel: None,
-                };
+                let record = CommandRecord::execute(spec, now);
                 let payload = codec.encode(Family::Command, &record)?;
                 issued.insert(spec.job_id.clone(), now);
                 loop {
@@ -262,6 +294,31 @@ async fn drive(
         }
         started.elapsed()
     };
+    // With --backlog: every attempt queued, nobody to run it; then a runner.
+    let mut drain_started = None;
+    if args.backlog {
+        let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
+        loop {
+            let queued = store
+                .attempts_by_status()
+                .await?
+                .into_iter()
+                .find(|(status, _)| status == "queued")
+                .map_or(0, |(_, count)| count);
+            if queued >= args.jobs as i64 {
+                break;
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "only {queued} of {} attempts were queued",
+                args.jobs
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        tracing::info!(queued = args.jobs, "backlog queued; starting the runner");
+        drain_started = Some(chrono::Utc::now().timestamp_millis());
+        runner = Some(start_runner().await?);
+    }
 
     let mut lease = HashMap::new();
     let mut start = HashMap::new();
@@ -303,6 +360,7 @@ async fn drive(
         }
     }
     let seconds = started.elapsed().as_secs_f64();
+    let terminal_count = terminal.len();
     // Throughput from the first command to the last terminal state.
     let first_issued = issued.values().copied().min().unwrap_or(0);
     let last_end = terminal
@@ -311,11 +369,18 @@ async fn drive(
         .max()
         .unwrap_or(first_issued);
     let active_seconds = ((last_end - first_issued) as f64 / 1000.0).max(1e-3);
+    let ends: Vec<i64> = terminal
+        .iter()
+        .filter_map(|(job, elapsed)| issued.get(job).map(|at| at + elapsed))
+        .collect();
+    let drain_seconds = drain_started.map(|from| ((last_end - from) as f64 / 1000.0).max(1e-3));
 
     // Let the final reports land and the outbox drain before counting.
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop_runner.cancel();
-    let _ = runner.await;
+    if let Some(runner) = runner {
+        let _ = runner.await;
+    }
     tokio::time::sleep(Duration::from_millis(300)).await;
     stop_core.cancel();
     let _ = dispatcher.await;
@@ -343,14 +408,18 @@ async fn drive(
     }
 
     let completed = terminal.len().max(1);
-    let (bare_kafka_seconds, bare_postgres_seconds) = bare(
-        config,
-        &kafka,
-        kafka_records.max(0) as u64,
-        rows.max(0) as u64,
-        schema,
-    )
-    .await?;
+    let (bare_kafka_seconds, bare_postgres_seconds) = if args.no_bare {
+        (0.0, 0.0)
+    } else {
+        bare(
+            config,
+            &kafka,
+            kafka_records.max(0) as u64,
+            rows.max(0) as u64,
+            schema,
+        )
+        .await?
+    };
     let bare_seconds = bare_kafka_seconds + bare_postgres_seconds;
     Ok(PipelineReport {
         jobs: args.jobs,
@@ -371,6 +440,9 @@ async fn drive(
         bare_kafka_seconds,
         bare_postgres_seconds,
         ratio: active_seconds / bare_seconds.max(1e-3),
+        drain_rate: drain_seconds.map(|seconds| terminal_count as f64 / seconds),
+        drain_seconds,
+        window_rates: window_rates(&ends),
     })
 }
 
@@ -481,4 +553,16 @@ fn print_report(report: &PipelineReport) {
         "  ratio                 {:>10.2} × the bare pipeline",
         report.ratio
     );
+    if let (Some(seconds), Some(rate)) = (report.drain_seconds, report.drain_rate) {
+        println!(
+            "  backlog drained       {:>10.1} s  ({rate:.0} attempts/s from the runner's start)",
+            seconds
+        );
+    }
+    let windows: Vec<String> = report
+        .window_rates
+        .iter()
+        .map(|rate| format!("{rate:.0}"))
+        .collect();
+    println!("  per 10 s window       {} attempts/s", windows.join(" "));
 }

@@ -11,7 +11,6 @@ use tokio::sync::Mutex;
 use uuid::Uuid;
 
 use crate::attempt::attempt_id_for;
-use crate::cli::StoreBenchArgs;
 use crate::config::Config;
 use crate::contract::{validate_jobspec, Input, ReportBody, ReportedOutcome, RunnerReport};
 use crate::store::{InputEnvelope, Store};
@@ -38,6 +37,24 @@ pub struct StoreBenchReport {
     pub writers: usize,
     pub phases: Vec<PhaseFigures>,
     pub total: PhaseFigures,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct StoreBenchArgs {
+    /// Attempts to drive through their whole life.
+    #[arg(long, default_value_t = 10_000)]
+    pub attempts: usize,
+    /// Inputs per transaction.
+    #[arg(long, default_value_t = 500)]
+    pub batch: usize,
+    /// Concurrent writers, each with its own connection.
+    #[arg(long, default_value_t = 2)]
+    pub writers: usize,
+    #[arg(long)]
+    pub json: bool,
+    /// Keep the bench schema afterwards.
+    #[arg(long)]
+    pub keep: bool,
 }
 
 pub async fn run(config: &Config, args: &StoreBenchArgs) -> anyhow::Result<ExitCode> {

@@ -118,7 +118,7 @@ pub async fn watch(
                     .occurred_at
                     .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
                 event.body.kind(),
-                super::audit::summary(&event)
+                event.summary()
             );
         }
         printed = history.len();

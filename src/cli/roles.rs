@@ -69,9 +69,10 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
         .with_context(|| {
             format!(
                 "connecting to Postgres at {}",
-                super::redact(&config.database_url)
+                crate::telemetry::redact(&config.database_url)
             )
-        })?;
+        })?
+        .with_codec(kafka.codec.clone());
     if prepare {
         store.migrate().await.context("applying migrations")?;
         let report = topology::apply(&kafka)
@@ -105,14 +106,9 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
         });
     }
     if roles.relay {
-        let (store, kafka, producer, stop) = (
-            store.clone(),
-            kafka.clone(),
-            producer.clone(),
-            core_stop.clone(),
-        );
+        let (store, kafka, stop) = (store.clone(), kafka.clone(), core_stop.clone());
         core.spawn(async move {
-            relay::run(store, kafka, producer, RelayConfig::default(), stop)
+            relay::run(store, kafka, RelayConfig::default(), stop)
                 .await
                 .map_err(anyhow::Error::from)
         });

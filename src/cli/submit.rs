@@ -12,7 +12,7 @@ use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::producer::FutureRecord;
 use rdkafka::{Message, Offset, TopicPartitionList};
 
-use crate::codec::{AttemptEventRecord, Codec, CommandKind, CommandRecord, Family, JobSpecRecord};
+use crate::codec::{AttemptEventRecord, CommandRecord, Family};
 use crate::config::Config;
 use crate::contract::{topics, validate_jobspec_bytes, AttemptEvent, EventBody, TerminalOutcome};
 use crate::kafka::{cloudevent_headers, partition_count};
@@ -53,14 +53,8 @@ pub async fn run(
     consumer.assign(&assignment)?;
 
     let producer = kafka.producer()?;
-    let command = CommandRecord {
-        command_id: spec.command_id.to_string(),
-        kind: CommandKind::ExecuteJob,
-        issued_at: chrono::Utc::now().timestamp_millis(),
-        execute: Some(JobSpecRecord::from(&spec)),
-        cancel: None,
-    };
-    let payload = Codec::default().encode(Family::Command, &command)?;
+    let command = CommandRecord::execute(&spec, chrono::Utc::now().timestamp_millis());
+    let payload = kafka.codec.encode(Family::Command, &command)?;
     let commands_topic = kafka.topic(topics::COMMANDS);
     let traceparent = spec.trace.as_ref().map(|trace| trace.traceparent.as_str());
     producer
@@ -106,8 +100,9 @@ pub async fn run(
         let Some(payload) = message.payload() else {
             continue;
         };
-        let Ok(record) =
-            Codec::default().decode::<AttemptEventRecord>(Family::AttemptEvent, payload)
+        let Ok(record) = kafka
+            .codec
+            .decode::<AttemptEventRecord>(Family::AttemptEvent, payload)
         else {
             continue;
         };
@@ -134,7 +129,7 @@ pub async fn run(
                     .unwrap_or_default(),
                 event.seq,
                 event.body.kind(),
-                super::audit::summary(&event)
+                event.summary()
             );
         }
         let verdict = match &event.body {

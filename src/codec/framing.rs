@@ -48,6 +48,13 @@ impl Family {
         }
     }
 
+    /// The family whose schema file is `<stem>.avsc`.
+    pub fn from_file_stem(stem: &str) -> Option<Family> {
+        Family::ALL
+            .into_iter()
+            .find(|family| family.file_stem() == stem)
+    }
+
     /// The schema as committed now, embedded in the binary.
     pub const fn current_text(self) -> &'static str {
         match self {
@@ -78,13 +85,40 @@ impl Family {
 }
 
 /// How records are framed when written.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum Framing {
     /// Avro single-object encoding; needs no registry.
     #[default]
     SingleObject,
-    /// Confluent wire format with the registry ids of each family's schema.
-    Confluent(HashMap<Family, u32>),
+    /// Confluent wire format: magic 0, the registry id of the family's
+    /// current schema, then the datum.
+    Confluent,
+}
+
+/// The schema registry ids of each family: what Confluent framing writes
+/// (`current`) and what it accepts (`current`, and `previous`: ids under
+/// which the previous release's schema was registered, resolved to the
+/// current one when read).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RegistryIds {
+    pub current: HashMap<Family, u32>,
+    pub previous: HashMap<Family, u32>,
+}
+
+impl RegistryIds {
+    /// Which family and schema version an id stands for.
+    fn lookup(&self, id: u32) -> Option<(Family, bool)> {
+        self.current
+            .iter()
+            .find(|(_, known)| **known == id)
+            .map(|(family, _)| (*family, true))
+            .or_else(|| {
+                self.previous
+                    .iter()
+                    .find(|(_, known)| **known == id)
+                    .map(|(family, _)| (*family, false))
+            })
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -126,8 +160,13 @@ struct Known {
 
 struct Registry {
     current: HashMap<Family, Known>,
+    /// The previous release's schema of each family, resolved to the current.
+    previous: HashMap<Family, GenericDatumReader<'static>>,
     /// Every schema a reader accepts by fingerprint: current and previous,
-    /// each with a reader that resolves it to the current schema.
+    /// each with a reader that resolves it to the current schema. Each is
+    /// known by its specification fingerprint and by the one releases up to
+    /// 0.1 wrote (`apache-avro`'s, see [`legacy_fingerprint`]), so records and
+    /// `attempt_events.schema_fingerprint` rows written then stay readable.
     by_fingerprint: HashMap<(Family, u64), GenericDatumReader<'static>>,
 }
 
@@ -138,8 +177,16 @@ fn parse(text: &str, family: Family) -> &'static Schema {
     Box::leak(Box::new(schema))
 }
 
-/// The 64-bit Rabin fingerprint of the schema's parsing canonical form.
-pub fn fingerprint(schema: &Schema) -> u64 {
+/// The CRC-64-AVRO fingerprint of a schema's Parsing Canonical Form, as the
+/// Avro specification defines it (and Java, fastavro and others compute it).
+pub fn fingerprint(schema_json: &str) -> Result<u64, CodecError> {
+    super::canonical::spec_fingerprint(schema_json).map_err(CodecError::Invalid)
+}
+
+/// The fingerprint execplane wrote before it computed the specification's:
+/// `apache-avro`'s, whose canonical form keeps `{"type":"long"}` where a
+/// `logicalType` was (upstream AVRO-4004). Read, never written.
+pub fn legacy_fingerprint(schema: &Schema) -> u64 {
     let bytes = schema.fingerprint::<Rabin>().bytes;
     let mut array = [0u8; 8];
     array.copy_from_slice(&bytes[..8]);
@@ -162,13 +209,28 @@ fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
         let mut current = HashMap::new();
+        let mut previous_readers = HashMap::new();
         let mut by_fingerprint = HashMap::new();
+        let spec = |family: Family, text: &str| {
+            fingerprint(text).unwrap_or_else(|error| {
+                panic!("embedded schema {family:?} has no canonical form: {error}")
+            })
+        };
         for family in Family::ALL {
             let schema = parse(family.current_text(), family);
             let previous = parse(family.previous_text(), family);
-            let current_fingerprint = fingerprint(schema);
-            by_fingerprint.insert((family, fingerprint(previous)), reader(previous, schema));
-            by_fingerprint.insert((family, current_fingerprint), reader(schema, schema));
+            let current_fingerprint = spec(family, family.current_text());
+            // Previous first: where a schema did not change, current wins.
+            for key in [
+                legacy_fingerprint(previous),
+                spec(family, family.previous_text()),
+            ] {
+                by_fingerprint.insert((family, key), reader(previous, schema));
+            }
+            for key in [legacy_fingerprint(schema), current_fingerprint] {
+                by_fingerprint.insert((family, key), reader(schema, schema));
+            }
+            previous_readers.insert(family, reader(previous, schema));
             let writer = GenericDatumWriter::builder(schema)
                 .build()
                 .unwrap_or_else(|error| {
@@ -186,6 +248,7 @@ fn registry() -> &'static Registry {
         }
         Registry {
             current,
+            previous: previous_readers,
             by_fingerprint,
         }
     })
@@ -195,11 +258,55 @@ fn registry() -> &'static Registry {
 #[derive(Clone, Debug, Default)]
 pub struct Codec {
     framing: Framing,
+    ids: std::sync::Arc<RegistryIds>,
 }
 
 impl Codec {
-    pub fn new(framing: Framing) -> Self {
-        Self { framing }
+    /// A codec writing `framing`; Confluent records are read with `ids`
+    /// whatever the framing written. Confluent framing needs a current id
+    /// for every family, and no id may stand for two schemas.
+    pub fn new(framing: Framing, ids: RegistryIds) -> Result<Self, CodecError> {
+        let mut problems = Vec::new();
+        if framing == Framing::Confluent {
+            for family in Family::ALL {
+                if !ids.current.contains_key(&family) {
+                    problems.push(format!("no registry id for {}", family.file_stem()));
+                }
+            }
+        }
+        let mut seen = HashMap::new();
+        for (family, id) in ids.current.iter().chain(ids.previous.iter()) {
+            if let Some(other) = seen.insert(*id, *family) {
+                problems.push(format!(
+                    "registry id {id} is given for {} and {}",
+                    other.file_stem(),
+                    family.file_stem()
+                ));
+            }
+        }
+        if !problems.is_empty() {
+            problems.sort();
+            return Err(CodecError::Invalid(problems.join("; ")));
+        }
+        Ok(Self {
+            framing,
+            ids: std::sync::Arc::new(ids),
+        })
+    }
+
+    /// Confluent framing with these current ids (tests and tools).
+    pub fn confluent(current: HashMap<Family, u32>) -> Self {
+        Self {
+            framing: Framing::Confluent,
+            ids: std::sync::Arc::new(RegistryIds {
+                current,
+                previous: HashMap::new(),
+            }),
+        }
+    }
+
+    pub fn framing(&self) -> Framing {
+        self.framing
     }
 
     /// The current schema of a family.
@@ -256,8 +363,8 @@ impl Codec {
                 framed.extend_from_slice(&[0xC3, 0x01]);
                 framed.extend_from_slice(&Self::fingerprint(family).to_le_bytes());
             }
-            Framing::Confluent(ids) => {
-                let id = ids.get(&family).ok_or_else(|| {
+            Framing::Confluent => {
+                let id = self.ids.current.get(&family).ok_or_else(|| {
                     CodecError::Invalid(format!("no registry schema id configured for {family:?}"))
                 })?;
                 framed.push(0x00);
@@ -299,17 +406,17 @@ impl Codec {
                     return Err(CodecError::TruncatedHeader("Confluent"));
                 }
                 let id = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]);
-                let Framing::Confluent(ids) = &self.framing else {
-                    return Err(CodecError::UnknownSchemaId { family, id });
-                };
-                match ids.iter().find(|(_, known)| **known == id) {
-                    Some((actual, _)) if *actual == family => {
+                match self.ids.lookup(id) {
+                    Some((actual, true)) if actual == family => {
                         read_datum(&registry().current[&family].reader, &rest[4..])
+                    }
+                    Some((actual, false)) if actual == family => {
+                        read_datum(&registry().previous[&family], &rest[4..])
                     }
                     Some((actual, _)) => Err(CodecError::WrongFamily {
                         id,
                         expected: family,
-                        actual: *actual,
+                        actual,
                     }),
                     None => Err(CodecError::UnknownSchemaId { family, id }),
                 }

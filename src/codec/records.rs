@@ -258,6 +258,42 @@ pub struct CommandRecord {
     pub cancel: Option<CancelAttemptRecord>,
 }
 
+impl CommandRecord {
+    /// An ExecuteJob command for `spec` (its command id is the spec's).
+    pub fn execute(spec: &JobSpec, issued_at: UnixMillis) -> Self {
+        Self {
+            command_id: spec.command_id.to_string(),
+            kind: CommandKind::ExecuteJob,
+            issued_at,
+            execute: Some(JobSpecRecord::from(spec)),
+            cancel: None,
+        }
+    }
+
+    /// A CancelAttempt command.
+    pub fn cancel(
+        command_id: Uuid,
+        attempt_id: Uuid,
+        reason: String,
+        requested_by: String,
+        grace_ms: Option<i64>,
+        issued_at: UnixMillis,
+    ) -> Self {
+        Self {
+            command_id: command_id.to_string(),
+            kind: CommandKind::CancelAttempt,
+            issued_at,
+            execute: None,
+            cancel: Some(CancelAttemptRecord {
+                attempt_id: attempt_id.to_string(),
+                reason,
+                requested_by,
+                grace_ms,
+            }),
+        }
+    }
+}
+
 /// The `type` of an attempt event record (the `EventBody` tag).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -597,17 +633,18 @@ impl TryFrom<AttemptEventRecord> for AttemptEvent {
 }
 
 fn event_type_name(kind: EventType) -> &'static str {
+    use crate::contract::event_kind as name;
     match kind {
-        EventType::Created => "created",
-        EventType::Rejected => "rejected",
-        EventType::LeaseGranted => "lease_granted",
-        EventType::LeaseExtended => "lease_extended",
-        EventType::Started => "started",
-        EventType::Progress => "progress",
-        EventType::CancelRequested => "cancel_requested",
-        EventType::ReportFenced => "report_fenced",
-        EventType::Finished => "finished",
-        EventType::CallbackRecorded => "callback_recorded",
+        EventType::Created => name::CREATED,
+        EventType::Rejected => name::REJECTED,
+        EventType::LeaseGranted => name::LEASE_GRANTED,
+        EventType::LeaseExtended => name::LEASE_EXTENDED,
+        EventType::Started => name::STARTED,
+        EventType::Progress => name::PROGRESS,
+        EventType::CancelRequested => name::CANCEL_REQUESTED,
+        EventType::ReportFenced => name::REPORT_FENCED,
+        EventType::Finished => name::FINISHED,
+        EventType::CallbackRecorded => name::CALLBACK_RECORDED,
     }
 }
 
@@ -793,6 +830,51 @@ pub struct PresenceRecord {
     pub sent_at: UnixMillis,
 }
 
+/// What an instance says of itself, for [`PresenceRecord::new`].
+#[derive(Clone, Debug)]
+pub struct Presence<'a> {
+    pub runner_instance: &'a str,
+    pub runner_type: &'a str,
+    pub version: String,
+    pub pool: &'a BTreeMap<String, String>,
+    pub capabilities: &'a [String],
+    pub capacity: u32,
+    pub in_flight: u32,
+    pub work_partition: i32,
+    pub started_at: UnixMillis,
+}
+
+impl PresenceRecord {
+    /// The one constructor (the runner SDK and the ingress announce
+    /// instances alike): an instance that is not ready offers no capacity.
+    pub fn new(presence: &Presence<'_>, status: PresenceStatus, sent_at: UnixMillis) -> Self {
+        Self {
+            runner_instance: presence.runner_instance.to_owned(),
+            runner_type: presence.runner_type.to_owned(),
+            version: presence.version.clone(),
+            pool: presence
+                .pool
+                .iter()
+                .map(|(key, value)| Label {
+                    key: key.clone(),
+                    value: value.clone(),
+                })
+                .collect(),
+            capabilities: presence.capabilities.to_vec(),
+            capacity: if status == PresenceStatus::Ready {
+                i32::try_from(presence.capacity).unwrap_or(i32::MAX)
+            } else {
+                0
+            },
+            in_flight: i32::try_from(presence.in_flight).unwrap_or(i32::MAX),
+            work_partition: presence.work_partition,
+            status,
+            started_at: presence.started_at,
+            sent_at,
+        }
+    }
+}
+
 /// Which output a log chunk carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -814,6 +896,36 @@ pub struct LogChunkRecord {
     pub seq: i64,
     pub text: String,
     pub sent_at: UnixMillis,
+}
+
+impl LogChunkRecord {
+    /// The one constructor: its id is derived from (attempt, epoch, stream,
+    /// seq), so a chunk sent again has the same id wherever it is sent from
+    /// (the runner SDK, the ingress).
+    pub fn new(
+        attempt_id: Uuid,
+        lease_epoch: u64,
+        runner_instance: String,
+        stream: LogStream,
+        seq: u64,
+        text: String,
+        sent_at: UnixMillis,
+    ) -> Self {
+        let chunk_id = Uuid::new_v5(
+            &attempt_id,
+            format!("{lease_epoch}:{stream:?}:{seq}").as_bytes(),
+        );
+        Self {
+            chunk_id: chunk_id.to_string(),
+            attempt_id: attempt_id.to_string(),
+            lease_epoch: i64::try_from(lease_epoch).unwrap_or(i64::MAX),
+            runner_instance,
+            stream,
+            seq: i64::try_from(seq).unwrap_or(i64::MAX),
+            text,
+            sent_at,
+        }
+    }
 }
 
 /// How long an artifact is kept.

@@ -228,17 +228,18 @@ pub enum EventBody {
 impl EventBody {
     /// The stable name, e.g. `lease_granted`.
     pub fn kind(&self) -> &'static str {
+        use event_kind as kind;
         match self {
-            EventBody::Created { .. } => "created",
-            EventBody::Rejected { .. } => "rejected",
-            EventBody::LeaseGranted { .. } => "lease_granted",
-            EventBody::LeaseExtended { .. } => "lease_extended",
-            EventBody::Started { .. } => "started",
-            EventBody::Progress { .. } => "progress",
-            EventBody::CancelRequested { .. } => "cancel_requested",
-            EventBody::ReportFenced { .. } => "report_fenced",
-            EventBody::Finished { .. } => "finished",
-            EventBody::CallbackRecorded { .. } => "callback_recorded",
+            EventBody::Created { .. } => kind::CREATED,
+            EventBody::Rejected { .. } => kind::REJECTED,
+            EventBody::LeaseGranted { .. } => kind::LEASE_GRANTED,
+            EventBody::LeaseExtended { .. } => kind::LEASE_EXTENDED,
+            EventBody::Started { .. } => kind::STARTED,
+            EventBody::Progress { .. } => kind::PROGRESS,
+            EventBody::CancelRequested { .. } => kind::CANCEL_REQUESTED,
+            EventBody::ReportFenced { .. } => kind::REPORT_FENCED,
+            EventBody::Finished { .. } => kind::FINISHED,
+            EventBody::CallbackRecorded { .. } => kind::CALLBACK_RECORDED,
         }
     }
 
@@ -426,4 +427,145 @@ impl From<TerminalOutcome> for AttemptStatus {
             TerminalOutcome::OutcomeUnknown => AttemptStatus::OutcomeUnknown,
         }
     }
+}
+
+impl AttemptEvent {
+    /// One line a person can read.
+    pub fn summary(&self) -> String {
+        let event = self;
+        match &event.body {
+            EventBody::Created {
+                attempt_no,
+                spec,
+                available_at,
+                previous_attempt_id,
+                ..
+            } => {
+                let retry = previous_attempt_id
+                    .map(|id| format!(", retry of {id}"))
+                    .unwrap_or_default();
+                let delayed = if *available_at > event.occurred_at {
+                    format!(", available in {} ms", available_at - event.occurred_at)
+                } else {
+                    String::new()
+                };
+                format!(
+                    "attempt {attempt_no} of job `{}`: {} for {}{retry}{delayed}",
+                    event.job_id, spec.operation, spec.tenant
+                )
+            }
+            EventBody::Rejected {
+                category, problems, ..
+            } => {
+                format!(
+                    "rejected ({}): {}",
+                    category.as_str(),
+                    problems
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )
+            }
+            EventBody::LeaseGranted {
+                epoch,
+                runner_instance,
+                expires_at,
+                ..
+            } => {
+                format!(
+                    "lease epoch {epoch} to {runner_instance}, expires in {} ms",
+                    expires_at - event.occurred_at
+                )
+            }
+            EventBody::LeaseExtended { epoch, expires_at } => format!(
+                "lease epoch {epoch} extended by {} ms",
+                expires_at - event.occurred_at
+            ),
+            EventBody::Started {
+                epoch,
+                runner_instance,
+            } => format!("started by {runner_instance} under epoch {epoch}"),
+            EventBody::Progress {
+                message, percent, ..
+            } => match percent {
+                Some(percent) => format!("{percent}% {message}"),
+                None => message.clone(),
+            },
+            EventBody::CancelRequested {
+                reason,
+                requested_by,
+                grace_deadline,
+            } => {
+                format!(
+                    "cancel requested by {requested_by} ({reason}); grace {} ms",
+                    grace_deadline - event.occurred_at
+                )
+            }
+            EventBody::ReportFenced {
+                report_kind,
+                report_epoch,
+                runner_instance,
+                reason,
+                ..
+            } => {
+                format!(
+                    "refused {report_kind} from {runner_instance} under epoch {report_epoch}: {reason}"
+                )
+            }
+            EventBody::CallbackRecorded {
+                url,
+                delivered,
+                attempts,
+                http_status,
+                error,
+                ..
+            } => {
+                let status = http_status
+                    .map(|status| format!(" (HTTP {status})"))
+                    .unwrap_or_default();
+                let error = error
+                    .as_ref()
+                    .map(|error| format!(": {error}"))
+                    .unwrap_or_default();
+                let verdict = if *delivered { "delivered" } else { "given up" };
+                format!("callback to {url} {verdict} after {attempts} attempt(s){status}{error}")
+            }
+            EventBody::Finished {
+                outcome,
+                category,
+                message,
+                retry_attempt_id,
+                ..
+            } => {
+                let outcome = serde_json::to_value(outcome)
+                    .ok()
+                    .and_then(|value| value.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                let category = category
+                    .map(|category| format!(" ({})", category.as_str()))
+                    .unwrap_or_default();
+                let retry = retry_attempt_id
+                    .map(|id| format!("; retried as {id}"))
+                    .unwrap_or_default();
+                format!("{outcome}{category}: {message}{retry}")
+            }
+        }
+    }
+}
+
+/// The name of each event kind: in `attempt_events.kind`, in `ce_type`
+/// (`io.execplane.attempt.<kind>`), in SSE event names, and as the Avro
+/// `type` symbol (`codec`). Defined once.
+pub mod event_kind {
+    pub const CREATED: &str = "created";
+    pub const REJECTED: &str = "rejected";
+    pub const LEASE_GRANTED: &str = "lease_granted";
+    pub const LEASE_EXTENDED: &str = "lease_extended";
+    pub const STARTED: &str = "started";
+    pub const PROGRESS: &str = "progress";
+    pub const CANCEL_REQUESTED: &str = "cancel_requested";
+    pub const REPORT_FENCED: &str = "report_fenced";
+    pub const FINISHED: &str = "finished";
+    pub const CALLBACK_RECORDED: &str = "callback_recorded";
 }

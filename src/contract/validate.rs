@@ -13,7 +13,6 @@ use super::{JobSpec, Operation, RetryPolicy, Timeouts};
 
 /// The largest JobSpec accepted, in bytes of JSON.
 pub const MAX_JOBSPEC_BYTES: usize = 256 * 1024;
-const MAX_ID_CHARS: usize = 256;
 
 /// One thing wrong with a JobSpec, at a field path such as
 /// `inputs.headers.authorization` or `timeouts.heartbeat`.
@@ -91,6 +90,11 @@ pub fn validate_jobspec(value: &Value) -> Result<JobSpec, Problems> {
         )]));
     };
     let mut problems = Vec::new();
+    scan_storable(value, "", &mut problems);
+    if !problems.is_empty() {
+        // Nothing else is read from a spec that cannot even be stored.
+        return Err(Problems(problems));
+    }
     let known = [
         "command_id",
         "job_id",
@@ -156,7 +160,23 @@ pub fn validate_jobspec(value: &Value) -> Result<JobSpec, Problems> {
         check_secret_refs(secret_refs, &mut problems);
     }
     if let Some(inputs) = &inputs {
-        scan_secrets(inputs, "inputs", false, &declared, &mut problems);
+        scan_secrets(inputs, "inputs", false, Some(&declared), &mut problems);
+    }
+    // Every other map a requester writes: literals are refused there too,
+    // and references are not resolved outside `inputs`.
+    for field in ["targets", "runner_requirements"] {
+        if let Some(value) = object.get(field) {
+            scan_secrets(value, field, false, None, &mut problems);
+        }
+    }
+    if let Some(Some(url)) = callback.as_ref().map(|callback| {
+        callback
+            .as_ref()
+            .and_then(|callback| callback.url.as_deref())
+    }) {
+        if let Some(why) = literal_secret(url) {
+            problems.push(Problem::new("callback.url", why));
+        }
     }
     if let (Some(operation), Some(inputs)) = (operation, &inputs) {
         check_inputs(operation, inputs, &mut problems);
@@ -372,15 +392,44 @@ fn input_problem(operation: Operation, inner: &str, message: &str) -> Problem {
 }
 
 fn check_identifier(field: &str, text: &str, problems: &mut Vec<Problem>) {
-    if text.trim().is_empty() {
-        problems.push(Problem::new(field, "must not be empty"));
-    } else if text.chars().count() > MAX_ID_CHARS {
-        problems.push(Problem::new(
-            field,
-            format!("longer than {MAX_ID_CHARS} characters"),
-        ));
-    } else if text.chars().any(char::is_control) {
-        problems.push(Problem::new(field, "contains control characters"));
+    super::limits::check_identifier(field, text, problems);
+}
+
+/// A key as it may appear in a field path: control characters escaped.
+fn path_key(key: &str) -> String {
+    super::limits::loggable(key)
+}
+
+/// Every string and key of the JobSpec, wherever it is: none may hold
+/// U+0000 (Postgres refuses it, and one such record would fail every batch
+/// it is in), and no key may hold another control character.
+fn scan_storable(value: &Value, path: &str, problems: &mut Vec<Problem>) {
+    match value {
+        Value::String(text) if text.contains('\0') => {
+            problems.push(Problem::new(path, super::limits::NUL));
+        }
+        Value::Object(object) => {
+            for (key, child) in object {
+                let child_path = if path.is_empty() {
+                    path_key(key)
+                } else {
+                    format!("{path}.{}", path_key(key))
+                };
+                if key.chars().any(char::is_control) {
+                    problems.push(Problem::new(
+                        child_path.clone(),
+                        "a key with control characters",
+                    ));
+                }
+                scan_storable(child, &child_path, problems);
+            }
+        }
+        Value::Array(items) => {
+            for (index, child) in items.iter().enumerate() {
+                scan_storable(child, &format!("{path}[{index}]"), problems);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -428,14 +477,58 @@ fn check_secret_refs(secret_refs: &[super::SecretRef], problems: &mut Vec<Proble
     }
 }
 
-/// True when a variable name says it holds a credential.
+/// Letters from other scripts that look like Latin ones (Cyrillic, Greek,
+/// and a few others that NFKC keeps): `pаssword` with a Cyrillic `а` is
+/// still a password.
+fn fold_confusable(character: char) -> char {
+    match character {
+        'а' | 'α' | 'ɑ' => 'a',
+        'в' | 'β' => 'b',
+        'с' | 'ϲ' => 'c',
+        'ԁ' => 'd',
+        'е' | 'ε' | 'ё' => 'e',
+        'һ' | 'н' => 'h',
+        'і' | 'ι' | 'ї' | 'ı' => 'i',
+        'ј' | 'ϳ' => 'j',
+        'к' | 'κ' => 'k',
+        'м' => 'm',
+        'п' => 'n',
+        'о' | 'ο' | 'σ' => 'o',
+        'р' | 'ρ' => 'p',
+        'ԛ' => 'q',
+        'г' => 'r',
+        'ѕ' => 's',
+        'т' | 'τ' => 't',
+        'υ' | 'ս' => 'u',
+        'ν' | 'ѵ' => 'v',
+        'ԝ' | 'ω' => 'w',
+        'х' | 'χ' => 'x',
+        'у' | 'γ' => 'y',
+        'ᴢ' => 'z',
+        other => other,
+    }
+}
+
+/// A name as compared: NFKC (full-width and compatibility forms become
+/// their plain letters), lowercase, confusables folded to Latin.
+fn normalized_name(name: &str) -> String {
+    use unicode_normalization::UnicodeNormalization;
+    name.nfkc()
+        .flat_map(char::to_lowercase)
+        .map(fold_confusable)
+        .collect()
+}
+
+/// True when a variable name says it holds a credential: after
+/// normalisation, it contains a credential word, or one of its words is a
+/// short credential word (`pwd`, `auth`, `X-Auth`, `Cookie`).
 pub fn looks_secret(name: &str) -> bool {
-    let lowered: String = name
-        .to_ascii_lowercase()
+    let normalized = normalized_name(name);
+    let squeezed: String = normalized
         .chars()
-        .filter(|character| character.is_ascii_alphanumeric())
+        .filter(|character| character.is_alphanumeric())
         .collect();
-    [
+    const CONTAINED: [&str; 16] = [
         "password",
         "passwd",
         "passphrase",
@@ -445,9 +538,51 @@ pub fn looks_secret(name: &str) -> bool {
         "credential",
         "apikey",
         "authorization",
-    ]
-    .iter()
-    .any(|needle| lowered.contains(needle))
+        "accesskey",
+        "cookie",
+        "bearer",
+        "signature",
+        "sessionkey",
+        "clientkey",
+        "encryptionkey",
+    ];
+    const WORDS: [&str; 6] = ["pwd", "pw", "pass", "auth", "sig", "psk"];
+    CONTAINED.iter().any(|needle| squeezed.contains(needle))
+        || normalized
+            .split(|character: char| !character.is_alphanumeric())
+            .any(|word| WORDS.contains(&word))
+}
+
+/// Query parameters that carry a credential in a URL.
+fn secret_query_parameter(name: &str) -> bool {
+    let normalized = normalized_name(name);
+    looks_secret(name)
+        || matches!(
+            normalized.as_str(),
+            "key" | "code" | "x-amz-credential" | "x-amz-security-token" | "x-goog-credential"
+        )
+}
+
+/// Why a literal string is a secret whatever its field is called: a URL
+/// with a password or a credential query parameter, or a secret shape.
+fn literal_secret(text: &str) -> Option<String> {
+    if let Some(shape) = super::secret_shapes::find(text) {
+        return Some(format!("a secret-shaped literal ({shape})"));
+    }
+    if text.contains("://") {
+        if let Ok(url) = url::Url::parse(text.trim()) {
+            if url.password().is_some() {
+                return Some("a password in a URL's userinfo".into());
+            }
+            if let Some((name, _)) = url
+                .query_pairs()
+                .find(|(name, value)| !value.is_empty() && secret_query_parameter(name))
+            {
+                return Some(format!("a credential in the URL's query (`{name}`)"));
+            }
+        }
+    }
+    None
 }
 
 fn secret_ref_name(value: &Value) -> Option<Result<&str, &'static str>> {
@@ -466,29 +601,34 @@ fn secret_ref_name(value: &Value) -> Option<Result<&str, &'static str>> {
 }
 
 /// Walks `value`: a secret-looking name must hold a reference, never a
-/// literal, and every reference must name a declared secret.
+/// literal, and every reference must name a declared secret. `declared` is
+/// `None` outside `inputs`, where references are not resolved.
 fn scan_secrets(
     value: &Value,
     path: &str,
     under_secret_name: bool,
-    declared: &BTreeSet<String>,
+    declared: Option<&BTreeSet<String>>,
     problems: &mut Vec<Problem>,
 ) {
     if let Some(reference) = secret_ref_name(value) {
-        match reference {
-            Ok(name) if declared.contains(name) => {}
-            Ok(name) => problems.push(Problem::new(
+        match (reference, declared) {
+            (Ok(_), None) => problems.push(Problem::new(
+                path,
+                "secret references are resolved in `inputs` only",
+            )),
+            (Ok(name), Some(declared)) if declared.contains(name) => {}
+            (Ok(name), Some(_)) => problems.push(Problem::new(
                 path,
                 format!("secret `{name}` is not declared in secret_refs"),
             )),
-            Err(message) => problems.push(Problem::new(path, message)),
+            (Err(message), _) => problems.push(Problem::new(path, message)),
         }
         return;
     }
     match value {
         Value::Object(object) => {
             for (key, child) in object {
-                let child_path = format!("{path}.{key}");
+                let child_path = format!("{path}.{}", path_key(key));
                 scan_secrets(child, &child_path, under_secret_name || looks_secret(key), declared, problems);
             }
         }
@@ -501,6 +641,14 @@ fn scan_secrets(
             path,
             "a literal where a secret belongs; declare it in secret_refs and write {\"$secret\": \"<name>\"}",
         )),
+        Value::String(text) => {
+            if let Some(why) = literal_secret(text) {
+                problems.push(Problem::new(
+                    path,
+                    format!("{why}; declare it in secret_refs and write {{\"$secret\": \"<name>\"}} (in `inputs`)"),
+                ));
+            }
+        }
         Value::Number(_) if under_secret_name => problems.push(Problem::new(
             path,
             "a literal where a secret belongs; declare it in secret_refs and write {\"$secret\": \"<name>\"}",
@@ -780,6 +928,116 @@ mod tests {
             .into_iter()
             .map(|problem| problem.path)
             .collect()
+    }
+
+    #[test]
+    fn literal_secrets_are_refused_under_every_disguise() {
+        let with = |patch: Value| {
+            let mut spec = http_spec();
+            for (key, value) in patch.as_object().unwrap() {
+                spec[key] = value.clone();
+            }
+            spec
+        };
+        let url = "http://127.0.0.1/";
+        let cases = [
+            (
+                json!({"inputs": {"url": url, "headers": {"Cookie": "session=abc"}}}),
+                "inputs.headers.Cookie",
+            ),
+            (
+                json!({"inputs": {"url": url, "headers": {"X-Auth": "abc"}}}),
+                "inputs.headers.X-Auth",
+            ),
+            (
+                json!({"inputs": {"url": url, "headers": {"pwd": "hunter2"}}}),
+                "inputs.headers.pwd",
+            ),
+            (
+                json!({"inputs": {"url": url, "headers": {"aws_access_key_id": "x"}}}),
+                "inputs.headers.aws_access_key_id",
+            ),
+            (
+                json!({"inputs": {"url": "http://u:pw@127.0.0.1/"}}),
+                "inputs.url",
+            ),
+            (
+                json!({"inputs": {"url": "http://127.0.0.1/?token=abc"}}),
+                "inputs.url",
+            ),
+            (
+                json!({"inputs": {"url": url, "headers": {"p\u{0430}ssword": "x"}}}),
+                "inputs.headers.p\u{0430}ssword",
+            ),
+            (
+                json!({"inputs": {"url": url, "headers": {"\u{ff30}\u{ff21}\u{ff33}\u{ff33}\u{ff37}\u{ff2f}\u{ff32}\u{ff24}": "x"}}}),
+                "inputs.headers.\u{ff30}\u{ff21}\u{ff33}\u{ff33}\u{ff37}\u{ff2f}\u{ff32}\u{ff24}",
+            ),
+            (
+                json!({"inputs": {"url": url, "body": "AKIAABCDEFGHIJKLMNOP"}}),
+                "inputs.body",
+            ),
+            (
+                json!({"inputs": {"url": url, "body": "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Bl"}}),
+                "inputs.body",
+            ),
+            (
+                json!({"inputs": {"url": url, "headers": {"x-forward": "Bearer abcdefghijklmnopqrstuvwxyz"}}}),
+                "inputs.headers.x-forward",
+            ),
+            (
+                json!({"targets": [{"kind": "node", "id": "n1", "attributes": {"password": "hunter2"}}]}),
+                "targets[0].attributes.password",
+            ),
+            (
+                json!({"targets": [{"kind": "node", "id": "n1", "attributes": {"ref": {"$secret": "api"}}}]}),
+                "targets[0].attributes.ref",
+            ),
+            (
+                json!({"callback": {"url": "https://cp.example/cb?access_token=abc"}}),
+                "callback.url",
+            ),
+        ];
+        for (patch, path) in cases {
+            let spec = with(patch.clone());
+            let found = validate_jobspec(&spec)
+                .err()
+                .map(|problems| problems.0)
+                .unwrap_or_default();
+            assert!(
+                found.iter().any(|problem| problem.path == path),
+                "{patch}: expected a problem at {path}, got {found:?}"
+            );
+        }
+        // Not secrets: ordinary names, a plain URL, "bearer" in prose.
+        let fine = with(
+            json!({"inputs": {"url": "http://example.com/a?page=2", "headers": {"accept": "text/plain", "x-author": "ops"}, "body": "bearer of news"}}),
+        );
+        assert!(
+            validate_jobspec(&fine).is_ok(),
+            "{:?}",
+            validate_jobspec(&fine).err()
+        );
+    }
+
+    #[test]
+    fn a_nul_anywhere_is_refused_with_its_path() {
+        let mut spec = http_spec();
+        spec["inputs"]["url"] = json!("http://x/a\u{0}b");
+        spec["inputs"]["expect"]["body_co\u{0}"] = json!("x");
+        spec["targets"] = json!([{"kind": "node", "id": "n\u{0}"}]);
+        let found = paths(&spec);
+        assert!(found.contains(&"inputs.url".to_owned()), "{found:?}");
+        assert!(found.contains(&"targets[0].id".to_owned()), "{found:?}");
+        assert!(
+            found
+                .iter()
+                .any(|path| path == "inputs.expect.body_co\\u{0}"),
+            "{found:?}"
+        );
+        for problem in validate_jobspec(&spec).unwrap_err().0 {
+            assert!(!problem.path.contains('\0') && !problem.message.contains('\0'));
+        }
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub struct CallbackConfig {
     pub max_backoff: Duration,
     pub request_timeout: Duration,
     pub poll_interval: Duration,
+    /// The operator's policy: where each tenant's callbacks may connect.
+    pub policy: std::sync::Arc<crate::policy::OperatorPolicy>,
 }
 
 impl Default for CallbackConfig {
@@ -29,6 +31,7 @@ impl Default for CallbackConfig {
             max_backoff: Duration::from_secs(60),
             request_timeout: Duration::from_secs(10),
             poll_interval: Duration::from_millis(200),
+            policy: std::sync::Arc::default(),
         }
     }
 }
@@ -53,11 +56,9 @@ pub(super) async fn run(
     config: CallbackConfig,
     shutdown: CancellationToken,
 ) -> Result<(), DispatcherError> {
-    let client = reqwest::Client::builder()
-        .timeout(config.request_timeout)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|error| DispatcherError::HttpClient(error.to_string()))?;
+    // One client per tenant, bound to its destination policy (callbacks
+    // follow no redirects); bounded, cleared when full.
+    let mut clients: std::collections::HashMap<String, reqwest::Client> = Default::default();
     while !shutdown.is_cancelled() {
         let claimed = match store.claim_callbacks(32, config.request_timeout * 3).await {
             Ok(claimed) => claimed,
@@ -67,9 +68,37 @@ pub(super) async fn run(
             }
         };
         let busy = !claimed.is_empty();
-        let deliveries = claimed
-            .into_iter()
-            .map(|callback| deliver(&store, &client, &config, callback));
+        let mut deliveries = Vec::with_capacity(claimed.len());
+        let (shared_store, shared_config) = (&store, &config);
+        for callback in claimed {
+            let tenant = callback
+                .body
+                .get("tenant")
+                .and_then(|tenant| tenant.as_str())
+                .unwrap_or_default()
+                .to_owned();
+            if !clients.contains_key(&tenant) {
+                if clients.len() >= 256 {
+                    clients.clear();
+                }
+                let destinations = config.policy.tenant(&tenant).destinations;
+                let client = crate::policy::http_client(&destinations, 0)
+                    .map_err(DispatcherError::HttpClient)?;
+                clients.insert(tenant.clone(), client);
+            }
+            let client = clients[&tenant].clone();
+            let destinations = config.policy.tenant(&tenant).destinations;
+            deliveries.push(async move {
+                deliver(
+                    shared_store,
+                    &client,
+                    &destinations,
+                    shared_config,
+                    callback,
+                )
+                .await
+            });
+        }
         futures_util::future::join_all(deliveries).await;
         if busy {
             continue;
@@ -85,9 +114,13 @@ pub(super) async fn run(
 async fn deliver(
     store: &Store,
     client: &reqwest::Client,
+    destinations: &crate::policy::DestinationPolicy,
     config: &CallbackConfig,
     callback: ClaimedCallback,
 ) {
+    let refused = reqwest::Url::parse(&callback.url)
+        .map_err(|error| format!("not a URL: {error}"))
+        .and_then(|url| crate::policy::check_url(destinations, &url));
     let mut request = client
         .post(&callback.url)
         .header("content-type", "application/json")
@@ -96,11 +129,19 @@ async fn deliver(
         .header("ce-id", &callback.idempotency_key)
         .header("ce-type", "io.execplane.attempt.result")
         .header("ce-source", crate::store::CE_SOURCE)
+        .timeout(config.request_timeout)
         .body(callback.body.to_string());
     if let Some(traceparent) = &callback.traceparent {
         request = request.header("traceparent", traceparent);
     }
-    let (delivered, status, error) = match request.send().await {
+    let sent = match refused {
+        Ok(()) => request
+            .send()
+            .await
+            .map_err(|error| crate::policy::describe_http_error(&error)),
+        Err(refusal) => Err(refusal),
+    };
+    let (delivered, status, error) = match sent {
         Ok(response) if response.status().is_success() => {
             (true, Some(response.status().as_u16()), None)
         }
@@ -109,7 +150,7 @@ async fn deliver(
             Some(response.status().as_u16()),
             Some(format!("HTTP {}", response.status())),
         ),
-        Err(error) => (false, None, Some(error.without_url().to_string())),
+        Err(error) => (false, None, Some(error)),
     };
     crate::telemetry::metrics::callback(delivered);
     let give_up = !delivered && callback.attempts >= config.max_attempts;

@@ -19,7 +19,9 @@ use uuid::Uuid;
 use super::{DispatcherConfig, DispatcherError};
 use crate::attempt::Rejection;
 use crate::codec::{Codec, CommandKind, CommandRecord, Family, PresenceRecord, RunnerEventRecord};
-use crate::contract::{topics, validate_jobspec, DurationMs, FailureCategory, Input, Problem};
+use crate::contract::{
+    limits, topics, validate_jobspec, DurationMs, FailureCategory, Input, Problem, Problems,
+};
 use crate::kafka::KafkaConfig;
 use crate::store::{InputEnvelope, InputOutcome, Store};
 
@@ -29,15 +31,29 @@ enum Decoded {
     Poison(String),
 }
 
+/// What intake tells the dispatcher's other tasks.
+pub(super) struct Signals {
+    /// Woken after each batch: something may be placeable.
+    pub placed: Arc<Notify>,
+    /// The instant before which intake decided everything on its partitions.
+    pub caught_up: Arc<AtomicI64>,
+    /// The same, per partition (shared with other dispatchers by the sweeper).
+    pub progress: crate::kafka::PartitionProgress,
+}
+
 pub(super) async fn run(
     store: Store,
     kafka: KafkaConfig,
     producer: FutureProducer,
     config: DispatcherConfig,
-    placed: Arc<Notify>,
-    caught_up: Arc<AtomicI64>,
+    signals: Signals,
     shutdown: CancellationToken,
 ) -> Result<(), DispatcherError> {
+    let Signals {
+        placed,
+        caught_up,
+        progress,
+    } = signals;
     let consumer: StreamConsumer = kafka.group_consumer(&config.group)?;
     // Presence is read apart from the group (see `presence`), so a
     // rebalance never blinds placement.
@@ -49,11 +65,11 @@ pub(super) async fn run(
     consumer
         .subscribe(&names)
         .map_err(crate::kafka::KafkaError::from)?;
-    let codec = Codec::default();
+    let codec = kafka.codec.clone();
     info!(topics = ?names, group = %config.group, "intake subscribed");
     // Positions before each poll are decided positions (a batch is decided
     // before the next poll): the gate the timer sweeper waits on.
-    let gate = crate::kafka::CaughtUpGate::start(&kafka, caught_up, shutdown.clone());
+    let gate = crate::kafka::CaughtUpGate::start(&kafka, caught_up, progress, shutdown.clone());
     while !shutdown.is_cancelled() {
         let batch = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -67,11 +83,23 @@ pub(super) async fn run(
                 continue;
             }
         };
-        handle(
-            &store, &kafka, &producer, &consumer, &codec, &config, &batch,
-        )
-        .await?;
-        placed.notify_one();
+        let context = Context {
+            store: &store,
+            kafka: &kafka,
+            producer: &producer,
+            codec: &codec,
+            config: &config,
+            shutdown: &shutdown,
+        };
+        match handle(&context, &batch).await {
+            Handled::Committed => {
+                commit(&consumer, &batch);
+                placed.notify_one();
+            }
+            // Nothing committed: the records are redelivered after a restart
+            // and the inbox makes what was decided a no-op.
+            Handled::Interrupted => break,
+        }
     }
     Ok(())
 }
@@ -99,7 +127,7 @@ pub(super) async fn presence(
     consumer
         .assign(&assignment)
         .map_err(crate::kafka::KafkaError::from)?;
-    let codec = Codec::default();
+    let codec = kafka.codec.clone();
     while !shutdown.is_cancelled() {
         let batch = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -137,48 +165,54 @@ async fn collect(
     crate::kafka::collect_batch(consumer, Duration::from_millis(100), window, max_batch).await
 }
 
-async fn handle(
-    store: &Store,
-    kafka: &KafkaConfig,
-    producer: &FutureProducer,
-    consumer: &StreamConsumer,
-    codec: &Codec,
-    config: &DispatcherConfig,
-    batch: &[OwnedMessage],
-) -> Result<(), DispatcherError> {
+/// What one batch needs.
+struct Context<'a> {
+    store: &'a Store,
+    kafka: &'a KafkaConfig,
+    producer: &'a FutureProducer,
+    codec: &'a Codec,
+    config: &'a DispatcherConfig,
+    shutdown: &'a CancellationToken,
+}
+
+enum Handled {
+    /// Every record is decided or dead-lettered: commit the offsets.
+    Committed,
+    /// Shutdown came first; nothing more may be committed.
+    Interrupted,
+}
+
+/// What became of one decodable record.
+enum Decision {
+    Outcome(InputOutcome),
+    /// The store refuses it however often it is retried: dead-lettered.
+    Refused(String),
+}
+
+async fn handle(context: &Context<'_>, batch: &[OwnedMessage]) -> Handled {
     let started = Instant::now();
     let mut inputs = Vec::new();
     let mut origins = Vec::new();
     for message in batch {
-        match decode(kafka, codec, config, message) {
+        match decode(context.kafka, context.codec, context.config, message) {
             Decoded::Input(envelope) => {
                 inputs.push(envelope);
                 origins.push(message);
             }
             Decoded::Poison(reason) => {
-                crate::kafka::dead_letter(kafka, producer, message, &reason).await
+                if !dead_letter(context, message, &reason).await {
+                    return Handled::Interrupted;
+                }
             }
         }
     }
-    // Decide the batch; a failure is retried (nothing was committed) until
-    // shutdown, never skipped.
-    let mut failures = 0u32;
-    let outcome = loop {
-        let now = chrono::Utc::now().timestamp_millis();
-        let fresh_after = now - i64::try_from(config.presence_ttl.as_millis()).unwrap_or(i64::MAX);
-        // Commands are placed in the transaction that creates their attempts.
-        match store.process_batch_placing(&inputs, now, fresh_after).await {
-            Ok(outcome) => break outcome,
-            Err(error) => {
-                failures += 1;
-                warn!(%error, failures, records = inputs.len(), "batch failed; retrying");
-                tokio::time::sleep(Duration::from_millis(100 * u64::from(failures.min(50)))).await;
-            }
-        }
+    let mut events = Vec::new();
+    let Some(decisions) = decide_isolating(context, &inputs, &mut events).await else {
+        return Handled::Interrupted;
     };
-    crate::telemetry::metrics::record_events(&outcome.events);
+    crate::telemetry::metrics::record_events(&events);
     crate::telemetry::metrics::intake_batch(batch.len(), started.elapsed().as_secs_f64());
-    for ((envelope, message), result) in inputs.iter().zip(&origins).zip(&outcome.outcomes) {
+    for ((envelope, message), decision) in inputs.iter().zip(&origins).zip(&decisions) {
         if let Input::Report(report) = &envelope.input {
             // One span per report: the attempt, its lease and the trace.
             let traceparent = header(message, "traceparent").unwrap_or_default();
@@ -189,29 +223,76 @@ async fn handle(
                 runner_instance = %report.runner_instance,
                 traceparent = %traceparent,
             );
-            debug!(parent: &span, kind = report.body.kind(), outcome = ?result, "report decided");
+            if let Decision::Outcome(outcome) = decision {
+                debug!(parent: &span, kind = report.body.kind(), ?outcome, "report decided");
+            }
         }
-        if let InputOutcome::Rejected(rejection) = result {
-            match rejection {
+        let refusal = match decision {
+            Decision::Refused(reason) => Some(reason.clone()),
+            Decision::Outcome(InputOutcome::Rejected(rejection)) => match rejection {
                 // Commands the contract cannot honour go where the control plane looks.
                 Rejection::JobIdTaken { .. }
                 | Rejection::CommandIdReused { .. }
-                | Rejection::UnknownAttempt(_) => {
-                    crate::kafka::dead_letter(kafka, producer, message, &rejection.to_string())
-                        .await;
+                | Rejection::InputIdReused { .. }
+                | Rejection::UnknownAttempt(_) => Some(rejection.to_string()),
+                _ => {
+                    debug!(input = %envelope.input_id, %rejection, "input refused");
+                    None
                 }
-                _ => debug!(input = %envelope.input_id, %rejection, "input refused"),
+            },
+            Decision::Outcome(_) => None,
+        };
+        if let Some(reason) = refusal {
+            if !dead_letter(context, message, &reason).await {
+                return Handled::Interrupted;
             }
         }
     }
-    commit(consumer, batch);
     debug!(
         records = batch.len(),
-        events = outcome.events.len(),
+        events = events.len(),
         elapsed_ms = started.elapsed().as_millis() as u64,
-        "batch committed"
+        "batch decided"
     );
-    Ok(())
+    Handled::Committed
+}
+
+async fn dead_letter(context: &Context<'_>, message: &OwnedMessage, reason: &str) -> bool {
+    crate::kafka::dead_letter(
+        context.kafka,
+        context.producer,
+        message,
+        reason,
+        context.shutdown,
+    )
+    .await
+}
+
+/// Decides `inputs` through the store, one record it refuses at a time
+/// isolated (see [`Store::process_isolating`]). `None`: shutdown came first.
+async fn decide_isolating(
+    context: &Context<'_>,
+    inputs: &[InputEnvelope],
+    events: &mut Vec<crate::contract::AttemptEvent>,
+) -> Option<Vec<Decision>> {
+    let isolated = context
+        .store
+        .process_isolating(inputs, Some(context.config.presence_ttl), context.shutdown)
+        .await?;
+    events.extend(isolated.events);
+    Some(
+        isolated
+            .decisions
+            .into_iter()
+            .map(|decision| match decision {
+                Ok(outcome) => Decision::Outcome(outcome),
+                Err(reason) => {
+                    crate::telemetry::metrics::intake_isolated();
+                    Decision::Refused(reason)
+                }
+            })
+            .collect(),
+    )
 }
 
 /// Commits the next offset of every partition in the batch.
@@ -237,11 +318,21 @@ fn decode(
     } else if topic == kafka.topic(topics::RUNNER_EVENTS) {
         match codec.decode::<RunnerEventRecord>(Family::RunnerEvent, payload) {
             Ok(record) => match record.to_report() {
-                Ok(report) => Decoded::Input(InputEnvelope {
-                    input_id: format!("report:{}", record.event_id),
-                    source: "runner-events".into(),
-                    input: Input::Report(report),
-                }),
+                Ok(report) => {
+                    let mut problems = limits::check_report(&report);
+                    if Uuid::parse_str(&record.event_id).is_err() {
+                        problems.push(Problem::new("event_id", "not a UUID"));
+                    }
+                    if problems.is_empty() {
+                        Decoded::Input(InputEnvelope {
+                            input_id: format!("report:{}", record.event_id),
+                            source: "runner-events".into(),
+                            input: Input::Report(report),
+                        })
+                    } else {
+                        Decoded::Poison(format!("invalid runner event: {}", Problems(problems)))
+                    }
+                }
                 Err(error) => Decoded::Poison(format!("invalid runner event: {error}")),
             },
             Err(error) => Decoded::Poison(format!("not a runner event record: {error}")),
@@ -252,26 +343,56 @@ fn decode(
 }
 
 fn decode_command(config: &DispatcherConfig, record: CommandRecord) -> Decoded {
-    let input_id = format!("command:{}", record.command_id);
+    // The inbox keys on it: a UUID, nothing a producer can stuff.
+    let Ok(command_id) = Uuid::parse_str(&record.command_id) else {
+        return Decoded::Poison(Problem::new("command_id", "not a UUID").to_string());
+    };
+    let input_id = format!("command:{command_id}");
     match record.kind {
         CommandKind::ExecuteJob => {
             let Some(spec) = record.execute else {
                 return Decoded::Poison("an execute_job command without `execute`".into());
             };
             match validate_jobspec(&spec.to_json()) {
-                Ok(valid) => Decoded::Input(InputEnvelope {
-                    input_id,
-                    source: "commands".into(),
-                    input: Input::Execute {
-                        spec: Box::new(valid),
-                    },
-                }),
+                Ok(valid) => {
+                    // The operator's policy: a violation is a visible
+                    // `rejected (policy)` attempt, never a run.
+                    let refused = config.policy.check_jobspec(&valid);
+                    let input = if refused.is_empty() {
+                        Input::Execute {
+                            spec: Box::new(valid),
+                        }
+                    } else {
+                        Input::ExecuteInvalid {
+                            command_id: valid.command_id,
+                            job_id: valid.job_id.clone(),
+                            tenant: valid.tenant.clone(),
+                            operation: valid.operation.as_str().to_owned(),
+                            category: FailureCategory::Policy,
+                            problems: refused,
+                        }
+                    };
+                    Decoded::Input(InputEnvelope {
+                        input_id,
+                        source: "commands".into(),
+                        input,
+                    })
+                }
                 Err(problems) => {
                     // Identifiable: it becomes a rejected attempt, visible to
                     // everyone. Not identifiable: dead letter.
                     let command_id = Uuid::parse_str(&spec.command_id).ok();
+                    // A rejected attempt stores these: they must be storable ids.
+                    let mut unstorable = Vec::new();
+                    for (field, value) in [
+                        ("job_id", &spec.job_id),
+                        ("tenant", &spec.tenant),
+                        ("operation", &spec.operation),
+                    ] {
+                        limits::check_identifier(field, value, &mut unstorable);
+                    }
                     match command_id {
-                        Some(command_id) if !spec.job_id.trim().is_empty() => {
+                        Some(command_id) if unstorable.is_empty() => {
                             Decoded::Input(InputEnvelope {
                                 input_id,
                                 source: "commands".into(),
@@ -307,6 +428,10 @@ fn decode_command(config: &DispatcherConfig, record: CommandRecord) -> Decoded {
                     Problem::new("cancel.attempt_id", "not a UUID").to_string(),
                 );
             };
+            let problems = limits::check_cancel(&cancel.reason, &cancel.requested_by);
+            if !problems.is_empty() {
+                return Decoded::Poison(Problems(problems).to_string());
+            }
             let grace = cancel
                 .grace_ms
                 .and_then(|millis| u64::try_from(millis).ok())

@@ -8,8 +8,8 @@ use serde_json::json;
 use uuid::Uuid;
 
 use super::{Ingress, IngressError};
-use crate::codec::{CancelAttemptRecord, CommandKind, CommandRecord, Family, JobSpecRecord};
-use crate::contract::{topics, validate_jobspec_bytes, AttemptEvent, Problem};
+use crate::codec::{CommandRecord, Family};
+use crate::contract::{topics, validate_jobspec_bytes, AttemptEvent};
 use crate::kafka::cloudevent_headers;
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -43,7 +43,7 @@ pub fn timeline_entry(event: &AttemptEvent) -> serde_json::Value {
         "kind": event.body.kind(),
         "occurred_at": chrono::DateTime::from_timestamp_millis(event.occurred_at)
             .map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
-        "summary": crate::cli::audit::summary(event),
+        "summary": event.summary(),
     })
 }
 
@@ -55,7 +55,7 @@ impl Ingress {
         ce_type: &str,
         traceparent: Option<&str>,
     ) -> Result<(), IngressError> {
-        let payload = super::encode(Family::Command, command)?;
+        let payload = self.encode(Family::Command, command)?;
         let headers = cloudevent_headers(
             &command.command_id,
             ce_type,
@@ -74,13 +74,11 @@ impl Ingress {
     ) -> Result<Submitted, IngressError> {
         let spec = validate_jobspec_bytes(body)
             .map_err(|problems| IngressError::BadRequest(problems.0))?;
-        let command = CommandRecord {
-            command_id: spec.command_id.to_string(),
-            kind: CommandKind::ExecuteJob,
-            issued_at: chrono::Utc::now().timestamp_millis(),
-            execute: Some(JobSpecRecord::from(&spec)),
-            cancel: None,
-        };
+        let refused = self.config.policy.check_jobspec(&spec);
+        if !refused.is_empty() {
+            return Err(IngressError::PolicyProblems(refused));
+        }
+        let command = CommandRecord::execute(&spec, chrono::Utc::now().timestamp_millis());
         let traceparent = spec
             .trace
             .as_ref()
@@ -109,11 +107,10 @@ impl Ingress {
         let reason = request
             .reason
             .unwrap_or_else(|| "cancelled through the execute API".into());
-        if reason.len() > 1024 {
-            return Err(IngressError::BadRequest(vec![Problem::new(
-                "reason",
-                "longer than 1024 bytes",
-            )]));
+        let requested_by = request.requested_by.unwrap_or_else(|| "execute-api".into());
+        let problems = crate::contract::limits::check_cancel(&reason, &requested_by);
+        if !problems.is_empty() {
+            return Err(IngressError::BadRequest(problems));
         }
         let Some(attempt) = self.store.attempt_lease(attempt_id).await? else {
             return Err(IngressError::NotFound(format!("attempt {attempt_id}")));
@@ -125,18 +122,14 @@ impl Ingress {
             )));
         }
         let command_id = Uuid::new_v4();
-        let command = CommandRecord {
-            command_id: command_id.to_string(),
-            kind: CommandKind::CancelAttempt,
-            issued_at: chrono::Utc::now().timestamp_millis(),
-            execute: None,
-            cancel: Some(CancelAttemptRecord {
-                attempt_id: attempt_id.to_string(),
-                reason,
-                requested_by: request.requested_by.unwrap_or_else(|| "execute-api".into()),
-                grace_ms: request.grace_ms.map(i64::from),
-            }),
-        };
+        let command = CommandRecord::cancel(
+            command_id,
+            attempt_id,
+            reason,
+            requested_by,
+            request.grace_ms.map(i64::from),
+            chrono::Utc::now().timestamp_millis(),
+        );
         self.produce_command(
             &attempt.job_id,
             &command,

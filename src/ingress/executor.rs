@@ -17,8 +17,10 @@ use super::protocol::{
     ReportRequest, WorkItem, MAX_POLL_WAIT_MS,
 };
 use super::{Caller, Ingress, IngressError, Refusal};
-use crate::codec::{Family, LogChunkRecord, PresenceRecord, PresenceStatus, RunnerEventRecord};
-use crate::contract::{topics, Label, Problem, RunnerType};
+use crate::codec::{
+    Family, LogChunkRecord, Presence, PresenceRecord, PresenceStatus, RunnerEventRecord,
+};
+use crate::contract::{topics, RunnerType};
 use crate::kafka::{cloudevent_headers, partition_count, work_partition};
 use crate::store::{AttemptLease, ExecutorGrant};
 
@@ -27,9 +29,12 @@ use crate::store::{AttemptLease, ExecutorGrant};
 pub const REOFFER_AFTER: Duration = Duration::from_secs(5);
 /// Sessions one executor id may hold at once.
 pub const MAX_SESSIONS_PER_EXECUTOR: usize = 64;
-/// At most one audit row per (executor, reason, client) this often.
+/// At most one audit row per (reason, client) this often.
 pub const AUDIT_EVERY: Duration = Duration::from_secs(10);
-/// How often a waiting poll looks for new leases.
+/// How long a waiting poll sleeps when the shared feed says nothing (it
+/// wakes the poll as soon as a lease is granted to the instance).
+const POLL_FALLBACK: Duration = REOFFER_AFTER;
+/// A poll answers this close to its deadline rather than wait once more.
 const POLL_STEP: Duration = Duration::from_millis(100);
 
 /// One registered executor session: a runner instance the ingress stands
@@ -54,10 +59,10 @@ pub struct Sessions {
     inner: Mutex<HashMap<String, Session>>,
     /// Work-topic partition counts, by runner type.
     partitions: Mutex<HashMap<RunnerType, i32>>,
-    /// When each (executor, reason, client) refusal was last written to the
+    /// When each (reason, client) refusal was last written to the
     /// audit table: at most one row per AUDIT_EVERY, so a key holder cannot
     /// flood it (the metric still counts every refusal).
-    audited: Mutex<HashMap<(String, &'static str, std::net::IpAddr), Instant>>,
+    audited: Mutex<HashMap<(&'static str, std::net::IpAddr), Instant>>,
 }
 
 impl Sessions {
@@ -132,7 +137,11 @@ impl Ingress {
             if audited.len() > 10_000 {
                 audited.retain(|_, at| at.elapsed() < AUDIT_EVERY);
             }
-            let key = (caller.executor_id.clone(), reason.as_str(), caller.client);
+            // Keyed on what the client cannot choose (its address, after the
+            // allowlist and trusted proxies), never on the executor id it
+            // claims: random ids would each write a row. Every refusal is
+            // still counted in the refusals metric.
+            let key = (reason.as_str(), caller.client);
             match audited.get(&key) {
                 Some(at) if at.elapsed() < AUDIT_EVERY => false,
                 _ => {
@@ -171,11 +180,9 @@ impl Ingress {
             None,
         )
         .await?;
-        if request.capacity == 0 || request.capacity > 1024 {
-            return Err(IngressError::BadRequest(vec![Problem::new(
-                "capacity",
-                "must be between 1 and 1024",
-            )]));
+        let problems = request.check();
+        if !problems.is_empty() {
+            return Err(IngressError::BadRequest(problems));
         }
         let open = self
             .executors
@@ -222,32 +229,23 @@ impl Ingress {
         session: &Session,
         status: PresenceStatus,
     ) -> Result<(), IngressError> {
-        let record = PresenceRecord {
-            runner_instance: instance_id.to_owned(),
-            runner_type: session.runner_type.as_str().to_owned(),
-            version: format!("ingress/{}", env!("CARGO_PKG_VERSION")),
-            pool: session
-                .pool
-                .iter()
-                .map(|(key, value)| Label {
-                    key: key.clone(),
-                    value: value.clone(),
-                })
-                .collect(),
-            capabilities: session.capabilities.clone(),
-            capacity: if status == PresenceStatus::Ready {
-                i32::try_from(session.capacity).unwrap_or(i32::MAX)
-            } else {
-                0
+        let record = PresenceRecord::new(
+            &Presence {
+                runner_instance: instance_id,
+                runner_type: session.runner_type.as_str(),
+                version: format!("ingress/{}", env!("CARGO_PKG_VERSION")),
+                pool: &session.pool,
+                capabilities: &session.capabilities,
+                capacity: session.capacity,
+                // Placement counts active leases itself.
+                in_flight: 0,
+                work_partition: session.partition,
+                started_at: session.started_at,
             },
-            // Placement counts active leases itself.
-            in_flight: 0,
-            work_partition: session.partition,
             status,
-            started_at: session.started_at,
-            sent_at: chrono::Utc::now().timestamp_millis(),
-        };
-        let payload = super::encode(Family::Presence, &record)?;
+            chrono::Utc::now().timestamp_millis(),
+        );
+        let payload = self.encode(Family::Presence, &record)?;
         let id = Uuid::new_v4().to_string();
         let headers = cloudevent_headers(
             &id,
@@ -292,6 +290,15 @@ impl Ingress {
         caller: &Caller,
         request: PollRequest,
     ) -> Result<PollReply, IngressError> {
+        let mut problems = Vec::new();
+        crate::contract::limits::check_identifier(
+            "instance_id",
+            &request.instance_id,
+            &mut problems,
+        );
+        if !problems.is_empty() {
+            return Err(IngressError::BadRequest(problems));
+        }
         let grant = self.authorize(caller, "poll", None, None, None).await?;
         let runner_type = {
             let mut sessions = self.executors.lock();
@@ -333,6 +340,7 @@ impl Ingress {
     ) -> Result<PollReply, IngressError> {
         let wait = Duration::from_millis(request.wait_ms.min(MAX_POLL_WAIT_MS));
         let deadline = Instant::now() + wait;
+        let mut watch = self.feed.instance(&request.instance_id);
         loop {
             let leased = self.store.leased_work(&request.instance_id).await?;
             let now = Instant::now();
@@ -377,7 +385,13 @@ impl Ingress {
                 crate::telemetry::metrics::ingress_work_handed(work.len());
                 return Ok(PollReply { work });
             }
-            tokio::time::sleep(POLL_STEP).await;
+            // Woken by the shared feed when a lease is granted to the
+            // instance; a re-offer is due after REOFFER_AFTER at the latest.
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            tokio::select! {
+                _ = watch.changed(remaining.min(POLL_FALLBACK)) => {}
+                _ = self.shutdown.cancelled() => {}
+            }
         }
     }
 
@@ -393,6 +407,15 @@ impl Ingress {
         attempt_id: Uuid,
         runner_instance: &str,
     ) -> Result<AttemptLease, IngressError> {
+        let mut problems = Vec::new();
+        crate::contract::limits::check_identifier(
+            "runner_instance",
+            runner_instance,
+            &mut problems,
+        );
+        if !problems.is_empty() {
+            return Err(IngressError::BadRequest(problems));
+        }
         if !owns_instance(&caller.executor_id, runner_instance) {
             self.refuse(caller, route, Refusal::InstanceNotOwned, Some(attempt_id))
                 .await?;
@@ -446,7 +469,7 @@ impl Ingress {
                 chrono::Utc::now().timestamp_millis(),
                 &report,
             );
-            let payload = super::encode(Family::RunnerEvent, &record)?;
+            let payload = self.encode(Family::RunnerEvent, &record)?;
             let ce_type = format!("io.execplane.runner.{}", report.body.kind());
             let headers = cloudevent_headers(
                 &event_id.to_string(),
@@ -461,15 +484,24 @@ impl Ingress {
                 headers,
             )
             .await?;
-            let now = chrono::Utc::now();
             let lease = attempt.lease.as_ref();
-            let lease_valid = !attempt.status.is_terminal()
-                && lease.is_some_and(|lease| {
-                    lease.active
-                        && u64::try_from(lease.epoch).ok() == Some(report.lease_epoch)
-                        && lease.runner_instance == report.runner_instance
-                        && lease.expires_at > now
-                });
+            // The dispatcher's fencing rule, with the deadline counted too.
+            let lease_valid = crate::attempt::lease_refusal(
+                attempt
+                    .status
+                    .is_terminal()
+                    .then(|| attempt.status.as_str()),
+                lease.map(|lease| crate::attempt::LeaseFacts {
+                    epoch: u64::try_from(lease.epoch).unwrap_or(0),
+                    runner_instance: &lease.runner_instance,
+                    active: lease.active,
+                    expires_at: lease.expires_at.timestamp_millis(),
+                }),
+                report.lease_epoch,
+                &report.runner_instance,
+                Some(chrono::Utc::now().timestamp_millis()),
+            )
+            .is_none();
             tracing::debug!(lease_valid, "report forwarded");
             Ok(ReportReply {
                 accepted: true,
@@ -489,26 +521,17 @@ impl Ingress {
     ) -> Result<(), IngressError> {
         self.check_attempt(caller, "log", request.attempt_id, &request.runner_instance)
             .await?;
-        // Stable across re-sends of the same chunk.
-        let chunk_id = Uuid::new_v5(
-            &request.attempt_id,
-            format!(
-                "{}:{:?}:{}",
-                request.lease_epoch, request.stream, request.seq
-            )
-            .as_bytes(),
+        // Its id is stable across re-sends of the same chunk.
+        let record = LogChunkRecord::new(
+            request.attempt_id,
+            request.lease_epoch,
+            request.runner_instance,
+            request.stream,
+            request.seq,
+            request.text,
+            chrono::Utc::now().timestamp_millis(),
         );
-        let record = LogChunkRecord {
-            chunk_id: chunk_id.to_string(),
-            attempt_id: request.attempt_id.to_string(),
-            lease_epoch: i64::try_from(request.lease_epoch).unwrap_or(i64::MAX),
-            runner_instance: request.runner_instance,
-            stream: request.stream,
-            seq: i64::try_from(request.seq).unwrap_or(i64::MAX),
-            text: request.text,
-            sent_at: chrono::Utc::now().timestamp_millis(),
-        };
-        let payload = super::encode(Family::LogChunk, &record)?;
+        let payload = self.encode(Family::LogChunk, &record)?;
         let headers = cloudevent_headers(
             &record.chunk_id,
             "io.execplane.runner.log_chunk",

@@ -38,6 +38,12 @@ impl FrameDecoder {
         }
     }
 
+    /// Changes the largest frame accepted from now on (a connection admits
+    /// only a small frame until it has authenticated).
+    pub fn set_max(&mut self, max: usize) {
+        self.max = max;
+    }
+
     /// Appends received bytes. Call [`FrameDecoder::next_frame`] until it
     /// returns `Ok(None)` before pushing more, so the buffer stays bounded.
     pub fn push(&mut self, bytes: &[u8]) {
@@ -73,6 +79,10 @@ impl FrameDecoder {
         }
         let frame = self.buffer[HEADER_LEN..HEADER_LEN + size].to_vec();
         self.buffer.drain(..HEADER_LEN + size);
+        if self.buffer.is_empty() && self.buffer.capacity() > 64 * 1024 {
+            // Do not keep a large frame's allocation for an idle connection.
+            self.buffer = Vec::new();
+        }
         Ok(Some(frame))
     }
 }

@@ -18,7 +18,6 @@ use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::{IncomingStream, Listener};
 use axum::{Json, Router};
 use futures_util::stream::Stream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -39,7 +38,9 @@ pub const EXECUTOR_HEADER: &str = "x-execplane-executor";
 /// How long shutdown waits for open HTTP requests.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// How often an SSE stream looks for new events.
-const SSE_STEP: Duration = Duration::from_millis(150);
+/// How long an event stream waits for the feed before it reads anyway (a
+/// safety net: the feed wakes it when its attempt has new events).
+const SSE_FALLBACK: Duration = Duration::from_secs(15);
 
 impl IntoResponse for IngressError {
     fn into_response(self) -> Response {
@@ -58,13 +59,20 @@ impl IntoResponse for IngressError {
 /// Open connections per client address.
 pub struct PeerLimits {
     max: usize,
-    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    max_total: usize,
+    open: Arc<Mutex<OpenConnections>>,
+}
+
+#[derive(Debug, Default)]
+struct OpenConnections {
+    by_peer: HashMap<IpAddr, usize>,
+    total: usize,
 }
 
 /// Holds one connection's place; released on drop.
 pub struct PeerSlot {
     address: IpAddr,
-    open: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    open: Arc<Mutex<OpenConnections>>,
 }
 
 impl Drop for PeerSlot {
@@ -73,35 +81,44 @@ impl Drop for PeerSlot {
             .open
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(count) = open.get_mut(&self.address) {
+        open.total = open.total.saturating_sub(1);
+        if let Some(count) = open.by_peer.get_mut(&self.address) {
             *count -= 1;
             if *count == 0 {
-                open.remove(&self.address);
+                open.by_peer.remove(&self.address);
             }
         }
     }
 }
 
 impl PeerLimits {
-    pub fn new(max: usize) -> Self {
+    /// At most `max` connections per peer address and `max_total` in all:
+    /// a client with many source addresses is held by the second.
+    pub fn new(max: usize, max_total: usize) -> Self {
         Self {
             max,
+            max_total,
             open: Arc::default(),
         }
     }
 
-    /// A slot for one more connection from `address`, if it has one left.
+    /// A slot for one more connection from `address`, if it and the whole
+    /// listener have one left.
     pub fn acquire(&self, address: IpAddr) -> Option<PeerSlot> {
         let address = super::net::normalize(address);
         let mut open = self
             .open
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let count = open.entry(address).or_insert(0);
+        if open.total >= self.max_total {
+            return None;
+        }
+        let count = open.by_peer.entry(address).or_insert(0);
         if *count >= self.max {
             return None;
         }
         *count += 1;
+        open.total += 1;
         Some(PeerSlot {
             address,
             open: self.open.clone(),
@@ -195,83 +212,90 @@ impl AsyncWrite for GuardedStream {
     }
 }
 
-/// Accepts connections within the per-peer limit; a connection over it is
-/// closed at once.
-pub struct GuardedListener {
-    listener: TcpListener,
-    ingress: Arc<Ingress>,
-}
-
-impl Listener for GuardedListener {
-    type Io = GuardedStream;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        loop {
-            let (stream, peer) = match self.listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    warn!(%error, "ingress accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            let Some(slot) = self.ingress.peers.acquire(peer.ip()) else {
-                crate::telemetry::metrics::ingress_connection_refused("http");
-                warn!(%peer, "connection over the per-peer limit closed");
-                continue;
-            };
-            let _ = stream.set_nodelay(true);
-            let idle = self.ingress.config.idle_timeout;
-            return (
-                GuardedStream {
-                    inner: stream,
-                    idle,
-                    sleep: Box::pin(tokio::time::sleep(idle)),
-                    _slot: slot,
-                },
-                peer,
-            );
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        self.listener.local_addr()
-    }
-}
-
 /// The socket peer of a request.
 #[derive(Clone, Copy, Debug)]
 pub struct Peer(pub SocketAddr);
-
-impl axum::extract::connect_info::Connected<IncomingStream<'_, GuardedListener>> for Peer {
-    fn connect_info(stream: IncomingStream<'_, GuardedListener>) -> Self {
-        Peer(*stream.remote_addr())
-    }
-}
 
 /// The resolved client address, set by the guard.
 #[derive(Clone, Copy, Debug)]
 pub struct Client(pub IpAddr);
 
-/// Serves HTTP until `shutdown`.
+/// Serves HTTP/1.1 until `shutdown`. Each connection holds a slot of the
+/// per-peer and global connection limits (over either it is closed at
+/// once), is closed when idle, and must send each request's headers within
+/// the header timeout: a client trickling bytes cannot hold a connection.
 pub async fn serve(
     ingress: Arc<Ingress>,
     listener: TcpListener,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let app = router(ingress.clone());
-    let listener = GuardedListener { listener, ingress };
-    let server = axum::serve(listener, app.into_make_service_with_connect_info::<Peer>())
-        .with_graceful_shutdown(shutdown.clone().cancelled_owned());
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    warn!(%error, "ingress accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Some(slot) = ingress.peers.acquire(peer.ip()) else {
+            crate::telemetry::metrics::ingress_connection_refused("http");
+            warn!(%peer, "connection over the connection limits closed");
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let idle = ingress.config.idle_timeout;
+        let stream = GuardedStream {
+            inner: stream,
+            idle,
+            sleep: Box::pin(tokio::time::sleep(idle)),
+            _slot: slot,
+        };
+        let service =
+            hyper_util::service::TowerToHyperService::new(tower::ServiceExt::map_request(
+                app.clone(),
+                move |mut request: Request<hyper::body::Incoming>| {
+                    request.extensions_mut().insert(ConnectInfo(Peer(peer)));
+                    request
+                },
+            ));
+        let header_timeout = ingress.config.header_timeout;
+        let shutdown = shutdown.clone();
+        connections.spawn(async move {
+            let mut builder = hyper::server::conn::http1::Builder::new();
+            builder
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(header_timeout)
+                .keep_alive(true);
+            let connection =
+                builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+            tokio::pin!(connection);
+            tokio::select! {
+                _ = connection.as_mut() => {}
+                _ = shutdown.cancelled() => {
+                    // Finish the request in flight, take no new one.
+                    connection.as_mut().graceful_shutdown();
+                    let _ = connection.await;
+                }
+            }
+        });
+    }
     // Graceful, within bounds: long polls and event streams end at
     // shutdown; whatever still holds on after the grace is cut.
-    tokio::select! {
-        result = server => result?,
-        _ = async {
-            shutdown.cancelled().await;
-            tokio::time::sleep(SHUTDOWN_GRACE).await;
-        } => warn!("ingress HTTP connections still open after the shutdown grace; closing"),
+    if tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await
+    .is_err()
+    {
+        warn!("ingress HTTP connections still open after the shutdown grace; closing");
+        connections.shutdown().await;
     }
     info!("ingress HTTP stopped");
     Ok(())
@@ -607,6 +631,10 @@ struct StreamState {
     after: i64,
     pending: std::collections::VecDeque<crate::contract::AttemptEvent>,
     done: bool,
+    /// Wakes the stream when its attempt has new events.
+    watch: super::feed::Watch,
+    /// Whether the stream has read its attempt's events once.
+    read: bool,
 }
 
 fn event_stream(
@@ -614,12 +642,15 @@ fn event_stream(
     attempt_id: Uuid,
     after: i64,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
+    let watch = ingress.feed.attempt(attempt_id);
     let state = StreamState {
         ingress,
         attempt_id,
         after,
         pending: Default::default(),
         done: false,
+        watch,
+        read: false,
     };
     futures_util::stream::unfold(state, |mut state| async move {
         loop {
@@ -638,15 +669,25 @@ fn event_stream(
             if state.done || state.ingress.shutdown.is_cancelled() {
                 return None;
             }
+            if state.read {
+                // Everything up to now was read: wait for the feed to say
+                // this attempt has more (one read per change, not a poll).
+                tokio::select! {
+                    _ = state.watch.changed(SSE_FALLBACK) => {}
+                    _ = state.ingress.shutdown.cancelled() => return None,
+                }
+            }
+            let first = !state.read;
+            state.read = true;
             match state
                 .ingress
                 .events_after(state.attempt_id, state.after)
                 .await
             {
                 Ok(events) if !events.is_empty() => state.pending.extend(events),
-                Ok(_) => {
-                    // Nothing new: a finished attempt's stream ends (a client
-                    // resuming after the terminal event gets nothing more).
+                Ok(_) if first => {
+                    // A client resuming after the terminal event gets
+                    // nothing more: a finished attempt's stream ends.
                     let ended = state
                         .ingress
                         .store
@@ -656,23 +697,10 @@ fn event_stream(
                         .flatten()
                         .is_none_or(|attempt| attempt.status.is_terminal());
                     if ended {
-                        match state
-                            .ingress
-                            .events_after(state.attempt_id, state.after)
-                            .await
-                        {
-                            Ok(events) if !events.is_empty() => {
-                                state.pending.extend(events);
-                                continue;
-                            }
-                            _ => return None,
-                        }
-                    }
-                    tokio::select! {
-                        _ = tokio::time::sleep(SSE_STEP) => {}
-                        _ = state.ingress.shutdown.cancelled() => return None,
+                        return None;
                     }
                 }
+                Ok(_) => {}
                 Err(_) => return None,
             }
         }

@@ -13,8 +13,7 @@ use crate::contract::{
     FailureCategory, Problem, ReportBody, ReportedOutcome, RunnerReport, RunnerType,
 };
 
-/// Longest progress or result message, in bytes.
-pub const MAX_MESSAGE_BYTES: usize = 4 * 1024;
+pub use crate::contract::limits::MAX_MESSAGE_BYTES;
 /// Longest poll wait an executor may ask for.
 pub const MAX_POLL_WAIT_MS: u64 = 30_000;
 
@@ -52,6 +51,49 @@ pub struct RegisterRequest {
 
 fn one() -> u32 {
     1
+}
+
+impl RegisterRequest {
+    /// Pool labels and capabilities are re-announced every presence
+    /// interval, to Kafka and Postgres: bounded in count and size.
+    pub fn check(&self) -> Vec<Problem> {
+        use crate::contract::limits::{check_identifier_within, MAX_LABELS, MAX_LABEL_CHARS};
+        let mut problems = Vec::new();
+        if self.capacity == 0 || self.capacity > 1024 {
+            problems.push(Problem::new("capacity", "must be between 1 and 1024"));
+        }
+        if self.pool.len() > MAX_LABELS {
+            problems.push(Problem::new(
+                "pool",
+                format!("{} labels; at most {MAX_LABELS}", self.pool.len()),
+            ));
+        } else {
+            for (key, value) in &self.pool {
+                let path = format!("pool.{}", crate::contract::limits::loggable(key));
+                check_identifier_within(&path, key, MAX_LABEL_CHARS, &mut problems);
+                check_identifier_within(&path, value, MAX_LABEL_CHARS, &mut problems);
+            }
+        }
+        if self.capabilities.len() > MAX_LABELS {
+            problems.push(Problem::new(
+                "capabilities",
+                format!(
+                    "{} capabilities; at most {MAX_LABELS}",
+                    self.capabilities.len()
+                ),
+            ));
+        } else {
+            for (index, capability) in self.capabilities.iter().enumerate() {
+                check_identifier_within(
+                    &format!("capabilities[{index}]"),
+                    capability,
+                    MAX_LABEL_CHARS,
+                    &mut problems,
+                );
+            }
+        }
+        problems
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -128,19 +170,6 @@ impl ReportRequest {
     /// The report, or every problem the types could not catch.
     pub fn into_report(self) -> Result<RunnerReport, Vec<Problem>> {
         let mut problems = Vec::new();
-        if self.percent.is_some_and(|percent| percent > 100) {
-            problems.push(Problem::new("percent", "must be at most 100"));
-        }
-        if self
-            .message
-            .as_ref()
-            .is_some_and(|message| message.len() > MAX_MESSAGE_BYTES)
-        {
-            problems.push(Problem::new(
-                "message",
-                format!("longer than {MAX_MESSAGE_BYTES} bytes"),
-            ));
-        }
         if self.kind != ReportKind::Finished
             && (self.outcome.is_some() || self.category.is_some() || self.result.is_some())
         {
@@ -189,13 +218,18 @@ impl ReportRequest {
                 }
             }
         };
+        let report = RunnerReport {
+            attempt_id: self.attempt_id,
+            lease_epoch: self.lease_epoch,
+            runner_instance: self.runner_instance,
+            body,
+        };
+        // The bounds the dispatcher's intake applies too (one rule, two edges).
         if problems.is_empty() {
-            Ok(RunnerReport {
-                attempt_id: self.attempt_id,
-                lease_epoch: self.lease_epoch,
-                runner_instance: self.runner_instance,
-                body,
-            })
+            problems.extend(crate::contract::limits::check_report(&report));
+        }
+        if problems.is_empty() {
+            Ok(report)
         } else {
             Err(problems)
         }

@@ -50,6 +50,75 @@ pub async fn serve(ingress: Arc<Ingress>, listener: TcpListener, shutdown: Cance
     info!("ingress TCP stopped");
 }
 
+/// The largest first frame: it must authenticate (a key and an executor
+/// id), so an unauthenticated client cannot make the ingress hold a full
+/// `EXECPLANE_INGRESS_MAX_FRAME` for it.
+pub const MAX_AUTH_FRAME: usize = 4 * 1024;
+
+/// Bytes held in unfinished frames by every TCP connection together: a
+/// connection that would take the total past the budget is closed (503).
+#[derive(Debug)]
+pub struct FrameBudget {
+    max: usize,
+    used: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// One connection's share of the [`FrameBudget`]; returned on drop.
+struct FrameShare {
+    held: usize,
+    used: Arc<std::sync::atomic::AtomicUsize>,
+    max: usize,
+}
+
+impl FrameBudget {
+    pub fn new(max: usize) -> Self {
+        Self {
+            max,
+            used: Arc::default(),
+        }
+    }
+
+    fn share(&self) -> FrameShare {
+        FrameShare {
+            held: 0,
+            used: self.used.clone(),
+            max: self.max,
+        }
+    }
+
+    /// Bytes held now, all connections together.
+    pub fn used(&self) -> usize {
+        self.used.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl FrameShare {
+    /// Holds `pending` bytes from now on; false when the budget is spent.
+    fn hold(&mut self, pending: usize) -> bool {
+        use std::sync::atomic::Ordering;
+        if pending <= self.held {
+            self.used.fetch_sub(self.held - pending, Ordering::SeqCst);
+            self.held = pending;
+            return true;
+        }
+        let more = pending - self.held;
+        let before = self.used.fetch_add(more, Ordering::SeqCst);
+        if before + more > self.max {
+            self.used.fetch_sub(more, Ordering::SeqCst);
+            return false;
+        }
+        self.held = pending;
+        true
+    }
+}
+
+impl Drop for FrameShare {
+    fn drop(&mut self) {
+        self.used
+            .fetch_sub(self.held, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
 /// A connection ends after this reply.
 struct Close(Value);
 
@@ -67,7 +136,9 @@ async fn connection(
         let _ = write(&mut stream, &error_frame(None, &IngressError::NotAllowed)).await;
         return;
     }
-    let mut decoder = FrameDecoder::new(ingress.config.max_frame);
+    // Small until the first frame has authenticated the connection.
+    let mut decoder = FrameDecoder::new(MAX_AUTH_FRAME.min(ingress.config.max_frame));
+    let mut share = ingress.frames.share();
     let mut buffer = vec![0u8; 16 * 1024];
     let mut caller: Option<Caller> = None;
     let mut frame_started: Option<Instant> = None;
@@ -99,6 +170,9 @@ async fn connection(
             frame_started = None;
             match handle(&ingress, &mut caller, client, &frame).await {
                 Ok(reply) => {
+                    if caller.is_some() {
+                        decoder.set_max(ingress.config.max_frame);
+                    }
                     if write(&mut stream, &reply).await.is_err() {
                         return;
                     }
@@ -130,7 +204,20 @@ async fn connection(
                 return;
             }
             Ok(Ok(0)) | Ok(Err(_)) => return,
-            Ok(Ok(read)) => decoder.push(&buffer[..read]),
+            Ok(Ok(read)) => {
+                decoder.push(&buffer[..read]);
+                // Whole frames are answered (and dropped) before the next
+                // read, so what is held is at most one unfinished frame.
+                if !share.hold(decoder.pending()) {
+                    crate::telemetry::metrics::ingress_connection_refused("tcp_frame_budget");
+                    warn!(%peer, "TCP connection closed: the partial-frame memory budget is spent");
+                    let refusal = IngressError::Unavailable(
+                        "the ingress is holding too many unfinished frames; retry later".into(),
+                    );
+                    let _ = write(&mut stream, &error_frame(None, &refusal)).await;
+                    return;
+                }
+            }
         }
     }
 }

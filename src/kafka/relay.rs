@@ -1,24 +1,34 @@
 //! The outbox relay: publishes outbox rows in id order with the idempotent
 //! producer, then deletes them. Woken by LISTEN/NOTIFY, batching what piled
-//! up. One relay is active at a time (a Postgres advisory lock), so per-key
-//! order is the outbox's id order. A crash between publish and delete
-//! re-publishes; every record carries its stable `ce_id`.
+//! up. One relay is active at a time (a Postgres advisory lock held on a
+//! connection of its own), so per-key order is the outbox's id order. A
+//! crash between publish and delete re-publishes; every record carries its
+//! stable `ce_id` (and runners never start one lease twice).
+//!
+//! Publication windows never overlap (docs/ARCHITECTURE.md, "Relay"):
+//! - every round starts by reading the outbox on the lock's connection, so
+//!   a relay that lost its connection (and the lock with it) learns it
+//!   before it enqueues anything more, and goes back to standby;
+//! - a round enqueues only within `round_budget` of a successful read on
+//!   that connection (past it, the connection is checked again), and its
+//!   producer gives up on any record not delivered within `message_timeout`;
+//! - the active relay keeps `relay_state.active_until` (the instant until
+//!   which it may still publish) ahead of both, and a relay that takes the
+//!   lock waits until that instant before it publishes: whatever a
+//!   predecessor that lost its connection still had in flight has landed or
+//!   been dropped by then. A first relay waits for nothing.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use sqlx::postgres::PgListener;
-use sqlx::Row;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::{headers_from_json, partition_count, work_partition, KafkaConfig, KafkaError};
 use crate::contract::topics;
-use crate::store::Store;
-
-/// The advisory lock key of the active relay.
-const RELAY_LOCK: i64 = 0x6578_6563_706c_616e; // "execplan"
+use crate::store::{OutboxRow, RelayLock, Store, StoreError};
 
 #[derive(Clone, Debug)]
 pub struct RelayConfig {
@@ -26,6 +36,18 @@ pub struct RelayConfig {
     pub batch: i64,
     /// Poll interval when no notification arrives (a safety net).
     pub idle_poll: Duration,
+    /// A round enqueues records only this long after its lock check.
+    pub round_budget: Duration,
+    /// The relay producer drops a record not delivered within this.
+    pub message_timeout: Duration,
+}
+
+impl RelayConfig {
+    /// How far ahead the active relay records it may publish: twice what
+    /// one check covers, refreshed when half of it is used.
+    fn horizon(&self) -> Duration {
+        (self.round_budget + self.message_timeout) * 2
+    }
 }
 
 impl Default for RelayConfig {
@@ -33,6 +55,8 @@ impl Default for RelayConfig {
         Self {
             batch: 2_000,
             idle_poll: Duration::from_millis(200),
+            round_budget: Duration::from_secs(1),
+            message_timeout: Duration::from_secs(3),
         }
     }
 }
@@ -43,87 +67,213 @@ pub enum RelayError {
     Kafka(#[from] KafkaError),
     #[error("database: {0}")]
     Database(#[from] sqlx::Error),
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
-/// Runs until `shutdown`; standby while another relay holds the lock.
+/// Runs until `shutdown`; standby while another relay holds the lock, and
+/// back to standby whenever this one loses it.
 pub async fn run(
     store: Store,
     kafka: KafkaConfig,
-    producer: FutureProducer,
     config: RelayConfig,
     shutdown: CancellationToken,
 ) -> Result<(), RelayError> {
-    let mut leader = store.pool().acquire().await?;
-    loop {
-        let acquired: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
-            .bind(RELAY_LOCK)
-            .fetch_one(&mut *leader)
-            .await?;
-        if acquired {
-            break;
-        }
-        tokio::select! {
-            _ = shutdown.cancelled() => return Ok(()),
-            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-        }
-    }
-    info!("relay active");
-    let mut listener = PgListener::connect_with(store.pool()).await?;
-    listener.listen("execplane_outbox").await?;
+    let producer = kafka.relay_producer(config.message_timeout)?;
     let metadata = kafka.assigned_consumer()?;
     let mut partitions: HashMap<String, i32> = HashMap::new();
-    let mut failures = 0u32;
+    let mut standby_logged = false;
     while !shutdown.is_cancelled() {
-        let rows =
-            sqlx::query("SELECT id, topic, key, headers, payload FROM outbox ORDER BY id LIMIT $1")
-                .bind(config.batch)
-                .fetch_all(store.pool())
-                .await?;
-        if rows.is_empty() {
-            crate::telemetry::metrics::outbox_round(0, &[], 0.0);
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                notification = listener.recv() => { if let Err(error) = notification { warn!(%error, "outbox listener"); } }
-                _ = tokio::time::sleep(config.idle_poll) => {}
+        let mut lock = match store.try_relay_lock().await {
+            Ok(Some(lock)) => lock,
+            Ok(None) => {
+                if !standby_logged {
+                    info!("relay standing by: another relay holds the lock");
+                    standby_logged = true;
+                }
+                pause(&shutdown, Duration::from_secs(1)).await;
+                continue;
             }
-            continue;
+            Err(error) => {
+                warn!(%error, "relay cannot reach Postgres; retrying");
+                pause(&shutdown, Duration::from_secs(1)).await;
+                continue;
+            }
+        };
+        standby_logged = false;
+        let wait = match lock.predecessor_horizon().await {
+            Ok(wait) => wait,
+            Err(error) => {
+                warn!(%error, "relay lost its new lock connection; standing by");
+                continue;
+            }
+        };
+        if !wait.is_zero() {
+            info!(
+                wait_ms = wait.as_millis() as u64,
+                "relay took the lock; waiting out the predecessor's records in flight"
+            );
+            if !pause(&shutdown, wait).await {
+                lock.release().await;
+                break;
+            }
         }
+        let mut leader = Leader {
+            lock,
+            producer: &producer,
+            kafka: &kafka,
+            metadata: &metadata,
+            partitions: &mut partitions,
+            config: &config,
+        };
+        info!("relay active");
+        match leader.publish_until(&store, &shutdown).await {
+            Ok(()) => {
+                leader.lock.release().await;
+                info!("relay stopped");
+                break;
+            }
+            Err(error) => {
+                // Whatever is still queued must not go out late.
+                producer.purge(rdkafka::producer::PurgeConfig::default().queue());
+                warn!(%error, "relay stopped publishing: its lock connection failed; standing by");
+                drop(leader);
+                pause(&shutdown, Duration::from_secs(1)).await;
+            }
+        }
+    }
+    let _ = producer.flush(Duration::from_secs(5));
+    Ok(())
+}
+
+/// Sleeps `duration` unless shutdown comes first (then false).
+async fn pause(shutdown: &CancellationToken, duration: Duration) -> bool {
+    tokio::select! {
+        _ = shutdown.cancelled() => false,
+        _ = tokio::time::sleep(duration) => true,
+    }
+}
+
+/// The active relay: publishes rounds while it holds the lock.
+struct Leader<'a> {
+    lock: RelayLock,
+    producer: &'a FutureProducer,
+    kafka: &'a KafkaConfig,
+    metadata: &'a rdkafka::consumer::StreamConsumer,
+    partitions: &'a mut HashMap<String, i32>,
+    config: &'a RelayConfig,
+}
+
+impl Leader<'_> {
+    /// Publishes until shutdown (`Ok`) or until the lock's connection
+    /// fails (`Err`: the lock may be another relay's now).
+    async fn publish_until(
+        &mut self,
+        store: &Store,
+        shutdown: &CancellationToken,
+    ) -> Result<(), RelayError> {
+        let mut listener = PgListener::connect_with(store.pool()).await?;
+        listener.listen("execplane_outbox").await?;
+        let mut failures = 0u32;
+        // When the horizon was last moved (never, yet).
+        let mut proved: Option<Instant> = None;
+        while !shutdown.is_cancelled() {
+            let checked_at = Instant::now();
+            if proved.is_none_or(|at| at.elapsed() * 2 >= self.config.horizon()) {
+                self.lock.prove(self.config.horizon()).await?;
+                proved = Some(checked_at);
+            }
+            let rows = self.lock.next_rows(self.config.batch).await?;
+            if rows.is_empty() {
+                crate::telemetry::metrics::outbox_round(0, &[], 0.0);
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    notification = listener.recv() => {
+                        if let Err(error) = notification {
+                            warn!(%error, "outbox listener");
+                            pause(shutdown, self.config.idle_poll).await;
+                        }
+                    }
+                    _ = tokio::time::sleep(self.config.idle_poll) => {}
+                }
+                continue;
+            }
+            match self.round(&rows, checked_at, &mut proved).await? {
+                Some(published) => {
+                    failures = 0;
+                    self.lock.delete(&published.ids).await?;
+                    crate::telemetry::metrics::outbox_round(
+                        rows.len(),
+                        &published.topics,
+                        published.started.elapsed().as_secs_f64(),
+                    );
+                    debug!(
+                        rows = published.ids.len(),
+                        elapsed_ms = published.started.elapsed().as_millis() as u64,
+                        "outbox published"
+                    );
+                }
+                None => {
+                    failures += 1;
+                    let backoff = Duration::from_millis(100 * u64::from(failures.min(50)));
+                    if !pause(shutdown, backoff).await {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Enqueues `rows` in order and waits for the broker; `None` when a
+    /// record failed (nothing is deleted; the round is retried).
+    async fn round(
+        &mut self,
+        rows: &[OutboxRow],
+        mut checked_at: Instant,
+        proved: &mut Option<Instant>,
+    ) -> Result<Option<Published>, RelayError> {
         let started = Instant::now();
-        let mut ids = Vec::with_capacity(rows.len());
-        let mut published_topics = Vec::with_capacity(rows.len());
+        let mut published = Published {
+            ids: Vec::with_capacity(rows.len()),
+            topics: Vec::with_capacity(rows.len()),
+            started,
+        };
         let mut deliveries = Vec::with_capacity(rows.len());
         let mut failed = false;
-        for row in &rows {
-            let id: i64 = row.get(0);
-            let topic: String = row.get(1);
-            let key: String = row.get(2);
-            let headers: serde_json::Value = row.get(3);
-            let payload: Vec<u8> = row.get(4);
-            let full = kafka.topic(&topic);
-            let partition = if topics::is_work(&topic) {
-                let count = match partitions.get(&full) {
+        for row in rows {
+            if checked_at.elapsed() > self.config.round_budget {
+                // Long round (a full queue, a slow broker): prove the lock
+                // again, and move the horizon, before enqueueing more.
+                checked_at = Instant::now();
+                self.lock.prove(self.config.horizon()).await?;
+                *proved = Some(checked_at);
+            }
+            let full = self.kafka.topic(&row.topic);
+            let partition = if topics::is_work(&row.topic) {
+                let count = match self.partitions.get(&full) {
                     Some(count) => *count,
                     None => {
-                        let count = partition_count(&metadata, &full)?;
-                        partitions.insert(full.clone(), count);
+                        let count = partition_count(self.metadata, &full)?;
+                        self.partitions.insert(full.clone(), count);
                         count
                     }
                 };
-                Some(work_partition(&key, count))
+                Some(work_partition(&row.key, count))
             } else {
                 None
             };
             let empty = serde_json::Map::new();
             let mut record = FutureRecord::to(&full)
-                .key(&key)
-                .payload(&payload)
-                .headers(headers_from_json(headers.as_object().unwrap_or(&empty)));
+                .key(&row.key)
+                .payload(&row.payload)
+                .headers(headers_from_json(row.headers.as_object().unwrap_or(&empty)));
             if let Some(partition) = partition {
                 record = record.partition(partition);
             }
             // Enqueue in order; the idempotent producer keeps per-partition order.
             loop {
-                match producer.send_result(record) {
+                match self.producer.send_result(record) {
                     Ok(delivery) => {
                         deliveries.push(delivery);
                         break;
@@ -141,14 +291,19 @@ pub async fn run(
                         }
                         record = returned;
                         tokio::time::sleep(Duration::from_millis(5)).await;
+                        if checked_at.elapsed() > self.config.round_budget {
+                            checked_at = Instant::now();
+                            self.lock.prove(self.config.horizon()).await?;
+                            *proved = Some(checked_at);
+                        }
                     }
                 }
             }
             if failed {
                 break;
             }
-            ids.push(id);
-            published_topics.push(topic);
+            published.ids.push(row.id);
+            published.topics.push(row.topic.clone());
         }
         for delivery in deliveries {
             match delivery.await {
@@ -160,35 +315,12 @@ pub async fn run(
                 Err(_) => failed = true,
             }
         }
-        if failed {
-            failures += 1;
-            let backoff = Duration::from_millis(100 * u64::from(failures.min(50)));
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = tokio::time::sleep(backoff) => {}
-            }
-            continue;
-        }
-        failures = 0;
-        sqlx::query("DELETE FROM outbox WHERE id = ANY($1)")
-            .bind(&ids)
-            .execute(store.pool())
-            .await?;
-        crate::telemetry::metrics::outbox_round(
-            rows.len(),
-            &published_topics,
-            started.elapsed().as_secs_f64(),
-        );
-        debug!(
-            rows = ids.len(),
-            elapsed_ms = started.elapsed().as_millis() as u64,
-            "outbox published"
-        );
+        Ok((!failed).then_some(published))
     }
-    // The lock is per session and the connection goes back to the pool.
-    sqlx::query("SELECT pg_advisory_unlock($1)")
-        .bind(RELAY_LOCK)
-        .execute(&mut *leader)
-        .await?;
-    Ok(())
+}
+
+struct Published {
+    ids: Vec<i64>,
+    topics: Vec<String>,
+    started: Instant,
 }

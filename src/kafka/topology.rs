@@ -71,6 +71,7 @@ pub async fn apply(kafka: &KafkaConfig) -> Result<ApplyReport, KafkaError> {
     let metadata = probe.fetch_metadata(None, Duration::from_secs(10))?;
     let mut report = ApplyReport::default();
     let mut missing = Vec::new();
+    let mut present = Vec::new();
     for spec in &specs {
         let name = kafka.topic(&spec.name);
         match metadata.topics().iter().find(|topic| topic.name() == name) {
@@ -82,11 +83,13 @@ pub async fn apply(kafka: &KafkaConfig) -> Result<ApplyReport, KafkaError> {
                         spec.partitions
                     ));
                 }
-                report.present.push(name);
+                report.present.push(name.clone());
+                present.push((name, spec.clone()));
             }
             _ => missing.push((name, spec.clone())),
         }
     }
+    report.drift.extend(config_drift(&admin, &present).await);
     if !missing.is_empty() {
         let retention: Vec<String> = missing
             .iter()
@@ -127,8 +130,70 @@ pub async fn apply(kafka: &KafkaConfig) -> Result<ApplyReport, KafkaError> {
     Ok(report)
 }
 
+/// Retention and cleanup policy of existing topics that differ from the
+/// declaration (a topic created with `retention.ms=-1` by an earlier
+/// release is named here). A broker that cannot describe configs is noted,
+/// not fatal.
+async fn config_drift(
+    admin: &rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext>,
+    present: &[(String, TopicSpec)],
+) -> Vec<String> {
+    use rdkafka::admin::{ConfigResourceResult, ResourceSpecifier};
+    if present.is_empty() {
+        return Vec::new();
+    }
+    let specifiers: Vec<ResourceSpecifier<'_>> = present
+        .iter()
+        .map(|(name, _)| ResourceSpecifier::Topic(name))
+        .collect();
+    let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
+    let results = match admin.describe_configs(&specifiers, &options).await {
+        Ok(results) => results,
+        Err(error) => return vec![format!("topic configs not checked: {error}")],
+    };
+    let mut drift = Vec::new();
+    for ((name, spec), result) in present.iter().zip(results) {
+        let resource: ConfigResourceResult = result;
+        let Ok(resource) = resource else {
+            continue;
+        };
+        let value = |key: &str| resource.get(key).and_then(|entry| entry.value.clone());
+        if let Some(retention) = value("retention.ms") {
+            if retention != spec.retention_ms.to_string() {
+                drift.push(format!(
+                    "{name}: retention.ms is {retention} on the broker, {} declared",
+                    spec.retention_ms
+                ));
+            }
+        }
+        if let Some(policy) = value("cleanup.policy") {
+            if policy != spec.cleanup_policy {
+                drift.push(format!(
+                    "{name}: cleanup.policy is {policy} on the broker, {} declared",
+                    spec.cleanup_policy
+                ));
+            }
+        }
+    }
+    drift
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn every_retention_is_explicit() {
+        // -1 means "forever" to Kafka and "delete everything" to Tansu's
+        // sqlite engine: the published log must not depend on which.
+        for spec in super::declared().unwrap() {
+            assert!(
+                spec.retention_ms >= 24 * 3600 * 1000,
+                "{}: retention.ms {} is not an explicit duration of a day or more",
+                spec.name,
+                spec.retention_ms
+            );
+        }
+    }
+
     #[test]
     fn the_declaration_names_every_topic_of_the_design() {
         let names: Vec<String> = super::declared()

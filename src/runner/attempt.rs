@@ -43,10 +43,10 @@ pub(super) struct Reporter {
 impl Reporter {
     pub(super) fn new(kafka: KafkaConfig, producer: FutureProducer, instance_id: String) -> Self {
         Self {
+            codec: kafka.codec.clone(),
             kafka,
             producer,
             instance_id,
-            codec: Codec::default(),
             traceparent: None,
             masker: Masker::default(),
         }
@@ -102,18 +102,16 @@ impl Reporter {
         seq: u64,
         text: String,
     ) -> Option<rdkafka::producer::DeliveryFuture> {
-        let chunk_id =
-            Uuid::new_v5(&attempt_id, format!("{epoch}:{stream:?}:{seq}").as_bytes()).to_string();
-        let record = LogChunkRecord {
-            chunk_id: chunk_id.clone(),
-            attempt_id: attempt_id.to_string(),
-            lease_epoch: i64::try_from(epoch).unwrap_or(i64::MAX),
-            runner_instance: self.instance_id.clone(),
+        let record = LogChunkRecord::new(
+            attempt_id,
+            epoch,
+            self.instance_id.clone(),
             stream,
-            seq: i64::try_from(seq).unwrap_or(i64::MAX),
+            seq,
             text,
-            sent_at: chrono::Utc::now().timestamp_millis(),
-        };
+            chrono::Utc::now().timestamp_millis(),
+        );
+        let chunk_id = record.chunk_id.clone();
         let Ok(payload) = self.codec.encode(Family::LogChunk, &record) else {
             return None;
         };
@@ -220,6 +218,8 @@ pub(super) struct AttemptSettings {
     pub stop_grace: Duration,
     /// Where secret references are resolved.
     pub secrets: Option<Arc<Vault>>,
+    /// The operator's policy, checked again before anything is resolved.
+    pub policy: Arc<crate::policy::OperatorPolicy>,
 }
 
 pub(super) async fn run_attempt<E: Executor>(
@@ -234,6 +234,7 @@ pub(super) async fn run_attempt<E: Executor>(
     let AttemptSettings {
         stop_grace,
         secrets,
+        policy,
     } = settings;
     let mut assignment = assignment;
     let attempt_id = assignment.attempt_id;
@@ -247,7 +248,17 @@ pub(super) async fn run_attempt<E: Executor>(
         .map(|trace| trace.traceparent.clone());
     // Secrets are resolved here, at execution time, and live in memory only
     // (in the inputs the executor reads); every report masks them.
-    let resolved = crate::secrets::resolve_inputs(&mut assignment.spec, secrets.as_deref()).await;
+    // The operator's policy first: a secret outside the tenant's prefixes is
+    // never even asked for (the dispatcher checked at intake; this runner's
+    // policy file is what binds it).
+    let refused = policy.check_jobspec(&assignment.spec);
+    let resolved = if refused.is_empty() {
+        crate::secrets::resolve_inputs(&mut assignment.spec, secrets.as_deref()).await
+    } else {
+        Err(crate::secrets::SecretError::Policy(
+            crate::contract::Problems(refused).to_string(),
+        ))
+    };
     let masker = resolved
         .as_ref()
         .map(|resolved| resolved.masker.clone())

@@ -13,9 +13,8 @@ use uuid::Uuid;
 
 use super::attempt::{run_attempt, AttemptSettings, Reporter, Stop};
 use super::{Assignment, Executor, RunnerConfig};
-use crate::codec::{Codec, Family, PresenceRecord, PresenceStatus, WorkRecord, WorkType};
+use crate::codec::{Family, PresenceRecord, PresenceStatus, WorkRecord, WorkType};
 use crate::contract::topics;
-use crate::contract::Label;
 use crate::kafka::{partition_count, work_partition, KafkaConfig, KafkaError};
 
 /// What the caller can see of a running instance.
@@ -29,6 +28,58 @@ struct Running {
     lease: watch::Sender<i64>,
     stop: mpsc::UnboundedSender<Stop>,
     epoch: u64,
+}
+
+/// Every (attempt, lease epoch) this instance has started, kept until its
+/// lease can no longer be valid: a work record delivered again (a relay
+/// that died between publishing and deleting its outbox rows publishes it
+/// once more) must never run the operation twice (docs/ARCHITECTURE.md,
+/// "Runners").
+#[derive(Debug, Default)]
+pub(super) struct StartedLeases {
+    /// (attempt, epoch) → the lease expiry the work record carried.
+    started: HashMap<(Uuid, u64), i64>,
+}
+
+/// How long past its lease expiry a started lease is remembered: a record
+/// for it arriving later is refused by its expiry anyway.
+const REMEMBER_PAST_EXPIRY_MS: i64 = 60_000;
+
+impl StartedLeases {
+    /// Whether a work item may start now: not started before, and its
+    /// lease not already expired. Records the start when it may.
+    pub(super) fn admit(
+        &mut self,
+        attempt_id: Uuid,
+        epoch: u64,
+        expires_at: i64,
+        now: i64,
+    ) -> Admission {
+        self.started
+            .retain(|_, expiry| now <= *expiry + REMEMBER_PAST_EXPIRY_MS);
+        if self.started.contains_key(&(attempt_id, epoch)) {
+            return Admission::AlreadyStarted;
+        }
+        if expires_at <= now {
+            return Admission::Expired;
+        }
+        self.started.insert((attempt_id, epoch), expires_at);
+        Admission::Start
+    }
+
+    /// A lease extension moves how long the start is remembered.
+    pub(super) fn extend(&mut self, attempt_id: Uuid, epoch: u64, expires_at: i64) {
+        if let Some(expiry) = self.started.get_mut(&(attempt_id, epoch)) {
+            *expiry = (*expiry).max(expires_at);
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Admission {
+    Start,
+    AlreadyStarted,
+    Expired,
 }
 
 /// Runs one runner instance until `shutdown`, then drains. `ready` receives
@@ -93,8 +144,9 @@ pub async fn run_instance<E: Executor>(
 
     let reporter = Reporter::new(kafka.clone(), producer.clone(), instance_id.clone());
     let running: Arc<Mutex<HashMap<Uuid, Running>>> = Arc::new(Mutex::new(HashMap::new()));
+    let mut started_leases = StartedLeases::default();
     let mut tasks = tokio::task::JoinSet::new();
-    let codec = Codec::default();
+    let codec = kafka.codec.clone();
     let stop_all = CancellationToken::new();
     // Draining keeps reading the partition: running attempts still need
     // their lease extensions, cancels and revocations.
@@ -157,9 +209,6 @@ pub async fn run_instance<E: Executor>(
         let mut table = running.lock().await;
         match record.kind {
             WorkType::WorkItem => {
-                if table.contains_key(&attempt_id) {
-                    continue; // a re-published work item
-                }
                 if drain_until.is_some() {
                     // Not started, not reported: the dispatcher's timers
                     // give it to a live instance.
@@ -170,6 +219,19 @@ pub async fn run_instance<E: Executor>(
                     warn!(parent: &span, %attempt_id, "work item without a readable spec skipped");
                     continue;
                 };
+                let now = chrono::Utc::now().timestamp_millis();
+                match started_leases.admit(attempt_id, epoch, record.expires_at.unwrap_or(0), now) {
+                    Admission::Start => {}
+                    Admission::AlreadyStarted => {
+                        info!(parent: &span, %attempt_id, lease_epoch = epoch, "work item delivered again; this lease was already started here and is not started twice");
+                        crate::telemetry::metrics::runner_duplicate_work();
+                        continue;
+                    }
+                    Admission::Expired => {
+                        warn!(parent: &span, %attempt_id, lease_epoch = epoch, "work item whose lease already expired; not started");
+                        continue;
+                    }
+                }
                 let (lease_tx, lease_rx) = watch::channel(record.expires_at.unwrap_or(0));
                 let (stop_tx, stop_rx) = mpsc::unbounded_channel();
                 table.insert(
@@ -193,6 +255,7 @@ pub async fn run_instance<E: Executor>(
                 let stop_all = stop_all.clone();
                 let stop_grace = config.stop_grace;
                 let secrets = config.secrets.clone();
+                let policy = config.policy.clone();
                 let attempt_span =
                     info_span!(parent: &span, "attempt", %attempt_id, lease_epoch = epoch);
                 crate::telemetry::metrics::runner_in_flight(
@@ -210,6 +273,7 @@ pub async fn run_instance<E: Executor>(
                             AttemptSettings {
                                 stop_grace,
                                 secrets,
+                                policy,
                             },
                         )
                         .await;
@@ -222,6 +286,9 @@ pub async fn run_instance<E: Executor>(
                 );
             }
             WorkType::LeaseExtended => {
+                if let Some(expires_at) = record.expires_at {
+                    started_leases.extend(attempt_id, epoch, expires_at);
+                }
                 if let (Some(running), Some(expires_at)) =
                     (table.get(&attempt_id), record.expires_at)
                 {
@@ -275,32 +342,22 @@ struct Presence {
 
 impl Presence {
     async fn send(&self, status: PresenceStatus) {
-        let record = PresenceRecord {
-            runner_instance: self.instance_id.clone(),
-            runner_type: self.runner_type.clone(),
-            version: env!("CARGO_PKG_VERSION").to_owned(),
-            pool: self
-                .config
-                .pool
-                .iter()
-                .map(|(key, value)| Label {
-                    key: key.clone(),
-                    value: value.clone(),
-                })
-                .collect(),
-            capabilities: self.capabilities.clone(),
-            capacity: if status == PresenceStatus::Ready {
-                i32::try_from(self.config.capacity).unwrap_or(i32::MAX)
-            } else {
-                0
+        let record = PresenceRecord::new(
+            &crate::codec::Presence {
+                runner_instance: &self.instance_id,
+                runner_type: &self.runner_type,
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+                pool: &self.config.pool,
+                capabilities: &self.capabilities,
+                capacity: self.config.capacity,
+                in_flight: self.in_flight.load(Ordering::SeqCst),
+                work_partition: self.partition,
+                started_at: self.started_at,
             },
-            in_flight: i32::try_from(self.in_flight.load(Ordering::SeqCst)).unwrap_or(i32::MAX),
-            work_partition: self.partition,
             status,
-            started_at: self.started_at,
-            sent_at: chrono::Utc::now().timestamp_millis(),
-        };
-        let Ok(payload) = Codec::default().encode(Family::Presence, &record) else {
+            chrono::Utc::now().timestamp_millis(),
+        );
+        let Ok(payload) = self.kafka.codec.encode(Family::Presence, &record) else {
             return;
         };
         let topic = self.kafka.topic(topics::RUNNER_PRESENCE);
@@ -317,5 +374,42 @@ impl Presence {
         if let Err((error, _)) = self.producer.send(record, Duration::from_secs(5)).await {
             warn!(runner_instance = %self.instance_id, %error, "presence not delivered");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_is_started_once_however_often_its_record_arrives() {
+        let mut started = StartedLeases::default();
+        let attempt = Uuid::new_v4();
+        assert_eq!(started.admit(attempt, 1, 10_000, 1_000), Admission::Start);
+        // The attempt finished; the relay re-publishes its work record.
+        assert_eq!(
+            started.admit(attempt, 1, 10_000, 9_000),
+            Admission::AlreadyStarted
+        );
+        // Remembered past the expiry an extension carried...
+        started.extend(attempt, 1, 100_000);
+        assert_eq!(
+            started.admit(attempt, 1, 10_000, 150_000),
+            Admission::AlreadyStarted
+        );
+        // ...and once forgotten, the stale record's expiry refuses it.
+        assert_eq!(
+            started.admit(attempt, 1, 10_000, 200_000),
+            Admission::Expired
+        );
+        // Another attempt (or epoch) is its own lease.
+        assert_eq!(
+            started.admit(Uuid::new_v4(), 2, 300_000, 200_000),
+            Admission::Start
+        );
+        assert_eq!(
+            started.admit(attempt, 2, 300_000, 200_000),
+            Admission::Start
+        );
     }
 }

@@ -102,6 +102,101 @@ impl Store {
     }
 }
 
+/// How often a batch the database refuses is retried whole before it is
+/// split (a refusal can be a race with another writer, which a retry cures).
+const WHOLE_BATCH_TRIES: u32 = 3;
+
+/// What [`Store::process_isolating`] did.
+#[derive(Debug, Default)]
+pub struct IsolatedOutcome {
+    /// One per input, in input order: its outcome, or why the database
+    /// refuses it however often it is retried.
+    pub decisions: Vec<Result<InputOutcome, String>>,
+    pub events: Vec<AttemptEvent>,
+}
+
+impl Store {
+    /// Decides `inputs` in as few transactions as the database accepts. A
+    /// failure that retrying cannot cure (the database refuses the data:
+    /// not a lost connection, not a serialization race) is retried whole a
+    /// few times, then the batch is split in halves, decided in order, until
+    /// the one input the database refuses is alone: it is refused with the
+    /// reason and every other input is decided. One bad input can never stop
+    /// the rest. Transient failures are retried, with backoff, until
+    /// `shutdown` (then `None`: the caller commits nothing). With
+    /// `place_within` (the presence TTL), new attempts are placed in the
+    /// transaction that creates them.
+    pub async fn process_isolating(
+        &self,
+        inputs: &[InputEnvelope],
+        place_within: Option<std::time::Duration>,
+        shutdown: &tokio_util::sync::CancellationToken,
+    ) -> Option<IsolatedOutcome> {
+        let mut outcome = IsolatedOutcome {
+            decisions: Vec::with_capacity(inputs.len()),
+            events: Vec::new(),
+        };
+        // Ranges still to decide, the next on top, in input order.
+        let mut pending: Vec<std::ops::Range<usize>> = Vec::with_capacity(8);
+        pending.push(0..inputs.len());
+        while let Some(range) = pending.pop() {
+            if range.is_empty() {
+                continue;
+            }
+            let mut refused = 0u32;
+            let mut transient = 0u32;
+            loop {
+                let now = chrono::Utc::now().timestamp_millis();
+                let slice = &inputs[range.clone()];
+                let attempt = match place_within {
+                    Some(ttl) => {
+                        let fresh_after = now - i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
+                        self.process_batch_placing(slice, now, fresh_after).await
+                    }
+                    None => self.process_batch(slice, now).await,
+                };
+                let error = match attempt {
+                    Ok(batch) => {
+                        outcome.events.extend(batch.events);
+                        outcome.decisions.extend(batch.outcomes.into_iter().map(Ok));
+                        break;
+                    }
+                    Err(error) => error,
+                };
+                if error.is_transient() {
+                    transient += 1;
+                    tracing::warn!(%error, tries = transient, records = range.len(), "batch failed; retrying");
+                } else {
+                    refused += 1;
+                    tracing::warn!(%error, tries = refused, records = range.len(), "the database refused the batch");
+                    if refused >= WHOLE_BATCH_TRIES {
+                        if range.len() == 1 {
+                            outcome
+                                .decisions
+                                .push(Err(format!("the store refuses this record: {error}")));
+                            break;
+                        }
+                        let middle = range.start + range.len() / 2;
+                        pending.push(middle..range.end);
+                        pending.push(range.start..middle);
+                        break;
+                    }
+                }
+                let pause = std::time::Duration::from_millis(if transient > 0 {
+                    100 * u64::from(transient.min(50))
+                } else {
+                    20
+                });
+                tokio::select! {
+                    _ = shutdown.cancelled() => return None,
+                    _ = tokio::time::sleep(pause) => {}
+                }
+            }
+        }
+        Some(outcome)
+    }
+}
+
 fn job_key(input: &Input) -> Option<&str> {
     match input {
         Input::Execute { spec } => Some(&spec.job_id),
@@ -119,6 +214,17 @@ fn attempt_key(input: &Input) -> Option<Uuid> {
         Input::Report(report) => Some(report.attempt_id),
         // Exhaustive on purpose: a new input must say how it is routed.
         Input::Execute { .. } | Input::ExecuteInvalid { .. } => None,
+    }
+}
+
+/// What an input id stands for, where a producer could reuse the id for
+/// something else: a command id names one job, or one cancel.
+fn subject(input: &Input) -> Option<String> {
+    match input {
+        Input::Execute { spec } => Some(format!("job `{}`", spec.job_id)),
+        Input::ExecuteInvalid { job_id, .. } => Some(format!("job `{job_id}`")),
+        Input::Cancel { attempt_id, .. } => Some(format!("a cancel of attempt {attempt_id}")),
+        _ => None,
     }
 }
 
@@ -141,17 +247,20 @@ pub(crate) async fn process_in(
     let mut seen = HashSet::new();
     let mut ids = Vec::new();
     let mut sources = Vec::new();
+    let mut subjects = Vec::new();
     for envelope in inputs {
         if seen.insert(envelope.input_id.as_str()) {
             ids.push(envelope.input_id.clone());
             sources.push(envelope.source.clone());
+            subjects.push(subject(&envelope.input));
         }
     }
     let claimed: HashSet<String> = sqlx::query(
-        "INSERT INTO inbox (input_id, source) SELECT * FROM UNNEST($1::text[], $2::text[]) ON CONFLICT DO NOTHING RETURNING input_id",
+        "INSERT INTO inbox (input_id, source, subject) SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[]) ON CONFLICT DO NOTHING RETURNING input_id",
     )
     .bind(&ids)
     .bind(&sources)
+    .bind(&subjects)
     .fetch_all(&mut *conn)
     .await?
     .into_iter()
@@ -163,6 +272,9 @@ pub(crate) async fn process_in(
         fresh[index] =
             claimed.contains(&envelope.input_id) && taken.insert(envelope.input_id.as_str());
     }
+    // A repeated id is a redelivery only if it stands for the same thing; a
+    // command id reused for another job or cancel is refused, not dropped.
+    let first_subjects = first_subjects(conn, inputs, &fresh).await?;
 
     // 2. Which jobs do the fresh inputs touch?
     let attempt_ids: Vec<Uuid> = inputs
@@ -222,7 +334,17 @@ pub(crate) async fn process_in(
     let mut events = Vec::new();
     for (envelope, fresh) in inputs.iter().zip(&fresh) {
         if !fresh {
-            outcomes.push(InputOutcome::Duplicate);
+            let again = subject(&envelope.input);
+            match (first_subjects.get(&envelope.input_id), again) {
+                (Some(first), Some(again)) if *first != again => {
+                    outcomes.push(InputOutcome::Rejected(Rejection::InputIdReused {
+                        input_id: envelope.input_id.clone(),
+                        first: first.clone(),
+                        again,
+                    }));
+                }
+                _ => outcomes.push(InputOutcome::Duplicate),
+            }
             continue;
         }
         let job_id = match job_key(&envelope.input) {
@@ -312,6 +434,45 @@ pub(crate) async fn process_in(
         outbox_rows: appended.outbox_rows,
         projection_rows: appended.projection_rows,
     })
+}
+
+/// What each repeated id (with a subject) stood for when it was first seen:
+/// in the inbox, or earlier in this batch.
+async fn first_subjects(
+    conn: &mut PgConnection,
+    inputs: &[InputEnvelope],
+    fresh: &[bool],
+) -> Result<HashMap<String, String>, StoreError> {
+    let mut firsts: HashMap<String, String> = HashMap::new();
+    for (envelope, fresh) in inputs.iter().zip(fresh) {
+        if *fresh {
+            if let Some(subject) = subject(&envelope.input) {
+                firsts.entry(envelope.input_id.clone()).or_insert(subject);
+            }
+        }
+    }
+    let repeated: Vec<String> = inputs
+        .iter()
+        .zip(fresh)
+        .filter(|(envelope, fresh)| {
+            !**fresh
+                && subject(&envelope.input).is_some()
+                && !firsts.contains_key(&envelope.input_id)
+        })
+        .map(|(envelope, _)| envelope.input_id.clone())
+        .collect();
+    if !repeated.is_empty() {
+        for row in sqlx::query(
+            "SELECT input_id, subject FROM inbox WHERE input_id = ANY($1) AND subject IS NOT NULL",
+        )
+        .bind(&repeated)
+        .fetch_all(&mut *conn)
+        .await?
+        {
+            firsts.insert(row.get(0), row.get(1));
+        }
+    }
+    Ok(firsts)
 }
 
 /// Loads jobs, their attempts and leases from the projection; with `lock`,
@@ -416,6 +577,7 @@ async fn append_in(
     let mut outbox = OutboxColumns::default();
     let mut granted = HashSet::new();
     let mut callbacks = Vec::new();
+    let mut lost_leases: Vec<(String, chrono::DateTime<chrono::Utc>)> = Vec::new();
     for event in events {
         let state = jobs
             .entry(event.job_id.clone())
@@ -443,6 +605,13 @@ async fn append_in(
         if event.body.is_terminal() {
             if let Some(callback) = super::callbacks::pending_for(event, attempt) {
                 callbacks.push(callback);
+            }
+            // The heartbeat timer took this lease: its instance is suspect
+            // until it announces itself again (placement skips it).
+            if attempt.timer_fired == Some(crate::contract::TimerKind::Heartbeat) {
+                if let Some(lease) = &attempt.lease {
+                    lost_leases.push((lease.runner_instance.clone(), timestamp(event.occurred_at)));
+                }
             }
         }
         rows.push(event, payload, prev_hash, hash);
@@ -486,6 +655,19 @@ async fn append_in(
             .bind(&outbox.payload)
             .execute(&mut *conn)
             .await?;
+    }
+    if !lost_leases.is_empty() {
+        let (instances, at): (Vec<String>, Vec<chrono::DateTime<chrono::Utc>>) =
+            lost_leases.into_iter().unzip();
+        sqlx::query(
+            "UPDATE runner_instances r SET lost_lease_at = greatest(r.lost_lease_at, u.at)
+             FROM UNNEST($1::text[], $2::timestamptz[]) AS u(instance_id, at)
+             WHERE r.instance_id = u.instance_id",
+        )
+        .bind(&instances)
+        .bind(&at)
+        .execute(&mut *conn)
+        .await?;
     }
     if !callbacks.is_empty() {
         sqlx::query(

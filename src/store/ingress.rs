@@ -257,3 +257,55 @@ impl Store {
             .collect()
     }
 }
+
+impl Store {
+    /// The newest position in the event log (0 when empty).
+    pub async fn event_position(&self) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT coalesce(max(position), 0) FROM attempt_events")
+                .fetch_one(self.pool())
+                .await?,
+        )
+    }
+
+    /// The newest position, and which of `attempts` have events after
+    /// `position` (the change feed of the ingress's waiters).
+    pub async fn attempts_changed_since(
+        &self,
+        position: i64,
+        attempts: &[Uuid],
+    ) -> Result<(i64, Vec<Uuid>), StoreError> {
+        let newest = self.event_position().await?;
+        if newest <= position {
+            return Ok((newest, Vec::new()));
+        }
+        let changed = sqlx::query_scalar(
+            "SELECT DISTINCT attempt_id FROM attempt_events
+             WHERE position > $1 AND position <= $2 AND attempt_id = ANY($3)",
+        )
+        .bind(position)
+        .bind(newest)
+        .bind(attempts)
+        .fetch_all(self.pool())
+        .await?;
+        Ok((newest, changed))
+    }
+
+    /// For each of `instances` with active leases: (how many, newest epoch).
+    pub async fn lease_marks(
+        &self,
+        instances: &[String],
+    ) -> Result<std::collections::HashMap<String, (i64, i64)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT runner_instance, count(*), max(epoch) FROM leases
+             WHERE active AND runner_instance = ANY($1) GROUP BY runner_instance",
+        )
+        .bind(instances)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|row| (row.get(0), (row.get(1), row.get(2))))
+            .collect())
+    }
+}

@@ -5,7 +5,6 @@
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
-use super::rows::timestamp;
 use crate::attempt::Attempt;
 use crate::codec::{
     Codec, CodecError, Family, JobSpecRecord, ResultRecord, TerminalStatus, WorkRecord, WorkType,
@@ -34,24 +33,23 @@ fn derived_id(event: &AttemptEvent, purpose: &str) -> Uuid {
 }
 
 fn headers(id: Uuid, ce_type: &str, event: &AttemptEvent, attempt: &Attempt) -> Map<String, Value> {
-    let mut headers = Map::new();
-    headers.insert("ce_specversion".into(), json!("1.0"));
-    headers.insert("ce_id".into(), json!(id.to_string()));
-    headers.insert("ce_type".into(), json!(ce_type));
-    headers.insert("ce_source".into(), json!(CE_SOURCE));
-    headers.insert(
-        "ce_time".into(),
-        json!(timestamp(event.occurred_at).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)),
-    );
-    headers.insert("ce_subject".into(), json!(event.attempt_id.to_string()));
-    headers.insert("content-type".into(), json!("application/avro"));
-    if let Some(trace) = attempt.spec.as_ref().and_then(|spec| spec.trace.as_ref()) {
-        headers.insert("traceparent".into(), json!(trace.traceparent));
-        if let Some(state) = &trace.tracestate {
-            headers.insert("tracestate".into(), json!(state));
-        }
-    }
-    headers
+    let id = id.to_string();
+    let subject = event.attempt_id.to_string();
+    let trace = attempt.spec.as_ref().and_then(|spec| spec.trace.as_ref());
+    let cloud_event = crate::codec::CloudEvent {
+        id: &id,
+        ce_type,
+        source: CE_SOURCE,
+        time: event.occurred_at,
+        subject: Some(&subject),
+        traceparent: trace.map(|trace| trace.traceparent.as_str()),
+        tracestate: trace.and_then(|trace| trace.tracestate.as_deref()),
+    };
+    cloud_event
+        .headers()
+        .into_iter()
+        .map(|(name, value)| (name.to_owned(), Value::String(value)))
+        .collect()
 }
 
 fn work(

@@ -11,6 +11,10 @@ use crate::contract::UnixMillis;
 
 pub use crate::attempt::placement::{LiveInstance, QueuedAttempt};
 
+/// Where a page of queued attempts ended: (available_at, attempt_id).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueuedPosition(pub UnixMillis, pub uuid::Uuid);
+
 impl Store {
     /// Deletes inbox ids older than `inbox_retention` and runner instances
     /// not seen for `instance_retention`; returns how many of each.
@@ -94,37 +98,56 @@ impl Store {
         Ok(())
     }
 
-    /// Queued attempts whose backoff has passed, oldest first.
+    /// A page of queued attempts of `runner_type` whose backoff has passed,
+    /// oldest first, after `after` (the last one of the previous page). One
+    /// index range scan: the cost does not grow with the backlog.
     pub async fn queued_attempts(
         &self,
+        runner_type: &str,
         now: UnixMillis,
+        after: Option<QueuedPosition>,
         limit: i64,
-    ) -> Result<Vec<QueuedAttempt>, StoreError> {
+    ) -> Result<Vec<(QueuedAttempt, QueuedPosition)>, StoreError> {
+        // Before any attempt (Postgres has no room for chrono's minimum).
+        let (after_at, after_id) = after.map_or((timestamp(0), uuid::Uuid::nil()), |position| {
+            (timestamp(position.0), position.1)
+        });
         let rows = sqlx::query(
-            "SELECT a.attempt_id, a.runner_type, j.spec->'runner_requirements'
+            "SELECT a.attempt_id, a.runner_type, j.spec->'runner_requirements', a.available_at
              FROM attempts a JOIN jobs j ON j.job_id = a.job_id
-             WHERE a.status = 'queued' AND a.available_at <= $1
-             ORDER BY a.available_at, a.attempt_id LIMIT $2",
+             WHERE a.status = 'queued' AND a.runner_type = $1 AND a.available_at <= $2
+               AND (a.available_at, a.attempt_id) > ($3, $4)
+             ORDER BY a.available_at, a.attempt_id LIMIT $5",
         )
+        .bind(runner_type)
         .bind(timestamp(now))
+        .bind(after_at)
+        .bind(after_id)
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .into_iter()
+        rows.into_iter()
             .map(|row| {
                 let requirements: Option<serde_json::Value> = row.get(2);
-                let requirements: crate::contract::RunnerRequirements = requirements
-                    .and_then(|value| serde_json::from_value(value).ok())
-                    .unwrap_or_default();
-                QueuedAttempt {
-                    attempt_id: row.get(0),
-                    runner_type: row.get::<Option<String>, _>(1).unwrap_or_default(),
-                    pool: requirements.pool,
-                    capabilities: requirements.capabilities,
-                }
+                let requirements: crate::contract::RunnerRequirements = match requirements {
+                    Some(value) => serde_json::from_value(value).map_err(|error| {
+                        StoreError::Corrupt(format!("runner requirements: {error}"))
+                    })?,
+                    None => Default::default(),
+                };
+                let attempt_id: uuid::Uuid = row.get(0);
+                let available_at: chrono::DateTime<chrono::Utc> = row.get(3);
+                Ok((
+                    QueuedAttempt {
+                        attempt_id,
+                        runner_type: row.get::<Option<String>, _>(1).unwrap_or_default(),
+                        pool: requirements.pool,
+                        capabilities: requirements.capabilities,
+                    },
+                    QueuedPosition(super::rows::millis(available_at), attempt_id),
+                ))
             })
-            .collect())
+            .collect()
     }
 
     /// Instances ready to take work whose presence is newer than `fresh_after`
@@ -150,10 +173,7 @@ pub(crate) async fn live_instances_in(
          WHERE r.last_seen_at >= $1 AND r.status = 'ready'
            -- An instance whose lease expired without a heartbeat after its
            -- last presence is suspect (probably dead) until it speaks again.
-           AND NOT EXISTS (
-               SELECT 1 FROM leases l JOIN attempts a ON a.attempt_id = l.attempt_id
-               WHERE l.runner_instance = r.instance_id AND NOT l.active
-                 AND a.timer_fired = 'heartbeat' AND a.finished_at > r.last_seen_at)",
+           AND (r.lost_lease_at IS NULL OR r.lost_lease_at < r.last_seen_at)",
     )
     .bind(timestamp(fresh_after))
     .fetch_all(&mut *conn)
@@ -169,4 +189,60 @@ pub(crate) async fn live_instances_in(
             in_flight: row.get(5),
         })
         .collect())
+}
+
+/// The tables the hot path reads by key; their plans must not wait for
+/// autovacuum to have analysed them.
+/// The advisory lock key of the analysing dispatcher ("analyze").
+const ANALYZE_LOCK: i64 = 0x0061_6e61_6c79_7a65;
+
+const HOT_TABLES: [&str; 6] = [
+    "jobs",
+    "attempts",
+    "leases",
+    "deadlines",
+    "inbox",
+    "runner_instances",
+];
+
+impl Store {
+    /// Analyses each hot table that changed by more than a tenth since it
+    /// was last analysed (and by at least 1,000 rows); returns the tables
+    /// analysed. One dispatcher at a time does it (an advisory lock).
+    pub async fn analyze_if_stale(&self) -> Result<Vec<String>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        let stale: Vec<String> = sqlx::query_scalar(
+            "SELECT relname::text FROM pg_stat_user_tables
+             WHERE schemaname = current_schema() AND relname = ANY($1)
+               AND n_mod_since_analyze > 1000 + n_live_tup / 10",
+        )
+        .bind(HOT_TABLES)
+        .fetch_all(&mut *conn)
+        .await?;
+        if stale.is_empty() {
+            return Ok(stale);
+        }
+        let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+            .bind(ANALYZE_LOCK)
+            .fetch_one(&mut *conn)
+            .await?;
+        if !locked {
+            return Ok(Vec::new());
+        }
+        let mut analysed = Vec::new();
+        for table in stale {
+            // The name comes from the fixed list above, never from input.
+            if HOT_TABLES.contains(&table.as_str()) {
+                sqlx::query(&format!("ANALYZE {table}"))
+                    .execute(&mut *conn)
+                    .await?;
+                analysed.push(table);
+            }
+        }
+        sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(ANALYZE_LOCK)
+            .execute(&mut *conn)
+            .await?;
+        Ok(analysed)
+    }
 }

@@ -58,3 +58,73 @@ impl Store {
         Ok(outcome)
     }
 }
+
+impl Store {
+    /// Records that each (topic, partition) is decided until the instant
+    /// given (never moving one back).
+    pub async fn record_intake_progress(
+        &self,
+        progress: &[(String, i32, UnixMillis)],
+    ) -> Result<(), StoreError> {
+        if progress.is_empty() {
+            return Ok(());
+        }
+        let topics: Vec<&str> = progress
+            .iter()
+            .map(|(topic, _, _)| topic.as_str())
+            .collect();
+        let partitions: Vec<i32> = progress
+            .iter()
+            .map(|(_, partition, _)| *partition)
+            .collect();
+        let instants: Vec<chrono::DateTime<chrono::Utc>> =
+            progress.iter().map(|(_, _, at)| timestamp(*at)).collect();
+        sqlx::query(
+            "INSERT INTO intake_progress (topic, partition, decided_until)
+             SELECT * FROM UNNEST($1::text[], $2::int4[], $3::timestamptz[])
+             ON CONFLICT (topic, partition) DO UPDATE
+             SET decided_until = greatest(intake_progress.decided_until, EXCLUDED.decided_until)",
+        )
+        .bind(&topics)
+        .bind(&partitions)
+        .bind(&instants)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The instant before which every one of `topic`'s `partitions` is
+    /// decided, whoever decided it; `None` while any partition has no
+    /// progress at all.
+    pub async fn intake_decided_until(
+        &self,
+        topic: &str,
+        partitions: i32,
+    ) -> Result<Option<UnixMillis>, StoreError> {
+        let row = sqlx::query(
+            "SELECT count(*), min(decided_until) FROM intake_progress
+             WHERE topic = $1 AND partition >= 0 AND partition < $2",
+        )
+        .bind(topic)
+        .bind(partitions)
+        .fetch_one(&self.pool)
+        .await?;
+        let count: i64 = row.get(0);
+        let until: Option<chrono::DateTime<chrono::Utc>> = row.get(1);
+        Ok(match until {
+            Some(until) if count >= i64::from(partitions) => Some(millis(until)),
+            _ => None,
+        })
+    }
+}
+
+impl Store {
+    /// How many attempts are in each status (the attempts gauge).
+    pub async fn attempts_by_status(&self) -> Result<Vec<(String, i64)>, StoreError> {
+        Ok(
+            sqlx::query_as("SELECT status, count(*) FROM attempts GROUP BY status")
+                .fetch_all(&self.pool)
+                .await?,
+        )
+    }
+}

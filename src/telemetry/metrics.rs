@@ -22,6 +22,7 @@ pub const LEASE_EXPIRIES: &str = "execplane_lease_expiries_total";
 pub const FENCED_REPORTS: &str = "execplane_fenced_reports_total";
 pub const TIMERS_FIRED: &str = "execplane_timers_fired_total";
 pub const DLQ_RECORDS: &str = "execplane_dlq_records_total";
+pub const INTAKE_ISOLATED: &str = "execplane_intake_isolated_records_total";
 pub const CALLBACK_ATTEMPTS: &str = "execplane_callback_attempts_total";
 pub const CALLBACK_FAILURES: &str = "execplane_callback_failures_total";
 pub const OUTBOX_BACKLOG: &str = "execplane_outbox_backlog";
@@ -29,6 +30,7 @@ pub const OUTBOX_PUBLISHED: &str = "execplane_outbox_published_total";
 pub const OUTBOX_PUBLISH_SECONDS: &str = "execplane_outbox_publish_seconds";
 pub const RUNNER_IN_FLIGHT: &str = "execplane_runner_attempts_in_flight";
 pub const RUNNER_SELF_FENCES: &str = "execplane_runner_self_fences_total";
+pub const RUNNER_DUPLICATE_WORK: &str = "execplane_runner_duplicate_work_items_total";
 pub const INGRESS_REQUESTS: &str = "execplane_ingress_requests_total";
 pub const INGRESS_REQUEST_SECONDS: &str = "execplane_ingress_request_seconds";
 pub const INGRESS_AUTH_REFUSALS: &str = "execplane_ingress_auth_refusals_total";
@@ -125,6 +127,16 @@ fn describe() {
         DLQ_RECORDS,
         Unit::Count,
         "records copied to the dead-letter topic"
+    );
+    describe_counter!(
+        RUNNER_DUPLICATE_WORK,
+        Unit::Count,
+        "work items delivered again for a lease this instance already started (not started twice)"
+    );
+    describe_counter!(
+        INTAKE_ISOLATED,
+        Unit::Count,
+        "records the store refused alone after their batch failed (dead-lettered)"
     );
     describe_counter!(
         CALLBACK_ATTEMPTS,
@@ -301,6 +313,14 @@ pub fn intake_lag(seconds: f64) {
 
 pub fn dead_lettered() {
     counter!(DLQ_RECORDS).increment(1);
+}
+
+pub fn runner_duplicate_work() {
+    counter!(RUNNER_DUPLICATE_WORK).increment(1);
+}
+
+pub fn intake_isolated() {
+    counter!(INTAKE_ISOLATED).increment(1);
 }
 
 pub fn callback(delivered: bool) {

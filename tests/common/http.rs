@@ -26,17 +26,41 @@ impl Received {
 
 #[derive(Clone)]
 pub struct Server {
+    pub host: String,
     pub port: u16,
     pub received: Arc<Mutex<Vec<Received>>>,
 }
 
+/// What the server answers a request with.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    Status(u16),
+    /// 302 to this location.
+    Redirect(String),
+    /// 200 with a body of this many bytes, written in 64 KiB pieces.
+    Large(usize),
+}
+
+type Replies = Arc<dyn Fn(&Received) -> Reply + Send + Sync>;
+
 impl Server {
     /// Answers with `script` in order, then with `fallback` for ever.
     pub async fn start(script: Vec<u16>, fallback: u16) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let script = Arc::new(Mutex::new(VecDeque::from(script)));
+        Self::start_on(
+            "127.0.0.1",
+            Arc::new(move |_: &Received| {
+                Reply::Status(script.lock().unwrap().pop_front().unwrap_or(fallback))
+            }),
+        )
+        .await
+    }
+
+    /// Listens on `host` (any loopback address) and answers what `replies` says.
+    pub async fn start_on(host: &str, replies: Replies) -> Self {
+        let listener = TcpListener::bind(format!("{host}:0")).await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let received = Arc::new(Mutex::new(Vec::new()));
-        let script = Arc::new(Mutex::new(VecDeque::from(script)));
         let log = received.clone();
         tokio::spawn(async move {
             loop {
@@ -44,7 +68,7 @@ impl Server {
                     break;
                 };
                 let log = log.clone();
-                let script = script.clone();
+                let replies = replies.clone();
                 tokio::spawn(async move {
                     let mut buffer = Vec::new();
                     let mut chunk = [0u8; 4096];
@@ -88,24 +112,50 @@ impl Server {
                     }
                     let body = String::from_utf8_lossy(&buffer[header_end..]).to_string();
                     let mut parts = request_line.split_whitespace();
-                    log.lock().unwrap().push(Received {
+                    let request = Received {
                         method: parts.next().unwrap_or_default().to_owned(),
                         path: parts.next().unwrap_or_default().to_owned(),
                         headers,
                         body,
-                    });
-                    let status = script.lock().unwrap().pop_front().unwrap_or(fallback);
-                    let response = format!("HTTP/1.1 {status} Scripted\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
-                    let _ = stream.write_all(response.as_bytes()).await;
+                    };
+                    let reply = replies(&request);
+                    log.lock().unwrap().push(request);
+                    match reply {
+                        Reply::Status(status) => {
+                            let response = format!("HTTP/1.1 {status} Scripted\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+                            let _ = stream.write_all(response.as_bytes()).await;
+                        }
+                        Reply::Redirect(location) => {
+                            let response = format!("HTTP/1.1 302 Found\r\nlocation: {location}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+                            let _ = stream.write_all(response.as_bytes()).await;
+                        }
+                        Reply::Large(size) => {
+                            let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {size}\r\nconnection: close\r\n\r\n");
+                            let _ = stream.write_all(head.as_bytes()).await;
+                            let piece = vec![b'x'; 64 * 1024];
+                            let mut left = size;
+                            while left > 0 {
+                                let take = left.min(piece.len());
+                                if stream.write_all(&piece[..take]).await.is_err() {
+                                    break;
+                                }
+                                left -= take;
+                            }
+                        }
+                    }
                     let _ = stream.shutdown().await;
                 });
             }
         });
-        Self { port, received }
+        Self {
+            host: host.to_owned(),
+            port,
+            received,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
+        format!("http://{}:{}{path}", self.host, self.port)
     }
 
     pub fn requests(&self) -> Vec<Received> {

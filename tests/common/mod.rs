@@ -362,6 +362,7 @@ pub async fn drive_mixed(store: &Store, jobs: usize) -> usize {
 }
 
 pub mod http;
+pub mod ingress;
 pub mod pipeline;
 pub mod prometheus;
 pub mod proxy;

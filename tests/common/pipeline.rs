@@ -7,9 +7,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use execplane::codec::{
-    CancelAttemptRecord, Codec, CommandKind, CommandRecord, Family, JobSpecRecord,
-};
+use execplane::codec::{CommandRecord, Family};
 use execplane::contract::{topics, validate_jobspec, JobSpec};
 use execplane::kafka::KafkaConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
@@ -29,6 +27,8 @@ pub struct Pipeline {
     pub pool: PgPool,
     producer: FutureProducer,
     children: Vec<(String, Option<Child>)>,
+    /// Set on every process this pipeline spawns.
+    env: Vec<(String, String)>,
 }
 
 pub fn brokers() -> String {
@@ -68,6 +68,7 @@ impl Pipeline {
             brokers: brokers.clone(),
             topic_prefix: prefix.clone(),
             fetch_wait_ms: 5,
+            codec: Default::default(),
         };
         execplane::kafka::topology::apply(&kafka)
             .await
@@ -83,7 +84,24 @@ impl Pipeline {
             dir,
             pool: pool.clone(),
             children: Vec::new(),
+            env: Vec::new(),
         }
+    }
+
+    /// A pipeline whose processes, and this harness, frame records in the
+    /// Confluent wire format with these registry ids.
+    pub async fn confluent(pool: &PgPool, ids: &[(Family, u32)]) -> Self {
+        let mut pipeline = Self::new(pool).await;
+        let list: Vec<String> = ids
+            .iter()
+            .map(|(family, id)| format!("{}={id}", family.file_stem()))
+            .collect();
+        pipeline.kafka.codec = execplane::codec::Codec::confluent(ids.iter().copied().collect());
+        pipeline.env = vec![
+            ("EXECPLANE_AVRO_FRAMING".into(), "confluent".into()),
+            ("EXECPLANE_CONFLUENT_SCHEMA_IDS".into(), list.join(",")),
+        ];
+        pipeline
     }
 
     /// Starts `execplane ARGS` with this pipeline's environment; returns its index.
@@ -115,6 +133,9 @@ impl Pipeline {
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
+        for (key, value) in &self.env {
+            command.env(key, value);
+        }
         for (key, value) in env {
             command.env(key, value);
         }
@@ -129,6 +150,29 @@ impl Pipeline {
             .as_ref()
             .map(|child| child.id() as i32)
             .unwrap_or(0)
+    }
+
+    /// Waits up to `timeout` for a child to exit; its status, if it did.
+    pub fn wait_exit(
+        &mut self,
+        index: usize,
+        timeout: Duration,
+    ) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        let child = self.children[index].1.as_mut()?;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    /// A child's log so far.
+    pub fn log(&self, index: usize) -> String {
+        std::fs::read_to_string(self.dir.join(format!("{}.log", self.children[index].0)))
+            .unwrap_or_default()
     }
 
     pub fn signal(&mut self, index: usize, signal: &str) {
@@ -190,31 +234,21 @@ impl Pipeline {
     }
 
     pub async fn submit(&self, spec: &JobSpec) {
-        let record = CommandRecord {
-            command_id: spec.command_id.to_string(),
-            kind: CommandKind::ExecuteJob,
-            issued_at: chrono::Utc::now().timestamp_millis(),
-            execute: Some(JobSpecRecord::from(spec)),
-            cancel: None,
-        };
-        let payload = Codec::default().encode(Family::Command, &record).unwrap();
+        let record = CommandRecord::execute(spec, chrono::Utc::now().timestamp_millis());
+        let payload = self.kafka.codec.encode(Family::Command, &record).unwrap();
         self.produce(topics::COMMANDS, &spec.job_id, &payload).await;
     }
 
     pub async fn cancel(&self, attempt_id: Uuid, grace_ms: i64) {
-        let record = CommandRecord {
-            command_id: Uuid::new_v4().to_string(),
-            kind: CommandKind::CancelAttempt,
-            issued_at: chrono::Utc::now().timestamp_millis(),
-            execute: None,
-            cancel: Some(CancelAttemptRecord {
-                attempt_id: attempt_id.to_string(),
-                reason: "test".into(),
-                requested_by: "pipeline-test".into(),
-                grace_ms: Some(grace_ms),
-            }),
-        };
-        let payload = Codec::default().encode(Family::Command, &record).unwrap();
+        let record = CommandRecord::cancel(
+            Uuid::new_v4(),
+            attempt_id,
+            "test".into(),
+            "pipeline-test".into(),
+            Some(grace_ms),
+            chrono::Utc::now().timestamp_millis(),
+        );
+        let payload = self.kafka.codec.encode(Family::Command, &record).unwrap();
         self.produce(topics::COMMANDS, "cancel", &payload).await;
     }
 
@@ -281,7 +315,8 @@ impl Pipeline {
     }
 
     /// Every record of a topic from the beginning, until it has been quiet
-    /// for two seconds.
+    /// for two seconds (or, for a topic written to all the time such as
+    /// presence, for twenty seconds at most).
     pub async fn consume_all(&self, topic: &str) -> Vec<OwnedMessage> {
         let topic = self.kafka.topic(topic);
         let consumer: StreamConsumer = self.kafka.assigned_consumer().unwrap();
@@ -293,10 +328,12 @@ impl Pipeline {
         }
         consumer.assign(&list).unwrap();
         let mut messages = Vec::new();
-        while let Ok(Ok(message)) =
-            tokio::time::timeout(Duration::from_secs(2), consumer.recv()).await
-        {
-            messages.push(message.detach());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            match tokio::time::timeout(Duration::from_secs(2), consumer.recv()).await {
+                Ok(Ok(message)) => messages.push(message.detach()),
+                _ => break,
+            }
         }
         messages
     }
@@ -306,7 +343,9 @@ impl Pipeline {
         let mut by_attempt: BTreeMap<Uuid, Vec<execplane::contract::AttemptEvent>> =
             BTreeMap::new();
         for message in self.consume_all(topics::ATTEMPT_EVENTS).await {
-            let record: execplane::codec::AttemptEventRecord = Codec::default()
+            let record: execplane::codec::AttemptEventRecord = self
+                .kafka
+                .codec
                 .decode(Family::AttemptEvent, message.payload().unwrap())
                 .unwrap();
             let event = execplane::contract::AttemptEvent::try_from(record).unwrap();

@@ -11,6 +11,14 @@ pub struct VerificationConfig {
     pub allowed_probes: BTreeSet<String>,
     /// Per-sample timeout when the inputs name none.
     pub default_timeout: Duration,
+    /// `EXECPLANE_VERIFY_MAX_TIMEOUT`: the longest per-sample timeout a
+    /// JobSpec may ask for; longer ones are cut to it.
+    pub max_timeout: Duration,
+    /// `EXECPLANE_VERIFY_MAX_BODY_BYTES`: the most response body bytes an
+    /// HTTP sample reads (assertions judge that prefix).
+    pub max_body_bytes: usize,
+    /// The operator's policy: where each tenant's probes may connect.
+    pub policy: std::sync::Arc<crate::policy::OperatorPolicy>,
 }
 
 impl Default for VerificationConfig {
@@ -21,6 +29,9 @@ impl Default for VerificationConfig {
                 .map(|probe| (*probe).to_owned())
                 .collect(),
             default_timeout: Duration::from_secs(5),
+            max_timeout: Duration::from_secs(60),
+            max_body_bytes: 1024 * 1024,
+            policy: std::sync::Arc::default(),
         }
     }
 }

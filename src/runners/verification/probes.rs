@@ -21,6 +21,9 @@ pub struct Sample {
     pub observed: serde_json::Value,
     pub assertions: Vec<Assertion>,
     pub error: Option<String>,
+    /// The operator's destination policy refused the connection.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub refused_by_policy: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -41,6 +44,7 @@ impl Sample {
             observed: serde_json::Value::Null,
             assertions: Vec::new(),
             error: None,
+            refused_by_policy: false,
         }
     }
 
@@ -55,13 +59,52 @@ fn secret_free(value: &serde_json::Value) -> Option<&str> {
     value.as_str()
 }
 
+/// Where a probe may connect and how much it may read.
+#[derive(Clone, Debug)]
+pub struct Bounds {
+    /// The tenant's destinations (the operator's policy).
+    pub destinations: crate::policy::DestinationPolicy,
+    /// The most response body bytes an HTTP sample reads.
+    pub max_body_bytes: usize,
+}
+
+/// Reads at most `max` bytes of a response body; true when there was more.
+async fn read_capped(response: &mut reqwest::Response, max: usize) -> (Vec<u8>, bool) {
+    let mut body = Vec::new();
+    loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => {
+                let room = max - body.len();
+                if chunk.len() > room {
+                    body.extend_from_slice(&chunk[..room]);
+                    return (body, true);
+                }
+                body.extend_from_slice(&chunk);
+            }
+            // An error mid-body: judge what arrived.
+            Ok(None) | Err(_) => return (body, false),
+        }
+    }
+}
+
 pub async fn http(
     client: &reqwest::Client,
     inputs: &VerifyHttp,
+    bounds: &Bounds,
     timeout: Duration,
     n: u32,
 ) -> Sample {
     let mut sample = Sample::new(n);
+    // The client's resolver and redirect policy check every connection; a
+    // literal address in the URL is checked here.
+    let checked = reqwest::Url::parse(&inputs.url)
+        .map_err(|error| format!("not a URL: {error}"))
+        .and_then(|url| crate::policy::check_url(&bounds.destinations, &url));
+    if let Err(refusal) = checked {
+        sample.refused_by_policy = true;
+        sample.error = Some(refusal);
+        return sample;
+    }
     let method = match reqwest::Method::from_bytes(inputs.method.to_ascii_uppercase().as_bytes()) {
         Ok(method) => method,
         Err(_) => {
@@ -86,12 +129,30 @@ pub async fn http(
     let response = request.send().await;
     sample.latency_ms = started.elapsed().as_millis() as u64;
     match response {
-        Err(error) => sample.error = Some(error.without_url().to_string()),
-        Ok(response) => {
+        Err(error) => {
+            // The resolver's or redirect policy's refusal is in the source chain.
+            let chain = crate::policy::describe_http_error(&error);
+            sample.refused_by_policy =
+                chain.contains("operator's") || chain.contains("refused addresses");
+            sample.error = Some(chain);
+        }
+        Ok(mut response) => {
             sample.reached = true;
             let status = response.status().as_u16();
-            let body = response.text().await.unwrap_or_default();
-            sample.observed = serde_json::json!({"status": status, "body_bytes": body.len()});
+            // Bounded by the operator, and by the sample's timeout.
+            let (bytes, truncated) = tokio::time::timeout(
+                timeout.saturating_sub(started.elapsed()),
+                read_capped(&mut response, bounds.max_body_bytes),
+            )
+            .await
+            .unwrap_or_default();
+            drop(response);
+            let body = String::from_utf8_lossy(&bytes);
+            sample.observed = serde_json::json!({
+                "status": status,
+                "body_bytes": bytes.len(),
+                "body_truncated": truncated,
+            });
             if let Some(expected) = inputs.expect.status {
                 sample.assertions.push(Assertion {
                     name: "status".into(),
@@ -128,13 +189,19 @@ pub async fn http(
     sample
 }
 
-pub async fn tcp(inputs: &VerifyTcp, timeout: Duration, n: u32) -> Sample {
+pub async fn tcp(inputs: &VerifyTcp, bounds: &Bounds, timeout: Duration, n: u32) -> Sample {
     let mut sample = Sample::new(n);
     let started = Instant::now();
-    let result = tokio::time::timeout(
-        timeout,
-        TcpStream::connect((inputs.host.as_str(), inputs.port)),
-    )
+    let result = tokio::time::timeout(timeout, async {
+        // Connect only to what the policy allowed, as resolved once.
+        let addresses =
+            crate::policy::resolve_allowed(&bounds.destinations, &inputs.host, inputs.port)
+                .await
+                .map_err(|refusal| {
+                    std::io::Error::new(std::io::ErrorKind::PermissionDenied, refusal)
+                })?;
+        TcpStream::connect(addresses.as_slice()).await
+    })
     .await;
     sample.latency_ms = started.elapsed().as_millis() as u64;
     match result {
@@ -149,6 +216,7 @@ pub async fn tcp(inputs: &VerifyTcp, timeout: Duration, n: u32) -> Sample {
             });
         }
         Ok(Err(error)) => {
+            sample.refused_by_policy = error.kind() == std::io::ErrorKind::PermissionDenied;
             sample.error = Some(format!("connect {}:{}: {error}", inputs.host, inputs.port))
         }
         Err(_) => {
@@ -163,11 +231,39 @@ pub async fn tcp(inputs: &VerifyTcp, timeout: Duration, n: u32) -> Sample {
     sample
 }
 
-pub async fn postgres(inputs: &VerifyPostgres, timeout: Duration, n: u32) -> Sample {
+pub async fn postgres(
+    inputs: &VerifyPostgres,
+    bounds: &Bounds,
+    timeout: Duration,
+    n: u32,
+) -> Sample {
     use sqlx::Connection;
     let mut sample = Sample::new(n);
+    // Resolved and checked once; the connection goes to that address.
+    let address = match tokio::time::timeout(
+        timeout,
+        crate::policy::resolve_allowed(&bounds.destinations, &inputs.host, inputs.port),
+    )
+    .await
+    {
+        Ok(Ok(addresses)) => addresses[0],
+        Ok(Err(refusal)) => {
+            sample.refused_by_policy =
+                refusal.contains("operator's") || refusal.contains("refused addresses");
+            sample.error = Some(refusal);
+            return sample;
+        }
+        Err(_) => {
+            sample.error = Some(format!(
+                "cannot resolve `{}` within {} ms",
+                inputs.host,
+                timeout.as_millis()
+            ));
+            return sample;
+        }
+    };
     let mut options = sqlx::postgres::PgConnectOptions::new()
-        .host(&inputs.host)
+        .host(&address.ip().to_string())
         .port(inputs.port)
         .database(&inputs.database)
         .username(&inputs.user)
@@ -236,8 +332,10 @@ pub async fn custom(inputs: &VerifyCustom, context: &ExecutionContext, n: u32) -
     let started = Instant::now();
     match inputs.probe_id.as_str() {
         // Writes `args.text` to its output in the forms `args.forms` names
-        // (plain, base64, url, json), the plain form split across two writes
-        // when `args.split`: a job that deliberately leaks, to prove masking.
+        // (plain, base64, url, json, reversed), the plain form split across
+        // two writes when `args.split`: a job that deliberately leaks, to
+        // prove masking. `reversed` prints what the JobSpec never said (a
+        // tool printing a key of its own), for the artifact detectors.
         "echo" => {
             use base64::Engine;
             let text = inputs
@@ -256,6 +354,7 @@ pub async fn custom(inputs: &VerifyCustom, context: &ExecutionContext, n: u32) -
                     "base64" => base64::engine::general_purpose::STANDARD.encode(text),
                     "url" => crate::secrets::mask::percent_encode(text),
                     "json" => serde_json::to_string(text).unwrap_or_default(),
+                    "reversed" => text.chars().rev().collect(),
                     _ => text.to_owned(),
                 };
                 context.log(LogStream::Stdout, format!("{form}: {line}\n"));

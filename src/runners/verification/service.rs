@@ -1,24 +1,44 @@
 use std::time::Duration;
 
-use super::probes::{self, Sample};
+use super::probes::{self, Bounds, Sample};
 use super::VerificationConfig;
 use crate::contract::inputs::OperationInputs;
 use crate::contract::{FailureCategory, RunnerType};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
 
+/// Redirects an HTTP probe follows, each hop checked against the policy.
+const MAX_REDIRECTS: usize = 5;
+
 /// The verification runner's executor.
 pub struct VerificationRunner {
     config: VerificationConfig,
-    http: reqwest::Client,
+    /// One policy-bound HTTP client per tenant (bounded: cleared when full).
+    clients: std::sync::Mutex<std::collections::HashMap<String, reqwest::Client>>,
 }
 
 impl VerificationRunner {
     pub fn new(config: VerificationConfig) -> Self {
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::limited(5))
-            .build()
-            .unwrap_or_default();
-        Self { config, http }
+        Self {
+            config,
+            clients: Default::default(),
+        }
+    }
+
+    /// The HTTP client of `tenant`: it connects only where its policy allows.
+    fn client(&self, tenant: &str, bounds: &Bounds) -> Result<reqwest::Client, String> {
+        let mut clients = self
+            .clients
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(client) = clients.get(tenant) {
+            return Ok(client.clone());
+        }
+        let client = crate::policy::http_client(&bounds.destinations, MAX_REDIRECTS)?;
+        if clients.len() >= 256 {
+            clients.clear();
+        }
+        clients.insert(tenant.to_owned(), client.clone());
+        Ok(client)
     }
 }
 
@@ -61,7 +81,26 @@ impl Executor for VerificationRunner {
             }
         }
         let timeout = |explicit: Option<crate::contract::DurationMs>| {
-            explicit.map_or(self.config.default_timeout, |duration| duration.as_std())
+            explicit
+                .map_or(self.config.default_timeout, |duration| duration.as_std())
+                .min(self.config.max_timeout)
+        };
+        // The operator's policy, again, before anything connects: the
+        // dispatcher checked it at intake; the file may have changed since.
+        let policy_problems = self.config.policy.check_jobspec(spec);
+        if !policy_problems.is_empty() {
+            let problems = crate::contract::Problems(policy_problems);
+            return ExecutionOutcome::failed(FailureCategory::Policy, problems.to_string(), None);
+        }
+        let bounds = Bounds {
+            destinations: self.config.policy.tenant(&spec.tenant).destinations,
+            max_body_bytes: self.config.max_body_bytes,
+        };
+        let http_client = match self.client(&spec.tenant, &bounds) {
+            Ok(client) => client,
+            Err(error) => {
+                return ExecutionOutcome::failed(FailureCategory::RunnerError, error, None)
+            }
         };
         let retry = spec.retry;
         let samples_wanted = retry.max_attempts.max(1);
@@ -76,13 +115,13 @@ impl Executor for VerificationRunner {
             );
             let sample = match &inputs {
                 OperationInputs::VerifyHttpEndpoint(http) => {
-                    probes::http(&self.http, http, timeout(http.timeout), n).await
+                    probes::http(&http_client, http, &bounds, timeout(http.timeout), n).await
                 }
                 OperationInputs::VerifyTcpConnect(tcp) => {
-                    probes::tcp(tcp, timeout(tcp.timeout), n).await
+                    probes::tcp(tcp, &bounds, timeout(tcp.timeout), n).await
                 }
                 OperationInputs::VerifyPostgresReady(postgres) => {
-                    probes::postgres(postgres, self.config.default_timeout, n).await
+                    probes::postgres(postgres, &bounds, timeout(None), n).await
                 }
                 OperationInputs::VerifyCustomProbe(probe) => {
                     probes::custom(probe, &context, n).await
@@ -98,9 +137,10 @@ impl Executor for VerificationRunner {
                     )
                 }
             };
-            let passed = sample.passed();
+            // A refusal by the policy will not change with another sample.
+            let done = sample.passed() || sample.refused_by_policy;
             samples.push(sample);
-            if passed {
+            if done {
                 break;
             }
             if n < samples_wanted {
@@ -113,8 +153,11 @@ impl Executor for VerificationRunner {
         }
         let passed = samples.last().is_some_and(Sample::passed);
         let reached = samples.iter().any(|sample| sample.reached);
+        let refused = samples.iter().any(|sample| sample.refused_by_policy);
         let recommended = if passed {
             None
+        } else if refused {
+            Some(FailureCategory::Policy)
         } else if reached {
             Some(FailureCategory::VerificationFailed)
         } else {

@@ -1,0 +1,207 @@
+//! Bounds on every text that crosses a trust boundary (JobSpecs, runner
+//! reports, cancel commands, executor registrations), in one place so the
+//! ingress, the dispatcher's intake and the runner SDK refuse the same
+//! things. Postgres `text` and `jsonb` cannot hold U+0000, so nothing that
+//! holds one is ever accepted: one such record would otherwise fail every
+//! transaction it is in.
+
+use super::validate::Problem;
+use super::{ReportBody, RunnerReport};
+
+/// Longest identifier (job id, tenant, requested_by, runner instance), in characters.
+pub const MAX_ID_CHARS: usize = 256;
+/// Longest free text (progress and result messages, cancel reasons), in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 4 * 1024;
+/// Longest cancel reason, in bytes.
+pub const MAX_REASON_BYTES: usize = 1024;
+/// Largest typed result a report may carry (JSON text), in bytes.
+pub const MAX_RESULT_BYTES: usize = 256 * 1024;
+/// Most pool labels, and capabilities, a runner may announce.
+pub const MAX_LABELS: usize = 32;
+/// Longest pool label key or value, or capability, in characters.
+pub const MAX_LABEL_CHARS: usize = 128;
+
+/// An identifier: not empty, at most [`MAX_ID_CHARS`], no control characters
+/// (a newline or an ANSI escape in an id would forge log lines).
+pub fn check_identifier(path: &str, text: &str, problems: &mut Vec<Problem>) {
+    check_identifier_within(path, text, MAX_ID_CHARS, problems);
+}
+
+/// As [`check_identifier`], at most `max_chars` long.
+pub fn check_identifier_within(
+    path: &str,
+    text: &str,
+    max_chars: usize,
+    problems: &mut Vec<Problem>,
+) {
+    if text.trim().is_empty() {
+        problems.push(Problem::new(path, "must not be empty"));
+    } else if text.chars().count() > max_chars {
+        problems.push(Problem::new(
+            path,
+            format!("longer than {max_chars} characters"),
+        ));
+    } else if text.chars().any(char::is_control) {
+        problems.push(Problem::new(path, "contains control characters"));
+    }
+}
+
+/// Free text: at most `max_bytes`, no U+0000 and no control characters but
+/// newline, carriage return and tab.
+pub fn check_free_text(path: &str, text: &str, max_bytes: usize, problems: &mut Vec<Problem>) {
+    if text.len() > max_bytes {
+        problems.push(Problem::new(path, format!("longer than {max_bytes} bytes")));
+    } else if text.contains('\0') {
+        problems.push(Problem::new(path, NUL));
+    } else if text
+        .chars()
+        .any(|character| character.is_control() && !matches!(character, '\n' | '\r' | '\t'))
+    {
+        problems.push(Problem::new(
+            path,
+            "contains control characters (only newline, carriage return and tab are allowed)",
+        ));
+    }
+}
+
+/// What a field holding U+0000 is told.
+pub const NUL: &str = "contains U+0000 (NUL), which cannot be stored";
+
+/// Every problem of a runner report beyond its types: the instance is an
+/// identifier, texts are bounded and storable, the percent is at most 100.
+pub fn check_report(report: &RunnerReport) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    check_identifier("runner_instance", &report.runner_instance, &mut problems);
+    let percent_ok = |percent: &Option<u8>, problems: &mut Vec<Problem>| {
+        if percent.is_some_and(|percent| percent > 100) {
+            problems.push(Problem::new("percent", "must be at most 100"));
+        }
+    };
+    match &report.body {
+        ReportBody::Started => {}
+        ReportBody::Heartbeat { progress, percent } => {
+            if let Some(progress) = progress {
+                check_free_text("message", progress, MAX_MESSAGE_BYTES, &mut problems);
+            }
+            percent_ok(percent, &mut problems);
+        }
+        ReportBody::Progress { message, percent } => {
+            check_free_text("message", message, MAX_MESSAGE_BYTES, &mut problems);
+            percent_ok(percent, &mut problems);
+        }
+        ReportBody::Finished {
+            message,
+            result_json,
+            ..
+        } => {
+            check_free_text("message", message, MAX_MESSAGE_BYTES, &mut problems);
+            if let Some(result) = result_json {
+                if result.len() > MAX_RESULT_BYTES {
+                    problems.push(Problem::new(
+                        "result",
+                        format!("longer than {MAX_RESULT_BYTES} bytes"),
+                    ));
+                } else if result.contains('\0') {
+                    problems.push(Problem::new("result", NUL));
+                } else if serde_json::from_str::<serde_json::Value>(result).is_err() {
+                    problems.push(Problem::new("result", "not JSON"));
+                }
+            }
+        }
+    }
+    problems
+}
+
+/// Every problem of a cancel request's free fields.
+pub fn check_cancel(reason: &str, requested_by: &str) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    check_free_text("reason", reason, MAX_REASON_BYTES, &mut problems);
+    check_identifier("requested_by", requested_by, &mut problems);
+    problems
+}
+
+/// A text as it may appear in a log line: control characters escaped, so
+/// what a client wrote can never start a line of its own or colour one.
+pub fn loggable(text: &str) -> String {
+    text.chars()
+        .flat_map(|character| -> Box<dyn Iterator<Item = char>> {
+            if character.is_control() {
+                Box::new(character.escape_default())
+            } else {
+                Box::new(std::iter::once(character))
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::ReportedOutcome;
+
+    fn report(body: ReportBody, instance: &str) -> RunnerReport {
+        RunnerReport {
+            attempt_id: uuid::Uuid::nil(),
+            lease_epoch: 1,
+            runner_instance: instance.into(),
+            body,
+        }
+    }
+
+    #[test]
+    fn reports_with_nul_control_characters_or_oversized_text_are_refused() {
+        let paths = |report: &RunnerReport| -> Vec<String> {
+            check_report(report)
+                .into_iter()
+                .map(|problem| problem.path)
+                .collect()
+        };
+        let progress = |message: &str| ReportBody::Progress {
+            message: message.into(),
+            percent: None,
+        };
+        assert!(paths(&report(progress("line one\nline two\tok"), "a.b")).is_empty());
+        assert_eq!(paths(&report(progress("a\u{0}b"), "a.b")), ["message"]);
+        assert_eq!(
+            paths(&report(progress("\u{1b}[31mred"), "a.b")),
+            ["message"]
+        );
+        assert_eq!(
+            paths(&report(progress(&"x".repeat(MAX_MESSAGE_BYTES + 1)), "a.b")),
+            ["message"]
+        );
+        assert_eq!(
+            paths(&report(ReportBody::Started, "a.b\nINFO forged")),
+            ["runner_instance"]
+        );
+        let finished = |result: &str| ReportBody::Finished {
+            outcome: ReportedOutcome::Succeeded,
+            category: None,
+            message: String::new(),
+            result_json: Some(result.into()),
+        };
+        assert!(paths(&report(finished(r#"{"a":"\u0000"}"#), "a.b")).is_empty());
+        assert_eq!(
+            paths(&report(finished("{\"a\":\"\u{0}\"}"), "a.b")),
+            ["result"]
+        );
+        assert_eq!(paths(&report(finished("not json"), "a.b")), ["result"]);
+    }
+
+    #[test]
+    fn cancel_fields_are_bounded() {
+        assert!(check_cancel("because", "control-plane").is_empty());
+        let paths: Vec<String> =
+            check_cancel(&"r".repeat(MAX_REASON_BYTES + 1), &"p".repeat(600_000))
+                .into_iter()
+                .map(|problem| problem.path)
+                .collect();
+        assert_eq!(paths, ["reason", "requested_by"]);
+    }
+
+    #[test]
+    fn loggable_escapes_control_characters() {
+        assert_eq!(loggable("a\nb\u{1b}[0m"), "a\\nb\\u{1b}[0m");
+        assert_eq!(loggable("plain ✓"), "plain ✓");
+    }
+}

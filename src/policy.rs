@@ -1,0 +1,570 @@
+//! The operator's policy: what each tenant may reach. What a requester
+//! writes in a JobSpec never grants itself a permission; this file does.
+//! It is checked at intake (a violation is `rejected (policy)`) and again
+//! by the runner (and the callback worker) before it acts, after DNS
+//! resolution, on every connection (docs/ARCHITECTURE.md, "Operator policy").
+//!
+//! The file is TOML (`EXECPLANE_POLICY_FILE`); without one, the defaults
+//! below apply to every tenant:
+//!
+//! ```toml
+//! [defaults]
+//! # <mount>/<path prefix>; `*` is any mount, `{tenant}` the tenant's name.
+//! secret_prefixes = ["*/{tenant}/"]
+//! [defaults.destinations]
+//! allow = []   # CIDRs or host names; empty: everything not denied
+//! deny = ["169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "metadata.google.internal"]
+//!
+//! [tenants.team-a]
+//! secret_prefixes = ["secret/team-a/", "secret/shared/"]
+//! destinations = { allow = ["10.20.0.0/16", "api.example.com"], deny = [] }
+//! ```
+//!
+//! A tenant's section replaces the defaults field by field; the default
+//! deny list (link-local and cloud metadata addresses) is always kept.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::Path;
+
+use ipnet::IpNet;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::contract::{JobSpec, Problem};
+
+/// Link-local and cloud metadata destinations: never reachable, whatever a
+/// policy file says (a probe or callback there reads the host's credentials).
+pub const ALWAYS_DENIED: [&str; 5] = [
+    "169.254.0.0/16",
+    "fe80::/10",
+    "fd00:ec2::254/128",
+    "100.100.100.200/32",
+    "metadata.google.internal",
+];
+
+/// One tenant's rules (or the defaults), as written in the file.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TenantRules {
+    /// `<mount>/<path prefix>` entries a secret reference must fall under.
+    pub secret_prefixes: Option<Vec<String>>,
+    pub destinations: Option<DestinationRules>,
+}
+
+/// Where probes and callbacks may connect, as written in the file.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DestinationRules {
+    #[serde(default)]
+    pub allow: Vec<String>,
+    #[serde(default)]
+    pub deny: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+struct PolicyFile {
+    #[serde(default)]
+    defaults: TenantRules,
+    #[serde(default)]
+    tenants: BTreeMap<String, TenantRules>,
+}
+
+/// A parsed destination list: networks and host names (lowercase, exact).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Destinations {
+    networks: Vec<IpNet>,
+    hosts: Vec<String>,
+}
+
+impl Destinations {
+    fn parse(entries: &[String], field: &str, problems: &mut Vec<String>) -> Self {
+        let mut parsed = Self::default();
+        for entry in entries {
+            let entry = entry.trim();
+            if let Ok(network) = entry.parse::<IpNet>() {
+                parsed.networks.push(network);
+            } else if let Ok(address) = entry.parse::<IpAddr>() {
+                parsed.networks.push(IpNet::from(address));
+            } else if is_host_name(entry) {
+                parsed.hosts.push(entry.to_ascii_lowercase());
+            } else {
+                problems.push(format!(
+                    "{field}: `{entry}` is neither a CIDR, an address nor a host name"
+                ));
+            }
+        }
+        parsed
+    }
+
+    fn contains_ip(&self, address: IpAddr) -> bool {
+        let address = canonical(address);
+        self.networks
+            .iter()
+            .any(|network| network.contains(&address))
+    }
+
+    fn contains_host(&self, host: &str) -> bool {
+        let host = host.trim_end_matches('.').to_ascii_lowercase();
+        self.hosts.contains(&host)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.networks.is_empty() && self.hosts.is_empty()
+    }
+}
+
+fn is_host_name(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 253
+        && text.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
+}
+
+/// `::ffff:a.b.c.d` is `a.b.c.d`, so a mapped address cannot slip past a v4 rule.
+fn canonical(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V6(v6) => v6
+            .to_ipv4_mapped()
+            .map(IpAddr::V4)
+            .unwrap_or(IpAddr::V6(v6)),
+        v4 => v4,
+    }
+}
+
+/// Where one tenant's probes and callbacks may connect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DestinationPolicy {
+    allow: Destinations,
+    deny: Destinations,
+}
+
+impl DestinationPolicy {
+    /// Whether a connection to `address` (resolved from `host`, when there
+    /// was a name) is allowed; the error says which rule refused it.
+    pub fn check(&self, host: Option<&str>, address: IpAddr) -> Result<(), String> {
+        let address = canonical(address);
+        if self.deny.contains_ip(address) || host.is_some_and(|host| self.deny.contains_host(host))
+        {
+            return Err(format!(
+                "destination {address} is denied by the operator's policy"
+            ));
+        }
+        if self.allow.is_empty()
+            || self.allow.contains_ip(address)
+            || host.is_some_and(|host| self.allow.contains_host(host))
+        {
+            return Ok(());
+        }
+        Err(format!(
+            "destination {address} is not in the operator's allow list"
+        ))
+    }
+
+    /// What can be decided before resolution: a literal address, or a name
+    /// on the deny list (or missing from a names-only allow list). The
+    /// resolved addresses are checked again on every connection.
+    pub fn check_name(&self, host: &str) -> Result<(), String> {
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        if let Ok(address) = bare.parse::<IpAddr>() {
+            return self.check(None, address);
+        }
+        if self.deny.contains_host(bare) {
+            return Err(format!(
+                "destination `{bare}` is denied by the operator's policy"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One tenant's effective rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TenantPolicy {
+    /// (mount or `*`, path prefix), with `{tenant}` substituted.
+    secret_prefixes: Vec<(String, String)>,
+    pub destinations: DestinationPolicy,
+}
+
+impl TenantPolicy {
+    /// Whether a secret reference may be resolved for this tenant.
+    pub fn secret_allowed(&self, mount: &str, path: &str) -> bool {
+        let mount = mount.trim_matches('/');
+        let path = path.trim_matches('/');
+        self.secret_prefixes.iter().any(|(allowed_mount, prefix)| {
+            (allowed_mount == "*" || allowed_mount == mount)
+                && (prefix.is_empty()
+                    || path == prefix.trim_end_matches('/')
+                    || path.starts_with(prefix.as_str()))
+        })
+    }
+}
+
+/// The operator's policy for every tenant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OperatorPolicy {
+    defaults: TenantRules,
+    tenants: BTreeMap<String, TenantRules>,
+    /// sha256 of the file as read (of the empty string without a file).
+    digest: String,
+}
+
+impl Default for OperatorPolicy {
+    fn default() -> Self {
+        Self::from_toml("").unwrap_or_else(|_| unreachable!("the empty policy parses"))
+    }
+}
+
+impl OperatorPolicy {
+    /// Reads a policy file; every problem in it, at once.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|error| format!("cannot read the policy file {}: {error}", path.display()))?;
+        Self::from_toml(&text)
+            .map_err(|problems| format!("policy file {}: {}", path.display(), problems.join("; ")))
+    }
+
+    pub fn from_toml(text: &str) -> Result<Self, Vec<String>> {
+        let file: PolicyFile = toml::from_str(text).map_err(|error| vec![error.to_string()])?;
+        let policy = Self {
+            defaults: file.defaults,
+            tenants: file.tenants,
+            digest: hex::encode(Sha256::digest(text.as_bytes())),
+        };
+        // Parse every tenant once now, so a bad entry fails at startup.
+        let mut problems = Vec::new();
+        policy.build("{defaults}", &policy.defaults, &mut problems);
+        for (tenant, rules) in &policy.tenants {
+            policy.build(tenant, rules, &mut problems);
+        }
+        if problems.is_empty() {
+            Ok(policy)
+        } else {
+            Err(problems)
+        }
+    }
+
+    /// The digest of the policy as loaded (recorded in logs at startup).
+    pub fn digest(&self) -> &str {
+        &self.digest
+    }
+
+    /// The effective rules of `tenant`.
+    pub fn tenant(&self, tenant: &str) -> TenantPolicy {
+        let rules = self.tenants.get(tenant).cloned().unwrap_or_default();
+        self.build(tenant, &rules, &mut Vec::new())
+    }
+
+    fn build(&self, tenant: &str, rules: &TenantRules, problems: &mut Vec<String>) -> TenantPolicy {
+        let prefixes = rules
+            .secret_prefixes
+            .clone()
+            .or_else(|| self.defaults.secret_prefixes.clone())
+            .unwrap_or_else(|| vec!["*/{tenant}/".into()]);
+        let secret_prefixes = prefixes
+            .iter()
+            .filter_map(|entry| {
+                let entry = entry.replace("{tenant}", tenant);
+                match entry.trim_start_matches('/').split_once('/') {
+                    Some((mount, prefix)) if !mount.is_empty() => {
+                        Some((mount.to_owned(), prefix.trim_start_matches('/').to_owned()))
+                    }
+                    _ => {
+                        problems.push(format!(
+                            "tenant {tenant}: secret prefix `{entry}` is not <mount>/<path prefix>"
+                        ));
+                        None
+                    }
+                }
+            })
+            .collect();
+        let destinations = rules
+            .destinations
+            .clone()
+            .or_else(|| self.defaults.destinations.clone())
+            .unwrap_or_default();
+        let mut deny = destinations.deny.clone();
+        deny.extend(ALWAYS_DENIED.iter().map(|entry| (*entry).to_owned()));
+        TenantPolicy {
+            secret_prefixes,
+            destinations: DestinationPolicy {
+                allow: Destinations::parse(
+                    &destinations.allow,
+                    &format!("tenant {tenant}: destinations.allow"),
+                    problems,
+                ),
+                deny: Destinations::parse(
+                    &deny,
+                    &format!("tenant {tenant}: destinations.deny"),
+                    problems,
+                ),
+            },
+        }
+    }
+
+    /// Every policy problem of a JobSpec that can be found before anything
+    /// runs: secret references outside the tenant's prefixes, and
+    /// destinations (probe targets, the callback URL) that are literal
+    /// denied addresses or denied names.
+    pub fn check_jobspec(&self, spec: &JobSpec) -> Vec<Problem> {
+        let tenant = self.tenant(&spec.tenant);
+        let mut problems = Vec::new();
+        for (index, secret) in spec.secret_refs.iter().enumerate() {
+            if !tenant.secret_allowed(&secret.mount, &secret.path) {
+                problems.push(Problem::new(
+                    format!("secret_refs[{index}]"),
+                    format!(
+                        "tenant `{}` may not read `{}/{}`: outside the operator's secret prefixes for it",
+                        spec.tenant, secret.mount, secret.path
+                    ),
+                ));
+            }
+        }
+        for (path, host) in destinations_of(spec) {
+            if let Err(message) = tenant.destinations.check_name(&host) {
+                problems.push(Problem::new(path, message));
+            }
+        }
+        problems
+    }
+}
+
+/// The hosts a JobSpec asks execplane to connect to, with their field paths.
+pub fn destinations_of(spec: &JobSpec) -> Vec<(String, String)> {
+    let mut hosts = Vec::new();
+    let url_host = |url: &str| {
+        reqwest::Url::parse(url)
+            .ok()
+            .and_then(|url| url.host_str().map(str::to_owned))
+    };
+    if let Some(url) = spec
+        .callback
+        .as_ref()
+        .and_then(|callback| callback.url.as_deref())
+    {
+        if let Some(host) = url_host(url) {
+            hosts.push(("callback.url".to_owned(), host));
+        }
+    }
+    let inputs = &spec.inputs;
+    match spec.operation.as_str() {
+        "verify.http.endpoint" => {
+            if let Some(host) = inputs
+                .get("url")
+                .and_then(|url| url.as_str())
+                .and_then(url_host)
+            {
+                hosts.push(("inputs.url".to_owned(), host));
+            }
+        }
+        "verify.tcp.connect" | "verify.postgres.ready" => {
+            if let Some(host) = inputs.get("host").and_then(|host| host.as_str()) {
+                hosts.push(("inputs.host".to_owned(), host.to_owned()));
+            }
+        }
+        _ => {}
+    }
+    hosts
+}
+
+/// The addresses of `host:port` this policy allows: resolved once, every
+/// address checked, so the caller connects to exactly what was checked (a
+/// second resolution could answer differently: DNS rebinding).
+pub async fn resolve_allowed(
+    policy: &DestinationPolicy,
+    host: &str,
+    port: u16,
+) -> Result<Vec<std::net::SocketAddr>, String> {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(address) = bare.parse::<IpAddr>() {
+        policy.check(None, address)?;
+        return Ok(vec![std::net::SocketAddr::new(address, port)]);
+    }
+    policy.check_name(bare)?;
+    let resolved: Vec<std::net::SocketAddr> = tokio::net::lookup_host((bare, port))
+        .await
+        .map_err(|error| format!("cannot resolve `{bare}`: {error}"))?
+        .collect();
+    let mut refusals = Vec::new();
+    let allowed: Vec<std::net::SocketAddr> = resolved
+        .into_iter()
+        .filter(|address| match policy.check(Some(bare), address.ip()) {
+            Ok(()) => true,
+            Err(refusal) => {
+                refusals.push(refusal);
+                false
+            }
+        })
+        .collect();
+    if allowed.is_empty() {
+        return Err(match refusals.first() {
+            Some(refusal) => format!("`{bare}` resolves only to refused addresses: {refusal}"),
+            None => format!("`{bare}` resolves to no address"),
+        });
+    }
+    Ok(allowed)
+}
+
+/// A reqwest resolver that answers only with addresses the policy allows.
+struct PolicyResolver(DestinationPolicy);
+
+impl reqwest::dns::Resolve for PolicyResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let policy = self.0.clone();
+        Box::pin(async move {
+            let addresses = resolve_allowed(&policy, name.as_str(), 0).await.map_err(
+                |message| -> Box<dyn std::error::Error + Send + Sync> { message.into() },
+            )?;
+            let addresses: reqwest::dns::Addrs = Box::new(addresses.into_iter());
+            Ok(addresses)
+        })
+    }
+}
+
+/// An HTTP client bound to a destination policy: every connection, the
+/// first and each redirect hop (at most `max_redirects`), goes only to an
+/// address the policy allows, after resolution. A literal address in a URL
+/// is not resolved; [`check_url`] and the redirect policy check it.
+pub fn http_client(
+    policy: &DestinationPolicy,
+    max_redirects: usize,
+) -> Result<reqwest::Client, String> {
+    let redirect_policy = policy.clone();
+    reqwest::Client::builder()
+        .dns_resolver(std::sync::Arc::new(PolicyResolver(policy.clone())))
+        .redirect(reqwest::redirect::Policy::custom(move |attempt| {
+            if attempt.previous().len() >= max_redirects {
+                return attempt.error(format!("more than {max_redirects} redirects"));
+            }
+            match check_url(&redirect_policy, attempt.url()) {
+                Ok(()) => attempt.follow(),
+                Err(refusal) => attempt.error(format!("redirect refused: {refusal}")),
+            }
+        }))
+        .build()
+        .map_err(|error| format!("cannot build an HTTP client: {error}"))
+}
+
+/// An HTTP client error and its causes (a policy refusal is one of them),
+/// without the URL (its query may carry something private).
+pub fn describe_http_error(error: &reqwest::Error) -> String {
+    let mut text = error.to_string();
+    if let Some(url) = error.url() {
+        text = text
+            .replace(&format!(" ({url})"), "")
+            .replace(url.as_str(), "<url>");
+    }
+    let mut source = std::error::Error::source(error);
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// What can be checked of a URL before connecting: its scheme, and its host
+/// when that is a literal address or a denied name.
+pub fn check_url(policy: &DestinationPolicy, url: &reqwest::Url) -> Result<(), String> {
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!("scheme `{}` is not http or https", url.scheme()));
+    }
+    match url.host() {
+        Some(url::Host::Ipv4(address)) => policy.check(None, IpAddr::V4(address)),
+        Some(url::Host::Ipv6(address)) => policy.check(None, IpAddr::V6(address)),
+        Some(url::Host::Domain(name)) => policy.check_name(name),
+        None => Err("the URL has no host".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(text: &str) -> IpAddr {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn by_default_a_tenant_reads_only_secrets_under_its_own_name() {
+        let policy = OperatorPolicy::default();
+        let team_a = policy.tenant("team-a");
+        assert!(team_a.secret_allowed("secret", "team-a/db"));
+        assert!(team_a.secret_allowed("kv", "/team-a/app/api/"));
+        assert!(!team_a.secret_allowed("secret", "team-b/db"));
+        assert!(!team_a.secret_allowed("secret", "team-a-evil/db"));
+        assert!(!team_a.secret_allowed("secret", "apps/team-a/db"));
+    }
+
+    #[test]
+    fn a_tenant_section_replaces_the_defaults_and_metadata_stays_denied() {
+        let policy = OperatorPolicy::from_toml(
+            r#"
+            [defaults]
+            secret_prefixes = ["secret/{tenant}/"]
+            [defaults.destinations]
+            deny = ["10.0.0.0/8", "internal.example"]
+            [tenants.team-a]
+            secret_prefixes = ["secret/shared/", "kv/team-a/"]
+            [tenants.team-a.destinations]
+            allow = ["127.0.0.0/8", "api.example.com"]
+            "#,
+        )
+        .unwrap();
+        let team_a = policy.tenant("team-a");
+        assert!(
+            team_a.secret_allowed("secret", "shared/x") && team_a.secret_allowed("kv", "team-a/x")
+        );
+        assert!(!team_a.secret_allowed("secret", "team-a/x"));
+        let team_b = policy.tenant("team-b");
+        assert!(
+            team_b.secret_allowed("secret", "team-b/x") && !team_b.secret_allowed("kv", "team-b/x")
+        );
+        // team-b: the default deny list; everything else allowed.
+        assert!(team_b.destinations.check(None, ip("10.1.2.3")).is_err());
+        assert!(team_b.destinations.check(None, ip("192.0.2.1")).is_ok());
+        assert!(team_b.destinations.check_name("internal.example").is_err());
+        // team-a: an allow list, by address or by name.
+        assert!(team_a.destinations.check(None, ip("127.0.0.1")).is_ok());
+        assert!(team_a
+            .destinations
+            .check(Some("api.example.com"), ip("192.0.2.9"))
+            .is_ok());
+        assert!(team_a.destinations.check(None, ip("192.0.2.9")).is_err());
+        // Metadata and link-local, for everyone, in every spelling.
+        for tenant in [&team_a, &team_b] {
+            assert!(tenant
+                .destinations
+                .check(None, ip("169.254.169.254"))
+                .is_err());
+            assert!(tenant
+                .destinations
+                .check(None, ip("::ffff:169.254.169.254"))
+                .is_err());
+            assert!(tenant.destinations.check_name("[fe80::1]").is_err());
+            assert!(tenant
+                .destinations
+                .check_name("metadata.google.internal.")
+                .is_err());
+        }
+    }
+
+    #[test]
+    fn a_bad_policy_file_names_every_problem() {
+        let problems = OperatorPolicy::from_toml(
+            r#"
+            [tenants.a]
+            secret_prefixes = ["nomount"]
+            destinations = { allow = ["10.0.0.0/33"], deny = ["not a host!"] }
+            "#,
+        )
+        .unwrap_err();
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(OperatorPolicy::from_toml("[tenants.a]\nsecrets = []\n").is_err());
+    }
+}
