@@ -1,4 +1,4 @@
-//! The artifact worker (DESIGN §6): takes log chunks from
+//! The artifact worker (docs/ARCHITECTURE.md, "Artifacts"): takes log chunks from
 //! `exec.log-chunks.v1`, stages them in Postgres (ordered and deduplicated
 //! by attempt, stream and seq; offsets are committed only after), and once
 //! an attempt has ended builds its artifacts — one log per stream and the
@@ -13,7 +13,9 @@ pub mod storage;
 mod worker;
 
 pub use detect::Detectors;
-pub use storage::{ArtifactStorage, LocalDir, S3Settings, Storage, StorageError, S3};
+pub use storage::{
+    ArtifactStorage, LocalDir, S3Settings, Storage, StorageError, StorageSettings, S3,
+};
 pub use worker::{run, ArtifactConfig};
 
 /// One collection: every artifact past its class's retention is deleted

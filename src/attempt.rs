@@ -7,6 +7,8 @@
 //! redelivered command can never mint a second attempt.
 
 mod decide;
+#[cfg(test)]
+mod examples;
 mod fencing;
 mod ids;
 pub mod placement;

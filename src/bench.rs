@@ -17,20 +17,16 @@ pub(crate) struct ScratchSchema {
 
 impl ScratchSchema {
     pub(crate) async fn create(config: &Config, name: String) -> anyhow::Result<Self> {
-        let admin = Store::connect(&config.database_url, 1, None)
+        let admin = Store::connect(&config.database.url, 1, None)
             .await
             .context("connecting to Postgres")?;
-        sqlx::query(&format!("CREATE SCHEMA {name}"))
-            .execute(admin.pool())
-            .await?;
+        admin.create_schema(&name).await?;
         Ok(Self { admin, name })
     }
 
     pub(crate) async fn finish(self, keep: bool) -> anyhow::Result<()> {
         if !keep {
-            sqlx::query(&format!("DROP SCHEMA {} CASCADE", self.name))
-                .execute(self.admin.pool())
-                .await?;
+            self.admin.drop_schema(&self.name).await?;
         }
         Ok(())
     }

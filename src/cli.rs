@@ -216,7 +216,14 @@ pub enum BenchCommand {
 
 /// Runs the command; the exit code is the command's verdict.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let config = Config::load(cli.config.as_deref())?;
+    let config = match Config::load(cli.config.as_deref()) {
+        Ok(config) => config,
+        Err(error) => {
+            // Every problem at once, and a usage exit code.
+            eprintln!("error: {error}");
+            return Ok(ExitCode::from(2));
+        }
+    };
     crate::telemetry::init(&config);
     match cli.command {
         Command::Validate { file, json } => validate::run(&file, json),
@@ -246,7 +253,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     dispatcher: true,
                     relay: true,
                     verification_runner: true,
-                    ingress: !config.ingress_key.is_empty() || !config.api_key.is_empty(),
+                    ingress: !config.ingress.key.is_empty() || !config.ingress.api_key.is_empty(),
                     artifact_worker: true,
                 },
                 true,
@@ -348,7 +355,7 @@ async fn artifacts(
     command: ArtifactsCommand,
 ) -> anyhow::Result<ExitCode> {
     use crate::artifacts::ArtifactStorage;
-    let storage = config.storage();
+    let storage = crate::artifacts::Storage::open(&config.storage());
     match command {
         ArtifactsCommand::List { attempt, json } => {
             let rows = store.artifacts_of(attempt).await?;
@@ -492,12 +499,12 @@ async fn executors(store: &Store, command: ExecutorsCommand) -> anyhow::Result<E
 }
 
 async fn connect(config: &Config) -> anyhow::Result<Store> {
-    Store::connect(&config.database_url, config.database_max_connections, None)
+    Store::connect(&config.database.url, config.database.max_connections, None)
         .await
         .with_context(|| {
             format!(
                 "connecting to Postgres at {}",
-                crate::telemetry::redact(&config.database_url)
+                crate::telemetry::redact(&config.database.url)
             )
         })
         .map(|store| store.with_codec(config.kafka().codec))

@@ -1,239 +1,544 @@
-//! Configuration: defaults, then an optional TOML file, then `EXECPLANE_*`
-//! environment variables (which win). Every default is in the README.
+//! Configuration: one layered load — the defaults (each area's `Default`),
+//! then an optional TOML file, then the environment (which wins) — and then
+//! ONE validation pass that reports every problem at once. Each setting is
+//! declared once, in [`SETTINGS`]: its variable, its aliases, and where it
+//! lives in the nested structs; the README's configuration table lists
+//! exactly these (a test holds it to that). Config reads files and
+//! variables and builds no clients: the roles do that from the settings.
 
 use std::path::{Path, PathBuf};
-
-use serde::Deserialize;
+use std::sync::Arc;
 
 use crate::contract::DurationMs;
 pub use crate::secrets::Secret;
 
-/// The defaults, documented in the README's configuration table.
+/// Defaults shared with other modules.
 pub mod defaults {
     pub const DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/execplane";
-    pub const DATABASE_MAX_CONNECTIONS: u32 = 10;
-    pub const LOG: &str = "info,sqlx=warn";
     pub const KAFKA_BROKERS: &str = "127.0.0.1:9092";
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum LogFormat {
     #[default]
     Text,
     Json,
 }
 
-/// The whole configuration of one process.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Config {
-    /// `EXECPLANE_DATABASE_URL`, else `DATABASE_URL`.
-    pub database_url: String,
-    /// `EXECPLANE_DATABASE_MAX_CONNECTIONS`.
-    pub database_max_connections: u32,
+/// Postgres.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DatabaseSettings {
+    /// `EXECPLANE_DATABASE_URL` (else `DATABASE_URL`).
+    pub url: String,
+    /// `EXECPLANE_DATABASE_MAX_CONNECTIONS`: pool size per process.
+    pub max_connections: u32,
+}
+
+impl Default for DatabaseSettings {
+    fn default() -> Self {
+        Self {
+            url: defaults::DATABASE_URL.to_owned(),
+            max_connections: 10,
+        }
+    }
+}
+
+/// The broker and the records on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KafkaSettings {
+    /// `EXECPLANE_KAFKA_BROKERS`: bootstrap servers.
+    pub brokers: String,
+    /// `EXECPLANE_TOPIC_PREFIX`: prefixes every topic name.
+    pub topic_prefix: String,
+    /// `EXECPLANE_KAFKA_FETCH_WAIT_MS`: consumers' `fetch.wait.max.ms`.
+    pub fetch_wait_ms: u32,
+    /// `EXECPLANE_AVRO_FRAMING`: `single-object` or `confluent`.
+    pub avro_framing: String,
+    /// `EXECPLANE_CONFLUENT_SCHEMA_IDS`: `family=id,...` of the current schemas.
+    pub confluent_schema_ids: String,
+    /// `EXECPLANE_CONFLUENT_PREVIOUS_SCHEMA_IDS`: `family=id,...` of the previous release's.
+    pub confluent_previous_schema_ids: String,
+}
+
+impl Default for KafkaSettings {
+    fn default() -> Self {
+        Self {
+            brokers: defaults::KAFKA_BROKERS.to_owned(),
+            topic_prefix: String::new(),
+            fetch_wait_ms: 5,
+            avro_framing: "single-object".into(),
+            confluent_schema_ids: String::new(),
+            confluent_previous_schema_ids: String::new(),
+        }
+    }
+}
+
+/// Logs and metrics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TelemetrySettings {
     /// `EXECPLANE_LOG`: a tracing filter, e.g. `info,execplane=debug`.
     pub log: String,
     /// `EXECPLANE_LOG_FORMAT`: `text` or `json`.
     pub log_format: LogFormat,
-    /// `EXECPLANE_KAFKA_BROKERS`: bootstrap servers.
-    pub kafka_brokers: String,
-    /// `EXECPLANE_TOPIC_PREFIX`: prefixes every topic name.
-    pub topic_prefix: String,
-    /// `EXECPLANE_KAFKA_FETCH_WAIT_MS`: consumers' `fetch.wait.max.ms`.
-    pub kafka_fetch_wait_ms: u32,
-    /// `EXECPLANE_AVRO_FRAMING`: `single-object` (no registry) or `confluent`.
-    pub avro_framing: String,
-    /// `EXECPLANE_CONFLUENT_SCHEMA_IDS`: the registry id of each family's
-    /// current schema, `commands=1,attempt-events=2,...` (written and read).
-    pub confluent_schema_ids: String,
-    /// `EXECPLANE_CONFLUENT_PREVIOUS_SCHEMA_IDS`: ids under which the previous
-    /// release's schemas were registered (read, resolved to the current).
-    pub confluent_previous_schema_ids: String,
+    /// `EXECPLANE_METRICS_ADDR`: where long-running roles serve `/metrics`; empty: off.
+    pub metrics_addr: String,
+}
+
+impl Default for TelemetrySettings {
+    fn default() -> Self {
+        Self {
+            log: "info,sqlx=warn".into(),
+            log_format: LogFormat::Text,
+            metrics_addr: "127.0.0.1:9464".into(),
+        }
+    }
+}
+
+/// The dispatcher.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DispatcherSettings {
     /// `EXECPLANE_DISPATCHER_GROUP`: the dispatchers' consumer group.
-    pub dispatcher_group: String,
+    pub group: String,
     /// `EXECPLANE_DISPATCHER_MAX_BATCH`: records decided per transaction.
-    pub dispatcher_max_batch: usize,
+    pub max_batch: usize,
     /// `EXECPLANE_DISPATCHER_BATCH_WINDOW`: wait for more records after the first.
-    pub dispatcher_batch_window: DurationMs,
+    pub batch_window: DurationMs,
     /// `EXECPLANE_CANCEL_GRACE`: default grace for a runner to confirm a cancel.
     pub cancel_grace: DurationMs,
     /// `EXECPLANE_SWEEP_INTERVAL`: how often due timers are swept.
     pub sweep_interval: DurationMs,
-    /// `EXECPLANE_PRESENCE_INTERVAL`: how often runners announce themselves.
-    pub presence_interval: DurationMs,
     /// `EXECPLANE_PRESENCE_TTL`: a presence older than this is not live.
     pub presence_ttl: DurationMs,
-    /// `EXECPLANE_RUNNER_CAPACITY`: concurrent attempts per runner instance.
-    pub runner_capacity: u32,
-    /// `EXECPLANE_RUNNER_POOL`: pool labels, `key=value,key=value`.
-    pub runner_pool: String,
-    /// `EXECPLANE_RUNNER_DRAIN_TIMEOUT`: shutdown waits this long for running attempts.
-    pub runner_drain_timeout: DurationMs,
     /// `EXECPLANE_INBOX_RETENTION`: how long processed input ids are kept.
     pub inbox_retention: DurationMs,
     /// `EXECPLANE_CALLBACK_MAX_ATTEMPTS`: HTTP callback deliveries before giving up.
     pub callback_max_attempts: i32,
-    /// `EXECPLANE_VERIFY_PROBES`: allowlisted `verify.custom.probe` ids (comma-separated).
-    pub verify_probes: String,
-    /// `EXECPLANE_VERIFY_MAX_TIMEOUT`: the longest per-sample timeout a probe may ask for.
-    pub verify_max_timeout: DurationMs,
-    /// `EXECPLANE_VERIFY_MAX_BODY_BYTES`: the most response body bytes an HTTP probe reads.
-    pub verify_max_body_bytes: usize,
-    /// `EXECPLANE_POLICY_FILE`: the operator's policy (TOML); empty: the defaults.
-    pub policy_file: String,
-    /// The policy file, loaded and checked (not a setting of its own).
-    #[serde(skip)]
-    pub policy: std::sync::Arc<crate::policy::OperatorPolicy>,
-    /// `EXECPLANE_METRICS_ADDR`: where long-running roles serve Prometheus
-    /// `/metrics`; empty turns the listener off.
-    pub metrics_addr: String,
-    /// `EXECPLANE_INGRESS_BIND`: the address both ingress listeners bind.
-    pub ingress_bind: String,
-    /// `EXECPLANE_INGRESS_HTTP_PORT`.
-    pub ingress_http_port: u16,
-    /// `EXECPLANE_INGRESS_TCP_PORT`.
-    pub ingress_tcp_port: u16,
-    /// `EXECPLANE_INGRESS_KEY`: the executors' shared key. No default.
-    pub ingress_key: Secret,
-    /// `EXECPLANE_API_KEY`: the execute API's shared key. No default.
-    pub api_key: Secret,
-    /// `EXECPLANE_INGRESS_ALLOW_CIDRS`: client addresses admitted (comma-separated CIDRs).
-    pub ingress_allow_cidrs: String,
-    /// `EXECPLANE_INGRESS_TRUST_PROXY`: honour X-Forwarded-For from trusted proxies.
-    pub ingress_trust_proxy: bool,
-    /// `EXECPLANE_INGRESS_TRUSTED_PROXIES`: the proxies' CIDRs.
-    pub ingress_trusted_proxies: String,
-    /// `EXECPLANE_INGRESS_MAX_BODY`: largest HTTP request body, in bytes.
-    pub ingress_max_body: usize,
-    /// `EXECPLANE_INGRESS_MAX_FRAME`: largest TCP frame, in bytes.
-    pub ingress_max_frame: usize,
-    /// `EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PEER`: open connections per client address.
-    pub ingress_max_connections_per_peer: usize,
-    /// `EXECPLANE_INGRESS_MAX_CONNECTIONS`: open HTTP + TCP connections in all.
-    pub ingress_max_connections: usize,
-    /// `EXECPLANE_INGRESS_HEADER_TIMEOUT`: an HTTP request's headers must arrive within this.
-    pub ingress_header_timeout: DurationMs,
-    /// `EXECPLANE_INGRESS_PARTIAL_FRAME_BUDGET`: bytes all TCP connections may hold in unfinished frames.
-    pub ingress_partial_frame_budget: usize,
-    /// `EXECPLANE_INGRESS_READ_TIMEOUT`: a TCP frame (and a connection's first frame)
-    /// must be complete within this.
-    pub ingress_read_timeout: DurationMs,
-    /// `EXECPLANE_INGRESS_IDLE_TIMEOUT`: a connection that moves no byte for this long is closed.
-    pub ingress_idle_timeout: DurationMs,
-    /// `EXECPLANE_INGRESS_SESSION_TTL`: an executor session with no request for this long ends.
-    pub ingress_session_ttl: DurationMs,
-    /// `EXECPLANE_INGRESS_METRICS_UPSTREAM`: the dispatcher's `/metrics` URL, appended
-    /// to the ingress's own when the roles run as separate processes.
-    pub ingress_metrics_upstream: String,
-    /// `EXECPLANE_VAULT_ADDR`: the Vault-API server runners resolve secrets from.
-    pub vault_addr: String,
-    /// `EXECPLANE_VAULT_TOKEN`: token auth.
-    pub vault_token: Secret,
-    /// `EXECPLANE_VAULT_ROLE_ID`: AppRole auth (with the secret id).
-    pub vault_role_id: String,
-    /// `EXECPLANE_VAULT_SECRET_ID`.
-    pub vault_secret_id: Secret,
-    /// `EXECPLANE_VAULT_APPROLE_MOUNT`.
-    pub vault_approle_mount: String,
-    /// `EXECPLANE_ARTIFACT_DIR`: where the artifact worker stores bundles.
-    pub artifact_dir: String,
-    /// `EXECPLANE_ARTIFACT_GROUP`: the artifact workers' consumer group.
-    pub artifact_group: String,
-    /// `EXECPLANE_ARTIFACT_GRACE`: how long after an attempt ends its bundle waits for late chunks.
-    pub artifact_grace: DurationMs,
-    /// `EXECPLANE_ARTIFACT_DETECTORS`: the detectors that mask secret-shaped text (comma-separated).
-    pub artifact_detectors: String,
-    /// `EXECPLANE_ARTIFACT_RETENTION_LOGS`.
-    pub artifact_retention_logs: DurationMs,
-    /// `EXECPLANE_ARTIFACT_RETENTION_RENDERED`.
-    pub artifact_retention_rendered: DurationMs,
-    /// `EXECPLANE_ARTIFACT_RETENTION_EVIDENCE`.
-    pub artifact_retention_evidence: DurationMs,
-    /// `EXECPLANE_ARTIFACT_GC_INTERVAL`: how often the worker collects expired artifacts.
-    pub artifact_gc_interval: DurationMs,
-    /// `EXECPLANE_S3_ENDPOINT`: S3-compatible storage for artifacts; empty: `artifact_dir`.
-    pub s3_endpoint: String,
-    /// `EXECPLANE_S3_REGION`.
-    pub s3_region: String,
-    /// `EXECPLANE_S3_BUCKET`.
-    pub s3_bucket: String,
-    /// `EXECPLANE_S3_ACCESS_KEY_ID`.
-    pub s3_access_key_id: String,
-    /// `EXECPLANE_S3_SECRET_ACCESS_KEY`.
-    pub s3_secret_access_key: Secret,
 }
 
-impl Default for Config {
+impl Default for DispatcherSettings {
     fn default() -> Self {
         Self {
-            database_url: defaults::DATABASE_URL.to_owned(),
-            database_max_connections: defaults::DATABASE_MAX_CONNECTIONS,
-            log: defaults::LOG.to_owned(),
-            log_format: LogFormat::Text,
-            kafka_brokers: defaults::KAFKA_BROKERS.to_owned(),
-            topic_prefix: String::new(),
-            kafka_fetch_wait_ms: 5,
-            avro_framing: "single-object".into(),
-            confluent_schema_ids: String::new(),
-            confluent_previous_schema_ids: String::new(),
-            dispatcher_group: "execplane-dispatcher".into(),
-            dispatcher_max_batch: 1_000,
-            dispatcher_batch_window: DurationMs(2),
+            group: "execplane-dispatcher".into(),
+            max_batch: 1_000,
+            batch_window: DurationMs(2),
             cancel_grace: DurationMs::from_secs(10),
             sweep_interval: DurationMs(100),
-            presence_interval: DurationMs::from_secs(1),
             presence_ttl: DurationMs::from_secs(6),
-            runner_capacity: 16,
-            runner_pool: String::new(),
-            runner_drain_timeout: DurationMs::from_secs(30),
             inbox_retention: DurationMs::from_secs(7 * 24 * 3600),
             callback_max_attempts: 8,
-            verify_probes: crate::runners::verification::BUILTIN_PROBES.join(","),
-            verify_max_timeout: DurationMs::from_secs(60),
-            verify_max_body_bytes: 1024 * 1024,
-            policy_file: String::new(),
-            policy: std::sync::Arc::default(),
-            metrics_addr: "127.0.0.1:9464".into(),
-            ingress_bind: "127.0.0.1".into(),
-            ingress_http_port: 3000,
-            ingress_tcp_port: 3001,
-            ingress_key: Secret::default(),
-            api_key: Secret::default(),
-            ingress_allow_cidrs: "127.0.0.0/8,::1/128".into(),
-            ingress_trust_proxy: false,
-            ingress_trusted_proxies: String::new(),
-            ingress_max_body: 1024 * 1024,
-            ingress_max_frame: 1024 * 1024,
-            ingress_max_connections_per_peer: 64,
-            ingress_max_connections: 1024,
-            ingress_header_timeout: DurationMs::from_secs(10),
-            ingress_partial_frame_budget: 64 * 1024 * 1024,
-            ingress_read_timeout: DurationMs::from_secs(10),
-            ingress_idle_timeout: DurationMs::from_secs(60),
-            ingress_session_ttl: DurationMs::from_secs(30),
-            ingress_metrics_upstream: String::new(),
-            vault_addr: String::new(),
-            vault_token: Secret::default(),
-            vault_role_id: String::new(),
-            vault_secret_id: Secret::default(),
-            vault_approle_mount: "approle".into(),
-            artifact_dir: "execplane-artifacts".into(),
-            artifact_group: "execplane-artifacts".into(),
-            artifact_grace: DurationMs::from_secs(2),
-            artifact_detectors: crate::artifacts::detect::BUILTIN.join(","),
-            artifact_retention_logs: DurationMs::from_secs(7 * 24 * 3600),
-            artifact_retention_rendered: DurationMs::from_secs(30 * 24 * 3600),
-            artifact_retention_evidence: DurationMs::from_secs(365 * 24 * 3600),
-            artifact_gc_interval: DurationMs::from_secs(3600),
-            s3_endpoint: String::new(),
-            s3_region: "garage".into(),
-            s3_bucket: "execplane-artifacts".into(),
-            s3_access_key_id: String::new(),
-            s3_secret_access_key: Secret::default(),
         }
     }
 }
+
+/// Runner instances (the SDK).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunnerSettings {
+    /// `EXECPLANE_RUNNER_CAPACITY`: concurrent attempts per instance.
+    pub capacity: u32,
+    /// `EXECPLANE_RUNNER_POOL`: pool labels, `key=value,key=value`.
+    pub pool: String,
+    /// `EXECPLANE_RUNNER_DRAIN_TIMEOUT`: shutdown waits this long for running attempts.
+    pub drain_timeout: DurationMs,
+    /// `EXECPLANE_PRESENCE_INTERVAL`: how often instances (and executor sessions) announce themselves.
+    pub presence_interval: DurationMs,
+}
+
+impl Default for RunnerSettings {
+    fn default() -> Self {
+        Self {
+            capacity: 16,
+            pool: String::new(),
+            drain_timeout: DurationMs::from_secs(30),
+            presence_interval: DurationMs::from_secs(1),
+        }
+    }
+}
+
+/// The verification runner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerificationSettings {
+    /// `EXECPLANE_VERIFY_PROBES`: allowlisted `verify.custom.probe` ids.
+    pub probes: String,
+    /// `EXECPLANE_VERIFY_MAX_TIMEOUT`: the longest per-sample timeout a probe may ask for.
+    pub max_timeout: DurationMs,
+    /// `EXECPLANE_VERIFY_MAX_BODY_BYTES`: the most body bytes an HTTP probe reads.
+    pub max_body_bytes: usize,
+}
+
+impl Default for VerificationSettings {
+    fn default() -> Self {
+        Self {
+            probes: crate::runners::verification::BUILTIN_PROBES.join(","),
+            max_timeout: DurationMs::from_secs(60),
+            max_body_bytes: 1024 * 1024,
+        }
+    }
+}
+
+/// The operator's policy.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PolicySettings {
+    /// `EXECPLANE_POLICY_FILE`: the policy (TOML); empty: the defaults.
+    pub file: String,
+    /// The file, loaded and checked by the validation pass.
+    pub loaded: Arc<crate::policy::OperatorPolicy>,
+}
+
+/// The ingress.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IngressSettings {
+    /// `EXECPLANE_INGRESS_BIND`: the address both listeners bind.
+    pub bind: String,
+    /// `EXECPLANE_INGRESS_HTTP_PORT` (alias `RUNTIME_CONTROL_PLANE_HTTP_PORT`).
+    pub http_port: u16,
+    /// `EXECPLANE_INGRESS_TCP_PORT` (alias `RUNTIME_CONTROL_PLANE_TCP_PORT`).
+    pub tcp_port: u16,
+    /// `EXECPLANE_INGRESS_KEY` (alias `PLUGIN_CONTROL_PLANE_KEY`): the executors' key. No default.
+    pub key: Secret,
+    /// `EXECPLANE_API_KEY`: the execute API's key. No default.
+    pub api_key: Secret,
+    /// `EXECPLANE_INGRESS_ALLOW_CIDRS` (alias `PLUGIN_CONTROL_PLANE_ALLOW_CIDRS`).
+    pub allow_cidrs: String,
+    /// `EXECPLANE_INGRESS_TRUST_PROXY` (alias `PLUGIN_CONTROL_PLANE_TRUST_PROXY`).
+    pub trust_proxy: bool,
+    /// `EXECPLANE_INGRESS_TRUSTED_PROXIES`: the proxies' CIDRs.
+    pub trusted_proxies: String,
+    /// `EXECPLANE_INGRESS_MAX_BODY`: largest HTTP body, in bytes.
+    pub max_body: usize,
+    /// `EXECPLANE_INGRESS_MAX_FRAME`: largest TCP frame, in bytes.
+    pub max_frame: usize,
+    /// `EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PEER`: open connections per client address.
+    pub max_connections_per_peer: usize,
+    /// `EXECPLANE_INGRESS_MAX_CONNECTIONS`: open connections in all.
+    pub max_connections: usize,
+    /// `EXECPLANE_INGRESS_HEADER_TIMEOUT`: an HTTP request's headers must arrive within this.
+    pub header_timeout: DurationMs,
+    /// `EXECPLANE_INGRESS_PARTIAL_FRAME_BUDGET`: bytes all TCP connections may hold in unfinished frames.
+    pub partial_frame_budget: usize,
+    /// `EXECPLANE_INGRESS_READ_TIMEOUT`: a TCP frame started must be complete within this.
+    pub read_timeout: DurationMs,
+    /// `EXECPLANE_INGRESS_IDLE_TIMEOUT`: a connection that moves no byte for this long is closed.
+    pub idle_timeout: DurationMs,
+    /// `EXECPLANE_INGRESS_SESSION_TTL`: an executor session with no request for this long ends.
+    pub session_ttl: DurationMs,
+    /// `EXECPLANE_INGRESS_METRICS_UPSTREAM`: the dispatcher's `/metrics` URL to append.
+    pub metrics_upstream: String,
+}
+
+impl Default for IngressSettings {
+    fn default() -> Self {
+        Self {
+            bind: "127.0.0.1".into(),
+            http_port: 3000,
+            tcp_port: 3001,
+            key: Secret::default(),
+            api_key: Secret::default(),
+            allow_cidrs: "127.0.0.0/8,::1/128".into(),
+            trust_proxy: false,
+            trusted_proxies: String::new(),
+            max_body: 1024 * 1024,
+            max_frame: 1024 * 1024,
+            max_connections_per_peer: 64,
+            max_connections: 1024,
+            header_timeout: DurationMs::from_secs(10),
+            partial_frame_budget: 64 * 1024 * 1024,
+            read_timeout: DurationMs::from_secs(10),
+            idle_timeout: DurationMs::from_secs(60),
+            session_ttl: DurationMs::from_secs(30),
+            metrics_upstream: String::new(),
+        }
+    }
+}
+
+/// The artifact worker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ArtifactSettings {
+    /// `EXECPLANE_ARTIFACT_DIR`: where bundles are stored without S3.
+    pub dir: String,
+    /// `EXECPLANE_ARTIFACT_GROUP`: the workers' consumer group.
+    pub group: String,
+    /// `EXECPLANE_ARTIFACT_GRACE`: how long after an attempt ends its bundle waits for late chunks.
+    pub grace: DurationMs,
+    /// `EXECPLANE_ARTIFACT_DETECTORS`: detectors that mask secret-shaped text.
+    pub detectors: String,
+    /// `EXECPLANE_ARTIFACT_RETENTION_LOGS`.
+    pub retention_logs: DurationMs,
+    /// `EXECPLANE_ARTIFACT_RETENTION_RENDERED`.
+    pub retention_rendered: DurationMs,
+    /// `EXECPLANE_ARTIFACT_RETENTION_EVIDENCE`.
+    pub retention_evidence: DurationMs,
+    /// `EXECPLANE_ARTIFACT_GC_INTERVAL`: how often expired artifacts are collected.
+    pub gc_interval: DurationMs,
+}
+
+impl Default for ArtifactSettings {
+    fn default() -> Self {
+        Self {
+            dir: "execplane-artifacts".into(),
+            group: "execplane-artifacts".into(),
+            grace: DurationMs::from_secs(2),
+            detectors: crate::artifacts::detect::BUILTIN.join(","),
+            retention_logs: DurationMs::from_secs(7 * 24 * 3600),
+            retention_rendered: DurationMs::from_secs(30 * 24 * 3600),
+            retention_evidence: DurationMs::from_secs(365 * 24 * 3600),
+            gc_interval: DurationMs::from_secs(3600),
+        }
+    }
+}
+
+/// S3-compatible storage for artifacts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct S3Settings {
+    /// `EXECPLANE_S3_ENDPOINT`: empty: the local directory.
+    pub endpoint: String,
+    /// `EXECPLANE_S3_REGION`.
+    pub region: String,
+    /// `EXECPLANE_S3_BUCKET`.
+    pub bucket: String,
+    /// `EXECPLANE_S3_ACCESS_KEY_ID`.
+    pub access_key_id: String,
+    /// `EXECPLANE_S3_SECRET_ACCESS_KEY`.
+    pub secret_access_key: Secret,
+}
+
+impl Default for S3Settings {
+    fn default() -> Self {
+        Self {
+            endpoint: String::new(),
+            region: "garage".into(),
+            bucket: "execplane-artifacts".into(),
+            access_key_id: String::new(),
+            secret_access_key: Secret::default(),
+        }
+    }
+}
+
+/// The Vault-API secret store runners resolve references from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VaultConfig {
+    /// `EXECPLANE_VAULT_ADDR`: empty: no secret store.
+    pub addr: String,
+    /// `EXECPLANE_VAULT_TOKEN`: token auth.
+    pub token: Secret,
+    /// `EXECPLANE_VAULT_ROLE_ID`: AppRole auth (with the secret id).
+    pub role_id: String,
+    /// `EXECPLANE_VAULT_SECRET_ID`.
+    pub secret_id: Secret,
+    /// `EXECPLANE_VAULT_APPROLE_MOUNT`.
+    pub approle_mount: String,
+}
+
+impl Default for VaultConfig {
+    fn default() -> Self {
+        Self {
+            addr: String::new(),
+            token: Secret::default(),
+            role_id: String::new(),
+            secret_id: Secret::default(),
+            approle_mount: "approle".into(),
+        }
+    }
+}
+
+/// The whole configuration of one process, by area.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    pub database: DatabaseSettings,
+    pub kafka: KafkaSettings,
+    pub telemetry: TelemetrySettings,
+    pub dispatcher: DispatcherSettings,
+    pub runner: RunnerSettings,
+    pub verification: VerificationSettings,
+    pub policy: PolicySettings,
+    pub ingress: IngressSettings,
+    pub artifacts: ArtifactSettings,
+    pub s3: S3Settings,
+    pub vault: VaultConfig,
+}
+
+/// A value a setting holds: read from text (a variable, or a TOML value
+/// written as text), and shown back.
+pub trait SettingValue: Sized {
+    fn read(text: &str) -> Result<Self, String>;
+    fn show(&self) -> String;
+}
+
+impl SettingValue for String {
+    fn read(text: &str) -> Result<Self, String> {
+        Ok(text.to_owned())
+    }
+    fn show(&self) -> String {
+        self.clone()
+    }
+}
+
+impl SettingValue for Secret {
+    fn read(text: &str) -> Result<Self, String> {
+        Ok(Secret::new(text))
+    }
+    fn show(&self) -> String {
+        self.expose().to_owned()
+    }
+}
+
+impl SettingValue for bool {
+    fn read(text: &str) -> Result<Self, String> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(true),
+            "0" | "false" | "no" | "off" | "" => Ok(false),
+            other => Err(format!("`{other}` is not a boolean (true/false)")),
+        }
+    }
+    fn show(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl SettingValue for DurationMs {
+    fn read(text: &str) -> Result<Self, String> {
+        DurationMs::parse(text)
+    }
+    fn show(&self) -> String {
+        self.0.to_string()
+    }
+}
+
+impl SettingValue for LogFormat {
+    fn read(text: &str) -> Result<Self, String> {
+        match text.trim() {
+            "text" => Ok(LogFormat::Text),
+            "json" => Ok(LogFormat::Json),
+            other => Err(format!("`{other}` is neither `text` nor `json`")),
+        }
+    }
+    fn show(&self) -> String {
+        match self {
+            LogFormat::Text => "text".into(),
+            LogFormat::Json => "json".into(),
+        }
+    }
+}
+
+macro_rules! number_setting {
+    ($($kind:ty),*) => {$(
+        impl SettingValue for $kind {
+            fn read(text: &str) -> Result<Self, String> {
+                text.trim()
+                    .parse()
+                    .map_err(|error| format!("`{}` is not a number ({error})", text.trim()))
+            }
+            fn show(&self) -> String {
+                self.to_string()
+            }
+        }
+    )*};
+}
+number_setting!(u16, u32, i32, usize);
+
+/// One setting: its variable, the other names it is read from (the
+/// variable wins when both are set), and where it lives.
+pub struct Setting {
+    pub name: &'static str,
+    pub aliases: &'static [&'static str],
+    pub set: fn(&mut Config, &str) -> Result<(), String>,
+    pub get: fn(&Config) -> String,
+}
+
+impl Setting {
+    /// Its key in the TOML file: the name without `EXECPLANE_`, lowercase.
+    pub fn file_key(&self) -> String {
+        self.name
+            .strip_prefix("EXECPLANE_")
+            .unwrap_or(self.name)
+            .to_ascii_lowercase()
+    }
+}
+
+macro_rules! settings {
+    ($($name:literal $([$($alias:literal),*])? => $($field:ident).+;)*) => {
+        /// Every setting, once.
+        pub const SETTINGS: &[Setting] = &[$(
+            Setting {
+                name: $name,
+                aliases: &[$($($alias),*)?],
+                set: |config, text| {
+                    config.$($field).+ = SettingValue::read(text)?;
+                    Ok(())
+                },
+                get: |config| SettingValue::show(&config.$($field).+),
+            },
+        )*];
+    };
+}
+
+settings! {
+    "EXECPLANE_DATABASE_URL" ["DATABASE_URL"] => database.url;
+    "EXECPLANE_DATABASE_MAX_CONNECTIONS" => database.max_connections;
+    "EXECPLANE_KAFKA_BROKERS" => kafka.brokers;
+    "EXECPLANE_TOPIC_PREFIX" => kafka.topic_prefix;
+    "EXECPLANE_KAFKA_FETCH_WAIT_MS" => kafka.fetch_wait_ms;
+    "EXECPLANE_AVRO_FRAMING" => kafka.avro_framing;
+    "EXECPLANE_CONFLUENT_SCHEMA_IDS" => kafka.confluent_schema_ids;
+    "EXECPLANE_CONFLUENT_PREVIOUS_SCHEMA_IDS" => kafka.confluent_previous_schema_ids;
+    "EXECPLANE_DISPATCHER_GROUP" => dispatcher.group;
+    "EXECPLANE_DISPATCHER_MAX_BATCH" => dispatcher.max_batch;
+    "EXECPLANE_DISPATCHER_BATCH_WINDOW" => dispatcher.batch_window;
+    "EXECPLANE_CANCEL_GRACE" => dispatcher.cancel_grace;
+    "EXECPLANE_SWEEP_INTERVAL" => dispatcher.sweep_interval;
+    "EXECPLANE_PRESENCE_INTERVAL" => runner.presence_interval;
+    "EXECPLANE_PRESENCE_TTL" => dispatcher.presence_ttl;
+    "EXECPLANE_RUNNER_CAPACITY" => runner.capacity;
+    "EXECPLANE_RUNNER_POOL" => runner.pool;
+    "EXECPLANE_RUNNER_DRAIN_TIMEOUT" => runner.drain_timeout;
+    "EXECPLANE_INBOX_RETENTION" => dispatcher.inbox_retention;
+    "EXECPLANE_CALLBACK_MAX_ATTEMPTS" => dispatcher.callback_max_attempts;
+    "EXECPLANE_VERIFY_PROBES" => verification.probes;
+    "EXECPLANE_VERIFY_MAX_TIMEOUT" => verification.max_timeout;
+    "EXECPLANE_VERIFY_MAX_BODY_BYTES" => verification.max_body_bytes;
+    "EXECPLANE_POLICY_FILE" => policy.file;
+    "EXECPLANE_METRICS_ADDR" => telemetry.metrics_addr;
+    "EXECPLANE_INGRESS_KEY" ["PLUGIN_CONTROL_PLANE_KEY"] => ingress.key;
+    "EXECPLANE_API_KEY" => ingress.api_key;
+    "EXECPLANE_INGRESS_BIND" => ingress.bind;
+    "EXECPLANE_INGRESS_HTTP_PORT" ["RUNTIME_CONTROL_PLANE_HTTP_PORT"] => ingress.http_port;
+    "EXECPLANE_INGRESS_TCP_PORT" ["RUNTIME_CONTROL_PLANE_TCP_PORT"] => ingress.tcp_port;
+    "EXECPLANE_INGRESS_ALLOW_CIDRS" ["PLUGIN_CONTROL_PLANE_ALLOW_CIDRS"] => ingress.allow_cidrs;
+    "EXECPLANE_INGRESS_TRUST_PROXY" ["PLUGIN_CONTROL_PLANE_TRUST_PROXY"] => ingress.trust_proxy;
+    "EXECPLANE_INGRESS_TRUSTED_PROXIES" => ingress.trusted_proxies;
+    "EXECPLANE_INGRESS_MAX_BODY" => ingress.max_body;
+    "EXECPLANE_INGRESS_MAX_FRAME" => ingress.max_frame;
+    "EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PEER" => ingress.max_connections_per_peer;
+    "EXECPLANE_INGRESS_MAX_CONNECTIONS" => ingress.max_connections;
+    "EXECPLANE_INGRESS_HEADER_TIMEOUT" => ingress.header_timeout;
+    "EXECPLANE_INGRESS_PARTIAL_FRAME_BUDGET" => ingress.partial_frame_budget;
+    "EXECPLANE_INGRESS_READ_TIMEOUT" => ingress.read_timeout;
+    "EXECPLANE_INGRESS_IDLE_TIMEOUT" => ingress.idle_timeout;
+    "EXECPLANE_INGRESS_SESSION_TTL" => ingress.session_ttl;
+    "EXECPLANE_INGRESS_METRICS_UPSTREAM" => ingress.metrics_upstream;
+    "EXECPLANE_ARTIFACT_DIR" => artifacts.dir;
+    "EXECPLANE_S3_ENDPOINT" => s3.endpoint;
+    "EXECPLANE_S3_REGION" => s3.region;
+    "EXECPLANE_S3_BUCKET" => s3.bucket;
+    "EXECPLANE_S3_ACCESS_KEY_ID" => s3.access_key_id;
+    "EXECPLANE_S3_SECRET_ACCESS_KEY" => s3.secret_access_key;
+    "EXECPLANE_ARTIFACT_GROUP" => artifacts.group;
+    "EXECPLANE_ARTIFACT_GRACE" => artifacts.grace;
+    "EXECPLANE_ARTIFACT_DETECTORS" => artifacts.detectors;
+    "EXECPLANE_ARTIFACT_RETENTION_LOGS" => artifacts.retention_logs;
+    "EXECPLANE_ARTIFACT_RETENTION_RENDERED" => artifacts.retention_rendered;
+    "EXECPLANE_ARTIFACT_RETENTION_EVIDENCE" => artifacts.retention_evidence;
+    "EXECPLANE_ARTIFACT_GC_INTERVAL" => artifacts.gc_interval;
+    "EXECPLANE_VAULT_ADDR" => vault.addr;
+    "EXECPLANE_VAULT_TOKEN" => vault.token;
+    "EXECPLANE_VAULT_ROLE_ID" => vault.role_id;
+    "EXECPLANE_VAULT_SECRET_ID" => vault.secret_id;
+    "EXECPLANE_VAULT_APPROLE_MOUNT" => vault.approle_mount;
+    "EXECPLANE_LOG" => telemetry.log;
+    "EXECPLANE_LOG_FORMAT" => telemetry.log_format;
+}
+
+/// The variable naming the TOML file (not a setting of its own).
+pub const CONFIG_FILE_VARIABLE: &str = "EXECPLANE_CONFIG";
 
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -242,10 +547,9 @@ pub enum ConfigError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("config file {path}: {message}")]
-    Parse { path: PathBuf, message: String },
-    #[error("environment variable {name}: {message}")]
-    Env { name: &'static str, message: String },
+    /// Every problem found, from the file, the environment and the checks.
+    #[error("{} problem(s) in the configuration:\n  - {}", .0.len(), .0.join("\n  - "))]
+    Invalid(Vec<String>),
 }
 
 impl Config {
@@ -260,347 +564,191 @@ impl Config {
         file: Option<&Path>,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
+        let mut config = Config::default();
+        let mut problems = Vec::new();
         let file = file
             .map(Path::to_path_buf)
-            .or_else(|| env("EXECPLANE_CONFIG").map(PathBuf::from));
-        let mut config = match &file {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-                    path: path.clone(),
-                    source,
-                })?;
-                toml::from_str(&text).map_err(|error| ConfigError::Parse {
-                    path: path.clone(),
-                    message: error.to_string(),
-                })?
-            }
-            None => Config::default(),
-        };
-        if let Some(url) = env("EXECPLANE_DATABASE_URL").or_else(|| env("DATABASE_URL")) {
-            config.database_url = url;
-        }
-        if let Some(value) = env("EXECPLANE_DATABASE_MAX_CONNECTIONS") {
-            config.database_max_connections = value.parse().map_err(|_| ConfigError::Env {
-                name: "EXECPLANE_DATABASE_MAX_CONNECTIONS",
-                message: format!("`{value}` is not a positive integer"),
+            .or_else(|| env(CONFIG_FILE_VARIABLE).map(PathBuf::from));
+        if let Some(path) = &file {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.clone(),
+                source,
             })?;
+            config.apply_file(path, &text, &mut problems);
         }
-        if let Some(value) = env("EXECPLANE_LOG") {
-            config.log = value;
-        }
-        if let Some(value) = env("EXECPLANE_LOG_FORMAT") {
-            config.log_format = match value.as_str() {
-                "text" => LogFormat::Text,
-                "json" => LogFormat::Json,
-                other => {
-                    return Err(ConfigError::Env {
-                        name: "EXECPLANE_LOG_FORMAT",
-                        message: format!("`{other}` is neither `text` nor `json`"),
-                    })
+        for setting in SETTINGS {
+            let value =
+                env(setting.name).or_else(|| setting.aliases.iter().find_map(|alias| env(alias)));
+            if let Some(value) = value {
+                if let Err(message) = (setting.set)(&mut config, &value) {
+                    problems.push(format!("{}: {message}", setting.name));
                 }
-            };
-        }
-        if let Some(value) = env("EXECPLANE_KAFKA_BROKERS") {
-            config.kafka_brokers = value;
-        }
-        if let Some(value) = env("EXECPLANE_TOPIC_PREFIX") {
-            config.topic_prefix = value;
-        }
-        fn parse<T: std::str::FromStr>(name: &'static str, value: &str) -> Result<T, ConfigError> {
-            value.trim().parse().map_err(|_| ConfigError::Env {
-                name,
-                message: format!("`{value}` is not a valid value"),
-            })
-        }
-        fn duration(name: &'static str, value: &str) -> Result<DurationMs, ConfigError> {
-            DurationMs::parse(value).map_err(|message| ConfigError::Env { name, message })
-        }
-        for (name, field) in [
-            ("EXECPLANE_AVRO_FRAMING", &mut config.avro_framing),
-            (
-                "EXECPLANE_CONFLUENT_SCHEMA_IDS",
-                &mut config.confluent_schema_ids,
-            ),
-            (
-                "EXECPLANE_CONFLUENT_PREVIOUS_SCHEMA_IDS",
-                &mut config.confluent_previous_schema_ids,
-            ),
-        ] {
-            if let Some(value) = env(name) {
-                *field = value;
             }
         }
-        if let Some(value) = env("EXECPLANE_KAFKA_FETCH_WAIT_MS") {
-            config.kafka_fetch_wait_ms = parse("EXECPLANE_KAFKA_FETCH_WAIT_MS", &value)?;
+        config.check(&mut problems);
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError::Invalid(problems))
         }
-        if let Some(value) = env("EXECPLANE_DISPATCHER_GROUP") {
-            config.dispatcher_group = value;
-        }
-        if let Some(value) = env("EXECPLANE_DISPATCHER_MAX_BATCH") {
-            config.dispatcher_max_batch = parse("EXECPLANE_DISPATCHER_MAX_BATCH", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_DISPATCHER_BATCH_WINDOW") {
-            config.dispatcher_batch_window = duration("EXECPLANE_DISPATCHER_BATCH_WINDOW", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_CANCEL_GRACE") {
-            config.cancel_grace = duration("EXECPLANE_CANCEL_GRACE", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_SWEEP_INTERVAL") {
-            config.sweep_interval = duration("EXECPLANE_SWEEP_INTERVAL", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_PRESENCE_INTERVAL") {
-            config.presence_interval = duration("EXECPLANE_PRESENCE_INTERVAL", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_PRESENCE_TTL") {
-            config.presence_ttl = duration("EXECPLANE_PRESENCE_TTL", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_RUNNER_CAPACITY") {
-            config.runner_capacity = parse("EXECPLANE_RUNNER_CAPACITY", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_RUNNER_POOL") {
-            config.runner_pool = value;
-        }
-        if let Some(value) = env("EXECPLANE_RUNNER_DRAIN_TIMEOUT") {
-            config.runner_drain_timeout = duration("EXECPLANE_RUNNER_DRAIN_TIMEOUT", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_INBOX_RETENTION") {
-            config.inbox_retention = duration("EXECPLANE_INBOX_RETENTION", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_CALLBACK_MAX_ATTEMPTS") {
-            config.callback_max_attempts = parse("EXECPLANE_CALLBACK_MAX_ATTEMPTS", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_VERIFY_PROBES") {
-            config.verify_probes = value;
-        }
-        if let Some(value) = env("EXECPLANE_VERIFY_MAX_BODY_BYTES") {
-            config.verify_max_body_bytes = parse("EXECPLANE_VERIFY_MAX_BODY_BYTES", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_VERIFY_MAX_TIMEOUT") {
-            config.verify_max_timeout = duration("EXECPLANE_VERIFY_MAX_TIMEOUT", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_POLICY_FILE") {
-            config.policy_file = value;
-        }
-        if let Some(value) = env("EXECPLANE_INGRESS_MAX_CONNECTIONS") {
-            config.ingress_max_connections = parse("EXECPLANE_INGRESS_MAX_CONNECTIONS", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_INGRESS_HEADER_TIMEOUT") {
-            config.ingress_header_timeout = duration("EXECPLANE_INGRESS_HEADER_TIMEOUT", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_INGRESS_PARTIAL_FRAME_BUDGET") {
-            config.ingress_partial_frame_budget =
-                parse("EXECPLANE_INGRESS_PARTIAL_FRAME_BUDGET", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_METRICS_ADDR") {
-            config.metrics_addr = value;
-        }
-        if let Some(value) = env("EXECPLANE_INGRESS_BIND") {
-            config.ingress_bind = value;
-        }
-        if let Some(value) = env("EXECPLANE_INGRESS_HTTP_PORT") {
-            config.ingress_http_port = parse("EXECPLANE_INGRESS_HTTP_PORT", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_INGRESS_TCP_PORT") {
-            config.ingress_tcp_port = parse("EXECPLANE_INGRESS_TCP_PORT", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_INGRESS_KEY") {
-            config.ingress_key = Secret::new(value);
-        }
-        if let Some(value) = env("EXECPLANE_API_KEY") {
-            config.api_key = Secret::new(value);
-        }
-        if let Some(value) = env("EXECPLANE_INGRESS_ALLOW_CIDRS") {
-            config.ingress_allow_cidrs = value;
-        }
-        if let Some(value) = env("EXECPLANE_INGRESS_TRUST_PROXY") {
-            config.ingress_trust_proxy = match value.trim() {
-                "true" | "1" | "yes" => true,
-                "false" | "0" | "no" | "" => false,
+    }
+
+    /// The TOML file: flat keys, each a setting's variable without the
+    /// prefix, lowercase (`kafka_brokers = "…"`).
+    fn apply_file(&mut self, path: &Path, text: &str, problems: &mut Vec<String>) {
+        let table: toml::Table = match toml::from_str(text) {
+            Ok(table) => table,
+            Err(error) => {
+                problems.push(format!("config file {}: {error}", path.display()));
+                return;
+            }
+        };
+        for (key, value) in table {
+            let Some(setting) = SETTINGS.iter().find(|setting| setting.file_key() == key) else {
+                problems.push(format!(
+                    "config file {}: unknown key `{key}`",
+                    path.display()
+                ));
+                continue;
+            };
+            let text = match value {
+                toml::Value::String(text) => text,
+                toml::Value::Integer(number) => number.to_string(),
+                toml::Value::Boolean(flag) => flag.to_string(),
+                toml::Value::Float(number) => number.to_string(),
                 other => {
-                    return Err(ConfigError::Env {
-                        name: "EXECPLANE_INGRESS_TRUST_PROXY",
-                        message: format!("`{other}` is neither true nor false"),
-                    })
+                    problems.push(format!(
+                        "config file {}: `{key}` must be a string, number or boolean, not {}",
+                        path.display(),
+                        other.type_str()
+                    ));
+                    continue;
                 }
             };
-        }
-        if let Some(value) = env("EXECPLANE_INGRESS_TRUSTED_PROXIES") {
-            config.ingress_trusted_proxies = value;
-        }
-        if let Some(value) = env("EXECPLANE_INGRESS_MAX_BODY") {
-            config.ingress_max_body = parse("EXECPLANE_INGRESS_MAX_BODY", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_INGRESS_MAX_FRAME") {
-            config.ingress_max_frame = parse("EXECPLANE_INGRESS_MAX_FRAME", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PEER") {
-            config.ingress_max_connections_per_peer =
-                parse("EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PEER", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_INGRESS_READ_TIMEOUT") {
-            config.ingress_read_timeout = duration("EXECPLANE_INGRESS_READ_TIMEOUT", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_INGRESS_IDLE_TIMEOUT") {
-            config.ingress_idle_timeout = duration("EXECPLANE_INGRESS_IDLE_TIMEOUT", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_INGRESS_SESSION_TTL") {
-            config.ingress_session_ttl = duration("EXECPLANE_INGRESS_SESSION_TTL", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_INGRESS_METRICS_UPSTREAM") {
-            config.ingress_metrics_upstream = value;
-        }
-        if let Some(value) = env("EXECPLANE_ARTIFACT_DIR") {
-            config.artifact_dir = value;
-        }
-        if let Some(value) = env("EXECPLANE_ARTIFACT_GROUP") {
-            config.artifact_group = value;
-        }
-        if let Some(value) = env("EXECPLANE_ARTIFACT_GRACE") {
-            config.artifact_grace = duration("EXECPLANE_ARTIFACT_GRACE", &value)?;
-        }
-        if let Some(value) = env("EXECPLANE_ARTIFACT_DETECTORS") {
-            config.artifact_detectors = value;
-        }
-        for (name, field) in [
-            (
-                "EXECPLANE_ARTIFACT_RETENTION_LOGS",
-                &mut config.artifact_retention_logs,
-            ),
-            (
-                "EXECPLANE_ARTIFACT_RETENTION_RENDERED",
-                &mut config.artifact_retention_rendered,
-            ),
-            (
-                "EXECPLANE_ARTIFACT_RETENTION_EVIDENCE",
-                &mut config.artifact_retention_evidence,
-            ),
-            (
-                "EXECPLANE_ARTIFACT_GC_INTERVAL",
-                &mut config.artifact_gc_interval,
-            ),
-        ] {
-            if let Some(value) = env(name) {
-                *field = duration(name, &value)?;
+            if let Err(message) = (setting.set)(self, &text) {
+                problems.push(format!(
+                    "config file {}: `{key}`: {message}",
+                    path.display()
+                ));
             }
         }
-        if let Some(value) = env("EXECPLANE_S3_ENDPOINT") {
-            config.s3_endpoint = value;
+    }
+
+    /// The one validation pass: every rule across settings, every problem.
+    fn check(&mut self, problems: &mut Vec<String>) {
+        if let Err(message) = self.codec() {
+            problems.push(message);
         }
-        if let Some(value) = env("EXECPLANE_S3_REGION") {
-            config.s3_region = value;
+        if !self.policy.file.trim().is_empty() {
+            match crate::policy::OperatorPolicy::load(Path::new(self.policy.file.trim())) {
+                Ok(policy) => self.policy.loaded = Arc::new(policy),
+                Err(message) => problems.push(format!("EXECPLANE_POLICY_FILE: {message}")),
+            }
         }
-        if let Some(value) = env("EXECPLANE_S3_BUCKET") {
-            config.s3_bucket = value;
+        if let Err(message) = self.runner_pool() {
+            problems.push(message);
         }
-        if let Some(value) = env("EXECPLANE_S3_ACCESS_KEY_ID") {
-            config.s3_access_key_id = value;
+        let names: Vec<String> = self.detector_names();
+        if let Err(message) = crate::artifacts::Detectors::new(&names) {
+            problems.push(format!("EXECPLANE_ARTIFACT_DETECTORS: {message}"));
         }
-        if let Some(value) = env("EXECPLANE_S3_SECRET_ACCESS_KEY") {
-            config.s3_secret_access_key = Secret::new(value);
-        }
-        if !config.s3_endpoint.trim().is_empty()
-            && (config.s3_access_key_id.is_empty() || config.s3_secret_access_key.is_empty())
+        let s3 = &self.s3;
+        if !s3.endpoint.trim().is_empty()
+            && (s3.access_key_id.is_empty() || s3.secret_access_key.is_empty())
         {
-            return Err(ConfigError::Env {
-                name: "EXECPLANE_S3_ENDPOINT",
-                message: "set EXECPLANE_S3_ACCESS_KEY_ID and EXECPLANE_S3_SECRET_ACCESS_KEY too"
+            problems.push(
+                "EXECPLANE_S3_ENDPOINT: set EXECPLANE_S3_ACCESS_KEY_ID and EXECPLANE_S3_SECRET_ACCESS_KEY too"
                     .into(),
-            });
+            );
         }
-        if config.artifact_retention_evidence < config.artifact_retention_logs {
-            return Err(ConfigError::Env {
-                name: "EXECPLANE_ARTIFACT_RETENTION_EVIDENCE",
-                message: "evidence must be kept at least as long as logs".into(),
-            });
+        let artifacts = &self.artifacts;
+        if artifacts.retention_evidence < artifacts.retention_logs {
+            problems.push(
+                "EXECPLANE_ARTIFACT_RETENTION_EVIDENCE: evidence must be kept at least as long as logs"
+                    .into(),
+            );
         }
-        if let Some(value) = env("EXECPLANE_VAULT_ADDR") {
-            config.vault_addr = value;
-        }
-        if let Some(value) = env("EXECPLANE_VAULT_TOKEN") {
-            config.vault_token = Secret::new(value);
-        }
-        if let Some(value) = env("EXECPLANE_VAULT_ROLE_ID") {
-            config.vault_role_id = value;
-        }
-        if let Some(value) = env("EXECPLANE_VAULT_SECRET_ID") {
-            config.vault_secret_id = Secret::new(value);
-        }
-        if let Some(value) = env("EXECPLANE_VAULT_APPROLE_MOUNT") {
-            config.vault_approle_mount = value;
-        }
-        if !config.vault_addr.trim().is_empty()
-            && config.vault_token.is_empty()
-            && (config.vault_role_id.is_empty() || config.vault_secret_id.is_empty())
+        let vault = &self.vault;
+        if !vault.addr.trim().is_empty()
+            && vault.token.is_empty()
+            && (vault.role_id.is_empty() || vault.secret_id.is_empty())
         {
-            return Err(ConfigError::Env {
-                name: "EXECPLANE_VAULT_ADDR",
-                message: "set EXECPLANE_VAULT_TOKEN, or EXECPLANE_VAULT_ROLE_ID and EXECPLANE_VAULT_SECRET_ID".into(),
-            });
+            problems.push("EXECPLANE_VAULT_ADDR: set EXECPLANE_VAULT_TOKEN, or EXECPLANE_VAULT_ROLE_ID and EXECPLANE_VAULT_SECRET_ID".into());
         }
-        if !config.metrics_addr.trim().is_empty()
-            && config
-                .metrics_addr
-                .trim()
-                .parse::<std::net::SocketAddr>()
-                .is_err()
+        let metrics = self.telemetry.metrics_addr.trim();
+        if !metrics.is_empty() && metrics.parse::<std::net::SocketAddr>().is_err() {
+            problems.push(format!(
+                "EXECPLANE_METRICS_ADDR: `{metrics}` is not an address such as 127.0.0.1:9464"
+            ));
+        }
+        for (name, positive) in [
+            ("EXECPLANE_RUNNER_CAPACITY", self.runner.capacity > 0),
+            (
+                "EXECPLANE_DISPATCHER_MAX_BATCH",
+                self.dispatcher.max_batch > 0,
+            ),
+            (
+                "EXECPLANE_DATABASE_MAX_CONNECTIONS",
+                self.database.max_connections > 0,
+            ),
+            (
+                "EXECPLANE_VERIFY_MAX_BODY_BYTES",
+                self.verification.max_body_bytes > 0,
+            ),
+        ] {
+            if !positive {
+                problems.push(format!("{name}: must be at least 1"));
+            }
+        }
+    }
+
+    fn detector_names(&self) -> Vec<String> {
+        self.artifacts
+            .detectors
+            .split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn runner_pool(&self) -> Result<std::collections::BTreeMap<String, String>, String> {
+        let mut pool = std::collections::BTreeMap::new();
+        for pair in self
+            .runner
+            .pool
+            .split(',')
+            .map(str::trim)
+            .filter(|pair| !pair.is_empty())
         {
-            return Err(ConfigError::Env {
-                name: "EXECPLANE_METRICS_ADDR",
-                message: format!(
-                    "`{}` is not an address such as 127.0.0.1:9464",
-                    config.metrics_addr
-                ),
-            });
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| format!("EXECPLANE_RUNNER_POOL: `{pair}` is not key=value"))?;
+            pool.insert(key.trim().to_owned(), value.trim().to_owned());
         }
-        if config.runner_capacity == 0 || config.dispatcher_max_batch == 0 {
-            return Err(ConfigError::Env {
-                name: "EXECPLANE_RUNNER_CAPACITY / EXECPLANE_DISPATCHER_MAX_BATCH",
-                message: "must be at least 1".into(),
-            });
-        }
-        config.codec()?;
-        if !config.policy_file.trim().is_empty() {
-            let policy = crate::policy::OperatorPolicy::load(Path::new(config.policy_file.trim()))
-                .map_err(|message| ConfigError::Env {
-                    name: "EXECPLANE_POLICY_FILE",
-                    message,
-                })?;
-            config.policy = std::sync::Arc::new(policy);
-        }
-        if config.verify_max_body_bytes == 0 {
-            return Err(ConfigError::Env {
-                name: "EXECPLANE_VERIFY_MAX_BODY_BYTES",
-                message: "must be at least 1".into(),
-            });
-        }
-        if config.database_max_connections == 0 {
-            return Err(ConfigError::Env {
-                name: "EXECPLANE_DATABASE_MAX_CONNECTIONS",
-                message: "must be at least 1".into(),
-            });
-        }
-        Ok(config)
+        Ok(pool)
     }
 }
 
+/// What each role is given, assembled from the settings (no I/O).
 impl Config {
     pub fn kafka(&self) -> crate::kafka::KafkaConfig {
         crate::kafka::KafkaConfig {
-            brokers: self.kafka_brokers.clone(),
-            topic_prefix: self.topic_prefix.clone(),
-            fetch_wait_ms: self.kafka_fetch_wait_ms,
-            // Checked when the configuration was loaded.
+            brokers: self.kafka.brokers.clone(),
+            topic_prefix: self.kafka.topic_prefix.clone(),
+            fetch_wait_ms: self.kafka.fetch_wait_ms,
+            // Checked by the validation pass.
             codec: self.codec().unwrap_or_default(),
         }
     }
 
     /// The codec the framing settings describe.
-    pub fn codec(&self) -> Result<crate::codec::Codec, ConfigError> {
+    pub fn codec(&self) -> Result<crate::codec::Codec, String> {
         use crate::codec::{Codec, Family, Framing, RegistryIds};
         fn ids(
             name: &'static str,
             list: &str,
-        ) -> Result<std::collections::HashMap<Family, u32>, ConfigError> {
+        ) -> Result<std::collections::HashMap<Family, u32>, String> {
             let mut ids = std::collections::HashMap::new();
             for pair in list
                 .split(',')
@@ -618,99 +766,86 @@ impl Config {
                         .iter()
                         .map(|family| family.file_stem())
                         .collect();
-                    return Err(ConfigError::Env {
-                        name,
-                        message: format!(
-                            "`{pair}` is not <family>=<registry id>; families: {}",
-                            families.join(", ")
-                        ),
-                    });
+                    return Err(format!(
+                        "{name}: `{pair}` is not <family>=<registry id>; families: {}",
+                        families.join(", ")
+                    ));
                 };
                 ids.insert(family, id);
             }
             Ok(ids)
         }
-        let framing = match self.avro_framing.trim() {
+        let framing = match self.kafka.avro_framing.trim() {
             "single-object" | "" => Framing::SingleObject,
             "confluent" => Framing::Confluent,
             other => {
-                return Err(ConfigError::Env {
-                    name: "EXECPLANE_AVRO_FRAMING",
-                    message: format!("`{other}` is neither `single-object` nor `confluent`"),
-                })
+                return Err(format!(
+                    "EXECPLANE_AVRO_FRAMING: `{other}` is neither `single-object` nor `confluent`"
+                ))
             }
         };
         let registry = RegistryIds {
-            current: ids("EXECPLANE_CONFLUENT_SCHEMA_IDS", &self.confluent_schema_ids)?,
+            current: ids(
+                "EXECPLANE_CONFLUENT_SCHEMA_IDS",
+                &self.kafka.confluent_schema_ids,
+            )?,
             previous: ids(
                 "EXECPLANE_CONFLUENT_PREVIOUS_SCHEMA_IDS",
-                &self.confluent_previous_schema_ids,
+                &self.kafka.confluent_previous_schema_ids,
             )?,
         };
-        Codec::new(framing, registry).map_err(|error| ConfigError::Env {
-            name: "EXECPLANE_CONFLUENT_SCHEMA_IDS",
-            message: error.to_string(),
-        })
+        Codec::new(framing, registry)
+            .map_err(|error| format!("EXECPLANE_CONFLUENT_SCHEMA_IDS: {error}"))
     }
 
     pub fn dispatcher(&self) -> crate::dispatcher::DispatcherConfig {
+        let settings = &self.dispatcher;
         crate::dispatcher::DispatcherConfig {
-            group: self.dispatcher_group.clone(),
-            max_batch: self.dispatcher_max_batch,
-            batch_window: self.dispatcher_batch_window.as_std(),
-            cancel_grace: self.cancel_grace.as_std(),
-            sweep_interval: self.sweep_interval.as_std(),
-            presence_ttl: self.presence_ttl.as_std(),
-            inbox_retention: self.inbox_retention.as_std(),
+            group: settings.group.clone(),
+            max_batch: settings.max_batch,
+            batch_window: settings.batch_window.as_std(),
+            cancel_grace: settings.cancel_grace.as_std(),
+            sweep_interval: settings.sweep_interval.as_std(),
+            presence_ttl: settings.presence_ttl.as_std(),
+            inbox_retention: settings.inbox_retention.as_std(),
             callbacks: crate::dispatcher::CallbackConfig {
-                max_attempts: self.callback_max_attempts,
-                policy: self.policy.clone(),
+                max_attempts: settings.callback_max_attempts,
+                policy: self.policy.loaded.clone(),
                 ..Default::default()
             },
-            policy: self.policy.clone(),
+            policy: self.policy.loaded.clone(),
             ..Default::default()
         }
     }
 
-    pub fn runner(&self) -> Result<crate::runner::RunnerConfig, ConfigError> {
-        let mut pool = std::collections::BTreeMap::new();
-        for pair in self
-            .runner_pool
-            .split(',')
-            .map(str::trim)
-            .filter(|pair| !pair.is_empty())
-        {
-            let (key, value) = pair.split_once('=').ok_or_else(|| ConfigError::Env {
-                name: "EXECPLANE_RUNNER_POOL",
-                message: format!("`{pair}` is not key=value"),
-            })?;
-            pool.insert(key.trim().to_owned(), value.trim().to_owned());
-        }
-        Ok(crate::runner::RunnerConfig {
-            capacity: self.runner_capacity,
-            pool,
-            presence_interval: self.presence_interval.as_std(),
-            drain_timeout: self.runner_drain_timeout.as_std(),
-            policy: self.policy.clone(),
+    pub fn runner(&self) -> crate::runner::RunnerConfig {
+        crate::runner::RunnerConfig {
+            capacity: self.runner.capacity,
+            // Checked by the validation pass.
+            pool: self.runner_pool().unwrap_or_default(),
+            presence_interval: self.runner.presence_interval.as_std(),
+            drain_timeout: self.runner.drain_timeout.as_std(),
+            policy: self.policy.loaded.clone(),
             ..Default::default()
-        })
+        }
     }
 
     /// The secret store runners use, when one is configured (AppRole wins
     /// over a token when both are set).
-    pub fn vault(&self) -> Option<crate::secrets::VaultSettings> {
-        let address = self.vault_addr.trim();
+    pub fn secret_store(&self) -> Option<crate::secrets::VaultSettings> {
+        let vault = &self.vault;
+        let address = vault.addr.trim();
         if address.is_empty() {
             return None;
         }
-        let auth = if !self.vault_role_id.is_empty() && !self.vault_secret_id.is_empty() {
+        let auth = if !vault.role_id.is_empty() && !vault.secret_id.is_empty() {
             crate::secrets::VaultAuth::AppRole {
-                mount: self.vault_approle_mount.clone(),
-                role_id: self.vault_role_id.clone(),
-                secret_id: self.vault_secret_id.clone(),
+                mount: vault.approle_mount.clone(),
+                role_id: vault.role_id.clone(),
+                secret_id: vault.secret_id.clone(),
             }
         } else {
-            crate::secrets::VaultAuth::Token(self.vault_token.clone())
+            crate::secrets::VaultAuth::Token(vault.token.clone())
         };
         Some(crate::secrets::VaultSettings {
             address: address.to_owned(),
@@ -720,65 +855,54 @@ impl Config {
     }
 
     /// Where artifacts are stored: S3 when an endpoint is configured, else
-    /// the local directory.
-    pub fn storage(&self) -> crate::artifacts::Storage {
-        if self.s3_endpoint.trim().is_empty() {
-            crate::artifacts::Storage::Local(crate::artifacts::LocalDir::new(&self.artifact_dir))
+    /// the local directory (the storage itself is opened by its user).
+    pub fn storage(&self) -> crate::artifacts::StorageSettings {
+        if self.s3.endpoint.trim().is_empty() {
+            crate::artifacts::StorageSettings::Local(self.artifacts.dir.clone().into())
         } else {
-            crate::artifacts::Storage::S3(crate::artifacts::S3::new(
-                &crate::artifacts::S3Settings {
-                    endpoint: self.s3_endpoint.trim().to_owned(),
-                    region: self.s3_region.clone(),
-                    bucket: self.s3_bucket.clone(),
-                    access_key_id: self.s3_access_key_id.clone(),
-                    secret_access_key: self.s3_secret_access_key.clone(),
-                },
-            ))
+            crate::artifacts::StorageSettings::S3(crate::artifacts::S3Settings {
+                endpoint: self.s3.endpoint.trim().to_owned(),
+                region: self.s3.region.clone(),
+                bucket: self.s3.bucket.clone(),
+                access_key_id: self.s3.access_key_id.clone(),
+                secret_access_key: self.s3.secret_access_key.clone(),
+            })
         }
     }
 
     pub fn retention(&self) -> crate::store::Retention {
         crate::store::Retention {
-            logs: self.artifact_retention_logs.as_std(),
-            rendered: self.artifact_retention_rendered.as_std(),
-            evidence: self.artifact_retention_evidence.as_std(),
+            logs: self.artifacts.retention_logs.as_std(),
+            rendered: self.artifacts.retention_rendered.as_std(),
+            evidence: self.artifacts.retention_evidence.as_std(),
         }
     }
 
-    pub fn artifacts(&self) -> Result<crate::artifacts::ArtifactConfig, ConfigError> {
-        let names: Vec<String> = self
-            .artifact_detectors
-            .split(',')
-            .map(str::trim)
-            .filter(|name| !name.is_empty())
-            .map(str::to_owned)
-            .collect();
-        Ok(crate::artifacts::ArtifactConfig {
-            group: self.artifact_group.clone(),
-            grace: self.artifact_grace.as_std(),
+    pub fn artifacts(&self) -> crate::artifacts::ArtifactConfig {
+        crate::artifacts::ArtifactConfig {
+            group: self.artifacts.group.clone(),
+            grace: self.artifacts.grace.as_std(),
             retention: self.retention(),
-            gc_interval: self.artifact_gc_interval.as_std(),
-            detectors: crate::artifacts::Detectors::new(&names).map_err(|message| {
-                ConfigError::Env {
-                    name: "EXECPLANE_ARTIFACT_DETECTORS",
-                    message,
-                }
-            })?,
-        })
+            gc_interval: self.artifacts.gc_interval.as_std(),
+            // Checked by the validation pass.
+            detectors: crate::artifacts::Detectors::new(&self.detector_names())
+                .unwrap_or_else(|_| crate::artifacts::Detectors::all()),
+        }
     }
 
     pub fn verification(&self) -> crate::runners::verification::VerificationConfig {
         crate::runners::verification::VerificationConfig {
             allowed_probes: self
-                .verify_probes
+                .verification
+                .probes
                 .split(',')
                 .map(str::trim)
                 .filter(|probe| !probe.is_empty())
                 .map(str::to_owned)
                 .collect(),
-            max_timeout: self.verify_max_timeout.as_std(),
-            max_body_bytes: self.verify_max_body_bytes,
-            policy: self.policy.clone(),
+            max_timeout: self.verification.max_timeout.as_std(),
+            max_body_bytes: self.verification.max_body_bytes,
+            policy: self.policy.loaded.clone(),
             ..Default::default()
         }
     }
@@ -789,35 +913,199 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    fn load(env: &[(&str, &str)], file: Option<&Path>) -> Result<Config, ConfigError> {
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+            .collect();
+        Config::load_from(file, |name| env.get(name).cloned())
+    }
+
+    /// A value of the right kind for a setting, different from its
+    /// default, and the partners it needs to pass the checks.
+    fn sample(setting: &Setting, policy: &Path) -> (String, Vec<(&'static str, String)>) {
+        let all_ids = "commands=1,attempt-events=2,runner-events=3,work-items=4,results=5,artifacts=6,runner-presence=7,log-chunks=8";
+        let special = match setting.name {
+            "EXECPLANE_POLICY_FILE" => Some(policy.display().to_string()),
+            "EXECPLANE_METRICS_ADDR" => Some("127.0.0.1:9999".into()),
+            "EXECPLANE_AVRO_FRAMING" => Some("confluent".into()),
+            "EXECPLANE_CONFLUENT_SCHEMA_IDS" => Some(all_ids.into()),
+            "EXECPLANE_CONFLUENT_PREVIOUS_SCHEMA_IDS" => Some("attempt-events=99".into()),
+            "EXECPLANE_ARTIFACT_DETECTORS" => Some("bearer_token".into()),
+            "EXECPLANE_ARTIFACT_RETENTION_LOGS" => Some("1d".into()),
+            "EXECPLANE_ARTIFACT_RETENTION_EVIDENCE" => Some("400d".into()),
+            "EXECPLANE_RUNNER_POOL" => Some("zone=a".into()),
+            _ => None,
+        };
+        let partners = match setting.name {
+            "EXECPLANE_S3_ENDPOINT" => vec![
+                ("EXECPLANE_S3_ACCESS_KEY_ID", "k".to_owned()),
+                ("EXECPLANE_S3_SECRET_ACCESS_KEY", "s".to_owned()),
+            ],
+            "EXECPLANE_VAULT_ADDR" => vec![("EXECPLANE_VAULT_TOKEN", "t".to_owned())],
+            "EXECPLANE_AVRO_FRAMING" => {
+                vec![("EXECPLANE_CONFLUENT_SCHEMA_IDS", all_ids.to_owned())]
+            }
+            _ => Vec::new(),
+        };
+        if let Some(value) = special {
+            return (value, partners);
+        }
+        let default = (setting.get)(&Config::default());
+        let mut probe = Config::default();
+        for candidate in ["8123", "2m", "true", "json", "sample-value"] {
+            if (setting.set)(&mut probe, candidate).is_ok() && (setting.get)(&probe) != default {
+                return (candidate.to_owned(), partners);
+            }
+        }
+        panic!("no sample for {}", setting.name)
+    }
+
     #[test]
-    fn environment_wins_over_file_over_defaults() {
+    fn every_variable_and_alias_is_read_into_its_place() {
+        let policy =
+            std::env::temp_dir().join(format!("execplane-policy-{}.toml", std::process::id()));
+        std::fs::write(&policy, "").unwrap();
+        for setting in SETTINGS {
+            let (value, partners) = sample(setting, &policy);
+            let expected = {
+                let mut config = Config::default();
+                (setting.set)(&mut config, &value).unwrap();
+                (setting.get)(&config)
+            };
+            assert_ne!(
+                expected,
+                (setting.get)(&Config::default()),
+                "{}",
+                setting.name
+            );
+            for name in std::iter::once(&setting.name).chain(setting.aliases) {
+                let mut env: Vec<(&str, &str)> = vec![(name, value.as_str())];
+                env.extend(partners.iter().map(|(key, value)| (*key, value.as_str())));
+                let config =
+                    load(&env, None).unwrap_or_else(|error| panic!("{name}={value}: {error}"));
+                assert_eq!((setting.get)(&config), expected, "{name}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_variable_wins_over_its_alias_and_the_file_over_the_defaults() {
+        let config = load(
+            &[
+                ("PLUGIN_CONTROL_PLANE_KEY", "from-the-alias-0123"),
+                ("EXECPLANE_INGRESS_KEY", "from-the-variable-01"),
+            ],
+            None,
+        )
+        .unwrap();
+        assert_eq!(config.ingress.key.expose(), "from-the-variable-01");
+        let config = load(&[("RUNTIME_CONTROL_PLANE_HTTP_PORT", "4000")], None).unwrap();
+        assert_eq!(config.ingress.http_port, 4000);
         let dir = std::env::temp_dir().join(format!("execplane-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("execplane.toml");
-        std::fs::write(&path, "database_url = \"postgres://file/db\"\nlog_format = \"json\"\ntopic_prefix = \"t1.\"\n").unwrap();
-        let env: HashMap<&str, &str> = HashMap::from([
-            ("DATABASE_URL", "postgres://generic/db"),
-            ("EXECPLANE_TOPIC_PREFIX", "t2."),
-        ]);
-        let config = Config::load_from(Some(&path), |name| {
-            env.get(name).map(|value| value.to_string())
-        })
+        std::fs::write(
+            &path,
+            "database_url = \"postgres://file/db\"\nlog_format = \"json\"\ntopic_prefix = \"t1.\"\nrunner_capacity = 3\ningress_trust_proxy = true\ningress_trusted_proxies = \"10.0.0.0/8\"\n",
+        )
         .unwrap();
-        assert_eq!(config.database_url, "postgres://generic/db");
-        assert_eq!(config.log_format, LogFormat::Json);
-        assert_eq!(config.topic_prefix, "t2.");
-        let env: HashMap<&str, &str> = HashMap::from([
-            ("DATABASE_URL", "postgres://generic/db"),
-            ("EXECPLANE_DATABASE_URL", "postgres://own/db"),
-        ]);
-        let config =
-            Config::load_from(None, |name| env.get(name).map(|value| value.to_string())).unwrap();
-        assert_eq!(config.database_url, "postgres://own/db");
-        assert_eq!(config.kafka_brokers, defaults::KAFKA_BROKERS);
-        std::fs::write(&path, "databse_url = 1\n").unwrap();
-        assert!(matches!(
-            Config::load_from(Some(&path), |_| None),
-            Err(ConfigError::Parse { .. })
-        ));
+        let config = load(
+            &[
+                ("DATABASE_URL", "postgres://generic/db"),
+                ("EXECPLANE_TOPIC_PREFIX", "t2."),
+            ],
+            Some(&path),
+        )
+        .unwrap();
+        assert_eq!(config.database.url, "postgres://generic/db");
+        assert_eq!(config.telemetry.log_format, LogFormat::Json);
+        assert_eq!(config.kafka.topic_prefix, "t2.");
+        assert_eq!(config.runner.capacity, 3);
+        assert!(config.ingress.trust_proxy);
+        assert_eq!(config.kafka.brokers, defaults::KAFKA_BROKERS);
+    }
+
+    #[test]
+    fn every_problem_is_reported_at_once() {
+        let dir = std::env::temp_dir().join(format!("execplane-config-bad-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bad.toml");
+        std::fs::write(&path, "databse_url = 1\nrunner_capacity = \"many\"\n").unwrap();
+        let error = load(
+            &[
+                ("EXECPLANE_INGRESS_HTTP_PORT", "99999"),
+                ("EXECPLANE_SWEEP_INTERVAL", "soon"),
+                ("EXECPLANE_LOG_FORMAT", "xml"),
+                ("EXECPLANE_S3_ENDPOINT", "http://127.0.0.1:3900"),
+                ("EXECPLANE_AVRO_FRAMING", "protobuf"),
+                ("EXECPLANE_RUNNER_POOL", "zone"),
+                ("EXECPLANE_METRICS_ADDR", "here"),
+            ],
+            Some(&path),
+        )
+        .unwrap_err();
+        let ConfigError::Invalid(problems) = &error else {
+            panic!("{error}");
+        };
+        for expected in [
+            "unknown key `databse_url`",
+            "`runner_capacity`",
+            "EXECPLANE_INGRESS_HTTP_PORT",
+            "EXECPLANE_SWEEP_INTERVAL",
+            "EXECPLANE_LOG_FORMAT",
+            "EXECPLANE_S3_ENDPOINT",
+            "EXECPLANE_AVRO_FRAMING",
+            "EXECPLANE_RUNNER_POOL",
+            "EXECPLANE_METRICS_ADDR",
+        ] {
+            assert!(
+                problems.iter().any(|problem| problem.contains(expected)),
+                "{expected} missing from {problems:#?}"
+            );
+        }
+        assert_eq!(problems.len(), 9, "{problems:#?}");
+    }
+
+    #[test]
+    fn the_readme_table_and_the_settings_agree_both_ways() {
+        let readme = include_str!("../README.md");
+        let table: Vec<&str> = readme
+            .lines()
+            .skip_while(|line| !line.starts_with("| variable | default | meaning |"))
+            .skip(2)
+            .take_while(|line| line.starts_with('|'))
+            .collect();
+        assert!(!table.is_empty(), "the README has a configuration table");
+        let mut documented = std::collections::BTreeSet::new();
+        for row in &table {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            let names: Vec<&str> = cells[1].split('`').skip(1).step_by(2).collect();
+            for name in &names {
+                documented.insert((*name).to_owned());
+            }
+            // A single default in backticks is the setting's default.
+            let defaults: Vec<&str> = cells[2].split('`').skip(1).step_by(2).collect();
+            if let ([name], [default]) = (names.as_slice(), defaults.as_slice()) {
+                if let Some(setting) = SETTINGS.iter().find(|setting| setting.name == *name) {
+                    let mut parsed = Config::default();
+                    (setting.set)(&mut parsed, default).unwrap();
+                    assert_eq!(
+                        (setting.get)(&parsed),
+                        (setting.get)(&Config::default()),
+                        "README default of {name}"
+                    );
+                }
+            }
+        }
+        let mut declared = std::collections::BTreeSet::new();
+        declared.insert(CONFIG_FILE_VARIABLE.to_owned());
+        for setting in SETTINGS {
+            declared.insert(setting.name.to_owned());
+            for alias in setting.aliases {
+                declared.insert((*alias).to_owned());
+            }
+        }
+        assert_eq!(documented, declared, "README table vs config::SETTINGS");
     }
 }

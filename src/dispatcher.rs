@@ -71,6 +71,8 @@ pub enum DispatcherError {
     HttpClient(String),
     #[error("a blocking task failed: {0}")]
     Task(String),
+    #[error("the broker did not take a dead letter after repeated tries; stopping with nothing committed")]
+    DeadLetter,
 }
 
 /// Runs every dispatcher task until `shutdown`.

@@ -1,4 +1,4 @@
-//! The ingress (DESIGN §7): a front door for executors that do not speak
+//! The ingress (docs/INGRESS.md): a front door for executors that do not speak
 //! Kafka (HTTP and a length-prefixed TCP protocol) and the internal execute
 //! API (HTTP). It opens no second path into the state: reports and commands
 //! are validated, checked against the runner catalog and produced to the
@@ -72,8 +72,8 @@ impl IngressConfig {
     pub fn from_config(config: &Config) -> Result<Self, Vec<String>> {
         let mut problems = Vec::new();
         for (name, key) in [
-            ("EXECPLANE_INGRESS_KEY", &config.ingress_key),
-            ("EXECPLANE_API_KEY", &config.api_key),
+            ("EXECPLANE_INGRESS_KEY", &config.ingress.key),
+            ("EXECPLANE_API_KEY", &config.ingress.api_key),
         ] {
             if key.is_empty() {
                 problems.push(format!("{name} is not set: the ingress has no default key"));
@@ -81,54 +81,54 @@ impl IngressConfig {
                 problems.push(format!("{name} is shorter than {MIN_KEY_CHARS} characters"));
             }
         }
-        if !config.ingress_key.is_empty() && config.ingress_key == config.api_key {
+        if !config.ingress.key.is_empty() && config.ingress.key == config.ingress.api_key {
             problems.push(
                 "EXECPLANE_INGRESS_KEY and EXECPLANE_API_KEY are the same: executors could call the execute API".into(),
             );
         }
-        let allow = Cidrs::parse(&config.ingress_allow_cidrs).unwrap_or_else(|error| {
+        let allow = Cidrs::parse(&config.ingress.allow_cidrs).unwrap_or_else(|error| {
             problems.push(format!("EXECPLANE_INGRESS_ALLOW_CIDRS: {error}"));
             Cidrs::default()
         });
         if allow.is_empty() {
             problems.push("EXECPLANE_INGRESS_ALLOW_CIDRS admits nobody".into());
         }
-        let trusted = Cidrs::parse(&config.ingress_trusted_proxies).unwrap_or_else(|error| {
+        let trusted = Cidrs::parse(&config.ingress.trusted_proxies).unwrap_or_else(|error| {
             problems.push(format!("EXECPLANE_INGRESS_TRUSTED_PROXIES: {error}"));
             Cidrs::default()
         });
-        if config.ingress_trust_proxy && trusted.is_empty() {
+        if config.ingress.trust_proxy && trusted.is_empty() {
             problems.push(
                 "EXECPLANE_INGRESS_TRUST_PROXY is on but EXECPLANE_INGRESS_TRUSTED_PROXIES is empty"
                     .into(),
             );
         }
-        let bind: Option<IpAddr> = config.ingress_bind.trim().parse().ok();
+        let bind: Option<IpAddr> = config.ingress.bind.trim().parse().ok();
         if bind.is_none() {
             problems.push(format!(
                 "EXECPLANE_INGRESS_BIND: `{}` is not an IP address",
-                config.ingress_bind
+                config.ingress.bind
             ));
         }
-        if config.ingress_max_body == 0 || config.ingress_max_frame == 0 {
+        if config.ingress.max_body == 0 || config.ingress.max_frame == 0 {
             problems.push("EXECPLANE_INGRESS_MAX_BODY and _MAX_FRAME must be positive".into());
         }
-        if config.ingress_max_connections_per_peer == 0 || config.ingress_max_connections == 0 {
+        if config.ingress.max_connections_per_peer == 0 || config.ingress.max_connections == 0 {
             problems.push(
                 "EXECPLANE_INGRESS_MAX_CONNECTIONS and _MAX_CONNECTIONS_PER_PEER must be positive"
                     .into(),
             );
         }
-        if config.ingress_partial_frame_budget < config.ingress_max_frame {
+        if config.ingress.partial_frame_budget < config.ingress.max_frame {
             problems.push(
                 "EXECPLANE_INGRESS_PARTIAL_FRAME_BUDGET must hold at least one frame of EXECPLANE_INGRESS_MAX_FRAME"
                     .into(),
             );
         }
-        if config.ingress_header_timeout.as_std().is_zero() {
+        if config.ingress.header_timeout.as_std().is_zero() {
             problems.push("EXECPLANE_INGRESS_HEADER_TIMEOUT must be positive".into());
         }
-        let idle_timeout = config.ingress_idle_timeout.as_std();
+        let idle_timeout = config.ingress.idle_timeout.as_std();
         if idle_timeout < Duration::from_millis(2 * protocol::MAX_POLL_WAIT_MS) {
             problems.push(format!(
                 "EXECPLANE_INGRESS_IDLE_TIMEOUT must be at least {} s (twice the longest poll)",
@@ -140,28 +140,28 @@ impl IngressConfig {
         }
         let bind = bind.unwrap_or(IpAddr::from([127, 0, 0, 1]));
         Ok(Self {
-            http: SocketAddr::new(bind, config.ingress_http_port),
-            tcp: SocketAddr::new(bind, config.ingress_tcp_port),
-            ingress_key: config.ingress_key.clone(),
-            api_key: config.api_key.clone(),
+            http: SocketAddr::new(bind, config.ingress.http_port),
+            tcp: SocketAddr::new(bind, config.ingress.tcp_port),
+            ingress_key: config.ingress.key.clone(),
+            api_key: config.ingress.api_key.clone(),
             allow,
             resolver: ClientResolver {
-                trust_proxy: config.ingress_trust_proxy,
+                trust_proxy: config.ingress.trust_proxy,
                 trusted,
             },
-            max_body: config.ingress_max_body,
-            max_frame: config.ingress_max_frame,
-            max_connections_per_peer: config.ingress_max_connections_per_peer,
-            max_connections: config.ingress_max_connections,
-            header_timeout: config.ingress_header_timeout.as_std(),
-            partial_frame_budget: config.ingress_partial_frame_budget,
-            read_timeout: config.ingress_read_timeout.as_std(),
+            max_body: config.ingress.max_body,
+            max_frame: config.ingress.max_frame,
+            max_connections_per_peer: config.ingress.max_connections_per_peer,
+            max_connections: config.ingress.max_connections,
+            header_timeout: config.ingress.header_timeout.as_std(),
+            partial_frame_budget: config.ingress.partial_frame_budget,
+            read_timeout: config.ingress.read_timeout.as_std(),
             idle_timeout,
-            session_ttl: config.ingress_session_ttl.as_std(),
-            presence_interval: config.presence_interval.as_std(),
-            metrics_upstream: Some(config.ingress_metrics_upstream.trim().to_owned())
+            session_ttl: config.ingress.session_ttl.as_std(),
+            presence_interval: config.runner.presence_interval.as_std(),
+            metrics_upstream: Some(config.ingress.metrics_upstream.trim().to_owned())
                 .filter(|url| !url.is_empty()),
-            policy: config.policy.clone(),
+            policy: config.policy.loaded.clone(),
         })
     }
 }
@@ -334,10 +334,14 @@ impl Ingress {
         kafka: KafkaConfig,
         producer: FutureProducer,
         shutdown: CancellationToken,
-    ) -> Arc<Self> {
+    ) -> Result<Arc<Self>, IngressError> {
         let peers = http::PeerLimits::new(config.max_connections_per_peer, config.max_connections);
         let frames = tcp::FrameBudget::new(config.partial_frame_budget);
-        Arc::new(Self {
+        let http_client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .build()
+            .map_err(|error| IngressError::Unavailable(format!("HTTP client: {error}")))?;
+        Ok(Arc::new(Self {
             config,
             store,
             kafka,
@@ -347,11 +351,8 @@ impl Ingress {
             frames,
             feed: Arc::default(),
             shutdown,
-            http_client: reqwest::Client::builder()
-                .timeout(Duration::from_secs(5))
-                .build()
-                .unwrap_or_default(),
-        })
+            http_client,
+        }))
     }
 
     /// Produces one record to `topic` (before its prefix) and waits for the
@@ -380,8 +381,8 @@ impl Ingress {
 
     /// `/readyz`: Postgres and the broker both answer.
     pub async fn ready(&self) -> Result<(), String> {
-        sqlx::query("SELECT 1")
-            .execute(self.store.pool())
+        self.store
+            .ping()
             .await
             .map_err(|error| format!("postgres: {error}"))?;
         let producer = self.producer.clone();
@@ -439,7 +440,7 @@ pub async fn run(
         .await
         .with_context(|| format!("binding the ingress TCP listener on {}", config.tcp))?;
     info!(http = %config.http, tcp = %config.tcp, "ingress listening");
-    let ingress = Ingress::new(config, store, kafka, producer, shutdown.clone());
+    let ingress = Ingress::new(config, store, kafka, producer, shutdown.clone())?;
     let presence = tokio::spawn(executor::announce_sessions(
         ingress.clone(),
         shutdown.clone(),

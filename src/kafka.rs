@@ -419,9 +419,15 @@ async fn watch_caught_up(
     }
 }
 
+/// How often a DLQ copy is tried before the consumer gives up (about five
+/// minutes with the backoff): a broker that refuses that long is an outage
+/// to surface, not to spin through.
+pub const DLQ_TRIES: u32 = 60;
+
 /// Copies a record to the DLQ with the reason and its origin in headers;
-/// retries until the broker takes it (true) or shutdown (false: the caller
-/// must not commit the record's offset).
+/// retries until the broker takes it (true), or until shutdown or
+/// [`DLQ_TRIES`] failures (false: the caller must not commit the record's
+/// offset, and stops).
 pub async fn dead_letter(
     kafka: &KafkaConfig,
     producer: &FutureProducer,
@@ -478,6 +484,10 @@ pub async fn dead_letter(
             Ok(_) => return true,
             Err((error, _)) => {
                 attempt += 1;
+                if attempt >= DLQ_TRIES {
+                    tracing::error!(%error, attempt, "DLQ publish failed; giving up (nothing committed)");
+                    return false;
+                }
                 tracing::warn!(%error, attempt, "DLQ publish failed; retrying");
                 tokio::select! {
                     _ = shutdown.cancelled() => return false,

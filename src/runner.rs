@@ -4,12 +4,13 @@
 //! only implements [`Executor`]: run this operation, report progress, return
 //! a typed outcome.
 //!
-//! Addressing (DESIGN §3): a fresh instance id per process start; manual
+//! Addressing (docs/ARCHITECTURE.md, "The Kafka pipeline"): a fresh instance id per process start; manual
 //! assignment of partition `work_partition(id, n)` at the high watermark,
 //! taken BEFORE presence is announced, so nothing addressed to the instance
 //! can be missed; no consumer group, no committed offsets.
 
 mod attempt;
+mod fence;
 mod instance;
 
 use std::collections::BTreeMap;
@@ -22,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use crate::codec::LogStream;
 use crate::contract::{FailureCategory, JobSpec, ReportedOutcome, RunnerType};
 
+pub use fence::{LeaseGuard, Stopping};
 pub use instance::{run_instance, InstanceHandle};
 
 /// One unit of work handed to an executor.

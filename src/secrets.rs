@@ -1,4 +1,4 @@
-//! Secrets by reference (DESIGN §5). A JobSpec names each secret it needs
+//! Secrets by reference (docs/ARCHITECTURE.md, "Secrets"). A JobSpec names each secret it needs
 //! (`secret_refs`: name, mount, path, key) and its inputs say
 //! `{"$secret": "<name>"}`; the runner resolves the references at execution
 //! time from a Vault-API server (KV v2), holds the values in memory only,

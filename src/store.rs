@@ -8,9 +8,11 @@
 mod artifacts;
 mod audit;
 mod batch;
+mod bench;
 mod callbacks;
 mod ingress;
 mod outbox;
+mod reads;
 mod rebuild;
 mod relay;
 mod rows;
@@ -21,8 +23,9 @@ pub use artifacts::{ArtifactRow, PendingBundle, Retention, StagedChunk};
 pub use batch::{chain_hash, GENESIS_HASH};
 pub use callbacks::ClaimedCallback;
 pub use ingress::{AttemptLease, ExecutorGrant, LeaseView, LeasedWork};
+pub use reads::AttemptSummary;
 pub use rebuild::SHADOW_SCHEMA;
-pub use relay::{OutboxRow, RelayLock};
+pub use relay::{OutboxListener, OutboxRow, RelayLock};
 pub use runners::{LiveInstance, QueuedAttempt, QueuedPosition};
 
 use std::time::Duration;
@@ -56,6 +59,8 @@ pub enum StoreError {
     Apply(#[from] ApplyError),
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    #[error("encoding rows: {0}")]
+    Json(#[from] serde_json::Error),
 }
 
 impl StoreError {
@@ -97,7 +102,10 @@ impl StoreError {
             ) => true,
             StoreError::Database(_) => false,
             StoreError::Migrate(_) => true,
-            StoreError::Codec(_) | StoreError::Apply(_) | StoreError::Corrupt(_) => false,
+            StoreError::Codec(_)
+            | StoreError::Apply(_)
+            | StoreError::Corrupt(_)
+            | StoreError::Json(_) => false,
         }
     }
 }
@@ -143,7 +151,8 @@ impl Store {
         self
     }
 
-    pub fn pool(&self) -> &PgPool {
+    /// The pool, for the store's own modules.
+    pub(crate) fn pool(&self) -> &PgPool {
         &self.pool
     }
 

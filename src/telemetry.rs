@@ -9,11 +9,12 @@ use crate::config::{Config, LogFormat};
 /// Installs the global subscriber: `EXECPLANE_LOG` filter, text or JSON,
 /// to stderr (stdout is for command output).
 pub fn init(config: &Config) {
-    let mut filter = EnvFilter::try_new(&config.log).unwrap_or_else(|_| EnvFilter::new("info"));
+    let mut filter =
+        EnvFilter::try_new(&config.telemetry.log).unwrap_or_else(|_| EnvFilter::new("info"));
     // The secret-store client's request tracing is never wanted in our logs
     // unless asked for by name.
     for quiet in ["rustify", "vaultrs"] {
-        if !config.log.contains(quiet) {
+        if !config.telemetry.log.contains(quiet) {
             if let Ok(directive) = format!("{quiet}=warn").parse() {
                 filter = filter.add_directive(directive);
             }
@@ -22,7 +23,7 @@ pub fn init(config: &Config) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    let _ = match config.log_format {
+    let _ = match config.telemetry.log_format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
     };

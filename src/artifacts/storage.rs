@@ -275,6 +275,23 @@ pub enum Storage {
     S3(S3),
 }
 
+/// Where artifacts go, as configured (opened with [`Storage::open`]).
+#[derive(Clone, Debug)]
+pub enum StorageSettings {
+    Local(PathBuf),
+    S3(S3Settings),
+}
+
+impl Storage {
+    /// The storage the settings name (builds the S3 client; no I/O yet).
+    pub fn open(settings: &StorageSettings) -> Self {
+        match settings {
+            StorageSettings::Local(root) => Storage::Local(LocalDir::new(root.clone())),
+            StorageSettings::S3(settings) => Storage::S3(S3::new(settings)),
+        }
+    }
+}
+
 impl ArtifactStorage for Storage {
     async fn put(&self, key: &str, bytes: &[u8]) -> Result<(), StorageError> {
         match self {

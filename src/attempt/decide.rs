@@ -101,18 +101,7 @@ pub fn decide(
             if let Some(existing) = check_new_job(job, spec.command_id, &spec.job_id)? {
                 return Ok(existing);
             }
-            let attempt_id = attempt_id_for(spec.command_id, 1);
-            emit.push(
-                attempt_id,
-                &spec.job_id,
-                EventBody::Created {
-                    command_id: spec.command_id,
-                    attempt_no: 1,
-                    spec: spec.clone(),
-                    available_at: now,
-                    previous_attempt_id: None,
-                },
-            );
+            decide_execute(&mut emit, spec);
         }
         Input::ExecuteInvalid {
             command_id,
@@ -141,38 +130,7 @@ pub fn decide(
         Input::Grant {
             attempt_id,
             runner_instance,
-        } => {
-            let attempt = job
-                .attempt(*attempt_id)
-                .ok_or(Rejection::UnknownAttempt(*attempt_id))?;
-            if attempt.status != AttemptStatus::Queued {
-                return Err(Rejection::NotQueued {
-                    attempt_id: *attempt_id,
-                    status: attempt.status.as_str(),
-                });
-            }
-            if now < attempt.available_at {
-                return Err(Rejection::NotYetAvailable {
-                    attempt_id: *attempt_id,
-                    available_at: attempt.available_at,
-                });
-            }
-            if runner_instance.trim().is_empty() {
-                return Err(Rejection::NoRunnerInstance);
-            }
-            let epoch = job.max_epoch() + 1;
-            let ttl = lease_ttl(attempt);
-            emit.push(
-                *attempt_id,
-                &attempt.job_id,
-                EventBody::LeaseGranted {
-                    lease_id: lease_id_for(*attempt_id, epoch),
-                    epoch,
-                    runner_instance: runner_instance.clone(),
-                    expires_at: now.saturating_add(ttl),
-                },
-            );
-        }
+        } => decide_grant(&mut emit, *attempt_id, runner_instance)?,
         Input::Report(report) => decide_report(&mut emit, report)?,
         Input::TimerFired { attempt_id, timer } => {
             let attempt = job
@@ -180,80 +138,166 @@ pub fn decide(
                 .ok_or(Rejection::UnknownAttempt(*attempt_id))?;
             decide_timer(&mut emit, attempt, *timer);
         }
-        Input::CallbackOutcome {
-            attempt_id,
-            url,
-            delivered,
-            attempts,
-            http_status,
-            error,
-            idempotency_key,
-        } => {
-            let attempt = job
-                .attempt(*attempt_id)
-                .ok_or(Rejection::UnknownAttempt(*attempt_id))?;
-            if !attempt.is_terminal() {
-                return Err(Rejection::NotTerminal {
-                    attempt_id: *attempt_id,
-                });
-            }
-            if attempt.callback_delivered.is_none() {
-                emit.push(
-                    *attempt_id,
-                    &attempt.job_id,
-                    EventBody::CallbackRecorded {
-                        url: url.clone(),
-                        delivered: *delivered,
-                        attempts: *attempts,
-                        http_status: *http_status,
-                        error: error.clone(),
-                        idempotency_key: idempotency_key.clone(),
-                    },
-                );
-            }
+        Input::CallbackOutcome { attempt_id, .. } => {
+            decide_callback_outcome(&mut emit, *attempt_id, input)?
         }
         Input::Cancel {
             attempt_id,
             reason,
             requested_by,
             grace,
-        } => {
-            let attempt = job
-                .attempt(*attempt_id)
-                .ok_or(Rejection::UnknownAttempt(*attempt_id))?;
-            match attempt.status {
-                status if status.is_terminal() => {
-                    return Err(Rejection::AlreadyTerminal {
-                        attempt_id: *attempt_id,
-                        status: status.as_str(),
-                    });
-                }
-                AttemptStatus::CancelRequested => {}
-                AttemptStatus::Queued => finish(
-                    &mut emit,
-                    attempt,
-                    Terminal {
-                        outcome: TerminalOutcome::Cancelled,
-                        category: Some(FailureCategory::Cancelled),
-                        message: format!("cancelled while queued by {requested_by}: {reason}"),
-                        result_json: None,
-                        timer: None,
-                        lease_revoked: false,
-                    },
-                ),
-                _ => emit.push(
-                    *attempt_id,
-                    &attempt.job_id,
-                    EventBody::CancelRequested {
-                        reason: reason.clone(),
-                        requested_by: requested_by.clone(),
-                        grace_deadline: now.saturating_add(grace.as_i64()),
-                    },
-                ),
-            }
-        }
+        } => decide_cancel(&mut emit, *attempt_id, reason, requested_by, *grace)?,
     }
     Ok(emit.events)
+}
+
+/// The first attempt of a new job, available at once.
+fn decide_execute(emit: &mut Emitter<'_>, spec: &crate::contract::JobSpec) {
+    emit.push(
+        attempt_id_for(spec.command_id, 1),
+        &spec.job_id,
+        EventBody::Created {
+            command_id: spec.command_id,
+            attempt_no: 1,
+            spec: Box::new(spec.clone()),
+            available_at: emit.now,
+            previous_attempt_id: None,
+        },
+    );
+}
+
+/// A lease for a queued attempt whose backoff has passed: the job's next
+/// epoch, for one heartbeat TTL.
+fn decide_grant(
+    emit: &mut Emitter<'_>,
+    attempt_id: Uuid,
+    runner_instance: &str,
+) -> Result<(), Rejection> {
+    let attempt = emit
+        .job
+        .attempt(attempt_id)
+        .ok_or(Rejection::UnknownAttempt(attempt_id))?;
+    if attempt.status != AttemptStatus::Queued {
+        return Err(Rejection::NotQueued {
+            attempt_id,
+            status: attempt.status.as_str(),
+        });
+    }
+    if emit.now < attempt.available_at {
+        return Err(Rejection::NotYetAvailable {
+            attempt_id,
+            available_at: attempt.available_at,
+        });
+    }
+    if runner_instance.trim().is_empty() {
+        return Err(Rejection::NoRunnerInstance);
+    }
+    let epoch = emit.job.max_epoch() + 1;
+    let ttl = lease_ttl(attempt);
+    let expires_at = emit.now.saturating_add(ttl);
+    emit.push(
+        attempt_id,
+        &attempt.job_id,
+        EventBody::LeaseGranted {
+            lease_id: lease_id_for(attempt_id, epoch),
+            epoch,
+            runner_instance: runner_instance.to_owned(),
+            expires_at,
+        },
+    );
+    Ok(())
+}
+
+/// The outcome of an attempt's callback, recorded once, after its end.
+fn decide_callback_outcome(
+    emit: &mut Emitter<'_>,
+    attempt_id: Uuid,
+    input: &Input,
+) -> Result<(), Rejection> {
+    let Input::CallbackOutcome {
+        url,
+        delivered,
+        attempts,
+        http_status,
+        error,
+        idempotency_key,
+        ..
+    } = input
+    else {
+        return Ok(());
+    };
+    let attempt = emit
+        .job
+        .attempt(attempt_id)
+        .ok_or(Rejection::UnknownAttempt(attempt_id))?;
+    if !attempt.is_terminal() {
+        return Err(Rejection::NotTerminal { attempt_id });
+    }
+    if attempt.callback_delivered.is_none() {
+        emit.push(
+            attempt_id,
+            &attempt.job_id,
+            EventBody::CallbackRecorded {
+                url: url.clone(),
+                delivered: *delivered,
+                attempts: *attempts,
+                http_status: *http_status,
+                error: error.clone(),
+                idempotency_key: idempotency_key.clone(),
+            },
+        );
+    }
+    Ok(())
+}
+
+/// A cancel: a queued attempt ends at once; a leased or running one gets a
+/// cancel request with a grace deadline (the runner confirms, or the grace
+/// timer decides); a second request changes nothing.
+fn decide_cancel(
+    emit: &mut Emitter<'_>,
+    attempt_id: Uuid,
+    reason: &str,
+    requested_by: &str,
+    grace: crate::contract::DurationMs,
+) -> Result<(), Rejection> {
+    let attempt = emit
+        .job
+        .attempt(attempt_id)
+        .ok_or(Rejection::UnknownAttempt(attempt_id))?;
+    match attempt.status {
+        status if status.is_terminal() => {
+            return Err(Rejection::AlreadyTerminal {
+                attempt_id,
+                status: status.as_str(),
+            });
+        }
+        AttemptStatus::CancelRequested => {}
+        AttemptStatus::Queued => finish(
+            emit,
+            attempt,
+            Terminal {
+                outcome: TerminalOutcome::Cancelled,
+                category: Some(FailureCategory::Cancelled),
+                message: format!("cancelled while queued by {requested_by}: {reason}"),
+                result_json: None,
+                timer: None,
+                lease_revoked: false,
+            },
+        ),
+        _ => {
+            let grace_deadline = emit.now.saturating_add(grace.as_i64());
+            emit.push(
+                attempt_id,
+                &attempt.job_id,
+                EventBody::CancelRequested {
+                    reason: reason.to_owned(),
+                    requested_by: requested_by.to_owned(),
+                    grace_deadline,
+                },
+            );
+        }
+    }
+    Ok(())
 }
 
 /// `Ok(Some(vec![]))` for a duplicate of the command that created the job.

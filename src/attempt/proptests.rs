@@ -1,5 +1,5 @@
 //! Random input sequences against the state machine. Every step checks the
-//! DESIGN §2 invariants 1–3 on what `decide` emitted, and at the end folding
+//! The invariants 1–3 of docs/ARCHITECTURE.md on what `decide` emitted, and at the end folding
 //! the emitted events with `apply` must equal the live state.
 
 use std::collections::{BTreeMap, BTreeSet};

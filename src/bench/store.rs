@@ -82,7 +82,7 @@ async fn drive(
     schema: &str,
 ) -> anyhow::Result<StoreBenchReport> {
     let connections = u32::try_from(args.writers).unwrap_or(8) + 1;
-    let store = Store::connect(&config.database_url, connections, Some(schema)).await?;
+    let store = Store::connect(&config.database.url, connections, Some(schema)).await?;
     store.migrate().await?;
     let now = chrono::Utc::now().timestamp_millis();
     let commands: Vec<Uuid> = (0..args.attempts).map(|_| Uuid::new_v4()).collect();

@@ -3,7 +3,6 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use sqlx::Row;
 use uuid::Uuid;
 
 use crate::store::Store;
@@ -15,32 +14,11 @@ pub async fn list(
     limit: i64,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
-    let rows = sqlx::query(
-        "SELECT attempt_id, job_id, attempt_no, operation, status, failure_category, updated_at
-         FROM attempts WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR job_id = $2)
-         ORDER BY updated_at DESC LIMIT $3",
-    )
-    .bind(status)
-    .bind(job)
-    .bind(limit)
-    .fetch_all(store.pool())
-    .await?;
+    let rows = store
+        .list_attempts(status.as_deref(), job.as_deref(), limit)
+        .await?;
     if json {
-        let values: Vec<serde_json::Value> = rows
-            .iter()
-            .map(|row| {
-                serde_json::json!({
-                    "attempt_id": row.get::<Uuid, _>(0),
-                    "job_id": row.get::<String, _>(1),
-                    "attempt_no": row.get::<i32, _>(2),
-                    "operation": row.get::<String, _>(3),
-                    "status": row.get::<String, _>(4),
-                    "failure_category": row.get::<Option<String>, _>(5),
-                    "updated_at": row.get::<chrono::DateTime<chrono::Utc>, _>(6),
-                })
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&values)?);
+        println!("{}", serde_json::to_string_pretty(&rows)?);
         return Ok(ExitCode::SUCCESS);
     }
     println!(
@@ -50,24 +28,19 @@ pub async fn list(
     for row in rows {
         println!(
             "{:<36}  {:<3} {:<16} {:<20} {:<28} {}",
-            row.get::<Uuid, _>(0),
-            row.get::<i32, _>(2),
-            row.get::<String, _>(4),
-            row.get::<Option<String>, _>(5).unwrap_or_default(),
-            row.get::<String, _>(3),
-            row.get::<String, _>(1)
+            row.attempt_id,
+            row.attempt_no,
+            row.status,
+            row.failure_category.unwrap_or_default(),
+            row.operation,
+            row.job_id
         );
     }
     Ok(ExitCode::SUCCESS)
 }
 
 pub async fn show(store: &Store, attempt_id: Uuid, json: bool) -> anyhow::Result<ExitCode> {
-    let row: Option<serde_json::Value> = sqlx::query_scalar(
-        "SELECT to_jsonb(a) - 'last_hash' FROM attempts a WHERE attempt_id = $1",
-    )
-    .bind(attempt_id)
-    .fetch_optional(store.pool())
-    .await?;
+    let row = store.attempt_row_json(attempt_id).await?;
     let Some(row) = row else {
         eprintln!("no attempt {attempt_id}");
         return Ok(ExitCode::from(1));
@@ -123,11 +96,7 @@ pub async fn watch(
         }
         printed = history.len();
         if history.iter().any(|stored| stored.terminal) {
-            let succeeded: Option<String> =
-                sqlx::query_scalar("SELECT status FROM attempts WHERE attempt_id = $1")
-                    .bind(attempt_id)
-                    .fetch_optional(store.pool())
-                    .await?;
+            let succeeded = store.attempt_status(attempt_id).await?;
             return Ok(if succeeded.as_deref() == Some("succeeded") {
                 ExitCode::SUCCESS
             } else {

@@ -62,14 +62,14 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
     } else {
         None
     };
-    crate::telemetry::metrics::init(config.metrics_addr.trim().parse().ok());
+    crate::telemetry::metrics::init(config.telemetry.metrics_addr.trim().parse().ok());
     let kafka = config.kafka();
-    let store = Store::connect(&config.database_url, config.database_max_connections, None)
+    let store = Store::connect(&config.database.url, config.database.max_connections, None)
         .await
         .with_context(|| {
             format!(
                 "connecting to Postgres at {}",
-                crate::telemetry::redact(&config.database_url)
+                crate::telemetry::redact(&config.database.url)
             )
         })?
         .with_codec(kafka.codec.clone());
@@ -114,8 +114,8 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
         });
     }
     if roles.artifact_worker {
-        let settings = config.artifacts()?;
-        let storage = Arc::new(config.storage());
+        let settings = config.artifacts();
+        let storage = Arc::new(crate::artifacts::Storage::open(&config.storage()));
         let (store, kafka, producer, stop) = (
             store.clone(),
             kafka.clone(),
@@ -142,8 +142,8 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
     let mut runners = tokio::task::JoinSet::new();
     if roles.verification_runner {
         let executor = Arc::new(VerificationRunner::new(config.verification()));
-        let mut settings = config.runner()?;
-        if let Some(vault) = config.vault() {
+        let mut settings = config.runner();
+        if let Some(vault) = config.secret_store() {
             let address = vault.address.clone();
             let vault = crate::secrets::Vault::connect(vault)
                 .await
@@ -172,9 +172,10 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
             failure.get_or_insert(error);
         }
     }
-    // Let the dispatcher and relay take in and publish the final reports.
-    if roles.dispatcher || roles.relay {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    // The runners' final reports are on the broker: let this process's
+    // dispatcher decide them and its relay publish what they caused.
+    if failure.is_none() && (roles.dispatcher || roles.relay) {
+        settle(&store, &kafka, roles, SETTLE_BOUND).await;
     }
     core_stop.cancel();
     while let Some(result) = core.join_next().await {
@@ -185,6 +186,52 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
     match failure {
         Some(error) => Err(error),
         None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// The longest a shutdown waits for the final reports to be decided and
+/// published.
+const SETTLE_BOUND: Duration = Duration::from_secs(5);
+
+/// Waits until every runner-events partition is decided past now (when
+/// this process decides) and the outbox is empty (when it publishes), or
+/// `bound` passed.
+async fn settle(store: &Store, kafka: &crate::kafka::KafkaConfig, roles: Roles, bound: Duration) {
+    let since = chrono::Utc::now().timestamp_millis();
+    let deadline = tokio::time::Instant::now() + bound;
+    let topic = kafka.topic(crate::contract::topics::RUNNER_EVENTS);
+    let partitions = {
+        let (kafka, topic) = (kafka.clone(), topic.clone());
+        tokio::task::spawn_blocking(move || {
+            let consumer = kafka.assigned_consumer().ok()?;
+            crate::kafka::partition_count(&consumer, &topic).ok()
+        })
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or(1)
+    };
+    loop {
+        let decided = !roles.dispatcher
+            || store
+                .intake_decided_until(&topic, partitions)
+                .await
+                .ok()
+                .flatten()
+                .is_some_and(|until| until >= since);
+        let drained = !roles.relay || store.outbox_len().await.is_ok_and(|rows| rows == 0);
+        if decided && drained {
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            tracing::warn!(
+                decided,
+                drained,
+                "stopping before the final reports settled"
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

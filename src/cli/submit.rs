@@ -162,21 +162,18 @@ async fn already_known(
     spec: &crate::contract::JobSpec,
     json: bool,
 ) -> Option<ExitCode> {
-    let options: sqlx::postgres::PgConnectOptions = config.database_url.parse().ok()?;
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .acquire_timeout(Duration::from_secs(2))
-        .connect_with(options)
-        .await
-        .ok()?;
-    let store = crate::store::Store::from_pool(pool);
-    let (attempt_id, status): (uuid::Uuid, String) = sqlx::query_as(
-        "SELECT a.attempt_id, a.status FROM jobs j JOIN attempts a ON a.attempt_id = j.latest_attempt_id WHERE j.command_id = $1",
+    // Best effort: when Postgres does not answer quickly, submit as usual.
+    let store = tokio::time::timeout(
+        Duration::from_secs(3),
+        crate::store::Store::connect(&config.database.url, 1, None),
     )
-    .bind(spec.command_id)
-    .fetch_optional(store.pool())
     .await
-    .ok()??;
+    .ok()?
+    .ok()?;
+    let (attempt_id, status) = store
+        .latest_attempt_of_command(spec.command_id)
+        .await
+        .ok()??;
     let terminal = crate::contract::AttemptStatus::parse(&status)
         .is_some_and(crate::contract::AttemptStatus::is_terminal);
     if !terminal {

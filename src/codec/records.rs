@@ -180,11 +180,31 @@ impl JobSpecRecord {
             "policy": self.policy,
         });
         let mut spec = spec;
+        // Built field by field (absent fields stay absent, as serde writes
+        // them): nothing here can fail to encode.
         if let Some(callback) = &self.callback {
-            spec["callback"] = serde_json::to_value(callback).unwrap_or_default();
+            let mut object = serde_json::Map::new();
+            if let Some(url) = &callback.url {
+                object.insert("url".into(), serde_json::Value::String(url.clone()));
+            }
+            if let Some(topic) = &callback.topic {
+                object.insert("topic".into(), serde_json::Value::String(topic.clone()));
+            }
+            spec["callback"] = serde_json::Value::Object(object);
         }
         if let Some(trace) = &self.trace {
-            spec["trace"] = serde_json::to_value(trace).unwrap_or_default();
+            let mut object = serde_json::Map::new();
+            object.insert(
+                "traceparent".into(),
+                serde_json::Value::String(trace.traceparent.clone()),
+            );
+            if let Some(state) = &trace.tracestate {
+                object.insert(
+                    "tracestate".into(),
+                    serde_json::Value::String(state.clone()),
+                );
+            }
+            spec["trace"] = serde_json::Value::Object(object);
         }
         spec
     }

@@ -1,4 +1,5 @@
-//! Topic names of DESIGN §4, before `EXECPLANE_TOPIC_PREFIX`.
+//! Topic names of `topology/topics.yaml` (docs/ARCHITECTURE.md, "Topics"),
+//! before `EXECPLANE_TOPIC_PREFIX`.
 
 use super::RunnerType;
 

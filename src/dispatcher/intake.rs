@@ -98,7 +98,8 @@ pub(super) async fn run(
             }
             // Nothing committed: the records are redelivered after a restart
             // and the inbox makes what was decided a no-op.
-            Handled::Interrupted => break,
+            Handled::Interrupted if shutdown.is_cancelled() => break,
+            Handled::Interrupted => return Err(DispatcherError::DeadLetter),
         }
     }
     Ok(())

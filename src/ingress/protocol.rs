@@ -144,7 +144,7 @@ pub enum ReportKind {
     Finished,
 }
 
-/// `POST /v1/executor/reports`: one runner report (DESIGN §3), flat.
+/// `POST /v1/executor/reports`: one runner report (docs/INGRESS.md), flat.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ReportRequest {

@@ -227,7 +227,7 @@ async fn connection(
 const WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 async fn write(stream: &mut TcpStream, reply: &Value) -> std::io::Result<()> {
-    let bytes = serde_json::to_vec(reply).unwrap_or_default();
+    let bytes = serde_json::to_vec(reply)?;
     match tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(&encode(&bytes))).await {
         Ok(result) => result,
         Err(_) => Err(std::io::Error::new(
@@ -296,17 +296,23 @@ async fn handle(
                 let reply = ingress
                     .register(authenticated, body(&request.body)?)
                     .await?;
-                Ok(serde_json::to_value(reply).unwrap_or_default())
+                serde_json::to_value(reply).map_err(|error| {
+                    IngressError::Unavailable(format!("encoding the reply: {error}"))
+                })
             }
             TcpOp::Poll => {
                 let reply = ingress.poll(authenticated, body(&request.body)?).await?;
-                Ok(serde_json::to_value(reply).unwrap_or_default())
+                serde_json::to_value(reply).map_err(|error| {
+                    IngressError::Unavailable(format!("encoding the reply: {error}"))
+                })
             }
             TcpOp::Report => {
                 let reply = ingress
                     .report(authenticated, body(&request.body)?, None)
                     .await?;
-                Ok(serde_json::to_value(reply).unwrap_or_default())
+                serde_json::to_value(reply).map_err(|error| {
+                    IngressError::Unavailable(format!("encoding the reply: {error}"))
+                })
             }
             TcpOp::Log => {
                 ingress
@@ -339,7 +345,8 @@ async fn handle(
 
 /// A request body, with problems' paths under `body.`.
 fn body<T: serde::de::DeserializeOwned>(value: &Value) -> Result<T, IngressError> {
-    let bytes = serde_json::to_vec(value).unwrap_or_default();
+    let bytes = serde_json::to_vec(value)
+        .map_err(|error| IngressError::BadRequest(vec![Problem::new("body", error.to_string())]))?;
     protocol::parse(&bytes).map_err(|problems| {
         IngressError::BadRequest(
             problems

@@ -22,7 +22,6 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
-use sqlx::postgres::PgListener;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -65,8 +64,6 @@ impl Default for RelayConfig {
 pub enum RelayError {
     #[error(transparent)]
     Kafka(#[from] KafkaError),
-    #[error("database: {0}")]
-    Database(#[from] sqlx::Error),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -172,8 +169,7 @@ impl Leader<'_> {
         store: &Store,
         shutdown: &CancellationToken,
     ) -> Result<(), RelayError> {
-        let mut listener = PgListener::connect_with(store.pool()).await?;
-        listener.listen("execplane_outbox").await?;
+        let mut listener = store.listen_outbox().await?;
         let mut failures = 0u32;
         // When the horizon was last moved (never, yet).
         let mut proved: Option<Instant> = None;

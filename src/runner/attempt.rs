@@ -10,11 +10,10 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use super::{
-    fence_margin, heartbeat_period, Assignment, ExecutionContext, ExecutionOutcome, Executor,
-};
+use super::fence::{LeaseGuard, Stopping};
+use super::{heartbeat_period, Assignment, ExecutionContext, Executor};
 use crate::codec::{Codec, Family, LogChunkRecord, LogStream, RunnerEventRecord};
-use crate::contract::{topics, FailureCategory, ReportBody, ReportedOutcome, RunnerReport};
+use crate::contract::{topics, ReportBody, ReportedOutcome, RunnerReport};
 use crate::kafka::KafkaConfig;
 use crate::secrets::{Masker, StreamMasker, Vault};
 
@@ -203,10 +202,11 @@ impl Reporter {
     }
 }
 
-fn deadline_instant(expires_at_millis: i64, margin: Duration) -> tokio::time::Instant {
+/// The tokio instant of an epoch-milliseconds wall-clock time.
+fn instant_of(at_millis: i64) -> tokio::time::Instant {
     let now = chrono::Utc::now().timestamp_millis();
-    let remaining = Duration::from_millis(u64::try_from(expires_at_millis - now).unwrap_or(0));
-    tokio::time::Instant::now() + remaining.saturating_sub(margin)
+    let remaining = Duration::from_millis(u64::try_from(at_millis - now).unwrap_or(0));
+    tokio::time::Instant::now() + remaining
 }
 
 /// Runs the attempt to its end; returns when the final report is sent (or
@@ -240,7 +240,6 @@ pub(super) async fn run_attempt<E: Executor>(
     let attempt_id = assignment.attempt_id;
     let epoch = assignment.lease_epoch;
     let ttl = assignment.spec.timeouts.heartbeat.as_std();
-    let margin = fence_margin(ttl);
     let traceparent = assignment
         .spec
         .trace
@@ -290,63 +289,49 @@ pub(super) async fn run_attempt<E: Executor>(
     let mut logs = OutputStreams::new(masker);
     let execution = executor.execute(assignment, context);
     tokio::pin!(execution);
-    let mut fence = deadline_instant(*lease.borrow(), margin);
+    let mut guard = LeaseGuard::new(ttl, *lease.borrow());
     let mut heartbeat = tokio::time::interval(heartbeat_period(ttl));
     heartbeat.tick().await;
     let mut latest_progress: Option<(String, Option<u8>)> = None;
     let outcome = loop {
-        tokio::select! {
+        let stopping = tokio::select! {
             // Fencing first: after a pause (SIGSTOP, a long GC, a cut link)
             // the deadline wins over everything else that became ready.
             biased;
-            _ = tokio::time::sleep_until(fence) => {
+            _ = tokio::time::sleep_until(instant_of(guard.fence_at())) => {
+                if !guard.must_fence(chrono::Utc::now().timestamp_millis()) {
+                    continue;
+                }
                 warn!("lease deadline passed without an extension: fencing myself");
                 crate::telemetry::metrics::runner_self_fenced();
-                cancel.cancel();
-                let _ = tokio::time::timeout(stop_grace, &mut execution).await;
-                break ExecutionOutcome::failed(
-                    FailureCategory::LeaseLost,
-                    "self-fenced: the lease deadline passed without an extension; the tool was stopped",
-                    None,
-                );
+                Stopping::Fenced
             }
             changed = lease.changed() => {
                 if changed.is_ok() {
-                    fence = deadline_instant(*lease.borrow(), margin);
+                    let expires_at = *lease.borrow();
+                    guard.extend(expires_at, chrono::Utc::now().timestamp_millis());
                 }
+                continue;
             }
             stop = stops.recv() => {
-                let Some(stop) = stop else { continue };
-                cancel.cancel();
-                let finished = tokio::time::timeout(stop_grace, &mut execution).await;
-                match stop {
-                    Stop::Revoked => {
-                        info!("lease revoked; stopped");
-                        return;
-                    }
-                    Stop::Cancel(reason) => {
-                        // A tool that finished anyway reports what it did.
-                        match finished {
-                            Ok(outcome) if outcome.outcome == ReportedOutcome::Succeeded => break outcome,
-                            _ => break ExecutionOutcome {
-                                outcome: ReportedOutcome::Cancelled,
-                                category: Some(FailureCategory::Cancelled),
-                                message: format!("cancelled: {reason}"),
-                                result_json: None,
-                            },
-                        }
-                    }
-                }
+                let asked = match stop {
+                    Some(Stop::Revoked) => Stopping::Revoked,
+                    Some(Stop::Cancel(reason)) => Stopping::Cancelled(reason),
+                    None => continue,
+                };
+                // Read after a pause, a stop may race the fence's timer:
+                // the deadline decides, not which woke first.
+                guard.settle(asked, chrono::Utc::now().timestamp_millis())
             }
-            _ = stop_all.cancelled() => {
-                cancel.cancel();
-                let _ = tokio::time::timeout(stop_grace, &mut execution).await;
-                break ExecutionOutcome::failed(FailureCategory::Infrastructure, "the runner shut down before the attempt finished", None);
-            }
+            _ = stop_all.cancelled() => Stopping::ShutDown,
             outcome = &mut execution => break outcome,
-            Some(progress) = progress_rx.recv() => latest_progress = Some(progress),
+            Some(progress) = progress_rx.recv() => {
+                latest_progress = Some(progress);
+                continue;
+            }
             Some((stream, text)) = log_rx.recv() => {
                 logs.push(&reporter, attempt_id, epoch, stream, &text);
+                continue;
             }
             _ = heartbeat.tick() => {
                 let (progress, percent) = match &latest_progress {
@@ -354,6 +339,16 @@ pub(super) async fn run_attempt<E: Executor>(
                     None => (None, None),
                 };
                 reporter.post(attempt_id, epoch, ReportBody::Heartbeat { progress, percent });
+                continue;
+            }
+        };
+        cancel.cancel();
+        let finished = tokio::time::timeout(stop_grace, &mut execution).await.ok();
+        match stopping.report(finished) {
+            Some(outcome) => break outcome,
+            None => {
+                info!("lease revoked; stopped");
+                return;
             }
         }
     };

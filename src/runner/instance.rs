@@ -6,7 +6,7 @@ use std::time::Duration;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Message, Offset, TopicPartitionList};
-use tokio::sync::{mpsc, watch, Mutex};
+use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{info, info_span, warn, Instrument};
 use uuid::Uuid;
@@ -92,234 +92,266 @@ pub async fn run_instance<E: Executor>(
     shutdown: CancellationToken,
     ready: Option<tokio::sync::oneshot::Sender<InstanceHandle>>,
 ) -> Result<(), KafkaError> {
-    let runner_type = executor.runner_type();
-    let instance_id = format!("{}-{}", runner_type.as_str(), Uuid::new_v4().simple());
-    let topic = kafka.topic(&topics::work(runner_type));
-    let consumer: StreamConsumer = kafka.assigned_consumer()?;
-    let partitions = partition_count(&consumer, &topic)?;
-    let partition = work_partition(&instance_id, partitions);
-    // Read from a known point BEFORE announcing presence.
-    let (_, high) = consumer.fetch_watermarks(&topic, partition, Duration::from_secs(10))?;
-    let mut assignment = TopicPartitionList::new();
-    assignment.add_partition_offset(&topic, partition, Offset::Offset(high))?;
-    consumer.assign(&assignment)?;
-    let producer: FutureProducer = kafka.producer()?;
-    let span = info_span!("runner", runner_instance = %instance_id);
-    info!(parent: &span, %topic, partition, offset = high, "reading work partition");
-
-    let in_flight = Arc::new(AtomicU32::new(0));
-    let started_at = chrono::Utc::now().timestamp_millis();
-    let presence = Presence {
-        kafka: kafka.clone(),
-        producer: producer.clone(),
-        instance_id: instance_id.clone(),
-        runner_type: runner_type.as_str().to_owned(),
-        capabilities: executor.capabilities(),
-        config: config.clone(),
-        partition,
-        started_at,
-        in_flight: in_flight.clone(),
-    };
-    presence.send(PresenceStatus::Ready).await;
+    let (mut instance, consumer) = Instance::start(kafka, config, executor).await?;
     if let Some(ready) = ready {
         let _ = ready.send(InstanceHandle {
-            instance_id: instance_id.clone(),
-            partition,
+            instance_id: instance.instance_id.clone(),
+            partition: instance.presence.partition,
         });
     }
-    let presence_stop = CancellationToken::new();
-    let mut presence_task = Some({
-        let presence = presence.clone();
-        let stop = presence_stop.clone();
-        tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(presence.config.presence_interval);
-            loop {
-                tokio::select! {
-                    _ = stop.cancelled() => break,
-                    _ = ticker.tick() => presence.send(PresenceStatus::Ready).await,
-                }
-            }
-        })
-    });
-
-    let reporter = Reporter::new(kafka.clone(), producer.clone(), instance_id.clone());
-    let running: Arc<Mutex<HashMap<Uuid, Running>>> = Arc::new(Mutex::new(HashMap::new()));
-    let mut started_leases = StartedLeases::default();
-    let mut tasks = tokio::task::JoinSet::new();
-    let codec = kafka.codec.clone();
-    let stop_all = CancellationToken::new();
     // Draining keeps reading the partition: running attempts still need
     // their lease extensions, cancels and revocations.
-    let mut drain_until: Option<tokio::time::Instant> = None;
     loop {
-        if drain_until.is_some() && tasks.is_empty() {
+        if instance.drain_until.is_some() && instance.tasks.is_empty() {
             break;
         }
-        let message = tokio::select! {
-            _ = shutdown.cancelled(), if drain_until.is_none() => {
-                info!(parent: &span, running = tasks.len(), "draining");
-                drain_until = Some(tokio::time::Instant::now() + config.drain_timeout);
-                presence_stop.cancel();
-                if let Some(task) = presence_task.take() {
-                    let _ = task.await;
-                }
-                presence.send(PresenceStatus::Draining).await;
-                continue;
+        tokio::select! {
+            _ = shutdown.cancelled(), if instance.drain_until.is_none() => instance.begin_drain().await,
+            _ = tokio::time::sleep_until(instance.drain_until.unwrap_or_else(tokio::time::Instant::now)), if instance.drain_until.is_some() => {
+                instance.drain_timed_out()
             }
-            _ = tokio::time::sleep_until(drain_until.unwrap_or_else(tokio::time::Instant::now)), if drain_until.is_some() => {
-                // Out of patience: stop what still runs; it reports a
-                // retryable infrastructure failure.
-                stop_all.cancel();
-                drain_until = Some(tokio::time::Instant::now() + config.stop_grace * 4);
-                continue;
-            }
-            Some(done) = tasks.join_next(), if !tasks.is_empty() => {
+            Some(done) = instance.tasks.join_next(), if !instance.tasks.is_empty() => {
                 if let Ok(attempt_id) = done {
-                    running.lock().await.remove(&attempt_id);
+                    instance.running.remove(&attempt_id);
                 }
-                continue;
             }
-            message = consumer.recv() => message,
+            message = consumer.recv() => match message {
+                Ok(message) => instance.on_message(&message),
+                Err(error) => warn!(parent: &instance.span, %error, "work partition read failed"),
+            },
+        }
+    }
+    instance.stop().await;
+    Ok(())
+}
+
+/// One runner instance: its identity, presence, running attempts, and what
+/// each record on its partition does to them.
+struct Instance<E: Executor> {
+    instance_id: String,
+    span: tracing::Span,
+    config: RunnerConfig,
+    executor: Arc<E>,
+    producer: FutureProducer,
+    codec: crate::codec::Codec,
+    presence: Presence,
+    presence_stop: CancellationToken,
+    presence_task: Option<tokio::task::JoinHandle<()>>,
+    reporter: Reporter,
+    running: HashMap<Uuid, Running>,
+    started_leases: StartedLeases,
+    tasks: tokio::task::JoinSet<Uuid>,
+    /// Cancelled when the drain timed out: whatever still runs stops.
+    stop_all: CancellationToken,
+    drain_until: Option<tokio::time::Instant>,
+}
+
+impl<E: Executor> Instance<E> {
+    /// A fresh instance id; its partition assigned at the high watermark
+    /// BEFORE presence is announced, so nothing addressed to it is missed.
+    async fn start(
+        kafka: KafkaConfig,
+        config: RunnerConfig,
+        executor: Arc<E>,
+    ) -> Result<(Self, StreamConsumer), KafkaError> {
+        let runner_type = executor.runner_type();
+        let instance_id = format!("{}-{}", runner_type.as_str(), Uuid::new_v4().simple());
+        let topic = kafka.topic(&topics::work(runner_type));
+        let consumer: StreamConsumer = kafka.assigned_consumer()?;
+        let partitions = partition_count(&consumer, &topic)?;
+        let partition = work_partition(&instance_id, partitions);
+        let (_, high) = consumer.fetch_watermarks(&topic, partition, Duration::from_secs(10))?;
+        let mut assignment = TopicPartitionList::new();
+        assignment.add_partition_offset(&topic, partition, Offset::Offset(high))?;
+        consumer.assign(&assignment)?;
+        let producer: FutureProducer = kafka.producer()?;
+        let span = info_span!("runner", runner_instance = %instance_id);
+        info!(parent: &span, %topic, partition, offset = high, "reading work partition");
+        let presence = Presence {
+            kafka: kafka.clone(),
+            producer: producer.clone(),
+            instance_id: instance_id.clone(),
+            runner_type: runner_type.as_str().to_owned(),
+            capabilities: executor.capabilities(),
+            config: config.clone(),
+            partition,
+            started_at: chrono::Utc::now().timestamp_millis(),
+            in_flight: Arc::new(AtomicU32::new(0)),
         };
-        let message = match message {
-            Ok(message) => message,
-            Err(error) => {
-                warn!(parent: &span, %error, "work partition read failed");
-                continue;
-            }
+        presence.send(PresenceStatus::Ready).await;
+        let presence_stop = CancellationToken::new();
+        let presence_task = Some(presence.clone().keep_announcing(presence_stop.clone()));
+        let instance = Self {
+            reporter: Reporter::new(kafka.clone(), producer.clone(), instance_id.clone()),
+            codec: kafka.codec.clone(),
+            instance_id,
+            span,
+            config,
+            executor,
+            producer,
+            presence,
+            presence_stop,
+            presence_task,
+            running: HashMap::new(),
+            started_leases: StartedLeases::default(),
+            tasks: tokio::task::JoinSet::new(),
+            stop_all: CancellationToken::new(),
+            drain_until: None,
         };
+        Ok((instance, consumer))
+    }
+
+    /// Shutdown asked: announce `draining`, take no new work, let running
+    /// attempts finish until the drain timeout.
+    async fn begin_drain(&mut self) {
+        info!(parent: &self.span, running = self.tasks.len(), "draining");
+        self.drain_until = Some(tokio::time::Instant::now() + self.config.drain_timeout);
+        self.stop_announcing().await;
+        self.presence.send(PresenceStatus::Draining).await;
+    }
+
+    /// Out of patience: stop what still runs; it reports a retryable
+    /// infrastructure failure.
+    fn drain_timed_out(&mut self) {
+        self.stop_all.cancel();
+        self.drain_until = Some(tokio::time::Instant::now() + self.config.stop_grace * 4);
+    }
+
+    async fn stop_announcing(&mut self) {
+        self.presence_stop.cancel();
+        if let Some(task) = self.presence_task.take() {
+            let _ = task.await;
+        }
+    }
+
+    async fn stop(mut self) {
+        self.stop_announcing().await;
+        self.presence.send(PresenceStatus::Stopped).await;
+        producer_flush(&self.producer);
+        info!(parent: &self.span, "stopped");
+    }
+
+    /// One record of the partition: ours or another instance's, and what
+    /// it asks.
+    fn on_message(&mut self, message: &rdkafka::message::BorrowedMessage<'_>) {
         let Some(payload) = message.payload() else {
-            continue;
+            return;
         };
-        let record: WorkRecord = match codec.decode(Family::WorkItem, payload) {
+        let record: WorkRecord = match self.codec.decode(Family::WorkItem, payload) {
             Ok(record) => record,
             Err(error) => {
-                warn!(parent: &span, %error, offset = message.offset(), "undecodable work record skipped");
-                continue;
+                warn!(parent: &self.span, %error, offset = message.offset(), "undecodable work record skipped");
+                return;
             }
         };
         // Records for other instances sharing the partition are not ours.
-        if record.runner_instance != instance_id {
-            continue;
+        if record.runner_instance != self.instance_id {
+            return;
         }
         let Ok(attempt_id) = Uuid::parse_str(&record.attempt_id) else {
-            continue;
+            return;
         };
         let epoch = u64::try_from(record.lease_epoch).unwrap_or(0);
-        let mut table = running.lock().await;
         match record.kind {
-            WorkType::WorkItem => {
-                if drain_until.is_some() {
-                    // Not started, not reported: the dispatcher's timers
-                    // give it to a live instance.
-                    warn!(parent: &span, %attempt_id, "draining: work item left for another instance");
-                    continue;
-                }
-                let Some(spec) = record.spec.as_ref().and_then(|spec| spec.to_spec().ok()) else {
-                    warn!(parent: &span, %attempt_id, "work item without a readable spec skipped");
-                    continue;
-                };
-                let now = chrono::Utc::now().timestamp_millis();
-                match started_leases.admit(attempt_id, epoch, record.expires_at.unwrap_or(0), now) {
-                    Admission::Start => {}
-                    Admission::AlreadyStarted => {
-                        info!(parent: &span, %attempt_id, lease_epoch = epoch, "work item delivered again; this lease was already started here and is not started twice");
-                        crate::telemetry::metrics::runner_duplicate_work();
-                        continue;
-                    }
-                    Admission::Expired => {
-                        warn!(parent: &span, %attempt_id, lease_epoch = epoch, "work item whose lease already expired; not started");
-                        continue;
-                    }
-                }
-                let (lease_tx, lease_rx) = watch::channel(record.expires_at.unwrap_or(0));
-                let (stop_tx, stop_rx) = mpsc::unbounded_channel();
-                table.insert(
-                    attempt_id,
-                    Running {
-                        lease: lease_tx,
-                        stop: stop_tx,
-                        epoch,
-                    },
-                );
-                let assignment = Assignment {
-                    attempt_id,
-                    job_id: record.job_id.clone(),
-                    attempt_no: u32::try_from(record.attempt_no).unwrap_or(0),
-                    lease_epoch: epoch,
-                    spec,
-                };
-                let executor = executor.clone();
-                let reporter = reporter.clone();
-                let in_flight = in_flight.clone();
-                let stop_all = stop_all.clone();
-                let stop_grace = config.stop_grace;
-                let secrets = config.secrets.clone();
-                let policy = config.policy.clone();
-                let attempt_span =
-                    info_span!(parent: &span, "attempt", %attempt_id, lease_epoch = epoch);
-                crate::telemetry::metrics::runner_in_flight(
-                    in_flight.fetch_add(1, Ordering::SeqCst) + 1,
-                );
-                tasks.spawn(
-                    async move {
-                        run_attempt(
-                            executor,
-                            reporter,
-                            assignment,
-                            lease_rx,
-                            stop_rx,
-                            stop_all,
-                            AttemptSettings {
-                                stop_grace,
-                                secrets,
-                                policy,
-                            },
-                        )
-                        .await;
-                        crate::telemetry::metrics::runner_in_flight(
-                            in_flight.fetch_sub(1, Ordering::SeqCst).saturating_sub(1),
-                        );
-                        attempt_id
-                    }
-                    .instrument(attempt_span),
-                );
-            }
+            WorkType::WorkItem => self.start_work(attempt_id, epoch, &record),
             WorkType::LeaseExtended => {
                 if let Some(expires_at) = record.expires_at {
-                    started_leases.extend(attempt_id, epoch, expires_at);
-                }
-                if let (Some(running), Some(expires_at)) =
-                    (table.get(&attempt_id), record.expires_at)
-                {
-                    if running.epoch == epoch {
-                        let _ = running.lease.send(expires_at);
+                    self.started_leases.extend(attempt_id, epoch, expires_at);
+                    if let Some(running) = self.running.get(&attempt_id) {
+                        if running.epoch == epoch {
+                            let _ = running.lease.send(expires_at);
+                        }
                     }
                 }
             }
-            WorkType::Cancel => {
-                if let Some(running) = table.get(&attempt_id) {
-                    let _ = running
-                        .stop
-                        .send(Stop::Cancel(record.reason.clone().unwrap_or_default()));
-                }
-            }
-            WorkType::LeaseRevoked => {
-                if let Some(running) = table.get(&attempt_id) {
-                    let _ = running.stop.send(Stop::Revoked);
-                }
-            }
+            WorkType::Cancel => self.stop_attempt(
+                attempt_id,
+                Stop::Cancel(record.reason.clone().unwrap_or_default()),
+            ),
+            WorkType::LeaseRevoked => self.stop_attempt(attempt_id, Stop::Revoked),
         }
     }
 
-    presence_stop.cancel();
-    if let Some(task) = presence_task.take() {
-        let _ = task.await;
+    fn stop_attempt(&self, attempt_id: Uuid, stop: Stop) {
+        if let Some(running) = self.running.get(&attempt_id) {
+            let _ = running.stop.send(stop);
+        }
     }
-    presence.send(PresenceStatus::Stopped).await;
-    producer_flush(&producer);
-    info!(parent: &span, "stopped");
-    Ok(())
+
+    /// A work item: started at most once per lease, never while draining.
+    fn start_work(&mut self, attempt_id: Uuid, epoch: u64, record: &WorkRecord) {
+        if self.drain_until.is_some() {
+            // Not started, not reported: the dispatcher's timers give it
+            // to a live instance.
+            warn!(parent: &self.span, %attempt_id, "draining: work item left for another instance");
+            return;
+        }
+        let Some(spec) = record.spec.as_ref().and_then(|spec| spec.to_spec().ok()) else {
+            warn!(parent: &self.span, %attempt_id, "work item without a readable spec skipped");
+            return;
+        };
+        let expires_at = record.expires_at.unwrap_or(0);
+        let now = chrono::Utc::now().timestamp_millis();
+        match self
+            .started_leases
+            .admit(attempt_id, epoch, expires_at, now)
+        {
+            Admission::Start => {}
+            Admission::AlreadyStarted => {
+                info!(parent: &self.span, %attempt_id, lease_epoch = epoch, "work item delivered again; this lease was already started here and is not started twice");
+                crate::telemetry::metrics::runner_duplicate_work();
+                return;
+            }
+            Admission::Expired => {
+                warn!(parent: &self.span, %attempt_id, lease_epoch = epoch, "work item whose lease already expired; not started");
+                return;
+            }
+        }
+        let (lease_tx, lease_rx) = watch::channel(expires_at);
+        let (stop_tx, stop_rx) = mpsc::unbounded_channel();
+        self.running.insert(
+            attempt_id,
+            Running {
+                lease: lease_tx,
+                stop: stop_tx,
+                epoch,
+            },
+        );
+        let assignment = Assignment {
+            attempt_id,
+            job_id: record.job_id.clone(),
+            attempt_no: u32::try_from(record.attempt_no).unwrap_or(0),
+            lease_epoch: epoch,
+            spec,
+        };
+        let settings = AttemptSettings {
+            stop_grace: self.config.stop_grace,
+            secrets: self.config.secrets.clone(),
+            policy: self.config.policy.clone(),
+        };
+        let (executor, reporter, stop_all) = (
+            self.executor.clone(),
+            self.reporter.clone(),
+            self.stop_all.clone(),
+        );
+        let in_flight = self.presence.in_flight.clone();
+        let attempt_span =
+            info_span!(parent: &self.span, "attempt", %attempt_id, lease_epoch = epoch);
+        crate::telemetry::metrics::runner_in_flight(in_flight.fetch_add(1, Ordering::SeqCst) + 1);
+        self.tasks.spawn(
+            async move {
+                run_attempt(
+                    executor, reporter, assignment, lease_rx, stop_rx, stop_all, settings,
+                )
+                .await;
+                crate::telemetry::metrics::runner_in_flight(
+                    in_flight.fetch_sub(1, Ordering::SeqCst).saturating_sub(1),
+                );
+                attempt_id
+            }
+            .instrument(attempt_span),
+        );
+    }
 }
 
 fn producer_flush(producer: &FutureProducer) {
@@ -341,6 +373,19 @@ struct Presence {
 }
 
 impl Presence {
+    /// Announces `ready` every presence interval until `stop`.
+    fn keep_announcing(self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
+        tokio::spawn(async move {
+            let mut ticker = tokio::time::interval(self.config.presence_interval);
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => break,
+                    _ = ticker.tick() => self.send(PresenceStatus::Ready).await,
+                }
+            }
+        })
+    }
+
     async fn send(&self, status: PresenceStatus) {
         let record = PresenceRecord::new(
             &crate::codec::Presence {

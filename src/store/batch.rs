@@ -675,7 +675,7 @@ async fn append_in(
              SELECT * FROM jsonb_to_recordset($1::jsonb) AS c(attempt_id uuid, terminal_seq bigint, url text, idempotency_key text, body jsonb, traceparent text, next_attempt_at timestamptz)
              ON CONFLICT DO NOTHING",
         )
-        .bind(serde_json::to_value(&callbacks).unwrap_or_default())
+        .bind(serde_json::to_value(&callbacks)?)
         .execute(&mut *conn)
         .await?;
     }
@@ -754,7 +754,7 @@ pub(crate) async fn write_projection(
         JOB_COLUMNS,
         Some("job_id"),
     ))
-    .bind(serde_json::to_value(&job_rows).unwrap_or_default())
+    .bind(serde_json::to_value(&job_rows)?)
     .execute(&mut *conn)
     .await?;
     sqlx::query(&insert_sql(
@@ -763,13 +763,13 @@ pub(crate) async fn write_projection(
         ATTEMPT_COLUMNS,
         Some("attempt_id"),
     ))
-    .bind(serde_json::to_value(&attempt_rows).unwrap_or_default())
+    .bind(serde_json::to_value(&attempt_rows)?)
     .execute(&mut *conn)
     .await?;
     if !new_leases.is_empty() {
         // No ON CONFLICT: a second lease for an attempt is refused.
         sqlx::query(&insert_sql(&schema_name, "leases", LEASE_COLUMNS, None))
-            .bind(serde_json::to_value(&new_leases).unwrap_or_default())
+            .bind(serde_json::to_value(&new_leases)?)
             .execute(&mut *conn)
             .await?;
     }
@@ -780,7 +780,7 @@ pub(crate) async fn write_projection(
              WHERE l.lease_id = r.lease_id AND l.epoch = r.epoch",
             leases = qualified("leases")
         ))
-        .bind(serde_json::to_value(&changed_leases).unwrap_or_default())
+        .bind(serde_json::to_value(&changed_leases)?)
         .execute(&mut *conn)
         .await?;
     }
@@ -798,7 +798,7 @@ pub(crate) async fn write_projection(
             DEADLINE_COLUMNS,
             None,
         ))
-        .bind(serde_json::to_value(&deadline_rows_all).unwrap_or_default())
+        .bind(serde_json::to_value(&deadline_rows_all)?)
         .execute(&mut *conn)
         .await?;
     }

@@ -116,3 +116,34 @@ impl RelayLock {
         let _ = self.connection.close().await;
     }
 }
+
+/// Wakes the relay when outbox rows are inserted (LISTEN/NOTIFY on its own
+/// connection; missed notifications are covered by the relay's idle poll).
+pub struct OutboxListener {
+    listener: sqlx::postgres::PgListener,
+}
+
+impl Store {
+    pub async fn listen_outbox(&self) -> Result<OutboxListener, StoreError> {
+        let mut listener = sqlx::postgres::PgListener::connect_with(&self.pool).await?;
+        listener.listen("execplane_outbox").await?;
+        Ok(OutboxListener { listener })
+    }
+}
+
+impl OutboxListener {
+    /// The next notification (reconnecting as needed).
+    pub async fn recv(&mut self) -> Result<(), StoreError> {
+        self.listener.recv().await?;
+        Ok(())
+    }
+}
+
+impl Store {
+    /// Rows waiting in the outbox.
+    pub async fn outbox_len(&self) -> Result<i64, StoreError> {
+        Ok(sqlx::query_scalar("SELECT count(*) FROM outbox")
+            .fetch_one(&self.pool)
+            .await?)
+    }
+}

@@ -206,15 +206,19 @@ const HOT_TABLES: [&str; 6] = [
 ];
 
 impl Store {
-    /// Analyses each hot table that changed by more than a tenth since it
-    /// was last analysed (and by at least 1,000 rows); returns the tables
-    /// analysed. One dispatcher at a time does it (an advisory lock).
+    /// Analyses each hot table that has more than doubled (by at least
+    /// 1,000 rows) since it was last analysed: plans go wrong when a table
+    /// grown from empty is planned as empty, and growth is what changes
+    /// them (the jobs row is rewritten on every event; counting those
+    /// updates would analyse it every few seconds for nothing). Returns the
+    /// tables analysed. One dispatcher at a time does it (an advisory lock).
     pub async fn analyze_if_stale(&self) -> Result<Vec<String>, StoreError> {
         let mut conn = self.pool.acquire().await?;
         let stale: Vec<String> = sqlx::query_scalar(
-            "SELECT relname::text FROM pg_stat_user_tables
-             WHERE schemaname = current_schema() AND relname = ANY($1)
-               AND n_mod_since_analyze > 1000 + n_live_tup / 10",
+            "SELECT s.relname::text FROM pg_stat_user_tables s
+             JOIN pg_class c ON c.oid = s.relid
+             WHERE s.schemaname = current_schema() AND s.relname = ANY($1)
+               AND s.n_live_tup > 1000 + 2 * greatest(c.reltuples, 0)",
         )
         .bind(HOT_TABLES)
         .fetch_all(&mut *conn)

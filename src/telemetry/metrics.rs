@@ -41,6 +41,14 @@ pub const INGRESS_WORK_HANDED: &str = "execplane_ingress_work_handed_total";
 pub const CONSUMER_LAG: &str = "execplane_consumer_lag_records";
 
 fn describe() {
+    describe_ingress();
+    describe_dispatcher();
+    describe_relay();
+    describe_runners();
+}
+
+/// The metrics of the ingress.
+fn describe_ingress() {
     describe_counter!(
         INGRESS_REQUESTS,
         Unit::Count,
@@ -76,6 +84,10 @@ fn describe() {
         Unit::Count,
         "leased attempts handed to executors on poll"
     );
+}
+
+/// The metrics of the dispatcher (intake, timers, callbacks, consumer lag).
+fn describe_dispatcher() {
     describe_gauge!(
         CONSUMER_LAG,
         Unit::Count,
@@ -129,11 +141,6 @@ fn describe() {
         "records copied to the dead-letter topic"
     );
     describe_counter!(
-        RUNNER_DUPLICATE_WORK,
-        Unit::Count,
-        "work items delivered again for a lease this instance already started (not started twice)"
-    );
-    describe_counter!(
         INTAKE_ISOLATED,
         Unit::Count,
         "records the store refused alone after their batch failed (dead-lettered)"
@@ -148,6 +155,10 @@ fn describe() {
         Unit::Count,
         "HTTP callback deliveries that failed"
     );
+}
+
+/// The metrics of the outbox relay.
+fn describe_relay() {
     describe_gauge!(OUTBOX_BACKLOG, Unit::Count, "outbox rows waiting to be published, as of the relay's last read (capped at its batch size)");
     describe_counter!(
         OUTBOX_PUBLISHED,
@@ -158,6 +169,15 @@ fn describe() {
         OUTBOX_PUBLISH_SECONDS,
         Unit::Seconds,
         "duration of one relay round: produce and await the broker's acknowledgements"
+    );
+}
+
+/// The metrics of runner instances.
+fn describe_runners() {
+    describe_counter!(
+        RUNNER_DUPLICATE_WORK,
+        Unit::Count,
+        "work items delivered again for a lease this instance already started (not started twice)"
     );
     describe_gauge!(
         RUNNER_IN_FLIGHT,

@@ -11,7 +11,7 @@ use crate::contract::inputs::{VerifyCustom, VerifyHttp, VerifyPostgres, VerifyTc
 use crate::runner::ExecutionContext;
 
 /// One observation.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Sample {
     pub n: u32,
     pub at: String,
@@ -22,11 +22,11 @@ pub struct Sample {
     pub assertions: Vec<Assertion>,
     pub error: Option<String>,
     /// The operator's destination policy refused the connection.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub refused_by_policy: bool,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct Assertion {
     pub name: String,
     pub expected: serde_json::Value,
@@ -412,4 +412,165 @@ pub async fn custom(inputs: &VerifyCustom, context: &ExecutionContext, n: u32) -
     }
     sample.latency_ms = started.elapsed().as_millis() as u64;
     sample
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::OperatorPolicy;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn bounds(policy: &str, max_body_bytes: usize) -> Bounds {
+        Bounds {
+            destinations: OperatorPolicy::from_toml(policy)
+                .unwrap()
+                .tenant("team-a")
+                .destinations,
+            max_body_bytes,
+        }
+    }
+
+    /// A loopback server answering every request with `response`.
+    async fn serve(response: Vec<u8>) -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let response = response.clone();
+                tokio::spawn(async move {
+                    let mut buffer = [0u8; 4096];
+                    let _ = stream.read(&mut buffer).await;
+                    let _ = stream.write_all(&response).await;
+                });
+            }
+        });
+        port
+    }
+
+    fn http(url: String, expect: serde_json::Value) -> VerifyHttp {
+        serde_json::from_value(serde_json::json!({"url": url, "expect": expect})).unwrap()
+    }
+
+    #[tokio::test]
+    async fn http_assertions_judge_status_body_and_a_capped_body() {
+        let body = "x".repeat(5000) + "needle";
+        let port = serve(
+            format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes(),
+        )
+        .await;
+        let url = format!("http://127.0.0.1:{port}/");
+        let client = reqwest::Client::new();
+        let open = bounds("", 1 << 20);
+        let sample = http(
+            url.clone(),
+            serde_json::json!({"status": 200, "body_contains": "needle"}),
+        );
+        let passed = super::http(&client, &sample, &open, Duration::from_secs(5), 1).await;
+        assert!(passed.passed(), "{passed:?}");
+        assert_eq!(passed.observed["body_truncated"], false);
+        // The needle is past the cap: the capped body does not hold it.
+        let capped = super::http(
+            &client,
+            &sample,
+            &bounds("", 1000),
+            Duration::from_secs(5),
+            1,
+        )
+        .await;
+        assert!(!capped.passed());
+        assert_eq!(capped.observed["body_bytes"], 1000);
+        assert_eq!(capped.observed["body_truncated"], true);
+        // A wrong status is an assertion that failed, not an error.
+        let wrong = http(url, serde_json::json!({"status": 204}));
+        let failed = super::http(&client, &wrong, &open, Duration::from_secs(5), 1).await;
+        assert!(failed.reached && !failed.passed() && failed.error.is_none());
+        assert_eq!(failed.assertions[0].name, "status");
+    }
+
+    #[tokio::test]
+    async fn a_denied_destination_is_refused_before_anything_connects() {
+        let port = serve(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n".to_vec()).await;
+        let denied = bounds(
+            "[defaults.destinations]\ndeny = [\"127.0.0.0/8\"]\n",
+            1 << 20,
+        );
+        let client = crate::policy::http_client(&denied.destinations, 0).unwrap();
+        let sample = http(format!("http://127.0.0.1:{port}/"), serde_json::json!({}));
+        let refused = super::http(&client, &sample, &denied, Duration::from_secs(5), 1).await;
+        assert!(refused.refused_by_policy && !refused.reached, "{refused:?}");
+        // By name too: localhost resolves only to denied addresses.
+        let by_name = http(format!("http://localhost:{port}/"), serde_json::json!({}));
+        let refused = super::http(&client, &by_name, &denied, Duration::from_secs(5), 1).await;
+        assert!(refused.refused_by_policy, "{refused:?}");
+        let tcp_inputs = VerifyTcp {
+            host: "127.0.0.1".into(),
+            port,
+            timeout: None,
+        };
+        let refused = super::tcp(&tcp_inputs, &denied, Duration::from_secs(5), 1).await;
+        assert!(refused.refused_by_policy && !refused.reached, "{refused:?}");
+    }
+
+    #[tokio::test]
+    async fn tcp_tells_an_answer_from_a_closed_port() {
+        let port = serve(Vec::new()).await;
+        let open = bounds("", 1 << 20);
+        let reached = super::tcp(
+            &VerifyTcp {
+                host: "127.0.0.1".into(),
+                port,
+                timeout: None,
+            },
+            &open,
+            Duration::from_secs(5),
+            1,
+        )
+        .await;
+        assert!(reached.passed(), "{reached:?}");
+        let closed = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            listener.local_addr().unwrap().port()
+        };
+        let refused = super::tcp(
+            &VerifyTcp {
+                host: "127.0.0.1".into(),
+                port: closed,
+                timeout: None,
+            },
+            &open,
+            Duration::from_secs(5),
+            1,
+        )
+        .await;
+        assert!(!refused.reached && !refused.refused_by_policy && refused.error.is_some());
+    }
+
+    #[tokio::test]
+    async fn custom_probes_pass_fail_and_stop_when_cancelled() {
+        let (progress, _) = tokio::sync::mpsc::unbounded_channel();
+        let (log, _) = tokio::sync::mpsc::unbounded_channel();
+        let context =
+            ExecutionContext::new(tokio_util::sync::CancellationToken::new(), progress, log);
+        let probe = |id: &str, args: serde_json::Value| -> VerifyCustom {
+            serde_json::from_value(serde_json::json!({"probe_id": id, "args": args})).unwrap()
+        };
+        assert!(custom(
+            &probe("sleep", serde_json::json!({"seconds": 0.01})),
+            &context,
+            1
+        )
+        .await
+        .passed());
+        let failed = custom(&probe("fail", serde_json::json!({})), &context, 1).await;
+        assert!(failed.reached && !failed.passed());
+        context.cancel.cancel();
+        let stopped = custom(&probe("hang", serde_json::json!({})), &context, 1).await;
+        assert_eq!(stopped.error.as_deref(), Some("stopped"));
+        let unknown = custom(&probe("nope", serde_json::json!({})), &context, 1).await;
+        assert!(unknown.error.unwrap().contains("not built in"));
+    }
 }

@@ -57,51 +57,11 @@ impl Executor for VerificationRunner {
     }
 
     async fn execute(&self, assignment: Assignment, context: ExecutionContext) -> ExecutionOutcome {
+        let prepared = match self.prepare(&assignment.spec) {
+            Ok(prepared) => prepared,
+            Err(refusal) => return refusal,
+        };
         let spec = &assignment.spec;
-        let inputs = match OperationInputs::parse(spec.operation, &spec.inputs) {
-            Ok(inputs) => inputs,
-            Err((path, message)) => {
-                return ExecutionOutcome::failed(
-                    FailureCategory::Contract,
-                    format!("inputs.{path}: {message}"),
-                    None,
-                )
-            }
-        };
-        if let OperationInputs::VerifyCustomProbe(probe) = &inputs {
-            if !self.config.allowed_probes.contains(&probe.probe_id) {
-                return ExecutionOutcome::failed(
-                    FailureCategory::Policy,
-                    format!(
-                        "probe `{}` is not on this runner's allowlist",
-                        probe.probe_id
-                    ),
-                    Some(serde_json::json!({"allowed_probes": self.config.allowed_probes})),
-                );
-            }
-        }
-        let timeout = |explicit: Option<crate::contract::DurationMs>| {
-            explicit
-                .map_or(self.config.default_timeout, |duration| duration.as_std())
-                .min(self.config.max_timeout)
-        };
-        // The operator's policy, again, before anything connects: the
-        // dispatcher checked it at intake; the file may have changed since.
-        let policy_problems = self.config.policy.check_jobspec(spec);
-        if !policy_problems.is_empty() {
-            let problems = crate::contract::Problems(policy_problems);
-            return ExecutionOutcome::failed(FailureCategory::Policy, problems.to_string(), None);
-        }
-        let bounds = Bounds {
-            destinations: self.config.policy.tenant(&spec.tenant).destinations,
-            max_body_bytes: self.config.max_body_bytes,
-        };
-        let http_client = match self.client(&spec.tenant, &bounds) {
-            Ok(client) => client,
-            Err(error) => {
-                return ExecutionOutcome::failed(FailureCategory::RunnerError, error, None)
-            }
-        };
         let retry = spec.retry;
         let samples_wanted = retry.max_attempts.max(1);
         let mut samples: Vec<Sample> = Vec::new();
@@ -113,29 +73,15 @@ impl Executor for VerificationRunner {
                 format!("sample {n}/{samples_wanted}"),
                 Some(u8::try_from(n * 100 / samples_wanted).unwrap_or(100)),
             );
-            let sample = match &inputs {
-                OperationInputs::VerifyHttpEndpoint(http) => {
-                    probes::http(&http_client, http, &bounds, timeout(http.timeout), n).await
-                }
-                OperationInputs::VerifyTcpConnect(tcp) => {
-                    probes::tcp(tcp, &bounds, timeout(tcp.timeout), n).await
-                }
-                OperationInputs::VerifyPostgresReady(postgres) => {
-                    probes::postgres(postgres, &bounds, timeout(None), n).await
-                }
-                OperationInputs::VerifyCustomProbe(probe) => {
-                    probes::custom(probe, &context, n).await
-                }
-                _ => {
-                    return ExecutionOutcome::failed(
-                        FailureCategory::RunnerError,
-                        format!(
-                            "{} is not supported by this verification runner yet",
-                            spec.operation
-                        ),
-                        None,
-                    )
-                }
+            let Some(sample) = self.sample(&prepared, &context, n).await else {
+                return ExecutionOutcome::failed(
+                    FailureCategory::RunnerError,
+                    format!(
+                        "{} is not supported by this verification runner yet",
+                        spec.operation
+                    ),
+                    None,
+                );
             };
             // A refusal by the policy will not change with another sample.
             let done = sample.passed() || sample.refused_by_policy;
@@ -151,59 +97,190 @@ impl Executor for VerificationRunner {
                 }
             }
         }
-        let passed = samples.last().is_some_and(Sample::passed);
-        let reached = samples.iter().any(|sample| sample.reached);
-        let refused = samples.iter().any(|sample| sample.refused_by_policy);
-        let recommended = if passed {
-            None
-        } else if refused {
-            Some(FailureCategory::Policy)
-        } else if reached {
-            Some(FailureCategory::VerificationFailed)
-        } else {
-            Some(FailureCategory::TargetUnreachable)
-        };
-        let evidence = serde_json::json!({
-            "operation": spec.operation.as_str(),
-            "samples": samples,
-            "passed": passed,
-            "recommended_failure_category": recommended.map(FailureCategory::as_str),
-        });
-        match recommended {
-            None => ExecutionOutcome::succeeded(
-                format!(
-                    "{} passed after {} sample(s)",
-                    spec.operation,
-                    samples.len()
-                ),
-                evidence,
-            ),
-            Some(category) => {
-                let last = samples.last();
-                let why = last
-                    .and_then(|sample| sample.error.clone())
-                    .or_else(|| {
-                        last.and_then(|sample| {
-                            sample.assertions.iter().find(|assertion| !assertion.passed)
-                        })
-                        .map(|assertion| {
-                            format!(
-                                "assertion `{}` failed: expected {}, got {}",
-                                assertion.name, assertion.expected, assertion.actual
-                            )
-                        })
-                    })
-                    .unwrap_or_else(|| "no sample taken".into());
+        verdict(spec.operation.as_str(), samples)
+    }
+}
+
+/// What one execution needs before its first sample.
+struct Prepared {
+    inputs: OperationInputs,
+    bounds: Bounds,
+    http: reqwest::Client,
+}
+
+impl VerificationRunner {
+    /// Parses the inputs and checks the allowlist and the operator's policy
+    /// (again: the dispatcher checked at intake, the file may have changed
+    /// since); the failure to report otherwise.
+    fn prepare(&self, spec: &crate::contract::JobSpec) -> Result<Prepared, ExecutionOutcome> {
+        let inputs =
+            OperationInputs::parse(spec.operation, &spec.inputs).map_err(|(path, message)| {
                 ExecutionOutcome::failed(
-                    category,
-                    format!(
-                        "{} failed after {} sample(s): {why}",
-                        spec.operation,
-                        samples.len()
-                    ),
-                    Some(evidence),
+                    FailureCategory::Contract,
+                    format!("inputs.{path}: {message}"),
+                    None,
                 )
+            })?;
+        if let OperationInputs::VerifyCustomProbe(probe) = &inputs {
+            if !self.config.allowed_probes.contains(&probe.probe_id) {
+                return Err(ExecutionOutcome::failed(
+                    FailureCategory::Policy,
+                    format!(
+                        "probe `{}` is not on this runner's allowlist",
+                        probe.probe_id
+                    ),
+                    Some(serde_json::json!({"allowed_probes": self.config.allowed_probes})),
+                ));
             }
         }
+        let refused = self.config.policy.check_jobspec(spec);
+        if !refused.is_empty() {
+            let problems = crate::contract::Problems(refused);
+            return Err(ExecutionOutcome::failed(
+                FailureCategory::Policy,
+                problems.to_string(),
+                None,
+            ));
+        }
+        let bounds = Bounds {
+            destinations: self.config.policy.tenant(&spec.tenant).destinations,
+            max_body_bytes: self.config.max_body_bytes,
+        };
+        let http = self
+            .client(&spec.tenant, &bounds)
+            .map_err(|error| ExecutionOutcome::failed(FailureCategory::RunnerError, error, None))?;
+        Ok(Prepared {
+            inputs,
+            bounds,
+            http,
+        })
+    }
+
+    /// A sample's timeout: the one asked for (or the default), at most the
+    /// operator's maximum.
+    fn timeout(&self, explicit: Option<crate::contract::DurationMs>) -> Duration {
+        explicit
+            .map_or(self.config.default_timeout, |duration| duration.as_std())
+            .min(self.config.max_timeout)
+    }
+
+    /// One sample; `None` for an operation this runner has no probe for.
+    async fn sample(
+        &self,
+        prepared: &Prepared,
+        context: &ExecutionContext,
+        n: u32,
+    ) -> Option<Sample> {
+        let bounds = &prepared.bounds;
+        Some(match &prepared.inputs {
+            OperationInputs::VerifyHttpEndpoint(http) => {
+                probes::http(&prepared.http, http, bounds, self.timeout(http.timeout), n).await
+            }
+            OperationInputs::VerifyTcpConnect(tcp) => {
+                probes::tcp(tcp, bounds, self.timeout(tcp.timeout), n).await
+            }
+            OperationInputs::VerifyPostgresReady(postgres) => {
+                probes::postgres(postgres, bounds, self.timeout(None), n).await
+            }
+            OperationInputs::VerifyCustomProbe(probe) => probes::custom(probe, context, n).await,
+            _ => return None,
+        })
+    }
+}
+
+/// The outcome the samples support: success when the last passed; else a
+/// failure whose category says what happened (the policy refused, nothing
+/// answered, or something answered wrongly), with every sample as evidence.
+pub(super) fn verdict(operation: &str, samples: Vec<Sample>) -> ExecutionOutcome {
+    let passed = samples.last().is_some_and(Sample::passed);
+    let reached = samples.iter().any(|sample| sample.reached);
+    let refused = samples.iter().any(|sample| sample.refused_by_policy);
+    let recommended = if passed {
+        None
+    } else if refused {
+        Some(FailureCategory::Policy)
+    } else if reached {
+        Some(FailureCategory::VerificationFailed)
+    } else {
+        Some(FailureCategory::TargetUnreachable)
+    };
+    let evidence = serde_json::json!({
+        "operation": operation,
+        "samples": samples,
+        "passed": passed,
+        "recommended_failure_category": recommended.map(FailureCategory::as_str),
+    });
+    let Some(category) = recommended else {
+        return ExecutionOutcome::succeeded(
+            format!("{operation} passed after {} sample(s)", samples.len()),
+            evidence,
+        );
+    };
+    let last = samples.last();
+    let why = last
+        .and_then(|sample| sample.error.clone())
+        .or_else(|| {
+            last.and_then(|sample| sample.assertions.iter().find(|assertion| !assertion.passed))
+                .map(|assertion| {
+                    format!(
+                        "assertion `{}` failed: expected {}, got {}",
+                        assertion.name, assertion.expected, assertion.actual
+                    )
+                })
+        })
+        .unwrap_or_else(|| "no sample taken".into());
+    ExecutionOutcome::failed(
+        category,
+        format!(
+            "{operation} failed after {} sample(s): {why}",
+            samples.len()
+        ),
+        Some(evidence),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(reached: bool, passed: bool, refused: bool) -> Sample {
+        let mut sample: Sample = serde_json::from_value(serde_json::json!({
+            "n": 1, "at": "t", "latency_ms": 1, "reached": reached, "observed": null,
+            "assertions": [{"name": "status", "expected": 200, "actual": if passed { 200 } else { 500 }, "passed": passed}],
+            "error": null
+        }))
+        .unwrap();
+        sample.refused_by_policy = refused;
+        sample
+    }
+
+    #[test]
+    fn the_verdict_says_what_the_samples_saw() {
+        let passed = verdict(
+            "verify.http.endpoint",
+            vec![sample(true, false, false), sample(true, true, false)],
+        );
+        assert_eq!(passed.outcome, crate::contract::ReportedOutcome::Succeeded);
+        assert!(passed.message.contains("after 2 sample(s)"));
+        let wrong = verdict("verify.http.endpoint", vec![sample(true, false, false)]);
+        assert_eq!(wrong.category, Some(FailureCategory::VerificationFailed));
+        assert!(
+            wrong
+                .message
+                .contains("assertion `status` failed: expected 200, got 500"),
+            "{}",
+            wrong.message
+        );
+        let silent = verdict("verify.tcp.connect", vec![sample(false, false, false)]);
+        assert_eq!(silent.category, Some(FailureCategory::TargetUnreachable));
+        let refused = verdict("verify.tcp.connect", vec![sample(false, false, true)]);
+        assert_eq!(refused.category, Some(FailureCategory::Policy));
+        let evidence: serde_json::Value =
+            serde_json::from_str(refused.result_json.as_deref().unwrap()).unwrap();
+        assert_eq!(evidence["recommended_failure_category"], "policy");
+        assert_eq!(
+            verdict("x", vec![]).message,
+            "x failed after 0 sample(s): no sample taken"
+        );
     }
 }

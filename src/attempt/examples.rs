@@ -1,0 +1,368 @@
+//! One example per rule of `decide`, each a short story told with real
+//! inputs: when a rule is broken, the test named after it fails (the
+//! property tests then say what else it broke).
+
+use uuid::Uuid;
+
+use super::{attempt_id_for, decide, JobState, Rejection};
+use crate::contract::{
+    AttemptEvent, AttemptStatus, DurationMs, EventBody, FailureCategory, Input, JobSpec, Operation,
+    ReportBody, ReportedOutcome, RunnerReport, TerminalOutcome, TimerKind,
+};
+
+const T0: i64 = 1_800_000_000_000;
+const TTL: i64 = 10_000;
+
+fn spec(operation: Operation, max_attempts: u32) -> JobSpec {
+    JobSpec {
+        command_id: Uuid::from_u128(7),
+        job_id: "job-7".into(),
+        tenant: "team-a".into(),
+        requested_by: "examples".into(),
+        operation,
+        inputs: serde_json::json!({}),
+        runner_requirements: Default::default(),
+        targets: vec![],
+        secret_refs: vec![],
+        timeouts: crate::contract::Timeouts {
+            schedule_to_start: DurationMs(20_000),
+            start_to_close: DurationMs(60_000),
+            heartbeat: DurationMs(TTL as u64),
+            schedule_to_close: DurationMs(120_000),
+        },
+        retry: crate::contract::RetryPolicy {
+            max_attempts,
+            initial_backoff: DurationMs(1_000),
+            max_backoff: DurationMs(4_000),
+        },
+        policy: crate::contract::PolicyFlags {
+            explicit_command: true,
+            ..Default::default()
+        },
+        callback: None,
+        trace: None,
+    }
+}
+
+/// A job and the attempts it has, driven input by input.
+struct Story {
+    job: JobState,
+    now: i64,
+}
+
+impl Story {
+    fn new(operation: Operation, max_attempts: u32) -> Self {
+        let mut story = Story {
+            job: JobState::default(),
+            now: T0,
+        };
+        story.ok(&Input::Execute {
+            spec: Box::new(spec(operation, max_attempts)),
+        });
+        story
+    }
+
+    fn attempt_id(&self, number: u32) -> Uuid {
+        attempt_id_for(Uuid::from_u128(7), number)
+    }
+
+    fn decide(&mut self, input: &Input) -> Result<Vec<AttemptEvent>, Rejection> {
+        let events = decide(&self.job, input, self.now)?;
+        self.job.apply_all(&events).unwrap();
+        Ok(events)
+    }
+
+    fn ok(&mut self, input: &Input) -> Vec<AttemptEvent> {
+        self.decide(input).unwrap()
+    }
+
+    fn grant(&mut self, number: u32, instance: &str) {
+        self.ok(&Input::Grant {
+            attempt_id: self.attempt_id(number),
+            runner_instance: instance.into(),
+        });
+    }
+
+    fn report(
+        &mut self,
+        number: u32,
+        epoch: u64,
+        instance: &str,
+        body: ReportBody,
+    ) -> Vec<AttemptEvent> {
+        self.ok(&Input::Report(RunnerReport {
+            attempt_id: self.attempt_id(number),
+            lease_epoch: epoch,
+            runner_instance: instance.into(),
+            body,
+        }))
+    }
+
+    fn timer(&mut self, number: u32, timer: TimerKind) -> Vec<AttemptEvent> {
+        self.ok(&Input::TimerFired {
+            attempt_id: self.attempt_id(number),
+            timer,
+        })
+    }
+
+    fn status(&self, number: u32) -> AttemptStatus {
+        self.job.attempt(self.attempt_id(number)).unwrap().status
+    }
+}
+
+fn kinds(events: &[AttemptEvent]) -> Vec<&'static str> {
+    events.iter().map(|event| event.body.kind()).collect()
+}
+
+fn heartbeat() -> ReportBody {
+    ReportBody::Heartbeat {
+        progress: None,
+        percent: None,
+    }
+}
+
+fn failed(category: FailureCategory) -> ReportBody {
+    ReportBody::Finished {
+        outcome: ReportedOutcome::Failed,
+        category: Some(category),
+        message: "no".into(),
+        result_json: None,
+    }
+}
+
+#[test]
+fn a_heartbeat_extends_the_lease_only_once_half_its_ttl_is_used() {
+    let mut story = Story::new(Operation::VerifyHttpEndpoint, 1);
+    story.grant(1, "r-1");
+    story.report(1, 1, "r-1", ReportBody::Started);
+    story.now += TTL / 2 - 1;
+    assert!(
+        story.report(1, 1, "r-1", heartbeat()).is_empty(),
+        "before half the TTL: nothing appended"
+    );
+    story.now += 2;
+    let extended = story.report(1, 1, "r-1", heartbeat());
+    assert_eq!(kinds(&extended), ["lease_extended"]);
+    assert!(
+        matches!(extended[0].body, EventBody::LeaseExtended { expires_at, .. } if expires_at == story.now + TTL)
+    );
+    assert!(
+        story.report(1, 1, "r-1", heartbeat()).is_empty(),
+        "just extended"
+    );
+}
+
+#[test]
+fn reports_under_another_epoch_or_from_another_instance_are_fenced() {
+    let mut story = Story::new(Operation::VerifyHttpEndpoint, 1);
+    story.grant(1, "r-1");
+    for (epoch, instance) in [(2, "r-1"), (0, "r-1"), (1, "r-2")] {
+        let events = story.report(1, epoch, instance, ReportBody::Started);
+        assert_eq!(
+            kinds(&events),
+            ["report_fenced"],
+            "epoch {epoch} from {instance}"
+        );
+    }
+    assert_eq!(
+        story.status(1),
+        AttemptStatus::Leased,
+        "fenced reports change nothing else"
+    );
+    assert_eq!(
+        kinds(&story.report(1, 1, "r-1", ReportBody::Started)),
+        ["started"]
+    );
+}
+
+#[test]
+fn a_lost_lease_of_a_started_non_idempotent_operation_is_outcome_unknown() {
+    for (operation, started, expected) in [
+        (
+            Operation::SshCommandRun,
+            true,
+            TerminalOutcome::OutcomeUnknown,
+        ),
+        (Operation::SshCommandRun, false, TerminalOutcome::Failed),
+        (Operation::VerifyHttpEndpoint, true, TerminalOutcome::Failed),
+    ] {
+        let mut story = Story::new(operation, 1);
+        story.grant(1, "r-1");
+        if started {
+            story.report(1, 1, "r-1", ReportBody::Started);
+        }
+        story.now += TTL;
+        let events = story.timer(1, TimerKind::Heartbeat);
+        assert!(
+            matches!(&events[0].body, EventBody::Finished { outcome, category: Some(FailureCategory::LeaseLost), .. } if *outcome == expected),
+            "{operation:?} started={started}: {events:?}"
+        );
+    }
+}
+
+#[test]
+fn only_infrastructure_failures_are_retried_with_backoff() {
+    for (category, retried) in [
+        (FailureCategory::Infrastructure, true),
+        (FailureCategory::LeaseLost, true),
+        (FailureCategory::VerificationFailed, false),
+        (FailureCategory::RunnerError, false),
+        (FailureCategory::Contract, false),
+    ] {
+        let mut story = Story::new(Operation::VerifyHttpEndpoint, 3);
+        story.grant(1, "r-1");
+        story.report(1, 1, "r-1", ReportBody::Started);
+        let events = story.report(1, 1, "r-1", failed(category));
+        if retried {
+            assert_eq!(kinds(&events), ["finished", "created"], "{category:?}");
+            let EventBody::Created {
+                attempt_no,
+                available_at,
+                ..
+            } = &events[1].body
+            else {
+                unreachable!()
+            };
+            assert_eq!(
+                (*attempt_no, *available_at),
+                (2, story.now + 1_000),
+                "backoff before attempt 2"
+            );
+            // Not placeable before its backoff.
+            assert!(matches!(
+                story.decide(&Input::Grant {
+                    attempt_id: story.attempt_id(2),
+                    runner_instance: "r-2".into()
+                }),
+                Err(Rejection::NotYetAvailable { .. })
+            ));
+        } else {
+            assert_eq!(kinds(&events), ["finished"], "{category:?} is not retried");
+        }
+    }
+    // And not past the policy: the last allowed attempt is final.
+    let mut story = Story::new(Operation::VerifyHttpEndpoint, 1);
+    story.grant(1, "r-1");
+    assert_eq!(
+        kinds(&story.report(1, 1, "r-1", failed(FailureCategory::Infrastructure))),
+        ["finished"]
+    );
+}
+
+#[test]
+fn a_cancel_waits_its_grace_then_ends_by_what_was_started() {
+    // Confirmed in time: cancelled.
+    let mut story = Story::new(Operation::SshCommandRun, 1);
+    story.grant(1, "r-1");
+    story.report(1, 1, "r-1", ReportBody::Started);
+    let requested = story.ok(&Input::Cancel {
+        attempt_id: story.attempt_id(1),
+        reason: "stop".into(),
+        requested_by: "cp".into(),
+        grace: DurationMs(5_000),
+    });
+    assert!(
+        matches!(requested[0].body, EventBody::CancelRequested { grace_deadline, .. } if grace_deadline == T0 + 5_000)
+    );
+    let confirmed = story.report(
+        1,
+        1,
+        "r-1",
+        ReportBody::Finished {
+            outcome: ReportedOutcome::Cancelled,
+            category: None,
+            message: "stopped".into(),
+            result_json: None,
+        },
+    );
+    assert!(matches!(
+        confirmed[0].body,
+        EventBody::Finished {
+            outcome: TerminalOutcome::Cancelled,
+            ..
+        }
+    ));
+    // Not confirmed: a started non-idempotent operation is outcome_unknown
+    // at the grace deadline; an idempotent one is cancelled.
+    for (operation, expected) in [
+        (Operation::SshCommandRun, TerminalOutcome::OutcomeUnknown),
+        (Operation::VerifyHttpEndpoint, TerminalOutcome::Cancelled),
+    ] {
+        let mut story = Story::new(operation, 1);
+        story.grant(1, "r-1");
+        story.report(1, 1, "r-1", ReportBody::Started);
+        story.ok(&Input::Cancel {
+            attempt_id: story.attempt_id(1),
+            reason: "stop".into(),
+            requested_by: "cp".into(),
+            grace: DurationMs(5_000),
+        });
+        story.now += 4_999;
+        assert!(
+            story.timer(1, TimerKind::CancelGrace).is_empty(),
+            "not due yet"
+        );
+        story.now += 1;
+        let ended = story.timer(1, TimerKind::CancelGrace);
+        assert!(
+            matches!(&ended[0].body, EventBody::Finished { outcome, lease_revoked: true, .. } if *outcome == expected),
+            "{operation:?}: {ended:?}"
+        );
+    }
+    // A queued attempt is cancelled at once.
+    let mut story = Story::new(Operation::SshCommandRun, 1);
+    let events = story.ok(&Input::Cancel {
+        attempt_id: story.attempt_id(1),
+        reason: "stop".into(),
+        requested_by: "cp".into(),
+        grace: DurationMs(5_000),
+    });
+    assert!(matches!(
+        events[0].body,
+        EventBody::Finished {
+            outcome: TerminalOutcome::Cancelled,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_timer_fires_once_and_only_when_due() {
+    let mut story = Story::new(Operation::VerifyHttpEndpoint, 1);
+    story.now += 19_999;
+    assert!(
+        story.timer(1, TimerKind::ScheduleToStart).is_empty(),
+        "not due"
+    );
+    story.now += 1;
+    assert_eq!(
+        kinds(&story.timer(1, TimerKind::ScheduleToStart)),
+        ["finished"]
+    );
+    assert!(
+        story.timer(1, TimerKind::ScheduleToStart).is_empty(),
+        "fired twice is fired once"
+    );
+    assert!(
+        story.timer(1, TimerKind::ScheduleToClose).is_empty(),
+        "an ended attempt arms nothing"
+    );
+    assert_eq!(story.status(1), AttemptStatus::TimedOut);
+}
+
+#[test]
+fn a_command_id_makes_one_job_and_a_job_id_belongs_to_one_command() {
+    let mut story = Story::new(Operation::VerifyHttpEndpoint, 1);
+    let again = story.ok(&Input::Execute {
+        spec: Box::new(spec(Operation::VerifyHttpEndpoint, 1)),
+    });
+    assert!(again.is_empty(), "the same command again is a no-op");
+    let mut other = spec(Operation::VerifyHttpEndpoint, 1);
+    other.command_id = Uuid::from_u128(8);
+    assert!(matches!(
+        story.decide(&Input::Execute {
+            spec: Box::new(other)
+        }),
+        Err(Rejection::JobIdTaken { .. })
+    ));
+}
