@@ -278,7 +278,11 @@ async fn decide_isolating(
 ) -> Option<Vec<Decision>> {
     let isolated = context
         .store
-        .process_isolating(inputs, Some(context.config.presence_ttl), context.shutdown)
+        .process_isolating(
+            inputs,
+            Some((&super::placement::choose, context.config.presence_ttl)),
+            context.shutdown,
+        )
         .await?;
     events.extend(isolated.events);
     Some(

@@ -10,9 +10,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::{DispatcherConfig, DispatcherError};
+use uuid::Uuid;
+
 use crate::attempt::placement::place;
-use crate::contract::Input;
 use crate::store::{InputEnvelope, Store};
+use crate::store::{LiveInstance, QueuedAttempt};
 
 /// Places on a timer and whenever intake says something may be placeable.
 pub(super) async fn run(
@@ -32,6 +34,14 @@ pub(super) async fn run(
         }
     }
     Ok(())
+}
+
+/// The placement decision, wherever it is made (here, and for new
+/// attempts inside intake's transaction): each queued attempt to the least
+/// loaded live instance of its type whose pool labels and capabilities
+/// cover it and which has free capacity (`attempt::placement::place`).
+pub fn choose(queued: &[QueuedAttempt], instances: &[LiveInstance]) -> Vec<(Uuid, String)> {
+    place(queued, instances)
 }
 
 /// Queued attempts read per page.
@@ -75,7 +85,7 @@ pub async fn place_once(
             after = Some(*last);
             let full_page = page.len() as i64 >= PAGE.min(left * 4).max(1);
             let queued: Vec<_> = page.into_iter().map(|(attempt, _)| attempt).collect();
-            let placed = place(&queued, &loaded);
+            let placed = choose(&queued, &loaded);
             for (_, instance_id) in &placed {
                 if let Some(instance) = loaded
                     .iter_mut()
@@ -96,15 +106,7 @@ pub async fn place_once(
     }
     let inputs: Vec<InputEnvelope> = grants
         .into_iter()
-        .map(|(attempt_id, runner_instance)| InputEnvelope {
-            // One grant decision per attempt, whoever places it.
-            input_id: format!("grant:{attempt_id}:{runner_instance}"),
-            source: "placement".into(),
-            input: Input::Grant {
-                attempt_id,
-                runner_instance,
-            },
-        })
+        .map(|(attempt_id, runner_instance)| InputEnvelope::grant(attempt_id, runner_instance))
         .collect();
     let outcome = store
         .process_batch(&inputs, chrono::Utc::now().timestamp_millis())

@@ -73,19 +73,20 @@ impl Store {
         if chunks.is_empty() {
             return Ok(0);
         }
-        let result = sqlx::query(
-            "INSERT INTO artifact_chunks (attempt_id, stream, seq, lease_epoch, producer, text)
-             SELECT * FROM UNNEST($1::uuid[], $2::text[], $3::bigint[], $4::bigint[], $5::text[], $6::text[])
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(chunks.iter().map(|c| c.attempt_id).collect::<Vec<_>>())
-        .bind(chunks.iter().map(|c| c.stream.clone()).collect::<Vec<_>>())
-        .bind(chunks.iter().map(|c| c.seq).collect::<Vec<_>>())
-        .bind(chunks.iter().map(|c| c.lease_epoch).collect::<Vec<_>>())
-        .bind(chunks.iter().map(|c| c.producer.clone()).collect::<Vec<_>>())
-        .bind(chunks.iter().map(|c| c.text.clone()).collect::<Vec<_>>())
-        .execute(self.pool())
-        .await?;
+        let result = sqlx::query(include_str!("sql/stage_chunks.sql"))
+            .bind(chunks.iter().map(|c| c.attempt_id).collect::<Vec<_>>())
+            .bind(chunks.iter().map(|c| c.stream.clone()).collect::<Vec<_>>())
+            .bind(chunks.iter().map(|c| c.seq).collect::<Vec<_>>())
+            .bind(chunks.iter().map(|c| c.lease_epoch).collect::<Vec<_>>())
+            .bind(
+                chunks
+                    .iter()
+                    .map(|c| c.producer.clone())
+                    .collect::<Vec<_>>(),
+            )
+            .bind(chunks.iter().map(|c| c.text.clone()).collect::<Vec<_>>())
+            .execute(self.pool())
+            .await?;
         Ok(result.rows_affected())
     }
 
@@ -96,22 +97,11 @@ impl Store {
         cutoff: i64,
         limit: i64,
     ) -> Result<Vec<PendingBundle>, StoreError> {
-        let rows = sqlx::query(
-            "(SELECT a.attempt_id, a.result_json, false FROM attempts a
-              WHERE a.finished_at IS NOT NULL
-                AND a.finished_at < to_timestamp($1::double precision / 1000.0)
-                AND NOT EXISTS (SELECT 1 FROM artifact_bundles b WHERE b.attempt_id = a.attempt_id)
-              ORDER BY a.finished_at LIMIT $2)
-             UNION ALL
-             (SELECT DISTINCT c.attempt_id, NULL::text, true FROM artifact_chunks c
-              JOIN artifact_bundles b USING (attempt_id)
-              WHERE c.received_at < to_timestamp($1::double precision / 1000.0)
-              LIMIT $2)",
-        )
-        .bind(cutoff)
-        .bind(limit)
-        .fetch_all(self.pool())
-        .await?;
+        let rows = sqlx::query(include_str!("sql/pending_bundles.sql"))
+            .bind(cutoff)
+            .bind(limit)
+            .fetch_all(self.pool())
+            .await?;
         let mut pending: Vec<PendingBundle> = rows
             .iter()
             .map(|row| PendingBundle {
@@ -170,22 +160,19 @@ impl Store {
                 .artifact_id
                 .parse()
                 .map_err(|_| StoreError::Corrupt("artifact id".into()))?;
-            let inserted = sqlx::query(
-                "INSERT INTO artifacts (artifact_id, attempt_id, name, media_type, size, sha256, producer, retention_class, storage_key)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
-            )
-            .bind(artifact_id)
-            .bind(attempt_id)
-            .bind(&record.name)
-            .bind(&record.media_type)
-            .bind(record.size)
-            .bind(&record.sha256)
-            .bind(&record.producer)
-            .bind(record.retention_class.as_str())
-            .bind(key)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+            let inserted = sqlx::query(include_str!("sql/insert_artifacts.sql"))
+                .bind(artifact_id)
+                .bind(attempt_id)
+                .bind(&record.name)
+                .bind(&record.media_type)
+                .bind(record.size)
+                .bind(&record.sha256)
+                .bind(&record.producer)
+                .bind(record.retention_class.as_str())
+                .bind(key)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
             if inserted == 0 {
                 continue;
             }

@@ -13,7 +13,7 @@ use super::rows::{
     AttemptRow, JobRow, LeaseRow, ATTEMPT_COLUMNS, DEADLINE_COLUMNS, JOB_COLUMNS, LEASE_COLUMNS,
 };
 use super::{Store, StoreError};
-use crate::attempt::placement::{place, QueuedAttempt};
+use crate::attempt::placement::{LiveInstance, QueuedAttempt};
 use crate::attempt::{decide, JobState, Rejection};
 use crate::codec::{AttemptEventRecord, Codec, Family};
 use crate::contract::{AttemptEvent, EventBody, Input, JobSpec, UnixMillis};
@@ -28,6 +28,36 @@ pub struct InputEnvelope {
     /// Where it came from (`commands`, `runner-events`, `timers`, ...).
     pub source: String,
     pub input: Input,
+}
+
+impl InputEnvelope {
+    /// A lease grant: one decision per (attempt, instance), whoever makes
+    /// it (intake placing new attempts, the placement task the rest), so a
+    /// grant decided twice is a duplicate in the inbox.
+    pub fn grant(attempt_id: Uuid, runner_instance: String) -> Self {
+        Self {
+            input_id: format!("grant:{attempt_id}:{runner_instance}"),
+            source: "placement".into(),
+            input: Input::Grant {
+                attempt_id,
+                runner_instance,
+            },
+        }
+    }
+}
+
+/// Chooses a live instance for queued attempts: the dispatcher's placement
+/// decision, handed to the store so that attempts an intake batch creates
+/// are leased in the transaction that creates them. The store only writes
+/// what it decides.
+pub type Placer<'a> = &'a (dyn Fn(&[QueuedAttempt], &[LiveInstance]) -> Vec<(Uuid, String)> + Sync);
+
+/// Placement inside a batch: the placer, and the oldest presence that
+/// still counts as live.
+#[derive(Clone, Copy)]
+pub struct Placing<'a> {
+    pub placer: Placer<'a>,
+    pub fresh_after: UnixMillis,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -80,16 +110,17 @@ impl Store {
     }
 
     /// As [`Store::process_batch`], and places the attempts the batch
-    /// created on live runners (presence newer than `fresh_after`) in the
-    /// same transaction: a command is leased in one commit, not two.
+    /// created as `placing` decides, in the same transaction: a command is
+    /// leased in one commit, not two. Each grant is an input of its own
+    /// (with its inbox id).
     pub async fn process_batch_placing(
         &self,
         inputs: &[InputEnvelope],
         now: UnixMillis,
-        fresh_after: UnixMillis,
+        placing: Placing<'_>,
     ) -> Result<BatchOutcome, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let outcome = process_in(&mut tx, &self.codec, inputs, now, Some(fresh_after)).await?;
+        let outcome = process_in(&mut tx, &self.codec, inputs, now, Some(placing)).await?;
         tx.commit().await?;
         Ok(outcome)
     }
@@ -123,13 +154,13 @@ impl Store {
     /// the one input the database refuses is alone: it is refused with the
     /// reason and every other input is decided. One bad input can never stop
     /// the rest. Transient failures are retried, with backoff, until
-    /// `shutdown` (then `None`: the caller commits nothing). With
-    /// `place_within` (the presence TTL), new attempts are placed in the
-    /// transaction that creates them.
+    /// `shutdown` (then `None`: the caller commits nothing). With a placer
+    /// and the presence TTL, new attempts are placed in the transaction
+    /// that creates them.
     pub async fn process_isolating(
         &self,
         inputs: &[InputEnvelope],
-        place_within: Option<std::time::Duration>,
+        place_within: Option<(Placer<'_>, std::time::Duration)>,
         shutdown: &tokio_util::sync::CancellationToken,
     ) -> Option<IsolatedOutcome> {
         let mut outcome = IsolatedOutcome {
@@ -149,9 +180,13 @@ impl Store {
                 let now = chrono::Utc::now().timestamp_millis();
                 let slice = &inputs[range.clone()];
                 let attempt = match place_within {
-                    Some(ttl) => {
+                    Some((placer, ttl)) => {
                         let fresh_after = now - i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX);
-                        self.process_batch_placing(slice, now, fresh_after).await
+                        let placing = Placing {
+                            placer,
+                            fresh_after,
+                        };
+                        self.process_batch_placing(slice, now, placing).await
                     }
                     None => self.process_batch(slice, now).await,
                 };
@@ -241,9 +276,47 @@ pub(crate) async fn process_in(
     codec: &Codec,
     inputs: &[InputEnvelope],
     now: UnixMillis,
-    place_fresh_after: Option<UnixMillis>,
+    placing: Option<Placing<'_>>,
 ) -> Result<BatchOutcome, StoreError> {
     // 1. Claim input ids; a repeat inside the batch is a duplicate too.
+    let fresh = claim_inputs(conn, inputs).await?;
+    // A repeated id is a redelivery only if it stands for the same thing; a
+    // command id reused for another job or cancel is refused, not dropped.
+    let first_subjects = first_subjects(conn, inputs, &fresh).await?;
+    // 2. Lock and load the jobs the fresh inputs touch (in job-id order:
+    //    concurrent batches lock in one order).
+    let mut context = BatchContext::load(conn, inputs, &fresh).await?;
+    // 3. Decide, input by input, on a working copy.
+    let mut outcomes = Vec::with_capacity(inputs.len());
+    let mut events = Vec::new();
+    for (envelope, fresh) in inputs.iter().zip(&fresh) {
+        let outcome = if *fresh {
+            context.decide(envelope, now, &mut events)?
+        } else {
+            repeated(envelope, &first_subjects)
+        };
+        outcomes.push(outcome);
+    }
+    // 4. Place what this batch created, in the same transaction.
+    if let Some(placing) = placing {
+        place_created(conn, &mut context, placing, now, &mut events).await?;
+    }
+    // 5. Append through the one write function.
+    let appended = append_in(conn, codec, &context.loaded, &events).await?;
+    Ok(BatchOutcome {
+        outcomes,
+        events,
+        outbox_rows: appended.outbox_rows,
+        projection_rows: appended.projection_rows,
+    })
+}
+
+/// Claims the inputs' ids in the inbox; true for each input that is new
+/// (and the first of its id in the batch).
+async fn claim_inputs(
+    conn: &mut PgConnection,
+    inputs: &[InputEnvelope],
+) -> Result<Vec<bool>, StoreError> {
     let mut seen = HashSet::new();
     let mut ids = Vec::new();
     let mut sources = Vec::new();
@@ -256,7 +329,9 @@ pub(crate) async fn process_in(
         }
     }
     let claimed: HashSet<String> = sqlx::query(
-        "INSERT INTO inbox (input_id, source, subject) SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[]) ON CONFLICT DO NOTHING RETURNING input_id",
+        "INSERT INTO inbox (input_id, source, subject)
+         SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[])
+         ON CONFLICT DO NOTHING RETURNING input_id",
     )
     .bind(&ids)
     .bind(&sources)
@@ -266,174 +341,203 @@ pub(crate) async fn process_in(
     .into_iter()
     .map(|row| row.get(0))
     .collect();
-    let mut fresh = vec![false; inputs.len()];
     let mut taken = HashSet::new();
-    for (index, envelope) in inputs.iter().enumerate() {
-        fresh[index] =
-            claimed.contains(&envelope.input_id) && taken.insert(envelope.input_id.as_str());
-    }
-    // A repeated id is a redelivery only if it stands for the same thing; a
-    // command id reused for another job or cancel is refused, not dropped.
-    let first_subjects = first_subjects(conn, inputs, &fresh).await?;
-
-    // 2. Which jobs do the fresh inputs touch?
-    let attempt_ids: Vec<Uuid> = inputs
+    Ok(inputs
         .iter()
-        .zip(&fresh)
-        .filter(|(_, fresh)| **fresh)
-        .filter_map(|(envelope, _)| attempt_key(&envelope.input))
-        .collect::<BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let attempt_jobs: HashMap<Uuid, String> = if attempt_ids.is_empty() {
-        HashMap::new()
-    } else {
-        sqlx::query("SELECT attempt_id, job_id FROM attempts WHERE attempt_id = ANY($1)")
-            .bind(&attempt_ids)
-            .fetch_all(&mut *conn)
-            .await?
-            .into_iter()
-            .map(|row| (row.get(0), row.get(1)))
-            .collect()
-    };
-    let mut job_ids = BTreeSet::new();
-    let mut command_ids = BTreeSet::new();
-    for (envelope, _) in inputs.iter().zip(&fresh).filter(|(_, fresh)| **fresh) {
-        if let Some(job_id) = job_key(&envelope.input) {
-            job_ids.insert(job_id.to_owned());
+        .map(|envelope| {
+            claimed.contains(&envelope.input_id) && taken.insert(envelope.input_id.as_str())
+        })
+        .collect())
+}
+
+/// A repeated input: a duplicate, or a reused id refused with both subjects.
+fn repeated(envelope: &InputEnvelope, first_subjects: &HashMap<String, String>) -> InputOutcome {
+    match (
+        first_subjects.get(&envelope.input_id),
+        subject(&envelope.input),
+    ) {
+        (Some(first), Some(again)) if *first != again => {
+            InputOutcome::Rejected(Rejection::InputIdReused {
+                input_id: envelope.input_id.clone(),
+                first: first.clone(),
+                again,
+            })
         }
-        if let Some(job_id) =
-            attempt_key(&envelope.input).and_then(|attempt_id| attempt_jobs.get(&attempt_id))
-        {
-            job_ids.insert(job_id.clone());
-        }
-        if let Some(command_id) = command_key(&envelope.input) {
-            command_ids.insert(command_id);
-        }
+        _ => InputOutcome::Duplicate,
     }
-    let job_ids: Vec<String> = job_ids.into_iter().collect();
+}
 
-    // 3. Lock and load them (sorted: concurrent batches lock in one order).
-    let loaded = load_jobs(conn, &job_ids, true).await?;
-    let command_ids: Vec<Uuid> = command_ids.into_iter().collect();
-    let mut command_owner: HashMap<Uuid, String> = if command_ids.is_empty() {
-        HashMap::new()
-    } else {
-        sqlx::query("SELECT command_id, job_id FROM jobs WHERE command_id = ANY($1)")
-            .bind(&command_ids)
-            .fetch_all(&mut *conn)
-            .await?
+/// The jobs a batch touches, loaded and locked, and the working copy the
+/// batch decides on.
+struct BatchContext {
+    loaded: LoadedJobs,
+    working: HashMap<String, JobState>,
+    attempt_jobs: HashMap<Uuid, String>,
+    command_owner: HashMap<Uuid, String>,
+}
+
+impl BatchContext {
+    async fn load(
+        conn: &mut PgConnection,
+        inputs: &[InputEnvelope],
+        fresh: &[bool],
+    ) -> Result<Self, StoreError> {
+        let fresh_inputs = || {
+            inputs
+                .iter()
+                .zip(fresh)
+                .filter(|(_, fresh)| **fresh)
+                .map(|(envelope, _)| envelope)
+        };
+        let attempt_ids: Vec<Uuid> = fresh_inputs()
+            .filter_map(|envelope| attempt_key(&envelope.input))
+            .collect::<BTreeSet<_>>()
             .into_iter()
-            .map(|row| (row.get(0), row.get(1)))
-            .collect()
-    };
-
-    // 4. Decide, input by input, on a working copy.
-    let mut working = loaded.jobs.clone();
-    let mut outcomes = Vec::with_capacity(inputs.len());
-    let mut events = Vec::new();
-    for (envelope, fresh) in inputs.iter().zip(&fresh) {
-        if !fresh {
-            let again = subject(&envelope.input);
-            match (first_subjects.get(&envelope.input_id), again) {
-                (Some(first), Some(again)) if *first != again => {
-                    outcomes.push(InputOutcome::Rejected(Rejection::InputIdReused {
-                        input_id: envelope.input_id.clone(),
-                        first: first.clone(),
-                        again,
-                    }));
-                }
-                _ => outcomes.push(InputOutcome::Duplicate),
+            .collect();
+        let attempt_jobs: HashMap<Uuid, String> = if attempt_ids.is_empty() {
+            HashMap::new()
+        } else {
+            sqlx::query("SELECT attempt_id, job_id FROM attempts WHERE attempt_id = ANY($1)")
+                .bind(&attempt_ids)
+                .fetch_all(&mut *conn)
+                .await?
+                .into_iter()
+                .map(|row| (row.get(0), row.get(1)))
+                .collect()
+        };
+        let mut job_ids = BTreeSet::new();
+        let mut command_ids = BTreeSet::new();
+        for envelope in fresh_inputs() {
+            if let Some(job_id) = job_key(&envelope.input) {
+                job_ids.insert(job_id.to_owned());
             }
-            continue;
+            if let Some(job_id) =
+                attempt_key(&envelope.input).and_then(|attempt_id| attempt_jobs.get(&attempt_id))
+            {
+                job_ids.insert(job_id.clone());
+            }
+            if let Some(command_id) = command_key(&envelope.input) {
+                command_ids.insert(command_id);
+            }
         }
+        let job_ids: Vec<String> = job_ids.into_iter().collect();
+        let loaded = load_jobs(conn, &job_ids, true).await?;
+        let command_ids: Vec<Uuid> = command_ids.into_iter().collect();
+        let command_owner: HashMap<Uuid, String> = if command_ids.is_empty() {
+            HashMap::new()
+        } else {
+            sqlx::query("SELECT command_id, job_id FROM jobs WHERE command_id = ANY($1)")
+                .bind(&command_ids)
+                .fetch_all(&mut *conn)
+                .await?
+                .into_iter()
+                .map(|row| (row.get(0), row.get(1)))
+                .collect()
+        };
+        Ok(Self {
+            working: loaded.jobs.clone(),
+            loaded,
+            attempt_jobs,
+            command_owner,
+        })
+    }
+
+    /// Decides one fresh input on the working copy; its events are added.
+    fn decide(
+        &mut self,
+        envelope: &InputEnvelope,
+        now: UnixMillis,
+        events: &mut Vec<AttemptEvent>,
+    ) -> Result<InputOutcome, StoreError> {
         let job_id = match job_key(&envelope.input) {
             Some(job_id) => Some(job_id.to_owned()),
             None => attempt_key(&envelope.input)
-                .and_then(|attempt_id| attempt_jobs.get(&attempt_id).cloned()),
+                .and_then(|attempt_id| self.attempt_jobs.get(&attempt_id).cloned()),
         };
         let Some(job_id) = job_id else {
             let attempt_id = attempt_key(&envelope.input).unwrap_or_default();
-            outcomes.push(InputOutcome::Rejected(Rejection::UnknownAttempt(
+            return Ok(InputOutcome::Rejected(Rejection::UnknownAttempt(
                 attempt_id,
             )));
-            continue;
         };
-        let state = working.entry(job_id.clone()).or_default();
+        let state = self.working.entry(job_id.clone()).or_default();
         state.command_owner = command_key(&envelope.input)
-            .and_then(|command_id| command_owner.get(&command_id).cloned());
+            .and_then(|command_id| self.command_owner.get(&command_id).cloned());
         let decided = decide(state, &envelope.input, now);
         state.command_owner = None;
         match decided {
             Ok(decided) => {
                 state.apply_all(&decided)?;
                 if let Some(first) = state.attempts.first() {
-                    command_owner
+                    self.command_owner
                         .entry(first.command_id)
                         .or_insert_with(|| job_id.clone());
                 }
-                outcomes.push(InputOutcome::Applied {
+                let outcome = InputOutcome::Applied {
                     events: decided.len(),
-                });
+                };
                 events.extend(decided);
+                Ok(outcome)
             }
-            Err(rejection) => outcomes.push(InputOutcome::Rejected(rejection)),
+            Err(rejection) => Ok(InputOutcome::Rejected(rejection)),
         }
     }
+}
 
-    // 4b. Place what this batch created, in the same transaction.
-    if let Some(fresh_after) = place_fresh_after {
-        let queued: Vec<QueuedAttempt> = events
+/// Places the attempts `events` created (available now) as the placer
+/// decides, each grant claimed in the inbox and decided like any input.
+async fn place_created(
+    conn: &mut PgConnection,
+    context: &mut BatchContext,
+    placing: Placing<'_>,
+    now: UnixMillis,
+    events: &mut Vec<AttemptEvent>,
+) -> Result<(), StoreError> {
+    let queued: Vec<QueuedAttempt> = events
+        .iter()
+        .filter_map(|event| match &event.body {
+            EventBody::Created {
+                spec, available_at, ..
+            } if *available_at <= now => Some(QueuedAttempt {
+                attempt_id: event.attempt_id,
+                runner_type: spec.operation.runner_type().as_str().to_owned(),
+                pool: spec.runner_requirements.pool.clone(),
+                capabilities: spec.runner_requirements.capabilities.clone(),
+            }),
+            _ => None,
+        })
+        .collect();
+    if queued.is_empty() {
+        return Ok(());
+    }
+    let instances = super::runners::live_instances_in(conn, placing.fresh_after).await?;
+    let grants: Vec<InputEnvelope> = (placing.placer)(&queued, &instances)
+        .into_iter()
+        .map(|(attempt_id, instance)| InputEnvelope::grant(attempt_id, instance))
+        .collect();
+    if grants.is_empty() {
+        return Ok(());
+    }
+    let fresh = claim_inputs(conn, &grants).await?;
+    for (grant, fresh) in grants.iter().zip(fresh) {
+        let Input::Grant { attempt_id, .. } = &grant.input else {
+            continue;
+        };
+        let Some(job_id) = events
             .iter()
-            .filter_map(|event| match &event.body {
-                EventBody::Created {
-                    spec, available_at, ..
-                } if *available_at <= now => Some(QueuedAttempt {
-                    attempt_id: event.attempt_id,
-                    runner_type: spec.operation.runner_type().as_str().to_owned(),
-                    pool: spec.runner_requirements.pool.clone(),
-                    capabilities: spec.runner_requirements.capabilities.clone(),
-                }),
-                _ => None,
-            })
-            .collect();
-        if !queued.is_empty() {
-            let instances = super::runners::live_instances_in(conn, fresh_after).await?;
-            for (attempt_id, runner_instance) in place(&queued, &instances) {
-                let Some(job_id) = events
-                    .iter()
-                    .find(|event| event.attempt_id == attempt_id)
-                    .map(|event| event.job_id.clone())
-                else {
-                    continue;
-                };
-                let Some(state) = working.get_mut(&job_id) else {
-                    continue;
-                };
-                // Not queued any more (cancelled in the same batch): no grant.
-                if let Ok(granted) = decide(
-                    state,
-                    &Input::Grant {
-                        attempt_id,
-                        runner_instance,
-                    },
-                    now,
-                ) {
-                    state.apply_all(&granted)?;
-                    events.extend(granted);
-                }
-            }
+            .find(|event| event.attempt_id == *attempt_id)
+            .map(|event| event.job_id.clone())
+        else {
+            continue;
+        };
+        context.attempt_jobs.insert(*attempt_id, job_id);
+        // Not queued any more (cancelled in the same batch): refused, and
+        // nothing but the inbox row is written.
+        if fresh {
+            context.decide(grant, now, events)?;
         }
     }
-
-    // 5. Append through the one write function.
-    let appended = append_in(conn, codec, &loaded, &events).await?;
-    Ok(BatchOutcome {
-        outcomes,
-        events,
-        outbox_rows: appended.outbox_rows,
-        projection_rows: appended.projection_rows,
-    })
+    Ok(())
 }
 
 /// What each repeated id (with a subject) stood for when it was first seen:
@@ -617,23 +721,23 @@ async fn append_in(
         rows.push(event, payload, prev_hash, hash);
     }
 
-    sqlx::query(
-        "INSERT INTO attempt_events (event_id, attempt_id, job_id, seq, kind, terminal, occurred_at, payload, schema_fingerprint, prev_hash, hash)
-         SELECT * FROM UNNEST($1::uuid[], $2::uuid[], $3::text[], $4::int8[], $5::text[], $6::bool[], $7::timestamptz[], $8::bytea[], $9::int8[], $10::bytea[], $11::bytea[])",
-    )
-    .bind(&rows.event_id)
-    .bind(&rows.attempt_id)
-    .bind(&rows.job_id)
-    .bind(&rows.seq)
-    .bind(&rows.kind)
-    .bind(&rows.terminal)
-    .bind(&rows.occurred_at)
-    .bind(&rows.payload)
-    .bind(vec![Codec::fingerprint(Family::AttemptEvent) as i64; rows.event_id.len()])
-    .bind(&rows.prev_hash)
-    .bind(&rows.hash)
-    .execute(&mut *conn)
-    .await?;
+    sqlx::query(include_str!("sql/append_events.sql"))
+        .bind(&rows.event_id)
+        .bind(&rows.attempt_id)
+        .bind(&rows.job_id)
+        .bind(&rows.seq)
+        .bind(&rows.kind)
+        .bind(&rows.terminal)
+        .bind(&rows.occurred_at)
+        .bind(&rows.payload)
+        .bind(vec![
+            Codec::fingerprint(Family::AttemptEvent) as i64;
+            rows.event_id.len()
+        ])
+        .bind(&rows.prev_hash)
+        .bind(&rows.hash)
+        .execute(&mut *conn)
+        .await?;
 
     let touched: BTreeSet<Uuid> = events.iter().map(|event| event.attempt_id).collect();
     let projection_rows = write_projection(
@@ -659,25 +763,17 @@ async fn append_in(
     if !lost_leases.is_empty() {
         let (instances, at): (Vec<String>, Vec<chrono::DateTime<chrono::Utc>>) =
             lost_leases.into_iter().unzip();
-        sqlx::query(
-            "UPDATE runner_instances r SET lost_lease_at = greatest(r.lost_lease_at, u.at)
-             FROM UNNEST($1::text[], $2::timestamptz[]) AS u(instance_id, at)
-             WHERE r.instance_id = u.instance_id",
-        )
-        .bind(&instances)
-        .bind(&at)
-        .execute(&mut *conn)
-        .await?;
+        sqlx::query(include_str!("sql/mark_lost_leases.sql"))
+            .bind(&instances)
+            .bind(&at)
+            .execute(&mut *conn)
+            .await?;
     }
     if !callbacks.is_empty() {
-        sqlx::query(
-            "INSERT INTO callbacks (attempt_id, terminal_seq, url, idempotency_key, body, traceparent, next_attempt_at)
-             SELECT * FROM jsonb_to_recordset($1::jsonb) AS c(attempt_id uuid, terminal_seq bigint, url text, idempotency_key text, body jsonb, traceparent text, next_attempt_at timestamptz)
-             ON CONFLICT DO NOTHING",
-        )
-        .bind(serde_json::to_value(&callbacks)?)
-        .execute(&mut *conn)
-        .await?;
+        sqlx::query(include_str!("sql/insert_callbacks.sql"))
+            .bind(serde_json::to_value(&callbacks)?)
+            .execute(&mut *conn)
+            .await?;
     }
     Ok(AppendOutcome {
         events: events.len(),

@@ -75,17 +75,11 @@ impl Store {
         limit: i64,
         lease: std::time::Duration,
     ) -> Result<Vec<ClaimedCallback>, StoreError> {
-        let rows = sqlx::query(
-            "UPDATE callbacks c SET attempts = c.attempts + 1, next_attempt_at = now() + make_interval(secs => $2)
-             FROM (SELECT attempt_id, terminal_seq FROM callbacks WHERE status = 'pending' AND next_attempt_at <= now()
-                   ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED) due
-             WHERE c.attempt_id = due.attempt_id AND c.terminal_seq = due.terminal_seq
-             RETURNING c.attempt_id, c.terminal_seq, c.url, c.idempotency_key, c.body, c.traceparent, c.attempts",
-        )
-        .bind(limit)
-        .bind(lease.as_secs_f64())
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(include_str!("sql/claim_callbacks.sql"))
+            .bind(limit)
+            .bind(lease.as_secs_f64())
+            .fetch_all(&self.pool)
+            .await?;
         Ok(rows
             .into_iter()
             .map(|row| ClaimedCallback {

@@ -88,18 +88,13 @@ impl Store {
 
     /// Adds or replaces a catalog entry.
     pub async fn put_executor(&self, grant: &ExecutorGrant) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO executors (executor_id, runner_types, tenants, enabled) VALUES ($1, $2, $3, $4)
-             ON CONFLICT (executor_id) DO UPDATE
-             SET runner_types = EXCLUDED.runner_types, tenants = EXCLUDED.tenants,
-                 enabled = EXCLUDED.enabled, updated_at = now()",
-        )
-        .bind(&grant.executor_id)
-        .bind(&grant.runner_types)
-        .bind(&grant.tenants)
-        .bind(grant.enabled)
-        .execute(self.pool())
-        .await?;
+        sqlx::query(include_str!("sql/put_executor.sql"))
+            .bind(&grant.executor_id)
+            .bind(&grant.runner_types)
+            .bind(&grant.tenants)
+            .bind(grant.enabled)
+            .execute(self.pool())
+            .await?;
         Ok(())
     }
 
@@ -149,15 +144,10 @@ impl Store {
         &self,
         attempt_id: Uuid,
     ) -> Result<Option<AttemptLease>, StoreError> {
-        let row = sqlx::query(
-            "SELECT a.job_id, a.tenant, a.runner_type, a.status, a.cancel_requested_at IS NOT NULL,
-                    l.epoch, l.runner_instance, l.expires_at, l.active
-             FROM attempts a LEFT JOIN leases l USING (attempt_id)
-             WHERE a.attempt_id = $1",
-        )
-        .bind(attempt_id)
-        .fetch_optional(self.pool())
-        .await?;
+        let row = sqlx::query(include_str!("sql/attempt_lease.sql"))
+            .bind(attempt_id)
+            .fetch_optional(self.pool())
+            .await?;
         let Some(row) = row else {
             return Ok(None);
         };
@@ -182,18 +172,10 @@ impl Store {
 
     /// Active leases of `instance` whose attempts have not started.
     pub async fn leased_work(&self, instance: &str) -> Result<Vec<LeasedWork>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT l.attempt_id, a.job_id, a.attempt_no, l.lease_id, l.epoch, l.expires_at,
-                    a.operation, a.tenant, COALESCE(a.runner_type, ''), j.spec
-             FROM leases l
-             JOIN attempts a USING (attempt_id)
-             JOIN jobs j ON j.job_id = a.job_id
-             WHERE l.runner_instance = $1 AND l.active AND a.status = 'leased'
-             ORDER BY l.granted_at",
-        )
-        .bind(instance)
-        .fetch_all(self.pool())
-        .await?;
+        let rows = sqlx::query(include_str!("sql/leased_work.sql"))
+            .bind(instance)
+            .fetch_all(self.pool())
+            .await?;
         Ok(rows
             .iter()
             .map(|row| LeasedWork {
@@ -226,16 +208,10 @@ impl Store {
 
     /// A job's row and its attempts, oldest first.
     pub async fn job_json(&self, job_id: &str) -> Result<Option<serde_json::Value>, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT jsonb_build_object(
-                 'job', to_jsonb(j),
-                 'attempts', COALESCE((SELECT jsonb_agg(to_jsonb(a) - 'last_hash' ORDER BY a.attempt_no)
-                                       FROM attempts a WHERE a.job_id = j.job_id), '[]'::jsonb))
-             FROM jobs j WHERE j.job_id = $1",
-        )
-        .bind(job_id)
-        .fetch_optional(self.pool())
-        .await?)
+        Ok(sqlx::query_scalar(include_str!("sql/attempt_json.sql"))
+            .bind(job_id)
+            .fetch_optional(self.pool())
+            .await?)
     }
 
     /// Events of an attempt after `after_seq`, in order.

@@ -82,19 +82,10 @@ impl Store {
                 })
             })
             .collect();
-        sqlx::query(
-            "INSERT INTO runner_instances (instance_id, runner_type, version, pool, capabilities, capacity, in_flight, started_at, last_seen_at, status, work_partition)
-             SELECT instance_id, runner_type, version, pool, capabilities, capacity, in_flight, started_at, last_seen_at, status, work_partition
-             FROM jsonb_populate_recordset(NULL::runner_instances, $1::jsonb)
-             ON CONFLICT (instance_id) DO UPDATE SET
-                 version = EXCLUDED.version, pool = EXCLUDED.pool, capabilities = EXCLUDED.capabilities,
-                 capacity = EXCLUDED.capacity, in_flight = EXCLUDED.in_flight, last_seen_at = EXCLUDED.last_seen_at,
-                 status = EXCLUDED.status, work_partition = EXCLUDED.work_partition
-             WHERE runner_instances.last_seen_at <= EXCLUDED.last_seen_at",
-        )
-        .bind(serde_json::Value::Array(rows))
-        .execute(&self.pool)
-        .await?;
+        sqlx::query(include_str!("sql/upsert_presence.sql"))
+            .bind(serde_json::Value::Array(rows))
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 
@@ -112,20 +103,14 @@ impl Store {
         let (after_at, after_id) = after.map_or((timestamp(0), uuid::Uuid::nil()), |position| {
             (timestamp(position.0), position.1)
         });
-        let rows = sqlx::query(
-            "SELECT a.attempt_id, a.runner_type, j.spec->'runner_requirements', a.available_at
-             FROM attempts a JOIN jobs j ON j.job_id = a.job_id
-             WHERE a.status = 'queued' AND a.runner_type = $1 AND a.available_at <= $2
-               AND (a.available_at, a.attempt_id) > ($3, $4)
-             ORDER BY a.available_at, a.attempt_id LIMIT $5",
-        )
-        .bind(runner_type)
-        .bind(timestamp(now))
-        .bind(after_at)
-        .bind(after_id)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
+        let rows = sqlx::query(include_str!("sql/queued_attempts.sql"))
+            .bind(runner_type)
+            .bind(timestamp(now))
+            .bind(after_at)
+            .bind(after_id)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
         rows.into_iter()
             .map(|row| {
                 let requirements: Option<serde_json::Value> = row.get(2);
@@ -166,18 +151,10 @@ pub(crate) async fn live_instances_in(
     conn: &mut sqlx::PgConnection,
     fresh_after: UnixMillis,
 ) -> Result<Vec<LiveInstance>, StoreError> {
-    let rows = sqlx::query(
-        "SELECT r.instance_id, r.runner_type, r.pool, r.capabilities, r.capacity,
-                (SELECT count(*) FROM leases l WHERE l.runner_instance = r.instance_id AND l.active)
-         FROM runner_instances r
-         WHERE r.last_seen_at >= $1 AND r.status = 'ready'
-           -- An instance whose lease expired without a heartbeat after its
-           -- last presence is suspect (probably dead) until it speaks again.
-           AND (r.lost_lease_at IS NULL OR r.lost_lease_at < r.last_seen_at)",
-    )
-    .bind(timestamp(fresh_after))
-    .fetch_all(&mut *conn)
-    .await?;
+    let rows = sqlx::query(include_str!("sql/live_instances.sql"))
+        .bind(timestamp(fresh_after))
+        .fetch_all(&mut *conn)
+        .await?;
     Ok(rows
         .into_iter()
         .map(|row| LiveInstance {
@@ -214,15 +191,10 @@ impl Store {
     /// tables analysed. One dispatcher at a time does it (an advisory lock).
     pub async fn analyze_if_stale(&self) -> Result<Vec<String>, StoreError> {
         let mut conn = self.pool.acquire().await?;
-        let stale: Vec<String> = sqlx::query_scalar(
-            "SELECT s.relname::text FROM pg_stat_user_tables s
-             JOIN pg_class c ON c.oid = s.relid
-             WHERE s.schemaname = current_schema() AND s.relname = ANY($1)
-               AND s.n_live_tup > 1000 + 2 * greatest(c.reltuples, 0)",
-        )
-        .bind(HOT_TABLES)
-        .fetch_all(&mut *conn)
-        .await?;
+        let stale: Vec<String> = sqlx::query_scalar(include_str!("sql/stale_tables.sql"))
+            .bind(HOT_TABLES)
+            .fetch_all(&mut *conn)
+            .await?;
         if stale.is_empty() {
             return Ok(stale);
         }

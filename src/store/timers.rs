@@ -23,18 +23,11 @@ impl Store {
         limit: i64,
     ) -> Result<BatchOutcome, StoreError> {
         let mut tx = self.pool.begin().await?;
-        let rows = sqlx::query(
-            "SELECT d.attempt_id, d.kind, d.due_at FROM deadlines d
-             JOIN attempts a ON a.attempt_id = d.attempt_id
-             JOIN jobs j ON j.job_id = a.job_id
-             WHERE d.due_at <= $1
-             ORDER BY d.due_at LIMIT $2
-             FOR UPDATE OF j SKIP LOCKED",
-        )
-        .bind(timestamp(due_before.min(now)))
-        .bind(limit)
-        .fetch_all(&mut *tx)
-        .await?;
+        let rows = sqlx::query(include_str!("sql/due_deadlines.sql"))
+            .bind(timestamp(due_before.min(now)))
+            .bind(limit)
+            .fetch_all(&mut *tx)
+            .await?;
         if rows.is_empty() {
             tx.rollback().await?;
             return Ok(BatchOutcome::default());
@@ -79,17 +72,12 @@ impl Store {
             .collect();
         let instants: Vec<chrono::DateTime<chrono::Utc>> =
             progress.iter().map(|(_, _, at)| timestamp(*at)).collect();
-        sqlx::query(
-            "INSERT INTO intake_progress (topic, partition, decided_until)
-             SELECT * FROM UNNEST($1::text[], $2::int4[], $3::timestamptz[])
-             ON CONFLICT (topic, partition) DO UPDATE
-             SET decided_until = greatest(intake_progress.decided_until, EXCLUDED.decided_until)",
-        )
-        .bind(&topics)
-        .bind(&partitions)
-        .bind(&instants)
-        .execute(&self.pool)
-        .await?;
+        sqlx::query(include_str!("sql/record_intake_progress.sql"))
+            .bind(&topics)
+            .bind(&partitions)
+            .bind(&instants)
+            .execute(&self.pool)
+            .await?;
         Ok(())
     }
 
