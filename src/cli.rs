@@ -224,7 +224,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(2));
         }
     };
-    crate::telemetry::init(&config);
+    crate::telemetry::init(&config.telemetry);
     match cli.command {
         Command::Validate { file, json } => validate::run(&file, json),
         Command::Migrate => {
@@ -246,83 +246,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(BenchCommand::Pipeline(args)) => {
             crate::bench::pipeline::run(&config, &args).await
         }
-        Command::Serve => {
-            roles::run(
-                &config,
-                roles::Roles {
-                    dispatcher: true,
-                    relay: true,
-                    verification_runner: true,
-                    ingress: !config.ingress.key.is_empty() || !config.ingress.api_key.is_empty(),
-                    artifact_worker: true,
-                },
-                true,
-            )
-            .await
-        }
-        Command::Ingress => {
-            roles::run(
-                &config,
-                roles::Roles {
-                    ingress: true,
-                    ..Default::default()
-                },
-                false,
-            )
-            .await
-        }
-        Command::Executors(command) => executors(&connect(&config).await?, command).await,
-        Command::ArtifactWorker => {
-            roles::run(
-                &config,
-                roles::Roles {
-                    artifact_worker: true,
-                    ..Default::default()
-                },
-                false,
-            )
-            .await
-        }
-        Command::Artifacts(command) => artifacts(&config, &connect(&config).await?, command).await,
-        Command::Dispatcher => {
-            roles::run(
-                &config,
-                roles::Roles {
-                    dispatcher: true,
-                    ..Default::default()
-                },
-                false,
-            )
-            .await
-        }
-        Command::Relay => {
-            roles::run(
-                &config,
-                roles::Roles {
-                    relay: true,
-                    ..Default::default()
-                },
-                false,
-            )
-            .await
-        }
+        Command::Serve => roles::run(&config, roles::Roles::serve(&config), true).await,
+        Command::Ingress => roles::run(&config, roles::Roles::INGRESS, false).await,
+        Command::ArtifactWorker => roles::run(&config, roles::Roles::ARTIFACT_WORKER, false).await,
+        Command::Dispatcher => roles::run(&config, roles::Roles::DISPATCHER, false).await,
+        Command::Relay => roles::run(&config, roles::Roles::RELAY, false).await,
         Command::Runner { runner_type } => match runner_type.as_str() {
-            "verification" => {
-                roles::run(
-                    &config,
-                    roles::Roles {
-                        verification_runner: true,
-                        ..Default::default()
-                    },
-                    false,
-                )
-                .await
-            }
+            "verification" => roles::run(&config, roles::Roles::VERIFICATION_RUNNER, false).await,
             other => {
                 eprintln!("error: no runner `{other}` in this build (available: verification)");
                 Ok(ExitCode::from(2))
             }
         },
+        Command::Executors(command) => executors(&connect(&config).await?, command).await,
+        Command::Artifacts(command) => artifacts(&config, &connect(&config).await?, command).await,
         Command::Topology(TopologyCommand::Apply) => roles::topology_apply(&config).await,
         Command::Submit {
             file,

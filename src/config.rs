@@ -12,17 +12,12 @@ use std::sync::Arc;
 use crate::contract::DurationMs;
 pub use crate::secrets::Secret;
 
+pub use crate::telemetry::{LogFormat, TelemetrySettings};
+
 /// Defaults shared with other modules.
 pub mod defaults {
     pub const DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/execplane";
     pub const KAFKA_BROKERS: &str = "127.0.0.1:9092";
-}
-
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum LogFormat {
-    #[default]
-    Text,
-    Json,
 }
 
 /// Postgres.
@@ -69,27 +64,6 @@ impl Default for KafkaSettings {
             avro_framing: "single-object".into(),
             confluent_schema_ids: String::new(),
             confluent_previous_schema_ids: String::new(),
-        }
-    }
-}
-
-/// Logs and metrics.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TelemetrySettings {
-    /// `EXECPLANE_LOG`: a tracing filter, e.g. `info,execplane=debug`.
-    pub log: String,
-    /// `EXECPLANE_LOG_FORMAT`: `text` or `json`.
-    pub log_format: LogFormat,
-    /// `EXECPLANE_METRICS_ADDR`: where long-running roles serve `/metrics`; empty: off.
-    pub metrics_addr: String,
-}
-
-impl Default for TelemetrySettings {
-    fn default() -> Self {
-        Self {
-            log: "info,sqlx=warn".into(),
-            log_format: LogFormat::Text,
-            metrics_addr: "127.0.0.1:9464".into(),
         }
     }
 }

@@ -115,6 +115,19 @@ impl KafkaConfig {
             .create()?)
     }
 
+    /// A consumer of every partition of `topic` from its current end, with
+    /// no group: it reads what is published from now on.
+    pub fn consumer_from_the_end(&self, topic: &str) -> Result<StreamConsumer, KafkaError> {
+        let consumer: StreamConsumer = self.assigned_consumer()?;
+        let mut assignment = rdkafka::TopicPartitionList::new();
+        for partition in 0..partition_count(&consumer, topic)? {
+            let (_, high) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))?;
+            assignment.add_partition_offset(topic, partition, rdkafka::Offset::Offset(high))?;
+        }
+        consumer.assign(&assignment)?;
+        Ok(consumer)
+    }
+
     pub fn admin(&self) -> Result<AdminClient<DefaultClientContext>, KafkaError> {
         Ok(self.base().create()?)
     }

@@ -4,17 +4,42 @@ pub mod metrics;
 
 use tracing_subscriber::EnvFilter;
 
-use crate::config::{Config, LogFormat};
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
+}
+
+/// Logs and metrics.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TelemetrySettings {
+    /// `EXECPLANE_LOG`: a tracing filter, e.g. `info,execplane=debug`.
+    pub log: String,
+    /// `EXECPLANE_LOG_FORMAT`: `text` or `json`.
+    pub log_format: LogFormat,
+    /// `EXECPLANE_METRICS_ADDR`: where long-running roles serve `/metrics`; empty: off.
+    pub metrics_addr: String,
+}
+
+impl Default for TelemetrySettings {
+    fn default() -> Self {
+        Self {
+            log: "info,sqlx=warn".into(),
+            log_format: LogFormat::Text,
+            metrics_addr: "127.0.0.1:9464".into(),
+        }
+    }
+}
 
 /// Installs the global subscriber: `EXECPLANE_LOG` filter, text or JSON,
 /// to stderr (stdout is for command output).
-pub fn init(config: &Config) {
-    let mut filter =
-        EnvFilter::try_new(&config.telemetry.log).unwrap_or_else(|_| EnvFilter::new("info"));
+pub fn init(settings: &TelemetrySettings) {
+    let mut filter = EnvFilter::try_new(&settings.log).unwrap_or_else(|_| EnvFilter::new("info"));
     // The secret-store client's request tracing is never wanted in our logs
     // unless asked for by name.
     for quiet in ["rustify", "vaultrs"] {
-        if !config.telemetry.log.contains(quiet) {
+        if !settings.log.contains(quiet) {
             if let Ok(directive) = format!("{quiet}=warn").parse() {
                 filter = filter.add_directive(directive);
             }
@@ -23,7 +48,7 @@ pub fn init(config: &Config) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
-    let _ = match config.telemetry.log_format {
+    let _ = match settings.log_format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
     };

@@ -428,9 +428,11 @@ async fn event_streams_and_long_polls_share_one_poller(pool: PgPool) {
     );
     // Each stream and poll once ran its own query loop (about 13
     // transactions a second each: ~800/s for these 60); now one poller
-    // serves them all.
+    // serves them all: two queries per 150 ms tick, plus each waiter's
+    // fallback read (every 15 s per stream, 5 s per poll), about 20/s in
+    // all. The bound leaves room for the baseline's own noise (±20/s here).
     assert!(
-        loaded - baseline < 40.0,
+        loaded - baseline < 80.0,
         "60 waiting requests added {:.0} transactions/s (baseline {baseline:.0}/s)",
         loaded - baseline
     );

@@ -14,7 +14,7 @@ use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use super::{sha256_hex, ArtifactStorage, Detectors};
-use crate::codec::{ArtifactRecord, Family, LogChunkRecord, RetentionClass};
+use crate::codec::{ArtifactRecord, Codec, Family, LogChunkRecord, RetentionClass};
 use crate::contract::topics;
 use crate::kafka::{KafkaConfig, KafkaError};
 use crate::store::{PendingBundle, StagedChunk, Store};
@@ -81,28 +81,7 @@ pub async fn run<S: ArtifactStorage>(
         };
         let mut chunks = Vec::with_capacity(batch.len());
         for message in &batch {
-            match message
-                .payload()
-                .ok_or_else(|| "empty payload".to_owned())
-                .and_then(|payload| {
-                    codec
-                        .decode::<LogChunkRecord>(Family::LogChunk, payload)
-                        .map_err(|error| format!("not a log chunk: {error}"))
-                })
-                .and_then(|record| {
-                    Ok(StagedChunk {
-                        attempt_id: record
-                            .attempt_id
-                            .parse()
-                            .map_err(|_| "attempt_id is not a UUID".to_owned())?,
-                        stream: format!("{:?}", record.stream).to_lowercase(),
-                        seq: record.seq,
-                        lease_epoch: record.lease_epoch,
-                        producer: record.runner_instance.replace('\0', "\u{FFFD}"),
-                        // Postgres text holds no NUL; tools may print one.
-                        text: record.text.replace('\0', "\u{FFFD}"),
-                    })
-                }) {
+            match decode_chunk(&codec, message) {
                 Ok(chunk) => chunks.push(chunk),
                 Err(reason) => {
                     if !crate::kafka::dead_letter(&kafka, &producer, message, &reason, &shutdown)
@@ -117,29 +96,58 @@ pub async fn run<S: ArtifactStorage>(
         }
         // Staged before the offsets move: a crash re-reads, and the
         // (attempt, stream, seq) key makes that a no-op.
-        let mut failures = 0u32;
-        loop {
-            match store.stage_chunks(&chunks).await {
-                Ok(new) => {
-                    debug!(records = batch.len(), new, "chunks staged");
-                    break;
-                }
-                Err(error) => {
-                    failures += 1;
-                    warn!(%error, failures, "staging chunks failed; retrying");
-                    if shutdown.is_cancelled() {
-                        bundler.abort();
-                        return Ok(());
-                    }
-                    tokio::time::sleep(Duration::from_millis(200 * u64::from(failures.min(25))))
-                        .await;
-                }
-            }
+        if !stage(&store, &chunks, &shutdown).await {
+            bundler.abort();
+            return Ok(());
         }
         commit(&consumer, &batch);
     }
     let _ = bundler.await;
     Ok(())
+}
+
+/// One log-chunk record as a row to stage, or why it cannot be one.
+fn decode_chunk(codec: &Codec, message: &OwnedMessage) -> Result<StagedChunk, String> {
+    let payload = message
+        .payload()
+        .ok_or_else(|| "empty payload".to_owned())?;
+    let record = codec
+        .decode::<LogChunkRecord>(Family::LogChunk, payload)
+        .map_err(|error| format!("not a log chunk: {error}"))?;
+    Ok(StagedChunk {
+        attempt_id: record
+            .attempt_id
+            .parse()
+            .map_err(|_| "attempt_id is not a UUID".to_owned())?,
+        stream: format!("{:?}", record.stream).to_lowercase(),
+        seq: record.seq,
+        lease_epoch: record.lease_epoch,
+        producer: record.runner_instance.replace('\0', "\u{FFFD}"),
+        // Postgres text holds no NUL; tools may print one.
+        text: record.text.replace('\0', "\u{FFFD}"),
+    })
+}
+
+/// Stage the chunks, retrying with backoff until they are stored; false when
+/// shutdown came first (nothing staged, nothing to commit).
+async fn stage(store: &Store, chunks: &[StagedChunk], shutdown: &CancellationToken) -> bool {
+    let mut failures = 0u32;
+    loop {
+        match store.stage_chunks(chunks).await {
+            Ok(new) => {
+                debug!(chunks = chunks.len(), new, "chunks staged");
+                return true;
+            }
+            Err(error) => {
+                failures += 1;
+                warn!(%error, failures, "staging chunks failed; retrying");
+                if shutdown.is_cancelled() {
+                    return false;
+                }
+                tokio::time::sleep(Duration::from_millis(200 * u64::from(failures.min(25)))).await;
+            }
+        }
+    }
 }
 
 fn commit(consumer: &StreamConsumer, batch: &[OwnedMessage]) {

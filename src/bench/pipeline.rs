@@ -14,14 +14,16 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::Message;
 use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::codec::{AttemptEventRecord, CommandRecord, Family};
 use crate::config::Config;
-use crate::contract::{topics, validate_jobspec, AttemptEvent, EventBody};
+use crate::contract::{
+    topics, validate_jobspec, AttemptEvent, EventBody, JobSpec, TerminalOutcome,
+};
 use crate::kafka::{partition_count, KafkaConfig};
 use crate::runners::verification::VerificationRunner;
 use crate::store::Store;
@@ -152,62 +154,156 @@ async fn drive(
     schema: &str,
     prefix: &str,
 ) -> anyhow::Result<PipelineReport> {
-    let store = Store::connect(
-        &config.database.url,
-        config.database.max_connections.max(8),
-        Some(schema),
-    )
-    .await?
-    .with_codec(config.kafka().codec);
-    store.migrate().await?;
-    let kafka = KafkaConfig {
-        topic_prefix: prefix.to_owned(),
-        ..config.kafka()
+    let mut rig = Rig::start(config, args, schema, prefix).await?;
+    if !args.backlog {
+        rig.start_runner().await?;
+    }
+    let follower = rig.follow_events()?;
+    let specs = bench_specs(args.jobs, rig.port);
+    let started = Instant::now();
+    let issued = rig.submit(&specs, args.rate).await?;
+    let submit_seconds = started.elapsed().as_secs_f64();
+    // With --backlog: every attempt queued, nobody to run it; then a runner.
+    let mut drain_started = None;
+    if args.backlog {
+        rig.await_backlog(args).await?;
+        drain_started = Some(chrono::Utc::now().timestamp_millis());
+        rig.start_runner().await?;
+    }
+    let observed = Observed::follow(&follower, &rig.kafka, &issued, args).await;
+    let seconds = started.elapsed().as_secs_f64();
+    rig.stop().await;
+
+    let rows = rig.store.rows_written(schema).await?.max(0) as u64;
+    let records = rig.records_written()?;
+    let (bare_kafka_seconds, bare_postgres_seconds) = if args.no_bare {
+        (0.0, 0.0)
+    } else {
+        bare(config, &rig.kafka, records, rows, schema).await?
     };
-    crate::kafka::topology::apply(&kafka).await?;
+    let run = RunFigures {
+        submit_seconds,
+        seconds,
+        drain_started,
+        rows,
+        records,
+        bare_kafka_seconds,
+        bare_postgres_seconds,
+    };
+    Ok(observed.report(args, &issued, run))
+}
 
-    // The probe target: a loopback listener that accepts and drops.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let port = listener.local_addr()?.port();
-    let target = tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            drop(stream);
-        }
-    });
+/// Every role of the pipeline in this process, on the bench's own schema
+/// and topic prefix, with a loopback TCP listener for the probes to reach.
+struct Rig<'a> {
+    config: &'a Config,
+    capacity: u32,
+    store: Store,
+    kafka: KafkaConfig,
+    producer: FutureProducer,
+    port: u16,
+    target: tokio::task::JoinHandle<()>,
+    stop_core: CancellationToken,
+    stop_runner: CancellationToken,
+    core: Vec<tokio::task::JoinHandle<()>>,
+    runner: Option<tokio::task::JoinHandle<()>>,
+}
 
-    let stop_runner = CancellationToken::new();
-    let stop_core = CancellationToken::new();
-    let producer = kafka.producer()?;
-    let mut dispatcher_config = config.dispatcher();
-    dispatcher_config.group = format!("{prefix}dispatcher");
-    let dispatcher = tokio::spawn(crate::dispatcher::run(
-        store.clone(),
-        kafka.clone(),
-        producer.clone(),
-        dispatcher_config,
-        stop_core.clone(),
-    ));
-    let relay = tokio::spawn(crate::kafka::relay::run(
-        store.clone(),
-        kafka.clone(),
-        Default::default(),
-        stop_core.clone(),
-    ));
-    let mut runner_config = config.runner();
-    runner_config.capacity = args.capacity;
-    let start_runner = || async {
-        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
-        let runner = tokio::spawn(crate::runner::run_instance(
+impl<'a> Rig<'a> {
+    async fn start(
+        config: &'a Config,
+        args: &PipelineBenchArgs,
+        schema: &str,
+        prefix: &str,
+    ) -> anyhow::Result<Self> {
+        let store = Store::connect(
+            &config.database.url,
+            config.database.max_connections.max(8),
+            Some(schema),
+        )
+        .await?
+        .with_codec(config.kafka().codec);
+        store.migrate().await?;
+        let kafka = KafkaConfig {
+            topic_prefix: prefix.to_owned(),
+            ..config.kafka()
+        };
+        crate::kafka::topology::apply(&kafka).await?;
+
+        // The probe target: a loopback listener that accepts and drops.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let target = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                drop(stream);
+            }
+        });
+
+        let stop_core = CancellationToken::new();
+        let producer = kafka.producer()?;
+        let mut dispatcher_config = config.dispatcher();
+        dispatcher_config.group = format!("{prefix}dispatcher");
+        let dispatcher = crate::dispatcher::run(
+            store.clone(),
             kafka.clone(),
-            runner_config.clone(),
-            Arc::new(VerificationRunner::new(config.verification())),
-            stop_runner.clone(),
+            producer.clone(),
+            dispatcher_config,
+            stop_core.clone(),
+        );
+        let relay = crate::kafka::relay::run(
+            store.clone(),
+            kafka.clone(),
+            Default::default(),
+            stop_core.clone(),
+        );
+        let core = vec![
+            tokio::spawn(async move {
+                if let Err(error) = dispatcher.await {
+                    tracing::error!(%error, "bench dispatcher failed");
+                }
+            }),
+            tokio::spawn(async move {
+                if let Err(error) = relay.await {
+                    tracing::error!(%error, "bench relay failed");
+                }
+            }),
+        ];
+        Ok(Self {
+            config,
+            capacity: args.capacity,
+            store,
+            kafka,
+            producer,
+            port,
+            target,
+            stop_core,
+            stop_runner: CancellationToken::new(),
+            core,
+            runner: None,
+        })
+    }
+
+    /// Start the one runner instance and wait until placement can see it.
+    async fn start_runner(&mut self) -> anyhow::Result<()> {
+        let mut runner_config = self.config.runner();
+        runner_config.capacity = self.capacity;
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let instance = crate::runner::run_instance(
+            self.kafka.clone(),
+            runner_config,
+            Arc::new(VerificationRunner::new(self.config.verification())),
+            self.stop_runner.clone(),
             Some(ready_tx),
-        ));
+        );
+        self.runner = Some(tokio::spawn(async move {
+            if let Err(error) = instance.await {
+                tracing::error!(%error, "bench runner failed");
+            }
+        }));
         ready_rx.await.context("the runner did not start")?;
-        // Wait until placement can see the runner.
         let deadline = Instant::now() + Duration::from_secs(30);
-        while store
+        while self
+            .store
             .live_instances(chrono::Utc::now().timestamp_millis() - 3_000)
             .await?
             .is_empty()
@@ -215,26 +311,132 @@ async fn drive(
             anyhow::ensure!(Instant::now() < deadline, "the runner never became live");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        anyhow::Ok(runner)
-    };
-    let mut runner = None;
-    if !args.backlog {
-        runner = Some(start_runner().await?);
+        Ok(())
     }
 
-    // Follow the published log from its end.
-    let events_topic = kafka.topic(topics::ATTEMPT_EVENTS);
-    let follower: StreamConsumer = kafka.assigned_consumer()?;
-    let partitions = partition_count(&follower, &events_topic)?;
-    let mut assignment = TopicPartitionList::new();
-    for partition in 0..partitions {
-        let (_, high) =
-            follower.fetch_watermarks(&events_topic, partition, Duration::from_secs(10))?;
-        assignment.add_partition_offset(&events_topic, partition, Offset::Offset(high))?;
+    /// A consumer of the published attempt log, from its current end.
+    fn follow_events(&self) -> anyhow::Result<StreamConsumer> {
+        Ok(self
+            .kafka
+            .consumer_from_the_end(&self.kafka.topic(topics::ATTEMPT_EVENTS))?)
     }
-    follower.assign(&assignment)?;
 
-    let specs: Vec<_> = (0..args.jobs)
+    /// Produce one execute command per spec at `rate` per second; the
+    /// submission time of each job, by job id.
+    async fn submit(&self, specs: &[JobSpec], rate: u32) -> anyhow::Result<HashMap<String, i64>> {
+        let commands_topic = self.kafka.topic(topics::COMMANDS);
+        let period = Duration::from_millis(10);
+        let per_tick = (f64::from(rate) * period.as_secs_f64()).max(1.0);
+        let mut issued = HashMap::with_capacity(specs.len());
+        let mut deliveries = Vec::with_capacity(specs.len());
+        let mut ticker = tokio::time::interval(period);
+        let mut budget = 0f64;
+        let mut pending = specs.iter();
+        'ticks: loop {
+            ticker.tick().await;
+            budget += per_tick;
+            while budget >= 1.0 {
+                let Some(spec) = pending.next() else {
+                    break 'ticks;
+                };
+                let now = chrono::Utc::now().timestamp_millis();
+                let payload = self
+                    .kafka
+                    .codec
+                    .encode(Family::Command, &CommandRecord::execute(spec, now))?;
+                issued.insert(spec.job_id.clone(), now);
+                let record = FutureRecord::to(&commands_topic)
+                    .key(&spec.job_id)
+                    .payload(&payload);
+                deliveries.push(send_when_room(&self.producer, record).await);
+                budget -= 1.0;
+            }
+        }
+        for delivery in deliveries {
+            let _ = delivery.await;
+        }
+        Ok(issued)
+    }
+
+    /// Wait until every job's first attempt is queued.
+    async fn await_backlog(&self, args: &PipelineBenchArgs) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
+        loop {
+            let queued = self
+                .store
+                .attempts_by_status()
+                .await?
+                .into_iter()
+                .find(|(status, _)| status == "queued")
+                .map_or(0, |(_, count)| count);
+            if queued >= args.jobs as i64 {
+                tracing::info!(queued, "backlog queued; starting the runner");
+                return Ok(());
+            }
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "only {queued} of {} attempts were queued",
+                args.jobs
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// Let the final reports land and the outbox drain, then stop the
+    /// runner, then the dispatcher and relay.
+    async fn stop(&mut self) {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        self.stop_runner.cancel();
+        if let Some(runner) = self.runner.take() {
+            let _ = runner.await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.stop_core.cancel();
+        for task in self.core.drain(..) {
+            let _ = task.await;
+        }
+        self.target.abort();
+    }
+
+    /// Records on every declared topic of the bench's prefix.
+    fn records_written(&self) -> anyhow::Result<u64> {
+        let mut records = 0i64;
+        let probe: StreamConsumer = self.kafka.assigned_consumer()?;
+        for spec in crate::kafka::topology::declared()? {
+            let topic = self.kafka.topic(&spec.name);
+            let partitions = partition_count(&probe, &topic).unwrap_or(0);
+            for partition in 0..partitions {
+                if let Ok((low, high)) =
+                    probe.fetch_watermarks(&topic, partition, Duration::from_secs(5))
+                {
+                    records += high - low;
+                }
+            }
+        }
+        Ok(records.max(0) as u64)
+    }
+}
+
+/// Hand a record to the producer, waiting while its queue is full.
+async fn send_when_room(
+    producer: &FutureProducer,
+    mut record: FutureRecord<'_, String, Vec<u8>>,
+) -> rdkafka::producer::DeliveryFuture {
+    loop {
+        match producer.send_result(record) {
+            Ok(delivery) => return delivery,
+            Err((error, returned)) => {
+                tracing::debug!(%error, "producer queue full");
+                record = returned;
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    }
+}
+
+/// One TCP-connect probe job per index, against the rig's listener.
+fn bench_specs(jobs: usize, port: u16) -> Vec<JobSpec> {
+    (0..jobs)
         .map(|index| {
             validate_jobspec(&serde_json::json!({
                 "command_id": Uuid::new_v4().to_string(),
@@ -248,197 +450,127 @@ async fn drive(
             }))
             .expect("bench spec is valid")
         })
-        .collect();
-    let commands_topic = kafka.topic(topics::COMMANDS);
-    let codec = kafka.codec.clone();
-    let mut issued: HashMap<String, i64> = HashMap::with_capacity(args.jobs);
-    let started = Instant::now();
-    let submit = {
-        let period = Duration::from_millis(10);
-        let per_tick = (f64::from(args.rate) * period.as_secs_f64()).max(1.0);
-        let mut sent = 0usize;
-        let mut ticker = tokio::time::interval(period);
-        let mut budget = 0f64;
-        let mut deliveries = Vec::with_capacity(args.jobs);
-        while sent < specs.len() {
-            ticker.tick().await;
-            budget += per_tick;
-            while budget >= 1.0 && sent < specs.len() {
-                let spec = &specs[sent];
-                let now = chrono::Utc::now().timestamp_millis();
-                let record = CommandRecord::execute(spec, now);
-                let payload = codec.encode(Family::Command, &record)?;
-                issued.insert(spec.job_id.clone(), now);
-                loop {
-                    match producer.send_result(
-                        FutureRecord::to(&commands_topic)
-                            .key(&spec.job_id)
-                            .payload(&payload),
-                    ) {
-                        Ok(delivery) => {
-                            deliveries.push(delivery);
-                            break;
-                        }
-                        Err((error, _)) => {
-                            tracing::debug!(%error, "producer queue full");
-                            tokio::time::sleep(Duration::from_millis(1)).await;
-                        }
-                    }
-                }
-                sent += 1;
-                budget -= 1.0;
+        .collect()
+}
+
+/// Milliseconds from each job's command to its first lease, start and
+/// terminal event, as read from the published log.
+#[derive(Default)]
+struct Observed {
+    lease: HashMap<String, i64>,
+    start: HashMap<String, i64>,
+    terminal: HashMap<String, i64>,
+    succeeded: usize,
+}
+
+/// What the run measured besides the observed events.
+struct RunFigures {
+    submit_seconds: f64,
+    seconds: f64,
+    drain_started: Option<i64>,
+    rows: u64,
+    records: u64,
+    bare_kafka_seconds: f64,
+    bare_postgres_seconds: f64,
+}
+
+impl Observed {
+    /// Read the log until every job is terminal or the timeout passes.
+    async fn follow(
+        follower: &StreamConsumer,
+        kafka: &KafkaConfig,
+        issued: &HashMap<String, i64>,
+        args: &PipelineBenchArgs,
+    ) -> Self {
+        let mut observed = Self::default();
+        let wait_until = Instant::now() + Duration::from_secs(args.timeout_secs);
+        while observed.terminal.len() < args.jobs && Instant::now() < wait_until {
+            let Ok(Ok(message)) =
+                tokio::time::timeout(Duration::from_secs(5), follower.recv()).await
+            else {
+                continue;
+            };
+            let event = message.payload().and_then(|payload| {
+                let record = kafka
+                    .codec
+                    .decode::<AttemptEventRecord>(Family::AttemptEvent, payload)
+                    .ok()?;
+                AttemptEvent::try_from(record).ok()
+            });
+            if let Some(event) = event {
+                observed.note(&event, issued);
             }
         }
-        for delivery in deliveries {
-            let _ = delivery.await;
-        }
-        started.elapsed()
-    };
-    // With --backlog: every attempt queued, nobody to run it; then a runner.
-    let mut drain_started = None;
-    if args.backlog {
-        let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
-        loop {
-            let queued = store
-                .attempts_by_status()
-                .await?
-                .into_iter()
-                .find(|(status, _)| status == "queued")
-                .map_or(0, |(_, count)| count);
-            if queued >= args.jobs as i64 {
-                break;
-            }
-            anyhow::ensure!(
-                Instant::now() < deadline,
-                "only {queued} of {} attempts were queued",
-                args.jobs
-            );
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        tracing::info!(queued = args.jobs, "backlog queued; starting the runner");
-        drain_started = Some(chrono::Utc::now().timestamp_millis());
-        runner = Some(start_runner().await?);
+        observed
     }
 
-    let mut lease = HashMap::new();
-    let mut start = HashMap::new();
-    let mut terminal = HashMap::new();
-    let mut succeeded = 0usize;
-    let wait_until = Instant::now() + Duration::from_secs(args.timeout_secs);
-    while terminal.len() < args.jobs && Instant::now() < wait_until {
-        let Ok(Ok(message)) = tokio::time::timeout(Duration::from_secs(5), follower.recv()).await
-        else {
-            continue;
-        };
-        let Some(payload) = message.payload() else {
-            continue;
-        };
-        let Ok(record) = codec.decode::<AttemptEventRecord>(Family::AttemptEvent, payload) else {
-            continue;
-        };
-        let Ok(event) = AttemptEvent::try_from(record) else {
-            continue;
-        };
+    fn note(&mut self, event: &AttemptEvent, issued: &HashMap<String, i64>) {
         let Some(at) = issued.get(&event.job_id).copied() else {
-            continue;
+            return;
         };
         let elapsed = event.occurred_at - at;
         match &event.body {
             EventBody::LeaseGranted { .. } => {
-                lease.entry(event.job_id.clone()).or_insert(elapsed);
+                self.lease.entry(event.job_id.clone()).or_insert(elapsed);
             }
             EventBody::Started { .. } => {
-                start.entry(event.job_id.clone()).or_insert(elapsed);
+                self.start.entry(event.job_id.clone()).or_insert(elapsed);
             }
-            EventBody::Finished { outcome, .. } if !terminal.contains_key(&event.job_id) => {
-                terminal.insert(event.job_id.clone(), elapsed);
-                if *outcome == crate::contract::TerminalOutcome::Succeeded {
-                    succeeded += 1;
+            EventBody::Finished { outcome, .. } if !self.terminal.contains_key(&event.job_id) => {
+                self.terminal.insert(event.job_id.clone(), elapsed);
+                if *outcome == TerminalOutcome::Succeeded {
+                    self.succeeded += 1;
                 }
             }
             _ => {}
         }
     }
-    let seconds = started.elapsed().as_secs_f64();
-    let terminal_count = terminal.len();
-    // Throughput from the first command to the last terminal state.
-    let first_issued = issued.values().copied().min().unwrap_or(0);
-    let last_end = terminal
-        .iter()
-        .filter_map(|(job, elapsed)| issued.get(job).map(|at| at + elapsed))
-        .max()
-        .unwrap_or(first_issued);
-    let active_seconds = ((last_end - first_issued) as f64 / 1000.0).max(1e-3);
-    let ends: Vec<i64> = terminal
-        .iter()
-        .filter_map(|(job, elapsed)| issued.get(job).map(|at| at + elapsed))
-        .collect();
-    let drain_seconds = drain_started.map(|from| ((last_end - from) as f64 / 1000.0).max(1e-3));
 
-    // Let the final reports land and the outbox drain before counting.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    stop_runner.cancel();
-    if let Some(runner) = runner {
-        let _ = runner.await;
-    }
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    stop_core.cancel();
-    let _ = dispatcher.await;
-    let _ = relay.await;
-    target.abort();
-
-    let rows = store.rows_written(schema).await?;
-    let mut kafka_records = 0i64;
-    let probe: StreamConsumer = kafka.assigned_consumer()?;
-    for spec in crate::kafka::topology::declared()? {
-        let topic = kafka.topic(&spec.name);
-        let partitions = partition_count(&probe, &topic).unwrap_or(0);
-        for partition in 0..partitions {
-            if let Ok((low, high)) =
-                probe.fetch_watermarks(&topic, partition, Duration::from_secs(5))
-            {
-                kafka_records += high - low;
-            }
+    fn report(
+        self,
+        args: &PipelineBenchArgs,
+        issued: &HashMap<String, i64>,
+        run: RunFigures,
+    ) -> PipelineReport {
+        let terminal_count = self.terminal.len();
+        // Throughput from the first command to the last terminal state.
+        let first_issued = issued.values().copied().min().unwrap_or(0);
+        let ends: Vec<i64> = self
+            .terminal
+            .iter()
+            .filter_map(|(job, elapsed)| issued.get(job).map(|at| at + elapsed))
+            .collect();
+        let last_end = ends.iter().copied().max().unwrap_or(first_issued);
+        let active_seconds = ((last_end - first_issued) as f64 / 1000.0).max(1e-3);
+        let drain_seconds = run
+            .drain_started
+            .map(|from| ((last_end - from) as f64 / 1000.0).max(1e-3));
+        let completed = terminal_count.max(1) as f64;
+        let bare_seconds = run.bare_kafka_seconds + run.bare_postgres_seconds;
+        PipelineReport {
+            jobs: args.jobs,
+            target_rate: args.rate,
+            completed: terminal_count,
+            succeeded: self.succeeded,
+            submit_seconds: run.submit_seconds,
+            seconds: run.seconds,
+            attempts_per_second: terminal_count as f64 / active_seconds,
+            command_to_lease: percentiles(self.lease.into_values().collect()),
+            command_to_start: percentiles(self.start.into_values().collect()),
+            command_to_terminal: percentiles(self.terminal.into_values().collect()),
+            postgres_rows_per_attempt: run.rows as f64 / completed,
+            kafka_records_per_attempt: run.records as f64 / completed,
+            bare_kafka_records: run.records,
+            bare_postgres_rows: run.rows,
+            bare_seconds,
+            bare_kafka_seconds: run.bare_kafka_seconds,
+            bare_postgres_seconds: run.bare_postgres_seconds,
+            ratio: active_seconds / bare_seconds.max(1e-3),
+            drain_rate: drain_seconds.map(|seconds| terminal_count as f64 / seconds),
+            drain_seconds,
+            window_rates: window_rates(&ends),
         }
     }
-
-    let completed = terminal.len().max(1);
-    let (bare_kafka_seconds, bare_postgres_seconds) = if args.no_bare {
-        (0.0, 0.0)
-    } else {
-        bare(
-            config,
-            &kafka,
-            kafka_records.max(0) as u64,
-            rows.max(0) as u64,
-            schema,
-        )
-        .await?
-    };
-    let bare_seconds = bare_kafka_seconds + bare_postgres_seconds;
-    Ok(PipelineReport {
-        jobs: args.jobs,
-        target_rate: args.rate,
-        completed: terminal.len(),
-        succeeded,
-        submit_seconds: submit.as_secs_f64(),
-        seconds,
-        attempts_per_second: terminal.len() as f64 / active_seconds,
-        command_to_lease: percentiles(lease.into_values().collect()),
-        command_to_start: percentiles(start.into_values().collect()),
-        command_to_terminal: percentiles(terminal.into_values().collect()),
-        postgres_rows_per_attempt: rows as f64 / completed as f64,
-        kafka_records_per_attempt: kafka_records as f64 / completed as f64,
-        bare_kafka_records: kafka_records.max(0) as u64,
-        bare_postgres_rows: rows.max(0) as u64,
-        bare_seconds,
-        bare_kafka_seconds,
-        bare_postgres_seconds,
-        ratio: active_seconds / bare_seconds.max(1e-3),
-        drain_rate: drain_seconds.map(|seconds| terminal_count as f64 / seconds),
-        drain_seconds,
-        window_rates: window_rates(&ends),
-    })
 }
 
 /// The same volume with no execplane logic: produce and consume `records`
@@ -470,15 +602,8 @@ async fn bare(
     let mut deliveries = Vec::with_capacity(records as usize);
     for index in 0..records {
         let key = index.to_string();
-        loop {
-            match producer.send_result(FutureRecord::to(&topic).key(&key).payload(&payload)) {
-                Ok(delivery) => {
-                    deliveries.push(delivery);
-                    break;
-                }
-                Err(_) => tokio::time::sleep(Duration::from_millis(1)).await,
-            }
-        }
+        let record = FutureRecord::to(&topic).key(&key).payload(&payload);
+        deliveries.push(send_when_room(&producer, record).await);
     }
     let _ = producer.flush(Duration::from_secs(30));
     for delivery in deliveries {

@@ -86,86 +86,99 @@ async fn drive(
     store.migrate().await?;
     let now = chrono::Utc::now().timestamp_millis();
     let commands: Vec<Uuid> = (0..args.attempts).map(|_| Uuid::new_v4()).collect();
-    let instance = |index: usize| format!("bench-runner-{}", index % 16);
-
     let mut phases = Vec::new();
-    let creates: Vec<InputEnvelope> = commands
-        .iter()
-        .enumerate()
-        .map(|(index, command_id)| {
-            let spec = validate_jobspec(&serde_json::json!({
-                "command_id": command_id.to_string(),
-                "job_id": format!("bench/{index}"),
-                "tenant": "bench",
-                "requested_by": "execplane-bench",
-                "operation": "verify.tcp.connect",
-                "inputs": {"host": "127.0.0.1", "port": 5432}
-            }))
-            .expect("the bench spec is valid");
-            InputEnvelope {
-                input_id: format!("bench-create-{command_id}"),
-                source: "bench".into(),
-                input: Input::Execute {
-                    spec: Box::new(spec),
-                },
-            }
-        })
-        .collect();
-    phases.push(phase(&store, "create", creates, args, now).await?);
-    let grants = commands
-        .iter()
-        .enumerate()
-        .map(|(index, command_id)| InputEnvelope {
-            input_id: format!("bench-grant-{command_id}"),
-            source: "bench".into(),
-            input: Input::Grant {
-                attempt_id: attempt_id_for(*command_id, 1),
-                runner_instance: instance(index),
-            },
-        })
-        .collect();
-    phases.push(phase(&store, "lease", grants, args, now).await?);
-    let report = |index: usize, command_id: &Uuid, body: ReportBody| RunnerReport {
-        attempt_id: attempt_id_for(*command_id, 1),
-        lease_epoch: 1,
-        runner_instance: instance(index),
-        body,
-    };
-    let starts = commands
-        .iter()
-        .enumerate()
-        .map(|(index, command_id)| InputEnvelope {
-            input_id: format!("bench-start-{command_id}"),
-            source: "bench".into(),
-            input: Input::Report(report(index, command_id, ReportBody::Started)),
-        })
-        .collect();
-    phases.push(phase(&store, "start", starts, args, now).await?);
-    let finishes = commands
-        .iter()
-        .enumerate()
-        .map(|(index, command_id)| InputEnvelope {
-            input_id: format!("bench-finish-{command_id}"),
-            source: "bench".into(),
-            input: Input::Report(report(
-                index,
-                command_id,
-                ReportBody::Finished {
-                    outcome: ReportedOutcome::Succeeded,
-                    category: None,
-                    message: "ok".into(),
-                    result_json: Some("{\"connected\":true}".into()),
-                },
-            )),
-        })
-        .collect();
-    phases.push(phase(&store, "finish", finishes, args, now).await?);
+    for step in Step::ALL {
+        let inputs = commands
+            .iter()
+            .enumerate()
+            .map(|(index, command_id)| step.input(index, *command_id))
+            .collect();
+        phases.push(phase(&store, step.name(), inputs, args, now).await?);
+    }
+    let total = total(&phases);
+    Ok(StoreBenchReport {
+        attempts: args.attempts,
+        batch: args.batch,
+        writers: args.writers,
+        phases,
+        total,
+    })
+}
 
+/// The life every bench attempt goes through, one phase per step.
+#[derive(Clone, Copy)]
+enum Step {
+    Create,
+    Lease,
+    Start,
+    Finish,
+}
+
+impl Step {
+    const ALL: [Step; 4] = [Step::Create, Step::Lease, Step::Start, Step::Finish];
+
+    fn name(self) -> &'static str {
+        match self {
+            Step::Create => "create",
+            Step::Lease => "lease",
+            Step::Start => "start",
+            Step::Finish => "finish",
+        }
+    }
+
+    /// This step's input for the `index`th attempt, first of its command.
+    fn input(self, index: usize, command_id: Uuid) -> InputEnvelope {
+        let attempt_id = attempt_id_for(command_id, 1);
+        let runner_instance = format!("bench-runner-{}", index % 16);
+        let report = |body| {
+            Input::Report(RunnerReport {
+                attempt_id,
+                lease_epoch: 1,
+                runner_instance: runner_instance.clone(),
+                body,
+            })
+        };
+        let input = match self {
+            Step::Create => Input::Execute {
+                spec: Box::new(
+                    validate_jobspec(&serde_json::json!({
+                        "command_id": command_id.to_string(),
+                        "job_id": format!("bench/{index}"),
+                        "tenant": "bench",
+                        "requested_by": "execplane-bench",
+                        "operation": "verify.tcp.connect",
+                        "inputs": {"host": "127.0.0.1", "port": 5432}
+                    }))
+                    .expect("the bench spec is valid"),
+                ),
+            },
+            Step::Lease => Input::Grant {
+                attempt_id,
+                runner_instance: runner_instance.clone(),
+            },
+            Step::Start => report(ReportBody::Started),
+            Step::Finish => report(ReportBody::Finished {
+                outcome: ReportedOutcome::Succeeded,
+                category: None,
+                message: "ok".into(),
+                result_json: Some("{\"connected\":true}".into()),
+            }),
+        };
+        InputEnvelope {
+            input_id: format!("bench-{}-{command_id}", self.name()),
+            source: "bench".into(),
+            input,
+        }
+    }
+}
+
+/// The phases summed, with rates over their summed time.
+fn total(phases: &[PhaseFigures]) -> PhaseFigures {
     let mut total = PhaseFigures {
         phase: "total",
         ..Default::default()
     };
-    for figures in &phases {
+    for figures in phases {
         total.inputs += figures.inputs;
         total.events += figures.events;
         total.rows += figures.rows;
@@ -179,13 +192,7 @@ async fn drive(
         .map(|figures| figures.mean_transaction_ms * figures.transactions as f64)
         .sum::<f64>();
     total.mean_transaction_ms = mean / total.transactions.max(1) as f64;
-    Ok(StoreBenchReport {
-        attempts: args.attempts,
-        batch: args.batch,
-        writers: args.writers,
-        phases,
-        total,
-    })
+    total
 }
 
 async fn phase(

@@ -27,6 +27,47 @@ pub struct Roles {
     pub artifact_worker: bool,
 }
 
+impl Roles {
+    const NONE: Roles = Roles {
+        dispatcher: false,
+        relay: false,
+        verification_runner: false,
+        ingress: false,
+        artifact_worker: false,
+    };
+    pub const DISPATCHER: Roles = Roles {
+        dispatcher: true,
+        ..Self::NONE
+    };
+    pub const RELAY: Roles = Roles {
+        relay: true,
+        ..Self::NONE
+    };
+    pub const VERIFICATION_RUNNER: Roles = Roles {
+        verification_runner: true,
+        ..Self::NONE
+    };
+    pub const INGRESS: Roles = Roles {
+        ingress: true,
+        ..Self::NONE
+    };
+    pub const ARTIFACT_WORKER: Roles = Roles {
+        artifact_worker: true,
+        ..Self::NONE
+    };
+
+    /// `serve`: every role, the ingress only when a key is configured.
+    pub fn serve(config: &Config) -> Self {
+        Roles {
+            dispatcher: true,
+            relay: true,
+            verification_runner: true,
+            ingress: !config.ingress.key.is_empty() || !config.ingress.api_key.is_empty(),
+            artifact_worker: true,
+        }
+    }
+}
+
 fn on_signal() -> CancellationToken {
     let token = CancellationToken::new();
     let trigger = token.clone();
@@ -74,90 +115,13 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
         })?
         .with_codec(kafka.codec.clone());
     if prepare {
-        store.migrate().await.context("applying migrations")?;
-        let report = topology::apply(&kafka)
-            .await
-            .context("applying the topic topology")?;
-        for name in &report.created {
-            info!(topic = %name, "topic created");
-        }
-        for drift in &report.drift {
-            tracing::warn!(%drift, "topic drift");
-        }
+        prepare_stack(&store, &kafka).await?;
     }
     let signal = on_signal();
     let runners_stop = CancellationToken::new();
     let core_stop = CancellationToken::new();
-    let producer = kafka.producer().context("creating the Kafka producer")?;
-
-    let mut core = tokio::task::JoinSet::new();
-    if roles.dispatcher {
-        let (store, kafka, producer, settings, stop) = (
-            store.clone(),
-            kafka.clone(),
-            producer.clone(),
-            config.dispatcher(),
-            core_stop.clone(),
-        );
-        core.spawn(async move {
-            crate::dispatcher::run(store, kafka, producer, settings, stop)
-                .await
-                .map_err(anyhow::Error::from)
-        });
-    }
-    if roles.relay {
-        let (store, kafka, stop) = (store.clone(), kafka.clone(), core_stop.clone());
-        core.spawn(async move {
-            relay::run(store, kafka, RelayConfig::default(), stop)
-                .await
-                .map_err(anyhow::Error::from)
-        });
-    }
-    if roles.artifact_worker {
-        let settings = config.artifacts();
-        let storage = Arc::new(crate::artifacts::Storage::open(&config.storage()));
-        let (store, kafka, producer, stop) = (
-            store.clone(),
-            kafka.clone(),
-            producer.clone(),
-            core_stop.clone(),
-        );
-        core.spawn(async move {
-            crate::artifacts::run(store, kafka, producer, settings, storage, stop)
-                .await
-                .map_err(anyhow::Error::from)
-        });
-    }
-    if let Some(ingress_config) = ingress_config {
-        let (store, kafka, producer, stop) = (
-            store.clone(),
-            kafka.clone(),
-            producer.clone(),
-            core_stop.clone(),
-        );
-        core.spawn(async move {
-            crate::ingress::run(ingress_config, store, kafka, producer, stop).await
-        });
-    }
-    let mut runners = tokio::task::JoinSet::new();
-    if roles.verification_runner {
-        let executor = Arc::new(VerificationRunner::new(config.verification()));
-        let mut settings = config.runner();
-        if let Some(vault) = config.secret_store() {
-            let address = vault.address.clone();
-            let vault = crate::secrets::Vault::connect(vault)
-                .await
-                .map_err(|error| anyhow::anyhow!("secret store at {address}: {error}"))?;
-            vault.keep_alive(runners_stop.clone());
-            settings.secrets = Some(vault);
-        }
-        let (kafka, stop) = (kafka.clone(), runners_stop.clone());
-        runners.spawn(async move {
-            crate::runner::run_instance(kafka, settings, executor, stop, None)
-                .await
-                .map_err(anyhow::Error::from)
-        });
-    }
+    let mut core = spawn_core(config, roles, ingress_config, &store, &kafka, &core_stop)?;
+    let mut runners = spawn_runners(config, roles, &kafka, &runners_stop).await?;
     info!(?roles, "execplane running");
 
     let mut failure = None;
@@ -166,14 +130,14 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
         Some(result) = core.join_next(), if !core.is_empty() => { failure = flatten(result).err(); }
         Some(result) = runners.join_next(), if !runners.is_empty() => { failure = flatten(result).err(); }
     }
+    // Runners first: they drain and report; then the core decides and
+    // publishes what those reports caused.
     runners_stop.cancel();
     while let Some(result) = runners.join_next().await {
         if let Err(error) = flatten(result) {
             failure.get_or_insert(error);
         }
     }
-    // The runners' final reports are on the broker: let this process's
-    // dispatcher decide them and its relay publish what they caused.
     if failure.is_none() && (roles.dispatcher || roles.relay) {
         settle(&store, &kafka, roles, SETTLE_BOUND).await;
     }
@@ -187,6 +151,104 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
         Some(error) => Err(error),
         None => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// `serve` applies the migrations and the topology before anything runs.
+async fn prepare_stack(store: &Store, kafka: &crate::kafka::KafkaConfig) -> anyhow::Result<()> {
+    store.migrate().await.context("applying migrations")?;
+    let report = topology::apply(kafka)
+        .await
+        .context("applying the topic topology")?;
+    for name in &report.created {
+        info!(topic = %name, "topic created");
+    }
+    for drift in &report.drift {
+        tracing::warn!(%drift, "topic drift");
+    }
+    Ok(())
+}
+
+type Tasks = tokio::task::JoinSet<anyhow::Result<()>>;
+
+/// The dispatcher, relay, artifact worker and ingress this process runs.
+fn spawn_core(
+    config: &Config,
+    roles: Roles,
+    ingress_config: Option<crate::ingress::IngressConfig>,
+    store: &Store,
+    kafka: &crate::kafka::KafkaConfig,
+    stop: &CancellationToken,
+) -> anyhow::Result<Tasks> {
+    let producer = kafka.producer().context("creating the Kafka producer")?;
+    let mut core = Tasks::new();
+    if roles.dispatcher {
+        let task = crate::dispatcher::run(
+            store.clone(),
+            kafka.clone(),
+            producer.clone(),
+            config.dispatcher(),
+            stop.clone(),
+        );
+        core.spawn(async move { task.await.map_err(anyhow::Error::from) });
+    }
+    if roles.relay {
+        let task = relay::run(
+            store.clone(),
+            kafka.clone(),
+            RelayConfig::default(),
+            stop.clone(),
+        );
+        core.spawn(async move { task.await.map_err(anyhow::Error::from) });
+    }
+    if roles.artifact_worker {
+        let storage = Arc::new(crate::artifacts::Storage::open(&config.storage()));
+        let task = crate::artifacts::run(
+            store.clone(),
+            kafka.clone(),
+            producer.clone(),
+            config.artifacts(),
+            storage,
+            stop.clone(),
+        );
+        core.spawn(async move { task.await.map_err(anyhow::Error::from) });
+    }
+    if let Some(ingress_config) = ingress_config {
+        let task = crate::ingress::run(
+            ingress_config,
+            store.clone(),
+            kafka.clone(),
+            producer,
+            stop.clone(),
+        );
+        core.spawn(task);
+    }
+    Ok(core)
+}
+
+/// The runner instances this process runs, with the secret store.
+async fn spawn_runners(
+    config: &Config,
+    roles: Roles,
+    kafka: &crate::kafka::KafkaConfig,
+    stop: &CancellationToken,
+) -> anyhow::Result<Tasks> {
+    let mut runners = Tasks::new();
+    if roles.verification_runner {
+        let executor = Arc::new(VerificationRunner::new(config.verification()));
+        let mut settings = config.runner();
+        if let Some(vault) = config.secret_store() {
+            let address = vault.address.clone();
+            let vault = crate::secrets::Vault::connect(vault)
+                .await
+                .map_err(|error| anyhow::anyhow!("secret store at {address}: {error}"))?;
+            vault.keep_alive(stop.clone());
+            settings.secrets = Some(vault);
+        }
+        let task =
+            crate::runner::run_instance(kafka.clone(), settings, executor, stop.clone(), None);
+        runners.spawn(async move { task.await.map_err(anyhow::Error::from) });
+    }
+    Ok(runners)
 }
 
 /// The longest a shutdown waits for the final reports to be decided and

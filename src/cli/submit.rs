@@ -8,14 +8,14 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::StreamConsumer;
 use rdkafka::producer::FutureRecord;
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::Message;
 
 use crate::codec::{AttemptEventRecord, CommandRecord, Family};
 use crate::config::Config;
 use crate::contract::{topics, validate_jobspec_bytes, AttemptEvent, EventBody, TerminalOutcome};
-use crate::kafka::{cloudevent_headers, partition_count};
+use crate::kafka::cloudevent_headers;
 
 /// Exit codes: 0 succeeded, 1 ended otherwise, 2 invalid JobSpec, 4 no
 /// terminal state within the timeout.
@@ -40,20 +40,29 @@ pub async fn run(
     }
     let kafka = config.kafka();
     // Follow from the end of the published log BEFORE producing.
-    let events_topic = kafka.topic(topics::ATTEMPT_EVENTS);
-    let consumer: StreamConsumer = kafka.assigned_consumer()?;
-    let partitions = partition_count(&consumer, &events_topic)
-        .context("is the topology applied? (`execplane topology apply`)")?;
-    let mut assignment = TopicPartitionList::new();
-    for partition in 0..partitions {
-        let (_, high) =
-            consumer.fetch_watermarks(&events_topic, partition, Duration::from_secs(10))?;
-        assignment.add_partition_offset(&events_topic, partition, Offset::Offset(high))?;
+    let consumer = follow_from_the_end(&kafka)?;
+    produce(&kafka, &spec).await?;
+    if !json {
+        println!(
+            "submitted {} job `{}` (command {})",
+            spec.operation, spec.job_id, spec.command_id
+        );
     }
-    consumer.assign(&assignment)?;
+    follow(&kafka, &consumer, &spec, timeout, json).await
+}
 
+/// A consumer of the published log, assigned at its current end.
+fn follow_from_the_end(kafka: &crate::kafka::KafkaConfig) -> anyhow::Result<StreamConsumer> {
+    Ok(kafka.consumer_from_the_end(&kafka.topic(topics::ATTEMPT_EVENTS))?)
+}
+
+/// Produces the ExecuteJob command, keyed by job id.
+async fn produce(
+    kafka: &crate::kafka::KafkaConfig,
+    spec: &crate::contract::JobSpec,
+) -> anyhow::Result<()> {
     let producer = kafka.producer()?;
-    let command = CommandRecord::execute(&spec, chrono::Utc::now().timestamp_millis());
+    let command = CommandRecord::execute(spec, chrono::Utc::now().timestamp_millis());
     let payload = kafka.codec.encode(Family::Command, &command)?;
     let commands_topic = kafka.topic(topics::COMMANDS);
     let traceparent = spec.trace.as_ref().map(|trace| trace.traceparent.as_str());
@@ -72,13 +81,18 @@ pub async fn run(
         )
         .await
         .map_err(|(error, _)| anyhow::anyhow!("producing the command: {error}"))?;
-    if !json {
-        println!(
-            "submitted {} job `{}` (command {})",
-            spec.operation, spec.job_id, spec.command_id
-        );
-    }
+    Ok(())
+}
 
+/// Follows the job's events to its end (a retry is not an end) and exits
+/// with what it ended as.
+async fn follow(
+    kafka: &crate::kafka::KafkaConfig,
+    consumer: &StreamConsumer,
+    spec: &crate::contract::JobSpec,
+    timeout: Duration,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut seen = HashSet::new();
     let mut timeline = Vec::new();
@@ -97,19 +111,17 @@ pub async fn run(
             }
             Ok(Ok(message)) => message,
         };
-        let Some(payload) = message.payload() else {
-            continue;
-        };
-        let Ok(record) = kafka
-            .codec
-            .decode::<AttemptEventRecord>(Family::AttemptEvent, payload)
+        let Some(event) = message
+            .payload()
+            .and_then(|payload| {
+                kafka
+                    .codec
+                    .decode::<AttemptEventRecord>(Family::AttemptEvent, payload)
+                    .ok()
+            })
+            .filter(|record| record.job_id == spec.job_id)
+            .and_then(|record| AttemptEvent::try_from(record).ok())
         else {
-            continue;
-        };
-        if record.job_id != spec.job_id {
-            continue;
-        }
-        let Ok(event) = AttemptEvent::try_from(record) else {
             continue;
         };
         // A re-published event is the same event.
@@ -119,29 +131,16 @@ pub async fn run(
         if json {
             timeline.push(serde_json::to_value(&event)?);
         } else {
+            let short = event.attempt_id.simple().to_string();
             println!(
                 "attempt {} #{:<3} {:<16} {}",
-                event
-                    .attempt_id
-                    .simple()
-                    .to_string()
-                    .get(..8)
-                    .unwrap_or_default(),
+                short.get(..8).unwrap_or_default(),
                 event.seq,
                 event.body.kind(),
                 event.summary()
             );
         }
-        let verdict = match &event.body {
-            EventBody::Finished {
-                retry_attempt_id: Some(_),
-                ..
-            } => None,
-            EventBody::Finished { outcome, .. } => Some(*outcome == TerminalOutcome::Succeeded),
-            EventBody::Rejected { .. } => Some(false),
-            _ => None,
-        };
-        if let Some(succeeded) = verdict {
+        if let Some(succeeded) = verdict(&event.body) {
             if json {
                 println!("{}", serde_json::to_string_pretty(&timeline)?);
             }
@@ -151,6 +150,19 @@ pub async fn run(
                 ExitCode::from(1)
             });
         }
+    }
+}
+
+/// Whether an event ends the job, and as a success.
+fn verdict(body: &EventBody) -> Option<bool> {
+    match body {
+        EventBody::Finished {
+            retry_attempt_id: Some(_),
+            ..
+        } => None,
+        EventBody::Finished { outcome, .. } => Some(*outcome == TerminalOutcome::Succeeded),
+        EventBody::Rejected { .. } => Some(false),
+        _ => None,
     }
 }
 

@@ -121,85 +121,7 @@ fn write_object(
         nested => return write_schema(nested, namespace, defined, out),
     };
     match kind {
-        "record" | "error" | "enum" | "fixed" => {
-            let name = object
-                .get("name")
-                .and_then(Value::as_str)
-                .ok_or_else(|| format!("a {kind} without a name"))?;
-            let own_namespace = object
-                .get("namespace")
-                .and_then(Value::as_str)
-                .unwrap_or(namespace);
-            let full = full_name(name, own_namespace);
-            if !defined.insert(full.clone()) {
-                // A named type is written in full once, then by name.
-                write_string(&full, out);
-                return Ok(());
-            }
-            out.push_str("{\"name\":");
-            write_string(&full, out);
-            out.push_str(",\"type\":");
-            write_string(if kind == "error" { "record" } else { kind }, out);
-            let inner_namespace = namespace_of(&full).to_owned();
-            match kind {
-                "record" | "error" => {
-                    out.push_str(",\"fields\":[");
-                    let fields = object
-                        .get("fields")
-                        .and_then(Value::as_array)
-                        .ok_or_else(|| format!("record {full} without fields"))?;
-                    for (index, field) in fields.iter().enumerate() {
-                        if index > 0 {
-                            out.push(',');
-                        }
-                        let field_name = field
-                            .get("name")
-                            .and_then(Value::as_str)
-                            .ok_or_else(|| format!("a field of {full} without a name"))?;
-                        let field_type = field
-                            .get("type")
-                            .ok_or_else(|| format!("field {full}.{field_name} without a type"))?;
-                        out.push_str("{\"name\":");
-                        write_string(field_name, out);
-                        out.push_str(",\"type\":");
-                        write_schema(field_type, &inner_namespace, defined, out)?;
-                        out.push('}');
-                    }
-                    out.push(']');
-                }
-                "enum" => {
-                    out.push_str(",\"symbols\":[");
-                    let symbols = object
-                        .get("symbols")
-                        .and_then(Value::as_array)
-                        .ok_or_else(|| format!("enum {full} without symbols"))?;
-                    for (index, symbol) in symbols.iter().enumerate() {
-                        if index > 0 {
-                            out.push(',');
-                        }
-                        write_string(
-                            symbol
-                                .as_str()
-                                .ok_or_else(|| format!("enum {full}: a symbol is not a string"))?,
-                            out,
-                        );
-                    }
-                    out.push(']');
-                }
-                _ => {
-                    let size = object
-                        .get("size")
-                        .and_then(|size| {
-                            size.as_u64()
-                                .or_else(|| size.as_str().and_then(|text| text.parse().ok()))
-                        })
-                        .ok_or_else(|| format!("fixed {full} without a size"))?;
-                    out.push_str(&format!(",\"size\":{size}"));
-                }
-            }
-            out.push('}');
-            Ok(())
-        }
+        "record" | "error" | "enum" | "fixed" => write_named(object, kind, namespace, defined, out),
         "array" => {
             out.push_str("{\"type\":\"array\",\"items\":");
             let items = object.get("items").ok_or("an array without items")?;
@@ -224,6 +146,101 @@ fn write_object(
             out,
         ),
     }
+}
+
+/// A record, enum or fixed: in full the first time (name, type, then its
+/// fields, symbols or size: the ORDER rule), by full name afterwards.
+fn write_named(
+    object: &Map<String, Value>,
+    kind: &str,
+    namespace: &str,
+    defined: &mut HashSet<String>,
+    out: &mut String,
+) -> Result<(), String> {
+    let name = object
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("a {kind} without a name"))?;
+    let own_namespace = object
+        .get("namespace")
+        .and_then(Value::as_str)
+        .unwrap_or(namespace);
+    let full = full_name(name, own_namespace);
+    if !defined.insert(full.clone()) {
+        write_string(&full, out);
+        return Ok(());
+    }
+    out.push_str("{\"name\":");
+    write_string(&full, out);
+    out.push_str(",\"type\":");
+    write_string(if kind == "error" { "record" } else { kind }, out);
+    let inner_namespace = namespace_of(&full).to_owned();
+    match kind {
+        "record" | "error" => write_fields(object, &full, &inner_namespace, defined, out)?,
+        "enum" => {
+            out.push_str(",\"symbols\":[");
+            let symbols = object
+                .get("symbols")
+                .and_then(Value::as_array)
+                .ok_or_else(|| format!("enum {full} without symbols"))?;
+            for (index, symbol) in symbols.iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                let symbol = symbol
+                    .as_str()
+                    .ok_or_else(|| format!("enum {full}: a symbol is not a string"))?;
+                write_string(symbol, out);
+            }
+            out.push(']');
+        }
+        _ => {
+            let size = object
+                .get("size")
+                .and_then(|size| {
+                    size.as_u64()
+                        .or_else(|| size.as_str().and_then(|text| text.parse().ok()))
+                })
+                .ok_or_else(|| format!("fixed {full} without a size"))?;
+            out.push_str(&format!(",\"size\":{size}"));
+        }
+    }
+    out.push('}');
+    Ok(())
+}
+
+/// A record's fields: each its name and type only (STRIP).
+fn write_fields(
+    object: &Map<String, Value>,
+    full: &str,
+    namespace: &str,
+    defined: &mut HashSet<String>,
+    out: &mut String,
+) -> Result<(), String> {
+    out.push_str(",\"fields\":[");
+    let fields = object
+        .get("fields")
+        .and_then(Value::as_array)
+        .ok_or_else(|| format!("record {full} without fields"))?;
+    for (index, field) in fields.iter().enumerate() {
+        if index > 0 {
+            out.push(',');
+        }
+        let field_name = field
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| format!("a field of {full} without a name"))?;
+        let field_type = field
+            .get("type")
+            .ok_or_else(|| format!("field {full}.{field_name} without a type"))?;
+        out.push_str("{\"name\":");
+        write_string(field_name, out);
+        out.push_str(",\"type\":");
+        write_schema(field_type, namespace, defined, out)?;
+        out.push('}');
+    }
+    out.push(']');
+    Ok(())
 }
 
 #[cfg(test)]

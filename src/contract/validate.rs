@@ -95,143 +95,176 @@ pub fn validate_jobspec(value: &Value) -> Result<JobSpec, Problems> {
         // Nothing else is read from a spec that cannot even be stored.
         return Err(Problems(problems));
     }
-    let known = [
-        "command_id",
-        "job_id",
-        "tenant",
-        "requested_by",
-        "operation",
-        "inputs",
-        "runner_requirements",
-        "targets",
-        "secret_refs",
-        "timeouts",
-        "retry",
-        "policy",
-        "callback",
-        "trace",
-    ];
-    for key in object.keys() {
-        if !known.contains(&key.as_str()) {
-            problems.push(Problem::new(key.clone(), "unknown field"));
-        }
-    }
-
-    let command_id = required::<uuid::Uuid>(object, "command_id", &mut problems);
-    let job_id = required::<String>(object, "job_id", &mut problems);
-    let tenant = required::<String>(object, "tenant", &mut problems);
-    let requested_by = required::<String>(object, "requested_by", &mut problems);
-    for (field, value) in [
-        ("job_id", &job_id),
-        ("tenant", &tenant),
-        ("requested_by", &requested_by),
-    ] {
-        if let Some(text) = value {
-            check_identifier(field, text, &mut problems);
-        }
-    }
-    let operation = required::<Operation>(object, "operation", &mut problems);
-    let inputs = match object.get("inputs") {
-        Some(inputs @ Value::Object(_)) => Some(inputs.clone()),
-        Some(_) => {
-            problems.push(Problem::new("inputs", "must be an object"));
-            None
-        }
-        None => {
-            problems.push(Problem::new("inputs", "required field is missing"));
-            None
-        }
-    };
-    let runner_requirements = optional(object, "runner_requirements", &mut problems);
-    let targets = optional(object, "targets", &mut problems);
-    let secret_refs: Option<Vec<super::SecretRef>> = optional(object, "secret_refs", &mut problems);
-    let timeouts: Option<Timeouts> = optional(object, "timeouts", &mut problems);
-    let retry: Option<RetryPolicy> = optional(object, "retry", &mut problems);
-    let policy: Option<super::PolicyFlags> = optional(object, "policy", &mut problems);
-    let callback: Option<Option<super::Callback>> = optional(object, "callback", &mut problems);
-    let trace: Option<Option<super::TraceContext>> = optional(object, "trace", &mut problems);
-
-    let declared: BTreeSet<String> = secret_refs
-        .iter()
-        .flatten()
-        .map(|secret| secret.name.clone())
-        .collect();
-    if let Some(secret_refs) = &secret_refs {
-        check_secret_refs(secret_refs, &mut problems);
-    }
-    if let Some(inputs) = &inputs {
-        scan_secrets(inputs, "inputs", false, Some(&declared), &mut problems);
-    }
-    // Every other map a requester writes: literals are refused there too,
-    // and references are not resolved outside `inputs`.
-    for field in ["targets", "runner_requirements"] {
-        if let Some(value) = object.get(field) {
-            scan_secrets(value, field, false, None, &mut problems);
-        }
-    }
-    if let Some(Some(url)) = callback.as_ref().map(|callback| {
-        callback
-            .as_ref()
-            .and_then(|callback| callback.url.as_deref())
-    }) {
-        if let Some(why) = literal_secret(url) {
-            problems.push(Problem::new("callback.url", why));
-        }
-    }
-    if let (Some(operation), Some(inputs)) = (operation, &inputs) {
-        check_inputs(operation, inputs, &mut problems);
-    }
-    if let Some(timeouts) = &timeouts {
-        check_timeouts(timeouts, &mut problems);
-    }
-    if let Some(retry) = &retry {
-        check_retry(retry, &mut problems);
-    }
-    if let (Some(operation), Some(policy)) = (operation, &policy) {
-        check_policy(operation, policy, inputs.as_ref(), &mut problems);
-    }
-    if let Some(Some(callback)) = &callback {
-        check_callback(callback, &mut problems);
-    }
-    if let Some(Some(trace)) = &trace {
-        if !is_traceparent(&trace.traceparent) {
-            problems.push(Problem::new(
-                "trace.traceparent",
-                "not a W3C traceparent (`00-<32 hex>-<16 hex>-<2 hex>`)",
-            ));
-        }
-    }
-
+    let fields = Fields::parse(object, &mut problems);
+    fields.check(object, &mut problems);
     if !problems.is_empty() {
         return Err(Problems(problems));
     }
-    // Every field parsed above; the unwraps below cannot fail when there are
-    // no problems, but stay defensive and report instead of panicking.
-    match (command_id, job_id, tenant, requested_by, operation, inputs) {
-        (
-            Some(command_id),
-            Some(job_id),
-            Some(tenant),
-            Some(requested_by),
-            Some(operation),
-            Some(inputs),
-        ) => Ok(JobSpec {
-            command_id,
-            job_id,
-            tenant,
-            requested_by,
-            operation,
+    fields
+        .into_spec()
+        .ok_or_else(|| Problems(vec![Problem::new("", "incomplete jobspec")]))
+}
+
+/// The fields of a JobSpec as far as each parsed (`None`: it did not, and
+/// a problem says why).
+struct Fields {
+    command_id: Option<uuid::Uuid>,
+    job_id: Option<String>,
+    tenant: Option<String>,
+    requested_by: Option<String>,
+    operation: Option<Operation>,
+    inputs: Option<Value>,
+    runner_requirements: Option<super::RunnerRequirements>,
+    targets: Option<Vec<super::Target>>,
+    secret_refs: Option<Vec<super::SecretRef>>,
+    timeouts: Option<Timeouts>,
+    retry: Option<RetryPolicy>,
+    policy: Option<super::PolicyFlags>,
+    callback: Option<Option<super::Callback>>,
+    trace: Option<Option<super::TraceContext>>,
+}
+
+const KNOWN_FIELDS: [&str; 14] = [
+    "command_id",
+    "job_id",
+    "tenant",
+    "requested_by",
+    "operation",
+    "inputs",
+    "runner_requirements",
+    "targets",
+    "secret_refs",
+    "timeouts",
+    "retry",
+    "policy",
+    "callback",
+    "trace",
+];
+
+impl Fields {
+    /// Parses every field, each problem with its path.
+    fn parse(object: &Map<String, Value>, problems: &mut Vec<Problem>) -> Self {
+        for key in object.keys() {
+            if !KNOWN_FIELDS.contains(&key.as_str()) {
+                problems.push(Problem::new(key.clone(), "unknown field"));
+            }
+        }
+        let inputs = match object.get("inputs") {
+            Some(inputs @ Value::Object(_)) => Some(inputs.clone()),
+            Some(_) => {
+                problems.push(Problem::new("inputs", "must be an object"));
+                None
+            }
+            None => {
+                problems.push(Problem::new("inputs", "required field is missing"));
+                None
+            }
+        };
+        Self {
+            command_id: required(object, "command_id", problems),
+            job_id: required(object, "job_id", problems),
+            tenant: required(object, "tenant", problems),
+            requested_by: required(object, "requested_by", problems),
+            operation: required(object, "operation", problems),
             inputs,
-            runner_requirements: runner_requirements.unwrap_or_default(),
-            targets: targets.unwrap_or_default(),
-            secret_refs: secret_refs.unwrap_or_default(),
-            timeouts: timeouts.unwrap_or_default(),
-            retry: retry.unwrap_or_default(),
-            policy: policy.unwrap_or_default(),
-            callback: callback.flatten(),
-            trace: trace.flatten(),
-        }),
-        _ => Err(Problems(vec![Problem::new("", "incomplete jobspec")])),
+            runner_requirements: optional(object, "runner_requirements", problems),
+            targets: optional(object, "targets", problems),
+            secret_refs: optional(object, "secret_refs", problems),
+            timeouts: optional(object, "timeouts", problems),
+            retry: optional(object, "retry", problems),
+            policy: optional(object, "policy", problems),
+            callback: optional(object, "callback", problems),
+            trace: optional(object, "trace", problems),
+        }
+    }
+
+    /// The rules the types alone cannot hold.
+    fn check(&self, object: &Map<String, Value>, problems: &mut Vec<Problem>) {
+        for (field, value) in [
+            ("job_id", &self.job_id),
+            ("tenant", &self.tenant),
+            ("requested_by", &self.requested_by),
+        ] {
+            if let Some(text) = value {
+                check_identifier(field, text, problems);
+            }
+        }
+        self.check_secrets(object, problems);
+        if let (Some(operation), Some(inputs)) = (self.operation, &self.inputs) {
+            check_inputs(operation, inputs, problems);
+        }
+        if let Some(timeouts) = &self.timeouts {
+            check_timeouts(timeouts, problems);
+        }
+        if let Some(retry) = &self.retry {
+            check_retry(retry, problems);
+        }
+        if let (Some(operation), Some(policy)) = (self.operation, &self.policy) {
+            check_policy(operation, policy, self.inputs.as_ref(), problems);
+        }
+        if let Some(Some(callback)) = &self.callback {
+            check_callback(callback, problems);
+        }
+        if let Some(Some(trace)) = &self.trace {
+            if !is_traceparent(&trace.traceparent) {
+                problems.push(Problem::new(
+                    "trace.traceparent",
+                    "not a W3C traceparent (`00-<32 hex>-<16 hex>-<2 hex>`)",
+                ));
+            }
+        }
+    }
+
+    /// Secrets only as declared references in `inputs`; no literal secret
+    /// anywhere the requester writes.
+    fn check_secrets(&self, object: &Map<String, Value>, problems: &mut Vec<Problem>) {
+        let declared: BTreeSet<String> = self
+            .secret_refs
+            .iter()
+            .flatten()
+            .map(|secret| secret.name.clone())
+            .collect();
+        if let Some(secret_refs) = &self.secret_refs {
+            check_secret_refs(secret_refs, problems);
+        }
+        if let Some(inputs) = &self.inputs {
+            scan_secrets(inputs, "inputs", false, Some(&declared), problems);
+        }
+        // Every other map a requester writes: literals are refused there
+        // too, and references are not resolved outside `inputs`.
+        for field in ["targets", "runner_requirements"] {
+            if let Some(value) = object.get(field) {
+                scan_secrets(value, field, false, None, problems);
+            }
+        }
+        let url = self
+            .callback
+            .as_ref()
+            .and_then(|callback| callback.as_ref())
+            .and_then(|callback| callback.url.as_deref());
+        if let Some(why) = url.and_then(literal_secret) {
+            problems.push(Problem::new("callback.url", why));
+        }
+    }
+
+    /// The JobSpec, when every required field parsed.
+    fn into_spec(self) -> Option<JobSpec> {
+        Some(JobSpec {
+            command_id: self.command_id?,
+            job_id: self.job_id?,
+            tenant: self.tenant?,
+            requested_by: self.requested_by?,
+            operation: self.operation?,
+            inputs: self.inputs?,
+            runner_requirements: self.runner_requirements.unwrap_or_default(),
+            targets: self.targets.unwrap_or_default(),
+            secret_refs: self.secret_refs.unwrap_or_default(),
+            timeouts: self.timeouts.unwrap_or_default(),
+            retry: self.retry.unwrap_or_default(),
+            policy: self.policy.unwrap_or_default(),
+            callback: self.callback.flatten(),
+            trace: self.trace.flatten(),
+        })
     }
 }
 

@@ -352,110 +352,110 @@ fn decode_command(config: &DispatcherConfig, record: CommandRecord) -> Decoded {
     let Ok(command_id) = Uuid::parse_str(&record.command_id) else {
         return Decoded::Poison(Problem::new("command_id", "not a UUID").to_string());
     };
-    let input_id = format!("command:{command_id}");
-    match record.kind {
-        CommandKind::ExecuteJob => {
-            let Some(spec) = record.execute else {
-                return Decoded::Poison("an execute_job command without `execute`".into());
-            };
-            match validate_jobspec(&spec.to_json()) {
-                Ok(valid) => {
-                    // The operator's policy: a violation is a visible
-                    // `rejected (policy)` attempt, never a run.
-                    let refused = config.policy.check_jobspec(&valid);
-                    let input = if refused.is_empty() {
-                        Input::Execute {
-                            spec: Box::new(valid),
-                        }
-                    } else {
-                        Input::ExecuteInvalid {
-                            command_id: valid.command_id,
-                            job_id: valid.job_id.clone(),
-                            tenant: valid.tenant.clone(),
-                            operation: valid.operation.as_str().to_owned(),
-                            category: FailureCategory::Policy,
-                            problems: refused,
-                        }
-                    };
-                    Decoded::Input(InputEnvelope {
-                        input_id,
-                        source: "commands".into(),
-                        input,
-                    })
-                }
-                Err(problems) => {
-                    // Identifiable: it becomes a rejected attempt, visible to
-                    // everyone. Not identifiable: dead letter.
-                    let command_id = Uuid::parse_str(&spec.command_id).ok();
-                    // A rejected attempt stores these: they must be storable ids.
-                    let mut unstorable = Vec::new();
-                    for (field, value) in [
-                        ("job_id", &spec.job_id),
-                        ("tenant", &spec.tenant),
-                        ("operation", &spec.operation),
-                    ] {
-                        limits::check_identifier(field, value, &mut unstorable);
-                    }
-                    match command_id {
-                        Some(command_id) if unstorable.is_empty() => {
-                            Decoded::Input(InputEnvelope {
-                                input_id,
-                                source: "commands".into(),
-                                input: Input::ExecuteInvalid {
-                                    command_id,
-                                    job_id: spec.job_id.clone(),
-                                    tenant: spec.tenant.clone(),
-                                    operation: spec.operation.clone(),
-                                    category: if problems
-                                        .0
-                                        .iter()
-                                        .any(|problem| problem.path.starts_with("policy"))
-                                    {
-                                        FailureCategory::Policy
-                                    } else {
-                                        FailureCategory::Contract
-                                    },
-                                    problems: problems.0,
-                                },
-                            })
-                        }
-                        _ => Decoded::Poison(problems.to_string()),
-                    }
-                }
+    let input = match record.kind {
+        CommandKind::ExecuteJob => match record.execute {
+            Some(spec) => decode_execute(config, &spec),
+            None => Err("an execute_job command without `execute`".into()),
+        },
+        CommandKind::CancelAttempt => match record.cancel {
+            Some(cancel) => decode_cancel(config, cancel),
+            None => Err("a cancel_attempt command without `cancel`".into()),
+        },
+    };
+    match input {
+        Ok(input) => Decoded::Input(InputEnvelope {
+            input_id: format!("command:{command_id}"),
+            source: "commands".into(),
+            input,
+        }),
+        Err(reason) => Decoded::Poison(reason),
+    }
+}
+
+/// An ExecuteJob: valid and within the operator's policy, it executes; a
+/// contract or policy violation that names its command and job becomes a
+/// visible `rejected` attempt; anything else is poison.
+fn decode_execute(
+    config: &DispatcherConfig,
+    spec: &crate::codec::JobSpecRecord,
+) -> Result<Input, String> {
+    match validate_jobspec(&spec.to_json()) {
+        Ok(valid) => {
+            let refused = config.policy.check_jobspec(&valid);
+            if refused.is_empty() {
+                return Ok(Input::Execute {
+                    spec: Box::new(valid),
+                });
             }
+            Ok(Input::ExecuteInvalid {
+                command_id: valid.command_id,
+                job_id: valid.job_id.clone(),
+                tenant: valid.tenant.clone(),
+                operation: valid.operation.as_str().to_owned(),
+                category: FailureCategory::Policy,
+                problems: refused,
+            })
         }
-        CommandKind::CancelAttempt => {
-            let Some(cancel) = record.cancel else {
-                return Decoded::Poison("a cancel_attempt command without `cancel`".into());
-            };
-            let Ok(attempt_id) = Uuid::parse_str(&cancel.attempt_id) else {
-                return Decoded::Poison(
-                    Problem::new("cancel.attempt_id", "not a UUID").to_string(),
-                );
-            };
-            let problems = limits::check_cancel(&cancel.reason, &cancel.requested_by);
-            if !problems.is_empty() {
-                return Decoded::Poison(Problems(problems).to_string());
+        Err(problems) => {
+            // A rejected attempt stores these: they must be storable ids.
+            let mut unstorable = Vec::new();
+            for (field, value) in [
+                ("job_id", &spec.job_id),
+                ("tenant", &spec.tenant),
+                ("operation", &spec.operation),
+            ] {
+                limits::check_identifier(field, value, &mut unstorable);
             }
-            let grace = cancel
-                .grace_ms
-                .and_then(|millis| u64::try_from(millis).ok())
-                .map(DurationMs)
-                .unwrap_or(DurationMs(
-                    u64::try_from(config.cancel_grace.as_millis()).unwrap_or(10_000),
-                ));
-            Decoded::Input(InputEnvelope {
-                input_id,
-                source: "commands".into(),
-                input: Input::Cancel {
-                    attempt_id,
-                    reason: cancel.reason,
-                    requested_by: cancel.requested_by,
-                    grace,
+            let Ok(command_id) = Uuid::parse_str(&spec.command_id) else {
+                return Err(problems.to_string());
+            };
+            if !unstorable.is_empty() {
+                return Err(problems.to_string());
+            }
+            let policy = problems
+                .0
+                .iter()
+                .any(|problem| problem.path.starts_with("policy"));
+            Ok(Input::ExecuteInvalid {
+                command_id,
+                job_id: spec.job_id.clone(),
+                tenant: spec.tenant.clone(),
+                operation: spec.operation.clone(),
+                category: if policy {
+                    FailureCategory::Policy
+                } else {
+                    FailureCategory::Contract
                 },
+                problems: problems.0,
             })
         }
     }
+}
+
+/// A CancelAttempt, its free text bounded; the grace defaults to the
+/// dispatcher's.
+fn decode_cancel(
+    config: &DispatcherConfig,
+    cancel: crate::codec::CancelAttemptRecord,
+) -> Result<Input, String> {
+    let Ok(attempt_id) = Uuid::parse_str(&cancel.attempt_id) else {
+        return Err(Problem::new("cancel.attempt_id", "not a UUID").to_string());
+    };
+    let problems = limits::check_cancel(&cancel.reason, &cancel.requested_by);
+    if !problems.is_empty() {
+        return Err(Problems(problems).to_string());
+    }
+    let default_grace = u64::try_from(config.cancel_grace.as_millis()).unwrap_or(10_000);
+    let grace = cancel
+        .grace_ms
+        .and_then(|millis| u64::try_from(millis).ok())
+        .map_or(DurationMs(default_grace), DurationMs);
+    Ok(Input::Cancel {
+        attempt_id,
+        reason: cancel.reason,
+        requested_by: cancel.requested_by,
+        grace,
+    })
 }
 
 /// A header's value as text.

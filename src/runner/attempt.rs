@@ -11,9 +11,9 @@ use tracing::{info, warn};
 use uuid::Uuid;
 
 use super::fence::{LeaseGuard, Stopping};
-use super::{heartbeat_period, Assignment, ExecutionContext, Executor};
+use super::{heartbeat_period, Assignment, ExecutionContext, ExecutionOutcome, Executor};
 use crate::codec::{Codec, Family, LogChunkRecord, LogStream, RunnerEventRecord};
-use crate::contract::{topics, ReportBody, ReportedOutcome, RunnerReport};
+use crate::contract::{topics, ReportBody, RunnerReport};
 use crate::kafka::KafkaConfig;
 use crate::secrets::{Masker, StreamMasker, Vault};
 
@@ -209,8 +209,6 @@ fn instant_of(at_millis: i64) -> tokio::time::Instant {
     tokio::time::Instant::now() + remaining
 }
 
-/// Runs the attempt to its end; returns when the final report is sent (or
-/// deliberately not sent, after a revocation).
 /// What every attempt of an instance shares.
 #[derive(Clone, Debug)]
 pub(super) struct AttemptSettings {
@@ -222,24 +220,26 @@ pub(super) struct AttemptSettings {
     pub policy: Arc<crate::policy::OperatorPolicy>,
 }
 
+/// The channels an attempt is told things on by its instance.
+pub(super) struct Signals {
+    /// The lease deadline, as extended.
+    pub lease: watch::Receiver<i64>,
+    /// A cancel or a revocation.
+    pub stops: mpsc::UnboundedReceiver<Stop>,
+    /// Cancelled when the instance's drain timed out.
+    pub stop_all: CancellationToken,
+}
+
+/// Runs the attempt to its end; returns when the final report is sent (or
+/// deliberately not sent, after a revocation).
 pub(super) async fn run_attempt<E: Executor>(
     executor: Arc<E>,
     reporter: Reporter,
-    assignment: Assignment,
-    mut lease: watch::Receiver<i64>,
-    mut stops: mpsc::UnboundedReceiver<Stop>,
-    stop_all: CancellationToken,
+    mut assignment: Assignment,
+    signals: Signals,
     settings: AttemptSettings,
 ) {
-    let AttemptSettings {
-        stop_grace,
-        secrets,
-        policy,
-    } = settings;
-    let mut assignment = assignment;
-    let attempt_id = assignment.attempt_id;
-    let epoch = assignment.lease_epoch;
-    let ttl = assignment.spec.timeouts.heartbeat.as_std();
+    let (attempt_id, epoch) = (assignment.attempt_id, assignment.lease_epoch);
     let traceparent = assignment
         .spec
         .trace
@@ -247,17 +247,7 @@ pub(super) async fn run_attempt<E: Executor>(
         .map(|trace| trace.traceparent.clone());
     // Secrets are resolved here, at execution time, and live in memory only
     // (in the inputs the executor reads); every report masks them.
-    // The operator's policy first: a secret outside the tenant's prefixes is
-    // never even asked for (the dispatcher checked at intake; this runner's
-    // policy file is what binds it).
-    let refused = policy.check_jobspec(&assignment.spec);
-    let resolved = if refused.is_empty() {
-        crate::secrets::resolve_inputs(&mut assignment.spec, secrets.as_deref()).await
-    } else {
-        Err(crate::secrets::SecretError::Policy(
-            crate::contract::Problems(refused).to_string(),
-        ))
-    };
+    let resolved = resolve(&mut assignment, &settings).await;
     let masker = resolved
         .as_ref()
         .map(|resolved| resolved.masker.clone())
@@ -267,26 +257,80 @@ pub(super) async fn run_attempt<E: Executor>(
     info!("started");
     if let Err(error) = resolved {
         warn!(%error, "secret not resolved");
+        let failed = ExecutionOutcome::failed(error.category(), error.to_string(), None);
         reporter
-            .send_final(
-                attempt_id,
-                epoch,
-                ReportBody::Finished {
-                    outcome: ReportedOutcome::Failed,
-                    category: Some(error.category()),
-                    message: error.to_string(),
-                    result_json: None,
-                },
-            )
+            .send_final(attempt_id, epoch, finished(failed))
             .await;
         return;
     }
+    let mut logs = OutputStreams::new(masker);
+    let Some(outcome) = supervise(
+        executor,
+        &reporter,
+        &mut logs,
+        assignment,
+        signals,
+        settings.stop_grace,
+    )
+    .await
+    else {
+        info!("lease revoked; stopped");
+        return;
+    };
+    logs.finish(&reporter, attempt_id, epoch).await;
+    info!(outcome = ?outcome.outcome, category = ?outcome.category, "finished");
+    reporter
+        .send_final(attempt_id, epoch, finished(outcome))
+        .await;
+}
 
+fn finished(outcome: ExecutionOutcome) -> ReportBody {
+    ReportBody::Finished {
+        outcome: outcome.outcome,
+        category: outcome.category,
+        message: outcome.message,
+        result_json: outcome.result_json,
+    }
+}
+
+/// The operator's policy first (a secret outside the tenant's prefixes is
+/// never even asked for: the dispatcher checked at intake; this runner's
+/// policy file is what binds it), then the secrets into the inputs.
+async fn resolve(
+    assignment: &mut Assignment,
+    settings: &AttemptSettings,
+) -> Result<crate::secrets::Resolved, crate::secrets::SecretError> {
+    let refused = settings.policy.check_jobspec(&assignment.spec);
+    if !refused.is_empty() {
+        return Err(crate::secrets::SecretError::Policy(
+            crate::contract::Problems(refused).to_string(),
+        ));
+    }
+    crate::secrets::resolve_inputs(&mut assignment.spec, settings.secrets.as_deref()).await
+}
+
+/// Runs the executor under the lease: heartbeats, progress and output as
+/// they come; the tool stopped on a fence, cancel, revocation or drain
+/// timeout. The outcome to report, or `None` (revoked: report nothing).
+async fn supervise<E: Executor>(
+    executor: Arc<E>,
+    reporter: &Reporter,
+    logs: &mut OutputStreams,
+    assignment: Assignment,
+    signals: Signals,
+    stop_grace: Duration,
+) -> Option<ExecutionOutcome> {
+    let Signals {
+        mut lease,
+        mut stops,
+        stop_all,
+    } = signals;
+    let (attempt_id, epoch) = (assignment.attempt_id, assignment.lease_epoch);
+    let ttl = assignment.spec.timeouts.heartbeat.as_std();
     let cancel = CancellationToken::new();
     let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
     let (log_tx, mut log_rx) = mpsc::unbounded_channel::<(LogStream, String)>();
     let context = ExecutionContext::new(cancel.clone(), progress_tx, log_tx);
-    let mut logs = OutputStreams::new(masker);
     let execution = executor.execute(assignment, context);
     tokio::pin!(execution);
     let mut guard = LeaseGuard::new(ttl, *lease.borrow());
@@ -302,8 +346,6 @@ pub(super) async fn run_attempt<E: Executor>(
                 if !guard.must_fence(chrono::Utc::now().timestamp_millis()) {
                     continue;
                 }
-                warn!("lease deadline passed without an extension: fencing myself");
-                crate::telemetry::metrics::runner_self_fenced();
                 Stopping::Fenced
             }
             changed = lease.changed() => {
@@ -324,13 +366,13 @@ pub(super) async fn run_attempt<E: Executor>(
                 guard.settle(asked, chrono::Utc::now().timestamp_millis())
             }
             _ = stop_all.cancelled() => Stopping::ShutDown,
-            outcome = &mut execution => break outcome,
+            outcome = &mut execution => break Some(outcome),
             Some(progress) = progress_rx.recv() => {
                 latest_progress = Some(progress);
                 continue;
             }
             Some((stream, text)) = log_rx.recv() => {
-                logs.push(&reporter, attempt_id, epoch, stream, &text);
+                logs.push(reporter, attempt_id, epoch, stream, &text);
                 continue;
             }
             _ = heartbeat.tick() => {
@@ -342,34 +384,20 @@ pub(super) async fn run_attempt<E: Executor>(
                 continue;
             }
         };
+        if stopping == Stopping::Fenced {
+            // By the timer or by a stop read after the deadline: the same.
+            warn!("lease deadline passed without an extension: fencing myself");
+            crate::telemetry::metrics::runner_self_fenced();
+        }
         cancel.cancel();
         let finished = tokio::time::timeout(stop_grace, &mut execution).await.ok();
-        match stopping.report(finished) {
-            Some(outcome) => break outcome,
-            None => {
-                info!("lease revoked; stopped");
-                return;
-            }
-        }
+        break stopping.report(finished);
     };
-    // Output the tool wrote before it ended, and what the maskers held back.
+    // Output the tool wrote before it ended.
     while let Ok((stream, text)) = log_rx.try_recv() {
-        logs.push(&reporter, attempt_id, epoch, stream, &text);
+        logs.push(reporter, attempt_id, epoch, stream, &text);
     }
-    logs.finish(&reporter, attempt_id, epoch).await;
-    info!(outcome = ?outcome.outcome, category = ?outcome.category, "finished");
-    reporter
-        .send_final(
-            attempt_id,
-            epoch,
-            ReportBody::Finished {
-                outcome: outcome.outcome,
-                category: outcome.category,
-                message: outcome.message,
-                result_json: outcome.result_json,
-            },
-        )
-        .await;
+    outcome
 }
 
 /// Largest chunk of output sent in one record.

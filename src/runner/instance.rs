@@ -11,7 +11,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, info_span, warn, Instrument};
 use uuid::Uuid;
 
-use super::attempt::{run_attempt, AttemptSettings, Reporter, Stop};
+use super::attempt::{run_attempt, AttemptSettings, Reporter, Signals, Stop};
 use super::{Assignment, Executor, RunnerConfig};
 use crate::codec::{Family, PresenceRecord, PresenceStatus, WorkRecord, WorkType};
 use crate::contract::topics;
@@ -340,10 +340,12 @@ impl<E: Executor> Instance<E> {
         crate::telemetry::metrics::runner_in_flight(in_flight.fetch_add(1, Ordering::SeqCst) + 1);
         self.tasks.spawn(
             async move {
-                run_attempt(
-                    executor, reporter, assignment, lease_rx, stop_rx, stop_all, settings,
-                )
-                .await;
+                let signals = Signals {
+                    lease: lease_rx,
+                    stops: stop_rx,
+                    stop_all,
+                };
+                run_attempt(executor, reporter, assignment, signals, settings).await;
                 crate::telemetry::metrics::runner_in_flight(
                     in_flight.fetch_sub(1, Ordering::SeqCst).saturating_sub(1),
                 );

@@ -673,113 +673,154 @@ async fn append_in(
     if events.is_empty() {
         return Ok(AppendOutcome::default());
     }
-    // Fold through the one apply, event by event, to produce the projection
-    // and the outbox rows (which need the attempt as of each event).
-    let mut jobs: BTreeMap<String, JobState> = BTreeMap::new();
-    let mut chain = loaded.last_hash.clone();
-    let mut rows = EventColumns::default();
-    let mut outbox = OutboxColumns::default();
-    let mut granted = HashSet::new();
-    let mut callbacks = Vec::new();
-    let mut lost_leases: Vec<(String, chrono::DateTime<chrono::Utc>)> = Vec::new();
-    for event in events {
-        let state = jobs
-            .entry(event.job_id.clone())
-            .or_insert_with(|| loaded.jobs.get(&event.job_id).cloned().unwrap_or_default());
-        state.apply_all(std::slice::from_ref(event))?;
-        let attempt = state.attempt(event.attempt_id).ok_or_else(|| {
-            StoreError::Corrupt(format!(
-                "attempt {} vanished while applying",
-                event.attempt_id
-            ))
-        })?;
-        let payload = Codec::datum(Family::AttemptEvent, &AttemptEventRecord::from(event))?;
-        let prev_hash = chain
-            .get(&event.attempt_id)
-            .copied()
-            .unwrap_or(GENESIS_HASH);
-        let hash = chain_hash(&prev_hash, &payload);
-        chain.insert(event.attempt_id, hash);
-        for message in messages_for(event, &payload, attempt, codec)? {
-            outbox.push(message);
-        }
-        if matches!(event.body, EventBody::LeaseGranted { .. }) {
-            granted.insert(event.attempt_id);
-        }
-        if event.body.is_terminal() {
-            if let Some(callback) = super::callbacks::pending_for(event, attempt) {
-                callbacks.push(callback);
-            }
-            // The heartbeat timer took this lease: its instance is suspect
-            // until it announces itself again (placement skips it).
-            if attempt.timer_fired == Some(crate::contract::TimerKind::Heartbeat) {
-                if let Some(lease) = &attempt.lease {
-                    lost_leases.push((lease.runner_instance.clone(), timestamp(event.occurred_at)));
-                }
-            }
-        }
-        rows.push(event, payload, prev_hash, hash);
-    }
-
-    sqlx::query(include_str!("sql/append_events.sql"))
-        .bind(&rows.event_id)
-        .bind(&rows.attempt_id)
-        .bind(&rows.job_id)
-        .bind(&rows.seq)
-        .bind(&rows.kind)
-        .bind(&rows.terminal)
-        .bind(&rows.occurred_at)
-        .bind(&rows.payload)
-        .bind(vec![
-            Codec::fingerprint(Family::AttemptEvent) as i64;
-            rows.event_id.len()
-        ])
-        .bind(&rows.prev_hash)
-        .bind(&rows.hash)
-        .execute(&mut *conn)
-        .await?;
-
+    let folded = Folded::fold(codec, loaded, events)?;
+    folded.insert_events(conn).await?;
     let touched: BTreeSet<Uuid> = events.iter().map(|event| event.attempt_id).collect();
     let projection_rows = write_projection(
         conn,
         ProjectionTarget::Live,
-        &jobs,
+        &folded.jobs,
         &touched,
-        &granted,
-        &chain,
+        &folded.granted,
+        &folded.chain,
     )
     .await?;
-
-    let outbox_rows = outbox.topic.len();
-    if outbox_rows > 0 {
-        sqlx::query("INSERT INTO outbox (topic, key, headers, payload) SELECT t, k, h::jsonb, p FROM UNNEST($1::text[], $2::text[], $3::text[], $4::bytea[]) AS u(t, k, h, p)")
-            .bind(&outbox.topic)
-            .bind(&outbox.key)
-            .bind(&outbox.headers)
-            .bind(&outbox.payload)
-            .execute(&mut *conn)
-            .await?;
-    }
-    if !lost_leases.is_empty() {
-        let (instances, at): (Vec<String>, Vec<chrono::DateTime<chrono::Utc>>) =
-            lost_leases.into_iter().unzip();
-        sqlx::query(include_str!("sql/mark_lost_leases.sql"))
-            .bind(&instances)
-            .bind(&at)
-            .execute(&mut *conn)
-            .await?;
-    }
-    if !callbacks.is_empty() {
-        sqlx::query(include_str!("sql/insert_callbacks.sql"))
-            .bind(serde_json::to_value(&callbacks)?)
-            .execute(&mut *conn)
-            .await?;
-    }
+    let outbox_rows = folded.insert_consequences(conn).await?;
     Ok(AppendOutcome {
         events: events.len(),
         outbox_rows,
         projection_rows,
     })
+}
+
+/// A batch of decided events folded through the one `apply`, event by
+/// event: the event rows with their chain links, the jobs as they stand
+/// after them, and what each event sends (outbox rows, which need the
+/// attempt as of that event), enqueues (callbacks) or marks (instances whose
+/// lease the heartbeat timer took).
+struct Folded {
+    jobs: BTreeMap<String, JobState>,
+    chain: HashMap<Uuid, [u8; 32]>,
+    rows: EventColumns,
+    outbox: OutboxColumns,
+    granted: HashSet<Uuid>,
+    callbacks: Vec<super::callbacks::PendingCallback>,
+    lost_leases: Vec<(String, chrono::DateTime<chrono::Utc>)>,
+}
+
+impl Folded {
+    fn fold(
+        codec: &Codec,
+        loaded: &LoadedJobs,
+        events: &[AttemptEvent],
+    ) -> Result<Self, StoreError> {
+        let mut folded = Self {
+            jobs: BTreeMap::new(),
+            chain: loaded.last_hash.clone(),
+            rows: EventColumns::default(),
+            outbox: OutboxColumns::default(),
+            granted: HashSet::new(),
+            callbacks: Vec::new(),
+            lost_leases: Vec::new(),
+        };
+        for event in events {
+            let state = folded
+                .jobs
+                .entry(event.job_id.clone())
+                .or_insert_with(|| loaded.jobs.get(&event.job_id).cloned().unwrap_or_default());
+            state.apply_all(std::slice::from_ref(event))?;
+            let attempt = state.attempt(event.attempt_id).ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "attempt {} vanished while applying",
+                    event.attempt_id
+                ))
+            })?;
+            let payload = Codec::datum(Family::AttemptEvent, &AttemptEventRecord::from(event))?;
+            let prev_hash = folded
+                .chain
+                .get(&event.attempt_id)
+                .copied()
+                .unwrap_or(GENESIS_HASH);
+            let hash = chain_hash(&prev_hash, &payload);
+            folded.chain.insert(event.attempt_id, hash);
+            for message in messages_for(event, &payload, attempt, codec)? {
+                folded.outbox.push(message);
+            }
+            if matches!(event.body, EventBody::LeaseGranted { .. }) {
+                folded.granted.insert(event.attempt_id);
+            }
+            if event.body.is_terminal() {
+                if let Some(callback) = super::callbacks::pending_for(event, attempt) {
+                    folded.callbacks.push(callback);
+                }
+                // The heartbeat timer took this lease: its instance is
+                // suspect until it announces itself again (placement skips
+                // it).
+                if attempt.timer_fired == Some(crate::contract::TimerKind::Heartbeat) {
+                    if let Some(lease) = &attempt.lease {
+                        folded
+                            .lost_leases
+                            .push((lease.runner_instance.clone(), timestamp(event.occurred_at)));
+                    }
+                }
+            }
+            folded.rows.push(event, payload, prev_hash, hash);
+        }
+        Ok(folded)
+    }
+
+    async fn insert_events(&self, conn: &mut PgConnection) -> Result<(), StoreError> {
+        let rows = &self.rows;
+        sqlx::query(include_str!("sql/append_events.sql"))
+            .bind(&rows.event_id)
+            .bind(&rows.attempt_id)
+            .bind(&rows.job_id)
+            .bind(&rows.seq)
+            .bind(&rows.kind)
+            .bind(&rows.terminal)
+            .bind(&rows.occurred_at)
+            .bind(&rows.payload)
+            .bind(vec![
+                Codec::fingerprint(Family::AttemptEvent) as i64;
+                rows.event_id.len()
+            ])
+            .bind(&rows.prev_hash)
+            .bind(&rows.hash)
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+
+    /// Outbox rows, lost-lease marks and callbacks; the outbox row count.
+    async fn insert_consequences(self, conn: &mut PgConnection) -> Result<usize, StoreError> {
+        let outbox = self.outbox;
+        let outbox_rows = outbox.topic.len();
+        if outbox_rows > 0 {
+            sqlx::query(include_str!("sql/insert_outbox.sql"))
+                .bind(&outbox.topic)
+                .bind(&outbox.key)
+                .bind(&outbox.headers)
+                .bind(&outbox.payload)
+                .execute(&mut *conn)
+                .await?;
+        }
+        if !self.lost_leases.is_empty() {
+            let (instances, at): (Vec<String>, Vec<chrono::DateTime<chrono::Utc>>) =
+                self.lost_leases.into_iter().unzip();
+            sqlx::query(include_str!("sql/mark_lost_leases.sql"))
+                .bind(&instances)
+                .bind(&at)
+                .execute(&mut *conn)
+                .await?;
+        }
+        if !self.callbacks.is_empty() {
+            sqlx::query(include_str!("sql/insert_callbacks.sql"))
+                .bind(serde_json::to_value(&self.callbacks)?)
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(outbox_rows)
+    }
 }
 
 /// Where projection rows go.

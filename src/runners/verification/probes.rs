@@ -95,36 +95,14 @@ pub async fn http(
     n: u32,
 ) -> Sample {
     let mut sample = Sample::new(n);
-    // The client's resolver and redirect policy check every connection; a
-    // literal address in the URL is checked here.
-    let checked = reqwest::Url::parse(&inputs.url)
-        .map_err(|error| format!("not a URL: {error}"))
-        .and_then(|url| crate::policy::check_url(&bounds.destinations, &url));
-    if let Err(refusal) = checked {
-        sample.refused_by_policy = true;
-        sample.error = Some(refusal);
-        return sample;
-    }
-    let method = match reqwest::Method::from_bytes(inputs.method.to_ascii_uppercase().as_bytes()) {
-        Ok(method) => method,
-        Err(_) => {
-            sample.error = Some(format!("`{}` is not an HTTP method", inputs.method));
+    let request = match http_request(client, inputs, bounds, timeout) {
+        Ok(request) => request,
+        Err(refusal) => {
+            sample.refused_by_policy = refusal.by_policy;
+            sample.error = Some(refusal.reason);
             return sample;
         }
     };
-    let mut request = client.request(method, &inputs.url).timeout(timeout);
-    for (name, value) in &inputs.headers {
-        match secret_free(value) {
-            Some(text) => request = request.header(name, text),
-            None => {
-                sample.error = Some(format!("header `{name}` is not a string"));
-                return sample;
-            }
-        }
-    }
-    if let Some(body) = &inputs.body {
-        request = request.body(body.clone());
-    }
     let started = Instant::now();
     let response = request.send().await;
     sample.latency_ms = started.elapsed().as_millis() as u64;
@@ -147,46 +125,95 @@ pub async fn http(
             .await
             .unwrap_or_default();
             drop(response);
-            let body = String::from_utf8_lossy(&bytes);
             sample.observed = serde_json::json!({
                 "status": status,
                 "body_bytes": bytes.len(),
                 "body_truncated": truncated,
             });
-            if let Some(expected) = inputs.expect.status {
-                sample.assertions.push(Assertion {
-                    name: "status".into(),
-                    expected: expected.into(),
-                    actual: status.into(),
-                    passed: status == expected,
-                });
-            } else {
-                sample.assertions.push(Assertion {
-                    name: "status_2xx".into(),
-                    expected: "2xx".into(),
-                    actual: status.into(),
-                    passed: (200..300).contains(&status),
-                });
-            }
-            if let Some(needle) = &inputs.expect.body_contains {
-                sample.assertions.push(Assertion {
-                    name: "body_contains".into(),
-                    expected: needle.clone().into(),
-                    actual: body.contains(needle.as_str()).into(),
-                    passed: body.contains(needle.as_str()),
-                });
-            }
-            if let Some(max) = inputs.expect.max_latency_ms {
-                sample.assertions.push(Assertion {
-                    name: "max_latency_ms".into(),
-                    expected: max.into(),
-                    actual: sample.latency_ms.into(),
-                    passed: sample.latency_ms <= max,
-                });
-            }
+            judge_http(
+                &mut sample,
+                inputs,
+                status,
+                &String::from_utf8_lossy(&bytes),
+            );
         }
     }
     sample
+}
+
+/// Why a probe was not sent.
+struct NotSent {
+    reason: String,
+    by_policy: bool,
+}
+
+/// The request a probe sends, or why it cannot be sent. The client's
+/// resolver and redirect policy check every connection; a literal address in
+/// the URL is checked here.
+fn http_request(
+    client: &reqwest::Client,
+    inputs: &VerifyHttp,
+    bounds: &Bounds,
+    timeout: Duration,
+) -> Result<reqwest::RequestBuilder, NotSent> {
+    let invalid = |reason| NotSent {
+        reason,
+        by_policy: false,
+    };
+    let url =
+        reqwest::Url::parse(&inputs.url).map_err(|error| invalid(format!("not a URL: {error}")))?;
+    crate::policy::check_url(&bounds.destinations, &url).map_err(|reason| NotSent {
+        reason,
+        by_policy: true,
+    })?;
+    let method = reqwest::Method::from_bytes(inputs.method.to_ascii_uppercase().as_bytes())
+        .map_err(|_| invalid(format!("`{}` is not an HTTP method", inputs.method)))?;
+    let mut request = client.request(method, url).timeout(timeout);
+    for (name, value) in &inputs.headers {
+        let text = secret_free(value)
+            .ok_or_else(|| invalid(format!("header `{name}` is not a string")))?;
+        request = request.header(name, text);
+    }
+    if let Some(body) = &inputs.body {
+        request = request.body(body.clone());
+    }
+    Ok(request)
+}
+
+/// The assertions of `expect` against what came back.
+fn judge_http(sample: &mut Sample, inputs: &VerifyHttp, status: u16, body: &str) {
+    if let Some(expected) = inputs.expect.status {
+        sample.assertions.push(Assertion {
+            name: "status".into(),
+            expected: expected.into(),
+            actual: status.into(),
+            passed: status == expected,
+        });
+    } else {
+        sample.assertions.push(Assertion {
+            name: "status_2xx".into(),
+            expected: "2xx".into(),
+            actual: status.into(),
+            passed: (200..300).contains(&status),
+        });
+    }
+    if let Some(needle) = &inputs.expect.body_contains {
+        let found = body.contains(needle.as_str());
+        sample.assertions.push(Assertion {
+            name: "body_contains".into(),
+            expected: needle.clone().into(),
+            actual: found.into(),
+            passed: found,
+        });
+    }
+    if let Some(max) = inputs.expect.max_latency_ms {
+        sample.assertions.push(Assertion {
+            name: "max_latency_ms".into(),
+            expected: max.into(),
+            actual: sample.latency_ms.into(),
+            passed: sample.latency_ms <= max,
+        });
+    }
 }
 
 pub async fn tcp(inputs: &VerifyTcp, bounds: &Bounds, timeout: Duration, n: u32) -> Sample {
