@@ -107,6 +107,39 @@ pub struct PipelineReport {
     /// Attempts reaching a terminal state in each 10-second window of the
     /// run: a rate that falls as the run goes on is a cost that grows.
     pub window_rates: Vec<f64>,
+    /// The p50 and p99 command→lease of the commands issued in each 10-second
+    /// window: a latency that climbs as the run goes on is a cost that grows
+    /// with N even while throughput holds.
+    pub window_lease_ms: Vec<(f64, f64)>,
+}
+
+/// p50 and p99 of command→lease per 10-second window of issue time.
+fn window_latencies(
+    issued: &HashMap<String, i64>,
+    lease: &HashMap<String, i64>,
+) -> Vec<(f64, f64)> {
+    const WINDOW_MS: i64 = 10_000;
+    let Some(first) = issued.values().min() else {
+        return Vec::new();
+    };
+    let mut windows: Vec<Vec<i64>> = Vec::new();
+    for (job, elapsed) in lease {
+        let Some(at) = issued.get(job) else {
+            continue;
+        };
+        let window = usize::try_from((at - first) / WINDOW_MS).unwrap_or(0);
+        if windows.len() <= window {
+            windows.resize(window + 1, Vec::new());
+        }
+        windows[window].push(*elapsed);
+    }
+    windows
+        .into_iter()
+        .map(|samples| {
+            let figures = percentiles(samples);
+            (figures.p50_ms, figures.p99_ms)
+        })
+        .collect()
 }
 
 /// Terminal states per 10-second window, as attempts per second.
@@ -555,6 +588,7 @@ impl Observed {
             submit_seconds: run.submit_seconds,
             seconds: run.seconds,
             attempts_per_second: terminal_count as f64 / active_seconds,
+            window_lease_ms: window_latencies(issued, &self.lease),
             command_to_lease: percentiles(self.lease.into_values().collect()),
             command_to_start: percentiles(self.start.into_values().collect()),
             command_to_terminal: percentiles(self.terminal.into_values().collect()),
@@ -675,4 +709,13 @@ fn print_report(report: &PipelineReport) {
         .map(|rate| format!("{rate:.0}"))
         .collect();
     println!("  per 10 s window       {} attempts/s", windows.join(" "));
+    let latencies: Vec<String> = report
+        .window_lease_ms
+        .iter()
+        .map(|(p50, p99)| format!("{p50:.0}/{p99:.0}"))
+        .collect();
+    println!(
+        "  command→lease p50/p99 per 10 s window of issue: {} ms",
+        latencies.join(" ")
+    );
 }
