@@ -2,6 +2,7 @@
 
 mod attempts;
 pub(crate) mod audit;
+mod operations;
 mod projection;
 mod roles;
 mod submit;
@@ -40,6 +41,12 @@ pub enum Command {
     Validate {
         file: PathBuf,
         /// Print the problems (or the normalised spec) as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The operation catalog: each operation's runner type, whether it is
+    /// idempotent, and whether a runner of this release runs it.
+    Operations {
         #[arg(long)]
         json: bool,
     },
@@ -92,6 +99,17 @@ pub enum Command {
     /// Attempts in the projection.
     #[command(subcommand)]
     Attempts(AttemptsCommand),
+    /// Internal: the supervisor a runner starts each tool process under
+    /// (docs/ARCHITECTURE.md, "Tool processes"). Not for operators.
+    #[command(hide = true)]
+    ToolShim {
+        /// The tool's working directory, removed if the runner goes away.
+        #[arg(long)]
+        workdir: Option<PathBuf>,
+        /// The program and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<std::ffi::OsString>,
+    },
 }
 
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
@@ -227,6 +245,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     crate::telemetry::init(&config.telemetry);
     match cli.command {
         Command::Validate { file, json } => validate::run(&file, json),
+        Command::Operations { json } => operations::run(json),
         Command::Migrate => {
             let store = connect(&config).await?;
             store.migrate().await.context("applying migrations")?;
@@ -282,6 +301,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 std::time::Duration::from_millis(300),
             )
             .await
+        }
+        Command::ToolShim { workdir, command } => {
+            Ok(crate::runner::tool::shim::run(workdir.as_deref(), &command))
         }
     }
 }

@@ -115,6 +115,10 @@ pub struct RunnerSettings {
     pub drain_timeout: DurationMs,
     /// `EXECPLANE_PRESENCE_INTERVAL`: how often instances (and executor sessions) announce themselves.
     pub presence_interval: DurationMs,
+    /// `EXECPLANE_RUNNER_STOP_GRACE`: a stopped tool's time between SIGINT and SIGKILL.
+    pub stop_grace: DurationMs,
+    /// `EXECPLANE_RUNNER_WORK_DIR`: where tools' private working directories go; empty: `$TMPDIR/execplane-work`.
+    pub work_dir: String,
 }
 
 impl Default for RunnerSettings {
@@ -124,6 +128,8 @@ impl Default for RunnerSettings {
             pool: String::new(),
             drain_timeout: DurationMs::from_secs(30),
             presence_interval: DurationMs::from_secs(1),
+            stop_grace: DurationMs::from_secs(2),
+            work_dir: String::new(),
         }
     }
 }
@@ -137,6 +143,8 @@ pub struct VerificationSettings {
     pub max_timeout: DurationMs,
     /// `EXECPLANE_VERIFY_MAX_BODY_BYTES`: the most body bytes an HTTP probe reads.
     pub max_body_bytes: usize,
+    /// `EXECPLANE_VERIFY_PROBE_DIR`: the operator's probe programs; empty: none.
+    pub probe_dir: String,
 }
 
 impl Default for VerificationSettings {
@@ -145,6 +153,7 @@ impl Default for VerificationSettings {
             probes: crate::runners::verification::BUILTIN_PROBES.join(","),
             max_timeout: DurationMs::from_secs(60),
             max_body_bytes: 1024 * 1024,
+            probe_dir: String::new(),
         }
     }
 }
@@ -464,11 +473,14 @@ settings! {
     "EXECPLANE_RUNNER_CAPACITY" => runner.capacity;
     "EXECPLANE_RUNNER_POOL" => runner.pool;
     "EXECPLANE_RUNNER_DRAIN_TIMEOUT" => runner.drain_timeout;
+    "EXECPLANE_RUNNER_STOP_GRACE" => runner.stop_grace;
+    "EXECPLANE_RUNNER_WORK_DIR" => runner.work_dir;
     "EXECPLANE_INBOX_RETENTION" => dispatcher.inbox_retention;
     "EXECPLANE_CALLBACK_MAX_ATTEMPTS" => dispatcher.callback_max_attempts;
     "EXECPLANE_VERIFY_PROBES" => verification.probes;
     "EXECPLANE_VERIFY_MAX_TIMEOUT" => verification.max_timeout;
     "EXECPLANE_VERIFY_MAX_BODY_BYTES" => verification.max_body_bytes;
+    "EXECPLANE_VERIFY_PROBE_DIR" => verification.probe_dir;
     "EXECPLANE_POLICY_FILE" => policy.file;
     "EXECPLANE_METRICS_ADDR" => telemetry.metrics_addr;
     "EXECPLANE_INGRESS_KEY" ["PLUGIN_CONTROL_PLANE_KEY"] => ingress.key;
@@ -621,6 +633,21 @@ impl Config {
         }
         if let Err(message) = self.runner_pool() {
             problems.push(message);
+        }
+        for (name, path) in [
+            ("EXECPLANE_RUNNER_WORK_DIR", &self.runner.work_dir),
+            ("EXECPLANE_VERIFY_PROBE_DIR", &self.verification.probe_dir),
+        ] {
+            let path = path.trim();
+            if !path.is_empty() && !Path::new(path).is_absolute() {
+                problems.push(format!("{name}: `{path}` is not an absolute path"));
+            }
+        }
+        let grace = self.runner.stop_grace.as_std();
+        if grace < std::time::Duration::from_millis(100)
+            || grace > std::time::Duration::from_secs(300)
+        {
+            problems.push("EXECPLANE_RUNNER_STOP_GRACE: must be between 100ms and 5m".into());
         }
         let names: Vec<String> = self.detector_names();
         if let Err(message) = crate::artifacts::Detectors::new(&names) {
@@ -799,8 +826,24 @@ impl Config {
             pool: self.runner_pool().unwrap_or_default(),
             presence_interval: self.runner.presence_interval.as_std(),
             drain_timeout: self.runner.drain_timeout.as_std(),
+            stop_grace: self.runner.stop_grace.as_std(),
+            tools: Arc::new(self.tools()),
             policy: self.policy.loaded.clone(),
             ..Default::default()
+        }
+    }
+
+    /// Where tool processes run (the supervisor is this very binary).
+    pub fn tools(&self) -> crate::runner::tool::ToolSettings {
+        let defaults = crate::runner::tool::ToolSettings::default();
+        let work_dir = self.runner.work_dir.trim();
+        crate::runner::tool::ToolSettings {
+            work_root: if work_dir.is_empty() {
+                defaults.work_root.clone()
+            } else {
+                work_dir.into()
+            },
+            ..defaults
         }
     }
 
@@ -876,6 +919,9 @@ impl Config {
                 .collect(),
             max_timeout: self.verification.max_timeout.as_std(),
             max_body_bytes: self.verification.max_body_bytes,
+            probe_dir: Some(self.verification.probe_dir.trim())
+                .filter(|dir| !dir.is_empty())
+                .map(Into::into),
             policy: self.policy.loaded.clone(),
             ..Default::default()
         }
@@ -909,6 +955,9 @@ mod tests {
             "EXECPLANE_ARTIFACT_RETENTION_LOGS" => Some("1d".into()),
             "EXECPLANE_ARTIFACT_RETENTION_EVIDENCE" => Some("400d".into()),
             "EXECPLANE_RUNNER_POOL" => Some("zone=a".into()),
+            "EXECPLANE_RUNNER_WORK_DIR" | "EXECPLANE_VERIFY_PROBE_DIR" => {
+                Some("/var/lib/execplane-sample".into())
+            }
             _ => None,
         };
         let partners = match setting.name {

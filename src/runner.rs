@@ -12,6 +12,7 @@
 mod attempt;
 mod fence;
 mod instance;
+pub mod tool;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -21,7 +22,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::codec::LogStream;
-use crate::contract::{FailureCategory, JobSpec, ReportedOutcome, RunnerType};
+use crate::contract::{FailureCategory, JobSpec, Operation, ReportedOutcome, RunnerType};
 
 pub use fence::{LeaseGuard, Stopping};
 pub use instance::{run_instance, InstanceHandle};
@@ -43,6 +44,11 @@ pub struct ExecutionContext {
     pub cancel: CancellationToken,
     progress: mpsc::UnboundedSender<(String, Option<u8>)>,
     log: mpsc::UnboundedSender<(LogStream, String)>,
+    tools: std::sync::Arc<tool::ToolSettings>,
+    /// How long a stopped tool gets between SIGINT and SIGKILL.
+    stop_grace: Duration,
+    /// The start-to-close deadline: a tool still running then is stopped.
+    deadline: Option<tokio::time::Instant>,
 }
 
 impl ExecutionContext {
@@ -55,7 +61,39 @@ impl ExecutionContext {
             cancel,
             progress,
             log,
+            tools: std::sync::Arc::default(),
+            stop_grace: Duration::from_secs(2),
+            deadline: None,
         }
+    }
+
+    /// Where and how tool processes run, and the grace a stopped one gets.
+    pub fn with_tools(
+        mut self,
+        tools: std::sync::Arc<tool::ToolSettings>,
+        stop_grace: Duration,
+    ) -> Self {
+        self.tools = tools;
+        self.stop_grace = stop_grace;
+        self
+    }
+
+    /// The start-to-close deadline of the attempt.
+    pub fn with_deadline(mut self, deadline: tokio::time::Instant) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    pub fn tools(&self) -> &tool::ToolSettings {
+        &self.tools
+    }
+
+    pub fn stop_grace(&self) -> Duration {
+        self.stop_grace
+    }
+
+    pub fn deadline(&self) -> Option<tokio::time::Instant> {
+        self.deadline
     }
 
     /// Writes tool output; it is masked (as a stream) and sent to
@@ -107,6 +145,10 @@ impl ExecutionOutcome {
 /// A typed runner's one job.
 pub trait Executor: Send + Sync + 'static {
     fn runner_type(&self) -> RunnerType;
+    /// The operations this executor runs, announced with its presence:
+    /// placement grants an attempt only to an instance that lists its
+    /// operation.
+    fn operations(&self) -> Vec<Operation>;
     /// Capabilities this runner offers placement.
     fn capabilities(&self) -> Vec<String> {
         Vec::new()
@@ -126,8 +168,11 @@ pub struct RunnerConfig {
     pub presence_interval: Duration,
     /// How long shutdown waits for running attempts before stopping them.
     pub drain_timeout: Duration,
-    /// How long a stopped tool gets to finish before its outcome is reported.
+    /// `EXECPLANE_RUNNER_STOP_GRACE`: how long a stopped tool gets between
+    /// SIGINT and SIGKILL; the outcome is reported at most a second after.
     pub stop_grace: Duration,
+    /// Where tool processes run.
+    pub tools: std::sync::Arc<tool::ToolSettings>,
     /// Where `{"$secret": ...}` references are resolved; none: a JobSpec
     /// that needs a secret fails `infrastructure`.
     pub secrets: Option<std::sync::Arc<crate::secrets::Vault>>,
@@ -143,6 +188,7 @@ impl Default for RunnerConfig {
             presence_interval: Duration::from_secs(1),
             drain_timeout: Duration::from_secs(30),
             stop_grace: Duration::from_secs(2),
+            tools: std::sync::Arc::default(),
             secrets: None,
             policy: std::sync::Arc::default(),
         }

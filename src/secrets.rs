@@ -407,72 +407,9 @@ pub async fn resolve_inputs(
     })
 }
 
-/// Values handed to a tool as 0600 files, removed when this is dropped.
-#[derive(Debug)]
-pub struct SecretFiles {
-    dir: std::path::PathBuf,
-}
-
-impl SecretFiles {
-    /// A fresh 0700 directory under the system temp dir.
-    pub fn new() -> std::io::Result<Self> {
-        use std::os::unix::fs::DirBuilderExt;
-        let dir = std::env::temp_dir().join(format!(
-            "execplane-secrets-{}",
-            uuid::Uuid::new_v4().simple()
-        ));
-        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
-        Ok(Self { dir })
-    }
-
-    /// Writes `value` to a 0600 file named `name`; returns its path.
-    pub fn write(&self, name: &str, value: &SecretValue) -> std::io::Result<std::path::PathBuf> {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        let safe: String = name
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        let path = self.dir.join(safe);
-        let mut file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)?;
-        file.write_all(value.expose().as_bytes())?;
-        Ok(path)
-    }
-}
-
-impl Drop for SecretFiles {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn secret_files_are_private_and_removed() {
-        use std::os::unix::fs::PermissionsExt;
-        let files = SecretFiles::new().unwrap();
-        let path = files
-            .write("db/password", &SecretValue(Arc::new("value".into())))
-            .unwrap();
-        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
-        assert_eq!(mode & 0o777, 0o600);
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), "value");
-        drop(files);
-        assert!(!path.exists());
-    }
 
     #[test]
     fn values_never_print() {

@@ -296,6 +296,30 @@ async fn the_execute_api_runs_a_job_streams_its_events_and_cancels(pool: PgPool)
         paths.contains(&"command_id") && paths.contains(&"inputs.port"),
         "{paths:?}"
     );
+    // Valid, but no runner of this release runs it: 400, nothing produced.
+    let unimplemented = job(
+        "ssh.command.run",
+        json!({"template_id": "uptime"}),
+        json!({}),
+    );
+    let (status, body) = call(
+        reqwest::Method::POST,
+        &ingress.url("/v1/jobs"),
+        Some(API_KEY),
+        None,
+        &[],
+        Some(serde_json::to_vec(&unimplemented).unwrap()),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["problems"][0]["path"], "operation", "{body}");
+    assert!(
+        body["problems"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not implemented"),
+        "{body}"
+    );
 
     // A job that takes 1.5 s, so that its events arrive while it runs.
     let spec = job(
@@ -656,6 +680,16 @@ async fn every_refusal_is_exact_and_nothing_reaches_kafka_or_postgres(pool: PgPo
             "/v1/executor/register",
             r#"{"runner_type": "teleport"}"#,
             "runner_type",
+        ),
+        (
+            "/v1/executor/register",
+            r#"{"runner_type": "verification", "operations": ["verify.tcp.connect", "helm.install"]}"#,
+            "operations[1]",
+        ),
+        (
+            "/v1/executor/register",
+            r#"{"runner_type": "verification", "operations": ["verify.kubernetes.condition"]}"#,
+            "operations[0]",
         ),
         (
             "/v1/executor/reports",

@@ -399,11 +399,36 @@ async fn timeouts_fire_schedule_to_start_start_to_close_and_heartbeat(pool: PgPo
     let mut pipeline = Pipeline::new(&pool).await;
     let (_, _, runners) = pipeline.start_roles(1);
     pipeline.wait_runners(1).await;
-    // No runner of this type is alive.
+    // No live runner is in this pool.
     let nobody = job(
+        "verify.tcp.connect",
+        json!({"host": "127.0.0.1", "port": 5432}),
+        json!({
+            "timeouts": {"schedule_to_start": "2s", "start_to_close": "30s", "heartbeat": "2s", "schedule_to_close": "60s"},
+            "runner_requirements": {"pool": {"zone": "nowhere"}}
+        }),
+    );
+    // No runner of this release runs ssh.command.run: refused at once,
+    // not left to wait for schedule_to_start (an hour here).
+    let unimplemented = job(
         "ssh.command.run",
         json!({"template_id": "uptime"}),
-        json!({"timeouts": {"schedule_to_start": "2s", "start_to_close": "30s", "heartbeat": "2s", "schedule_to_close": "60s"}}),
+        json!({"timeouts": {"schedule_to_start": "1h", "start_to_close": "30s", "heartbeat": "2s", "schedule_to_close": "2h"}}),
+    );
+    pipeline.submit(&unimplemented).await;
+    let refused = pipeline.wait_done(&unimplemented.job_id, WAIT).await;
+    assert_eq!(
+        (refused[0].1.as_str(), refused[0].2.as_deref()),
+        ("rejected", Some("contract"))
+    );
+    let why: String = sqlx::query_scalar("SELECT message FROM attempts WHERE job_id = $1")
+        .bind(&unimplemented.job_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(
+        why.contains("`ssh.command.run` is not implemented"),
+        "{why}"
     );
     // A hung probe.
     let hung = job(

@@ -364,12 +364,14 @@ async fn an_attempt_echoing_its_secret_leaks_it_nowhere(pool: PgPool) {
         ("EXECPLANE_ARTIFACT_GRACE", "300ms"),
     ];
     pipeline.spawn(&["artifact-worker"], &s3_env);
+    let probes = format!("{}/tests/probes", env!("CARGO_MANIFEST_DIR"));
     pipeline.spawn(
         &["runner", "verification"],
         &[
             ("EXECPLANE_VAULT_ADDR", bao.address.as_str()),
             ("EXECPLANE_VAULT_TOKEN", token.as_str()),
-            ("EXECPLANE_VERIFY_PROBES", "sleep,hang,fail,echo"),
+            ("EXECPLANE_VERIFY_PROBES", "sleep,hang,fail,echo,leaky"),
+            ("EXECPLANE_VERIFY_PROBE_DIR", probes.as_str()),
         ],
     );
     pipeline.wait_runners(1).await;
@@ -398,11 +400,20 @@ async fn an_attempt_echoing_its_secret_leaks_it_nowhere(pool: PgPool) {
         json!({"secret_refs": [{"name": "gone", "mount": "secret", "path": format!("{prefix}/nope"), "key": "password"}]}),
     );
     pipeline.submit(&missing).await;
+    // 4. A tool process (tests/probes/leaky) prints it to stdout in two
+    //    writes split in the middle, and to stderr.
+    let tool = job(
+        "verify.custom.probe",
+        json!({"probe_id": "leaky", "args": {"text": {"$secret": "pw"}}}),
+        refs.clone(),
+    );
+    pipeline.submit(&tool).await;
 
     for (spec, status) in [
         (&echo, "succeeded"),
         (&http, "succeeded"),
         (&missing, "failed"),
+        (&tool, "succeeded"),
     ] {
         let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
         assert_eq!(
@@ -437,10 +448,23 @@ async fn an_attempt_echoing_its_secret_leaks_it_nowhere(pool: PgPool) {
                 .unwrap()
         })
         .collect();
-    let output: String = chunks.iter().map(|chunk| chunk.text.as_str()).collect();
+    let output_of = |job: &execplane::contract::JobSpec| -> String {
+        let attempt = execplane::attempt::attempt_id_for(job.command_id, 1).to_string();
+        chunks
+            .iter()
+            .filter(|chunk| chunk.attempt_id == attempt)
+            .map(|chunk| chunk.text.as_str())
+            .collect()
+    };
+    let output = output_of(&echo);
     assert_eq!(output.matches("[masked]").count(), 5, "{output}");
     assert!(
         output.contains("base64: [masked]") && output.contains("split: [masked]"),
+        "{output}"
+    );
+    let output = output_of(&tool);
+    assert!(
+        output.contains("tool: [masked]") && output.contains("stderr: [masked]"),
         "{output}"
     );
 
@@ -515,6 +539,12 @@ async fn an_attempt_echoing_its_secret_leaks_it_nowhere(pool: PgPool) {
                 .await
                 .unwrap_or(0)
                 == 3
+                && sqlx::query_scalar::<_, i64>("SELECT count(*) FROM artifacts a JOIN attempts t USING (attempt_id) WHERE t.job_id = $1")
+                    .bind(&tool.job_id)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap_or(0)
+                    == 3
         })
         .await;
     let keys: Vec<String> = sqlx::query_scalar("SELECT storage_key FROM artifacts")

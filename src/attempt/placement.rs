@@ -12,6 +12,8 @@ use uuid::Uuid;
 pub struct QueuedAttempt {
     pub attempt_id: Uuid,
     pub runner_type: String,
+    /// The operation's wire name: only an instance that lists it may take it.
+    pub operation: String,
     pub pool: BTreeMap<String, String>,
     pub capabilities: Vec<String>,
 }
@@ -23,6 +25,8 @@ pub struct LiveInstance {
     pub runner_type: String,
     pub pool: BTreeMap<String, String>,
     pub capabilities: Vec<String>,
+    /// The operations it announced it runs.
+    pub operations: Vec<String>,
     pub capacity: i64,
     pub in_flight: i64,
 }
@@ -41,6 +45,7 @@ pub fn place(queued: &[QueuedAttempt], instances: &[LiveInstance]) -> Vec<(Uuid,
             .filter(|(index, instance)| {
                 instance.runner_type == attempt.runner_type
                     && load[*index] < instance.capacity
+                    && instance.operations.contains(&attempt.operation)
                     && attempt
                         .pool
                         .iter()
@@ -85,6 +90,7 @@ mod tests {
                 .map(|zone| BTreeMap::from([("zone".to_owned(), zone.to_owned())]))
                 .unwrap_or_default(),
             capabilities: vec!["ipv6".into()],
+            operations: vec!["verify.tcp.connect".into(), "ssh.command.run".into()],
             capacity,
             in_flight,
         }
@@ -94,6 +100,11 @@ mod tests {
         QueuedAttempt {
             attempt_id: Uuid::from_u128(index),
             runner_type: runner_type.into(),
+            operation: if runner_type == "ssh" {
+                "ssh.command.run".into()
+            } else {
+                "verify.tcp.connect".into()
+            },
             pool: zone
                 .map(|zone| BTreeMap::from([("zone".to_owned(), zone.to_owned())]))
                 .unwrap_or_default(),
@@ -121,5 +132,28 @@ mod tests {
         let mut needs = queued(10, "verification", None);
         needs.capabilities = vec!["gpu".into()];
         assert!(place(&[needs], &instances).is_empty());
+    }
+
+    #[test]
+    fn an_instance_takes_only_the_operations_it_announced() {
+        let mut older = instance("old", "verification", 4, 0, None);
+        older.operations = vec!["verify.tcp.connect".into()];
+        let newer = instance("new", "verification", 4, 3, None);
+        let mut http = queued(1, "verification", None);
+        http.operation = "verify.http.endpoint".into();
+        assert!(
+            place(&[http.clone()], &[older.clone(), newer.clone()]).is_empty(),
+            "neither lists verify.http.endpoint"
+        );
+        let mut both = newer;
+        both.operations.push("verify.http.endpoint".into());
+        assert_eq!(
+            place(&[http, queued(2, "verification", None)], &[older, both]),
+            vec![
+                (Uuid::from_u128(1), "new".to_owned()),
+                (Uuid::from_u128(2), "old".to_owned())
+            ],
+            "the busier instance takes what only it runs"
+        );
     }
 }

@@ -26,7 +26,7 @@ pub async fn run(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-    let spec = match validate_jobspec_bytes(&bytes) {
+    let spec = match validate_jobspec_bytes(&bytes).and_then(runnable) {
         Ok(spec) => spec,
         Err(problems) => {
             eprintln!("{}: {problems}", file.display());
@@ -49,6 +49,16 @@ pub async fn run(
         );
     }
     follow(&kafka, &consumer, &spec, timeout, json).await
+}
+
+/// A valid JobSpec that some runner of this release runs.
+pub(super) fn runnable(
+    spec: crate::contract::JobSpec,
+) -> Result<crate::contract::JobSpec, crate::contract::Problems> {
+    match spec.operation.not_implemented() {
+        Some(problem) => Err(crate::contract::Problems(vec![problem])),
+        None => Ok(spec),
+    }
 }
 
 /// A consumer of the published log, assigned at its current end.

@@ -5,10 +5,11 @@ use anyhow::Context;
 
 use crate::contract::validate_jobspec_bytes;
 
-/// Exit 0 and the normalised spec when valid; exit 2 and every problem when not.
+/// Exit 0 and the normalised spec when valid and runnable here (its
+/// operation implemented); exit 2 and every problem when not.
 pub fn run(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-    match validate_jobspec_bytes(&bytes) {
+    match validate_jobspec_bytes(&bytes).and_then(super::submit::runnable) {
         Ok(spec) => {
             if json {
                 println!("{}", serde_json::to_string_pretty(&spec)?);

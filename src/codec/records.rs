@@ -842,6 +842,10 @@ pub struct PresenceRecord {
     pub version: String,
     pub pool: Vec<Label>,
     pub capabilities: Vec<String>,
+    /// The operations the instance runs (empty from releases before 0.2:
+    /// such an instance is granted nothing).
+    #[serde(default)]
+    pub operations: Vec<String>,
     pub capacity: i32,
     pub in_flight: i32,
     pub work_partition: i32,
@@ -858,6 +862,7 @@ pub struct Presence<'a> {
     pub version: String,
     pub pool: &'a BTreeMap<String, String>,
     pub capabilities: &'a [String],
+    pub operations: &'a [String],
     pub capacity: u32,
     pub in_flight: u32,
     pub work_partition: i32,
@@ -881,6 +886,7 @@ impl PresenceRecord {
                 })
                 .collect(),
             capabilities: presence.capabilities.to_vec(),
+            operations: presence.operations.to_vec(),
             capacity: if status == PresenceStatus::Ready {
                 i32::try_from(presence.capacity).unwrap_or(i32::MAX)
             } else {

@@ -54,7 +54,7 @@ impl FromStr for RunnerType {
 }
 
 macro_rules! operations {
-    ($( $variant:ident => $name:literal, $runner:ident, idempotent = $idempotent:literal; )*) => {
+    ($( $variant:ident => $name:literal, $runner:ident, idempotent = $idempotent:literal, implemented = $implemented:literal; )*) => {
         /// Every operation execplane can run, named exactly `<runner>.<op>`.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
         pub enum Operation { $( $variant, )* }
@@ -77,43 +77,76 @@ macro_rules! operations {
             pub const fn is_idempotent(self) -> bool {
                 match self { $( Operation::$variant => $idempotent, )* }
             }
+
+            /// Whether a runner of this release runs it. The contract
+            /// names operations before their runner lands; one nobody runs
+            /// is refused at intake (`rejected (contract)`), never left to
+            /// wait for `schedule_to_start`. Each runner's executor lists
+            /// exactly the implemented operations of its type (tested).
+            pub const fn is_implemented(self) -> bool {
+                match self { $( Operation::$variant => $implemented, )* }
+            }
         }
     };
 }
 
 operations! {
-    AnsiblePlaybookRun => "ansible.playbook.run", Ansible, idempotent = false;
-    AnsibleRoleRun => "ansible.role.run", Ansible, idempotent = false;
-    AnsibleInventoryValidate => "ansible.inventory.validate", Ansible, idempotent = true;
-    AnsibleCheckModeRun => "ansible.check_mode.run", Ansible, idempotent = true;
-    KubernetesManifestApply => "kubernetes.manifest.apply", Kubernetes, idempotent = false;
-    KubernetesManifestDelete => "kubernetes.manifest.delete", Kubernetes, idempotent = false;
-    KubernetesWait => "kubernetes.wait", Kubernetes, idempotent = true;
-    KubernetesRolloutStatus => "kubernetes.rollout.status", Kubernetes, idempotent = true;
-    KubernetesResourcePatch => "kubernetes.resource.patch", Kubernetes, idempotent = false;
-    KubernetesResourceRead => "kubernetes.resource.read", Kubernetes, idempotent = true;
-    HelmInstall => "helm.install", Helm, idempotent = false;
-    HelmUpgrade => "helm.upgrade", Helm, idempotent = false;
-    HelmRollback => "helm.rollback", Helm, idempotent = false;
-    HelmUninstall => "helm.uninstall", Helm, idempotent = false;
-    HelmTest => "helm.test", Helm, idempotent = true;
-    HelmTemplate => "helm.template", Helm, idempotent = true;
-    OpentofuPlan => "opentofu.plan", Opentofu, idempotent = true;
-    OpentofuApply => "opentofu.apply", Opentofu, idempotent = false;
-    OpentofuDestroy => "opentofu.destroy", Opentofu, idempotent = false;
-    OpentofuOutput => "opentofu.output", Opentofu, idempotent = true;
-    OpentofuStateInspect => "opentofu.state.inspect", Opentofu, idempotent = true;
-    SshCommandRun => "ssh.command.run", Ssh, idempotent = false;
-    SshFileUpload => "ssh.file.upload", Ssh, idempotent = false;
-    SshFileDownload => "ssh.file.download", Ssh, idempotent = true;
-    SshServiceRestart => "ssh.service.restart", Ssh, idempotent = false;
-    SshSystemFactCollect => "ssh.system.fact.collect", Ssh, idempotent = true;
-    VerifyHttpEndpoint => "verify.http.endpoint", Verification, idempotent = true;
-    VerifyTcpConnect => "verify.tcp.connect", Verification, idempotent = true;
-    VerifyKubernetesCondition => "verify.kubernetes.condition", Verification, idempotent = true;
-    VerifyPostgresReady => "verify.postgres.ready", Verification, idempotent = true;
-    VerifyResourceCapability => "verify.resource.capability", Verification, idempotent = true;
-    VerifyCustomProbe => "verify.custom.probe", Verification, idempotent = true;
+    AnsiblePlaybookRun => "ansible.playbook.run", Ansible, idempotent = false, implemented = false;
+    AnsibleRoleRun => "ansible.role.run", Ansible, idempotent = false, implemented = false;
+    AnsibleInventoryValidate => "ansible.inventory.validate", Ansible, idempotent = true, implemented = false;
+    AnsibleCheckModeRun => "ansible.check_mode.run", Ansible, idempotent = true, implemented = false;
+    KubernetesManifestApply => "kubernetes.manifest.apply", Kubernetes, idempotent = false, implemented = false;
+    KubernetesManifestDelete => "kubernetes.manifest.delete", Kubernetes, idempotent = false, implemented = false;
+    KubernetesWait => "kubernetes.wait", Kubernetes, idempotent = true, implemented = false;
+    KubernetesRolloutStatus => "kubernetes.rollout.status", Kubernetes, idempotent = true, implemented = false;
+    KubernetesResourcePatch => "kubernetes.resource.patch", Kubernetes, idempotent = false, implemented = false;
+    KubernetesResourceRead => "kubernetes.resource.read", Kubernetes, idempotent = true, implemented = false;
+    HelmInstall => "helm.install", Helm, idempotent = false, implemented = false;
+    HelmUpgrade => "helm.upgrade", Helm, idempotent = false, implemented = false;
+    HelmRollback => "helm.rollback", Helm, idempotent = false, implemented = false;
+    HelmUninstall => "helm.uninstall", Helm, idempotent = false, implemented = false;
+    HelmTest => "helm.test", Helm, idempotent = true, implemented = false;
+    HelmTemplate => "helm.template", Helm, idempotent = true, implemented = false;
+    OpentofuPlan => "opentofu.plan", Opentofu, idempotent = true, implemented = false;
+    OpentofuApply => "opentofu.apply", Opentofu, idempotent = false, implemented = false;
+    OpentofuDestroy => "opentofu.destroy", Opentofu, idempotent = false, implemented = false;
+    OpentofuOutput => "opentofu.output", Opentofu, idempotent = true, implemented = false;
+    OpentofuStateInspect => "opentofu.state.inspect", Opentofu, idempotent = true, implemented = false;
+    SshCommandRun => "ssh.command.run", Ssh, idempotent = false, implemented = false;
+    SshFileUpload => "ssh.file.upload", Ssh, idempotent = false, implemented = false;
+    SshFileDownload => "ssh.file.download", Ssh, idempotent = true, implemented = false;
+    SshServiceRestart => "ssh.service.restart", Ssh, idempotent = false, implemented = false;
+    SshSystemFactCollect => "ssh.system.fact.collect", Ssh, idempotent = true, implemented = false;
+    VerifyHttpEndpoint => "verify.http.endpoint", Verification, idempotent = true, implemented = true;
+    VerifyTcpConnect => "verify.tcp.connect", Verification, idempotent = true, implemented = true;
+    VerifyKubernetesCondition => "verify.kubernetes.condition", Verification, idempotent = true, implemented = false;
+    VerifyPostgresReady => "verify.postgres.ready", Verification, idempotent = true, implemented = true;
+    VerifyResourceCapability => "verify.resource.capability", Verification, idempotent = true, implemented = false;
+    VerifyCustomProbe => "verify.custom.probe", Verification, idempotent = true, implemented = true;
+}
+
+impl Operation {
+    /// Every implemented operation of `runner`.
+    pub fn implemented_by(runner: RunnerType) -> impl Iterator<Item = Operation> {
+        Operation::ALL.iter().copied().filter(move |operation| {
+            operation.runner_type() == runner && operation.is_implemented()
+        })
+    }
+
+    /// The problem a JobSpec naming an operation no runner runs is refused
+    /// with, at intake and at every edge that checks a JobSpec first.
+    pub fn not_implemented(self) -> Option<super::Problem> {
+        (!self.is_implemented()).then(|| {
+            super::Problem::new(
+                "operation",
+                format!(
+                    "`{self}` is not implemented: no {} runner of this release runs it \
+                     (`execplane operations` lists what runs)",
+                    self.runner_type()
+                ),
+            )
+        })
+    }
 }
 
 impl fmt::Display for Operation {
@@ -180,6 +213,21 @@ mod tests {
             };
             assert_eq!(operation.runner_type().as_str(), expected, "{operation}");
         }
+    }
+
+    #[test]
+    fn only_an_unimplemented_operation_has_the_not_implemented_problem() {
+        assert!(Operation::VerifyTcpConnect.not_implemented().is_none());
+        let problem = Operation::HelmInstall.not_implemented().unwrap();
+        assert_eq!(problem.path, "operation");
+        assert!(
+            problem
+                .message
+                .contains("`helm.install` is not implemented"),
+            "{}",
+            problem.message
+        );
+        assert_eq!(Operation::implemented_by(RunnerType::Helm).count(), 0);
     }
 
     #[test]

@@ -381,6 +381,16 @@ fn decode_execute(
 ) -> Result<Input, String> {
     match validate_jobspec(&spec.to_json()) {
         Ok(valid) => {
+            if let Some(problem) = valid.operation.not_implemented() {
+                return Ok(Input::ExecuteInvalid {
+                    command_id: valid.command_id,
+                    job_id: valid.job_id.clone(),
+                    tenant: valid.tenant.clone(),
+                    operation: valid.operation.as_str().to_owned(),
+                    category: FailureCategory::Contract,
+                    problems: vec![problem],
+                });
+            }
             let refused = config.policy.check_jobspec(&valid);
             if refused.is_empty() {
                 return Ok(Input::Execute {

@@ -74,6 +74,9 @@ impl Ingress {
     ) -> Result<Submitted, IngressError> {
         let spec = validate_jobspec_bytes(body)
             .map_err(|problems| IngressError::BadRequest(problems.0))?;
+        if let Some(problem) = spec.operation.not_implemented() {
+            return Err(IngressError::BadRequest(vec![problem]));
+        }
         let refused = self.config.policy.check_jobspec(&spec);
         if !refused.is_empty() {
             return Err(IngressError::PolicyProblems(refused));

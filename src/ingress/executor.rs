@@ -46,6 +46,7 @@ struct Session {
     capacity: u32,
     pool: BTreeMap<String, String>,
     capabilities: Vec<String>,
+    operations: Vec<String>,
     partition: i32,
     started_at: i64,
     last_seen: Instant,
@@ -198,12 +199,14 @@ impl Ingress {
         }
         let instance_id = super::protocol::instance_of(&caller.executor_id);
         let partitions = self.partitions(request.runner_type).await?;
+        let operations = request.operations();
         let session = Session {
             executor_id: caller.executor_id.clone(),
             runner_type: request.runner_type,
             capacity: request.capacity,
             pool: request.pool,
             capabilities: request.capabilities,
+            operations,
             partition: work_partition(&instance_id, partitions),
             started_at: chrono::Utc::now().timestamp_millis(),
             last_seen: Instant::now(),
@@ -236,6 +239,7 @@ impl Ingress {
                 version: format!("ingress/{}", env!("CARGO_PKG_VERSION")),
                 pool: &session.pool,
                 capabilities: &session.capabilities,
+                operations: &session.operations,
                 capacity: session.capacity,
                 // Placement counts active leases itself.
                 in_flight: 0,

@@ -10,7 +10,7 @@ use uuid::Uuid;
 
 use crate::codec::LogStream;
 use crate::contract::{
-    FailureCategory, Problem, ReportBody, ReportedOutcome, RunnerReport, RunnerType,
+    FailureCategory, Operation, Problem, ReportBody, ReportedOutcome, RunnerReport, RunnerType,
 };
 
 pub use crate::contract::limits::MAX_MESSAGE_BYTES;
@@ -47,6 +47,10 @@ pub struct RegisterRequest {
     pub pool: BTreeMap<String, String>,
     #[serde(default)]
     pub capabilities: Vec<String>,
+    /// The operations the executor runs; absent: every implemented
+    /// operation of its runner type.
+    #[serde(default)]
+    pub operations: Option<Vec<String>>,
 }
 
 fn one() -> u32 {
@@ -92,7 +96,52 @@ impl RegisterRequest {
                 );
             }
         }
+        self.check_operations(&mut problems);
         problems
+    }
+
+    /// Each named operation exists, belongs to the runner type and is one
+    /// this release runs (an executor cannot make intake accept an
+    /// operation the catalog refuses).
+    fn check_operations(&self, problems: &mut Vec<Problem>) {
+        let Some(operations) = &self.operations else {
+            return;
+        };
+        if operations.is_empty() || operations.len() > Operation::ALL.len() {
+            problems.push(Problem::new(
+                "operations",
+                format!("between 1 and {} operations", Operation::ALL.len()),
+            ));
+            return;
+        }
+        for (index, name) in operations.iter().enumerate() {
+            let path = format!("operations[{index}]");
+            match name.parse::<Operation>() {
+                Err(error) => problems.push(Problem::new(path, error)),
+                Ok(operation) if operation.runner_type() != self.runner_type => {
+                    problems.push(Problem::new(
+                        path,
+                        format!("`{operation}` is not a {} operation", self.runner_type),
+                    ));
+                }
+                Ok(operation) if !operation.is_implemented() => problems.push(Problem::new(
+                    path,
+                    format!("`{operation}` is not implemented (see `execplane operations`)"),
+                )),
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// The operations to announce: those named, or every implemented
+    /// operation of the runner type.
+    pub fn operations(&self) -> Vec<String> {
+        match &self.operations {
+            Some(operations) => operations.clone(),
+            None => Operation::implemented_by(self.runner_type)
+                .map(|operation| operation.as_str().to_owned())
+                .collect(),
+        }
     }
 }
 

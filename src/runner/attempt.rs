@@ -212,8 +212,10 @@ fn instant_of(at_millis: i64) -> tokio::time::Instant {
 /// What every attempt of an instance shares.
 #[derive(Clone, Debug)]
 pub(super) struct AttemptSettings {
-    /// How long a stopped tool gets before its outcome is reported.
+    /// How long a stopped tool gets between SIGINT and SIGKILL.
     pub stop_grace: Duration,
+    /// Where tool processes run.
+    pub tools: Arc<super::tool::ToolSettings>,
     /// Where secret references are resolved.
     pub secrets: Option<Arc<Vault>>,
     /// The operator's policy, checked again before anything is resolved.
@@ -265,12 +267,7 @@ pub(super) async fn run_attempt<E: Executor>(
     }
     let mut logs = OutputStreams::new(masker);
     let Some(outcome) = supervise(
-        executor,
-        &reporter,
-        &mut logs,
-        assignment,
-        signals,
-        settings.stop_grace,
+        executor, &reporter, &mut logs, assignment, signals, &settings,
     )
     .await
     else {
@@ -318,7 +315,7 @@ async fn supervise<E: Executor>(
     logs: &mut OutputStreams,
     assignment: Assignment,
     signals: Signals,
-    stop_grace: Duration,
+    settings: &AttemptSettings,
 ) -> Option<ExecutionOutcome> {
     let Signals {
         mut lease,
@@ -330,7 +327,10 @@ async fn supervise<E: Executor>(
     let cancel = CancellationToken::new();
     let (progress_tx, mut progress_rx) = mpsc::unbounded_channel();
     let (log_tx, mut log_rx) = mpsc::unbounded_channel::<(LogStream, String)>();
-    let context = ExecutionContext::new(cancel.clone(), progress_tx, log_tx);
+    let start_to_close = assignment.spec.timeouts.start_to_close.as_std();
+    let context = ExecutionContext::new(cancel.clone(), progress_tx, log_tx)
+        .with_tools(settings.tools.clone(), settings.stop_grace)
+        .with_deadline(tokio::time::Instant::now() + start_to_close);
     let execution = executor.execute(assignment, context);
     tokio::pin!(execution);
     let mut guard = LeaseGuard::new(ttl, *lease.borrow());
@@ -390,7 +390,11 @@ async fn supervise<E: Executor>(
             crate::telemetry::metrics::runner_self_fenced();
         }
         cancel.cancel();
-        let finished = tokio::time::timeout(stop_grace, &mut execution).await.ok();
+        // The grace a tool gets between SIGINT and SIGKILL, and a second
+        // for the supervisor to reap it and the executor to say how it ended.
+        let finished = tokio::time::timeout(settings.stop_grace + KILL_MARGIN, &mut execution)
+            .await
+            .ok();
         break stopping.report(finished);
     };
     // Output the tool wrote before it ended.
@@ -399,6 +403,9 @@ async fn supervise<E: Executor>(
     }
     outcome
 }
+
+/// How long after a stopped tool's grace the runner waits for the executor.
+const KILL_MARGIN: Duration = Duration::from_secs(1);
 
 /// Largest chunk of output sent in one record.
 const MAX_CHUNK_BYTES: usize = 64 * 1024;

@@ -173,6 +173,11 @@ impl<E: Executor> Instance<E> {
             instance_id: instance_id.clone(),
             runner_type: runner_type.as_str().to_owned(),
             capabilities: executor.capabilities(),
+            operations: executor
+                .operations()
+                .iter()
+                .map(|operation| operation.as_str().to_owned())
+                .collect(),
             config: config.clone(),
             partition,
             started_at: chrono::Utc::now().timestamp_millis(),
@@ -326,6 +331,7 @@ impl<E: Executor> Instance<E> {
         };
         let settings = AttemptSettings {
             stop_grace: self.config.stop_grace,
+            tools: self.config.tools.clone(),
             secrets: self.config.secrets.clone(),
             policy: self.config.policy.clone(),
         };
@@ -368,6 +374,7 @@ struct Presence {
     instance_id: String,
     runner_type: String,
     capabilities: Vec<String>,
+    operations: Vec<String>,
     config: RunnerConfig,
     partition: i32,
     started_at: i64,
@@ -396,6 +403,7 @@ impl Presence {
                 version: env!("CARGO_PKG_VERSION").to_owned(),
                 pool: &self.config.pool,
                 capabilities: &self.capabilities,
+                operations: &self.operations,
                 capacity: self.config.capacity,
                 in_flight: self.in_flight.load(Ordering::SeqCst),
                 work_partition: self.partition,

@@ -501,6 +501,7 @@ async fn place_created(
             } if *available_at <= now => Some(QueuedAttempt {
                 attempt_id: event.attempt_id,
                 runner_type: spec.operation.runner_type().as_str().to_owned(),
+                operation: spec.operation.as_str().to_owned(),
                 pool: spec.runner_requirements.pool.clone(),
                 capabilities: spec.runner_requirements.capabilities.clone(),
             }),

@@ -69,6 +69,7 @@ impl Store {
                     "version": record.version,
                     "pool": pool,
                     "capabilities": record.capabilities,
+                    "operations": record.operations,
                     "capacity": record.capacity,
                     "in_flight": record.in_flight,
                     "started_at": timestamp(record.started_at),
@@ -126,6 +127,7 @@ impl Store {
                     QueuedAttempt {
                         attempt_id,
                         runner_type: row.get::<Option<String>, _>(1).unwrap_or_default(),
+                        operation: row.get::<Option<String>, _>(4).unwrap_or_default(),
                         pool: requirements.pool,
                         capabilities: requirements.capabilities,
                     },
@@ -164,6 +166,7 @@ pub(crate) async fn live_instances_in(
             capabilities: serde_json::from_value(row.get(3)).unwrap_or_default(),
             capacity: i64::from(row.get::<i32, _>(4)),
             in_flight: row.get(5),
+            operations: serde_json::from_value(row.get(6)).unwrap_or_default(),
         })
         .collect())
 }

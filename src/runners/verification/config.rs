@@ -17,6 +17,9 @@ pub struct VerificationConfig {
     /// `EXECPLANE_VERIFY_MAX_BODY_BYTES`: the most response body bytes an
     /// HTTP sample reads (assertions judge that prefix).
     pub max_body_bytes: usize,
+    /// `EXECPLANE_VERIFY_PROBE_DIR`: an allowlisted custom probe id that is
+    /// not built in runs `<dir>/<id>` as a tool process.
+    pub probe_dir: Option<std::path::PathBuf>,
     /// The operator's policy: where each tenant's probes may connect.
     pub policy: std::sync::Arc<crate::policy::OperatorPolicy>,
 }
@@ -31,6 +34,7 @@ impl Default for VerificationConfig {
             default_timeout: Duration::from_secs(5),
             max_timeout: Duration::from_secs(60),
             max_body_bytes: 1024 * 1024,
+            probe_dir: None,
             policy: std::sync::Arc::default(),
         }
     }

@@ -441,6 +441,74 @@ pub async fn custom(inputs: &VerifyCustom, context: &ExecutionContext, n: u32) -
     sample
 }
 
+/// Whether `id` names a probe compiled into the runner (`echo` included,
+/// though it is off the default allowlist).
+pub fn is_built_in(id: &str) -> bool {
+    matches!(id, "echo" | "sleep" | "hang" | "fail")
+}
+
+/// An operator's probe program, `<probe dir>/<probe id>`, run as a tool
+/// process: the JobSpec's `args` as JSON in `EXECPLANE_PROBE_ARGS`, the
+/// sample number in `EXECPLANE_PROBE_SAMPLE`, nothing else of the runner's
+/// environment; its output goes to the attempt's log. It passes when it
+/// exits 0.
+pub async fn program(
+    dir: &std::path::Path,
+    inputs: &VerifyCustom,
+    context: &ExecutionContext,
+    n: u32,
+) -> Sample {
+    use crate::runner::tool::{self, ToolCommand, Workdir};
+    let mut sample = Sample::new(n);
+    let started = Instant::now();
+    let id = inputs.probe_id.as_str();
+    if id.is_empty() || id.starts_with('.') || id.contains('/') {
+        sample.error = Some(format!("probe id `{id}` is not a file name"));
+        return sample;
+    }
+    let workdir = match Workdir::new(&context.tools().work_root) {
+        Ok(workdir) => workdir,
+        Err(error) => {
+            sample.error = Some(format!("no working directory for the probe: {error}"));
+            return sample;
+        }
+    };
+    let command = ToolCommand::new(dir.join(id))
+        .base_env(&workdir)
+        .env(
+            "EXECPLANE_PROBE_ARGS",
+            serde_json::to_string(&inputs.args).unwrap_or_default(),
+        )
+        .env("EXECPLANE_PROBE_SAMPLE", n.to_string());
+    match tool::run(context, &workdir, command).await {
+        Ok(exit) => {
+            sample.observed = serde_json::to_value(&exit).unwrap_or_default();
+            if let Some(cause) = exit.stopped {
+                sample.error = Some(match cause {
+                    tool::StopCause::Stopped => "stopped".into(),
+                    tool::StopCause::Deadline => "stopped at the start-to-close deadline".into(),
+                });
+            } else if let Some(code) = exit.code {
+                sample.reached = true;
+                sample.assertions.push(Assertion {
+                    name: "exit_code".into(),
+                    expected: 0.into(),
+                    actual: code.into(),
+                    passed: code == 0,
+                });
+            } else {
+                sample.error = Some(format!(
+                    "the probe ended by signal {}",
+                    exit.signal.unwrap_or_default()
+                ));
+            }
+        }
+        Err(error) => sample.error = Some(error.to_string()),
+    }
+    sample.latency_ms = started.elapsed().as_millis() as u64;
+    sample
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@ use std::time::Duration;
 use super::probes::{self, Bounds, Sample};
 use super::VerificationConfig;
 use crate::contract::inputs::OperationInputs;
-use crate::contract::{FailureCategory, RunnerType};
+use crate::contract::{FailureCategory, Operation, RunnerType};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
 
 /// Redirects an HTTP probe follows, each hop checked against the policy.
@@ -45,6 +45,15 @@ impl VerificationRunner {
 impl Executor for VerificationRunner {
     fn runner_type(&self) -> RunnerType {
         RunnerType::Verification
+    }
+
+    fn operations(&self) -> Vec<Operation> {
+        vec![
+            Operation::VerifyHttpEndpoint,
+            Operation::VerifyTcpConnect,
+            Operation::VerifyPostgresReady,
+            Operation::VerifyCustomProbe,
+        ]
     }
 
     fn capabilities(&self) -> Vec<String> {
@@ -182,7 +191,12 @@ impl VerificationRunner {
             OperationInputs::VerifyPostgresReady(postgres) => {
                 probes::postgres(postgres, bounds, self.timeout(None), n).await
             }
-            OperationInputs::VerifyCustomProbe(probe) => probes::custom(probe, context, n).await,
+            OperationInputs::VerifyCustomProbe(probe) => match &self.config.probe_dir {
+                Some(dir) if !probes::is_built_in(&probe.probe_id) => {
+                    probes::program(dir, probe, context, n).await
+                }
+                _ => probes::custom(probe, context, n).await,
+            },
             _ => return None,
         })
     }
@@ -252,6 +266,15 @@ mod tests {
         .unwrap();
         sample.refused_by_policy = refused;
         sample
+    }
+
+    #[test]
+    fn it_runs_exactly_the_catalog_s_verification_operations() {
+        let runner = VerificationRunner::new(VerificationConfig::default());
+        let mut announced = runner.operations();
+        announced.sort();
+        let catalog: Vec<Operation> = Operation::implemented_by(RunnerType::Verification).collect();
+        assert_eq!(announced, catalog);
     }
 
     #[test]

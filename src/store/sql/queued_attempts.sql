@@ -1,4 +1,5 @@
-SELECT a.attempt_id, a.runner_type, j.spec->'runner_requirements', a.available_at
+SELECT a.attempt_id, a.runner_type, j.spec->'runner_requirements', a.available_at,
+       j.spec->>'operation'
 FROM attempts a JOIN jobs j ON j.job_id = a.job_id
 WHERE a.status = 'queued' AND a.runner_type = $1 AND a.available_at <= $2
   AND (a.available_at, a.attempt_id) > ($3, $4)

@@ -1,0 +1,503 @@
+//! Tool processes: what every infrastructure runner starts (ansible-playbook,
+//! helm, tofu, ssh, an operator's probe script) and must never lose control
+//! of.
+//!
+//! - A program and an argument vector, never a shell string.
+//! - A scrubbed environment: only what the runner passes ([`ToolCommand::env`]).
+//! - A private 0700 working directory ([`Workdir`]), removed afterwards.
+//! - Its own process group under a supervisor (`execplane tool-shim`,
+//!   [`shim`]): a cancel, a self-fence or the start-to-close deadline sends
+//!   SIGINT to the group, waits the runner's stop grace, then SIGKILLs the
+//!   group and every descendant; if the runner dies, even by `kill -9`, the
+//!   supervisor's stdin closes and it kills them all.
+//! - stdout and stderr streamed as they come through the attempt's maskers to
+//!   `exec.log-chunks.v1` (a secret split across two writes is still caught),
+//!   bounded per tool.
+
+pub mod shim;
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStdin};
+use tracing::warn;
+
+use super::ExecutionContext;
+use crate::codec::LogStream;
+
+/// Where tools run: the supervisor to start them under and the root of
+/// their private working directories.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ToolSettings {
+    /// The `execplane` binary (its `tool-shim` command supervises tools).
+    pub shim: PathBuf,
+    /// `EXECPLANE_RUNNER_WORK_DIR`: each tool gets a fresh 0700 directory here.
+    pub work_root: PathBuf,
+    /// The most output bytes (stdout and stderr together) one tool may send
+    /// to the log; the rest is read and dropped, and the log says so.
+    pub max_output_bytes: u64,
+}
+
+impl Default for ToolSettings {
+    fn default() -> Self {
+        Self {
+            shim: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("execplane")),
+            work_root: std::env::temp_dir().join("execplane-work"),
+            max_output_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// A private working directory (0700), removed with everything in it when
+/// dropped. Inputs go in before the tool runs; outputs are read after.
+#[derive(Debug)]
+pub struct Workdir {
+    path: PathBuf,
+}
+
+impl Workdir {
+    /// A fresh directory under `root` (created 0700 if missing).
+    pub fn new(root: &Path) -> std::io::Result<Self> {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(root)?;
+        let path = root.join(uuid::Uuid::new_v4().simple().to_string());
+        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+        Ok(Self { path })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes a resolved secret to a 0600 file in `secrets/` of the
+    /// directory: the tool reads it by path, so it never sits in an
+    /// argument vector, where `ps` shows it. The value is masked in the
+    /// output like every value the attempt resolved.
+    pub fn secret_file(&self, name: &str, value: &str) -> std::io::Result<PathBuf> {
+        use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let dir = self.path.join("secrets");
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)?;
+        let safe: String = name
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let path = dir.join(safe);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)?;
+        file.write_all(value.as_bytes())?;
+        Ok(path)
+    }
+}
+
+impl Drop for Workdir {
+    fn drop(&mut self) {
+        // The supervisor of a dropped tool may have removed it already.
+        if let Err(error) =
+            std::fs::remove_dir_all(&self.path).or_else(|error| match error.kind() {
+                std::io::ErrorKind::NotFound => Ok(()),
+                _ => Err(error),
+            })
+        {
+            warn!(path = %self.path.display(), %error, "tool working directory not removed");
+        }
+    }
+}
+
+/// A program to run: an absolute path, an argument vector and exactly the
+/// environment given here.
+#[derive(Clone, Debug)]
+pub struct ToolCommand {
+    program: PathBuf,
+    args: Vec<OsString>,
+    env: Vec<(String, String)>,
+}
+
+impl ToolCommand {
+    pub fn new(program: impl Into<PathBuf>) -> Self {
+        Self {
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+        }
+    }
+
+    pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    pub fn args<I: IntoIterator<Item = S>, S: Into<OsString>>(mut self, args: I) -> Self {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    /// One variable of the tool's environment (nothing else is inherited).
+    /// A resolved secret may be passed this way: it is masked in the output
+    /// like every value the attempt resolved (a file, [`Workdir::secret_file`],
+    /// keeps it out of `/proc/<pid>/environ` too).
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// `PATH` (the system directories), `HOME` and `TMPDIR` (the working
+    /// directory) and `LANG=C.UTF-8`: a minimal environment most tools need.
+    pub fn base_env(self, workdir: &Workdir) -> Self {
+        let home = workdir.path().to_string_lossy().into_owned();
+        self.env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", home.clone())
+            .env("TMPDIR", home)
+            .env("LANG", "C.UTF-8")
+    }
+}
+
+/// Why the runner stopped a tool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopCause {
+    /// A cancel, a self-fence or the instance's shutdown.
+    Stopped,
+    /// The JobSpec's start-to-close deadline.
+    Deadline,
+}
+
+/// How a tool ended.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ToolExit {
+    /// The exit code, when it exited.
+    pub code: Option<i32>,
+    /// The signal that ended it, when one did.
+    pub signal: Option<i32>,
+    /// Whether (and why) the runner stopped it.
+    pub stopped: Option<StopCause>,
+    /// Whether it outlived the grace after SIGINT and was killed.
+    pub killed: bool,
+    /// Output bytes read but not logged (over the tool's output bound).
+    pub output_dropped: u64,
+    pub duration_ms: u64,
+}
+
+impl ToolExit {
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    #[error("tool program `{0}` must be an absolute path")]
+    NotAbsolute(String),
+    #[error("tool program `{path}` cannot be run: {reason}")]
+    NotRunnable { path: String, reason: String },
+    #[error("cannot start the tool supervisor {shim}: {source}")]
+    Supervisor {
+        shim: String,
+        source: std::io::Error,
+    },
+    #[error("waiting for the tool: {0}")]
+    Wait(std::io::Error),
+}
+
+/// Runs `command` in `workdir` under the attempt's context: output to the
+/// log as it comes, stopped on cancel or at the deadline. Returns how it
+/// ended; every process it started is gone when this returns (or when the
+/// future is dropped: the supervisor then kills them).
+pub async fn run(
+    context: &ExecutionContext,
+    workdir: &Workdir,
+    command: ToolCommand,
+) -> Result<ToolExit, ToolError> {
+    check_program(&command.program)?;
+    let settings = context.tools();
+    let started = tokio::time::Instant::now();
+    let mut child = tokio::process::Command::new(&settings.shim)
+        .arg("tool-shim")
+        .arg("--workdir")
+        .arg(workdir.path())
+        .arg("--")
+        .arg(&command.program)
+        .args(&command.args)
+        .env_clear()
+        .envs(command.env.iter().map(|(key, value)| (key, value)))
+        .current_dir(workdir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|source| ToolError::Supervisor {
+            shim: settings.shim.display().to_string(),
+            source,
+        })?;
+    let budget = std::sync::Arc::new(OutputBudget::new(settings.max_output_bytes));
+    let pumps = [
+        child.stdout.take().map(|out| {
+            tokio::spawn(pump(
+                out,
+                LogStream::Stdout,
+                context.clone(),
+                budget.clone(),
+            ))
+        }),
+        child.stderr.take().map(|err| {
+            tokio::spawn(pump(
+                err,
+                LogStream::Stderr,
+                context.clone(),
+                budget.clone(),
+            ))
+        }),
+    ];
+    let orders = child.stdin.take();
+    let (status, stopped, killed) = supervise(&mut child, orders, context).await?;
+    for pump in pumps.into_iter().flatten() {
+        // The supervisor killed every holder of the pipes before it exited.
+        let _ = tokio::time::timeout(Duration::from_secs(2), pump).await;
+    }
+    Ok(ToolExit {
+        code: status.code(),
+        signal: status.signal(),
+        stopped,
+        killed,
+        output_dropped: budget.dropped(),
+        duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+    })
+}
+
+/// Waits for the supervisor; on cancel or at the deadline orders SIGINT,
+/// then after the grace SIGKILL.
+async fn supervise(
+    child: &mut Child,
+    mut orders: Option<ChildStdin>,
+    context: &ExecutionContext,
+) -> Result<(std::process::ExitStatus, Option<StopCause>, bool), ToolError> {
+    let deadline = context.deadline();
+    let mut stopped: Option<StopCause> = None;
+    let mut kill_at: Option<tokio::time::Instant> = None;
+    let mut killed = false;
+    loop {
+        let cause = tokio::select! {
+            status = child.wait() => {
+                return status.map(|status| (status, stopped, killed)).map_err(ToolError::Wait);
+            }
+            _ = context.cancel.cancelled(), if stopped.is_none() => StopCause::Stopped,
+            _ = sleep_until(deadline), if stopped.is_none() && deadline.is_some() => StopCause::Deadline,
+            _ = sleep_until(kill_at), if kill_at.is_some() && !killed => {
+                order(&mut orders, b'k').await;
+                killed = true;
+                continue;
+            }
+        };
+        order(&mut orders, b'i').await;
+        stopped = Some(cause);
+        kill_at = Some(tokio::time::Instant::now() + context.stop_grace());
+    }
+}
+
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Tells the supervisor `i` (interrupt) or `k` (kill); a supervisor that
+/// is already gone needs no order.
+async fn order(orders: &mut Option<ChildStdin>, byte: u8) {
+    if let Some(pipe) = orders.as_mut() {
+        if pipe.write_all(&[byte]).await.is_err() || pipe.flush().await.is_err() {
+            *orders = None;
+        }
+    }
+}
+
+fn check_program(program: &Path) -> Result<(), ToolError> {
+    use std::os::unix::fs::PermissionsExt;
+    if !program.is_absolute() {
+        return Err(ToolError::NotAbsolute(program.display().to_string()));
+    }
+    let not_runnable = |reason: String| ToolError::NotRunnable {
+        path: program.display().to_string(),
+        reason,
+    };
+    let metadata = std::fs::metadata(program).map_err(|error| not_runnable(error.to_string()))?;
+    if !metadata.is_file() {
+        return Err(not_runnable("not a regular file".into()));
+    }
+    if metadata.permissions().mode() & 0o111 == 0 {
+        return Err(not_runnable("not executable".into()));
+    }
+    Ok(())
+}
+
+/// The output bytes a tool may still log.
+struct OutputBudget {
+    left: std::sync::atomic::AtomicU64,
+    dropped: std::sync::atomic::AtomicU64,
+}
+
+impl OutputBudget {
+    fn new(limit: u64) -> Self {
+        Self {
+            left: limit.into(),
+            dropped: 0.into(),
+        }
+    }
+
+    /// How many of `wanted` bytes may be logged (the rest is counted as dropped).
+    fn take(&self, wanted: usize) -> usize {
+        use std::sync::atomic::Ordering;
+        let wanted = wanted as u64;
+        let granted = self
+            .left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                Some(left.saturating_sub(wanted))
+            })
+            .map_or(0, |left| left.min(wanted));
+        self.dropped.fetch_add(wanted - granted, Ordering::SeqCst);
+        usize::try_from(granted).unwrap_or(usize::MAX)
+    }
+
+    fn dropped(&self) -> u64 {
+        self.dropped.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Copies one output stream to the attempt's log as it comes. Bytes are
+/// cut into text at character boundaries (a character split across two
+/// reads is carried over); invalid UTF-8 is replaced.
+async fn pump(
+    mut reader: impl AsyncRead + Unpin,
+    stream: LogStream,
+    context: ExecutionContext,
+    budget: std::sync::Arc<OutputBudget>,
+) {
+    let mut buffer = vec![0_u8; 16 * 1024];
+    let mut carry: Vec<u8> = Vec::new();
+    let mut told = false;
+    loop {
+        let read = match reader.read(&mut buffer).await {
+            Ok(0) | Err(_) => break,
+            Ok(read) => read,
+        };
+        let granted = budget.take(read);
+        if granted < read && !told {
+            told = true;
+            context.log(
+                stream,
+                "\n[execplane: output over the tool's bound is dropped from here]\n",
+            );
+        }
+        carry.extend_from_slice(&buffer[..granted]);
+        let text = take_text(&mut carry);
+        if !text.is_empty() {
+            context.log(stream, text);
+        }
+    }
+    if !carry.is_empty() {
+        context.log(stream, String::from_utf8_lossy(&carry).into_owned());
+    }
+}
+
+/// The text of `bytes` up to the last complete character; the incomplete
+/// tail (at most 3 bytes) stays in `bytes`.
+fn take_text(bytes: &mut Vec<u8>) -> String {
+    let complete = match std::str::from_utf8(bytes) {
+        Ok(_) => bytes.len(),
+        Err(error) if error.error_len().is_none() => error.valid_up_to(),
+        // Invalid in the middle: replaced, nothing carried.
+        Err(_) => bytes.len(),
+    };
+    let text = String::from_utf8_lossy(&bytes[..complete]).into_owned();
+    bytes.drain(..complete);
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_character_split_across_reads_is_carried_over() {
+        let euro = "€".as_bytes();
+        let mut bytes = b"price: ".to_vec();
+        bytes.extend_from_slice(&euro[..2]);
+        assert_eq!(take_text(&mut bytes), "price: ");
+        assert_eq!(bytes, &euro[..2]);
+        bytes.extend_from_slice(&euro[2..]);
+        bytes.extend_from_slice(b"5");
+        assert_eq!(take_text(&mut bytes), "€5");
+        assert!(bytes.is_empty());
+        let mut invalid = vec![b'a', 0xff, b'b'];
+        assert_eq!(take_text(&mut invalid), "a\u{fffd}b");
+    }
+
+    #[test]
+    fn the_output_budget_grants_up_to_its_bound_and_counts_the_rest() {
+        let budget = OutputBudget::new(10);
+        assert_eq!(budget.take(6), 6);
+        assert_eq!(budget.take(6), 4);
+        assert_eq!(budget.take(6), 0);
+        assert_eq!(budget.dropped(), 8);
+    }
+
+    #[test]
+    fn a_workdir_is_private_and_removed_with_its_secret_files() {
+        use std::os::unix::fs::PermissionsExt;
+        let root =
+            std::env::temp_dir().join(format!("execplane-tool-test-{}", uuid::Uuid::new_v4()));
+        let workdir = Workdir::new(&root).unwrap();
+        let mode = std::fs::metadata(workdir.path())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        let file = workdir.secret_file("db/password", "hunter2").unwrap();
+        assert_eq!(file.parent().unwrap(), workdir.path().join("secrets"));
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "hunter2");
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        let path = workdir.path().to_owned();
+        drop(workdir);
+        assert!(!path.exists() && !file.exists());
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn only_an_absolute_executable_file_is_a_program() {
+        assert!(matches!(
+            check_program(Path::new("sh")),
+            Err(ToolError::NotAbsolute(_))
+        ));
+        assert!(check_program(Path::new("/bin/sh")).is_ok());
+        assert!(matches!(
+            check_program(Path::new("/etc/passwd")),
+            Err(ToolError::NotRunnable { .. })
+        ));
+        assert!(matches!(
+            check_program(Path::new("/nonexistent/tool")),
+            Err(ToolError::NotRunnable { .. })
+        ));
+    }
+}

@@ -1,0 +1,205 @@
+//! The tool supervisor (`execplane tool-shim -- PROGRAM ARGS...`): the one
+//! process between a runner and its tool. It exists because nothing a
+//! runner does after `kill -9` can clean up, and `PR_SET_PDEATHSIG` reaches
+//! only a direct child, never the processes a tool forks (ansible's
+//! workers, terraform's providers, a script's `sleep &`).
+//!
+//! It starts the tool in a process group of its own, as a child subreaper
+//! (an orphaned descendant is re-parented to it, not to init), and reads
+//! its stdin, a pipe from the runner:
+//!
+//! - `i`: SIGINT to the tool's group (the polite stop);
+//! - `k`, or end of file (the runner dropped the tool, or died however it
+//!   died): SIGKILL to the group and to every descendant, then exit.
+//!
+//! When the tool exits by itself, whatever it left behind is killed the
+//! same way. The supervisor then ends as the tool ended: the same exit code,
+//! or the same signal raised on itself (it installs no handlers), so the
+//! runner reads the tool's status from the supervisor's.
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal, WaitOptions};
+
+/// Exit code when the tool could not be started at all (as shells do).
+pub const CANNOT_START: u8 = 127;
+
+/// How the supervisor ends when a cleanup could not reap everything.
+const REAP_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Runs `command` (program, then its arguments) under supervision. Its
+/// stdout and stderr are the supervisor's; its environment is the
+/// supervisor's, which the runner scrubbed. When its runner goes away
+/// while the tool runs, `workdir` (the tool's private directory, which the
+/// runner can no longer remove) is removed too.
+pub fn run(workdir: Option<&std::path::Path>, command: &[OsString]) -> ExitCode {
+    let Some((program, args)) = command.split_first() else {
+        eprintln!("execplane tool supervisor: no program given");
+        return ExitCode::from(CANNOT_START);
+    };
+    if let Err(error) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
+        eprintln!("execplane tool supervisor: cannot become a subreaper: {error}");
+        return ExitCode::from(CANNOT_START);
+    }
+    let child = match Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .process_group(0)
+        .spawn()
+    {
+        Ok(child) => child,
+        Err(error) => {
+            eprintln!(
+                "execplane tool supervisor: cannot start {}: {error}",
+                program.to_string_lossy()
+            );
+            return ExitCode::from(CANNOT_START);
+        }
+    };
+    let tool = Pid::from_child(&child);
+    // The tool is reaped below with every other descendant: the handle is
+    // only its pid.
+    drop(child);
+    let orders = read_orders();
+    let mut orphaned = false;
+    let status = loop {
+        match orders.recv_timeout(Duration::from_millis(20)) {
+            Ok(Order::Interrupt) => {
+                let _ = rustix::process::kill_process_group(tool, Signal::INT);
+            }
+            Ok(Order::Kill) => kill_everything(tool),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                orphaned = true;
+                kill_everything(tool);
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        if let Some(status) = reap(tool) {
+            break status;
+        }
+    };
+    kill_everything(tool);
+    reap_all(Instant::now() + REAP_DEADLINE);
+    if let (true, Some(workdir)) = (orphaned, workdir) {
+        if let Err(error) = std::fs::remove_dir_all(workdir) {
+            eprintln!(
+                "execplane tool supervisor: cannot remove {}: {error}",
+                workdir.display()
+            );
+        }
+    }
+    end_as(status)
+}
+
+enum Order {
+    Interrupt,
+    Kill,
+}
+
+/// The runner's orders, read on a thread of their own; the channel
+/// disconnects at end of file.
+fn read_orders() -> mpsc::Receiver<Order> {
+    let (sender, receiver) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut stdin = std::io::stdin().lock();
+        let mut byte = [0_u8; 1];
+        while let Ok(1) = stdin.read(&mut byte) {
+            let order = match byte[0] {
+                b'i' => Order::Interrupt,
+                b'k' => Order::Kill,
+                _ => continue,
+            };
+            if sender.send(order).is_err() {
+                return;
+            }
+        }
+    });
+    receiver
+}
+
+/// Reaps every exited child without waiting; the tool's status once it
+/// has exited.
+fn reap(tool: Pid) -> Option<rustix::process::WaitStatus> {
+    let mut tool_status = None;
+    while let Ok(Some((pid, status))) = rustix::process::wait(WaitOptions::NOHANG) {
+        if pid == tool {
+            tool_status = Some(status);
+        }
+    }
+    tool_status
+}
+
+/// SIGKILL to the tool's group and to every process re-parented to the
+/// supervisor (a descendant that left the group and lost its parent).
+fn kill_everything(tool: Pid) {
+    let _ = rustix::process::kill_process_group(tool, Signal::KILL);
+    for pid in children_of(rustix::process::getpid()) {
+        let _ = rustix::process::kill_process(pid, Signal::KILL);
+    }
+}
+
+/// Kills and reaps until no child is left (a descendant whose parent was
+/// just killed is re-parented here a moment later), within `deadline`.
+fn reap_all(deadline: Instant) {
+    loop {
+        match rustix::process::wait(WaitOptions::NOHANG) {
+            Ok(Some(_)) => continue,
+            Ok(None) => {}
+            // No child left at all.
+            Err(_) => return,
+        }
+        if Instant::now() >= deadline {
+            eprintln!("execplane tool supervisor: descendants still alive after SIGKILL");
+            return;
+        }
+        for pid in children_of(rustix::process::getpid()) {
+            let _ = rustix::process::kill_process(pid, Signal::KILL);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The processes whose parent is `parent`, from /proc.
+fn children_of(parent: Pid) -> Vec<Pid> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| parent_of(*pid) == Some(parent.as_raw_nonzero().get()))
+        .filter_map(Pid::from_raw)
+        .collect()
+}
+
+/// The parent pid of `pid`, from `/proc/<pid>/stat` (the field after the
+/// parenthesised command name, which may itself hold spaces and parens).
+pub fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_name.split_whitespace();
+    let _state = fields.next()?;
+    fields.next()?.parse().ok()
+}
+
+/// Ends the supervisor as the tool ended.
+fn end_as(status: rustix::process::WaitStatus) -> ExitCode {
+    if let Some(code) = status.exit_status() {
+        return ExitCode::from(u8::try_from(code & 0xff).unwrap_or(1));
+    }
+    if let Some(signal) = status.terminating_signal() {
+        if let Some(signal) = Signal::from_named_raw(signal) {
+            let _ = rustix::process::kill_process(rustix::process::getpid(), signal);
+            // A signal whose default is not to terminate: say it the
+            // shells' way.
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        return ExitCode::from(u8::try_from(128 + (signal & 0x7f)).unwrap_or(1));
+    }
+    ExitCode::from(1)
+}

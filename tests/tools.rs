@@ -1,0 +1,213 @@
+//! Tool processes (docs/ARCHITECTURE.md, "Tool processes"): the supervisor
+//! mirrors how its tool ended; a tool that ignores SIGINT is killed after
+//! the grace on cancel, with its grandchildren (checked in /proc); a runner
+//! killed -9 mid-tool takes its tool and the tool's descendants with it.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::pipeline::{job, Pipeline};
+use serde_json::json;
+use sqlx::PgPool;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn probe_dir() -> String {
+    format!("{}/tests/probes", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Whether `pid` is a live (not zombie) process whose command line holds
+/// `marker` (so a recycled pid does not count).
+fn alive(pid: i32, marker: &str) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    let state = stat[stat.rfind(')').unwrap() + 1..]
+        .split_whitespace()
+        .next();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    state != Some("Z") && String::from_utf8_lossy(&cmdline).contains(marker)
+}
+
+/// The tool's pid and its two grandchildren's, once the probe wrote them,
+/// and its working directory.
+fn wait_pids(path: &std::path::Path) -> (Vec<(i32, &'static str)>, std::path::PathBuf) {
+    let deadline = Instant::now() + WAIT;
+    while Instant::now() < deadline {
+        if let Ok(text) = std::fs::read_to_string(path) {
+            let fields: Vec<&str> = text.split_whitespace().collect();
+            let pid = |index: usize| fields[index].parse::<i32>().unwrap();
+            return (
+                vec![(pid(0), "stubborn"), (pid(1), "1000"), (pid(2), "1001")],
+                fields[3].into(),
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("the probe never wrote {}", path.display());
+}
+
+fn wait_gone(pids: &[(i32, &str)], within: Duration) {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if pids.iter().all(|(pid, marker)| !alive(*pid, marker)) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left: Vec<_> = pids
+        .iter()
+        .filter(|(pid, marker)| alive(*pid, marker))
+        .collect();
+    // Not left to hold the suite's output pipe for a quarter of an hour.
+    for (pid, _) in &left {
+        let _ = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    }
+    panic!("still alive after {within:?}: {left:?}");
+}
+
+#[test]
+fn the_supervisor_ends_as_its_tool_ended() {
+    use std::os::unix::process::ExitStatusExt;
+    let run = |script: &str| {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_execplane"))
+            .args(["tool-shim", "--", "/bin/sh", "-c", script])
+            .env_clear()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let output = child.wait_with_output().unwrap();
+        drop(stdin);
+        output
+    };
+    let exited = run("echo out; exit 3");
+    assert_eq!(exited.status.code(), Some(3));
+    assert_eq!(String::from_utf8_lossy(&exited.stdout), "out\n");
+    let signalled = run("kill -TERM $$");
+    assert_eq!(signalled.status.signal(), Some(15));
+    // Nothing inherited: the supervisor's environment is the tool's.
+    let env = String::from_utf8_lossy(&run("env").stdout).into_owned();
+    assert!(
+        !env.contains("CARGO") && !env.contains("HOME=") && !env.contains("PATH="),
+        "{env}"
+    );
+
+    let missing = Command::new(env!("CARGO_BIN_EXE_execplane"))
+        .args(["tool-shim", "--", "/nonexistent/tool"])
+        .stdin(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(missing.status.code(), Some(127));
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("cannot start /nonexistent/tool"));
+}
+
+#[test]
+fn closing_the_supervisors_stdin_kills_the_tool_and_every_descendant() {
+    let dir = std::env::temp_dir().join(format!("execplane-tools-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pids = dir.join("pids");
+    let workdir = dir.join("work");
+    std::fs::create_dir(&workdir).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_execplane"))
+        .args([
+            "tool-shim",
+            "--workdir",
+            workdir.to_str().unwrap(),
+            "--",
+            &format!("{}/stubborn", probe_dir()),
+        ])
+        .current_dir(&workdir)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env(
+            "EXECPLANE_PROBE_ARGS",
+            json!({"pids": pids.display().to_string()}).to_string(),
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let (processes, cwd) = wait_pids(&pids);
+    assert_eq!(cwd, workdir);
+    // SIGINT is ignored by all three.
+    stdin.write_all(b"i").unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(processes.iter().all(|(pid, marker)| alive(*pid, marker)));
+    drop(stdin);
+    wait_gone(&processes, Duration::from_secs(5));
+    assert!(child.wait().unwrap().code().is_none(), "killed, not exited");
+    // Orphaned (its runner gone), the supervisor removes the working directory.
+    assert!(!workdir.exists());
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+async fn probing_pipeline(pool: &PgPool) -> (Pipeline, usize) {
+    let mut pipeline = Pipeline::new(pool).await;
+    pipeline.spawn(&["dispatcher"], &[]);
+    pipeline.spawn(&["relay"], &[]);
+    let probes = probe_dir();
+    let runner = pipeline.spawn(
+        &["runner", "verification"],
+        &[
+            ("EXECPLANE_VERIFY_PROBE_DIR", probes.as_str()),
+            ("EXECPLANE_VERIFY_PROBES", "stubborn"),
+            ("EXECPLANE_RUNNER_STOP_GRACE", "1s"),
+        ],
+    );
+    pipeline.wait_runners(1).await;
+    (pipeline, runner)
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_cancelled_tool_that_ignores_sigint_is_killed_with_its_grandchildren(pool: PgPool) {
+    let (pipeline, _) = probing_pipeline(&pool).await;
+    let pids = pipeline.dir.join("cancelled.pids");
+    let spec = job(
+        "verify.custom.probe",
+        json!({"probe_id": "stubborn", "args": {"pids": pids.display().to_string()}}),
+        json!({"retry": {"max_attempts": 1}}),
+    );
+    pipeline.submit(&spec).await;
+    let (processes, workdir) = wait_pids(&pids);
+    assert!(processes.iter().all(|(pid, marker)| alive(*pid, marker)));
+    assert!(workdir.is_dir());
+    let attempt = pipeline.attempts(&spec.job_id).await[0].0;
+    let cancelled_at = Instant::now();
+    pipeline.cancel(attempt, 10_000).await;
+    let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
+    assert_eq!(attempts[0].1, "cancelled", "{attempts:?}");
+    // SIGINT changed nothing; SIGKILL came after the 1 s grace.
+    assert!(cancelled_at.elapsed() >= Duration::from_secs(1));
+    wait_gone(&processes, Duration::from_secs(2));
+    assert!(!workdir.exists(), "the working directory is removed");
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_runner_killed_mid_tool_takes_its_tool_with_it(pool: PgPool) {
+    let (mut pipeline, runner) = probing_pipeline(&pool).await;
+    let pids = pipeline.dir.join("orphaned.pids");
+    let spec = job(
+        "verify.custom.probe",
+        json!({"probe_id": "stubborn", "args": {"pids": pids.display().to_string()}}),
+        json!({"retry": {"max_attempts": 1}}),
+    );
+    pipeline.submit(&spec).await;
+    let (processes, workdir) = wait_pids(&pids);
+    pipeline.signal(runner, "KILL");
+    wait_gone(&processes, Duration::from_secs(5));
+    // Nobody is left to drop the runner's handle: the supervisor removes it.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while workdir.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!workdir.exists(), "{} left behind", workdir.display());
+}
