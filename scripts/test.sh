@@ -31,7 +31,7 @@ log "building"
 cargo build --locked --all-targets
 log "running the test suite"
 RESULTS="$STACK_DIR/test-results.log"
-cargo test --locked --all-targets -- --test-threads="${EXECPLANE_TEST_THREADS:-2}" 2>&1 | tee "$RESULTS"
+cargo test --locked --no-fail-fast --all-targets -- --test-threads="${EXECPLANE_TEST_THREADS:-2}" 2>&1 | tee "$RESULTS"
 [ "${PIPESTATUS[0]}" -eq 0 ] || die "tests failed"
 
 log "benchmarks, small N (figures only, never asserted)"

@@ -9,6 +9,7 @@
 //! recorded), and nothing is lost.
 
 pub mod detect;
+pub mod inputs;
 pub mod storage;
 mod worker;
 

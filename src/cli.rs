@@ -118,6 +118,13 @@ fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
 
 #[derive(Debug, Subcommand)]
 pub enum ArtifactsCommand {
+    /// Store an input artifact by content; prints its reference
+    /// (`sha256:<hex>`), which a JobSpec names as `{"artifact": "..."}`.
+    Put {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
     /// An attempt's artifacts: name, class, size, sha256.
     List {
         attempt: Uuid,
@@ -278,6 +285,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
         },
         Command::Executors(command) => executors(&connect(&config).await?, command).await,
+        // Storage only: no database needed.
+        Command::Artifacts(ArtifactsCommand::Put { file, json }) => {
+            artifacts_put(&config, &file, json).await
+        }
         Command::Artifacts(command) => artifacts(&config, &connect(&config).await?, command).await,
         Command::Topology(TopologyCommand::Apply) => roles::topology_apply(&config).await,
         Command::Submit {
@@ -308,6 +319,39 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// `artifacts put`: exit 0 and the reference; 2 for a file too large.
+async fn artifacts_put(
+    config: &Config,
+    file: &std::path::Path,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    use crate::artifacts::inputs::MAX_INPUT_BYTES;
+    let size = std::fs::metadata(file)
+        .with_context(|| format!("reading {}", file.display()))?
+        .len();
+    if size > MAX_INPUT_BYTES as u64 {
+        eprintln!(
+            "{}: {size} bytes; an input artifact is at most {MAX_INPUT_BYTES}",
+            file.display()
+        );
+        return Ok(ExitCode::from(2));
+    }
+    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let storage = crate::artifacts::Storage::open(&config.storage());
+    let reference = crate::artifacts::inputs::put(&storage, &bytes)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"artifact": reference.to_string(), "size": bytes.len()})
+        );
+    } else {
+        println!("{reference}");
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 async fn artifacts(
     config: &Config,
     store: &Store,
@@ -316,6 +360,7 @@ async fn artifacts(
     use crate::artifacts::ArtifactStorage;
     let storage = crate::artifacts::Storage::open(&config.storage());
     match command {
+        ArtifactsCommand::Put { file, json } => artifacts_put(config, &file, json).await,
         ArtifactsCommand::List { attempt, json } => {
             let rows = store.artifacts_of(attempt).await?;
             if json {

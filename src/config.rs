@@ -828,6 +828,7 @@ impl Config {
             drain_timeout: self.runner.drain_timeout.as_std(),
             stop_grace: self.runner.stop_grace.as_std(),
             tools: Arc::new(self.tools()),
+            storage: Some(Arc::new(crate::artifacts::Storage::open(&self.storage()))),
             policy: self.policy.loaded.clone(),
             ..Default::default()
         }

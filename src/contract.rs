@@ -4,6 +4,7 @@
 //! The JSON form (serde) is what people write and read; the Avro form
 //! (`crate::codec`) is what travels on Kafka and what the event log hashes.
 
+pub mod artifact_ref;
 mod duration;
 mod events;
 pub mod inputs;

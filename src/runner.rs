@@ -49,6 +49,8 @@ pub struct ExecutionContext {
     stop_grace: Duration,
     /// The start-to-close deadline: a tool still running then is stopped.
     deadline: Option<tokio::time::Instant>,
+    /// Where input artifacts are read from.
+    storage: Option<std::sync::Arc<crate::artifacts::Storage>>,
 }
 
 impl ExecutionContext {
@@ -64,7 +66,21 @@ impl ExecutionContext {
             tools: std::sync::Arc::default(),
             stop_grace: Duration::from_secs(2),
             deadline: None,
+            storage: None,
         }
+    }
+
+    /// The artifact storage input artifacts are fetched from.
+    pub fn with_storage(
+        mut self,
+        storage: Option<std::sync::Arc<crate::artifacts::Storage>>,
+    ) -> Self {
+        self.storage = storage;
+        self
+    }
+
+    pub fn storage(&self) -> Option<&crate::artifacts::Storage> {
+        self.storage.as_deref()
     }
 
     /// Where and how tool processes run, and the grace a stopped one gets.
@@ -173,6 +189,9 @@ pub struct RunnerConfig {
     pub stop_grace: Duration,
     /// Where tool processes run.
     pub tools: std::sync::Arc<tool::ToolSettings>,
+    /// The artifact storage input artifacts are read from (runners reach
+    /// storage, never the store); none: a job naming one fails.
+    pub storage: Option<std::sync::Arc<crate::artifacts::Storage>>,
     /// Where `{"$secret": ...}` references are resolved; none: a JobSpec
     /// that needs a secret fails `infrastructure`.
     pub secrets: Option<std::sync::Arc<crate::secrets::Vault>>,
@@ -189,6 +208,7 @@ impl Default for RunnerConfig {
             drain_timeout: Duration::from_secs(30),
             stop_grace: Duration::from_secs(2),
             tools: std::sync::Arc::default(),
+            storage: None,
             secrets: None,
             policy: std::sync::Arc::default(),
         }

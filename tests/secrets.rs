@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::http::Server;
 use common::pipeline::{job, Pipeline};
-use execplane::codec::{Codec, Family, LogChunkRecord};
+use execplane::codec::{Codec, Family, LogChunkRecord, LogStream};
 use execplane::config::Secret;
 use execplane::contract::{topics, FailureCategory, RunnerType, SecretRef};
 use execplane::secrets::mask::forms_of;
@@ -448,25 +448,24 @@ async fn an_attempt_echoing_its_secret_leaks_it_nowhere(pool: PgPool) {
                 .unwrap()
         })
         .collect();
-    let output_of = |job: &execplane::contract::JobSpec| -> String {
+    let output_of = |job: &execplane::contract::JobSpec, streams: &[LogStream]| -> String {
         let attempt = execplane::attempt::attempt_id_for(job.command_id, 1).to_string();
         chunks
             .iter()
-            .filter(|chunk| chunk.attempt_id == attempt)
+            .filter(|chunk| chunk.attempt_id == attempt && streams.contains(&chunk.stream))
             .map(|chunk| chunk.text.as_str())
             .collect()
     };
-    let output = output_of(&echo);
+    let output = output_of(&echo, &[LogStream::Stdout, LogStream::Stderr]);
     assert_eq!(output.matches("[masked]").count(), 5, "{output}");
     assert!(
         output.contains("base64: [masked]") && output.contains("split: [masked]"),
         "{output}"
     );
-    let output = output_of(&tool);
-    assert!(
-        output.contains("tool: [masked]") && output.contains("stderr: [masked]"),
-        "{output}"
-    );
+    // Each stream masked as a stream: the two halves on stdout are one
+    // `[masked]`.
+    assert_eq!(output_of(&tool, &[LogStream::Stdout]), "tool: [masked]\n");
+    assert_eq!(output_of(&tool, &[LogStream::Stderr]), "stderr: [masked]\n");
 
     // Nowhere: not in any topic (payloads and headers), any table, any log.
     let needles = leaks(&value);
@@ -592,7 +591,11 @@ async fn a_tenant_cannot_name_another_tenants_secret(pool: PgPool) {
             json!({"url": listener.url("/exfiltrate"), "headers": {"authorization": {"$secret": "db"}}}),
             json!({
                 "tenant": extra_tenant,
-                "secret_refs": [{"name": "db", "mount": "secret", "path": format!("team-b/{run}/db"), "key": "password"}]
+                "secret_refs": [{"name": "db", "mount": "secret", "path": format!("team-b/{run}/db"), "key": "password"}],
+                // The second pipeline's relay takes over the first's (one
+                // database) and waits out its publication horizon, up to
+                // 8 s: a lease must outlive that wait.
+                "timeouts": {"schedule_to_start": "60s", "start_to_close": "60s", "heartbeat": "20s", "schedule_to_close": "120s"}
             }),
         )
     };

@@ -211,3 +211,108 @@ async fn a_runner_killed_mid_tool_takes_its_tool_with_it(pool: PgPool) {
     }
     assert!(!workdir.exists(), "{} left behind", workdir.display());
 }
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_probe_reads_an_input_artifact_by_digest_and_a_wrong_one_fails_as_contract(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    pipeline.spawn(&["dispatcher"], &[]);
+    pipeline.spawn(&["relay"], &[]);
+    let probes = probe_dir();
+    pipeline.spawn(
+        &["runner", "verification"],
+        &[
+            ("EXECPLANE_VERIFY_PROBE_DIR", probes.as_str()),
+            ("EXECPLANE_VERIFY_PROBES", "reader"),
+        ],
+    );
+    let storage = pipeline.dir.join("artifacts");
+    let inventory = pipeline.dir.join("inventory.ini");
+    std::fs::write(&inventory, "[web]\nweb-1.example.com\n").unwrap();
+    let put = Command::new(env!("CARGO_BIN_EXE_execplane"))
+        .args(["artifacts", "put", inventory.to_str().unwrap()])
+        .env("EXECPLANE_ARTIFACT_DIR", &storage)
+        .output()
+        .unwrap();
+    assert!(put.status.success(), "{put:?}");
+    let reference = String::from_utf8(put.stdout).unwrap().trim().to_owned();
+    let digest = {
+        use sha2::Digest;
+        hex::encode(sha2::Sha256::digest(b"[web]\nweb-1.example.com\n"))
+    };
+    assert_eq!(reference, format!("sha256:{digest}"));
+    pipeline.wait_runners(1).await;
+    let reader = |artifact: &str| {
+        job(
+            "verify.custom.probe",
+            json!({"probe_id": "reader", "args": {"file": {"artifact": artifact}, "expect": "[web]"}}),
+            json!({"retry": {"max_attempts": 1}}),
+        )
+    };
+    let good = reader(&reference);
+    let absent = reader(&format!("sha256:{}", "0".repeat(64)));
+    // Produced past every edge that validates: intake refuses it.
+    let mut malformed = reader(&reference);
+    malformed.inputs["args"]["file"] = json!({"artifact": "sha256:not-hex"});
+    for spec in [&good, &absent, &malformed] {
+        pipeline.submit(spec).await;
+    }
+    let ended = |job_id: String| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_as::<_, (String, Option<String>, Option<String>)>(
+                "SELECT status, failure_category, message FROM attempts WHERE job_id = $1",
+            )
+            .bind(job_id)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+        }
+    };
+    pipeline.wait_done(&good.job_id, WAIT).await;
+    let (status, _, message) = ended(good.job_id.clone()).await;
+    assert_eq!(status, "succeeded", "{message:?}");
+    pipeline.wait_done(&absent.job_id, WAIT).await;
+    let (status, category, message) = ended(absent.job_id.clone()).await;
+    let message = message.unwrap_or_default();
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("contract")),
+        "{message}"
+    );
+    assert!(
+        message.contains("inputs.args.file")
+            && message.contains(&"0".repeat(64))
+            && message.contains("not in storage"),
+        "{message}"
+    );
+    pipeline.wait_done(&malformed.job_id, WAIT).await;
+    let (status, category, message) = ended(malformed.job_id.clone()).await;
+    let message = message.unwrap_or_default();
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("rejected", Some("contract")),
+        "{message}"
+    );
+    assert!(message.contains("inputs.args.file"), "{message}");
+
+    // Content changed in storage behind the reference: refused, naming both digests.
+    std::fs::write(
+        storage.join(format!("inputs/sha256/{digest}")),
+        "[web]\nevil.example.com\n",
+    )
+    .unwrap();
+    let tampered = reader(&reference);
+    pipeline.submit(&tampered).await;
+    pipeline.wait_done(&tampered.job_id, WAIT).await;
+    let (status, category, message) = ended(tampered.job_id.clone()).await;
+    let message = message.unwrap_or_default();
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("contract")),
+        "{message}"
+    );
+    assert!(
+        message.contains(&reference) && message.contains("digest is"),
+        "{message}"
+    );
+}

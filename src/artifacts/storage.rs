@@ -7,6 +7,9 @@ use std::path::PathBuf;
 pub enum StorageError {
     #[error("storage: {0}")]
     Io(#[from] std::io::Error),
+    /// No object under the key (a caller's mistake, not an outage).
+    #[error("storage: no object `{0}`")]
+    NotFound(String),
 }
 
 /// Put, get and delete by key (`<attempt id>/<name>`).
@@ -68,7 +71,12 @@ impl ArtifactStorage for LocalDir {
     }
 
     async fn get(&self, key: &str) -> Result<Vec<u8>, StorageError> {
-        Ok(tokio::fs::read(self.path(key)).await?)
+        match tokio::fs::read(self.path(key)).await {
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                Err(StorageError::NotFound(key.to_owned()))
+            }
+            read => Ok(read?),
+        }
     }
 
     async fn delete(&self, key: &str) -> Result<(), StorageError> {
@@ -222,14 +230,22 @@ impl ArtifactStorage for S3 {
     }
 
     async fn get(&self, key: &str) -> Result<Vec<u8>, StorageError> {
-        let object = self
-            .client
-            .get_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .send()
-            .await
-            .map_err(|error| s3_error(aws_sdk_s3::error::DisplayErrorContext(error)))?;
+        let object =
+            self.client
+                .get_object()
+                .bucket(&self.bucket)
+                .key(key)
+                .send()
+                .await
+                .map_err(|error| {
+                    if error.as_service_error().is_some_and(
+                        aws_sdk_s3::operation::get_object::GetObjectError::is_no_such_key,
+                    ) {
+                        StorageError::NotFound(key.to_owned())
+                    } else {
+                        s3_error(aws_sdk_s3::error::DisplayErrorContext(error))
+                    }
+                })?;
         let expected = object
             .metadata()
             .and_then(|metadata| metadata.get("sha256"))

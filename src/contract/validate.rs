@@ -190,6 +190,15 @@ impl Fields {
             }
         }
         self.check_secrets(object, problems);
+        if let Some(inputs) = &self.inputs {
+            let mut references = Vec::new();
+            super::artifact_ref::references_in(inputs, "inputs", &mut references);
+            for (path, reference) in references {
+                if let Err(message) = reference {
+                    problems.push(Problem::new(path, message));
+                }
+            }
+        }
         if let (Some(operation), Some(inputs)) = (self.operation, &self.inputs) {
             check_inputs(operation, inputs, problems);
         }

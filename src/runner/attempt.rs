@@ -216,6 +216,8 @@ pub(super) struct AttemptSettings {
     pub stop_grace: Duration,
     /// Where tool processes run.
     pub tools: Arc<super::tool::ToolSettings>,
+    /// Where input artifacts are read from.
+    pub storage: Option<Arc<crate::artifacts::Storage>>,
     /// Where secret references are resolved.
     pub secrets: Option<Arc<Vault>>,
     /// The operator's policy, checked again before anything is resolved.
@@ -330,6 +332,7 @@ async fn supervise<E: Executor>(
     let start_to_close = assignment.spec.timeouts.start_to_close.as_std();
     let context = ExecutionContext::new(cancel.clone(), progress_tx, log_tx)
         .with_tools(settings.tools.clone(), settings.stop_grace)
+        .with_storage(settings.storage.clone())
         .with_deadline(tokio::time::Instant::now() + start_to_close);
     let execution = executor.execute(assignment, context);
     tokio::pin!(execution);

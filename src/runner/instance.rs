@@ -332,6 +332,7 @@ impl<E: Executor> Instance<E> {
         let settings = AttemptSettings {
             stop_grace: self.config.stop_grace,
             tools: self.config.tools.clone(),
+            storage: self.config.storage.clone(),
             secrets: self.config.secrets.clone(),
             policy: self.config.policy.clone(),
         };

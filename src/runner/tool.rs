@@ -27,6 +27,7 @@ use tokio::process::{Child, ChildStdin};
 use tracing::warn;
 
 use super::ExecutionContext;
+use crate::artifacts::inputs::{InputError, InputRef};
 use crate::codec::LogStream;
 
 /// Where tools run: the supervisor to start them under and the root of
@@ -106,6 +107,97 @@ impl Workdir {
             .open(&path)?;
         file.write_all(value.as_bytes())?;
         Ok(path)
+    }
+}
+
+impl Workdir {
+    /// Fetches an input artifact into `inputs/` of the directory, read-only
+    /// (0400), after checking its content against its digest.
+    pub async fn fetch_input(
+        &self,
+        context: &ExecutionContext,
+        reference: &InputRef,
+    ) -> Result<PathBuf, InputError> {
+        use std::io::Write;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let Some(storage) = context.storage() else {
+            return Err(InputError::Storage {
+                reference: reference.clone(),
+                source: crate::artifacts::StorageError::Io(std::io::Error::other(
+                    "this runner has no artifact storage configured",
+                )),
+            });
+        };
+        let bytes = crate::artifacts::inputs::fetch(storage, reference).await?;
+        let local = |source: std::io::Error| InputError::Storage {
+            reference: reference.clone(),
+            source: source.into(),
+        };
+        let dir = self.path.join("inputs");
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(local)?;
+        let path = dir.join(reference.to_string().replace(':', "-"));
+        if !path.exists() {
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o400)
+                .open(&path)
+                .map_err(local)?;
+            file.write_all(&bytes).map_err(local)?;
+        }
+        Ok(path)
+    }
+
+    /// Replaces every `{"artifact": "sha256:…"}` in `value` with the path
+    /// of the fetched, checked file. On failure, the field path (under
+    /// `path`) of the reference and why.
+    pub async fn fetch_inputs(
+        &self,
+        context: &ExecutionContext,
+        value: &mut serde_json::Value,
+        path: &str,
+    ) -> Result<(), (String, InputError)> {
+        let mut references = Vec::new();
+        crate::artifacts::inputs::references_in(value, path, &mut references);
+        for (at, reference) in references {
+            // Validated at intake; a work record produced past the
+            // dispatcher is checked again here.
+            let reference =
+                reference.map_err(|message| (at.clone(), InputError::Malformed(message)))?;
+            let file = self
+                .fetch_input(context, &reference)
+                .await
+                .map_err(|error| (at.clone(), error))?;
+            replace_reference(value, &reference, &file.to_string_lossy());
+        }
+        Ok(())
+    }
+}
+
+/// Replaces each reference to `reference` in `value` with `path`.
+fn replace_reference(value: &mut serde_json::Value, reference: &InputRef, path: &str) {
+    if let Some(Ok(found)) = crate::artifacts::inputs::reference_in(value) {
+        if &found == reference {
+            *value = serde_json::Value::String(path.to_owned());
+        }
+        return;
+    }
+    match value {
+        serde_json::Value::Object(object) => {
+            for child in object.values_mut() {
+                replace_reference(child, reference, path);
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for child in items {
+                replace_reference(child, reference, path);
+            }
+        }
+        _ => {}
     }
 }
 

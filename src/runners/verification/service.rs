@@ -66,10 +66,13 @@ impl Executor for VerificationRunner {
     }
 
     async fn execute(&self, assignment: Assignment, context: ExecutionContext) -> ExecutionOutcome {
-        let prepared = match self.prepare(&assignment.spec) {
+        let mut prepared = match self.prepare(&assignment.spec) {
             Ok(prepared) => prepared,
             Err(refusal) => return refusal,
         };
+        if let Err(refusal) = self.fetch_inputs(&mut prepared, &context).await {
+            return refusal;
+        }
         let spec = &assignment.spec;
         let retry = spec.retry;
         let samples_wanted = retry.max_attempts.max(1);
@@ -115,6 +118,8 @@ struct Prepared {
     inputs: OperationInputs,
     bounds: Bounds,
     http: reqwest::Client,
+    /// The input artifacts a probe program reads (removed when done).
+    input_files: Option<crate::runner::tool::Workdir>,
 }
 
 impl VerificationRunner {
@@ -162,7 +167,43 @@ impl VerificationRunner {
             inputs,
             bounds,
             http,
+            input_files: None,
         })
+    }
+
+    /// A probe program's `args` may name input artifacts: each is fetched,
+    /// checked against its digest and replaced by the read-only file's
+    /// path. A missing or different object fails the attempt as
+    /// `contract`, naming the reference's field.
+    async fn fetch_inputs(
+        &self,
+        prepared: &mut Prepared,
+        context: &ExecutionContext,
+    ) -> Result<(), ExecutionOutcome> {
+        let OperationInputs::VerifyCustomProbe(probe) = &mut prepared.inputs else {
+            return Ok(());
+        };
+        let mut args = serde_json::to_value(&probe.args).unwrap_or_default();
+        let mut references = Vec::new();
+        crate::artifacts::inputs::references_in(&args, "inputs.args", &mut references);
+        if references.is_empty() {
+            return Ok(());
+        }
+        let failed = |category, message: String| ExecutionOutcome::failed(category, message, None);
+        let workdir =
+            crate::runner::tool::Workdir::new(&context.tools().work_root).map_err(|error| {
+                failed(
+                    FailureCategory::Infrastructure,
+                    format!("no directory for input artifacts: {error}"),
+                )
+            })?;
+        workdir
+            .fetch_inputs(context, &mut args, "inputs.args")
+            .await
+            .map_err(|(path, error)| failed(error.category(), format!("{path}: {error}")))?;
+        probe.args = serde_json::from_value(args).unwrap_or_default();
+        prepared.input_files = Some(workdir);
+        Ok(())
     }
 
     /// A sample's timeout: the one asked for (or the default), at most the

@@ -1,0 +1,149 @@
+//! Input artifacts: files a job needs (a playbook package, an inventory,
+//! manifests, a plan, a file to upload), stored once by content on the
+//! artifact storage and named in a JobSpec as `{"artifact": "sha256:<hex>"}`.
+//! `execplane artifacts put FILE` stores one and prints its reference.
+//! Runners fetch them from storage (never from the store) and check the
+//! digest: a missing object or different content fails the attempt as
+//! `contract`, naming the reference.
+
+use super::{ArtifactStorage, StorageError};
+pub use crate::contract::artifact_ref::{reference_in, references_in, InputRef};
+
+/// The largest input artifact: runners hold one in memory while they check it.
+pub const MAX_INPUT_BYTES: usize = 64 * 1024 * 1024;
+
+/// Why an input could not be had. `Missing` and `Mismatch` are the
+/// requester's (`contract`); `Storage` is an outage (`infrastructure`).
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("input artifact {0} is not in storage (store it with `execplane artifacts put`)")]
+    Missing(InputRef),
+    #[error("input artifact {reference}: the stored content's digest is {actual}")]
+    Mismatch {
+        reference: InputRef,
+        actual: InputRef,
+    },
+    #[error("{0}")]
+    Malformed(String),
+    #[error("input artifact {reference} is larger than {MAX_INPUT_BYTES} bytes")]
+    TooLarge { reference: InputRef },
+    #[error("input artifact {reference}: {source}")]
+    Storage {
+        reference: InputRef,
+        source: StorageError,
+    },
+}
+
+impl InputError {
+    pub fn category(&self) -> crate::contract::FailureCategory {
+        match self {
+            InputError::Storage { .. } => crate::contract::FailureCategory::Infrastructure,
+            _ => crate::contract::FailureCategory::Contract,
+        }
+    }
+}
+
+/// Stores `bytes` under their content address; storing the same content
+/// twice stores it once.
+pub async fn put<S: ArtifactStorage>(storage: &S, bytes: &[u8]) -> Result<InputRef, String> {
+    if bytes.len() > MAX_INPUT_BYTES {
+        return Err(format!(
+            "{} bytes; an input artifact is at most {MAX_INPUT_BYTES}",
+            bytes.len()
+        ));
+    }
+    let reference = InputRef::of(bytes);
+    storage
+        .put(&reference.key(), bytes)
+        .await
+        .map_err(|error| error.to_string())?;
+    Ok(reference)
+}
+
+/// Reads an input and checks that its content is the one it names.
+pub async fn fetch<S: ArtifactStorage>(
+    storage: &S,
+    reference: &InputRef,
+) -> Result<Vec<u8>, InputError> {
+    let bytes = storage
+        .get(&reference.key())
+        .await
+        .map_err(|source| match source {
+            StorageError::NotFound(_) => InputError::Missing(reference.clone()),
+            source => InputError::Storage {
+                reference: reference.clone(),
+                source,
+            },
+        })?;
+    if bytes.len() > MAX_INPUT_BYTES {
+        return Err(InputError::TooLarge {
+            reference: reference.clone(),
+        });
+    }
+    let actual = InputRef::of(&bytes);
+    if &actual != reference {
+        return Err(InputError::Mismatch {
+            reference: reference.clone(),
+            actual,
+        });
+    }
+    Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sha2::{Digest, Sha256};
+
+    #[tokio::test]
+    async fn an_input_is_stored_by_content_and_checked_when_read() {
+        let root = std::env::temp_dir().join(format!("execplane-inputs-{}", uuid::Uuid::new_v4()));
+        let storage = super::super::LocalDir::new(&root);
+        let reference = put(&storage, b"- hosts: all\n").await.unwrap();
+        assert_eq!(
+            reference.to_string(),
+            format!("sha256:{}", hex::encode(Sha256::digest(b"- hosts: all\n")))
+        );
+        assert_eq!(InputRef::parse(&reference.to_string()).unwrap(), reference);
+        assert_eq!(
+            fetch(&storage, &reference).await.unwrap(),
+            b"- hosts: all\n"
+        );
+        // Another file's name: missing, a contract failure.
+        let absent = InputRef::of(b"never stored");
+        let missing = fetch(&storage, &absent).await.unwrap_err();
+        assert!(matches!(missing, InputError::Missing(_)), "{missing}");
+        assert_eq!(
+            missing.category(),
+            crate::contract::FailureCategory::Contract
+        );
+        // Tampered content: named with both digests.
+        std::fs::write(root.join(reference.key()), b"- hosts: prod\n").unwrap();
+        let tampered = fetch(&storage, &reference).await.unwrap_err();
+        assert!(
+            tampered.to_string().contains(&reference.to_string()),
+            "{tampered}"
+        );
+        assert!(matches!(tampered, InputError::Mismatch { .. }));
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn only_a_well_formed_reference_parses() {
+        for bad in [
+            "sha256:abc",
+            "md5:00",
+            "SHA256:0000",
+            "sha256:../../etc/passwd",
+        ] {
+            assert!(InputRef::parse(bad).is_err(), "{bad}");
+        }
+        let upper = format!("sha256:{}", "A".repeat(64));
+        assert!(InputRef::parse(&upper).is_err());
+        assert!(reference_in(&serde_json::json!({"artifact": "sha256:00"}))
+            .unwrap()
+            .is_err());
+        assert!(reference_in(&serde_json::json!({"artifact": "x", "kind": 1})).is_none());
+        assert!(reference_in(&serde_json::json!({"path": "x"})).is_none());
+    }
+}

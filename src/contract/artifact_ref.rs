@@ -1,0 +1,88 @@
+//! Input artifact references: `{"artifact": "sha256:<hex>"}` in a
+//! JobSpec's inputs names a file stored by content (`artifacts::inputs`).
+
+use sha2::{Digest, Sha256};
+
+/// A content address, `sha256:<64 lowercase hex>`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct InputRef(String);
+
+impl InputRef {
+    /// Parses a reference as written in a JobSpec.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.strip_prefix("sha256:") {
+            Some(hex)
+                if hex.len() == 64
+                    && hex
+                        .bytes()
+                        .all(|byte| byte.is_ascii_digit() || (b'a'..=b'f').contains(&byte)) =>
+            {
+                Ok(Self(hex.to_owned()))
+            }
+            _ => Err(format!(
+                "`{}` is not an artifact reference (sha256:<64 lowercase hex digits>)",
+                super::limits::loggable(text)
+            )),
+        }
+    }
+
+    /// The reference of `bytes`.
+    pub fn of(bytes: &[u8]) -> Self {
+        Self(hex::encode(Sha256::digest(bytes)))
+    }
+
+    /// Its storage key.
+    pub fn key(&self) -> String {
+        format!("inputs/sha256/{}", self.0)
+    }
+}
+
+/// Every artifact reference in `value` with its field path (under `path`),
+/// or the problem of a malformed one.
+pub fn references_in(
+    value: &serde_json::Value,
+    path: &str,
+    found: &mut Vec<(String, Result<InputRef, String>)>,
+) {
+    if let Some(reference) = reference_in(value) {
+        found.push((path.to_owned(), reference));
+        return;
+    }
+    match value {
+        serde_json::Value::Object(object) => {
+            for (key, child) in object {
+                references_in(
+                    child,
+                    &format!("{path}.{}", super::limits::loggable(key)),
+                    found,
+                );
+            }
+        }
+        serde_json::Value::Array(items) => {
+            for (index, child) in items.iter().enumerate() {
+                references_in(child, &format!("{path}[{index}]"), found);
+            }
+        }
+        _ => {}
+    }
+}
+
+impl std::fmt::Display for InputRef {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(formatter, "sha256:{}", self.0)
+    }
+}
+
+/// The reference an input value holds, if it is an object whose one key
+/// is `artifact`.
+pub fn reference_in(value: &serde_json::Value) -> Option<Result<InputRef, String>> {
+    let object = value.as_object()?;
+    let reference = object.get("artifact")?;
+    if object.len() != 1 {
+        return None;
+    }
+    Some(match reference.as_str() {
+        Some(text) => InputRef::parse(text),
+        None => Err("`artifact` must be a string sha256:<hex>".into()),
+    })
+}
