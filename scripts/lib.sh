@@ -54,6 +54,12 @@ ensure_rust() {
         die "rustc $version is older than 1.94.1 and rustup is absent; install Rust >= 1.94.1 (https://rustup.rs)"
       fi
     fi
+    # The lint gate needs both; a toolchain without them would fail it for
+    # the wrong reason.
+    if command -v rustup >/dev/null 2>&1 && ! { cargo fmt --version && cargo clippy --version; } >/dev/null 2>&1; then
+      log "adding the rustfmt and clippy components"
+      rustup component add rustfmt clippy >/dev/null
+    fi
     return 0
   fi
   log "cargo not found: installing Rust with rustup"

@@ -258,6 +258,12 @@ async fn connections_and_partial_frames_are_bounded(pool: PgPool) {
         closed_within(&mut over, Duration::from_secs(2)),
         "the 13th connection stayed open"
     );
+    // The cap is the process's, not a listener's: TCP is refused too.
+    let mut over_tcp = connect_from([127, 0, 0, 41], ingress.tcp).unwrap();
+    assert!(
+        closed_within(&mut over_tcp, Duration::from_secs(2)),
+        "a TCP connection past the cap stayed open"
+    );
     held.clear();
     std::thread::sleep(Duration::from_millis(300));
 

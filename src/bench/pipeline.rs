@@ -320,6 +320,9 @@ impl<'a> Rig<'a> {
     async fn start_runner(&mut self) -> anyhow::Result<()> {
         let mut runner_config = self.config.runner();
         runner_config.capacity = self.capacity;
+        runner_config.storage = Some(Arc::new(crate::artifacts::Storage::open(
+            &self.config.storage(),
+        )));
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let instance = crate::runner::run_instance(
             self.kafka.clone(),

@@ -129,6 +129,7 @@ mod tests {
             "a tenth of the TTL before the deadline"
         );
         assert!(!guard.must_fence(8_999));
+        assert!(guard.must_fence(9_000), "at the fence instant itself");
         // SIGSTOP for 30 s: on waking, the fence has passed, and the
         // extension the dispatcher sent meanwhile no longer counts.
         assert!(guard.must_fence(38_000));

@@ -10,7 +10,8 @@ use uuid::Uuid;
 use super::outbox::messages_for;
 use super::rows::{
     attempt_from_rows, attempt_row, deadline_rows, insert_sql, job_row, lease_row, timestamp,
-    AttemptRow, JobRow, LeaseRow, ATTEMPT_COLUMNS, DEADLINE_COLUMNS, JOB_COLUMNS, LEASE_COLUMNS,
+    AttemptRow, DeadlineRow, JobRow, LeaseRow, ATTEMPT_COLUMNS, DEADLINE_COLUMNS, JOB_COLUMNS,
+    LEASE_COLUMNS,
 };
 use super::{Store, StoreError};
 use crate::attempt::placement::{LiveInstance, QueuedAttempt};
@@ -234,7 +235,7 @@ impl Store {
 
 fn job_key(input: &Input) -> Option<&str> {
     match input {
-        Input::Execute { spec } => Some(&spec.job_id),
+        Input::Execute { spec, .. } => Some(&spec.job_id),
         Input::ExecuteInvalid { job_id, .. } => Some(job_id),
         _ => None,
     }
@@ -256,7 +257,7 @@ fn attempt_key(input: &Input) -> Option<Uuid> {
 /// something else: a command id names one job, or one cancel.
 fn subject(input: &Input) -> Option<String> {
     match input {
-        Input::Execute { spec } => Some(format!("job `{}`", spec.job_id)),
+        Input::Execute { spec, .. } => Some(format!("job `{}`", spec.job_id)),
         Input::ExecuteInvalid { job_id, .. } => Some(format!("job `{job_id}`")),
         Input::Cancel { attempt_id, .. } => Some(format!("a cancel of attempt {attempt_id}")),
         _ => None,
@@ -265,7 +266,7 @@ fn subject(input: &Input) -> Option<String> {
 
 fn command_key(input: &Input) -> Option<Uuid> {
     match input {
-        Input::Execute { spec } => Some(spec.command_id),
+        Input::Execute { spec, .. } => Some(spec.command_id),
         Input::ExecuteInvalid { command_id, .. } => Some(*command_id),
         _ => None,
     }
@@ -620,19 +621,23 @@ pub(crate) async fn load_jobs(
             .map_err(|error| StoreError::Corrupt(format!("leases row: {error}")))?;
         leases.insert(lease.attempt_id, lease);
     }
-    for row in sqlx::query(&format!(
-        "SELECT to_jsonb(a) FROM attempts a WHERE job_id = ANY($1) ORDER BY job_id, attempt_no{lock_clause}"
-    ))
-    .bind(job_ids)
-    .fetch_all(&mut *conn)
-    .await?
+    let attempts_sql = format!(
+        "SELECT to_jsonb(a) FROM attempts a \
+         WHERE job_id = ANY($1) ORDER BY job_id, attempt_no{lock_clause}"
+    );
+    for row in sqlx::query(&attempts_sql)
+        .bind(job_ids)
+        .fetch_all(&mut *conn)
+        .await?
     {
-        let attempt: AttemptRow = serde_json::from_value(row.get(0)).map_err(|error| StoreError::Corrupt(format!("attempts row: {error}")))?;
-        let hash: [u8; 32] = attempt
-            .last_hash
-            .as_slice()
-            .try_into()
-            .map_err(|_| StoreError::Corrupt(format!("attempt {}: last_hash is not 32 bytes", attempt.attempt_id)))?;
+        let attempt: AttemptRow = serde_json::from_value(row.get(0))
+            .map_err(|error| StoreError::Corrupt(format!("attempts row: {error}")))?;
+        let hash: [u8; 32] = attempt.last_hash.as_slice().try_into().map_err(|_| {
+            StoreError::Corrupt(format!(
+                "attempt {}: last_hash is not 32 bytes",
+                attempt.attempt_id
+            ))
+        })?;
         let spec = specs.get(&attempt.job_id).and_then(Option::as_ref);
         let lease = leases.remove(&attempt.attempt_id);
         loaded.last_hash.insert(attempt.attempt_id, hash);
@@ -846,105 +851,138 @@ pub(crate) async fn write_projection(
         ProjectionTarget::Live => String::new(),
         ProjectionTarget::Shadow(schema) => schema.to_owned(),
     };
-    let qualified = |table: &str| {
-        if schema_name.is_empty() {
-            table.to_owned()
-        } else {
-            format!("\"{schema_name}\".{table}")
-        }
-    };
-    let mut job_rows = Vec::new();
-    let mut attempt_rows = Vec::new();
-    let mut new_leases = Vec::new();
-    let mut changed_leases = Vec::new();
-    let mut deadline_rows_all = Vec::new();
-    let mut deadline_owners = Vec::new();
-    for state in jobs.values() {
-        let mut job_touched = false;
-        for attempt in state
-            .attempts
-            .iter()
-            .filter(|attempt| touched.contains(&attempt.attempt_id))
-        {
-            job_touched = true;
-            let hash = chain
-                .get(&attempt.attempt_id)
-                .copied()
-                .unwrap_or(GENESIS_HASH);
-            attempt_rows.push(attempt_row(attempt, &hash));
-            if let Some(lease) = lease_row(attempt) {
-                if granted.contains(&attempt.attempt_id) {
-                    new_leases.push(lease);
-                } else {
-                    changed_leases.push(lease);
+    let rows = ProjectionRows::collect(jobs, touched, granted, chain);
+    rows.write(conn, &schema_name).await?;
+    Ok(rows.jobs.len()
+        + rows.attempts.len()
+        + rows.new_leases.len()
+        + rows.changed_leases.len()
+        + rows.deadlines.len())
+}
+
+/// The projection rows of one batch, by table.
+struct ProjectionRows {
+    jobs: Vec<JobRow>,
+    attempts: Vec<AttemptRow>,
+    /// Leases granted in this batch (inserted; a second one is refused).
+    new_leases: Vec<LeaseRow>,
+    /// Leases extended or ended (updated by id and epoch).
+    changed_leases: Vec<LeaseRow>,
+    deadlines: Vec<DeadlineRow>,
+    /// The attempts whose deadlines are replaced.
+    deadline_owners: Vec<Uuid>,
+}
+
+impl ProjectionRows {
+    fn collect(
+        jobs: &BTreeMap<String, JobState>,
+        touched: &BTreeSet<Uuid>,
+        granted: &HashSet<Uuid>,
+        chain: &HashMap<Uuid, [u8; 32]>,
+    ) -> Self {
+        let mut rows = Self {
+            jobs: Vec::new(),
+            attempts: Vec::new(),
+            new_leases: Vec::new(),
+            changed_leases: Vec::new(),
+            deadlines: Vec::new(),
+            deadline_owners: Vec::new(),
+        };
+        for state in jobs.values() {
+            let mut job_touched = false;
+            for attempt in state
+                .attempts
+                .iter()
+                .filter(|attempt| touched.contains(&attempt.attempt_id))
+            {
+                job_touched = true;
+                let hash = chain
+                    .get(&attempt.attempt_id)
+                    .copied()
+                    .unwrap_or(GENESIS_HASH);
+                rows.attempts.push(attempt_row(attempt, &hash));
+                if let Some(lease) = lease_row(attempt) {
+                    if granted.contains(&attempt.attempt_id) {
+                        rows.new_leases.push(lease);
+                    } else {
+                        rows.changed_leases.push(lease);
+                    }
                 }
+                rows.deadline_owners.push(attempt.attempt_id);
+                rows.deadlines.extend(deadline_rows(attempt));
             }
-            deadline_owners.push(attempt.attempt_id);
-            deadline_rows_all.extend(deadline_rows(attempt));
+            if job_touched {
+                rows.jobs.extend(job_row(state));
+            }
         }
-        if job_touched {
-            job_rows.extend(job_row(state));
-        }
+        rows
     }
-    sqlx::query(&insert_sql(
-        &schema_name,
-        "jobs",
-        JOB_COLUMNS,
-        Some("job_id"),
-    ))
-    .bind(serde_json::to_value(&job_rows)?)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query(&insert_sql(
-        &schema_name,
-        "attempts",
-        ATTEMPT_COLUMNS,
-        Some("attempt_id"),
-    ))
-    .bind(serde_json::to_value(&attempt_rows)?)
-    .execute(&mut *conn)
-    .await?;
-    if !new_leases.is_empty() {
-        // No ON CONFLICT: a second lease for an attempt is refused.
-        sqlx::query(&insert_sql(&schema_name, "leases", LEASE_COLUMNS, None))
-            .bind(serde_json::to_value(&new_leases)?)
+
+    /// One multi-row statement per table (two for deadlines: delete, insert).
+    async fn write(&self, conn: &mut PgConnection, schema_name: &str) -> Result<(), StoreError> {
+        let qualified = |table: &str| {
+            if schema_name.is_empty() {
+                table.to_owned()
+            } else {
+                format!("\"{schema_name}\".{table}")
+            }
+        };
+        sqlx::query(&insert_sql(
+            schema_name,
+            "jobs",
+            JOB_COLUMNS,
+            Some("job_id"),
+        ))
+        .bind(serde_json::to_value(&self.jobs)?)
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query(&insert_sql(
+            schema_name,
+            "attempts",
+            ATTEMPT_COLUMNS,
+            Some("attempt_id"),
+        ))
+        .bind(serde_json::to_value(&self.attempts)?)
+        .execute(&mut *conn)
+        .await?;
+        if !self.new_leases.is_empty() {
+            // No ON CONFLICT: a second lease for an attempt is refused.
+            sqlx::query(&insert_sql(schema_name, "leases", LEASE_COLUMNS, None))
+                .bind(serde_json::to_value(&self.new_leases)?)
+                .execute(&mut *conn)
+                .await?;
+        }
+        if !self.changed_leases.is_empty() {
+            sqlx::query(&format!(
+                "UPDATE {leases} l SET expires_at = r.expires_at, active = r.active
+                 FROM jsonb_populate_recordset(NULL::{leases}, $1::jsonb) r
+                 WHERE l.lease_id = r.lease_id AND l.epoch = r.epoch",
+                leases = qualified("leases")
+            ))
+            .bind(serde_json::to_value(&self.changed_leases)?)
             .execute(&mut *conn)
             .await?;
-    }
-    if !changed_leases.is_empty() {
+        }
         sqlx::query(&format!(
-            "UPDATE {leases} l SET expires_at = r.expires_at, active = r.active
-             FROM jsonb_populate_recordset(NULL::{leases}, $1::jsonb) r
-             WHERE l.lease_id = r.lease_id AND l.epoch = r.epoch",
-            leases = qualified("leases")
+            "DELETE FROM {} WHERE attempt_id = ANY($1)",
+            qualified("deadlines")
         ))
-        .bind(serde_json::to_value(&changed_leases)?)
+        .bind(&self.deadline_owners)
         .execute(&mut *conn)
         .await?;
+        if !self.deadlines.is_empty() {
+            sqlx::query(&insert_sql(
+                schema_name,
+                "deadlines",
+                DEADLINE_COLUMNS,
+                None,
+            ))
+            .bind(serde_json::to_value(&self.deadlines)?)
+            .execute(&mut *conn)
+            .await?;
+        }
+        Ok(())
     }
-    sqlx::query(&format!(
-        "DELETE FROM {} WHERE attempt_id = ANY($1)",
-        qualified("deadlines")
-    ))
-    .bind(&deadline_owners)
-    .execute(&mut *conn)
-    .await?;
-    if !deadline_rows_all.is_empty() {
-        sqlx::query(&insert_sql(
-            &schema_name,
-            "deadlines",
-            DEADLINE_COLUMNS,
-            None,
-        ))
-        .bind(serde_json::to_value(&deadline_rows_all)?)
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(job_rows.len()
-        + attempt_rows.len()
-        + new_leases.len()
-        + changed_leases.len()
-        + deadline_rows_all.len())
 }
 
 #[derive(Default)]

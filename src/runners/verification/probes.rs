@@ -473,16 +473,28 @@ pub async fn program(
             return sample;
         }
     };
+    let args = match serde_json::to_string(&inputs.args) {
+        Ok(args) => args,
+        Err(error) => {
+            sample.error = Some(format!(
+                "inputs.args cannot be passed to the probe: {error}"
+            ));
+            return sample;
+        }
+    };
     let command = ToolCommand::new(dir.join(id))
         .base_env(&workdir)
-        .env(
-            "EXECPLANE_PROBE_ARGS",
-            serde_json::to_string(&inputs.args).unwrap_or_default(),
-        )
+        .env("EXECPLANE_PROBE_ARGS", args)
         .env("EXECPLANE_PROBE_SAMPLE", n.to_string());
     match tool::run(context, &workdir, command).await {
         Ok(exit) => {
-            sample.observed = serde_json::to_value(&exit).unwrap_or_default();
+            match serde_json::to_value(&exit) {
+                Ok(observed) => sample.observed = observed,
+                Err(error) => {
+                    sample.error = Some(format!("the probe's exit cannot be recorded: {error}"));
+                    return sample;
+                }
+            }
             if let Some(cause) = exit.stopped {
                 sample.error = Some(match cause {
                     tool::StopCause::Stopped => "stopped".into(),
