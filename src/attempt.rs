@@ -45,6 +45,8 @@ pub struct Attempt {
     pub available_at: UnixMillis,
     pub updated_at: UnixMillis,
     pub previous_attempt_id: Option<Uuid>,
+    /// The operator policy that admitted the job (or refused it).
+    pub policy_digest: Option<String>,
     pub lease: Option<LeaseInfo>,
     pub started_at: Option<UnixMillis>,
     pub cancel: Option<CancelInfo>,
@@ -86,6 +88,7 @@ impl Attempt {
             available_at: event.occurred_at,
             updated_at: event.occurred_at,
             previous_attempt_id: None,
+            policy_digest: None,
             lease: None,
             started_at: None,
             cancel: None,
@@ -229,62 +232,81 @@ pub struct ApplyError {
 /// Folds one event into an attempt. The only function that changes attempt
 /// state, used live and by every rebuild.
 pub fn apply(state: Option<&Attempt>, event: &AttemptEvent) -> Result<Attempt, ApplyError> {
-    let fail = |reason: &str| ApplyError {
+    match state {
+        None => apply_first(event),
+        Some(current) => apply_next(current, event),
+    }
+}
+
+fn apply_error(event: &AttemptEvent, reason: &str) -> ApplyError {
+    ApplyError {
         attempt_id: event.attempt_id,
         seq: event.seq,
         reason: reason.to_owned(),
-    };
-    let Some(current) = state else {
-        if event.seq != 1 {
-            return Err(fail("the first event of an attempt must have seq 1"));
+    }
+}
+
+/// The first event of an attempt: `created` or `rejected`, at seq 1.
+fn apply_first(event: &AttemptEvent) -> Result<Attempt, ApplyError> {
+    let fail = |reason: &str| apply_error(event, reason);
+    if event.seq != 1 {
+        return Err(fail("the first event of an attempt must have seq 1"));
+    }
+    match &event.body {
+        EventBody::Created {
+            command_id,
+            attempt_no,
+            spec,
+            available_at,
+            previous_attempt_id,
+            policy_digest,
+        } => {
+            let mut attempt = Attempt::first(
+                event,
+                *command_id,
+                *attempt_no,
+                &spec.tenant,
+                spec.operation.as_str(),
+            );
+            attempt.spec = Some(spec.clone());
+            attempt.policy_digest = policy_digest.clone();
+            attempt.available_at = *available_at;
+            attempt.previous_attempt_id = *previous_attempt_id;
+            Ok(attempt)
         }
-        return match &event.body {
-            EventBody::Created {
-                command_id,
-                attempt_no,
-                spec,
-                available_at,
-                previous_attempt_id,
-            } => {
-                let mut attempt = Attempt::first(
-                    event,
-                    *command_id,
-                    *attempt_no,
-                    &spec.tenant,
-                    spec.operation.as_str(),
-                );
-                attempt.spec = Some(spec.clone());
-                attempt.available_at = *available_at;
-                attempt.previous_attempt_id = *previous_attempt_id;
-                Ok(attempt)
-            }
-            EventBody::Rejected {
-                command_id,
-                attempt_no,
-                tenant,
-                operation,
-                category,
-                problems,
-            } => {
-                let mut attempt =
-                    Attempt::first(event, *command_id, *attempt_no, tenant, operation);
-                attempt.status = AttemptStatus::Rejected;
-                attempt.failure_category = Some(*category);
-                attempt.message = Some(
-                    problems
-                        .iter()
-                        .map(ToString::to_string)
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                );
-                attempt.finished_at = Some(event.occurred_at);
-                Ok(attempt)
-            }
-            _ => Err(fail(
-                "an attempt's history must start with `created` or `rejected`",
-            )),
-        };
-    };
+        EventBody::Rejected {
+            command_id,
+            attempt_no,
+            tenant,
+            operation,
+            category,
+            problems,
+            policy_digest,
+        } => {
+            let mut attempt = Attempt::first(event, *command_id, *attempt_no, tenant, operation);
+            attempt.policy_digest = policy_digest.clone();
+            attempt.status = AttemptStatus::Rejected;
+            attempt.failure_category = Some(*category);
+            attempt.message = Some(
+                problems
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            );
+            attempt.finished_at = Some(event.occurred_at);
+            Ok(attempt)
+        }
+        _ => Err(fail(
+            "an attempt's history must start with `created` or `rejected`",
+        )),
+    }
+}
+
+/// Any later event: it must follow the last one, and nothing but
+/// bookkeeping may follow the terminal state.
+fn apply_next(current: &Attempt, event: &AttemptEvent) -> Result<Attempt, ApplyError> {
+    let fail = |reason: &str| apply_error(event, reason);
     if event.attempt_id != current.attempt_id {
         return Err(fail("event applied to another attempt"));
     }
@@ -301,6 +323,17 @@ pub fn apply(state: Option<&Attempt>, event: &AttemptEvent) -> Result<Attempt, A
     let mut next = current.clone();
     next.last_seq = event.seq;
     next.updated_at = event.occurred_at;
+    apply_body(current, &mut next, event)?;
+    Ok(next)
+}
+
+/// What one later event changes, one arm per event type.
+fn apply_body(
+    current: &Attempt,
+    next: &mut Attempt,
+    event: &AttemptEvent,
+) -> Result<(), ApplyError> {
+    let fail = |reason: &str| apply_error(event, reason);
     match &event.body {
         EventBody::Created { .. } | EventBody::Rejected { .. } => {
             return Err(fail("an attempt is created once"));
@@ -395,7 +428,7 @@ pub fn apply(state: Option<&Attempt>, event: &AttemptEvent) -> Result<Attempt, A
             }
         }
     }
-    Ok(next)
+    Ok(())
 }
 
 /// Folds a whole history. Errors on the first event that cannot follow.

@@ -50,6 +50,9 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// The operator's policy.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
     /// Tamper evidence and history.
     #[command(subcommand)]
     Audit(AuditCommand),
@@ -230,6 +233,17 @@ pub enum ProjectionCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Check a policy file (YAML or TOML): prints its digest and tenants,
+    /// or every problem in it and exits 2.
+    Check {
+        file: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum BenchCommand {
     /// Batched appends through the store: create, lease, start and finish
     /// N attempts, in an isolated schema that is dropped afterwards.
@@ -253,6 +267,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Validate { file, json } => validate::run(&file, json),
         Command::Operations { json } => operations::run(json),
+        Command::Policy(PolicyCommand::Check { file, json }) => validate::policy(&file, json),
         Command::Migrate => {
             let store = connect(&config).await?;
             store.migrate().await.context("applying migrations")?;

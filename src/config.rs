@@ -161,10 +161,11 @@ impl Default for VerificationSettings {
 /// The operator's policy.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PolicySettings {
-    /// `EXECPLANE_POLICY_FILE`: the policy (TOML); empty: the defaults.
+    /// `EXECPLANE_POLICY_FILE` (alias `EXECPLANE_POLICY`): the policy file
+    /// (YAML for `.yaml`/`.yml`, else TOML); empty: the defaults.
     pub file: String,
     /// The file, loaded and checked by the validation pass.
-    pub loaded: Arc<crate::policy::OperatorPolicy>,
+    pub loaded: crate::policy::SharedPolicy,
 }
 
 /// The ingress.
@@ -481,7 +482,7 @@ settings! {
     "EXECPLANE_VERIFY_MAX_TIMEOUT" => verification.max_timeout;
     "EXECPLANE_VERIFY_MAX_BODY_BYTES" => verification.max_body_bytes;
     "EXECPLANE_VERIFY_PROBE_DIR" => verification.probe_dir;
-    "EXECPLANE_POLICY_FILE" => policy.file;
+    "EXECPLANE_POLICY_FILE" ["EXECPLANE_POLICY"] => policy.file;
     "EXECPLANE_METRICS_ADDR" => telemetry.metrics_addr;
     "EXECPLANE_INGRESS_KEY" ["PLUGIN_CONTROL_PLANE_KEY"] => ingress.key;
     "EXECPLANE_API_KEY" => ingress.api_key;
@@ -626,9 +627,13 @@ impl Config {
             problems.push(message);
         }
         if !self.policy.file.trim().is_empty() {
-            match crate::policy::OperatorPolicy::load(Path::new(self.policy.file.trim())) {
-                Ok(policy) => self.policy.loaded = Arc::new(policy),
-                Err(message) => problems.push(format!("EXECPLANE_POLICY_FILE: {message}")),
+            match crate::policy::SharedPolicy::from_file(Path::new(self.policy.file.trim())) {
+                Ok(policy) => self.policy.loaded = policy,
+                Err(found) => problems.extend(
+                    found
+                        .into_iter()
+                        .map(|problem| format!("EXECPLANE_POLICY_FILE: {problem}")),
+                ),
             }
         }
         if let Err(message) = self.runner_pool() {
@@ -828,7 +833,8 @@ impl Config {
             drain_timeout: self.runner.drain_timeout.as_std(),
             stop_grace: self.runner.stop_grace.as_std(),
             tools: Arc::new(self.tools()),
-            storage: Some(Arc::new(crate::artifacts::Storage::open(&self.storage()))),
+            // The caller opens the storage (`Storage::open(&config.storage())`).
+            storage: None,
             policy: self.policy.loaded.clone(),
             ..Default::default()
         }

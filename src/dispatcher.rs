@@ -41,7 +41,7 @@ pub struct DispatcherConfig {
     pub inbox_retention: Duration,
     pub callbacks: CallbackConfig,
     /// The operator's policy, checked at intake (`rejected (policy)`).
-    pub policy: std::sync::Arc<crate::policy::OperatorPolicy>,
+    pub policy: crate::policy::SharedPolicy,
 }
 
 impl Default for DispatcherConfig {
@@ -56,7 +56,7 @@ impl Default for DispatcherConfig {
             presence_ttl: Duration::from_secs(6),
             inbox_retention: Duration::from_secs(7 * 24 * 3600),
             callbacks: CallbackConfig::default(),
-            policy: std::sync::Arc::default(),
+            policy: crate::policy::SharedPolicy::default(),
         }
     }
 }

@@ -64,7 +64,7 @@ pub struct IngressConfig {
     pub presence_interval: Duration,
     pub metrics_upstream: Option<String>,
     /// The operator's policy: a JobSpec it refuses gets 403, nothing produced.
-    pub policy: std::sync::Arc<crate::policy::OperatorPolicy>,
+    pub policy: crate::policy::SharedPolicy,
 }
 
 impl IngressConfig {

@@ -23,7 +23,7 @@
 //! A tenant's section replaces the defaults field by field; the default
 //! deny list (link-local and cloud metadata addresses) is always kept.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::path::Path;
 
@@ -32,6 +32,15 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use crate::contract::{JobSpec, Problem};
+
+pub mod live;
+pub mod rules;
+pub mod ssh;
+
+pub use live::SharedPolicy;
+use rules::{AnsibleRules, HelmRules, KubernetesRules, Requires, SshRules, TofuRules};
+pub use rules::{Grant, OperationRules};
+pub use ssh::{ArgKind, ArgSpec, SshTemplate, Sudo};
 
 /// Link-local and cloud metadata destinations: never reachable, whatever a
 /// policy file says (a probe or callback there reads the host's credentials).
@@ -50,6 +59,15 @@ pub struct TenantRules {
     /// `<mount>/<path prefix>` entries a secret reference must fall under.
     pub secret_prefixes: Option<Vec<String>>,
     pub destinations: Option<DestinationRules>,
+    /// Operations it may run: `*`, `<runner>.*` or names. Default `*`.
+    pub operations: Option<Vec<String>>,
+    /// The JobSpec flags it may set. Default: none.
+    pub grants: Option<BTreeSet<Grant>>,
+    pub kubernetes: Option<KubernetesRules>,
+    pub helm: Option<HelmRules>,
+    pub ansible: Option<AnsibleRules>,
+    pub ssh: Option<SshRules>,
+    pub opentofu: Option<TofuRules>,
 }
 
 /// Where probes and callbacks may connect, as written in the file.
@@ -69,6 +87,26 @@ struct PolicyFile {
     defaults: TenantRules,
     #[serde(default)]
     tenants: BTreeMap<String, TenantRules>,
+    #[serde(default)]
+    requires: Requires,
+    #[serde(default)]
+    ssh_templates: BTreeMap<String, SshTemplate>,
+}
+
+/// How a policy file is written: YAML (`.yaml`, `.yml`) or TOML.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PolicyFormat {
+    Yaml,
+    Toml,
+}
+
+impl PolicyFormat {
+    pub fn of(path: &Path) -> Self {
+        match path.extension().and_then(|extension| extension.to_str()) {
+            Some("yaml" | "yml") => PolicyFormat::Yaml,
+            _ => PolicyFormat::Toml,
+        }
+    }
 }
 
 /// A parsed destination list: networks and host names (lowercase, exact).
@@ -189,6 +227,7 @@ pub struct TenantPolicy {
     /// (mount or `*`, path prefix), with `{tenant}` substituted.
     secret_prefixes: Vec<(String, String)>,
     pub destinations: DestinationPolicy,
+    pub operations: OperationRules,
 }
 
 impl TenantPolicy {
@@ -210,34 +249,67 @@ impl TenantPolicy {
 pub struct OperatorPolicy {
     defaults: TenantRules,
     tenants: BTreeMap<String, TenantRules>,
-    /// sha256 of the file as read (of the empty string without a file).
+    requires: Requires,
+    ssh_templates: BTreeMap<String, SshTemplate>,
+    /// `sha256:<hex>` of the file as read (of the empty string without a file).
     digest: String,
 }
 
 impl Default for OperatorPolicy {
     fn default() -> Self {
-        Self::from_toml("").unwrap_or_else(|_| unreachable!("the empty policy parses"))
+        Self::parse("", PolicyFormat::Toml)
+            .unwrap_or_else(|_| unreachable!("the empty policy parses"))
     }
 }
 
 impl OperatorPolicy {
     /// Reads a policy file; every problem in it, at once.
     pub fn load(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|error| format!("cannot read the policy file {}: {error}", path.display()))?;
-        Self::from_toml(&text)
-            .map_err(|problems| format!("policy file {}: {}", path.display(), problems.join("; ")))
+        Self::load_all(path).map_err(|problems| problems.join("; "))
+    }
+
+    /// Reads a policy file; every problem in it, one per entry.
+    pub fn load_all(path: &Path) -> Result<Self, Vec<String>> {
+        let text = std::fs::read_to_string(path).map_err(|error| {
+            vec![format!(
+                "cannot read the policy file {}: {error}",
+                path.display()
+            )]
+        })?;
+        Self::parse(&text, PolicyFormat::of(path)).map_err(|problems| {
+            problems
+                .into_iter()
+                .map(|problem| format!("policy file {}: {problem}", path.display()))
+                .collect()
+        })
     }
 
     pub fn from_toml(text: &str) -> Result<Self, Vec<String>> {
-        let file: PolicyFile = toml::from_str(text).map_err(|error| vec![error.to_string()])?;
+        Self::parse(text, PolicyFormat::Toml)
+    }
+
+    pub fn from_yaml(text: &str) -> Result<Self, Vec<String>> {
+        Self::parse(text, PolicyFormat::Yaml)
+    }
+
+    pub fn parse(text: &str, format: PolicyFormat) -> Result<Self, Vec<String>> {
+        let file: PolicyFile = match format {
+            PolicyFormat::Toml => toml::from_str(text).map_err(|error| vec![error.to_string()])?,
+            // An empty YAML document is no policy at all, like an empty TOML file.
+            PolicyFormat::Yaml if text.trim().is_empty() => PolicyFile::default(),
+            PolicyFormat::Yaml => {
+                serde_yaml::from_str(text).map_err(|error| vec![error.to_string()])?
+            }
+        };
         let policy = Self {
             defaults: file.defaults,
             tenants: file.tenants,
-            digest: hex::encode(Sha256::digest(text.as_bytes())),
+            requires: file.requires,
+            ssh_templates: file.ssh_templates,
+            digest: format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes()))),
         };
         // Parse every tenant once now, so a bad entry fails at startup.
-        let mut problems = Vec::new();
+        let mut problems = policy.table_problems();
         policy.build("{defaults}", &policy.defaults, &mut problems);
         for (tenant, rules) in &policy.tenants {
             policy.build(tenant, rules, &mut problems);
@@ -249,7 +321,29 @@ impl OperatorPolicy {
         }
     }
 
-    /// The digest of the policy as loaded (recorded in logs at startup).
+    /// Problems of the operator-wide tables: `requires` and `ssh_templates`.
+    fn table_problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        for grant in Grant::ALL {
+            let entries = match grant {
+                Grant::Destructive => &self.requires.destructive,
+                Grant::Elevated => &self.requires.elevated,
+                Grant::ExplicitCommand => &self.requires.explicit_command,
+            };
+            for entry in entries {
+                if let Some(problem) = rules::operation_pattern_problem(entry) {
+                    problems.push(format!("requires.{}: {problem}", grant.as_str()));
+                }
+            }
+        }
+        for (id, template) in &self.ssh_templates {
+            problems.extend(template.problems(id));
+        }
+        problems
+    }
+
+    /// The digest of the policy as loaded (`sha256:<hex>` of the file),
+    /// recorded in every attempt's first event.
     pub fn digest(&self) -> &str {
         &self.digest
     }
@@ -290,7 +384,9 @@ impl OperatorPolicy {
             .unwrap_or_default();
         let mut deny = destinations.deny.clone();
         deny.extend(ALWAYS_DENIED.iter().map(|entry| (*entry).to_owned()));
+        let operations = self.operation_rules(tenant, rules, problems);
         TenantPolicy {
+            operations,
             secret_prefixes,
             destinations: DestinationPolicy {
                 allow: Destinations::parse(
@@ -307,13 +403,87 @@ impl OperatorPolicy {
         }
     }
 
+    /// A tenant's operation rules: its section's fields, else the defaults'.
+    fn operation_rules(
+        &self,
+        tenant: &str,
+        rules: &TenantRules,
+        problems: &mut Vec<String>,
+    ) -> OperationRules {
+        fn pick<T: Clone>(own: &Option<T>, defaults: &Option<T>) -> Option<T> {
+            own.clone().or_else(|| defaults.clone())
+        }
+        let defaults = &self.defaults;
+        let operations =
+            pick(&rules.operations, &defaults.operations).unwrap_or_else(|| vec!["*".into()]);
+        for entry in &operations {
+            if let Some(problem) = rules::operation_pattern_problem(entry) {
+                problems.push(format!("tenant {tenant}: operations: {problem}"));
+            }
+        }
+        let ssh: SshRules = pick(&rules.ssh, &defaults.ssh).unwrap_or_default();
+        for id in &ssh.templates {
+            if !self.ssh_templates.contains_key(id) {
+                problems.push(format!(
+                    "tenant {tenant}: ssh.templates: `{id}` is not in ssh_templates"
+                ));
+            }
+        }
+        let ansible: AnsibleRules = pick(&rules.ansible, &defaults.ansible).unwrap_or_default();
+        let opentofu: TofuRules = pick(&rules.opentofu, &defaults.opentofu).unwrap_or_default();
+        let digests = ansible
+            .packages
+            .iter()
+            .map(|package| ("ansible.packages", &package.digest))
+            .chain(
+                opentofu
+                    .modules
+                    .iter()
+                    .map(|digest| ("opentofu.modules", digest)),
+            );
+        for (field, digest) in digests {
+            if crate::contract::artifact_ref::InputRef::parse(digest).is_err() {
+                problems.push(format!(
+                    "tenant {tenant}: {field}: `{digest}` is not sha256:<64 hex digits>"
+                ));
+            }
+        }
+        OperationRules {
+            operations,
+            grants: pick(&rules.grants, &defaults.grants).unwrap_or_default(),
+            kubernetes: pick(&rules.kubernetes, &defaults.kubernetes).unwrap_or_default(),
+            helm: pick(&rules.helm, &defaults.helm).unwrap_or_default(),
+            ansible,
+            ssh,
+            opentofu,
+        }
+    }
+
+    /// The tenants the file names (others get the defaults).
+    pub fn tenant_names(&self) -> Vec<&str> {
+        self.tenants.keys().map(String::as_str).collect()
+    }
+
+    /// The operator's ssh template `id`.
+    pub fn ssh_template(&self, id: &str) -> Option<&SshTemplate> {
+        self.ssh_templates.get(id)
+    }
+
     /// Every policy problem of a JobSpec that can be found before anything
-    /// runs: secret references outside the tenant's prefixes, and
-    /// destinations (probe targets, the callback URL) that are literal
-    /// denied addresses or denied names.
+    /// runs: the operation, the flags and the per-runner rules of its
+    /// tenant (naming the rule), secret references outside the tenant's
+    /// prefixes, and destinations (probe targets, the callback URL) that
+    /// are literal denied addresses or denied names.
     pub fn check_jobspec(&self, spec: &JobSpec) -> Vec<Problem> {
         let tenant = self.tenant(&spec.tenant);
-        let mut problems = Vec::new();
+        let mut problems = rules::Check {
+            spec,
+            rules: &tenant.operations,
+            requires: &self.requires,
+            templates: &self.ssh_templates,
+            problems: Vec::new(),
+        }
+        .run();
         for (index, secret) in spec.secret_refs.iter().enumerate() {
             if !tenant.secret_allowed(&secret.mount, &secret.path) {
                 problems.push(Problem::new(
@@ -481,6 +651,9 @@ pub fn check_url(policy: &DestinationPolicy, url: &reqwest::Url) -> Result<(), S
         None => Err("the URL has no host".into()),
     }
 }
+
+#[cfg(test)]
+mod rule_tests;
 
 #[cfg(test)]
 mod tests {

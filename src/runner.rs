@@ -196,7 +196,7 @@ pub struct RunnerConfig {
     /// that needs a secret fails `infrastructure`.
     pub secrets: Option<std::sync::Arc<crate::secrets::Vault>>,
     /// The operator's policy (`EXECPLANE_POLICY_FILE`).
-    pub policy: std::sync::Arc<crate::policy::OperatorPolicy>,
+    pub policy: crate::policy::SharedPolicy,
 }
 
 impl Default for RunnerConfig {
@@ -210,7 +210,7 @@ impl Default for RunnerConfig {
             tools: std::sync::Arc::default(),
             storage: None,
             secrets: None,
-            policy: std::sync::Arc::default(),
+            policy: crate::policy::SharedPolicy::default(),
         }
     }
 }

@@ -63,6 +63,7 @@ fn all_events() -> Vec<AttemptEvent> {
             spec: Box::new(spec.clone()),
             available_at: 1_700_000_000_000,
             previous_attempt_id: Some(Uuid::from_u128(9)),
+            policy_digest: Some(format!("sha256:{}", "ab".repeat(32))),
         },
         EventBody::Rejected {
             command_id: spec.command_id,
@@ -71,6 +72,7 @@ fn all_events() -> Vec<AttemptEvent> {
             operation: "verify.nothing".into(),
             category: FailureCategory::Contract,
             problems: vec![Problem::new("operation", "unknown operation")],
+            policy_digest: None,
         },
         EventBody::LeaseGranted {
             lease_id: Uuid::from_u128(5),
@@ -316,7 +318,7 @@ fn readers_refuse_unknown_framing_and_schemas() {
 /// Computed once from `schemas/*.avsc` and `schemas/previous/*.avsc`.
 const FASTAVRO_FINGERPRINTS: [(Family, &str, &str); 8] = [
     (Family::Artifact, "bd5e3cb52f518ce4", "bd5e3cb52f518ce4"),
-    (Family::AttemptEvent, "0392863e61f7b1bf", "18cd5b8292cba420"),
+    (Family::AttemptEvent, "162cfb70c4ac5730", "18cd5b8292cba420"),
     (Family::Command, "c7cd0961e9b67293", "c7cd0961e9b67293"),
     (Family::LogChunk, "7fbd3e6c576040ce", "7fbd3e6c576040ce"),
     (Family::Result, "82b536f5207f4b71", "82b536f5207f4b71"),

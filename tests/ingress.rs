@@ -268,6 +268,8 @@ async fn follow(url: &str, last_event_id: Option<&str>) -> Vec<(u64, String, Ins
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn the_execute_api_runs_a_job_streams_its_events_and_cancels(pool: PgPool) {
     let mut pipeline = Pipeline::new(&pool).await;
+    // team-a may use the `uptime` template there (the not-implemented case).
+    pipeline.with_example_policy();
     let ingress = start(&mut pipeline, &["serve"], &[]).await;
     pipeline.wait_runners(1).await;
     let before = metrics(&ingress).await;

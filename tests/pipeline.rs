@@ -397,6 +397,9 @@ async fn cancelling_a_running_probe_stops_it_and_a_queued_attempt_is_cancelled_a
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn timeouts_fire_schedule_to_start_start_to_close_and_heartbeat(pool: PgPool) {
     let mut pipeline = Pipeline::new(&pool).await;
+    // A policy that lets team-a use the `uptime` ssh template, so the ssh
+    // job below gets past the operator's policy to the catalog.
+    pipeline.with_example_policy();
     let (_, _, runners) = pipeline.start_roles(1);
     pipeline.wait_runners(1).await;
     // No live runner is in this pool.
@@ -961,6 +964,8 @@ async fn every_example_runs_to_the_end_the_readme_gives_it(pool: PgPool) {
     let mut on_disk: Vec<String> = std::fs::read_dir(root.join("examples"))
         .unwrap()
         .map(|entry| format!("examples/{}", entry.unwrap().file_name().to_string_lossy()))
+        // JobSpecs; `policy.yaml` is the example operator policy.
+        .filter(|path| path.ends_with(".json"))
         .collect();
     on_disk.sort();
     let mut listed: Vec<String> = expected.iter().map(|(path, _)| path.clone()).collect();

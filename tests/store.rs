@@ -30,6 +30,7 @@ async fn a_duplicate_command_id_gives_one_job(pool: PgPool) {
     let store = Store::from_pool(pool.clone());
     let command_id = Uuid::new_v4();
     let execute = Input::Execute {
+        policy_digest: None,
         spec: Box::new(spec(command_id, "dup/1", "verify.tcp.connect")),
     };
     // Redelivered (same input id), resent (new input id), and resent inside one batch.
@@ -65,6 +66,7 @@ async fn a_duplicate_command_id_gives_one_job(pool: PgPool) {
     );
     // The same command id under another job id is refused, not a second job.
     let other = Input::Execute {
+        policy_digest: None,
         spec: Box::new(spec(command_id, "dup/2", "verify.tcp.connect")),
     };
     let refused = store
@@ -93,6 +95,7 @@ async fn of_two_concurrent_lease_grants_the_database_refuses_the_second(pool: Pg
     let command_id = Uuid::new_v4();
     let attempt_id = attempt_id_for(command_id, 1);
     let execute = Input::Execute {
+        policy_digest: None,
         spec: Box::new(spec(command_id, "race/1", "verify.tcp.connect")),
     };
     store
@@ -507,9 +510,11 @@ async fn a_reused_command_id_under_another_job_is_refused_not_dropped(pool: PgPo
     let store = Store::from_pool(pool.clone());
     let command_id = Uuid::new_v4();
     let first = Input::Execute {
+        policy_digest: None,
         spec: Box::new(spec(command_id, "reuse/a", "verify.tcp.connect")),
     };
     let other = Input::Execute {
+        policy_digest: None,
         spec: Box::new(spec(command_id, "reuse/b", "verify.tcp.connect")),
     };
     let id = format!("command:{command_id}");
@@ -541,12 +546,14 @@ async fn a_reused_command_id_under_another_job_is_refused_not_dropped(pool: PgPo
                 envelope(
                     &id,
                     Input::Execute {
+                        policy_digest: None,
                         spec: Box::new(spec(fresh, "reuse/c", "verify.tcp.connect")),
                     },
                 ),
                 envelope(
                     &id,
                     Input::Execute {
+                        policy_digest: None,
                         spec: Box::new(spec(fresh, "reuse/d", "verify.tcp.connect")),
                     },
                 ),
@@ -580,6 +587,7 @@ async fn one_input_the_database_refuses_is_isolated_and_the_rest_are_decided(poo
             &[envelope(
                 "setup",
                 Input::Execute {
+                    policy_digest: None,
                     spec: Box::new(spec(command_id, "iso/0", "verify.tcp.connect")),
                 },
             )],
@@ -610,6 +618,7 @@ async fn one_input_the_database_refuses_is_isolated_and_the_rest_are_decided(poo
             envelope(
                 &format!("command:{id}"),
                 Input::Execute {
+                    policy_digest: None,
                     spec: Box::new(spec(
                         id,
                         &format!("iso/{}", index + 1),

@@ -97,11 +97,14 @@ pub fn decide(
         events: Vec::new(),
     };
     match input {
-        Input::Execute { spec } => {
+        Input::Execute {
+            spec,
+            policy_digest,
+        } => {
             if let Some(existing) = check_new_job(job, spec.command_id, &spec.job_id)? {
                 return Ok(existing);
             }
-            decide_execute(&mut emit, spec);
+            decide_execute(&mut emit, spec, policy_digest.clone());
         }
         Input::ExecuteInvalid {
             command_id,
@@ -110,6 +113,7 @@ pub fn decide(
             operation,
             category,
             problems,
+            policy_digest,
         } => {
             if let Some(existing) = check_new_job(job, *command_id, job_id)? {
                 return Ok(existing);
@@ -124,6 +128,7 @@ pub fn decide(
                     operation: operation.clone(),
                     category: *category,
                     problems: problems.clone(),
+                    policy_digest: policy_digest.clone(),
                 },
             );
         }
@@ -152,7 +157,11 @@ pub fn decide(
 }
 
 /// The first attempt of a new job, available at once.
-fn decide_execute(emit: &mut Emitter<'_>, spec: &crate::contract::JobSpec) {
+fn decide_execute(
+    emit: &mut Emitter<'_>,
+    spec: &crate::contract::JobSpec,
+    policy_digest: Option<String>,
+) {
     emit.push(
         attempt_id_for(spec.command_id, 1),
         &spec.job_id,
@@ -162,6 +171,7 @@ fn decide_execute(emit: &mut Emitter<'_>, spec: &crate::contract::JobSpec) {
             spec: Box::new(spec.clone()),
             available_at: emit.now,
             previous_attempt_id: None,
+            policy_digest,
         },
     );
 }
@@ -624,6 +634,8 @@ fn finish(emit: &mut Emitter<'_>, attempt: &Attempt, terminal: Terminal) {
                 spec: spec.clone(),
                 available_at: emit.now.saturating_add(backoff.as_i64()),
                 previous_attempt_id: Some(attempt.attempt_id),
+                // A retry runs under the policy that admitted the job.
+                policy_digest: attempt.policy_digest.clone(),
             },
         );
     }

@@ -12,6 +12,8 @@ use crate::contract::{
 
 const T0: i64 = 1_800_000_000_000;
 const TTL: i64 = 10_000;
+/// The digest of the operator policy that admitted the story's job.
+const POLICY: &str = "sha256:0000000000000000000000000000000000000000000000000000000000000001";
 
 fn spec(operation: Operation, max_attempts: u32) -> JobSpec {
     JobSpec {
@@ -57,6 +59,7 @@ impl Story {
             now: T0,
         };
         story.ok(&Input::Execute {
+            policy_digest: Some(POLICY.into()),
             spec: Box::new(spec(operation, max_attempts)),
         });
         story
@@ -153,6 +156,25 @@ fn a_heartbeat_extends_the_lease_only_once_half_its_ttl_is_used() {
 }
 
 #[test]
+fn a_heartbeat_extends_nothing_at_exactly_half_the_ttl_or_after_expiry() {
+    let mut story = Story::new(Operation::VerifyHttpEndpoint, 1);
+    story.grant(1, "r-1");
+    story.report(1, 1, "r-1", ReportBody::Started);
+    story.now += TTL / 2;
+    assert!(
+        story.report(1, 1, "r-1", heartbeat()).is_empty(),
+        "exactly half the TTL left: not yet"
+    );
+    // Past the deadline the runner has fenced itself; a late heartbeat
+    // must not revive the lease the sweeper is about to end.
+    story.now += TTL;
+    assert!(
+        story.report(1, 1, "r-1", heartbeat()).is_empty(),
+        "after expiry: nothing extended"
+    );
+}
+
+#[test]
 fn reports_under_another_epoch_or_from_another_instance_are_fenced() {
     let mut story = Story::new(Operation::VerifyHttpEndpoint, 1);
     story.grant(1, "r-1");
@@ -218,6 +240,7 @@ fn only_infrastructure_failures_are_retried_with_backoff() {
             let EventBody::Created {
                 attempt_no,
                 available_at,
+                policy_digest,
                 ..
             } = &events[1].body
             else {
@@ -227,6 +250,11 @@ fn only_infrastructure_failures_are_retried_with_backoff() {
                 (*attempt_no, *available_at),
                 (2, story.now + 1_000),
                 "backoff before attempt 2"
+            );
+            assert_eq!(
+                policy_digest.as_deref(),
+                Some(POLICY),
+                "a retry runs under the policy that admitted the job"
             );
             // Not placeable before its backoff.
             assert!(matches!(
@@ -309,6 +337,28 @@ fn a_cancel_waits_its_grace_then_ends_by_what_was_started() {
             "{operation:?}: {ended:?}"
         );
     }
+    // Leased but never started: nothing can have run, so even a
+    // non-idempotent operation ends `cancelled` at the grace deadline.
+    let mut story = Story::new(Operation::SshCommandRun, 1);
+    story.grant(1, "r-1");
+    story.ok(&Input::Cancel {
+        attempt_id: story.attempt_id(1),
+        reason: "stop".into(),
+        requested_by: "cp".into(),
+        grace: DurationMs(5_000),
+    });
+    story.now += 5_000;
+    let ended = story.timer(1, TimerKind::CancelGrace);
+    assert!(
+        matches!(
+            &ended[0].body,
+            EventBody::Finished {
+                outcome: TerminalOutcome::Cancelled,
+                ..
+            }
+        ),
+        "never started: {ended:?}"
+    );
     // A queued attempt is cancelled at once.
     let mut story = Story::new(Operation::SshCommandRun, 1);
     let events = story.ok(&Input::Cancel {
@@ -354,6 +404,7 @@ fn a_timer_fires_once_and_only_when_due() {
 fn a_command_id_makes_one_job_and_a_job_id_belongs_to_one_command() {
     let mut story = Story::new(Operation::VerifyHttpEndpoint, 1);
     let again = story.ok(&Input::Execute {
+        policy_digest: None,
         spec: Box::new(spec(Operation::VerifyHttpEndpoint, 1)),
     });
     assert!(again.is_empty(), "the same command again is a no-op");
@@ -361,8 +412,34 @@ fn a_command_id_makes_one_job_and_a_job_id_belongs_to_one_command() {
     other.command_id = Uuid::from_u128(8);
     assert!(matches!(
         story.decide(&Input::Execute {
+            policy_digest: None,
             spec: Box::new(other)
         }),
         Err(Rejection::JobIdTaken { .. })
+    ));
+}
+
+#[test]
+fn the_first_event_records_the_policy_that_admitted_or_refused_the_job() {
+    let story = Story::new(Operation::VerifyHttpEndpoint, 1);
+    let attempt = story.job.attempt(story.attempt_id(1)).unwrap();
+    assert_eq!(attempt.policy_digest.as_deref(), Some(POLICY));
+    let refused = decide(
+        &JobState::default(),
+        &Input::ExecuteInvalid {
+            policy_digest: Some(POLICY.into()),
+            command_id: Uuid::from_u128(9),
+            job_id: "job-9".into(),
+            tenant: "team-a".into(),
+            operation: "helm.install".into(),
+            category: FailureCategory::Policy,
+            problems: vec![],
+        },
+        T0,
+    )
+    .unwrap();
+    assert!(matches!(
+        &refused[0].body,
+        EventBody::Rejected { policy_digest: Some(digest), .. } if digest == POLICY
     ));
 }

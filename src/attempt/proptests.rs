@@ -134,6 +134,7 @@ impl World {
                 let spec = spec(*command, *job, OPERATIONS[*operation], *max_attempts);
                 let input = if *invalid {
                     Input::ExecuteInvalid {
+                        policy_digest: None,
                         command_id: spec.command_id,
                         job_id: spec.job_id.clone(),
                         tenant: spec.tenant.clone(),
@@ -143,6 +144,7 @@ impl World {
                     }
                 } else {
                     Input::Execute {
+                        policy_digest: None,
                         spec: Box::new(spec.clone()),
                     }
                 };
@@ -250,7 +252,7 @@ impl World {
         };
         let mut state = self.jobs.get(&job_id).cloned().unwrap_or_default();
         let command_id = match &input {
-            Input::Execute { spec } => Some(spec.command_id),
+            Input::Execute { spec, .. } => Some(spec.command_id),
             Input::ExecuteInvalid { command_id, .. } => Some(*command_id),
             _ => None,
         };
@@ -453,6 +455,7 @@ fn apply_refuses_a_second_terminal_event() {
     let created = decide(
         &state,
         &Input::Execute {
+            policy_digest: None,
             spec: Box::new(spec),
         },
         0,

@@ -120,6 +120,11 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
     let signal = on_signal();
     let runners_stop = CancellationToken::new();
     let core_stop = CancellationToken::new();
+    let policy = config.policy.loaded.clone();
+    info!(digest = %policy.current().digest(), file = %config.policy.file, "operator policy in force");
+    // Every role of this process shares it; a changed file (or SIGHUP)
+    // replaces it for all of them.
+    tokio::spawn(policy.watch(core_stop.clone()));
     let mut core = spawn_core(config, roles, ingress_config, &store, &kafka, &core_stop)?;
     let mut runners = spawn_runners(config, roles, &kafka, &runners_stop).await?;
     info!(?roles, "execplane running");
@@ -236,6 +241,7 @@ async fn spawn_runners(
     if roles.verification_runner {
         let executor = Arc::new(VerificationRunner::new(config.verification()));
         let mut settings = config.runner();
+        settings.storage = Some(Arc::new(crate::artifacts::Storage::open(&config.storage())));
         if let Some(vault) = config.secret_store() {
             let address = vault.address.clone();
             let vault = crate::secrets::Vault::connect(vault)

@@ -39,3 +39,40 @@ pub fn run(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
         }
     }
 }
+
+/// `policy check`: exit 0 with the digest and tenants of a good file; exit
+/// 2 with every problem of a bad one.
+pub fn policy(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
+    match crate::policy::OperatorPolicy::load_all(file) {
+        Ok(policy) => {
+            if json {
+                let summary = serde_json::json!({
+                    "valid": true,
+                    "digest": policy.digest(),
+                    "tenants": policy.tenant_names(),
+                });
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else {
+                println!(
+                    "{}: valid operator policy {} (tenants: {})",
+                    file.display(),
+                    policy.digest(),
+                    policy.tenant_names().join(", ")
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(problems) => {
+            if json {
+                let summary = serde_json::json!({ "valid": false, "problems": problems });
+                println!("{}", serde_json::to_string_pretty(&summary)?);
+            } else {
+                for problem in &problems {
+                    eprintln!("error: {problem}");
+                }
+                eprintln!("{}: {} problem(s)", file.display(), problems.len());
+            }
+            Ok(ExitCode::from(2))
+        }
+    }
+}

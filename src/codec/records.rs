@@ -399,6 +399,8 @@ pub struct AttemptEventRecord {
     pub http_status: Option<i32>,
     pub error: Option<String>,
     pub idempotency_key: Option<String>,
+    /// `created` and `rejected`: the operator policy in force (since 0.2).
+    pub policy_digest: Option<String>,
 }
 
 fn signed(value: u64) -> i64 {
@@ -429,7 +431,9 @@ impl From<&AttemptEvent> for AttemptEventRecord {
                 spec,
                 available_at,
                 previous_attempt_id,
+                policy_digest,
             } => {
+                record.policy_digest = policy_digest.clone();
                 record.command_id = Some(command_id.to_string());
                 record.attempt_no = Some(*attempt_no as i32);
                 record.spec = Some(JobSpecRecord::from(spec.as_ref()));
@@ -443,7 +447,9 @@ impl From<&AttemptEvent> for AttemptEventRecord {
                 operation,
                 category,
                 problems,
+                policy_digest,
             } => {
+                record.policy_digest = policy_digest.clone();
                 record.command_id = Some(command_id.to_string());
                 record.attempt_no = Some(*attempt_no as i32);
                 record.tenant = Some(tenant.clone());
@@ -569,6 +575,7 @@ impl TryFrom<AttemptEventRecord> for AttemptEvent {
                     .available_at
                     .ok_or_else(|| missing("available_at", kind))?,
                 previous_attempt_id: opt_uuid(&record.previous_attempt_id, "previous_attempt_id")?,
+                policy_digest: record.policy_digest.clone(),
             },
             EventType::Rejected => EventBody::Rejected {
                 command_id: uuid(&text(&record.command_id, "command_id")?, "command_id")?,
@@ -577,6 +584,7 @@ impl TryFrom<AttemptEventRecord> for AttemptEvent {
                 operation: text(&record.operation, "operation")?,
                 category: record.category.ok_or_else(|| missing("category", kind))?,
                 problems: record.problems.clone(),
+                policy_digest: record.policy_digest.clone(),
             },
             EventType::LeaseGranted => EventBody::LeaseGranted {
                 lease_id: uuid(&text(&record.lease_id, "lease_id")?, "lease_id")?,

@@ -154,6 +154,10 @@ pub enum EventBody {
         spec: Box<JobSpec>,
         available_at: UnixMillis,
         previous_attempt_id: Option<Uuid>,
+        /// The operator policy that admitted the job (`sha256:<hex>`), so an
+        /// audit can say which policy allowed it. `None` before 0.2.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        policy_digest: Option<String>,
     },
     /// The command broke the contract or a policy; the attempt never ran.
     /// The first and the terminal event of its attempt.
@@ -164,6 +168,9 @@ pub enum EventBody {
         operation: String,
         category: FailureCategory,
         problems: Vec<Problem>,
+        /// The operator policy in force when it was refused.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        policy_digest: Option<String>,
     },
     LeaseGranted {
         lease_id: Uuid,
@@ -315,6 +322,8 @@ pub enum Input {
     /// A valid ExecuteJob command.
     Execute {
         spec: Box<JobSpec>,
+        /// The operator policy that admitted it (`sha256:<hex>` of the file).
+        policy_digest: Option<String>,
     },
     /// An ExecuteJob command that failed validation but names its command and
     /// job: it becomes a `rejected` attempt so that nothing is silently lost.
@@ -325,6 +334,8 @@ pub enum Input {
         operation: String,
         category: FailureCategory,
         problems: Vec<Problem>,
+        /// The operator policy in force when it was refused.
+        policy_digest: Option<String>,
     },
     /// Placement chose `runner_instance` for a queued attempt.
     Grant {

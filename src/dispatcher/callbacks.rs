@@ -20,7 +20,7 @@ pub struct CallbackConfig {
     pub request_timeout: Duration,
     pub poll_interval: Duration,
     /// The operator's policy: where each tenant's callbacks may connect.
-    pub policy: std::sync::Arc<crate::policy::OperatorPolicy>,
+    pub policy: crate::policy::SharedPolicy,
 }
 
 impl Default for CallbackConfig {
@@ -31,7 +31,7 @@ impl Default for CallbackConfig {
             max_backoff: Duration::from_secs(60),
             request_timeout: Duration::from_secs(10),
             poll_interval: Duration::from_millis(200),
-            policy: std::sync::Arc::default(),
+            policy: crate::policy::SharedPolicy::default(),
         }
     }
 }
@@ -57,9 +57,16 @@ pub(super) async fn run(
     shutdown: CancellationToken,
 ) -> Result<(), DispatcherError> {
     // One client per tenant, bound to its destination policy (callbacks
-    // follow no redirects); bounded, cleared when full.
+    // follow no redirects); bounded, cleared when full and whenever the
+    // operator's policy was reloaded.
     let mut clients: std::collections::HashMap<String, reqwest::Client> = Default::default();
+    let mut clients_policy = String::new();
     while !shutdown.is_cancelled() {
+        let policy = config.policy.current();
+        if policy.digest() != clients_policy {
+            clients.clear();
+            clients_policy = policy.digest().to_owned();
+        }
         let claimed = match store.claim_callbacks(32, config.request_timeout * 3).await {
             Ok(claimed) => claimed,
             Err(error) => {
@@ -81,13 +88,13 @@ pub(super) async fn run(
                 if clients.len() >= 256 {
                     clients.clear();
                 }
-                let destinations = config.policy.tenant(&tenant).destinations;
+                let destinations = policy.tenant(&tenant).destinations;
                 let client = crate::policy::http_client(&destinations, 0)
                     .map_err(DispatcherError::HttpClient)?;
                 clients.insert(tenant.clone(), client);
             }
             let client = clients[&tenant].clone();
-            let destinations = config.policy.tenant(&tenant).destinations;
+            let destinations = policy.tenant(&tenant).destinations;
             deliveries.push(async move {
                 deliver(
                     shared_store,

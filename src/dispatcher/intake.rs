@@ -379,31 +379,33 @@ fn decode_execute(
     config: &DispatcherConfig,
     spec: &crate::codec::JobSpecRecord,
 ) -> Result<Input, String> {
+    // One policy for the whole decision (a reload in between would check
+    // one JobSpec against two); its digest goes in the attempt's first event.
+    let policy = config.policy.current();
+    let policy_digest = Some(policy.digest().to_owned());
     match validate_jobspec(&spec.to_json()) {
         Ok(valid) => {
-            if let Some(problem) = valid.operation.not_implemented() {
-                return Ok(Input::ExecuteInvalid {
-                    command_id: valid.command_id,
-                    job_id: valid.job_id.clone(),
-                    tenant: valid.tenant.clone(),
-                    operation: valid.operation.as_str().to_owned(),
-                    category: FailureCategory::Contract,
-                    problems: vec![problem],
-                });
-            }
-            let refused = config.policy.check_jobspec(&valid);
-            if refused.is_empty() {
+            // The operator's policy first: a tenant asking for what it may
+            // not do is told so, whether or not this release runs it.
+            let refused = policy.check_jobspec(&valid);
+            let (category, problems) = if !refused.is_empty() {
+                (FailureCategory::Policy, refused)
+            } else if let Some(problem) = valid.operation.not_implemented() {
+                (FailureCategory::Contract, vec![problem])
+            } else {
                 return Ok(Input::Execute {
                     spec: Box::new(valid),
+                    policy_digest,
                 });
-            }
+            };
             Ok(Input::ExecuteInvalid {
                 command_id: valid.command_id,
                 job_id: valid.job_id.clone(),
                 tenant: valid.tenant.clone(),
                 operation: valid.operation.as_str().to_owned(),
-                category: FailureCategory::Policy,
-                problems: refused,
+                category,
+                problems,
+                policy_digest,
             })
         }
         Err(problems) => {
@@ -422,7 +424,7 @@ fn decode_execute(
             if !unstorable.is_empty() {
                 return Err(problems.to_string());
             }
-            let policy = problems
+            let policy_flag = problems
                 .0
                 .iter()
                 .any(|problem| problem.path.starts_with("policy"));
@@ -431,12 +433,13 @@ fn decode_execute(
                 job_id: spec.job_id.clone(),
                 tenant: spec.tenant.clone(),
                 operation: spec.operation.clone(),
-                category: if policy {
+                category: if policy_flag {
                     FailureCategory::Policy
                 } else {
                     FailureCategory::Contract
                 },
                 problems: problems.0,
+                policy_digest,
             })
         }
     }

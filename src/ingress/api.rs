@@ -74,12 +74,14 @@ impl Ingress {
     ) -> Result<Submitted, IngressError> {
         let spec = validate_jobspec_bytes(body)
             .map_err(|problems| IngressError::BadRequest(problems.0))?;
-        if let Some(problem) = spec.operation.not_implemented() {
-            return Err(IngressError::BadRequest(vec![problem]));
-        }
-        let refused = self.config.policy.check_jobspec(&spec);
+        // The same order as intake: the operator's policy, then whether
+        // this release runs the operation.
+        let refused = self.config.policy.current().check_jobspec(&spec);
         if !refused.is_empty() {
             return Err(IngressError::PolicyProblems(refused));
+        }
+        if let Some(problem) = spec.operation.not_implemented() {
+            return Err(IngressError::BadRequest(vec![problem]));
         }
         let command = CommandRecord::execute(&spec, chrono::Utc::now().timestamp_millis());
         let traceparent = spec

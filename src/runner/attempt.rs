@@ -221,7 +221,7 @@ pub(super) struct AttemptSettings {
     /// Where secret references are resolved.
     pub secrets: Option<Arc<Vault>>,
     /// The operator's policy, checked again before anything is resolved.
-    pub policy: Arc<crate::policy::OperatorPolicy>,
+    pub policy: crate::policy::SharedPolicy,
 }
 
 /// The channels an attempt is told things on by its instance.
@@ -299,7 +299,7 @@ async fn resolve(
     assignment: &mut Assignment,
     settings: &AttemptSettings,
 ) -> Result<crate::secrets::Resolved, crate::secrets::SecretError> {
-    let refused = settings.policy.check_jobspec(&assignment.spec);
+    let refused = settings.policy.current().check_jobspec(&assignment.spec);
     if !refused.is_empty() {
         return Err(crate::secrets::SecretError::Policy(
             crate::contract::Problems(refused).to_string(),

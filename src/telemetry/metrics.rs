@@ -39,8 +39,14 @@ pub const INGRESS_CONNECTIONS_TIMED_OUT: &str = "execplane_ingress_connections_t
 pub const INGRESS_SESSIONS: &str = "execplane_ingress_executor_sessions";
 pub const INGRESS_WORK_HANDED: &str = "execplane_ingress_work_handed_total";
 pub const CONSUMER_LAG: &str = "execplane_consumer_lag_records";
+pub const POLICY_RELOADS: &str = "execplane_policy_reloads_total";
 
 fn describe() {
+    describe_counter!(
+        POLICY_RELOADS,
+        Unit::Count,
+        "operator policy file reloads, by outcome (applied, refused: the file had problems and the policy in force was kept)"
+    );
     describe_ingress();
     describe_dispatcher();
     describe_relay();
@@ -369,6 +375,11 @@ pub fn attempts_by_state(counts: &[(String, i64)]) {
 
 pub fn runner_in_flight(count: u32) {
     gauge!(RUNNER_IN_FLIGHT).set(f64::from(count));
+}
+
+pub fn policy_reloaded(applied: bool) {
+    let outcome = if applied { "applied" } else { "refused" };
+    counter!(POLICY_RELOADS, "outcome" => outcome).increment(1);
 }
 
 pub fn runner_self_fenced() {

@@ -120,6 +120,7 @@ pub fn scenario(index: usize) -> Vec<(i64, Input)> {
     let second = attempt_id_for(command_id, 2);
     let instance = format!("runner-{}", index % 7);
     let create = |operation: &str| Input::Execute {
+        policy_digest: None,
         spec: Box::new(spec(command_id, &job_id, operation)),
     };
     let grant = |attempt_id| Input::Grant {
@@ -263,6 +264,7 @@ pub fn scenario(index: usize) -> Vec<(i64, Input)> {
         7 => vec![(
             0,
             Input::ExecuteInvalid {
+                policy_digest: None,
                 command_id,
                 job_id,
                 tenant: "team-a".into(),

@@ -104,6 +104,18 @@ impl Pipeline {
         pipeline
     }
 
+    /// Sets a variable on every process this pipeline spawns from now on.
+    pub fn set_env(&mut self, name: &str, value: &str) {
+        self.env.push((name.to_owned(), value.to_owned()));
+    }
+
+    /// Runs every process spawned from now on under the shipped example
+    /// operator policy (`examples/policy.yaml`).
+    pub fn with_example_policy(&mut self) {
+        let example = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/policy.yaml");
+        self.set_env("EXECPLANE_POLICY_FILE", example);
+    }
+
     /// Starts `execplane ARGS` with this pipeline's environment; returns its index.
     pub fn spawn(&mut self, args: &[&str], env: &[(&str, &str)]) -> usize {
         let name = format!("{}-{}", args.join("-"), self.children.len());
@@ -262,6 +274,29 @@ impl Pipeline {
             .await
             .map_err(|(error, _)| error)
             .expect("produce");
+    }
+
+    /// Produces to one partition, past every partitioner: what a record
+    /// injected straight onto a runner's work partition looks like.
+    pub async fn produce_to(&self, topic: &str, partition: i32, key: &str, payload: &[u8]) {
+        let topic = self.kafka.topic(topic);
+        self.producer
+            .send(
+                FutureRecord::to(&topic)
+                    .partition(partition)
+                    .key(key)
+                    .payload(payload),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(error, _)| error)
+            .expect("produce");
+    }
+
+    /// The number of partitions of one of this pipeline's topics.
+    pub fn partitions(&self, topic: &str) -> i32 {
+        let consumer: StreamConsumer = self.kafka.assigned_consumer().unwrap();
+        execplane::kafka::partition_count(&consumer, &self.kafka.topic(topic)).unwrap()
     }
 
     /// The attempts of a job, oldest first: (attempt_id, status, category).

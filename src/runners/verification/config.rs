@@ -21,7 +21,7 @@ pub struct VerificationConfig {
     /// not built in runs `<dir>/<id>` as a tool process.
     pub probe_dir: Option<std::path::PathBuf>,
     /// The operator's policy: where each tenant's probes may connect.
-    pub policy: std::sync::Arc<crate::policy::OperatorPolicy>,
+    pub policy: crate::policy::SharedPolicy,
 }
 
 impl Default for VerificationConfig {
@@ -35,7 +35,7 @@ impl Default for VerificationConfig {
             max_timeout: Duration::from_secs(60),
             max_body_bytes: 1024 * 1024,
             probe_dir: None,
-            policy: std::sync::Arc::default(),
+            policy: crate::policy::SharedPolicy::default(),
         }
     }
 }

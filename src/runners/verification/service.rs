@@ -147,7 +147,8 @@ impl VerificationRunner {
                 ));
             }
         }
-        let refused = self.config.policy.check_jobspec(spec);
+        let policy = self.config.policy.current();
+        let refused = policy.check_jobspec(spec);
         if !refused.is_empty() {
             let problems = crate::contract::Problems(refused);
             return Err(ExecutionOutcome::failed(
@@ -157,7 +158,7 @@ impl VerificationRunner {
             ));
         }
         let bounds = Bounds {
-            destinations: self.config.policy.tenant(&spec.tenant).destinations,
+            destinations: policy.tenant(&spec.tenant).destinations,
             max_body_bytes: self.config.max_body_bytes,
         };
         let http = self
@@ -183,13 +184,18 @@ impl VerificationRunner {
         let OperationInputs::VerifyCustomProbe(probe) = &mut prepared.inputs else {
             return Ok(());
         };
-        let mut args = serde_json::to_value(&probe.args).unwrap_or_default();
+        let failed = |category, message: String| ExecutionOutcome::failed(category, message, None);
+        let mut args = serde_json::to_value(&probe.args).map_err(|error| {
+            failed(
+                FailureCategory::RunnerError,
+                format!("inputs.args cannot be read: {error}"),
+            )
+        })?;
         let mut references = Vec::new();
         crate::artifacts::inputs::references_in(&args, "inputs.args", &mut references);
         if references.is_empty() {
             return Ok(());
         }
-        let failed = |category, message: String| ExecutionOutcome::failed(category, message, None);
         let workdir =
             crate::runner::tool::Workdir::new(&context.tools().work_root).map_err(|error| {
                 failed(
@@ -201,7 +207,12 @@ impl VerificationRunner {
             .fetch_inputs(context, &mut args, "inputs.args")
             .await
             .map_err(|(path, error)| failed(error.category(), format!("{path}: {error}")))?;
-        probe.args = serde_json::from_value(args).unwrap_or_default();
+        probe.args = serde_json::from_value(args).map_err(|error| {
+            failed(
+                FailureCategory::RunnerError,
+                format!("inputs.args with the fetched inputs: {error}"),
+            )
+        })?;
         prepared.input_files = Some(workdir);
         Ok(())
     }
@@ -316,6 +327,23 @@ mod tests {
         announced.sort();
         let catalog: Vec<Operation> = Operation::implemented_by(RunnerType::Verification).collect();
         assert_eq!(announced, catalog);
+    }
+
+    #[test]
+    fn no_sample_waits_past_the_operator_s_maximum() {
+        let runner = VerificationRunner::new(VerificationConfig {
+            default_timeout: Duration::from_secs(5),
+            max_timeout: Duration::from_secs(20),
+            ..VerificationConfig::default()
+        });
+        assert_eq!(runner.timeout(None), Duration::from_secs(5));
+        let asked = |millis| Some(crate::contract::DurationMs(millis));
+        assert_eq!(runner.timeout(asked(3_000)), Duration::from_secs(3));
+        assert_eq!(
+            runner.timeout(asked(3_600_000)),
+            Duration::from_secs(20),
+            "an hour asked for is cut to the operator's maximum"
+        );
     }
 
     #[test]

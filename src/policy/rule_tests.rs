@@ -1,0 +1,323 @@
+//! Every class of rule in the shipped example policy, one JobSpec each:
+//! allowed as written, refused with the rule named once a field crosses it.
+
+use serde_json::{json, Value};
+
+use super::OperatorPolicy;
+use crate::contract::{validate_jobspec, JobSpec};
+
+fn example() -> OperatorPolicy {
+    OperatorPolicy::from_yaml(include_str!("../../examples/policy.yaml")).unwrap()
+}
+
+const PACKAGE: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+const MODULE: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
+
+fn spec(tenant: &str, operation: &str, inputs: Value, extra: Value) -> JobSpec {
+    let mut value = json!({
+        "command_id": "0b6c55d5-7c59-4a8e-9b7e-2f1f7d2b1a01",
+        "job_id": "policy/example", "tenant": tenant, "requested_by": "test",
+        "operation": operation, "inputs": inputs,
+    });
+    if let (Some(object), Some(extra)) = (value.as_object_mut(), extra.as_object()) {
+        object.extend(extra.clone());
+    }
+    validate_jobspec(&value).unwrap_or_else(|problems| panic!("{operation}: {problems}"))
+}
+
+/// The rules that refused `spec`, as the messages name them.
+fn refused_by(policy: &OperatorPolicy, spec: &JobSpec) -> Vec<String> {
+    policy
+        .check_jobspec(spec)
+        .iter()
+        .map(|problem| {
+            let message = &problem.message;
+            match message.find("rule `") {
+                Some(at) => message[at + 6..].trim_end_matches(['`', ')']).to_owned(),
+                None => message.clone(),
+            }
+        })
+        .collect()
+}
+
+fn cluster() -> Value {
+    json!({"name": "dev", "credentials": {"$secret": "kubeconfig"}})
+}
+
+fn kube_secret() -> Value {
+    json!({"secret_refs": [{"name": "kubeconfig", "mount": "secret", "path": "team-a/dev", "key": "config"}]})
+}
+
+#[test]
+fn the_example_policy_loads_and_what_it_allows_passes() {
+    let policy = example();
+    assert!(policy.digest().starts_with("sha256:"));
+    let allowed = [
+        spec(
+            "team-a",
+            "ssh.command.run",
+            json!({"template_id": "greet", "args": {"name": "ops", "times": 2}}),
+            json!({"targets": [{"kind": "node", "id": "node-1", "address": "192.0.2.7"}]}),
+        ),
+        spec(
+            "team-a",
+            "ansible.playbook.run",
+            json!({"package": {"name": "web", "version": "1", "digest": PACKAGE}, "playbook": "playbooks/web.yml"}),
+            json!({}),
+        ),
+        spec(
+            "team-a",
+            "kubernetes.manifest.apply",
+            json!({"cluster": cluster(), "namespace": "team-a-web",
+                   "manifests": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}]}),
+            kube_secret(),
+        ),
+        spec(
+            "team-a",
+            "helm.install",
+            json!({"cluster": cluster(), "release": "web", "namespace": "team-a",
+                   "chart": {"repository": "https://charts.example.com/stable", "name": "web", "version": "1.0.0"}}),
+            kube_secret(),
+        ),
+        spec(
+            "team-a",
+            "opentofu.plan",
+            json!({"package": {"name": "net", "version": "1", "digest": MODULE}, "backend": {"type": "s3"}}),
+            json!({}),
+        ),
+        spec(
+            "team-b",
+            "verify.tcp.connect",
+            json!({"host": "127.0.0.1", "port": 5432}),
+            json!({}),
+        ),
+    ];
+    for spec in &allowed {
+        assert_eq!(
+            refused_by(&policy, spec),
+            Vec::<String>::new(),
+            "{}",
+            spec.operation
+        );
+    }
+}
+
+#[test]
+fn every_class_of_rule_refuses_and_names_itself() {
+    let policy = example();
+    let node = json!({"targets": [{"kind": "node", "id": "node-1"}]});
+    let cases: Vec<(JobSpec, &str)> = vec![
+        (
+            spec(
+                "team-b",
+                "verify.http.endpoint",
+                json!({"url": "http://127.0.0.1/"}),
+                json!({}),
+            ),
+            "tenants.team-b.operations",
+        ),
+        (
+            spec(
+                "team-b",
+                "verify.tcp.connect",
+                json!({"host": "127.0.0.1", "port": 1}),
+                json!({"policy": {"explicit_command": true}}),
+            ),
+            "tenants.team-b.grants",
+        ),
+        (
+            spec(
+                "team-a",
+                "helm.uninstall",
+                json!({"cluster": cluster(), "release": "web", "namespace": "team-a"}),
+                kube_secret(),
+            ),
+            "requires.destructive",
+        ),
+        (
+            spec(
+                "team-a",
+                "kubernetes.resource.read",
+                json!({"cluster": {"name": "prod", "credentials": {"$secret": "kubeconfig"}}, "namespace": "team-a",
+                   "object": {"api_version": "v1", "kind": "Pod", "name": "x"}}),
+                kube_secret(),
+            ),
+            "tenants.team-a.kubernetes.clusters",
+        ),
+        (
+            spec(
+                "team-a",
+                "kubernetes.resource.read",
+                json!({"cluster": cluster(), "namespace": "kube-system", "object": {"api_version": "v1", "kind": "Pod", "name": "x"}}),
+                kube_secret(),
+            ),
+            "tenants.team-a.kubernetes.clusters.dev.namespaces",
+        ),
+        (
+            spec(
+                "team-a",
+                "kubernetes.manifest.apply",
+                json!({"cluster": cluster(), "namespace": "team-a",
+                   "manifests": [{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "x"}}]}),
+                kube_secret(),
+            ),
+            "tenants.team-a.kubernetes.clusters.dev.cluster_scoped",
+        ),
+        (
+            spec(
+                "team-a",
+                "helm.template",
+                json!({"release": "web", "namespace": "team-a",
+                   "chart": {"repository": "https://charts.example.com.evil/stable", "name": "web", "version": "1"}}),
+                json!({}),
+            ),
+            "tenants.team-a.helm.chart_sources",
+        ),
+        (
+            spec(
+                "team-a",
+                "ansible.playbook.run",
+                json!({"package": {"name": "web", "version": "1", "digest": format!("sha256:{}", "3".repeat(64))}, "playbook": "site.yml"}),
+                json!({}),
+            ),
+            "tenants.team-a.ansible.packages",
+        ),
+        (
+            spec(
+                "team-a",
+                "ansible.playbook.run",
+                json!({"package": {"name": "web", "version": "1", "digest": PACKAGE}, "playbook": "scripts/cleanup.yml"}),
+                json!({}),
+            ),
+            "tenants.team-a.ansible.packages.playbooks",
+        ),
+        (
+            spec(
+                "team-a",
+                "ansible.role.run",
+                json!({"package": {"name": "web", "version": "1", "digest": PACKAGE}, "role": "db"}),
+                json!({}),
+            ),
+            "tenants.team-a.ansible.packages.roles",
+        ),
+        (
+            spec(
+                "team-a",
+                "ssh.command.run",
+                json!({"template_id": "reboot"}),
+                node.clone(),
+            ),
+            "tenants.team-a.ssh.templates",
+        ),
+        (
+            spec(
+                "team-a",
+                "ssh.command.run",
+                json!({"template_id": "greet", "args": {"name": "$(id)"}}),
+                node.clone(),
+            ),
+            "tenants.team-a.ssh.templates",
+        ),
+        (
+            spec(
+                "team-a",
+                "ssh.command.run",
+                json!({"template_id": "uptime", "sudo": true}),
+                node.clone(),
+            ),
+            "tenants.team-a.ssh.templates",
+        ),
+        (
+            spec(
+                "team-a",
+                "ssh.file.upload",
+                json!({"template_id": "upload", "source_artifact": PACKAGE, "destination": "/srv/drop/../../etc/cron.d/x"}),
+                node.clone(),
+            ),
+            "tenants.team-a.ssh.templates",
+        ),
+        (
+            spec(
+                "team-a",
+                "ssh.command.run",
+                json!({"template_id": "uptime"}),
+                json!({"targets": [{"kind": "node", "id": "node-1", "address": "203.0.113.9"}]}),
+            ),
+            "tenants.team-a.ssh.nodes",
+        ),
+        (
+            spec(
+                "team-a",
+                "opentofu.plan",
+                json!({"package": {"name": "net", "version": "1", "digest": PACKAGE}}),
+                json!({}),
+            ),
+            "tenants.team-a.opentofu.modules",
+        ),
+        (
+            spec(
+                "team-a",
+                "opentofu.plan",
+                json!({"package": {"name": "net", "version": "1", "digest": MODULE}, "backend": {"type": "http"}}),
+                json!({}),
+            ),
+            "tenants.team-a.opentofu.backends",
+        ),
+    ];
+    for (spec, rule) in &cases {
+        let refused = refused_by(&policy, spec);
+        assert_eq!(refused, [*rule], "{} ({})", spec.operation, spec.tenant);
+    }
+}
+
+#[test]
+fn a_bad_policy_file_names_every_problem_at_once() {
+    let problems = OperatorPolicy::from_yaml(
+        r#"
+        defaults:
+          operations: ["helm.explode"]
+        requires:
+          destructive: ["nothing.*"]
+        ssh_templates:
+          t:
+            program: uptime
+            args: [{name: n, type: int}]
+        tenants:
+          a:
+            ssh: {templates: [missing]}
+            ansible: {packages: [{digest: "md5:1"}]}
+            grants: [everything]
+        "#,
+    )
+    .unwrap_err();
+    // An unknown grant is a parse error, reported alone; without it:
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    let problems = OperatorPolicy::from_yaml(
+        r#"
+        defaults:
+          operations: ["helm.explode"]
+        requires:
+          destructive: ["nothing.*"]
+        ssh_templates:
+          t:
+            program: uptime
+            args: [{name: n, type: int}]
+        tenants:
+          a:
+            ssh: {templates: [missing]}
+            ansible: {packages: [{digest: "md5:1"}]}
+        "#,
+    )
+    .unwrap_err();
+    let text = problems.join("\n");
+    for expected in [
+        "requires.destructive",
+        "ssh_templates.t: program",
+        "ssh_templates.t: argument `n`",
+        "tenant {defaults}: operations",
+        "tenant a: ssh.templates: `missing`",
+        "tenant a: ansible.packages: `md5:1`",
+    ] {
+        assert!(text.contains(expected), "{expected} missing from:\n{text}");
+    }
+}

@@ -1,0 +1,402 @@
+//! SSH command templates: the operator's catalogue of what may run on a
+//! node, each a program with typed arguments and an explicit sudo policy.
+//! A JobSpec names a template and gives argument values; it never writes a
+//! command line. Every value is checked against its type here, before
+//! anything connects (docs/ARCHITECTURE.md, "Operator policy").
+
+use std::collections::BTreeMap;
+use std::path::{Component, Path};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// One template, as written in the policy file.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SshTemplate {
+    /// The program on the node: an absolute path, run with an argument
+    /// vector (never through a shell).
+    pub program: String,
+    /// Fixed arguments before the typed ones (`["-h"]`).
+    #[serde(default)]
+    pub fixed_args: Vec<String>,
+    /// The arguments a JobSpec may give, in the order they are passed.
+    #[serde(default)]
+    pub args: Vec<ArgSpec>,
+    /// Whether it runs through sudo, and as whom. Recorded in the attempt's
+    /// events; a template without sudo cannot escalate.
+    #[serde(default)]
+    pub sudo: Sudo,
+}
+
+/// A template's sudo policy: `none`, or `{as: <user>}`.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(try_from = "SudoText")]
+pub enum Sudo {
+    #[default]
+    None,
+    As(String),
+}
+
+/// How a sudo policy is written, the same in YAML and TOML.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SudoText {
+    Word(String),
+    As {
+        #[serde(rename = "as")]
+        user: String,
+    },
+}
+
+impl TryFrom<SudoText> for Sudo {
+    type Error = String;
+
+    fn try_from(text: SudoText) -> Result<Self, String> {
+        match text {
+            SudoText::Word(word) if word == "none" => Ok(Sudo::None),
+            SudoText::Word(word) => Err(format!("sudo `{word}`: write `none` or `{{as: <user>}}`")),
+            SudoText::As { user } => Ok(Sudo::As(user)),
+        }
+    }
+}
+
+/// The types an argument can have.
+#[derive(Clone, Copy, Debug, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ArgKind {
+    /// One of `values`.
+    Enum,
+    /// An integer within `min..=max`.
+    Int,
+    /// A DNS host name or an IP address.
+    Hostname,
+    /// An absolute, normalised path under `root`.
+    Path,
+    /// A string matching `pattern` (the whole of it).
+    String,
+}
+
+/// One typed argument of a template.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ArgSpec {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub kind: ArgKind,
+    #[serde(default)]
+    pub values: Vec<String>,
+    #[serde(default)]
+    pub min: Option<i64>,
+    #[serde(default)]
+    pub max: Option<i64>,
+    #[serde(default)]
+    pub root: Option<String>,
+    #[serde(default)]
+    pub pattern: Option<String>,
+    /// A required argument must be given (the default).
+    #[serde(default = "required_by_default")]
+    pub required: bool,
+}
+
+fn required_by_default() -> bool {
+    true
+}
+
+/// Longest argument value accepted, in bytes.
+pub const MAX_ARG_BYTES: usize = 4096;
+
+impl SshTemplate {
+    /// Every problem of the template itself (at load).
+    pub fn problems(&self, id: &str) -> Vec<String> {
+        let mut problems = Vec::new();
+        let at = |what: String| format!("ssh_templates.{id}: {what}");
+        if !Path::new(&self.program).is_absolute() || has_control(&self.program) {
+            problems.push(at(format!(
+                "program `{}` is not an absolute path",
+                self.program
+            )));
+        }
+        if let Sudo::As(user) = &self.sudo {
+            if !is_user_name(user) {
+                problems.push(at(format!("sudo user `{user}` is not a user name")));
+            }
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        for arg in &self.args {
+            if !seen.insert(arg.name.as_str()) {
+                problems.push(at(format!("argument `{}` is declared twice", arg.name)));
+            }
+            if let Err(problem) = arg.definition() {
+                problems.push(at(format!("argument `{}`: {problem}", arg.name)));
+            }
+        }
+        problems
+    }
+
+    /// The declared argument named `name`.
+    pub fn arg(&self, name: &str) -> Option<&ArgSpec> {
+        self.args.iter().find(|arg| arg.name == name)
+    }
+
+    /// Checks a JobSpec's argument values: every one declared, every
+    /// required one present, each of its type. One message per problem,
+    /// naming the argument.
+    pub fn check_args(&self, args: &BTreeMap<String, Value>) -> Vec<String> {
+        let mut problems = Vec::new();
+        for name in args.keys() {
+            if self.arg(name).is_none() {
+                problems.push(format!("argument `{name}` is not declared by the template"));
+            }
+        }
+        for spec in &self.args {
+            match args.get(&spec.name) {
+                Some(value) => {
+                    if let Err(problem) = spec.check(value) {
+                        problems.push(format!("argument `{}`: {problem}", spec.name));
+                    }
+                }
+                None if spec.required => {
+                    problems.push(format!("argument `{}` is required", spec.name));
+                }
+                None => {}
+            }
+        }
+        problems
+    }
+}
+
+impl ArgSpec {
+    /// Whether the declaration is complete for its type.
+    fn definition(&self) -> Result<(), String> {
+        match self.kind {
+            ArgKind::Enum if self.values.is_empty() => Err("an enum needs `values`".into()),
+            ArgKind::Int => match (self.min, self.max) {
+                (Some(min), Some(max)) if min <= max => Ok(()),
+                _ => Err("an int needs `min` <= `max`".into()),
+            },
+            ArgKind::Path => match &self.root {
+                Some(root) if is_clean_absolute(root) => Ok(()),
+                _ => Err("a path needs an absolute, normalised `root`".into()),
+            },
+            ArgKind::String => match &self.pattern {
+                Some(pattern) => anchored(pattern).map(|_| ()),
+                None => Err("a string needs a `pattern`".into()),
+            },
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether `value` is a value of this argument.
+    pub fn check(&self, value: &Value) -> Result<(), String> {
+        if self.kind == ArgKind::Int {
+            let number = value
+                .as_i64()
+                .ok_or_else(|| format!("`{value}` is not an integer"))?;
+            let (min, max) = (self.min.unwrap_or(i64::MIN), self.max.unwrap_or(i64::MAX));
+            return if (min..=max).contains(&number) {
+                Ok(())
+            } else {
+                Err(format!("{number} is outside {min}..={max}"))
+            };
+        }
+        let Some(text) = value.as_str() else {
+            return Err(format!("`{value}` is not a string"));
+        };
+        if text.is_empty() || text.len() > MAX_ARG_BYTES {
+            return Err(format!("must be 1 to {MAX_ARG_BYTES} bytes"));
+        }
+        if has_control(text) {
+            return Err("holds a control character (a newline, a NUL, ...)".into());
+        }
+        match self.kind {
+            ArgKind::Enum => self
+                .values
+                .iter()
+                .any(|allowed| allowed == text)
+                .then_some(())
+                .ok_or_else(|| format!("`{text}` is not one of {}", self.values.join(", "))),
+            ArgKind::Hostname => {
+                if text.parse::<std::net::IpAddr>().is_ok() || is_dns_name(text) {
+                    Ok(())
+                } else {
+                    Err(format!("`{text}` is not a host name or an address"))
+                }
+            }
+            ArgKind::Path => {
+                let root = self.root.as_deref().unwrap_or("/");
+                if !is_clean_absolute(text) {
+                    Err(format!(
+                        "`{text}` is not an absolute path without `.` or `..`"
+                    ))
+                } else if !Path::new(text).starts_with(root) {
+                    Err(format!("`{text}` is not under {root}"))
+                } else {
+                    Ok(())
+                }
+            }
+            ArgKind::String => {
+                // An option smuggled into a string would be read as one.
+                if text.starts_with('-') {
+                    return Err(format!("`{text}` starts with `-`"));
+                }
+                let pattern = self.pattern.as_deref().unwrap_or("");
+                let regex = anchored(pattern)?;
+                if regex.is_match(text) {
+                    Ok(())
+                } else {
+                    Err(format!("`{text}` does not match {pattern}"))
+                }
+            }
+            ArgKind::Int => Ok(()),
+        }
+    }
+}
+
+/// The whole-value form of an operator's pattern.
+fn anchored(pattern: &str) -> Result<regex::Regex, String> {
+    regex::Regex::new(&format!("^(?:{pattern})$"))
+        .map_err(|error| format!("pattern `{pattern}`: {error}"))
+}
+
+/// RFC 1123 labels: letters, digits and inner hyphens (so never an option).
+fn is_dns_name(text: &str) -> bool {
+    text.len() <= 253
+        && text.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
+}
+
+/// An absolute path with no `.`, `..` or empty segment, no trailing `/`
+/// (but `/` itself), and only characters no shell gives a meaning to
+/// (letters, digits, `/._-+=@%:,`): a path argument is inert however the
+/// node's side reads it.
+fn is_clean_absolute(text: &str) -> bool {
+    if text == "/" {
+        return true;
+    }
+    let inert = |c: char| c.is_ascii_alphanumeric() || "/._-+=@%:,".contains(c);
+    text.starts_with('/')
+        && !text.ends_with('/')
+        && !text.contains("//")
+        && text.chars().all(inert)
+        && Path::new(text)
+            .components()
+            .all(|component| matches!(component, Component::RootDir | Component::Normal(_)))
+        && !text
+            .split('/')
+            .any(|segment| segment == "." || segment == "..")
+}
+
+fn has_control(text: &str) -> bool {
+    text.chars().any(char::is_control)
+}
+
+fn is_user_name(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 32
+        && !text.starts_with('-')
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn template() -> SshTemplate {
+        serde_yaml::from_str(
+            r#"
+            program: /usr/bin/du
+            fixed_args: ["-sh"]
+            args:
+              - {name: path, type: path, root: /var/log}
+              - {name: depth, type: int, min: 0, max: 3, required: false}
+              - {name: unit, type: enum, values: [k, m], required: false}
+              - {name: host, type: hostname, required: false}
+              - {name: label, type: string, pattern: "[a-z0-9._-]{1,32}", required: false}
+            sudo: {as: root}
+            "#,
+        )
+        .unwrap()
+    }
+
+    fn args(value: serde_json::Value) -> BTreeMap<String, Value> {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn values_of_their_type_pass() {
+        let template = template();
+        assert!(template.problems("du").is_empty());
+        assert_eq!(template.sudo, Sudo::As("root".into()));
+        let good = args(json!({
+            "path": "/var/log/nginx", "depth": 2, "unit": "m",
+            "host": "db-1.example.com", "label": "nightly.run-1"
+        }));
+        assert_eq!(template.check_args(&good), Vec::<String>::new());
+        assert!(template
+            .check_args(&args(json!({"path": "/var/log"})))
+            .is_empty());
+    }
+
+    #[test]
+    fn injection_payloads_are_refused_by_type() {
+        let template = template();
+        for (name, value) in [
+            ("path", json!("/var/log/../../etc/shadow")),
+            ("path", json!("/etc/passwd")),
+            ("path", json!("/var/log/x; rm -rf /")),
+            ("path", json!("/var/log/a\nb")),
+            ("path", json!("var/log")),
+            ("path", json!("/var/logs-elsewhere")),
+            ("depth", json!(4)),
+            ("depth", json!("2")),
+            ("unit", json!("g")),
+            ("host", json!("$(reboot)")),
+            ("host", json!("-oProxyCommand=x")),
+            ("label", json!("`id`")),
+            ("label", json!("a b")),
+            ("label", json!("--option")),
+            ("label", json!("ok\u{0000}")),
+        ] {
+            let problems = template.check_args(&args(json!({"path": "/var/log", name: value})));
+            assert_eq!(problems.len(), 1, "{name} = {value}: {problems:?}");
+            assert!(problems[0].starts_with(&format!("argument `{name}`")));
+        }
+        let problems = template.check_args(&args(json!({"extra": "x"})));
+        assert_eq!(
+            problems,
+            [
+                "argument `extra` is not declared by the template",
+                "argument `path` is required"
+            ]
+        );
+    }
+
+    #[test]
+    fn incomplete_templates_are_named() {
+        let bad: SshTemplate = serde_yaml::from_str(
+            r#"
+            program: du
+            args:
+              - {name: a, type: enum}
+              - {name: b, type: int, min: 3, max: 1}
+              - {name: c, type: path, root: /var/../etc}
+              - {name: d, type: string, pattern: "("}
+              - {name: d, type: hostname}
+            sudo: {as: "root; id"}
+            "#,
+        )
+        .unwrap();
+        assert_eq!(bad.problems("t").len(), 7, "{:?}", bad.problems("t"));
+    }
+}
