@@ -73,13 +73,62 @@ async fn output_becomes_checksummed_artifacts_once_even_across_a_worker_crash(po
     let attempt = pipeline.wait_status(&first.job_id, "succeeded", WAIT).await;
     pipeline
         .wait("the first attempt's artifacts", WAIT, || async {
-            names_of(&pool, attempt).await.len() == 3
+            names_of(&pool, attempt).await.len() == 4
         })
         .await;
     assert_eq!(
         names_of(&pool, attempt).await,
-        ["result.json", "stderr.log", "stdout.log"]
+        ["manifest.json", "result.json", "stderr.log", "stdout.log"]
     );
+    // The manifest lists every other artifact with the digest and size
+    // recorded for it, and downloads like any of them.
+    let manifest_file = pipeline.dir.join("manifest.json");
+    let output = common::execplane_with(
+        &pool,
+        &[
+            "artifacts",
+            "get",
+            &attempt.to_string(),
+            "manifest.json",
+            "-o",
+            manifest_file.to_str().unwrap(),
+        ],
+        &[(
+            "EXECPLANE_ARTIFACT_DIR",
+            pipeline.dir.join("artifacts").to_str().unwrap(),
+        )],
+    );
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let listed: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest_file).unwrap()).unwrap();
+    assert_eq!(listed["attempt_id"], attempt.to_string());
+    let recorded: Vec<(String, String, i64, String, String)> = sqlx::query_as(
+        "SELECT name, sha256, size, producer, retention_class FROM artifacts WHERE attempt_id = $1 AND name <> 'manifest.json' ORDER BY name",
+    )
+    .bind(attempt)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let mut in_manifest: Vec<(String, String, i64, String, String)> = listed["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| {
+            (
+                entry["name"].as_str().unwrap().to_owned(),
+                entry["sha256"].as_str().unwrap().to_owned(),
+                entry["size"].as_i64().unwrap(),
+                entry["producer"].as_str().unwrap().to_owned(),
+                entry["class"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    in_manifest.sort();
+    assert_eq!(in_manifest, recorded, "{listed}");
 
     // Download through the CLI: the sha256 is verified, the key-shaped text
     // the runner did not know to mask is masked, and recorded.
@@ -165,7 +214,7 @@ async fn output_becomes_checksummed_artifacts_once_even_across_a_worker_crash(po
     );
     pipeline
         .wait("the second attempt's artifacts", WAIT, || async {
-            names_of(&pool, second_attempt).await.len() == 3
+            names_of(&pool, second_attempt).await.len() == 4
         })
         .await;
 
@@ -193,7 +242,7 @@ async fn output_becomes_checksummed_artifacts_once_even_across_a_worker_crash(po
             .fetch_all(&pool)
             .await
             .unwrap();
-    assert_eq!(recorded.len(), 6);
+    assert_eq!(recorded.len(), 8);
     assert_eq!(published.keys().cloned().collect::<Vec<_>>(), recorded);
     for (id, records) in &published {
         assert!(
@@ -250,7 +299,7 @@ async fn retention_deletes_logs_keeps_evidence_and_the_dry_run_lists_exactly_tha
     let attempt = pipeline.wait_status(&spec.job_id, "succeeded", WAIT).await;
     pipeline
         .wait("the attempt's artifacts", WAIT, || async {
-            names_of(&pool, attempt).await.len() == 3
+            names_of(&pool, attempt).await.len() == 4
         })
         .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -290,7 +339,7 @@ async fn retention_deletes_logs_keeps_evidence_and_the_dry_run_lists_exactly_tha
     assert_eq!(names, ["stderr.log", "stdout.log"]);
     assert_eq!(
         names_of(&pool, attempt).await.len(),
-        3,
+        4,
         "a dry run deletes nothing"
     );
     let deleted = listed(&["artifacts", "gc", "--json"]);
@@ -298,11 +347,14 @@ async fn retention_deletes_logs_keeps_evidence_and_the_dry_run_lists_exactly_tha
         deleted, would,
         "the dry run lists exactly what the real run deletes"
     );
-    assert_eq!(names_of(&pool, attempt).await, ["result.json"]);
+    assert_eq!(
+        names_of(&pool, attempt).await,
+        ["manifest.json", "result.json"]
+    );
     for (name, key) in &keys {
         assert_eq!(
             dir.join(key).exists(),
-            name == "result.json",
+            name == "result.json" || name == "manifest.json",
             "{name}: evidence outlives logs, logs are deleted"
         );
     }

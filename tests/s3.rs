@@ -150,7 +150,7 @@ async fn s3_artifacts_round_trip_and_survive_an_outage(pool: PgPool) {
         .await;
     pipeline
         .wait("artifacts in S3", WAIT, || async {
-            names(first).await.len() == 3
+            names(first).await.len() == 4
         })
         .await;
     assert_eq!(
@@ -181,7 +181,7 @@ async fn s3_artifacts_round_trip_and_survive_an_outage(pool: PgPool) {
     start_garage();
     pipeline
         .wait("the delayed artifacts", WAIT, || async {
-            names(second).await.len() == 3
+            names(second).await.len() == 4
         })
         .await;
     assert_eq!(

@@ -522,7 +522,7 @@ async fn an_attempt_echoing_its_secret_leaks_it_nowhere(pool: PgPool) {
             "leaked in an attempt event"
         );
     }
-    // Every stored artifact of the three attempts (logs and results).
+    // Every stored artifact of the three attempts (logs, results, manifests).
     let storage = execplane::artifacts::S3::new(&execplane::artifacts::S3Settings {
         endpoint: "http://127.0.0.1:3900".into(),
         region: "garage".into(),
@@ -537,13 +537,13 @@ async fn an_attempt_echoing_its_secret_leaks_it_nowhere(pool: PgPool) {
                 .fetch_one(&pool)
                 .await
                 .unwrap_or(0)
-                == 3
+                == 4
                 && sqlx::query_scalar::<_, i64>("SELECT count(*) FROM artifacts a JOIN attempts t USING (attempt_id) WHERE t.job_id = $1")
                     .bind(&tool.job_id)
                     .fetch_one(&pool)
                     .await
                     .unwrap_or(0)
-                    == 3
+                    == 4
         })
         .await;
     let keys: Vec<String> = sqlx::query_scalar("SELECT storage_key FROM artifacts")

@@ -218,18 +218,85 @@ fn build<S: ArtifactStorage>(bundle: &PendingBundle, detectors: &Detectors, stor
             warn!(attempt_id = %bundle.attempt_id, artifact = %name, detector, count, "secret-shaped text masked by the artifact worker");
             built.detections.push((name.clone(), detector, count));
         }
-        let bytes = text.into_bytes();
+        built.push(
+            bundle.attempt_id,
+            storage,
+            now,
+            name,
+            media_type,
+            class,
+            producer,
+            text.into_bytes(),
+        );
+    }
+    // The attempt's one document to start from: every artifact of the
+    // bundle with its digest. Late bundles come after it and are listed
+    // by `artifacts list` (docs/ARCHITECTURE.md, "Artifacts").
+    if !bundle.late {
+        let manifest = manifest(bundle.attempt_id, &built.records);
+        built.push(
+            bundle.attempt_id,
+            storage,
+            now,
+            MANIFEST.into(),
+            "application/json",
+            RetentionClass::Evidence,
+            "artifact-worker".into(),
+            manifest,
+        );
+    }
+    built
+}
+
+/// The name of an attempt's artifact manifest.
+pub const MANIFEST: &str = "manifest.json";
+
+/// `manifest.json`: the attempt and each artifact (name, class, media
+/// type, size, sha256, producer), in the order they were built.
+fn manifest(attempt_id: Uuid, records: &[ArtifactRecord]) -> Vec<u8> {
+    let artifacts: Vec<serde_json::Value> = records
+        .iter()
+        .map(|record| {
+            serde_json::json!({
+                "name": record.name,
+                "class": record.retention_class.as_str(),
+                "media_type": record.media_type,
+                "size": record.size,
+                "sha256": record.sha256,
+                "producer": record.producer,
+            })
+        })
+        .collect();
+    let document = serde_json::json!({
+        "attempt_id": attempt_id.to_string(),
+        "artifacts": artifacts,
+    });
+    // `Value`'s Display cannot fail; `#` is the pretty form.
+    format!("{document:#}\n").into_bytes()
+}
+
+impl Built {
+    /// One artifact: its content-addressed key, its record and its bytes.
+    #[allow(clippy::too_many_arguments)]
+    fn push<S: ArtifactStorage>(
+        &mut self,
+        attempt_id: Uuid,
+        storage: &S,
+        now: i64,
+        name: String,
+        media_type: &str,
+        class: RetentionClass,
+        producer: String,
+        bytes: Vec<u8>,
+    ) {
         let sha256 = sha256_hex(&bytes);
         // Content-addressed: two workers racing on one attempt cannot leave
         // an object that differs from the recorded digest.
-        let key = format!("{}/{}/{name}", bundle.attempt_id, &sha256[..16]);
-        built.records.push(ArtifactRecord {
-            artifact_id: Uuid::new_v5(
-                &NAMESPACE,
-                format!("{}/{name}", bundle.attempt_id).as_bytes(),
-            )
-            .to_string(),
-            attempt_id: bundle.attempt_id.to_string(),
+        let key = format!("{attempt_id}/{}/{name}", &sha256[..16]);
+        self.records.push(ArtifactRecord {
+            artifact_id: Uuid::new_v5(&NAMESPACE, format!("{attempt_id}/{name}").as_bytes())
+                .to_string(),
+            attempt_id: attempt_id.to_string(),
             name,
             media_type: media_type.to_owned(),
             size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
@@ -239,10 +306,9 @@ fn build<S: ArtifactStorage>(bundle: &PendingBundle, detectors: &Detectors, stor
             uri: storage.uri(&key),
             created_at: now,
         });
-        built.keys.push(key);
-        built.bodies.push(bytes);
+        self.keys.push(key);
+        self.bodies.push(bytes);
     }
-    built
 }
 
 async fn bundle_loop<S: ArtifactStorage>(
