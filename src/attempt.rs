@@ -56,6 +56,8 @@ pub struct Attempt {
     pub failure_category: Option<FailureCategory>,
     pub message: Option<String>,
     pub result_json: Option<String>,
+    /// Files the runner stored, as its final report listed them.
+    pub outputs: Vec<crate::contract::OutputArtifact>,
     pub finished_at: Option<UnixMillis>,
     pub timer_fired: Option<TimerKind>,
     pub retry_attempt_id: Option<Uuid>,
@@ -98,6 +100,7 @@ impl Attempt {
             failure_category: None,
             message: None,
             result_json: None,
+            outputs: Vec::new(),
             finished_at: None,
             timer_fired: None,
             retry_attempt_id: None,
@@ -414,7 +417,9 @@ fn apply_body(
             timer,
             lease_revoked: _,
             retry_attempt_id,
+            outputs,
         } => {
+            next.outputs = outputs.clone();
             next.status = (*outcome).into();
             next.outcome = Some(*outcome);
             next.failure_category = *category;

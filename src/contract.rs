@@ -11,6 +11,8 @@ pub mod inputs;
 mod jobspec;
 pub mod limits;
 mod operation;
+pub mod outputs;
+pub mod results;
 pub mod secret_shapes;
 pub mod topics;
 mod validate;
@@ -26,6 +28,7 @@ pub use jobspec::{
     Timeouts, TraceContext,
 };
 pub use operation::{Operation, RunnerType};
+pub use outputs::{OutputArtifact, RetentionClass};
 pub use validate::{is_traceparent, looks_secret};
 pub use validate::{
     validate_jobspec, validate_jobspec_bytes, Problem, Problems, MAX_JOBSPEC_BYTES,

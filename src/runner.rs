@@ -12,6 +12,7 @@
 mod attempt;
 mod fence;
 mod instance;
+pub mod outputs;
 pub mod tool;
 
 use std::collections::BTreeMap;
@@ -49,8 +50,10 @@ pub struct ExecutionContext {
     stop_grace: Duration,
     /// The start-to-close deadline: a tool still running then is stopped.
     deadline: Option<tokio::time::Instant>,
-    /// Where input artifacts are read from.
+    /// Where input artifacts are read from and outputs stored.
     storage: Option<std::sync::Arc<crate::artifacts::Storage>>,
+    /// The attempt's stored outputs (none outside an attempt).
+    outputs: Option<outputs::Outputs>,
 }
 
 impl ExecutionContext {
@@ -67,7 +70,36 @@ impl ExecutionContext {
             stop_grace: Duration::from_secs(2),
             deadline: None,
             storage: None,
+            outputs: None,
         }
+    }
+
+    /// The attempt whose outputs `store_output` stores, and the masker
+    /// their bytes go through.
+    pub(crate) fn with_outputs(mut self, outputs: outputs::Outputs) -> Self {
+        self.outputs = Some(outputs);
+        self
+    }
+
+    /// Stores the regular file at `path` as the attempt's output `name`
+    /// (masked like everything else, digest and size computed from the
+    /// stored bytes) and lists it in the final report; the artifact worker
+    /// records it as an artifact of the attempt.
+    pub async fn store_output(
+        &self,
+        path: &std::path::Path,
+        name: &str,
+        class: crate::contract::RetentionClass,
+    ) -> Result<crate::contract::OutputArtifact, outputs::OutputError> {
+        let Some(sink) = &self.outputs else {
+            return Err(outputs::OutputError::Refused {
+                name: name.to_owned(),
+                reason: "no attempt to store it for".into(),
+            });
+        };
+        let media_type = outputs::media_type_of(name);
+        sink.store(self.storage.as_deref(), path, name, class, media_type)
+            .await
     }
 
     /// The artifact storage input artifacts are fetched from.

@@ -53,6 +53,19 @@ fn round_trip<T: Serialize + DeserializeOwned + PartialEq + std::fmt::Debug>(
     assert_eq!(datum, Codec::datum(family, value).unwrap());
 }
 
+/// An output artifact of `attempt_id`, as a runner lists it.
+fn output(attempt_id: Uuid) -> execplane::contract::OutputArtifact {
+    let sha256 = "c".repeat(64);
+    execplane::contract::OutputArtifact {
+        key: execplane::contract::outputs::output_key(attempt_id, &sha256, "plan.bin"),
+        name: "plan.bin".into(),
+        class: execplane::contract::RetentionClass::Evidence,
+        media_type: "application/octet-stream".into(),
+        size: 4096,
+        sha256,
+    }
+}
+
 fn all_events() -> Vec<AttemptEvent> {
     let spec = spec();
     let attempt_id = attempt_id_for(spec.command_id, 1);
@@ -113,6 +126,7 @@ fn all_events() -> Vec<AttemptEvent> {
             timer: Some(TimerKind::Heartbeat),
             lease_revoked: true,
             retry_attempt_id: Some(attempt_id_for(spec.command_id, 2)),
+            outputs: vec![output(attempt_id)],
         },
     ];
     bodies
@@ -185,6 +199,7 @@ fn runner_reports_work_items_and_results_round_trip() {
             category: Some(FailureCategory::TargetUnreachable),
             message: "refused".into(),
             result_json: None,
+            outputs: vec![output(attempt_id)],
         },
     ];
     for body in bodies {
@@ -318,11 +333,11 @@ fn readers_refuse_unknown_framing_and_schemas() {
 /// Computed once from `schemas/*.avsc` and `schemas/previous/*.avsc`.
 const FASTAVRO_FINGERPRINTS: [(Family, &str, &str); 8] = [
     (Family::Artifact, "bd5e3cb52f518ce4", "bd5e3cb52f518ce4"),
-    (Family::AttemptEvent, "162cfb70c4ac5730", "18cd5b8292cba420"),
+    (Family::AttemptEvent, "1a0371615d053a18", "18cd5b8292cba420"),
     (Family::Command, "c7cd0961e9b67293", "c7cd0961e9b67293"),
     (Family::LogChunk, "7fbd3e6c576040ce", "7fbd3e6c576040ce"),
     (Family::Result, "82b536f5207f4b71", "82b536f5207f4b71"),
-    (Family::RunnerEvent, "113fa3d628a5028a", "113fa3d628a5028a"),
+    (Family::RunnerEvent, "53077da007d4be96", "113fa3d628a5028a"),
     (Family::Presence, "5e96024fb84cdc25", "d7c26a14c9aa5626"),
     (Family::WorkItem, "40aed7f57f22cac7", "40aed7f57f22cac7"),
 ];

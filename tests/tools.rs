@@ -316,3 +316,141 @@ async fn a_probe_reads_an_input_artifact_by_digest_and_a_wrong_one_fails_as_cont
         "{message}"
     );
 }
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_file_a_tool_writes_becomes_a_checksummed_output_artifact_in_the_manifest(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    pipeline.spawn(&["dispatcher"], &[]);
+    pipeline.spawn(&["relay"], &[]);
+    let probes = probe_dir();
+    pipeline.spawn(
+        &["runner", "verification"],
+        &[
+            ("EXECPLANE_VERIFY_PROBE_DIR", probes.as_str()),
+            ("EXECPLANE_VERIFY_PROBES", "writer"),
+        ],
+    );
+    pipeline.spawn(
+        &["artifact-worker"],
+        &[("EXECPLANE_ARTIFACT_GRACE", "300ms")],
+    );
+    let storage = pipeline.dir.join("artifacts");
+    let storage_env = [("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap())];
+    let input = pipeline.dir.join("hosts.ini");
+    std::fs::write(&input, "[web]\nweb-1\nweb-2\n").unwrap();
+    let put = common::execplane_with(
+        &pool,
+        &["artifacts", "put", input.to_str().unwrap()],
+        &storage_env,
+    );
+    assert!(put.status.success(), "{put:?}");
+    let reference = String::from_utf8(put.stdout).unwrap().trim().to_owned();
+    pipeline.wait_runners(1).await;
+
+    let spec = job(
+        "verify.custom.probe",
+        json!({"probe_id": "writer", "args": {"file": {"artifact": reference}}}),
+        json!({"retry": {"max_attempts": 1}}),
+    );
+    pipeline.submit(&spec).await;
+    let attempt = pipeline.wait_status(&spec.job_id, "succeeded", WAIT).await;
+    let expected = format!(
+        "input sha256 {}\n18 bytes, 3 lines\n",
+        reference.trim_start_matches("sha256:")
+    );
+
+    // The finished event records it, name and digest, in the log.
+    let recorded: serde_json::Value =
+        sqlx::query_scalar("SELECT outputs FROM attempts WHERE attempt_id = $1")
+            .bind(attempt)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let sha = execplane::artifacts::sha256_hex(expected.as_bytes());
+    assert_eq!(recorded[0]["name"], "report.txt", "{recorded}");
+    assert_eq!(recorded[0]["sha256"], sha.as_str(), "{recorded}");
+    let events = pipeline.stored_events().await;
+    let in_log = events[&attempt].iter().any(|event| {
+        matches!(&event.body, execplane::contract::EventBody::Finished { outputs, .. }
+            if outputs.len() == 1 && outputs[0].sha256 == sha)
+    });
+    assert!(in_log, "the finished event in the log lists the output");
+
+    // The worker records it as an artifact of the attempt, by the runner.
+    pipeline
+        .wait("the output's ref", WAIT, || async {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM artifacts WHERE attempt_id = $1 AND name IN ('report.txt', 'manifest.json')",
+            )
+            .bind(attempt)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+                == 2
+        })
+        .await;
+    let listed = common::execplane_with(
+        &pool,
+        &["artifacts", "list", &attempt.to_string(), "--json"],
+        &storage_env,
+    );
+    assert!(listed.status.success(), "{listed:?}");
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&listed.stdout).unwrap();
+    let report = rows
+        .iter()
+        .find(|row| row["name"] == "report.txt")
+        .unwrap_or_else(|| panic!("{rows:?}"));
+    assert_eq!(report["sha256"], sha.as_str());
+    assert_ne!(report["producer"], "artifact-worker", "{report}");
+
+    // It downloads with its digest checked.
+    let out = pipeline.dir.join("report.txt");
+    let got = common::execplane_with(
+        &pool,
+        &[
+            "artifacts",
+            "get",
+            &attempt.to_string(),
+            "report.txt",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        &storage_env,
+    );
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), expected);
+
+    // And the manifest lists it with the same digest.
+    let manifest = pipeline.dir.join("manifest.json");
+    let got = common::execplane_with(
+        &pool,
+        &[
+            "artifacts",
+            "get",
+            &attempt.to_string(),
+            "manifest.json",
+            "-o",
+            manifest.to_str().unwrap(),
+        ],
+        &storage_env,
+    );
+    assert!(
+        got.status.success(),
+        "{}",
+        String::from_utf8_lossy(&got.stderr)
+    );
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+    let entry = manifest["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|entry| entry["name"] == "report.txt")
+        .unwrap_or_else(|| panic!("{manifest}"));
+    assert_eq!(entry["sha256"], sha.as_str());
+    assert_eq!(entry["class"], "evidence");
+}

@@ -160,7 +160,8 @@ struct Built {
     chunks: Vec<(String, i64)>,
     records: Vec<ArtifactRecord>,
     keys: Vec<String>,
-    bodies: Vec<Vec<u8>>,
+    /// What to store at each key; `None`: stored already (a runner's output).
+    bodies: Vec<Option<Vec<u8>>>,
     detections: Vec<(String, &'static str, usize)>,
 }
 
@@ -228,6 +229,30 @@ fn build<S: ArtifactStorage>(bundle: &PendingBundle, detectors: &Detectors, stor
             producer,
             text.into_bytes(),
         );
+    }
+    // The runner stored its outputs itself: recorded here, not stored.
+    for output in &bundle.outputs {
+        built.records.push(ArtifactRecord {
+            artifact_id: Uuid::new_v5(
+                &NAMESPACE,
+                format!("{}/{}", bundle.attempt_id, output.name).as_bytes(),
+            )
+            .to_string(),
+            attempt_id: bundle.attempt_id.to_string(),
+            name: output.name.clone(),
+            media_type: output.media_type.clone(),
+            size: output.size,
+            sha256: output.sha256.clone(),
+            producer: bundle
+                .runner_instance
+                .clone()
+                .unwrap_or_else(|| "runner".into()),
+            retention_class: output.class,
+            uri: storage.uri(&output.key),
+            created_at: now,
+        });
+        built.keys.push(output.key.clone());
+        built.bodies.push(None);
     }
     // The attempt's one document to start from: every artifact of the
     // bundle with its digest. Late bundles come after it and are listed
@@ -307,7 +332,7 @@ impl Built {
             created_at: now,
         });
         self.keys.push(key);
-        self.bodies.push(bytes);
+        self.bodies.push(Some(bytes));
     }
 }
 
@@ -356,6 +381,9 @@ async fn bundle_loop<S: ArtifactStorage>(
             let built = build(bundle, &config.detectors, &*storage);
             let mut stored = true;
             for (key, body) in built.keys.iter().zip(&built.bodies) {
+                let Some(body) = body else {
+                    continue;
+                };
                 if let Err(error) = storage.put(key, body).await {
                     crate::telemetry::metrics::artifact_store_failed();
                     warn!(%error, %key, "storing an artifact failed; will retry");

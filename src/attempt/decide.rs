@@ -292,6 +292,7 @@ fn decide_cancel(
                 result_json: None,
                 timer: None,
                 lease_revoked: false,
+                outputs: Vec::new(),
             },
         ),
         _ => {
@@ -407,6 +408,7 @@ fn decide_report(emit: &mut Emitter<'_>, report: &RunnerReport) -> Result<(), Re
             category,
             message,
             result_json,
+            outputs,
         } => {
             let terminal = match (outcome, category) {
                 (ReportedOutcome::Succeeded, _) => (TerminalOutcome::Succeeded, None),
@@ -430,6 +432,7 @@ fn decide_report(emit: &mut Emitter<'_>, report: &RunnerReport) -> Result<(), Re
                     result_json: result_json.clone(),
                     timer: None,
                     lease_revoked: false,
+                    outputs: outputs.clone(),
                 },
             );
         }
@@ -527,6 +530,7 @@ fn decide_timer(emit: &mut Emitter<'_>, attempt: &Attempt, timer: TimerKind) {
                 result_json: None,
                 timer: Some(timer),
                 lease_revoked,
+                outputs: Vec::new(),
             }
         } else {
             Terminal {
@@ -539,6 +543,7 @@ fn decide_timer(emit: &mut Emitter<'_>, attempt: &Attempt, timer: TimerKind) {
                 result_json: None,
                 timer: Some(timer),
                 lease_revoked,
+                outputs: Vec::new(),
             }
         }
     } else {
@@ -553,6 +558,7 @@ fn decide_timer(emit: &mut Emitter<'_>, attempt: &Attempt, timer: TimerKind) {
                 result_json: None,
                 timer: Some(timer),
                 lease_revoked,
+                outputs: Vec::new(),
             },
             TimerKind::StartToClose | TimerKind::ScheduleToClose => Terminal {
                 outcome: TerminalOutcome::TimedOut,
@@ -561,6 +567,7 @@ fn decide_timer(emit: &mut Emitter<'_>, attempt: &Attempt, timer: TimerKind) {
                 result_json: None,
                 timer: Some(timer),
                 lease_revoked,
+                outputs: Vec::new(),
             },
             TimerKind::Heartbeat => {
                 let (outcome, category) = lease_lost(attempt);
@@ -580,6 +587,7 @@ fn decide_timer(emit: &mut Emitter<'_>, attempt: &Attempt, timer: TimerKind) {
                     result_json: None,
                     timer: Some(timer),
                     lease_revoked,
+                    outputs: Vec::new(),
                 }
             }
             // Only armed while a cancel is requested, handled above.
@@ -596,6 +604,8 @@ struct Terminal {
     result_json: Option<String>,
     timer: Option<TimerKind>,
     lease_revoked: bool,
+    /// What the runner stored, as its final report listed it.
+    outputs: Vec<crate::contract::OutputArtifact>,
 }
 
 /// Emits the terminal event and, for a retryable infra failure within the
@@ -619,6 +629,7 @@ fn finish(emit: &mut Emitter<'_>, attempt: &Attempt, terminal: Terminal) {
             timer: terminal.timer,
             lease_revoked: terminal.lease_revoked,
             retry_attempt_id,
+            outputs: terminal.outputs,
         },
     );
     if let (Some(next_attempt_id), Some(spec), Some(policy)) =

@@ -130,6 +130,7 @@ fn failed(category: FailureCategory) -> ReportBody {
         category: Some(category),
         message: "no".into(),
         result_json: None,
+        outputs: Vec::new(),
     }
 }
 
@@ -301,6 +302,7 @@ fn a_cancel_waits_its_grace_then_ends_by_what_was_started() {
             category: None,
             message: "stopped".into(),
             result_json: None,
+            outputs: Vec::new(),
         },
     );
     assert!(matches!(

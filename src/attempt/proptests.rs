@@ -198,12 +198,14 @@ impl World {
                         category: None,
                         message: "ok".into(),
                         result_json: None,
+                        outputs: Vec::new(),
                     },
                     _ => ReportBody::Finished {
                         outcome: ReportedOutcome::Failed,
                         category: Some(FailureCategory::ALL[*category]),
                         message: "boom".into(),
                         result_json: None,
+                        outputs: Vec::new(),
                     },
                 };
                 (

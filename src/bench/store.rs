@@ -163,6 +163,7 @@ impl Step {
                 category: None,
                 message: "ok".into(),
                 result_json: Some("{\"connected\":true}".into()),
+                outputs: Vec::new(),
             }),
         };
         InputEnvelope {

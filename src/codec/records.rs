@@ -9,9 +9,10 @@ use uuid::Uuid;
 
 use super::CodecError;
 use crate::contract::{
-    AttemptEvent, Callback, DurationMs, EventBody, FailureCategory, JobSpec, Label, PolicyFlags,
-    Problem, ReportBody, ReportedOutcome, RetryPolicy, RunnerReport, RunnerRequirements, SecretRef,
-    Target, TerminalOutcome, Timeouts, TimerKind, TraceContext, UnixMillis,
+    AttemptEvent, Callback, DurationMs, EventBody, FailureCategory, JobSpec, Label, OutputArtifact,
+    PolicyFlags, Problem, ReportBody, ReportedOutcome, RetryPolicy, RunnerReport,
+    RunnerRequirements, SecretRef, Target, TerminalOutcome, Timeouts, TimerKind, TraceContext,
+    UnixMillis,
 };
 
 fn uuid(text: &str, field: &str) -> Result<Uuid, CodecError> {
@@ -401,6 +402,8 @@ pub struct AttemptEventRecord {
     pub idempotency_key: Option<String>,
     /// `created` and `rejected`: the operator policy in force (since 0.2).
     pub policy_digest: Option<String>,
+    /// `finished`: the files the runner stored (since 0.2).
+    pub outputs: Vec<OutputArtifact>,
 }
 
 fn signed(value: u64) -> i64 {
@@ -518,7 +521,9 @@ impl From<&AttemptEvent> for AttemptEventRecord {
                 timer,
                 lease_revoked,
                 retry_attempt_id,
+                outputs,
             } => {
+                record.outputs = outputs.clone();
                 record.outcome = Some(*outcome);
                 record.category = *category;
                 record.message = Some(message.clone());
@@ -633,6 +638,7 @@ impl TryFrom<AttemptEventRecord> for AttemptEvent {
                 timer: record.timer,
                 lease_revoked: record.lease_revoked,
                 retry_attempt_id: opt_uuid(&record.retry_attempt_id, "retry_attempt_id")?,
+                outputs: record.outputs.clone(),
             },
             EventType::CallbackRecorded => EventBody::CallbackRecorded {
                 url: text(&record.url, "url")?,
@@ -691,6 +697,8 @@ pub struct RunnerEventRecord {
     pub outcome: Option<ReportedOutcome>,
     pub category: Option<FailureCategory>,
     pub result_json: Option<String>,
+    /// `finished`: the files the runner stored (since 0.2).
+    pub outputs: Vec<OutputArtifact>,
 }
 
 impl RunnerEventRecord {
@@ -712,6 +720,7 @@ impl RunnerEventRecord {
             outcome: None,
             category: None,
             result_json: None,
+            outputs: Vec::new(),
         };
         match &report.body {
             ReportBody::Started => {}
@@ -728,7 +737,9 @@ impl RunnerEventRecord {
                 category,
                 message,
                 result_json,
+                outputs,
             } => {
+                record.outputs = outputs.clone();
                 record.outcome = Some(*outcome);
                 record.category = *category;
                 record.message = Some(message.clone());
@@ -766,6 +777,7 @@ impl RunnerEventRecord {
                 category: self.category,
                 message: self.message.clone().unwrap_or_default(),
                 result_json: self.result_json.clone(),
+                outputs: self.outputs.clone(),
             },
         };
         Ok(RunnerReport {
@@ -962,24 +974,7 @@ impl LogChunkRecord {
     }
 }
 
-/// How long an artifact is kept.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RetentionClass {
-    Logs,
-    Rendered,
-    Evidence,
-}
-
-impl RetentionClass {
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            RetentionClass::Logs => "logs",
-            RetentionClass::Rendered => "rendered",
-            RetentionClass::Evidence => "evidence",
-        }
-    }
-}
+pub use crate::contract::RetentionClass;
 
 /// exec.artifacts.v1: artifact.created.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

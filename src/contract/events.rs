@@ -229,6 +229,9 @@ pub enum EventBody {
         lease_revoked: bool,
         /// The infra retry this failure caused, if any.
         retry_attempt_id: Option<Uuid>,
+        /// Files the runner stored for the attempt (since 0.2).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        outputs: Vec<super::OutputArtifact>,
     },
 }
 
@@ -301,6 +304,10 @@ pub enum ReportBody {
         category: Option<FailureCategory>,
         message: String,
         result_json: Option<String>,
+        /// Files the runner stored for the attempt, each under
+        /// `outputs::output_key` (since 0.2).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        outputs: Vec<super::OutputArtifact>,
     },
 }
 

@@ -92,9 +92,11 @@ pub fn check_report(report: &RunnerReport) -> Vec<Problem> {
         ReportBody::Finished {
             message,
             result_json,
+            outputs,
             ..
         } => {
             check_free_text("message", message, MAX_MESSAGE_BYTES, &mut problems);
+            super::outputs::check_outputs(report.attempt_id, outputs, &mut problems);
             if let Some(result) = result_json {
                 if result.len() > MAX_RESULT_BYTES {
                     problems.push(Problem::new(
@@ -179,6 +181,7 @@ mod tests {
             category: None,
             message: String::new(),
             result_json: Some(result.into()),
+            outputs: Vec::new(),
         };
         assert!(paths(&report(finished(r#"{"a":"\u0000"}"#), "a.b")).is_empty());
         assert_eq!(

@@ -264,6 +264,7 @@ impl ReportRequest {
                     category: self.category,
                     message: self.message.clone().unwrap_or_default(),
                     result_json: self.result.as_ref().map(|result| result.to_string()),
+                    outputs: Vec::new(),
                 }
             }
         };

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::fence::{LeaseGuard, Stopping};
 use super::{heartbeat_period, Assignment, ExecutionContext, ExecutionOutcome, Executor};
 use crate::codec::{Codec, Family, LogChunkRecord, LogStream, RunnerEventRecord};
-use crate::contract::{topics, ReportBody, RunnerReport};
+use crate::contract::{topics, FailureCategory, ReportBody, RunnerReport};
 use crate::kafka::KafkaConfig;
 use crate::secrets::{Masker, StreamMasker, Vault};
 
@@ -82,11 +82,14 @@ impl Reporter {
                 category,
                 message,
                 result_json,
+                outputs,
             } => ReportBody::Finished {
                 outcome,
                 category,
                 message: mask(message),
                 result_json: result_json.map(mask),
+                // Names and digests; the bytes were masked before upload.
+                outputs,
             },
         }
     }
@@ -244,6 +247,7 @@ pub(super) async fn run_attempt<E: Executor>(
     settings: AttemptSettings,
 ) {
     let (attempt_id, epoch) = (assignment.attempt_id, assignment.lease_epoch);
+    let operation = assignment.spec.operation;
     let traceparent = assignment
         .spec
         .trace
@@ -263,13 +267,20 @@ pub(super) async fn run_attempt<E: Executor>(
         warn!(%error, "secret not resolved");
         let failed = ExecutionOutcome::failed(error.category(), error.to_string(), None);
         reporter
-            .send_final(attempt_id, epoch, finished(failed))
+            .send_final(attempt_id, epoch, finished(failed, Vec::new()))
             .await;
         return;
     }
+    let outputs = super::outputs::Outputs::new(attempt_id, masker.clone());
     let mut logs = OutputStreams::new(masker);
     let Some(outcome) = supervise(
-        executor, &reporter, &mut logs, assignment, signals, &settings,
+        executor,
+        &reporter,
+        &mut logs,
+        assignment,
+        signals,
+        &settings,
+        outputs.clone(),
     )
     .await
     else {
@@ -277,18 +288,48 @@ pub(super) async fn run_attempt<E: Executor>(
         return;
     };
     logs.finish(&reporter, attempt_id, epoch).await;
+    let outcome = typed(operation, outcome);
     info!(outcome = ?outcome.outcome, category = ?outcome.category, "finished");
+    // Whatever the tool stored is listed, whatever its outcome: a failed
+    // plan's output is evidence too.
     reporter
-        .send_final(attempt_id, epoch, finished(outcome))
+        .send_final(attempt_id, epoch, finished(outcome, outputs.taken()))
         .await;
 }
 
-fn finished(outcome: ExecutionOutcome) -> ReportBody {
+/// The outcome to report: its result checked against the operation's
+/// documented type (docs/OPERATIONS.md); one that does not match is a
+/// `runner_error` naming the mismatch, never a result of another shape.
+fn typed(operation: crate::contract::Operation, outcome: ExecutionOutcome) -> ExecutionOutcome {
+    let Some(text) = &outcome.result_json else {
+        return outcome;
+    };
+    let checked = serde_json::from_str::<serde_json::Value>(text)
+        .map_err(|error| format!("not JSON: {error}"))
+        .and_then(|value| crate::contract::results::check_result(operation, &value));
+    match checked {
+        Ok(()) => outcome,
+        Err(problem) => {
+            warn!(%problem, "the executor's result does not match its operation's type");
+            ExecutionOutcome::failed(
+                FailureCategory::RunnerError,
+                format!("the result of {operation} does not match its documented type: {problem}"),
+                None,
+            )
+        }
+    }
+}
+
+fn finished(
+    outcome: ExecutionOutcome,
+    outputs: Vec<crate::contract::OutputArtifact>,
+) -> ReportBody {
     ReportBody::Finished {
         outcome: outcome.outcome,
         category: outcome.category,
         message: outcome.message,
         result_json: outcome.result_json,
+        outputs,
     }
 }
 
@@ -318,6 +359,7 @@ async fn supervise<E: Executor>(
     assignment: Assignment,
     signals: Signals,
     settings: &AttemptSettings,
+    outputs: super::outputs::Outputs,
 ) -> Option<ExecutionOutcome> {
     let Signals {
         mut lease,
@@ -331,6 +373,7 @@ async fn supervise<E: Executor>(
     let (log_tx, mut log_rx) = mpsc::unbounded_channel::<(LogStream, String)>();
     let start_to_close = assignment.spec.timeouts.start_to_close.as_std();
     let context = ExecutionContext::new(cancel.clone(), progress_tx, log_tx)
+        .with_outputs(outputs)
         .with_tools(settings.tools.clone(), settings.stop_grace)
         .with_storage(settings.storage.clone())
         .with_deadline(tokio::time::Instant::now() + start_to_close);

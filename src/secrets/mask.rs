@@ -92,6 +92,24 @@ impl Masker {
         self.forms.is_empty()
     }
 
+    /// Whether any form appears in `bytes` (which need not be text), in one
+    /// linear scan.
+    pub fn found_in(&self, bytes: &[u8]) -> bool {
+        if self.forms.is_empty() {
+            return false;
+        }
+        let alternatives: Vec<String> = self.forms.iter().map(|form| regex::escape(form)).collect();
+        match regex::bytes::Regex::new(&alternatives.join("|")) {
+            Ok(any) => any.is_match(bytes),
+            // Too many or too long to compile: the slow scan, never a pass.
+            Err(_) => self.forms.iter().any(|form| {
+                bytes
+                    .windows(form.len())
+                    .any(|window| window == form.as_bytes())
+            }),
+        }
+    }
+
     /// `text` with every form replaced by [`MASK`] (leftmost, longest
     /// first).
     pub fn mask(&self, text: &str) -> String {

@@ -49,6 +49,10 @@ pub struct PendingBundle {
     /// Chunks that arrived after the attempt's bundle was stored: they
     /// become artifacts of their own rather than being lost.
     pub late: bool,
+    /// Files the runner stored, as the attempt's `finished` event lists them.
+    pub outputs: Vec<crate::contract::OutputArtifact>,
+    /// The instance that held the attempt's lease (the outputs' producer).
+    pub runner_instance: Option<String>,
 }
 
 /// A stored artifact's ref.
@@ -104,13 +108,20 @@ impl Store {
             .await?;
         let mut pending: Vec<PendingBundle> = rows
             .iter()
-            .map(|row| PendingBundle {
-                attempt_id: row.get(0),
-                result_json: row.get(1),
-                chunks: Vec::new(),
-                late: row.get(2),
+            .map(|row| {
+                let outputs: serde_json::Value = row.get(3);
+                Ok(PendingBundle {
+                    attempt_id: row.get(0),
+                    result_json: row.get(1),
+                    chunks: Vec::new(),
+                    late: row.get(2),
+                    outputs: serde_json::from_value(outputs).map_err(|error| {
+                        StoreError::Corrupt(format!("attempts.outputs: {error}"))
+                    })?,
+                    runner_instance: row.get(4),
+                })
             })
-            .collect();
+            .collect::<Result<_, StoreError>>()?;
         if pending.is_empty() {
             return Ok(pending);
         }

@@ -100,6 +100,7 @@ pub(crate) struct AttemptRow {
     pub failure_category: Option<String>,
     pub message: Option<String>,
     pub result_json: Option<String>,
+    pub outputs: Vec<crate::contract::OutputArtifact>,
     pub timer_fired: Option<String>,
     pub retry_attempt_id: Option<Uuid>,
     pub fenced_reports: i32,
@@ -135,6 +136,7 @@ pub(crate) const ATTEMPT_COLUMNS: &[&str] = &[
     "failure_category",
     "message",
     "result_json",
+    "outputs",
     "timer_fired",
     "retry_attempt_id",
     "fenced_reports",
@@ -234,6 +236,7 @@ pub(crate) fn attempt_row(attempt: &Attempt, last_hash: &[u8]) -> AttemptRow {
         failure_category: attempt.failure_category.as_ref().map(enum_text),
         message: attempt.message.clone(),
         result_json: attempt.result_json.clone(),
+        outputs: attempt.outputs.clone(),
         timer_fired: attempt.timer_fired.map(|timer| timer.as_str().to_owned()),
         retry_attempt_id: attempt.retry_attempt_id,
         fenced_reports: i32::try_from(attempt.fenced_reports).unwrap_or(i32::MAX),
@@ -337,6 +340,7 @@ pub(crate) fn attempt_from_rows(
             .transpose()?,
         message: row.message,
         result_json: row.result_json,
+        outputs: row.outputs,
         finished_at: row.finished_at.map(millis),
         timer_fired: row
             .timer_fired

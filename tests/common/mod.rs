@@ -106,6 +106,7 @@ fn finished(outcome: ReportedOutcome, category: Option<FailureCategory>) -> Repo
         category,
         message: "done".into(),
         result_json: None,
+        outputs: Vec::new(),
     }
 }
 

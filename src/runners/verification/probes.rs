@@ -482,10 +482,17 @@ pub async fn program(
             return sample;
         }
     };
+    // Files the probe leaves here become the attempt's output artifacts.
+    let outputs = workdir.path().join("outputs");
+    if let Err(error) = std::fs::create_dir(&outputs) {
+        sample.error = Some(format!("no output directory for the probe: {error}"));
+        return sample;
+    }
     let command = ToolCommand::new(dir.join(id))
         .base_env(&workdir)
         .env("EXECPLANE_PROBE_ARGS", args)
-        .env("EXECPLANE_PROBE_SAMPLE", n.to_string());
+        .env("EXECPLANE_PROBE_SAMPLE", n.to_string())
+        .env("EXECPLANE_OUTPUT_DIR", outputs.display().to_string());
     match tool::run(context, &workdir, command).await {
         Ok(exit) => {
             match serde_json::to_value(&exit) {
@@ -517,8 +524,49 @@ pub async fn program(
         }
         Err(error) => sample.error = Some(error.to_string()),
     }
+    store_outputs(context, &outputs, &mut sample).await;
     sample.latency_ms = started.elapsed().as_millis() as u64;
     sample
+}
+
+/// Stores every regular file the probe left in its output directory as
+/// an evidence artifact of the attempt; one that cannot be stored fails
+/// the sample's `outputs_stored` assertion, naming why.
+async fn store_outputs(context: &ExecutionContext, dir: &std::path::Path, sample: &mut Sample) {
+    let Ok(mut entries) = tokio::fs::read_dir(dir).await else {
+        return;
+    };
+    let mut refused = Vec::new();
+    let mut stored = Vec::new();
+    while let Ok(Some(entry)) = entries.next_entry().await {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        match context
+            .store_output(
+                &entry.path(),
+                &name,
+                crate::contract::RetentionClass::Evidence,
+            )
+            .await
+        {
+            Ok(output) => stored.push(output.name),
+            Err(error) => refused.push(error.to_string()),
+        }
+    }
+    if !refused.is_empty() {
+        refused.sort();
+        sample.assertions.push(Assertion {
+            name: "outputs_stored".into(),
+            expected: serde_json::json!([]),
+            actual: serde_json::json!(refused),
+            passed: false,
+        });
+    }
+    if !stored.is_empty() {
+        stored.sort();
+        if let Some(observed) = sample.observed.as_object_mut() {
+            observed.insert("outputs".into(), serde_json::json!(stored));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -137,13 +137,20 @@ impl VerificationRunner {
             })?;
         if let OperationInputs::VerifyCustomProbe(probe) = &inputs {
             if !self.config.allowed_probes.contains(&probe.probe_id) {
+                let allowed: Vec<&str> = self
+                    .config
+                    .allowed_probes
+                    .iter()
+                    .map(String::as_str)
+                    .collect();
                 return Err(ExecutionOutcome::failed(
                     FailureCategory::Policy,
                     format!(
-                        "probe `{}` is not on this runner's allowlist",
-                        probe.probe_id
+                        "probe `{}` is not on this runner's allowlist ({})",
+                        probe.probe_id,
+                        allowed.join(", ")
                     ),
-                    Some(serde_json::json!({"allowed_probes": self.config.allowed_probes})),
+                    None,
                 ));
             }
         }
@@ -344,6 +351,27 @@ mod tests {
             Duration::from_secs(20),
             "an hour asked for is cut to the operator's maximum"
         );
+    }
+
+    #[test]
+    fn every_verdict_is_the_documented_result_type() {
+        for operation in Operation::implemented_by(RunnerType::Verification) {
+            for samples in [
+                vec![sample(true, true, false)],
+                vec![sample(true, false, false)],
+                vec![sample(false, false, true)],
+                vec![],
+            ] {
+                let outcome = verdict(operation.as_str(), samples);
+                let result: serde_json::Value =
+                    serde_json::from_str(outcome.result_json.as_deref().unwrap()).unwrap();
+                assert_eq!(
+                    crate::contract::results::check_result(operation, &result),
+                    Ok(()),
+                    "{operation}: {result}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,244 @@
+//! Output artifacts: files a runner's tool produced, stored on the
+//! artifact storage under the attempt and listed in the finished report.
+//! The bytes are masked like everything else a runner sends: a text file
+//! holding a resolved secret is stored masked; a binary one is refused
+//! (masking would corrupt it, storing it would leak the value).
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use sha2::{Digest, Sha256};
+use uuid::Uuid;
+
+use crate::artifacts::ArtifactStorage;
+use crate::contract::outputs::{output_key, output_name_problem, MAX_OUTPUTS};
+use crate::contract::{FailureCategory, OutputArtifact, RetentionClass};
+use crate::secrets::Masker;
+
+/// Largest output file stored, in bytes.
+pub const MAX_OUTPUT_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Why an output was not stored.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    /// The runner's own doing: a bad name, too many, too big, not a file,
+    /// a secret in a binary file.
+    #[error("output `{name}`: {reason}")]
+    Refused { name: String, reason: String },
+    /// The storage could not be reached or refused the write.
+    #[error("output `{name}`: storing it failed: {reason}")]
+    Storage { name: String, reason: String },
+}
+
+impl OutputError {
+    pub fn category(&self) -> FailureCategory {
+        match self {
+            OutputError::Refused { .. } => FailureCategory::RunnerError,
+            OutputError::Storage { .. } => FailureCategory::Infrastructure,
+        }
+    }
+}
+
+/// The outputs of one attempt, shared by its context and its final report.
+#[derive(Clone, Debug)]
+pub(crate) struct Outputs {
+    attempt_id: Uuid,
+    masker: Masker,
+    stored: Arc<Mutex<Vec<OutputArtifact>>>,
+}
+
+impl Outputs {
+    pub(crate) fn new(attempt_id: Uuid, masker: Masker) -> Self {
+        Self {
+            attempt_id,
+            masker,
+            stored: Arc::default(),
+        }
+    }
+
+    /// What was stored, for the final report.
+    pub(crate) fn taken(&self) -> Vec<OutputArtifact> {
+        match self.stored.lock() {
+            Ok(stored) => stored.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Stores the regular file at `path` as output `name`. Storing a name
+    /// again replaces the earlier entry (a probe's later sample wins).
+    pub(crate) async fn store(
+        &self,
+        storage: Option<&crate::artifacts::Storage>,
+        path: &Path,
+        name: &str,
+        class: RetentionClass,
+        media_type: &str,
+    ) -> Result<OutputArtifact, OutputError> {
+        let refused = |reason: String| OutputError::Refused {
+            name: crate::contract::limits::loggable(name),
+            reason,
+        };
+        if let Some(problem) = output_name_problem(name) {
+            return Err(refused(problem));
+        }
+        let known = self.taken();
+        if known.len() >= MAX_OUTPUTS && !known.iter().any(|output| output.name == name) {
+            return Err(refused(format!(
+                "an attempt stores at most {MAX_OUTPUTS} outputs"
+            )));
+        }
+        let Some(storage) = storage else {
+            return Err(OutputError::Storage {
+                name: name.to_owned(),
+                reason: "this runner has no artifact storage".into(),
+            });
+        };
+        // Never follow a link the tool left: it could point anywhere.
+        let metadata = tokio::fs::symlink_metadata(path)
+            .await
+            .map_err(|error| refused(format!("cannot read it: {error}")))?;
+        if !metadata.is_file() {
+            return Err(refused("not a regular file".into()));
+        }
+        if metadata.len() > MAX_OUTPUT_BYTES {
+            return Err(refused(format!(
+                "{} bytes; at most {MAX_OUTPUT_BYTES}",
+                metadata.len()
+            )));
+        }
+        let bytes = tokio::fs::read(path)
+            .await
+            .map_err(|error| refused(format!("cannot read it: {error}")))?;
+        let bytes = self.masked(bytes).map_err(refused)?;
+        let sha256 = hex::encode(Sha256::digest(&bytes));
+        let key = output_key(self.attempt_id, &sha256, name);
+        storage
+            .put(&key, &bytes)
+            .await
+            .map_err(|error| OutputError::Storage {
+                name: name.to_owned(),
+                reason: error.to_string(),
+            })?;
+        let output = OutputArtifact {
+            name: name.to_owned(),
+            class,
+            media_type: media_type.to_owned(),
+            size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
+            sha256,
+            key,
+        };
+        let mut stored = match self.stored.lock() {
+            Ok(stored) => stored,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        stored.retain(|earlier| earlier.name != output.name);
+        stored.push(output.clone());
+        Ok(output)
+    }
+
+    /// The bytes to store: masked when they are text holding a secret;
+    /// refused when they are binary holding one.
+    fn masked(&self, bytes: Vec<u8>) -> Result<Vec<u8>, String> {
+        if !self.masker.found_in(&bytes) {
+            return Ok(bytes);
+        }
+        match String::from_utf8(bytes) {
+            Ok(text) => Ok(self.masker.mask(&text).into_bytes()),
+            Err(_) => Err("a binary file holding a secret value is not stored".into()),
+        }
+    }
+}
+
+/// The media type of a file name, by its extension.
+pub fn media_type_of(name: &str) -> &'static str {
+    match name.rsplit_once('.').map(|(_, extension)| extension) {
+        Some("json") => "application/json",
+        Some("yaml" | "yml") => "application/yaml",
+        Some("txt" | "log" | "ini" | "cfg") => "text/plain; charset=utf-8",
+        Some("tar") => "application/x-tar",
+        Some("gz" | "tgz") => "application/gzip",
+        _ => "application/octet-stream",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn outputs_are_masked_refused_or_stored_by_content() {
+        let dir = std::env::temp_dir().join(format!("execplane-outputs-{}", Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let storage = crate::artifacts::Storage::open(&crate::artifacts::StorageSettings::Local(
+            dir.join("store"),
+        ));
+        let attempt = Uuid::from_u128(5);
+        let outputs = Outputs::new(attempt, Masker::new(["hunter2-secret"]));
+        let text = dir.join("report.txt");
+        std::fs::write(&text, "token=hunter2-secret\n").unwrap();
+        let stored = outputs
+            .store(
+                Some(&storage),
+                &text,
+                "report.txt",
+                RetentionClass::Evidence,
+                "text/plain",
+            )
+            .await
+            .unwrap();
+        let bytes = storage.get(&stored.key).await.unwrap();
+        assert!(!String::from_utf8_lossy(&bytes).contains("hunter2-secret"));
+        assert_eq!(stored.sha256, hex::encode(Sha256::digest(&bytes)));
+        assert_eq!(
+            stored.key,
+            output_key(attempt, &stored.sha256, "report.txt")
+        );
+
+        let binary = dir.join("plan.bin");
+        let mut content = vec![0xff, 0xfe, 0x00];
+        content.extend_from_slice(b"hunter2-secret");
+        std::fs::write(&binary, content).unwrap();
+        let error = outputs
+            .store(
+                Some(&storage),
+                &binary,
+                "plan.bin",
+                RetentionClass::Evidence,
+                "x",
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("binary file holding a secret"),
+            "{error}"
+        );
+
+        let link = dir.join("link");
+        std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
+        assert!(
+            outputs
+                .store(
+                    Some(&storage),
+                    &link,
+                    "passwd",
+                    RetentionClass::Evidence,
+                    "x"
+                )
+                .await
+                .is_err(),
+            "a link is never followed"
+        );
+        assert!(outputs
+            .store(
+                Some(&storage),
+                &text,
+                "../escape",
+                RetentionClass::Evidence,
+                "x"
+            )
+            .await
+            .is_err());
+        assert_eq!(outputs.taken().len(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
