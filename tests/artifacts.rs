@@ -82,29 +82,17 @@ async fn output_becomes_checksummed_artifacts_once_even_across_a_worker_crash(po
     );
     // The manifest lists every other artifact with the digest and size
     // recorded for it, and downloads like any of them.
+    let artifact_dir = pipeline.dir.join("artifacts");
+    let storage_env = [("EXECPLANE_ARTIFACT_DIR", artifact_dir.to_str().unwrap())];
     let manifest_file = pipeline.dir.join("manifest.json");
-    let output = common::execplane_with(
+    let listed: serde_json::Value = serde_json::from_slice(&common::download(
         &pool,
-        &[
-            "artifacts",
-            "get",
-            &attempt.to_string(),
-            "manifest.json",
-            "-o",
-            manifest_file.to_str().unwrap(),
-        ],
-        &[(
-            "EXECPLANE_ARTIFACT_DIR",
-            pipeline.dir.join("artifacts").to_str().unwrap(),
-        )],
-    );
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let listed: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&manifest_file).unwrap()).unwrap();
+        attempt,
+        "manifest.json",
+        &manifest_file,
+        &storage_env,
+    ))
+    .unwrap();
     assert_eq!(listed["attempt_id"], attempt.to_string());
     let recorded: Vec<(String, String, i64, String, String)> = sqlx::query_as(
         "SELECT name, sha256, size, producer, retention_class FROM artifacts WHERE attempt_id = $1 AND name <> 'manifest.json' ORDER BY name",

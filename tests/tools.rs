@@ -405,46 +405,19 @@ async fn a_file_a_tool_writes_becomes_a_checksummed_output_artifact_in_the_manif
 
     // It downloads with its digest checked.
     let out = pipeline.dir.join("report.txt");
-    let got = common::execplane_with(
-        &pool,
-        &[
-            "artifacts",
-            "get",
-            &attempt.to_string(),
-            "report.txt",
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        &storage_env,
-    );
-    assert!(
-        got.status.success(),
-        "{}",
-        String::from_utf8_lossy(&got.stderr)
-    );
-    assert_eq!(std::fs::read_to_string(&out).unwrap(), expected);
+    let report = common::download(&pool, attempt, "report.txt", &out, &storage_env);
+    assert_eq!(String::from_utf8(report).unwrap(), expected);
 
     // And the manifest lists it with the same digest.
     let manifest = pipeline.dir.join("manifest.json");
-    let got = common::execplane_with(
+    let manifest: serde_json::Value = serde_json::from_slice(&common::download(
         &pool,
-        &[
-            "artifacts",
-            "get",
-            &attempt.to_string(),
-            "manifest.json",
-            "-o",
-            manifest.to_str().unwrap(),
-        ],
+        attempt,
+        "manifest.json",
+        &manifest,
         &storage_env,
-    );
-    assert!(
-        got.status.success(),
-        "{}",
-        String::from_utf8_lossy(&got.stderr)
-    );
-    let manifest: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(&manifest).unwrap()).unwrap();
+    ))
+    .unwrap();
     let entry = manifest["artifacts"]
         .as_array()
         .unwrap()

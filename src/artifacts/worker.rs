@@ -165,8 +165,13 @@ struct Built {
     detections: Vec<(String, &'static str, usize)>,
 }
 
-fn build<S: ArtifactStorage>(bundle: &PendingBundle, detectors: &Detectors, storage: &S) -> Built {
-    let mut parts: Vec<(String, &'static str, RetentionClass, String, String)> = Vec::new();
+/// An artifact the worker writes: name, media type, class, producer, text.
+type Part = (String, &'static str, RetentionClass, String, String);
+
+/// The worker's own artifacts of a bundle: a log per stream (or its late
+/// part), and the result as evidence.
+fn parts_of(bundle: &PendingBundle) -> Vec<Part> {
+    let mut parts: Vec<Part> = Vec::new();
     for (stream, seq, producer, text) in &bundle.chunks {
         let name = if bundle.late {
             // Named after its stream's first late chunk, so each late
@@ -200,6 +205,11 @@ fn build<S: ArtifactStorage>(bundle: &PendingBundle, detectors: &Detectors, stor
             result.clone(),
         ));
     }
+    parts
+}
+
+fn build<S: ArtifactStorage>(bundle: &PendingBundle, detectors: &Detectors, storage: &S) -> Built {
+    let parts = parts_of(bundle);
     let mut built = Built {
         chunks: bundle
             .chunks
@@ -232,27 +242,7 @@ fn build<S: ArtifactStorage>(bundle: &PendingBundle, detectors: &Detectors, stor
     }
     // The runner stored its outputs itself: recorded here, not stored.
     for output in &bundle.outputs {
-        built.records.push(ArtifactRecord {
-            artifact_id: Uuid::new_v5(
-                &NAMESPACE,
-                format!("{}/{}", bundle.attempt_id, output.name).as_bytes(),
-            )
-            .to_string(),
-            attempt_id: bundle.attempt_id.to_string(),
-            name: output.name.clone(),
-            media_type: output.media_type.clone(),
-            size: output.size,
-            sha256: output.sha256.clone(),
-            producer: bundle
-                .runner_instance
-                .clone()
-                .unwrap_or_else(|| "runner".into()),
-            retention_class: output.class,
-            uri: storage.uri(&output.key),
-            created_at: now,
-        });
-        built.keys.push(output.key.clone());
-        built.bodies.push(None);
+        built.record_output(bundle, output, storage, now);
     }
     // The attempt's one document to start from: every artifact of the
     // bundle with its digest. Late bundles come after it and are listed
@@ -301,6 +291,39 @@ fn manifest(attempt_id: Uuid, records: &[ArtifactRecord]) -> Vec<u8> {
 }
 
 impl Built {
+    /// A runner's output: its ref (producer: the instance that held the
+    /// lease), at the key the runner stored it under, nothing to store.
+    fn record_output<S: ArtifactStorage>(
+        &mut self,
+        bundle: &PendingBundle,
+        output: &crate::contract::OutputArtifact,
+        storage: &S,
+        now: i64,
+    ) {
+        let attempt_id = bundle.attempt_id;
+        self.records.push(ArtifactRecord {
+            artifact_id: Uuid::new_v5(
+                &NAMESPACE,
+                format!("{attempt_id}/{}", output.name).as_bytes(),
+            )
+            .to_string(),
+            attempt_id: attempt_id.to_string(),
+            name: output.name.clone(),
+            media_type: output.media_type.clone(),
+            size: output.size,
+            sha256: output.sha256.clone(),
+            producer: bundle
+                .runner_instance
+                .clone()
+                .unwrap_or_else(|| "runner".into()),
+            retention_class: output.class,
+            uri: storage.uri(&output.key),
+            created_at: now,
+        });
+        self.keys.push(output.key.clone());
+        self.bodies.push(None);
+    }
+
     /// One artifact: its content-addressed key, its record and its bytes.
     #[allow(clippy::too_many_arguments)]
     fn push<S: ArtifactStorage>(

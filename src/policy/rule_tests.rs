@@ -102,11 +102,9 @@ fn the_example_policy_loads_and_what_it_allows_passes() {
     }
 }
 
-#[test]
-fn every_class_of_rule_refuses_and_names_itself() {
-    let policy = example();
-    let node = json!({"targets": [{"kind": "node", "id": "node-1"}]});
-    let cases: Vec<(JobSpec, &str)> = vec![
+/// The operation, grant, requirement, cluster and chart rules.
+fn tenant_and_cluster_cases() -> Vec<(JobSpec, &'static str)> {
+    vec![
         (
             spec(
                 "team-b",
@@ -173,6 +171,13 @@ fn every_class_of_rule_refuses_and_names_itself() {
             ),
             "tenants.team-a.helm.chart_sources",
         ),
+    ]
+}
+
+/// The package, template, node and module rules.
+fn package_and_node_cases() -> Vec<(JobSpec, &'static str)> {
+    let node = json!({"targets": [{"kind": "node", "id": "node-1"}]});
+    vec![
         (
             spec(
                 "team-a",
@@ -263,35 +268,29 @@ fn every_class_of_rule_refuses_and_names_itself() {
             ),
             "tenants.team-a.opentofu.backends",
         ),
-    ];
-    for (spec, rule) in &cases {
-        let refused = refused_by(&policy, spec);
-        assert_eq!(refused, [*rule], "{} ({})", spec.operation, spec.tenant);
+    ]
+}
+
+#[test]
+fn every_class_of_rule_refuses_and_names_itself() {
+    let policy = example();
+    let cases = tenant_and_cluster_cases()
+        .into_iter()
+        .chain(package_and_node_cases());
+    for (spec, rule) in cases {
+        let refused = refused_by(&policy, &spec);
+        assert_eq!(refused, [rule], "{} ({})", spec.operation, spec.tenant);
     }
 }
 
 #[test]
 fn a_bad_policy_file_names_every_problem_at_once() {
-    let problems = OperatorPolicy::from_yaml(
-        r#"
-        defaults:
-          operations: ["helm.explode"]
-        requires:
-          destructive: ["nothing.*"]
-        ssh_templates:
-          t:
-            program: uptime
-            args: [{name: n, type: int}]
-        tenants:
-          a:
-            ssh: {templates: [missing]}
-            ansible: {packages: [{digest: "md5:1"}]}
-            grants: [everything]
-        "#,
-    )
-    .unwrap_err();
-    // An unknown grant is a parse error, reported alone; without it:
+    // An unknown grant is a parse error, reported alone.
+    let problems =
+        OperatorPolicy::from_yaml("tenants:\n  a:\n    grants: [everything]\n").unwrap_err();
     assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].contains("everything"), "{problems:?}");
+    // Everything else is reported at once.
     let problems = OperatorPolicy::from_yaml(
         r#"
         defaults:

@@ -332,62 +332,21 @@ impl Check<'_> {
         }
     }
 
+    /// One arm per operation's inputs, each to the rules of its kind.
     fn inputs(&mut self, inputs: &OperationInputs) {
         use OperationInputs as I;
         match inputs {
             I::AnsiblePlaybookRun(playbook) | I::AnsibleCheckModeRun(playbook) => {
-                if let Some(package) = self.ansible_package(&playbook.package) {
-                    if !package
-                        .playbooks
-                        .iter()
-                        .any(|pattern| path_matches(pattern, &playbook.playbook))
-                    {
-                        let message = format!(
-                            "playbook `{}` is not in the package's playbook allowlist",
-                            playbook.playbook
-                        );
-                        self.refuse("inputs.playbook", "ansible.packages.playbooks", message);
-                    }
-                }
+                self.playbook(playbook)
             }
-            I::AnsibleRoleRun(role) => {
-                if let Some(package) = self.ansible_package(&role.package) {
-                    if !package.roles.contains(&role.role) {
-                        let message = format!(
-                            "role `{}` is not in the package's role allowlist",
-                            role.role
-                        );
-                        self.refuse("inputs.role", "ansible.packages.roles", message);
-                    }
-                }
-            }
+            I::AnsibleRoleRun(role) => self.role(role),
             I::AnsibleInventoryValidate(validate) => {
                 if let Some(package) = &validate.package {
                     self.ansible_package(package);
                 }
             }
-            I::KubernetesManifestApply(apply) => {
-                if let Some(cluster) = self.cluster(&apply.cluster, &apply.namespace) {
-                    for (index, manifest) in apply.manifests.iter().enumerate() {
-                        let kind = manifest.get("kind").and_then(|kind| kind.as_str());
-                        let namespace = manifest
-                            .pointer("/metadata/namespace")
-                            .and_then(|namespace| namespace.as_str());
-                        let path = format!("inputs.manifests[{index}]");
-                        self.object(&cluster, &apply.cluster.name, &path, kind, namespace);
-                    }
-                }
-            }
-            I::KubernetesManifestDelete(delete) => {
-                if let Some(cluster) = self.cluster(&delete.cluster, &delete.namespace) {
-                    for (index, object) in delete.objects.iter().enumerate() {
-                        let path = format!("inputs.objects[{index}]");
-                        let (kind, namespace) =
-                            (Some(object.kind.as_str()), object.namespace.as_deref());
-                        self.object(&cluster, &delete.cluster.name, &path, kind, namespace);
-                    }
-                }
-            }
+            I::KubernetesManifestApply(apply) => self.manifests(apply),
+            I::KubernetesManifestDelete(delete) => self.deletions(delete),
             I::KubernetesWait(wait) => {
                 self.one_object(&wait.cluster, &wait.namespace, &wait.object)
             }
@@ -420,32 +379,13 @@ impl Check<'_> {
             | I::OpentofuOutput(module)
             | I::OpentofuStateInspect(module) => self.tofu(module),
             I::OpentofuApply(apply) => self.tofu(&apply.module),
-            I::SshCommandRun(command) => {
-                if let Some(template) = self.ssh_template(&command.template_id) {
-                    for problem in template.check_args(&command.args) {
-                        self.refuse("inputs.args", "ssh.templates", problem);
-                    }
-                    if command.sudo && template.sudo == Sudo::None {
-                        let message = format!(
-                            "template `{}` does not run through sudo",
-                            command.template_id
-                        );
-                        self.refuse("inputs.sudo", "ssh.templates", message);
-                    }
-                }
-                self.ssh_nodes();
-            }
+            I::SshCommandRun(command) => self.ssh_command(command),
             I::SshFileUpload(upload) => {
-                self.ssh_field(
-                    &upload.template_id,
-                    "destination",
-                    &upload.destination.clone().into(),
-                );
-                self.ssh_nodes();
+                let destination = upload.destination.clone().into();
+                self.ssh_field(&upload.template_id, "destination", &destination);
             }
             I::SshFileDownload(download) => {
                 self.ssh_field(&download.template_id, "path", &download.path.clone().into());
-                self.ssh_nodes();
             }
             I::SshServiceRestart(restart) => {
                 self.ssh_field(
@@ -453,28 +393,102 @@ impl Check<'_> {
                     "service",
                     &restart.service.clone().into(),
                 );
-                self.ssh_nodes();
             }
-            I::SshSystemFactCollect(facts) => {
-                if let Some(template) = self.ssh_template(&facts.template_id) {
-                    if let Some(spec) = template.arg("facts") {
-                        for (index, fact) in facts.facts.iter().enumerate() {
-                            if let Err(problem) = spec.check(&fact.clone().into()) {
-                                self.refuse(
-                                    format!("inputs.facts[{index}]"),
-                                    "ssh.templates",
-                                    problem,
-                                );
-                            }
-                        }
-                    }
-                }
-                self.ssh_nodes();
-            }
+            I::SshSystemFactCollect(facts) => self.ssh_facts(facts),
             I::VerifyHttpEndpoint(_)
             | I::VerifyTcpConnect(_)
             | I::VerifyPostgresReady(_)
             | I::VerifyCustomProbe(_) => {}
+        }
+        if self.spec.operation.runner_type() == crate::contract::RunnerType::Ssh {
+            self.ssh_nodes();
+        }
+    }
+
+    fn playbook(&mut self, playbook: &crate::contract::inputs::AnsiblePlaybook) {
+        let Some(package) = self.ansible_package(&playbook.package) else {
+            return;
+        };
+        if !package
+            .playbooks
+            .iter()
+            .any(|pattern| path_matches(pattern, &playbook.playbook))
+        {
+            let message = format!(
+                "playbook `{}` is not in the package's playbook allowlist",
+                playbook.playbook
+            );
+            self.refuse("inputs.playbook", "ansible.packages.playbooks", message);
+        }
+    }
+
+    fn role(&mut self, role: &crate::contract::inputs::AnsibleRole) {
+        let Some(package) = self.ansible_package(&role.package) else {
+            return;
+        };
+        if !package.roles.contains(&role.role) {
+            let message = format!(
+                "role `{}` is not in the package's role allowlist",
+                role.role
+            );
+            self.refuse("inputs.role", "ansible.packages.roles", message);
+        }
+    }
+
+    /// Inline manifests: each kind's scope and own namespace. A manifest
+    /// artifact is checked by the runner that reads it.
+    fn manifests(&mut self, apply: &crate::contract::inputs::KubernetesApply) {
+        let Some(cluster) = self.cluster(&apply.cluster, &apply.namespace) else {
+            return;
+        };
+        for (index, manifest) in apply.manifests.iter().enumerate() {
+            let kind = manifest.get("kind").and_then(|kind| kind.as_str());
+            let namespace = manifest
+                .pointer("/metadata/namespace")
+                .and_then(|namespace| namespace.as_str());
+            let path = format!("inputs.manifests[{index}]");
+            self.object(&cluster, &apply.cluster.name, &path, kind, namespace);
+        }
+    }
+
+    fn deletions(&mut self, delete: &crate::contract::inputs::KubernetesDelete) {
+        let Some(cluster) = self.cluster(&delete.cluster, &delete.namespace) else {
+            return;
+        };
+        for (index, object) in delete.objects.iter().enumerate() {
+            let path = format!("inputs.objects[{index}]");
+            let (kind, namespace) = (Some(object.kind.as_str()), object.namespace.as_deref());
+            self.object(&cluster, &delete.cluster.name, &path, kind, namespace);
+        }
+    }
+
+    fn ssh_command(&mut self, command: &crate::contract::inputs::SshCommand) {
+        let Some(template) = self.ssh_template(&command.template_id) else {
+            return;
+        };
+        for problem in template.check_args(&command.args) {
+            self.refuse("inputs.args", "ssh.templates", problem);
+        }
+        if command.sudo && template.sudo == Sudo::None {
+            let message = format!(
+                "template `{}` does not run through sudo",
+                command.template_id
+            );
+            self.refuse("inputs.sudo", "ssh.templates", message);
+        }
+    }
+
+    fn ssh_facts(&mut self, facts: &crate::contract::inputs::SshFacts) {
+        let Some(template) = self.ssh_template(&facts.template_id) else {
+            return;
+        };
+        let Some(spec) = template.arg("facts") else {
+            return;
+        };
+        for (index, fact) in facts.facts.iter().enumerate() {
+            if let Err(problem) = spec.check(&fact.clone().into()) {
+                self.refuse(format!("inputs.facts[{index}]"), "ssh.templates", problem);
+            }
         }
     }
 

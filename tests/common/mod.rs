@@ -73,6 +73,29 @@ pub fn execplane_with(pool: &PgPool, args: &[&str], env: &[(&str, &str)]) -> Out
     command.output().expect("the execplane binary runs")
 }
 
+/// `execplane artifacts get ATTEMPT NAME -o OUT` (the sha256 checked on
+/// the way); the bytes written. Panics, with the command's stderr, when it
+/// fails.
+#[allow(dead_code)]
+pub fn download(
+    pool: &PgPool,
+    attempt: Uuid,
+    name: &str,
+    out: &std::path::Path,
+    env: &[(&str, &str)],
+) -> Vec<u8> {
+    let attempt = attempt.to_string();
+    let out_text = out.to_str().expect("a UTF-8 path");
+    let args = ["artifacts", "get", attempt.as_str(), name, "-o", out_text];
+    let output = execplane_with(pool, &args, env);
+    assert!(
+        output.status.success(),
+        "artifacts get {name}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    std::fs::read(out).expect("the download was written")
+}
+
 pub fn spec(command_id: Uuid, job_id: &str, operation: &str) -> JobSpec {
     let inputs = match operation {
         "ssh.command.run" => json!({"template_id": "uptime"}),
