@@ -57,6 +57,19 @@ enum Action {
     },
 }
 
+/// An output artifact of `attempt_id`, as a runner lists it.
+fn output(attempt_id: Uuid) -> crate::contract::OutputArtifact {
+    let sha256 = "d".repeat(64);
+    crate::contract::OutputArtifact {
+        key: crate::contract::outputs::output_key(attempt_id, &sha256, "out.txt"),
+        name: "out.txt".into(),
+        class: crate::contract::RetentionClass::Evidence,
+        media_type: "text/plain".into(),
+        size: 3,
+        sha256,
+    }
+}
+
 fn action() -> impl Strategy<Value = Action> {
     prop_oneof![
         2 => (0..COMMANDS, 0..JOBS, 0..OPERATIONS.len(), 1u32..4, prop::bool::weighted(0.1)).prop_map(
@@ -198,7 +211,13 @@ impl World {
                         category: None,
                         message: "ok".into(),
                         result_json: None,
-                        outputs: Vec::new(),
+                        // Some successes list an output: the fold must
+                        // carry it like every other field.
+                        outputs: if self.now % 2 == 0 {
+                            vec![output(attempt.attempt_id)]
+                        } else {
+                            Vec::new()
+                        },
                     },
                     _ => ReportBody::Finished {
                         outcome: ReportedOutcome::Failed,
