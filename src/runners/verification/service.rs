@@ -154,16 +154,10 @@ impl VerificationRunner {
                 ));
             }
         }
+        // The runner SDK checked the whole JobSpec against the operator's
+        // policy before this executor was called; what is left is where
+        // each connection may go, checked on every one of them.
         let policy = self.config.policy.current();
-        let refused = policy.check_jobspec(spec);
-        if !refused.is_empty() {
-            let problems = crate::contract::Problems(refused);
-            return Err(ExecutionOutcome::failed(
-                FailureCategory::Policy,
-                problems.to_string(),
-                None,
-            ));
-        }
         let bounds = Bounds {
             destinations: policy.tenant(&spec.tenant).destinations,
             max_body_bytes: self.config.max_body_bytes,
