@@ -265,7 +265,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     crate::telemetry::init(&config.telemetry);
     match cli.command {
-        Command::Validate { file, json } => validate::run(&file, json),
+        Command::Validate { file, json } => {
+            validate::run(&file, json, &config.policy.loaded.current())
+        }
         Command::Operations { json } => operations::run(json),
         Command::Policy(PolicyCommand::Check { file, json }) => validate::policy(&file, json),
         Command::Migrate => {

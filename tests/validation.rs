@@ -14,7 +14,9 @@ fn good() -> Value {
         "requested_by": "control-plane",
         "operation": "verify.http.endpoint",
         "inputs": {"url": "http://127.0.0.1:8080/health", "expect": {"status": 200}},
-        "secret_refs": [{"name": "api", "mount": "secret", "path": "apps/api", "key": "token"}]
+        // Under the tenant's own prefix: `validate` applies the operator's
+        // policy (the defaults here) as intake does.
+        "secret_refs": [{"name": "api", "mount": "secret", "path": "team-a/api", "key": "token"}]
     })
 }
 
@@ -192,6 +194,34 @@ fn policy_classes() {
             json!({"package": {"name": "site", "version": "3.1.0"}, "playbook": playbook});
         assert_refused(ansible, &["inputs.playbook: must"]);
     }
+}
+
+#[test]
+fn validate_applies_the_operator_policy_configured_here_as_intake_does() {
+    let dir = std::env::temp_dir().join(format!("execplane-validate-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("job.json");
+    let spec = with(&[("/tenant", json!("team-b"))]);
+    std::fs::write(&path, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+    let policy = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/policy.yaml");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_execplane"))
+        .args(["validate", path.to_str().unwrap()])
+        .env("EXECPLANE_POLICY_FILE", policy)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    // team-b may only run verify.tcp.connect, and may read only its own secrets.
+    for needle in [
+        "operator policy rule `tenants.team-b.operations`",
+        "secret_refs[0]",
+    ] {
+        assert!(
+            stderr.contains(needle),
+            "`{needle}` missing from:\n{stderr}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
 }
 
 #[test]

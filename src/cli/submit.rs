@@ -26,7 +26,9 @@ pub async fn run(
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-    let spec = match validate_jobspec_bytes(&bytes).and_then(runnable) {
+    let spec = match validate_jobspec_bytes(&bytes)
+        .and_then(|spec| runnable(spec, &config.policy.loaded.current()))
+    {
         Ok(spec) => spec,
         Err(problems) => {
             eprintln!("{}: {problems}", file.display());
@@ -51,10 +53,17 @@ pub async fn run(
     follow(&kafka, &consumer, &spec, timeout, json).await
 }
 
-/// A valid JobSpec that some runner of this release runs.
+/// A valid JobSpec that the operator's policy (as configured here)
+/// admits and that some runner of this release runs: the order intake
+/// checks them in.
 pub(super) fn runnable(
     spec: crate::contract::JobSpec,
+    policy: &crate::policy::OperatorPolicy,
 ) -> Result<crate::contract::JobSpec, crate::contract::Problems> {
+    let refused = policy.check_jobspec(&spec);
+    if !refused.is_empty() {
+        return Err(crate::contract::Problems(refused));
+    }
     match spec.operation.not_implemented() {
         Some(problem) => Err(crate::contract::Problems(vec![problem])),
         None => Ok(spec),

@@ -5,11 +5,16 @@ use anyhow::Context;
 
 use crate::contract::validate_jobspec_bytes;
 
-/// Exit 0 and the normalised spec when valid and runnable here (its
-/// operation implemented); exit 2 and every problem when not.
-pub fn run(file: &Path, json: bool) -> anyhow::Result<ExitCode> {
+/// Exit 0 and the normalised spec when valid and runnable here (admitted
+/// by the operator's policy configured here, its operation implemented);
+/// exit 2 and every problem when not.
+pub fn run(
+    file: &Path,
+    json: bool,
+    policy: &crate::policy::OperatorPolicy,
+) -> anyhow::Result<ExitCode> {
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-    match validate_jobspec_bytes(&bytes).and_then(super::submit::runnable) {
+    match validate_jobspec_bytes(&bytes).and_then(|spec| super::submit::runnable(spec, policy)) {
         Ok(spec) => {
             if json {
                 println!("{}", serde_json::to_string_pretty(&spec)?);
