@@ -151,6 +151,14 @@ fn closing_the_supervisors_stdin_kills_the_tool_and_every_descendant() {
 }
 
 async fn probing_pipeline(pool: &PgPool) -> (Pipeline, usize) {
+    let (pipeline, runner) = pipeline_with_probe(pool, "stubborn").await;
+    pipeline.wait_runners(1).await;
+    (pipeline, runner)
+}
+
+/// A dispatcher, a relay and a verification runner allowed to run the
+/// operator probe `probe` (from tests/probes); the runner's index.
+async fn pipeline_with_probe(pool: &PgPool, probe: &str) -> (Pipeline, usize) {
     let mut pipeline = Pipeline::new(pool).await;
     pipeline.spawn(&["dispatcher"], &[]);
     pipeline.spawn(&["relay"], &[]);
@@ -159,11 +167,10 @@ async fn probing_pipeline(pool: &PgPool) -> (Pipeline, usize) {
         &["runner", "verification"],
         &[
             ("EXECPLANE_VERIFY_PROBE_DIR", probes.as_str()),
-            ("EXECPLANE_VERIFY_PROBES", "stubborn"),
+            ("EXECPLANE_VERIFY_PROBES", probe),
             ("EXECPLANE_RUNNER_STOP_GRACE", "1s"),
         ],
     );
-    pipeline.wait_runners(1).await;
     (pipeline, runner)
 }
 
@@ -214,17 +221,7 @@ async fn a_runner_killed_mid_tool_takes_its_tool_with_it(pool: PgPool) {
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn a_probe_reads_an_input_artifact_by_digest_and_a_wrong_one_fails_as_contract(pool: PgPool) {
-    let mut pipeline = Pipeline::new(&pool).await;
-    pipeline.spawn(&["dispatcher"], &[]);
-    pipeline.spawn(&["relay"], &[]);
-    let probes = probe_dir();
-    pipeline.spawn(
-        &["runner", "verification"],
-        &[
-            ("EXECPLANE_VERIFY_PROBE_DIR", probes.as_str()),
-            ("EXECPLANE_VERIFY_PROBES", "reader"),
-        ],
-    );
+    let (pipeline, _) = pipeline_with_probe(&pool, "reader").await;
     let storage = pipeline.dir.join("artifacts");
     let inventory = pipeline.dir.join("inventory.ini");
     std::fs::write(&inventory, "[web]\nweb-1.example.com\n").unwrap();
@@ -319,17 +316,7 @@ async fn a_probe_reads_an_input_artifact_by_digest_and_a_wrong_one_fails_as_cont
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn a_file_a_tool_writes_becomes_a_checksummed_output_artifact_in_the_manifest(pool: PgPool) {
-    let mut pipeline = Pipeline::new(&pool).await;
-    pipeline.spawn(&["dispatcher"], &[]);
-    pipeline.spawn(&["relay"], &[]);
-    let probes = probe_dir();
-    pipeline.spawn(
-        &["runner", "verification"],
-        &[
-            ("EXECPLANE_VERIFY_PROBE_DIR", probes.as_str()),
-            ("EXECPLANE_VERIFY_PROBES", "writer"),
-        ],
-    );
+    let (mut pipeline, _) = pipeline_with_probe(&pool, "writer").await;
     pipeline.spawn(
         &["artifact-worker"],
         &[("EXECPLANE_ARTIFACT_GRACE", "300ms")],
