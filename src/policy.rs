@@ -263,11 +263,6 @@ impl Default for OperatorPolicy {
 }
 
 impl OperatorPolicy {
-    /// Reads a policy file; every problem in it, at once.
-    pub fn load(path: &Path) -> Result<Self, String> {
-        Self::load_all(path).map_err(|problems| problems.join("; "))
-    }
-
     /// Reads a policy file; every problem in it, one per entry.
     pub fn load_all(path: &Path) -> Result<Self, Vec<String>> {
         let text = std::fs::read_to_string(path).map_err(|error| {
@@ -276,7 +271,13 @@ impl OperatorPolicy {
                 path.display()
             )]
         })?;
-        Self::parse(&text, PolicyFormat::of(path)).map_err(|problems| {
+        Self::parse_file(path, &text)
+    }
+
+    /// The policy `text`, read from `path` (its extension says the format;
+    /// each problem names the file).
+    pub fn parse_file(path: &Path, text: &str) -> Result<Self, Vec<String>> {
+        Self::parse(text, PolicyFormat::of(path)).map_err(|problems| {
             problems
                 .into_iter()
                 .map(|problem| format!("policy file {}: {problem}", path.display()))
@@ -462,11 +463,6 @@ impl OperatorPolicy {
     /// The tenants the file names (others get the defaults).
     pub fn tenant_names(&self) -> Vec<&str> {
         self.tenants.keys().map(String::as_str).collect()
-    }
-
-    /// The operator's ssh template `id`.
-    pub fn ssh_template(&self, id: &str) -> Option<&SshTemplate> {
-        self.ssh_templates.get(id)
     }
 
     /// Every policy problem of a JobSpec that can be found before anything

@@ -33,6 +33,16 @@ fn as_tenant(tenant: &str, operation: &str, inputs: Value, mut extra: Value) -> 
     job(operation, inputs, extra)
 }
 
+/// The one operation the example policy lets team-b run.
+fn team_b_probe() -> JobSpec {
+    as_tenant(
+        "team-b",
+        "verify.tcp.connect",
+        json!({"host": "127.0.0.1", "port": 5432}),
+        json!({}),
+    )
+}
+
 fn cluster(name: &str) -> Value {
     json!({"name": name, "credentials": {"$secret": "kubeconfig"}})
 }
@@ -286,12 +296,7 @@ async fn the_operator_policy_binds_at_intake_in_the_runner_and_after_a_reload(po
     for (spec, _) in &cases {
         pipeline.submit(spec).await;
     }
-    let allowed = as_tenant(
-        "team-b",
-        "verify.tcp.connect",
-        json!({"host": "127.0.0.1", "port": 5432}),
-        json!({}),
-    );
+    let allowed = team_b_probe();
     pipeline.submit(&allowed).await;
     for (spec, rule) in &cases {
         pipeline.wait_done(&spec.job_id, WAIT).await;
@@ -367,12 +372,7 @@ async fn the_operator_policy_binds_at_intake_in_the_runner_and_after_a_reload(po
                 && pipeline.log(runner).contains("operator policy reloaded")
         })
         .await;
-    let now_refused = as_tenant(
-        "team-b",
-        "verify.tcp.connect",
-        json!({"host": "127.0.0.1", "port": 5432}),
-        json!({}),
-    );
+    let now_refused = team_b_probe();
     pipeline.submit(&now_refused).await;
     pipeline.wait_done(&now_refused.job_id, WAIT).await;
     let (status, category, message, digest) = refusal(&pool, &now_refused.job_id).await;
@@ -399,12 +399,7 @@ async fn the_operator_policy_binds_at_intake_in_the_runner_and_after_a_reload(po
                 .contains("operator policy file refused")
         })
         .await;
-    let still_refused = as_tenant(
-        "team-b",
-        "verify.tcp.connect",
-        json!({"host": "127.0.0.1", "port": 5432}),
-        json!({}),
-    );
+    let still_refused = team_b_probe();
     pipeline.submit(&still_refused).await;
     pipeline.wait_done(&still_refused.job_id, WAIT).await;
     let (status, _, _, digest) = refusal(&pool, &still_refused.job_id).await;

@@ -68,17 +68,18 @@ impl SharedPolicy {
         let Some(path) = &self.path else {
             return Ok(false);
         };
-        let text = std::fs::read(path).map_err(|error| {
+        // Read once: the digest compared is the digest of what is parsed.
+        let text = std::fs::read_to_string(path).map_err(|error| {
             vec![format!(
                 "cannot read the policy file {}: {error}",
                 path.display()
             )]
         })?;
-        let digest = format!("sha256:{}", hex::encode(Sha256::digest(&text)));
+        let digest = format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes())));
         if digest == self.current().digest() {
             return Ok(false);
         }
-        let policy = OperatorPolicy::load_all(path)?;
+        let policy = OperatorPolicy::parse_file(path, &text)?;
         let mut current = match self.current.write() {
             Ok(current) => current,
             Err(poisoned) => poisoned.into_inner(),
