@@ -19,12 +19,14 @@ pub use decide::{decide, Rejection};
 pub use fencing::{lease_refusal, LeaseFacts};
 pub use ids::{attempt_id_for, event_id_for, lease_id_for};
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::contract::{
     AttemptEvent, AttemptStatus, CancelInfo, EventBody, FailureCategory, JobSpec, LeaseInfo,
-    TerminalOutcome, TimerKind, UnixMillis,
+    TargetKey, TerminalOutcome, TimerKind, UnixMillis,
 };
 
 /// Everything known about one attempt: the projection row, and what `decide`
@@ -47,6 +49,9 @@ pub struct Attempt {
     pub previous_attempt_id: Option<Uuid>,
     /// The operator policy that admitted the job (or refused it).
     pub policy_digest: Option<String>,
+    /// The target keys it holds while it has a lease, with their limits.
+    #[serde(default)]
+    pub target_keys: Vec<TargetKey>,
     pub lease: Option<LeaseInfo>,
     pub started_at: Option<UnixMillis>,
     pub cancel: Option<CancelInfo>,
@@ -91,6 +96,7 @@ impl Attempt {
             updated_at: event.occurred_at,
             previous_attempt_id: None,
             policy_digest: None,
+            target_keys: Vec::new(),
             lease: None,
             started_at: None,
             cancel: None,
@@ -108,6 +114,14 @@ impl Attempt {
             callback_delivered: None,
             last_seq: 1,
         }
+    }
+
+    /// Whether it holds its target keys: from its lease to its end.
+    pub fn holds_keys(&self) -> bool {
+        matches!(
+            self.status,
+            AttemptStatus::Leased | AttemptStatus::Running | AttemptStatus::CancelRequested
+        )
     }
 
     /// Whether the operation may run twice; a rejected attempt never ran.
@@ -176,6 +190,11 @@ pub struct JobState {
     pub attempts: Vec<Attempt>,
     /// Set when the input's command id already belongs to another job.
     pub command_owner: Option<String>,
+    /// For a grant: how many attempts (of any job) hold each target key of
+    /// the attempt, read by the store under the keys' locks. A key of the
+    /// attempt missing here is not known to be free, and the grant is
+    /// refused.
+    pub key_holders: BTreeMap<String, u32>,
 }
 
 impl JobState {
@@ -263,6 +282,7 @@ fn apply_first(event: &AttemptEvent) -> Result<Attempt, ApplyError> {
             available_at,
             previous_attempt_id,
             policy_digest,
+            target_keys,
         } => {
             let mut attempt = Attempt::first(
                 event,
@@ -273,6 +293,7 @@ fn apply_first(event: &AttemptEvent) -> Result<Attempt, ApplyError> {
             );
             attempt.spec = Some(spec.clone());
             attempt.policy_digest = policy_digest.clone();
+            attempt.target_keys = target_keys.clone();
             attempt.available_at = *available_at;
             attempt.previous_attempt_id = *previous_attempt_id;
             Ok(attempt)

@@ -14,6 +14,7 @@ mod operation;
 pub mod outputs;
 pub mod results;
 pub mod secret_shapes;
+pub mod target_keys;
 pub mod topics;
 mod validate;
 
@@ -29,6 +30,7 @@ pub use jobspec::{
 };
 pub use operation::{Operation, RunnerType};
 pub use outputs::{OutputArtifact, RetentionClass};
+pub use target_keys::TargetKey;
 pub use validate::{is_traceparent, looks_secret};
 pub use validate::{
     validate_jobspec, validate_jobspec_bytes, Problem, Problems, MAX_JOBSPEC_BYTES,

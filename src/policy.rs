@@ -33,6 +33,7 @@ use sha2::{Digest, Sha256};
 
 use crate::contract::{JobSpec, Problem};
 
+pub mod concurrency;
 pub mod live;
 pub mod rules;
 pub mod ssh;
@@ -91,6 +92,8 @@ struct PolicyFile {
     requires: Requires,
     #[serde(default)]
     ssh_templates: BTreeMap<String, SshTemplate>,
+    #[serde(default)]
+    concurrency: concurrency::Concurrency,
 }
 
 /// How a policy file is written: YAML (`.yaml`, `.yml`) or TOML.
@@ -251,6 +254,7 @@ pub struct OperatorPolicy {
     tenants: BTreeMap<String, TenantRules>,
     requires: Requires,
     ssh_templates: BTreeMap<String, SshTemplate>,
+    concurrency: concurrency::Concurrency,
     /// `sha256:<hex>` of the file as read (of the empty string without a file).
     digest: String,
 }
@@ -307,6 +311,7 @@ impl OperatorPolicy {
             tenants: file.tenants,
             requires: file.requires,
             ssh_templates: file.ssh_templates,
+            concurrency: file.concurrency,
             digest: format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes()))),
         };
         // Parse every tenant once now, so a bad entry fails at startup.
@@ -322,7 +327,8 @@ impl OperatorPolicy {
         }
     }
 
-    /// Problems of the operator-wide tables: `requires` and `ssh_templates`.
+    /// Problems of the operator-wide tables: `requires`, `ssh_templates`
+    /// and `concurrency`.
     fn table_problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         for grant in Grant::ALL {
@@ -340,7 +346,14 @@ impl OperatorPolicy {
         for (id, template) in &self.ssh_templates {
             problems.extend(template.problems(id));
         }
+        problems.extend(self.concurrency.problems());
         problems
+    }
+
+    /// The target keys an attempt of `spec` holds while leased, with the
+    /// limits this policy sets (recorded in its `created` event).
+    pub fn target_keys(&self, spec: &JobSpec) -> Vec<crate::contract::TargetKey> {
+        self.concurrency.keys_for(spec)
     }
 
     /// The digest of the policy as loaded (`sha256:<hex>` of the file),

@@ -23,10 +23,10 @@ pub use artifacts::{ArtifactRow, PendingBundle, Retention, StagedChunk};
 pub use batch::{chain_hash, GENESIS_HASH};
 pub use callbacks::ClaimedCallback;
 pub use ingress::{AttemptLease, ExecutorGrant, LeaseView, LeasedWork};
-pub use reads::AttemptSummary;
+pub use reads::{AttemptSummary, KeyWaitView};
 pub use rebuild::SHADOW_SCHEMA;
 pub use relay::{OutboxListener, OutboxRow, RelayLock};
-pub use runners::{LiveInstance, QueuedAttempt, QueuedPosition};
+pub use runners::{KeyBoard, KeyQueue, LiveInstance, QueuedAttempt, QueuedPosition};
 
 use std::time::Duration;
 

@@ -77,6 +77,10 @@ fn all_events() -> Vec<AttemptEvent> {
             available_at: 1_700_000_000_000,
             previous_attempt_id: Some(Uuid::from_u128(9)),
             policy_digest: Some(format!("sha256:{}", "ab".repeat(32))),
+            target_keys: vec![execplane::contract::TargetKey {
+                key: "node:10.0.0.5".into(),
+                limit: 2,
+            }],
         },
         EventBody::Rejected {
             command_id: spec.command_id,
@@ -333,7 +337,7 @@ fn readers_refuse_unknown_framing_and_schemas() {
 /// Computed once from `schemas/*.avsc` and `schemas/previous/*.avsc`.
 const FASTAVRO_FINGERPRINTS: [(Family, &str, &str); 8] = [
     (Family::Artifact, "bd5e3cb52f518ce4", "bd5e3cb52f518ce4"),
-    (Family::AttemptEvent, "1a0371615d053a18", "18cd5b8292cba420"),
+    (Family::AttemptEvent, "4aa890288ed7f569", "18cd5b8292cba420"),
     (Family::Command, "c7cd0961e9b67293", "c7cd0961e9b67293"),
     (Family::LogChunk, "7fbd3e6c576040ce", "7fbd3e6c576040ce"),
     (Family::Result, "82b536f5207f4b71", "82b536f5207f4b71"),

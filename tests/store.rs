@@ -31,6 +31,7 @@ async fn a_duplicate_command_id_gives_one_job(pool: PgPool) {
     let command_id = Uuid::new_v4();
     let execute = Input::Execute {
         policy_digest: None,
+        target_keys: Vec::new(),
         spec: Box::new(spec(command_id, "dup/1", "verify.tcp.connect")),
     };
     // Redelivered (same input id), resent (new input id), and resent inside one batch.
@@ -67,6 +68,7 @@ async fn a_duplicate_command_id_gives_one_job(pool: PgPool) {
     // The same command id under another job id is refused, not a second job.
     let other = Input::Execute {
         policy_digest: None,
+        target_keys: Vec::new(),
         spec: Box::new(spec(command_id, "dup/2", "verify.tcp.connect")),
     };
     let refused = store
@@ -96,6 +98,7 @@ async fn of_two_concurrent_lease_grants_the_database_refuses_the_second(pool: Pg
     let attempt_id = attempt_id_for(command_id, 1);
     let execute = Input::Execute {
         policy_digest: None,
+        target_keys: Vec::new(),
         spec: Box::new(spec(command_id, "race/1", "verify.tcp.connect")),
     };
     store
@@ -511,10 +514,12 @@ async fn a_reused_command_id_under_another_job_is_refused_not_dropped(pool: PgPo
     let command_id = Uuid::new_v4();
     let first = Input::Execute {
         policy_digest: None,
+        target_keys: Vec::new(),
         spec: Box::new(spec(command_id, "reuse/a", "verify.tcp.connect")),
     };
     let other = Input::Execute {
         policy_digest: None,
+        target_keys: Vec::new(),
         spec: Box::new(spec(command_id, "reuse/b", "verify.tcp.connect")),
     };
     let id = format!("command:{command_id}");
@@ -547,6 +552,7 @@ async fn a_reused_command_id_under_another_job_is_refused_not_dropped(pool: PgPo
                     &id,
                     Input::Execute {
                         policy_digest: None,
+                        target_keys: Vec::new(),
                         spec: Box::new(spec(fresh, "reuse/c", "verify.tcp.connect")),
                     },
                 ),
@@ -554,6 +560,7 @@ async fn a_reused_command_id_under_another_job_is_refused_not_dropped(pool: PgPo
                     &id,
                     Input::Execute {
                         policy_digest: None,
+                        target_keys: Vec::new(),
                         spec: Box::new(spec(fresh, "reuse/d", "verify.tcp.connect")),
                     },
                 ),
@@ -588,6 +595,7 @@ async fn one_input_the_database_refuses_is_isolated_and_the_rest_are_decided(poo
                 "setup",
                 Input::Execute {
                     policy_digest: None,
+                    target_keys: Vec::new(),
                     spec: Box::new(spec(command_id, "iso/0", "verify.tcp.connect")),
                 },
             )],
@@ -619,6 +627,7 @@ async fn one_input_the_database_refuses_is_isolated_and_the_rest_are_decided(poo
                 &format!("command:{id}"),
                 Input::Execute {
                     policy_digest: None,
+                    target_keys: Vec::new(),
                     spec: Box::new(spec(
                         id,
                         &format!("iso/{}", index + 1),
@@ -681,4 +690,81 @@ async fn one_input_the_database_refuses_is_isolated_and_the_rest_are_decided(poo
         .process_isolating(&bad, None, &stopped)
         .await
         .is_none());
+}
+
+/// Two dispatchers grant two attempts of one target key (limit 1) at the
+/// same moment: the key's lock orders them, the second counts the first's
+/// hold and leases nothing; once the holder ends, the other is leased.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn two_grants_on_one_target_key_at_once_lease_only_one(pool: PgPool) {
+    use execplane::contract::{ReportBody, ReportedOutcome, RunnerReport, TargetKey};
+    let store = Store::from_pool(pool.clone());
+    let mut attempts = Vec::new();
+    for job in ["key/1", "key/2"] {
+        let command_id = Uuid::new_v4();
+        let execute = Input::Execute {
+            policy_digest: None,
+            target_keys: vec![TargetKey {
+                key: "node:h".into(),
+                limit: 1,
+            }],
+            spec: Box::new(spec(command_id, job, "ssh.command.run")),
+        };
+        store
+            .process_batch(&[envelope(&format!("create {job}"), execute)], BASE)
+            .await
+            .unwrap();
+        attempts.push(attempt_id_for(command_id, 1));
+    }
+    let grant = |index: usize| [InputEnvelope::grant(attempts[index], format!("r-{index}"))];
+    let (first, second) = (grant(0), grant(1));
+    let (a, b) = tokio::join!(
+        store.process_batch(&first, BASE + 1),
+        store.process_batch(&second, BASE + 1)
+    );
+    let outcomes = [a.unwrap().outcomes, b.unwrap().outcomes].concat();
+    let leased: Vec<usize> = (0..2)
+        .filter(|index| matches!(outcomes[*index], InputOutcome::Applied { events: 1 }))
+        .collect();
+    assert_eq!(leased.len(), 1, "{outcomes:?}");
+    let (holder, waiter) = (leased[0], 1 - leased[0]);
+    assert!(
+        matches!(&outcomes[waiter], InputOutcome::Rejected(Rejection::TargetKeyBusy { key, holders: 1, limit: 1, .. }) if key == "node:h"),
+        "{outcomes:?}"
+    );
+    let holding: Vec<Uuid> =
+        sqlx::query_scalar("SELECT attempt_id FROM target_keys WHERE key = 'node:h' AND holding")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(holding, vec![attempts[holder]]);
+
+    let done = Input::Report(RunnerReport {
+        attempt_id: attempts[holder],
+        lease_epoch: 1,
+        runner_instance: format!("r-{holder}"),
+        body: ReportBody::Finished {
+            outcome: ReportedOutcome::Succeeded,
+            category: None,
+            message: "done".into(),
+            result_json: None,
+            outputs: Vec::new(),
+        },
+    });
+    store
+        .process_batch(&[envelope("done", done)], BASE + 2)
+        .await
+        .unwrap();
+    let again = store
+        .process_batch(
+            &[InputEnvelope::grant(attempts[waiter], "r-again".into())],
+            BASE + 3,
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(again.outcomes[0], InputOutcome::Applied { events: 1 }),
+        "{:?}",
+        again.outcomes
+    );
 }

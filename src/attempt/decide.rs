@@ -43,6 +43,15 @@ pub enum Rejection {
         attempt_id: Uuid,
         status: &'static str,
     },
+    #[error("attempt {attempt_id} waits for target key `{key}`: {holders} of at most {limit} attempts hold it")]
+    TargetKeyBusy {
+        attempt_id: Uuid,
+        key: String,
+        holders: u32,
+        limit: u32,
+    },
+    #[error("attempt {attempt_id} holds target key `{key}` when leased, and nobody read who holds it now; not leased")]
+    TargetKeyUnread { attempt_id: Uuid, key: String },
     #[error("a lease needs a runner instance id")]
     NoRunnerInstance,
     #[error("attempt {attempt_id} has not ended; a callback outcome needs a terminal state")]
@@ -100,11 +109,12 @@ pub fn decide(
         Input::Execute {
             spec,
             policy_digest,
+            target_keys,
         } => {
             if let Some(existing) = check_new_job(job, spec.command_id, &spec.job_id)? {
                 return Ok(existing);
             }
-            decide_execute(&mut emit, spec, policy_digest.clone());
+            decide_execute(&mut emit, spec, policy_digest.clone(), target_keys);
         }
         Input::ExecuteInvalid {
             command_id,
@@ -161,6 +171,7 @@ fn decide_execute(
     emit: &mut Emitter<'_>,
     spec: &crate::contract::JobSpec,
     policy_digest: Option<String>,
+    target_keys: &[crate::contract::TargetKey],
 ) {
     emit.push(
         attempt_id_for(spec.command_id, 1),
@@ -172,6 +183,7 @@ fn decide_execute(
             available_at: emit.now,
             previous_attempt_id: None,
             policy_digest,
+            target_keys: target_keys.to_vec(),
         },
     );
 }
@@ -201,6 +213,27 @@ fn decide_grant(
     }
     if runner_instance.trim().is_empty() {
         return Err(Rejection::NoRunnerInstance);
+    }
+    // Every key must have room (the holders as the store read them under
+    // the keys' locks); a key with no count is not known to be free.
+    for key in &attempt.target_keys {
+        match emit.job.key_holders.get(&key.key) {
+            None => {
+                return Err(Rejection::TargetKeyUnread {
+                    attempt_id,
+                    key: key.key.clone(),
+                })
+            }
+            Some(&holders) if holders >= key.limit => {
+                return Err(Rejection::TargetKeyBusy {
+                    attempt_id,
+                    key: key.key.clone(),
+                    holders,
+                    limit: key.limit,
+                })
+            }
+            Some(_) => {}
+        }
     }
     let epoch = emit.job.max_epoch() + 1;
     let ttl = lease_ttl(attempt);
@@ -645,8 +678,10 @@ fn finish(emit: &mut Emitter<'_>, attempt: &Attempt, terminal: Terminal) {
                 spec: spec.clone(),
                 available_at: emit.now.saturating_add(backoff.as_i64()),
                 previous_attempt_id: Some(attempt.attempt_id),
-                // A retry runs under the policy that admitted the job.
+                // A retry runs under the policy that admitted the job, with
+                // the keys and limits it recorded.
                 policy_digest: attempt.policy_digest.clone(),
+                target_keys: attempt.target_keys.clone(),
             },
         );
     }

@@ -2,12 +2,14 @@
 //! inputs: when a rule is broken, the test named after it fails (the
 //! property tests then say what else it broke).
 
+use std::collections::BTreeMap;
+
 use uuid::Uuid;
 
 use super::{attempt_id_for, decide, JobState, Rejection};
 use crate::contract::{
     AttemptEvent, AttemptStatus, DurationMs, EventBody, FailureCategory, Input, JobSpec, Operation,
-    ReportBody, ReportedOutcome, RunnerReport, TerminalOutcome, TimerKind,
+    ReportBody, ReportedOutcome, RunnerReport, TargetKey, TerminalOutcome, TimerKind,
 };
 
 const T0: i64 = 1_800_000_000_000;
@@ -61,6 +63,24 @@ impl Story {
         story.ok(&Input::Execute {
             policy_digest: Some(POLICY.into()),
             spec: Box::new(spec(operation, max_attempts)),
+            target_keys: Vec::new(),
+        });
+        story
+    }
+
+    /// A job whose attempts hold `node:web-1` (limit 1) while leased.
+    fn keyed(operation: Operation, max_attempts: u32) -> Self {
+        let mut story = Story {
+            job: JobState::default(),
+            now: T0,
+        };
+        story.ok(&Input::Execute {
+            policy_digest: Some(POLICY.into()),
+            spec: Box::new(spec(operation, max_attempts)),
+            target_keys: vec![TargetKey {
+                key: "node:web-1".into(),
+                limit: 1,
+            }],
         });
         story
     }
@@ -408,6 +428,7 @@ fn a_command_id_makes_one_job_and_a_job_id_belongs_to_one_command() {
     let again = story.ok(&Input::Execute {
         policy_digest: None,
         spec: Box::new(spec(Operation::VerifyHttpEndpoint, 1)),
+        target_keys: Vec::new(),
     });
     assert!(again.is_empty(), "the same command again is a no-op");
     let mut other = spec(Operation::VerifyHttpEndpoint, 1);
@@ -415,7 +436,8 @@ fn a_command_id_makes_one_job_and_a_job_id_belongs_to_one_command() {
     assert!(matches!(
         story.decide(&Input::Execute {
             policy_digest: None,
-            spec: Box::new(other)
+            spec: Box::new(other),
+            target_keys: Vec::new(),
         }),
         Err(Rejection::JobIdTaken { .. })
     ));
@@ -444,4 +466,37 @@ fn the_first_event_records_the_policy_that_admitted_or_refused_the_job() {
         &refused[0].body,
         EventBody::Rejected { policy_digest: Some(digest), .. } if digest == POLICY
     ));
+}
+
+#[test]
+fn a_grant_needs_room_on_every_key_as_the_store_read_it() {
+    let mut story = Story::keyed(Operation::SshCommandRun, 2);
+    let grant = Input::Grant {
+        attempt_id: story.attempt_id(1),
+        runner_instance: "r-1".into(),
+    };
+    assert!(
+        matches!(story.decide(&grant), Err(Rejection::TargetKeyUnread { key, .. }) if key == "node:web-1"),
+        "holders nobody read are not known to be free"
+    );
+    story.job.key_holders = BTreeMap::from([("node:web-1".to_owned(), 1)]);
+    assert!(matches!(
+        story.decide(&grant),
+        Err(Rejection::TargetKeyBusy {
+            holders: 1,
+            limit: 1,
+            ..
+        })
+    ));
+    story.job.key_holders = BTreeMap::from([("node:web-1".to_owned(), 0)]);
+    assert_eq!(kinds(&story.ok(&grant)), vec!["lease_granted"]);
+    assert!(story.job.attempt(story.attempt_id(1)).unwrap().holds_keys());
+    // The retry after an infrastructure failure holds the same key.
+    story.report(1, 1, "r-1", failed(FailureCategory::Infrastructure));
+    let retry = story.job.attempt(story.attempt_id(2)).unwrap();
+    assert_eq!(retry.target_keys, story.job.attempts[0].target_keys);
+    assert!(
+        !story.job.attempts[0].holds_keys(),
+        "an ended attempt holds nothing"
+    );
 }

@@ -10,10 +10,12 @@ use uuid::Uuid;
 use super::{apply, decide, rebuild, Attempt, JobState};
 use crate::contract::{
     AttemptEvent, DurationMs, EventBody, FailureCategory, Input, JobSpec, Operation, ReportBody,
-    ReportedOutcome, RunnerReport, TerminalOutcome, TimerKind,
+    ReportedOutcome, RunnerReport, TargetKey, TerminalOutcome, TimerKind,
 };
 
 const COMMANDS: u128 = 4;
+/// The one target key keyed attempts share, across jobs.
+const SHARED_KEY: &str = "node:shared";
 const JOBS: usize = 3;
 const INSTANCES: [&str; 3] = ["runner-a", "runner-b", "runner-c"];
 const OPERATIONS: [Operation; 3] = [
@@ -30,10 +32,15 @@ enum Action {
         operation: usize,
         max_attempts: u32,
         invalid: bool,
+        /// Holds the shared key when leased (limit 1 or 2 by command).
+        keyed: bool,
     },
     Grant {
         job: usize,
         instance: usize,
+        /// Whether the store read the key's holders (a grant without them
+        /// must be refused).
+        read_keys: bool,
     },
     Report {
         job: usize,
@@ -72,10 +79,10 @@ fn output(attempt_id: Uuid) -> crate::contract::OutputArtifact {
 
 fn action() -> impl Strategy<Value = Action> {
     prop_oneof![
-        2 => (0..COMMANDS, 0..JOBS, 0..OPERATIONS.len(), 1u32..4, prop::bool::weighted(0.1)).prop_map(
-            |(command, job, operation, max_attempts, invalid)| Action::Execute { command, job, operation, max_attempts, invalid }
+        2 => (0..COMMANDS, 0..JOBS, 0..OPERATIONS.len(), 1u32..4, prop::bool::weighted(0.1), prop::bool::weighted(0.6)).prop_map(
+            |(command, job, operation, max_attempts, invalid, keyed)| Action::Execute { command, job, operation, max_attempts, invalid, keyed }
         ),
-        3 => (0..JOBS, 0..INSTANCES.len()).prop_map(|(job, instance)| Action::Grant { job, instance }),
+        3 => (0..JOBS, 0..INSTANCES.len(), prop::bool::weighted(0.9)).prop_map(|(job, instance, read_keys)| Action::Grant { job, instance, read_keys }),
         6 => (0..JOBS, prop::bool::weighted(0.15), prop_oneof![6 => Just(0i8), 1 => Just(-1i8), 1 => Just(1i8)], 0..INSTANCES.len(), 0u8..6, 0..FailureCategory::ALL.len())
             .prop_map(|(job, older, epoch_shift, instance, kind, category)| Action::Report { job, older, epoch_shift, instance, kind, category }),
         3 => (0..JOBS, prop::bool::weighted(0.15), 0..TimerKind::ALL.len()).prop_map(|(job, older, timer)| Action::Timer { job, older, timer }),
@@ -143,6 +150,7 @@ impl World {
                 operation,
                 max_attempts,
                 invalid,
+                keyed,
             } => {
                 let spec = spec(*command, *job, OPERATIONS[*operation], *max_attempts);
                 let input = if *invalid {
@@ -159,11 +167,19 @@ impl World {
                     Input::Execute {
                         policy_digest: None,
                         spec: Box::new(spec.clone()),
+                        target_keys: if *keyed {
+                            vec![TargetKey {
+                                key: SHARED_KEY.into(),
+                                limit: 1 + (*command % 2) as u32,
+                            }]
+                        } else {
+                            Vec::new()
+                        },
                     }
                 };
                 (spec.job_id, input)
             }
-            Action::Grant { job, instance } => {
+            Action::Grant { job, instance, .. } => {
                 let attempt = self.pick(*job, false)?;
                 (
                     attempt.job_id.clone(),
@@ -278,6 +294,16 @@ impl World {
             _ => None,
         };
         state.command_owner = command_id.and_then(|id| self.command_jobs.get(&id).cloned());
+        // As the store does for a grant: the key's holders, across jobs.
+        if matches!(
+            action,
+            Action::Grant {
+                read_keys: true,
+                ..
+            }
+        ) {
+            state.key_holders = BTreeMap::from([(SHARED_KEY.to_owned(), self.holders())]);
+        }
         let before = state.clone();
         let Ok(events) = decide(&state, &input, self.now) else {
             return Ok(());
@@ -289,6 +315,7 @@ impl World {
             .apply_all(&events)
             .map_err(|error| TestCaseError::fail(error.to_string()))?;
         state.command_owner = None;
+        state.key_holders.clear();
         for attempt in &state.attempts {
             self.command_jobs
                 .entry(attempt.command_id)
@@ -310,7 +337,33 @@ impl World {
             }
         }
         self.jobs.insert(job_id, state);
+        // Per-target concurrency: each holder was granted below its own
+        // limit (checked at the grant), so never more holders than the
+        // largest limit among them (limits differ when the policy changed
+        // between two jobs).
+        let holding: Vec<u32> = self
+            .jobs
+            .values()
+            .flat_map(|state| &state.attempts)
+            .filter(|attempt| attempt.holds_keys())
+            .flat_map(|attempt| attempt.target_keys.iter().map(|key| key.limit))
+            .collect();
+        prop_assert!(
+            holding.len() as u32 <= holding.iter().copied().max().unwrap_or(0),
+            "{} attempts hold the key, limits {:?}",
+            holding.len(),
+            holding
+        );
         Ok(())
+    }
+
+    /// Attempts of every job that hold the shared key now.
+    fn holders(&self) -> u32 {
+        self.jobs
+            .values()
+            .flat_map(|state| &state.attempts)
+            .filter(|attempt| attempt.holds_keys() && !attempt.target_keys.is_empty())
+            .count() as u32
     }
 
     fn check(
@@ -360,6 +413,11 @@ impl World {
                         None => prop_assert_eq!(*attempt_no, 1),
                         Some(previous) => {
                             prop_assert_eq!(previous.command_id, *command_id);
+                            // A retry holds the keys, with the limits, its
+                            // job was admitted with.
+                            if let EventBody::Created { target_keys, .. } = &event.body {
+                                prop_assert_eq!(target_keys, &previous.target_keys);
+                            }
                             prop_assert_eq!(*attempt_no, previous.attempt_no + 1);
                             let terminal_now = events.iter().any(|other| {
                                 other.attempt_id == previous.attempt_id && other.body.is_terminal()
@@ -376,6 +434,17 @@ impl World {
                     let attempt = before.attempt(event.attempt_id).unwrap();
                     prop_assert!(attempt.lease.is_none(), "a second lease for one attempt");
                     prop_assert!(*epoch > before.max_epoch());
+                    // A key is only granted with room on it, as read.
+                    for key in &attempt.target_keys {
+                        let holders = before.key_holders.get(&key.key);
+                        prop_assert!(
+                            holders.is_some_and(|holders| *holders < key.limit),
+                            "granted {} with {:?} holders of {}",
+                            key.key,
+                            holders,
+                            key.limit
+                        );
+                    }
                 }
                 EventBody::Finished {
                     outcome,
@@ -478,6 +547,7 @@ fn apply_refuses_a_second_terminal_event() {
         &Input::Execute {
             policy_digest: None,
             spec: Box::new(spec),
+            target_keys: Vec::new(),
         },
         0,
     )

@@ -141,6 +141,7 @@ impl Step {
         let input = match self {
             Step::Create => Input::Execute {
                 policy_digest: None,
+                target_keys: Vec::new(),
                 spec: Box::new(
                     validate_jobspec(&serde_json::json!({
                         "command_id": command_id.to_string(),

@@ -40,7 +40,7 @@ pub async fn list(
 }
 
 pub async fn show(store: &Store, attempt_id: Uuid, json: bool) -> anyhow::Result<ExitCode> {
-    let row = store.attempt_row_json(attempt_id).await?;
+    let row = store.attempt_json(attempt_id).await?;
     let Some(row) = row else {
         eprintln!("no attempt {attempt_id}");
         return Ok(ExitCode::from(1));

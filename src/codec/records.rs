@@ -11,8 +11,8 @@ use super::CodecError;
 use crate::contract::{
     AttemptEvent, Callback, DurationMs, EventBody, FailureCategory, JobSpec, Label, OutputArtifact,
     PolicyFlags, Problem, ReportBody, ReportedOutcome, RetryPolicy, RunnerReport,
-    RunnerRequirements, SecretRef, Target, TerminalOutcome, Timeouts, TimerKind, TraceContext,
-    UnixMillis,
+    RunnerRequirements, SecretRef, Target, TargetKey, TerminalOutcome, Timeouts, TimerKind,
+    TraceContext, UnixMillis,
 };
 
 fn uuid(text: &str, field: &str) -> Result<Uuid, CodecError> {
@@ -404,6 +404,39 @@ pub struct AttemptEventRecord {
     pub policy_digest: Option<String>,
     /// `finished`: the files the runner stored (since 0.2).
     pub outputs: Vec<OutputArtifact>,
+    /// `created`: the target keys the attempt holds while leased (since 0.2).
+    pub target_keys: Vec<TargetKeyRecord>,
+}
+
+/// One target key of a `created` event and how many attempts may hold it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TargetKeyRecord {
+    pub key: String,
+    pub limit: i32,
+}
+
+impl From<&TargetKey> for TargetKeyRecord {
+    fn from(key: &TargetKey) -> Self {
+        TargetKeyRecord {
+            key: key.key.clone(),
+            limit: i32::try_from(key.limit).unwrap_or(i32::MAX),
+        }
+    }
+}
+
+impl TargetKeyRecord {
+    fn to_key(&self) -> Result<TargetKey, CodecError> {
+        match u32::try_from(self.limit) {
+            Ok(limit) if limit >= 1 => Ok(TargetKey {
+                key: self.key.clone(),
+                limit,
+            }),
+            _ => Err(CodecError::Invalid(format!(
+                "target key `{}` has limit {}; a limit is at least 1",
+                self.key, self.limit
+            ))),
+        }
+    }
 }
 
 fn signed(value: u64) -> i64 {
@@ -435,7 +468,9 @@ impl From<&AttemptEvent> for AttemptEventRecord {
                 available_at,
                 previous_attempt_id,
                 policy_digest,
+                target_keys,
             } => {
+                record.target_keys = target_keys.iter().map(TargetKeyRecord::from).collect();
                 record.policy_digest = policy_digest.clone();
                 record.command_id = Some(command_id.to_string());
                 record.attempt_no = Some(*attempt_no as i32);
@@ -581,6 +616,11 @@ impl TryFrom<AttemptEventRecord> for AttemptEvent {
                     .ok_or_else(|| missing("available_at", kind))?,
                 previous_attempt_id: opt_uuid(&record.previous_attempt_id, "previous_attempt_id")?,
                 policy_digest: record.policy_digest.clone(),
+                target_keys: record
+                    .target_keys
+                    .iter()
+                    .map(TargetKeyRecord::to_key)
+                    .collect::<Result<_, _>>()?,
             },
             EventType::Rejected => EventBody::Rejected {
                 command_id: uuid(&text(&record.command_id, "command_id")?, "command_id")?,

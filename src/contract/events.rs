@@ -158,6 +158,11 @@ pub enum EventBody {
         /// audit can say which policy allowed it. `None` before 0.2.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         policy_digest: Option<String>,
+        /// The keys the attempt holds while leased, each with how many
+        /// attempts may hold it at once (docs/ARCHITECTURE.md, "Per-target
+        /// concurrency"). Empty before 0.2 and for operations that take none.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        target_keys: Vec<super::TargetKey>,
     },
     /// The command broke the contract or a policy; the attempt never ran.
     /// The first and the terminal event of its attempt.
@@ -331,6 +336,8 @@ pub enum Input {
         spec: Box<JobSpec>,
         /// The operator policy that admitted it (`sha256:<hex>` of the file).
         policy_digest: Option<String>,
+        /// The keys the policy says the attempt holds, with their limits.
+        target_keys: Vec<super::TargetKey>,
     },
     /// An ExecuteJob command that failed validation but names its command and
     /// job: it becomes a `rejected` attempt so that nothing is silently lost.

@@ -394,6 +394,7 @@ fn decode_execute(
                 (FailureCategory::Contract, vec![problem])
             } else {
                 return Ok(Input::Execute {
+                    target_keys: policy.target_keys(&valid),
                     spec: Box::new(valid),
                     policy_digest,
                 });

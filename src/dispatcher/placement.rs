@@ -1,8 +1,10 @@
 //! Placement: each queued attempt goes to a live instance of its runner type
 //! whose pool labels and capabilities cover the requirements and which has
-//! free capacity, least loaded first. No fit: the attempt stays queued and
+//! free capacity, least loaded first; an attempt with target keys only in
+//! its turn on every key. No fit: the attempt stays queued and
 //! `schedule_to_start` applies.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use tokio::sync::Notify;
@@ -12,7 +14,7 @@ use tracing::warn;
 use super::{DispatcherConfig, DispatcherError};
 use uuid::Uuid;
 
-use crate::attempt::placement::place;
+use crate::attempt::placement::{key_candidates, place, KeyBoard};
 use crate::store::{InputEnvelope, Store};
 use crate::store::{LiveInstance, QueuedAttempt};
 
@@ -23,8 +25,9 @@ pub(super) async fn run(
     wake: Arc<Notify>,
     shutdown: CancellationToken,
 ) -> Result<(), DispatcherError> {
+    let mut key_cursor = String::new();
     while !shutdown.is_cancelled() {
-        if let Err(error) = place_once(&store, &config).await {
+        if let Err(error) = place_once(&store, &config, &mut key_cursor).await {
             warn!(%error, "placement failed");
         }
         tokio::select! {
@@ -36,13 +39,24 @@ pub(super) async fn run(
     Ok(())
 }
 
-/// The placement decision, wherever it is made (here, and for new
-/// attempts inside intake's transaction): each queued attempt to the least
-/// loaded live instance of its type whose pool labels and capabilities
-/// cover it and which has free capacity (`attempt::placement::place`).
+/// The placement decision for new attempts inside intake's transaction:
+/// each queued attempt to the least loaded live instance of its type whose
+/// pool labels and capabilities cover it and which has free capacity
+/// (`attempt::placement::place`). Attempts with target keys are never
+/// placed here (no key is known to be free): they wait their turn on their
+/// keys, which the placement task reads.
 pub fn choose(queued: &[QueuedAttempt], instances: &[LiveInstance]) -> Vec<(Uuid, String)> {
-    place(queued, instances)
+    place(queued, instances, &KeyBoard::new())
 }
+
+/// Keys visited a round for attempts with target keys: a skip scan that
+/// resumes where the last round stopped, so every key gets its turn
+/// whatever the number of keys, and a round costs the same whatever the
+/// backlog behind them.
+const KEYS_PER_ROUND: u32 = 128;
+/// How deep a key's queue is read: at most this many attempts take one
+/// key in a round (a limit above it only takes more rounds).
+const KEY_DEPTH: u32 = 64;
 
 /// Queued attempts read per page.
 const PAGE: i64 = 500;
@@ -57,18 +71,18 @@ const MAX_PAGES: usize = 4;
 pub async fn place_once(
     store: &Store,
     config: &DispatcherConfig,
+    key_cursor: &mut String,
 ) -> Result<usize, DispatcherError> {
     let now = chrono::Utc::now().timestamp_millis();
     let fresh_after = now - i64::try_from(config.presence_ttl.as_millis()).unwrap_or(i64::MAX);
-    let instances = store.live_instances(fresh_after).await?;
-    let mut free: std::collections::BTreeMap<&str, i64> = Default::default();
-    for instance in &instances {
-        *free.entry(instance.runner_type.as_str()).or_default() +=
+    // Instances with what this round already gave them.
+    let mut loaded = store.live_instances(fresh_after).await?;
+    let mut grants = place_keyed(store, now, key_cursor, &mut loaded).await?;
+    let mut free: BTreeMap<String, i64> = Default::default();
+    for instance in &loaded {
+        *free.entry(instance.runner_type.clone()).or_default() +=
             (instance.capacity - instance.in_flight).max(0);
     }
-    let mut grants = Vec::new();
-    // Instances with what this round already gave them.
-    let mut loaded = instances.clone();
     for (runner_type, capacity) in free {
         let mut left = capacity;
         let mut after = None;
@@ -77,7 +91,7 @@ pub async fn place_once(
                 break;
             }
             let page = store
-                .queued_attempts(runner_type, now, after, PAGE.min(left * 4).max(1))
+                .queued_attempts(&runner_type, now, after, PAGE.min(left * 4).max(1))
                 .await?;
             let Some((_, last)) = page.last() else {
                 break;
@@ -86,14 +100,7 @@ pub async fn place_once(
             let full_page = page.len() as i64 >= PAGE.min(left * 4).max(1);
             let queued: Vec<_> = page.into_iter().map(|(attempt, _)| attempt).collect();
             let placed = choose(&queued, &loaded);
-            for (_, instance_id) in &placed {
-                if let Some(instance) = loaded
-                    .iter_mut()
-                    .find(|instance| &instance.instance_id == instance_id)
-                {
-                    instance.in_flight += 1;
-                }
-            }
+            count_in(&mut loaded, &placed);
             left -= placed.len() as i64;
             grants.extend(placed);
             if !full_page {
@@ -113,4 +120,58 @@ pub async fn place_once(
         .await?;
     crate::telemetry::metrics::record_events(&outcome.events);
     Ok(outcome.events.len())
+}
+
+/// Attempts with target keys: the next keys in turn, who holds each and
+/// who waits first, and of those waiters the ones in their turn on every
+/// key, placed oldest first.
+async fn place_keyed(
+    store: &Store,
+    now: i64,
+    cursor: &mut String,
+    loaded: &mut [LiveInstance],
+) -> Result<Vec<(Uuid, String)>, DispatcherError> {
+    if loaded
+        .iter()
+        .all(|instance| instance.in_flight >= instance.capacity)
+    {
+        return Ok(Vec::new());
+    }
+    let keys = store.waited_keys(cursor, now, KEYS_PER_ROUND).await?;
+    // The end of the keys: the next round starts again from the first.
+    *cursor = match keys.last() {
+        Some(last) if keys.len() as u32 >= KEYS_PER_ROUND => last.clone(),
+        _ => String::new(),
+    };
+    let mut board = store.key_board(&keys, now, KEY_DEPTH).await?;
+    let candidates: Vec<Uuid> = key_candidates(&board).into_iter().collect();
+    if candidates.is_empty() {
+        return Ok(Vec::new());
+    }
+    let queued = store.queued_by_id(&candidates, now).await?;
+    // Their other keys, which this round's scan may not have reached.
+    let others: Vec<String> = queued
+        .iter()
+        .flat_map(|attempt| attempt.target_keys.iter())
+        .filter(|key| !board.contains_key(&key.key))
+        .map(|key| key.key.clone())
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    board.extend(store.key_board(&others, now, KEY_DEPTH).await?);
+    let placed = place(&queued, loaded, &board);
+    count_in(loaded, &placed);
+    Ok(placed)
+}
+
+/// Adds this round's grants to the instances' loads.
+fn count_in(loaded: &mut [LiveInstance], placed: &[(Uuid, String)]) {
+    for (_, instance_id) in placed {
+        if let Some(instance) = loaded
+            .iter_mut()
+            .find(|instance| &instance.instance_id == instance_id)
+        {
+            instance.in_flight += 1;
+        }
+    }
 }

@@ -209,7 +209,7 @@ pub fn operation_pattern_problem(entry: &str) -> Option<String> {
         .map(|error| format!("`{entry}`: {error}"))
 }
 
-fn operation_matches(entry: &str, operation: Operation) -> bool {
+pub(crate) fn operation_matches(entry: &str, operation: Operation) -> bool {
     entry == "*"
         || entry == operation.as_str()
         || entry.strip_suffix(".*").is_some_and(|prefix| {

@@ -9,9 +9,9 @@ use uuid::Uuid;
 
 use super::outbox::messages_for;
 use super::rows::{
-    attempt_from_rows, attempt_row, deadline_rows, insert_sql, job_row, lease_row, timestamp,
-    AttemptRow, DeadlineRow, JobRow, LeaseRow, ATTEMPT_COLUMNS, DEADLINE_COLUMNS, JOB_COLUMNS,
-    LEASE_COLUMNS,
+    attempt_from_rows, attempt_row, deadline_rows, insert_sql, job_row, lease_row, target_key_rows,
+    timestamp, AttemptRow, DeadlineRow, JobRow, LeaseRow, TargetKeyRow, ATTEMPT_COLUMNS,
+    DEADLINE_COLUMNS, JOB_COLUMNS, LEASE_COLUMNS, TARGET_KEY_COLUMNS,
 };
 use super::{Store, StoreError};
 use crate::attempt::placement::{LiveInstance, QueuedAttempt};
@@ -375,6 +375,9 @@ struct BatchContext {
     working: HashMap<String, JobState>,
     attempt_jobs: HashMap<Uuid, String>,
     command_owner: HashMap<Uuid, String>,
+    /// How many attempts hold each target key a grant of the batch needs,
+    /// read under the keys' locks and kept current as the batch grants.
+    key_holders: BTreeMap<String, u32>,
 }
 
 impl BatchContext {
@@ -435,11 +438,22 @@ impl BatchContext {
                 .map(|row| (row.get(0), row.get(1)))
                 .collect()
         };
+        let granted_keys: BTreeSet<String> = fresh_inputs()
+            .filter_map(|envelope| match &envelope.input {
+                Input::Grant { attempt_id, .. } => attempt_jobs
+                    .get(attempt_id)
+                    .and_then(|job_id| loaded.jobs.get(job_id)?.attempt(*attempt_id)),
+                _ => None,
+            })
+            .flat_map(|attempt| attempt.target_keys.iter().map(|key| key.key.clone()))
+            .collect();
+        let key_holders = lock_target_keys(conn, &granted_keys).await?;
         Ok(Self {
             working: loaded.jobs.clone(),
             loaded,
             attempt_jobs,
             command_owner,
+            key_holders,
         })
     }
 
@@ -464,11 +478,30 @@ impl BatchContext {
         let state = self.working.entry(job_id.clone()).or_default();
         state.command_owner = command_key(&envelope.input)
             .and_then(|command_id| self.command_owner.get(&command_id).cloned());
+        // A grant sees the holders of its attempt's keys (and only a grant:
+        // nothing else depends on them).
+        let granting = match &envelope.input {
+            Input::Grant { attempt_id, .. } => state
+                .attempt(*attempt_id)
+                .map(|attempt| attempt.target_keys.clone())
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        };
+        state.key_holders = granting
+            .iter()
+            .filter_map(|key| Some((key.key.clone(), *self.key_holders.get(&key.key)?)))
+            .collect();
         let decided = decide(state, &envelope.input, now);
         state.command_owner = None;
+        state.key_holders.clear();
         match decided {
             Ok(decided) => {
                 state.apply_all(&decided)?;
+                if !decided.is_empty() {
+                    for key in &granting {
+                        *self.key_holders.entry(key.key.clone()).or_default() += 1;
+                    }
+                }
                 if let Some(first) = state.attempts.first() {
                     self.command_owner
                         .entry(first.command_id)
@@ -485,6 +518,47 @@ impl BatchContext {
     }
 }
 
+/// The advisory lock space of target keys (`pg_advisory_xact_lock(space,
+/// hashtext(key))`; the two-key and one-key spaces never overlap).
+const TARGET_KEY_LOCKS: i32 = 0x7467_6b79; // "tgky"
+
+/// Locks `keys` until the transaction ends, in one order (concurrent grant
+/// transactions never wait on each other in a cycle: each takes its job
+/// rows first, then its keys, sorted), and counts each key's holders. Two
+/// keys with one hash share a lock: they serialize, they are never
+/// over-granted.
+async fn lock_target_keys(
+    conn: &mut PgConnection,
+    keys: &BTreeSet<String>,
+) -> Result<BTreeMap<String, u32>, StoreError> {
+    if keys.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let keys: Vec<&String> = keys.iter().collect();
+    sqlx::query(
+        "SELECT pg_advisory_xact_lock($1, h) \
+         FROM (SELECT DISTINCT hashtext(k) AS h FROM unnest($2::text[]) k ORDER BY 1) locks",
+    )
+    .bind(TARGET_KEY_LOCKS)
+    .bind(&keys)
+    .execute(&mut *conn)
+    .await?;
+    let counted = sqlx::query(
+        "SELECT k, count(t.attempt_id) FROM unnest($1::text[]) k \
+         LEFT JOIN target_keys t ON t.key = k AND t.holding GROUP BY k",
+    )
+    .bind(&keys)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(counted
+        .into_iter()
+        .map(|row| {
+            let holders: i64 = row.get(1);
+            (row.get(0), u32::try_from(holders).unwrap_or(u32::MAX))
+        })
+        .collect())
+}
+
 /// Places the attempts `events` created (available now) as the placer
 /// decides, each grant claimed in the inbox and decided like any input.
 async fn place_created(
@@ -497,14 +571,20 @@ async fn place_created(
     let queued: Vec<QueuedAttempt> = events
         .iter()
         .filter_map(|event| match &event.body {
+            // An attempt with target keys waits its turn behind older ones
+            // on its keys: the placement task takes it, in arrival order.
             EventBody::Created {
-                spec, available_at, ..
-            } if *available_at <= now => Some(QueuedAttempt {
+                spec,
+                available_at,
+                target_keys,
+                ..
+            } if *available_at <= now && target_keys.is_empty() => Some(QueuedAttempt {
                 attempt_id: event.attempt_id,
                 runner_type: spec.operation.runner_type().as_str().to_owned(),
                 operation: spec.operation.as_str().to_owned(),
                 pool: spec.runner_requirements.pool.clone(),
                 capabilities: spec.runner_requirements.capabilities.clone(),
+                target_keys: Vec::new(),
             }),
             _ => None,
         })
@@ -857,7 +937,8 @@ pub(crate) async fn write_projection(
         + rows.attempts.len()
         + rows.new_leases.len()
         + rows.changed_leases.len()
-        + rows.deadlines.len())
+        + rows.deadlines.len()
+        + rows.target_keys.len())
 }
 
 /// The projection rows of one batch, by table.
@@ -869,8 +950,11 @@ struct ProjectionRows {
     /// Leases extended or ended (updated by id and epoch).
     changed_leases: Vec<LeaseRow>,
     deadlines: Vec<DeadlineRow>,
-    /// The attempts whose deadlines are replaced.
+    /// The attempts whose deadlines (and target key rows) are replaced.
     deadline_owners: Vec<Uuid>,
+    target_keys: Vec<TargetKeyRow>,
+    /// Touched attempts that have (or had) target keys.
+    key_owners: Vec<Uuid>,
 }
 
 impl ProjectionRows {
@@ -887,6 +971,8 @@ impl ProjectionRows {
             changed_leases: Vec::new(),
             deadlines: Vec::new(),
             deadline_owners: Vec::new(),
+            target_keys: Vec::new(),
+            key_owners: Vec::new(),
         };
         for state in jobs.values() {
             let mut job_touched = false;
@@ -910,6 +996,10 @@ impl ProjectionRows {
                 }
                 rows.deadline_owners.push(attempt.attempt_id);
                 rows.deadlines.extend(deadline_rows(attempt));
+                if !attempt.target_keys.is_empty() {
+                    rows.key_owners.push(attempt.attempt_id);
+                    rows.target_keys.extend(target_key_rows(attempt));
+                }
             }
             if job_touched {
                 rows.jobs.extend(job_row(state));
@@ -978,6 +1068,26 @@ impl ProjectionRows {
                 None,
             ))
             .bind(serde_json::to_value(&self.deadlines)?)
+            .execute(&mut *conn)
+            .await?;
+        }
+        if !self.key_owners.is_empty() {
+            sqlx::query(&format!(
+                "DELETE FROM {} WHERE attempt_id = ANY($1)",
+                qualified("target_keys")
+            ))
+            .bind(&self.key_owners)
+            .execute(&mut *conn)
+            .await?;
+        }
+        if !self.target_keys.is_empty() {
+            sqlx::query(&insert_sql(
+                schema_name,
+                "target_keys",
+                TARGET_KEY_COLUMNS,
+                None,
+            ))
+            .bind(serde_json::to_value(&self.target_keys)?)
             .execute(&mut *conn)
             .await?;
         }

@@ -193,25 +193,45 @@ impl Store {
             .collect())
     }
 
-    /// An attempt's projection row as JSON (without its chain tip).
+    /// An attempt's projection row as JSON (without its chain tip), and
+    /// what it waits for when it is queued behind its target keys.
     pub async fn attempt_json(
         &self,
         attempt_id: Uuid,
     ) -> Result<Option<serde_json::Value>, StoreError> {
-        Ok(sqlx::query_scalar(
+        let row: Option<serde_json::Value> = sqlx::query_scalar(
             "SELECT to_jsonb(a) - 'last_hash' FROM attempts a WHERE attempt_id = $1",
         )
         .bind(attempt_id)
         .fetch_optional(self.pool())
-        .await?)
+        .await?;
+        match row {
+            Some(row) => Ok(Some(self.with_key_waits(row).await?)),
+            None => Ok(None),
+        }
     }
 
-    /// A job's row and its attempts, oldest first.
+    /// A job's row and its attempts, oldest first (the latest with what it
+    /// waits for, as [`Store::attempt_json`]).
     pub async fn job_json(&self, job_id: &str) -> Result<Option<serde_json::Value>, StoreError> {
-        Ok(sqlx::query_scalar(include_str!("sql/attempt_json.sql"))
-            .bind(job_id)
-            .fetch_optional(self.pool())
-            .await?)
+        let job: Option<serde_json::Value> =
+            sqlx::query_scalar(include_str!("sql/attempt_json.sql"))
+                .bind(job_id)
+                .fetch_optional(self.pool())
+                .await?;
+        let Some(mut job) = job else {
+            return Ok(None);
+        };
+        if let Some(latest) = job["attempts"]
+            .as_array_mut()
+            .and_then(|attempts| attempts.pop())
+        {
+            let latest = self.with_key_waits(latest).await?;
+            if let Some(attempts) = job["attempts"].as_array_mut() {
+                attempts.push(latest);
+            }
+        }
+        Ok(Some(job))
     }
 
     /// Events of an attempt after `after_seq`, in order.

@@ -18,6 +18,16 @@ pub struct AttemptSummary {
     pub updated_at: chrono::DateTime<chrono::Utc>,
 }
 
+/// One target key a queued attempt waits for (see [`Store::key_waits`]).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct KeyWaitView {
+    pub key: String,
+    pub limit: i32,
+    pub holders: i64,
+    pub held_by: Vec<Uuid>,
+    pub ahead: i64,
+}
+
 impl Store {
     /// The most recently updated attempts, optionally of one status or job.
     pub async fn list_attempts(
@@ -46,17 +56,48 @@ impl Store {
             .collect())
     }
 
-    /// An attempt's projection row as JSON (without its hash).
-    pub async fn attempt_row_json(
+    /// Why a queued attempt is not leased yet, as far as its target keys
+    /// say: each key it cannot take now, with its limit, its holders (the
+    /// first ten) and the attempts due before it that wait for it too.
+    /// Computed when read, never stored; empty when no key holds it back.
+    pub async fn key_waits(&self, attempt_id: Uuid) -> Result<Vec<KeyWaitView>, StoreError> {
+        let now = chrono::Utc::now();
+        let rows = sqlx::query(include_str!("sql/key_waits.sql"))
+            .bind(attempt_id)
+            .bind(now)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .iter()
+            .map(|row| KeyWaitView {
+                key: row.get(0),
+                limit: row.get(1),
+                holders: row.get(2),
+                held_by: row.get(3),
+                ahead: row.get(4),
+            })
+            .filter(|wait| wait.holders + wait.ahead >= i64::from(wait.limit))
+            .collect())
+    }
+
+    /// Adds `waiting_for` ([`Store::key_waits`]) to an attempt row (JSON)
+    /// that is queued with target keys.
+    pub async fn with_key_waits(
         &self,
-        attempt_id: Uuid,
-    ) -> Result<Option<serde_json::Value>, StoreError> {
-        Ok(sqlx::query_scalar(
-            "SELECT to_jsonb(a) - 'last_hash' FROM attempts a WHERE attempt_id = $1",
-        )
-        .bind(attempt_id)
-        .fetch_optional(&self.pool)
-        .await?)
+        mut row: serde_json::Value,
+    ) -> Result<serde_json::Value, StoreError> {
+        let queued = row["status"] == "queued"
+            && row["target_keys"]
+                .as_array()
+                .is_some_and(|keys| !keys.is_empty());
+        let attempt_id = row["attempt_id"]
+            .as_str()
+            .and_then(|id| Uuid::parse_str(id).ok());
+        if let (true, Some(attempt_id)) = (queued, attempt_id) {
+            let waits = self.key_waits(attempt_id).await?;
+            row["waiting_for"] = serde_json::to_value(waits)?;
+        }
+        Ok(row)
     }
 
     /// An attempt's status, if it exists.

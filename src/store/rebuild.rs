@@ -13,11 +13,12 @@ use crate::attempt::{apply, Attempt, JobState};
 
 /// The shadow schema a rebuild writes into.
 pub const SHADOW_SCHEMA: &str = "execplane_shadow";
-const TABLES: [(&str, &str); 4] = [
+const TABLES: [(&str, &str); 5] = [
     ("jobs", "job_id"),
     ("attempts", "attempt_id"),
     ("leases", "lease_id"),
     ("deadlines", "attempt_id, kind"),
+    ("target_keys", "key, attempt_id"),
 ];
 const SHOWN_ROWS: i64 = 10;
 

@@ -88,6 +88,7 @@ pub(crate) struct AttemptRow {
     pub updated_at: DateTime<Utc>,
     pub previous_attempt_id: Option<Uuid>,
     pub policy_digest: Option<String>,
+    pub target_keys: Vec<crate::contract::TargetKey>,
     pub started_at: Option<DateTime<Utc>>,
     pub finished_at: Option<DateTime<Utc>>,
     pub cancel_reason: Option<String>,
@@ -124,6 +125,7 @@ pub(crate) const ATTEMPT_COLUMNS: &[&str] = &[
     "updated_at",
     "previous_attempt_id",
     "policy_digest",
+    "target_keys",
     "started_at",
     "finished_at",
     "cancel_reason",
@@ -177,6 +179,37 @@ pub(crate) struct DeadlineRow {
 
 pub(crate) const DEADLINE_COLUMNS: &[&str] = &["attempt_id", "kind", "due_at"];
 
+/// One target key of a live attempt: waiting for it (queued) or holding it
+/// (leased to its end). Terminal attempts have none.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub(crate) struct TargetKeyRow {
+    pub key: String,
+    pub attempt_id: Uuid,
+    pub key_limit: i32,
+    pub holding: bool,
+    pub available_at: DateTime<Utc>,
+}
+
+pub(crate) const TARGET_KEY_COLUMNS: &[&str] =
+    &["key", "attempt_id", "key_limit", "holding", "available_at"];
+
+pub(crate) fn target_key_rows(attempt: &Attempt) -> Vec<TargetKeyRow> {
+    if attempt.is_terminal() {
+        return Vec::new();
+    }
+    attempt
+        .target_keys
+        .iter()
+        .map(|key| TargetKeyRow {
+            key: key.key.clone(),
+            attempt_id: attempt.attempt_id,
+            key_limit: i32::try_from(key.limit).unwrap_or(i32::MAX),
+            holding: attempt.holds_keys(),
+            available_at: timestamp(attempt.available_at),
+        })
+        .collect()
+}
+
 pub(crate) fn job_row(state: &JobState) -> Option<JobRow> {
     let first = state.attempts.first()?;
     let latest = state.latest()?;
@@ -224,6 +257,7 @@ pub(crate) fn attempt_row(attempt: &Attempt, last_hash: &[u8]) -> AttemptRow {
         updated_at: timestamp(attempt.updated_at),
         previous_attempt_id: attempt.previous_attempt_id,
         policy_digest: attempt.policy_digest.clone(),
+        target_keys: attempt.target_keys.clone(),
         started_at: attempt.started_at.map(timestamp),
         finished_at: attempt.finished_at.map(timestamp),
         cancel_reason: cancel.map(|cancel| cancel.reason.clone()),
@@ -314,6 +348,7 @@ pub(crate) fn attempt_from_rows(
         updated_at: millis(row.updated_at),
         previous_attempt_id: row.previous_attempt_id,
         policy_digest: row.policy_digest,
+        target_keys: row.target_keys,
         lease: lease.map(|lease| LeaseInfo {
             lease_id: lease.lease_id,
             epoch: u64::try_from(lease.epoch).unwrap_or(0),

@@ -9,7 +9,7 @@ use super::{Store, StoreError};
 use crate::codec::{PresenceRecord, PresenceStatus};
 use crate::contract::UnixMillis;
 
-pub use crate::attempt::placement::{LiveInstance, QueuedAttempt};
+pub use crate::attempt::placement::{KeyBoard, KeyQueue, LiveInstance, QueuedAttempt};
 
 /// Where a page of queued attempts ended: (available_at, attempt_id).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,29 +112,78 @@ impl Store {
             .bind(limit)
             .fetch_all(&self.pool)
             .await?;
-        rows.into_iter()
-            .map(|row| {
-                let requirements: Option<serde_json::Value> = row.get(2);
-                let requirements: crate::contract::RunnerRequirements = match requirements {
-                    Some(value) => serde_json::from_value(value).map_err(|error| {
-                        StoreError::Corrupt(format!("runner requirements: {error}"))
-                    })?,
-                    None => Default::default(),
-                };
-                let attempt_id: uuid::Uuid = row.get(0);
-                let available_at: chrono::DateTime<chrono::Utc> = row.get(3);
-                Ok((
-                    QueuedAttempt {
-                        attempt_id,
-                        runner_type: row.get::<Option<String>, _>(1).unwrap_or_default(),
-                        operation: row.get::<Option<String>, _>(4).unwrap_or_default(),
-                        pool: requirements.pool,
-                        capabilities: requirements.capabilities,
-                    },
-                    QueuedPosition(super::rows::millis(available_at), attempt_id),
-                ))
-            })
+        rows.iter().map(queued_from_row).collect()
+    }
+
+    /// The queued attempts among `attempt_ids` that are due by `now`.
+    pub async fn queued_by_id(
+        &self,
+        attempt_ids: &[uuid::Uuid],
+        now: UnixMillis,
+    ) -> Result<Vec<QueuedAttempt>, StoreError> {
+        let rows = sqlx::query(include_str!("sql/queued_by_id.sql"))
+            .bind(attempt_ids)
+            .bind(timestamp(now))
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| queued_from_row(row).map(|(attempt, _)| attempt))
             .collect()
+    }
+
+    /// The next `count` keys after `after`, in key order, that an attempt
+    /// due by `now` waits for.
+    pub async fn waited_keys(
+        &self,
+        after: &str,
+        now: UnixMillis,
+        count: u32,
+    ) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(include_str!("sql/waited_keys.sql"))
+            .bind(after)
+            .bind(timestamp(now))
+            .bind(i32::try_from(count).unwrap_or(i32::MAX))
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    /// Who holds and who waits for each of `keys`: its holders, and the
+    /// first `depth` attempts due by `now` waiting for it, oldest first.
+    pub async fn key_board(
+        &self,
+        keys: &[String],
+        now: UnixMillis,
+        depth: u32,
+    ) -> Result<KeyBoard, StoreError> {
+        if keys.is_empty() {
+            return Ok(KeyBoard::new());
+        }
+        let rows = sqlx::query(include_str!("sql/key_board.sql"))
+            .bind(keys)
+            .bind(timestamp(now))
+            .bind(i64::from(depth))
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|row| {
+                let holders: i64 = row.get(1);
+                let waiting: Vec<uuid::Uuid> = row.get(2);
+                let limits: Vec<i32> = row.get(3);
+                let waiting = waiting
+                    .into_iter()
+                    .zip(limits)
+                    .map(|(attempt_id, limit)| (attempt_id, u32::try_from(limit).unwrap_or(1)))
+                    .collect();
+                (
+                    row.get(0),
+                    KeyQueue {
+                        holders: u32::try_from(holders).unwrap_or(u32::MAX),
+                        waiting,
+                    },
+                )
+            })
+            .collect())
     }
 
     /// Instances ready to take work whose presence is newer than `fresh_after`
@@ -146,6 +195,33 @@ impl Store {
         let mut conn = self.pool.acquire().await?;
         live_instances_in(&mut conn, fresh_after).await
     }
+}
+
+/// A queued attempt as placement reads it, and where it is in the queue.
+fn queued_from_row(
+    row: &sqlx::postgres::PgRow,
+) -> Result<(QueuedAttempt, QueuedPosition), StoreError> {
+    let requirements: Option<serde_json::Value> = row.get(2);
+    let requirements: crate::contract::RunnerRequirements = match requirements {
+        Some(value) => serde_json::from_value(value)
+            .map_err(|error| StoreError::Corrupt(format!("runner requirements: {error}")))?,
+        None => Default::default(),
+    };
+    let attempt_id: uuid::Uuid = row.get(0);
+    let available_at: chrono::DateTime<chrono::Utc> = row.get(3);
+    let target_keys = serde_json::from_value(row.get(5))
+        .map_err(|error| StoreError::Corrupt(format!("target keys: {error}")))?;
+    Ok((
+        QueuedAttempt {
+            attempt_id,
+            runner_type: row.get::<Option<String>, _>(1).unwrap_or_default(),
+            operation: row.get::<Option<String>, _>(4).unwrap_or_default(),
+            pool: requirements.pool,
+            capabilities: requirements.capabilities,
+            target_keys,
+        },
+        QueuedPosition(super::rows::millis(available_at), attempt_id),
+    ))
 }
 
 /// [`Store::live_instances`] inside a caller's transaction.

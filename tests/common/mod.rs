@@ -143,9 +143,20 @@ pub fn scenario(index: usize) -> Vec<(i64, Input)> {
     let first = attempt_id_for(command_id, 1);
     let second = attempt_id_for(command_id, 2);
     let instance = format!("runner-{}", index % 7);
+    // A third of the jobs hold a target key of their own while leased, so
+    // the key rows go through the projection and its rebuild too.
+    let target_keys = if index.is_multiple_of(3) {
+        vec![execplane::contract::TargetKey {
+            key: format!("node:mixed-{index}"),
+            limit: 1,
+        }]
+    } else {
+        Vec::new()
+    };
     let create = |operation: &str| Input::Execute {
         policy_digest: None,
         spec: Box::new(spec(command_id, &job_id, operation)),
+        target_keys: target_keys.clone(),
     };
     let grant = |attempt_id| Input::Grant {
         attempt_id,
