@@ -13,6 +13,7 @@ ensure_rust
 "$ROOT/scripts/tansu.sh"
 "$ROOT/scripts/openbao.sh"
 "$ROOT/scripts/garage.sh"
+"$ROOT/scripts/sshd.sh"
 
 # sqlx::test creates a fresh database per test from this server; every
 # Kafka test uses its own topic prefix.

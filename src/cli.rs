@@ -83,7 +83,7 @@ pub enum Command {
     Relay,
     /// One runner instance of a type.
     Runner {
-        /// The runner type (`verification`).
+        /// The runner type (`verification`, `ssh`).
         runner_type: String,
     },
     /// Kafka topics.
@@ -109,6 +109,10 @@ pub enum Command {
         /// The tool's working directory, removed if the runner goes away.
         #[arg(long)]
         workdir: Option<PathBuf>,
+        /// Give the tool a stdin pipe that stays open while the supervisor
+        /// lives (end of file when it is gone), instead of /dev/null.
+        #[arg(long)]
+        hold_stdin: bool,
         /// The program and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
@@ -296,8 +300,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Relay => roles::run(&config, roles::Roles::RELAY, false).await,
         Command::Runner { runner_type } => match runner_type.as_str() {
             "verification" => roles::run(&config, roles::Roles::VERIFICATION_RUNNER, false).await,
+            "ssh" => roles::run(&config, roles::Roles::SSH_RUNNER, false).await,
             other => {
-                eprintln!("error: no runner `{other}` in this build (available: verification)");
+                eprintln!(
+                    "error: no runner `{other}` in this build (available: verification, ssh)"
+                );
                 Ok(ExitCode::from(2))
             }
         },
@@ -330,9 +337,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             )
             .await
         }
-        Command::ToolShim { workdir, command } => {
-            Ok(crate::runner::tool::shim::run(workdir.as_deref(), &command))
-        }
+        Command::ToolShim {
+            workdir,
+            hold_stdin,
+            command,
+        } => Ok(crate::runner::tool::shim::run(
+            workdir.as_deref(),
+            hold_stdin,
+            &command,
+        )),
     }
 }
 

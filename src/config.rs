@@ -134,6 +134,24 @@ impl Default for RunnerSettings {
     }
 }
 
+/// The ssh runner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SshSettings {
+    /// `EXECPLANE_SSH_CLIENT`: the OpenSSH client it drives.
+    pub client: String,
+    /// `EXECPLANE_SSH_CONNECT_TIMEOUT`: the longest one connection may take.
+    pub connect_timeout: DurationMs,
+}
+
+impl Default for SshSettings {
+    fn default() -> Self {
+        Self {
+            client: "/usr/bin/ssh".into(),
+            connect_timeout: DurationMs::from_secs(10),
+        }
+    }
+}
+
 /// The verification runner.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VerificationSettings {
@@ -333,6 +351,7 @@ pub struct Config {
     pub dispatcher: DispatcherSettings,
     pub runner: RunnerSettings,
     pub verification: VerificationSettings,
+    pub ssh: SshSettings,
     pub policy: PolicySettings,
     pub ingress: IngressSettings,
     pub artifacts: ArtifactSettings,
@@ -482,6 +501,8 @@ settings! {
     "EXECPLANE_VERIFY_MAX_TIMEOUT" => verification.max_timeout;
     "EXECPLANE_VERIFY_MAX_BODY_BYTES" => verification.max_body_bytes;
     "EXECPLANE_VERIFY_PROBE_DIR" => verification.probe_dir;
+    "EXECPLANE_SSH_CLIENT" => ssh.client;
+    "EXECPLANE_SSH_CONNECT_TIMEOUT" => ssh.connect_timeout;
     "EXECPLANE_POLICY_FILE" ["EXECPLANE_POLICY"] => policy.file;
     "EXECPLANE_METRICS_ADDR" => telemetry.metrics_addr;
     "EXECPLANE_INGRESS_KEY" ["PLUGIN_CONTROL_PLANE_KEY"] => ingress.key;
@@ -911,6 +932,14 @@ impl Config {
             // Checked by the validation pass.
             detectors: crate::artifacts::Detectors::new(&self.detector_names())
                 .unwrap_or_else(|_| crate::artifacts::Detectors::all()),
+        }
+    }
+
+    pub fn ssh(&self) -> crate::runners::ssh::SshConfig {
+        crate::runners::ssh::SshConfig {
+            client: self.ssh.client.trim().into(),
+            connect_timeout: self.ssh.connect_timeout.as_std(),
+            policy: self.policy.loaded.clone(),
         }
     }
 

@@ -6,8 +6,13 @@ fn main() -> ExitCode {
     let cli = execplane::cli::Cli::parse();
     // The tool supervisor is synchronous and must not start a runtime's
     // threads or read any configuration: its environment is the tool's.
-    if let execplane::cli::Command::ToolShim { workdir, command } = &cli.command {
-        return execplane::runner::tool::shim::run(workdir.as_deref(), command);
+    if let execplane::cli::Command::ToolShim {
+        workdir,
+        hold_stdin,
+        command,
+    } = &cli.command
+    {
+        return execplane::runner::tool::shim::run(workdir.as_deref(), *hold_stdin, command);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

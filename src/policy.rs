@@ -350,6 +350,11 @@ impl OperatorPolicy {
         problems
     }
 
+    /// The operator's ssh template `id`: what the ssh runner runs.
+    pub fn ssh_template(&self, id: &str) -> Option<&SshTemplate> {
+        self.ssh_templates.get(id)
+    }
+
     /// The target keys an attempt of `spec` holds while leased, with the
     /// limits this policy sets (recorded in its `created` event).
     pub fn target_keys(&self, spec: &JobSpec) -> Vec<crate::contract::TargetKey> {

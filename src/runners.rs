@@ -2,4 +2,5 @@
 //! sets), `service` (the executor: one operation in, a typed outcome out) and
 //! the operation-specific modules it needs.
 
+pub mod ssh;
 pub mod verification;

@@ -300,7 +300,7 @@ async fn the_execute_api_runs_a_job_streams_its_events_and_cancels(pool: PgPool)
     );
     // Valid, but no runner of this release runs it: 400, nothing produced.
     let unimplemented = job(
-        "ssh.command.run",
+        "ssh.system.fact.collect",
         json!({"template_id": "uptime"}),
         json!({}),
     );

@@ -411,10 +411,10 @@ async fn timeouts_fire_schedule_to_start_start_to_close_and_heartbeat(pool: PgPo
             "runner_requirements": {"pool": {"zone": "nowhere"}}
         }),
     );
-    // No runner of this release runs ssh.command.run: refused at once,
+    // No runner of this release runs ssh.system.fact.collect: refused at once,
     // not left to wait for schedule_to_start (an hour here).
     let unimplemented = job(
-        "ssh.command.run",
+        "ssh.system.fact.collect",
         json!({"template_id": "uptime"}),
         json!({"timeouts": {"schedule_to_start": "1h", "start_to_close": "30s", "heartbeat": "2s", "schedule_to_close": "2h"}}),
     );
@@ -430,7 +430,7 @@ async fn timeouts_fire_schedule_to_start_start_to_close_and_heartbeat(pool: PgPo
         .await
         .unwrap();
     assert!(
-        why.contains("`ssh.command.run` is not implemented"),
+        why.contains("`ssh.system.fact.collect` is not implemented"),
         "{why}"
     );
     // A hung probe.

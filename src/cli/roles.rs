@@ -23,6 +23,7 @@ pub struct Roles {
     pub dispatcher: bool,
     pub relay: bool,
     pub verification_runner: bool,
+    pub ssh_runner: bool,
     pub ingress: bool,
     pub artifact_worker: bool,
 }
@@ -32,6 +33,7 @@ impl Roles {
         dispatcher: false,
         relay: false,
         verification_runner: false,
+        ssh_runner: false,
         ingress: false,
         artifact_worker: false,
     };
@@ -45,6 +47,10 @@ impl Roles {
     };
     pub const VERIFICATION_RUNNER: Roles = Roles {
         verification_runner: true,
+        ..Self::NONE
+    };
+    pub const SSH_RUNNER: Roles = Roles {
+        ssh_runner: true,
         ..Self::NONE
     };
     pub const INGRESS: Roles = Roles {
@@ -62,6 +68,7 @@ impl Roles {
             dispatcher: true,
             relay: true,
             verification_runner: true,
+            ssh_runner: true,
             ingress: !config.ingress.key.is_empty() || !config.ingress.api_key.is_empty(),
             artifact_worker: true,
         }
@@ -238,18 +245,32 @@ async fn spawn_runners(
     stop: &CancellationToken,
 ) -> anyhow::Result<Tasks> {
     let mut runners = Tasks::new();
+    if !roles.verification_runner && !roles.ssh_runner {
+        return Ok(runners);
+    }
+    let mut settings = config.runner();
+    settings.storage = Some(Arc::new(crate::artifacts::Storage::open(&config.storage())));
+    if let Some(vault) = config.secret_store() {
+        let address = vault.address.clone();
+        let vault = crate::secrets::Vault::connect(vault)
+            .await
+            .map_err(|error| anyhow::anyhow!("secret store at {address}: {error}"))?;
+        vault.keep_alive(stop.clone());
+        settings.secrets = Some(vault);
+    }
     if roles.verification_runner {
         let executor = Arc::new(VerificationRunner::new(config.verification()));
-        let mut settings = config.runner();
-        settings.storage = Some(Arc::new(crate::artifacts::Storage::open(&config.storage())));
-        if let Some(vault) = config.secret_store() {
-            let address = vault.address.clone();
-            let vault = crate::secrets::Vault::connect(vault)
-                .await
-                .map_err(|error| anyhow::anyhow!("secret store at {address}: {error}"))?;
-            vault.keep_alive(stop.clone());
-            settings.secrets = Some(vault);
-        }
+        let task = crate::runner::run_instance(
+            kafka.clone(),
+            settings.clone(),
+            executor,
+            stop.clone(),
+            None,
+        );
+        runners.spawn(async move { task.await.map_err(anyhow::Error::from) });
+    }
+    if roles.ssh_runner {
+        let executor = Arc::new(crate::runners::ssh::SshRunner::new(config.ssh()));
         let task =
             crate::runner::run_instance(kafka.clone(), settings, executor, stop.clone(), None);
         runners.spawn(async move { task.await.map_err(anyhow::Error::from) });

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use super::{DurationMs, Operation};
 
-type Vars = BTreeMap<String, Value>;
+pub type Vars = BTreeMap<String, Value>;
 
 /// A versioned package (Ansible content, Terraform module) by reference.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -243,6 +243,13 @@ pub struct SshCommand {
     pub args: Vars,
     #[serde(default)]
     pub sudo: bool,
+    /// The account on the nodes (required to connect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// A `{"$secret": ...}` reference to its OpenSSH private key (required
+    /// to connect; a literal is refused by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<Value>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -253,6 +260,13 @@ pub struct SshUpload {
     pub destination: String,
     #[serde(default)]
     pub mode: Option<String>,
+    /// The account on the nodes (required to connect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// A `{"$secret": ...}` reference to its OpenSSH private key (required
+    /// to connect; a literal is refused by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<Value>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -260,6 +274,13 @@ pub struct SshUpload {
 pub struct SshDownload {
     pub template_id: String,
     pub path: String,
+    /// The account on the nodes (required to connect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// A `{"$secret": ...}` reference to its OpenSSH private key (required
+    /// to connect; a literal is refused by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<Value>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -267,6 +288,13 @@ pub struct SshDownload {
 pub struct SshServiceRestart {
     pub template_id: String,
     pub service: String,
+    /// The account on the nodes (required to connect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// A `{"$secret": ...}` reference to its OpenSSH private key (required
+    /// to connect; a literal is refused by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<Value>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -275,6 +303,13 @@ pub struct SshFacts {
     pub template_id: String,
     #[serde(default)]
     pub facts: Vec<String>,
+    /// The account on the nodes (required to connect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// A `{"$secret": ...}` reference to its OpenSSH private key (required
+    /// to connect; a literal is refused by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<Value>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

@@ -112,7 +112,7 @@ operations! {
     OpentofuDestroy => "opentofu.destroy", Opentofu, idempotent = false, implemented = false;
     OpentofuOutput => "opentofu.output", Opentofu, idempotent = true, implemented = false;
     OpentofuStateInspect => "opentofu.state.inspect", Opentofu, idempotent = true, implemented = false;
-    SshCommandRun => "ssh.command.run", Ssh, idempotent = false, implemented = false;
+    SshCommandRun => "ssh.command.run", Ssh, idempotent = false, implemented = true;
     SshFileUpload => "ssh.file.upload", Ssh, idempotent = false, implemented = false;
     SshFileDownload => "ssh.file.download", Ssh, idempotent = true, implemented = false;
     SshServiceRestart => "ssh.service.restart", Ssh, idempotent = false, implemented = false;

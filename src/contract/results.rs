@@ -3,7 +3,7 @@
 //! operation's type before it reports it, so a consumer of
 //! `exec.results.v1` can rely on the documented shape.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{FailureCategory, Operation, RunnerType};
@@ -49,6 +49,34 @@ pub struct EvidenceAssertion {
     pub passed: bool,
 }
 
+/// The result of `ssh.command.run`: what ran, as whom, and how it ended on
+/// each node (its output is the attempt's stdout and stderr logs).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshCommandResult {
+    pub template_id: String,
+    /// The program and its arguments as the node received them.
+    pub argv: Vec<String>,
+    /// The user it ran as through sudo; `None`: no sudo.
+    pub sudo_as: Option<String>,
+    pub nodes: Vec<SshNodeResult>,
+}
+
+/// How the command ended on one node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshNodeResult {
+    /// The target's id.
+    pub target: String,
+    /// `user@host:port` as connected to.
+    pub destination: String,
+    /// The remote exit code; `None` when it did not exit (stopped,
+    /// unreachable, host key refused).
+    pub exit_code: Option<i32>,
+    pub duration_ms: u64,
+    pub error: Option<String>,
+}
+
 /// Whether `result` is a result of `operation`; the problem when it is not.
 /// Operations whose runner has not landed have no documented result yet.
 pub fn check_result(operation: Operation, result: &Value) -> Result<(), String> {
@@ -69,6 +97,11 @@ pub fn check_result(operation: Operation, result: &Value) -> Result<(), String> 
                 );
             }
             Ok(())
+        }
+        RunnerType::Ssh if operation == Operation::SshCommandRun => {
+            serde_path_to_error::deserialize::<_, SshCommandResult>(result)
+                .map(drop)
+                .map_err(|error| format!("{}: {}", error.path(), error.inner()))
         }
         _ => Ok(()),
     }

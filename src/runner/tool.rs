@@ -222,6 +222,7 @@ pub struct ToolCommand {
     program: PathBuf,
     args: Vec<OsString>,
     env: Vec<(String, String)>,
+    hold_stdin: bool,
 }
 
 impl ToolCommand {
@@ -230,7 +231,16 @@ impl ToolCommand {
             program: program.into(),
             args: Vec::new(),
             env: Vec::new(),
+            hold_stdin: false,
         }
+    }
+
+    /// The tool's stdin: a pipe that reaches end of file only when its
+    /// supervisor is gone (the runner stopped it, or died), instead of
+    /// /dev/null. What a remote side watches to stop with its runner.
+    pub fn hold_stdin(mut self) -> Self {
+        self.hold_stdin = true;
+        self
     }
 
     pub fn arg(mut self, arg: impl Into<OsString>) -> Self {
@@ -326,6 +336,7 @@ pub async fn run(
         .arg("tool-shim")
         .arg("--workdir")
         .arg(workdir.path())
+        .args(command.hold_stdin.then_some("--hold-stdin"))
         .arg("--")
         .arg(&command.program)
         .args(&command.args)

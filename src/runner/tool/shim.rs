@@ -12,6 +12,11 @@
 //! - `k`, or end of file (the runner dropped the tool, or died however it
 //!   died): SIGKILL to the group and to every descendant, then exit.
 //!
+//! The tool's stdin is /dev/null, or (`--hold-stdin`) a pipe nobody writes
+//! to whose end the supervisor holds: the tool reads end of file only once
+//! the supervisor is gone. An ssh client passes it to the remote side, where
+//! it is how the remote command learns that its runner stopped it.
+//!
 //! When the tool exits by itself, whatever it left behind is killed the
 //! same way. The supervisor then ends as the tool ended: the same exit code,
 //! or the same signal raised on itself (it installs no handlers), so the
@@ -37,7 +42,7 @@ const REAP_DEADLINE: Duration = Duration::from_secs(5);
 /// supervisor's, which the runner scrubbed. When its runner goes away
 /// while the tool runs, `workdir` (the tool's private directory, which the
 /// runner can no longer remove) is removed too.
-pub fn run(workdir: Option<&std::path::Path>, command: &[OsString]) -> ExitCode {
+pub fn run(workdir: Option<&std::path::Path>, hold_stdin: bool, command: &[OsString]) -> ExitCode {
     let Some((program, args)) = command.split_first() else {
         eprintln!("execplane tool supervisor: no program given");
         return ExitCode::from(CANNOT_START);
@@ -46,9 +51,19 @@ pub fn run(workdir: Option<&std::path::Path>, command: &[OsString]) -> ExitCode 
         eprintln!("execplane tool supervisor: cannot become a subreaper: {error}");
         return ExitCode::from(CANNOT_START);
     }
+    // Both ends are close-on-exec: the tool gets the reader as its stdin
+    // only, and the writer stays here until the supervisor exits.
+    let (stdin, _held) = match hold_stdin.then(std::io::pipe).transpose() {
+        Ok(Some((reader, writer))) => (Stdio::from(reader), Some(writer)),
+        Ok(None) => (Stdio::null(), None),
+        Err(error) => {
+            eprintln!("execplane tool supervisor: cannot make the tool's stdin pipe: {error}");
+            return ExitCode::from(CANNOT_START);
+        }
+    };
     let child = match Command::new(program)
         .args(args)
-        .stdin(Stdio::null())
+        .stdin(stdin)
         .process_group(0)
         .spawn()
     {

@@ -1,0 +1,22 @@
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct SshConfig {
+    /// `EXECPLANE_SSH_CLIENT`: the OpenSSH client.
+    pub client: PathBuf,
+    /// `EXECPLANE_SSH_CONNECT_TIMEOUT`: the longest a connection may take.
+    pub connect_timeout: Duration,
+    /// The operator's policy: the templates, checked again here.
+    pub policy: crate::policy::SharedPolicy,
+}
+
+impl Default for SshConfig {
+    fn default() -> Self {
+        Self {
+            client: PathBuf::from("/usr/bin/ssh"),
+            connect_timeout: Duration::from_secs(10),
+            policy: crate::policy::SharedPolicy::default(),
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! The ssh runner against the real sshd scripts/sshd.sh starts on
+//! 127.0.0.1:2222 (user `exectest`, key in OpenBao): an allowlisted template
+//! runs and its exit code comes back; injection payloads reach the node as
+//! one literal argument or are refused before anything connects; unknown
+//! and wrong host keys are refused; sudo is the template's, recorded, and
+//! enforced; a cancel stops the remote command.
+
+mod common;
+
+use std::time::Duration;
+
+use common::pipeline::{job, Pipeline};
+use execplane::contract::JobSpec;
+use serde_json::{json, Value};
+use sqlx::{PgPool, Row};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn stack_ssh() -> std::path::PathBuf {
+    common::stack_dir().join("ssh")
+}
+
+/// The host key of the test sshd, as a node binding writes it.
+fn host_key() -> String {
+    let line = std::fs::read_to_string(stack_ssh().join("host_ed25519.pub"))
+        .expect("scripts/sshd.sh made the host key");
+    line.split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// OpenBao's root token, as scripts/openbao.sh left it.
+fn bao_token() -> String {
+    let file = std::env::var("EXECPLANE_TEST_VAULT_TOKEN_FILE").unwrap_or_else(|_| {
+        common::stack_dir()
+            .join("openbao-root-token")
+            .display()
+            .to_string()
+    });
+    std::fs::read_to_string(file).unwrap().trim().to_owned()
+}
+
+fn bao_address() -> String {
+    std::env::var("EXECPLANE_TEST_VAULT_ADDR").unwrap_or_else(|_| "http://127.0.0.1:8200".into())
+}
+
+/// Stores the test user's private key where the JobSpecs reference it.
+async fn store_key() {
+    let key = std::fs::read_to_string(stack_ssh().join("user_ed25519")).unwrap();
+    let response = reqwest::Client::new()
+        .post(format!("{}/v1/secret/data/team-a/ssh", bao_address()))
+        .header("x-vault-token", bao_token())
+        .body(json!({"data": {"private_key": key}}).to_string())
+        .send()
+        .await
+        .expect("OpenBao answers");
+    assert_eq!(response.status().as_u16(), 200);
+}
+
+/// The operator's policy of these tests: team-a may run these templates on
+/// 127.0.0.1; `argv` records the words it was given in `out/argv.bin`.
+fn policy(dir: &std::path::Path) -> String {
+    format!(
+        r#"
+tenants:
+  team-a:
+    operations: ["ssh.*"]
+    secret_prefixes: ["secret/team-a/"]
+    ssh:
+      templates: [argv, fail, id-root, sudo-true, id-plain, sleeper]
+      nodes: ["127.0.0.1"]
+ssh_templates:
+  argv:
+    program: {dir}/argv.sh
+    fixed_args: ["{dir}/out/argv.bin"]
+    args:
+      - {{name: word, type: string, pattern: ".*"}}
+  fail:
+    program: /bin/false
+  id-root:
+    program: /usr/bin/id
+    fixed_args: ["-u"]
+    sudo: {{as: root}}
+  sudo-true:
+    program: /bin/true
+    sudo: {{as: root}}
+  id-plain:
+    program: /usr/bin/id
+    fixed_args: ["-u"]
+  sleeper:
+    program: /bin/sleep
+    args:
+      - {{name: seconds, type: int, min: 1, max: 600}}
+"#,
+        dir = dir.display()
+    )
+}
+
+fn ssh_job(template: &str, args: Value, target: Value) -> JobSpec {
+    job(
+        "ssh.command.run",
+        json!({"template_id": template, "args": args, "user": "exectest",
+               "private_key": {"$secret": "ssh_key"}}),
+        json!({
+            "targets": [target],
+            "secret_refs": [{"name": "ssh_key", "mount": "secret", "path": "team-a/ssh", "key": "private_key"}],
+            "retry": {"max_attempts": 1}
+        }),
+    )
+}
+
+fn local_node() -> Value {
+    json!({"kind": "node", "id": "local", "address": "127.0.0.1",
+           "attributes": {"port": "2222", "host_key": host_key()}})
+}
+
+/// The job's attempt: status, failure category, message and result.
+async fn ended(
+    pipeline: &Pipeline,
+    pool: &PgPool,
+    spec: &JobSpec,
+) -> (String, Option<String>, String, Value) {
+    pipeline.wait_done(&spec.job_id, WAIT).await;
+    let row = sqlx::query(
+        "SELECT status, failure_category, coalesce(message, ''), result_json FROM attempts WHERE job_id = $1",
+    )
+    .bind(&spec.job_id)
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    let result: Option<String> = row.get(3);
+    (
+        row.get(0),
+        row.get(1),
+        row.get(2),
+        result.map_or(Value::Null, |text| serde_json::from_str(&text).unwrap()),
+    )
+}
+
+async fn ssh_pipeline(pool: &PgPool) -> Pipeline {
+    let mut pipeline = Pipeline::new(pool).await;
+    let dir = pipeline.dir.clone();
+    // What the node's user runs and writes: readable and writable by it.
+    std::fs::create_dir_all(dir.join("out")).unwrap();
+    let script = dir.join("argv.sh");
+    std::fs::write(
+        &script,
+        "#!/bin/sh\nout=\"$1\"; shift\nprintf '%s\\0' \"$@\" > \"$out\"\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(dir.join("out"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let policy_file = dir.join("policy.yaml");
+    std::fs::write(&policy_file, policy(&dir)).unwrap();
+    pipeline.set_env("EXECPLANE_POLICY_FILE", policy_file.to_str().unwrap());
+    store_key().await;
+    pipeline.spawn(&["dispatcher"], &[]);
+    pipeline.spawn(&["relay"], &[]);
+    let (address, token) = (bao_address(), bao_token());
+    pipeline.spawn(
+        &["runner", "ssh"],
+        &[
+            ("EXECPLANE_VAULT_ADDR", address.as_str()),
+            ("EXECPLANE_VAULT_TOKEN", token.as_str()),
+            ("EXECPLANE_RUNNER_STOP_GRACE", "1s"),
+        ],
+    );
+    pipeline.wait_runners(1).await;
+    pipeline
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_template_runs_on_the_real_sshd_with_its_arguments_as_inert_literals(pool: PgPool) {
+    let pipeline = ssh_pipeline(&pool).await;
+    let out = pipeline.dir.join("out/argv.bin");
+    for payload in [
+        "; rm -rf /",
+        "$(touch /tmp/execplane-pwned)",
+        "`touch /tmp/execplane-pwned`",
+        "it's 'quoted' \"twice\" \\ * ?",
+    ] {
+        let _ = std::fs::remove_file(&out);
+        let spec = ssh_job("argv", json!({"word": payload}), local_node());
+        pipeline.submit(&spec).await;
+        let (status, category, message, result) = ended(&pipeline, &pool, &spec).await;
+        assert_eq!(status, "succeeded", "{category:?} {message}");
+        // The node saw exactly one argument, byte for byte.
+        assert_eq!(
+            std::fs::read(&out).unwrap(),
+            format!("{payload}\0").into_bytes()
+        );
+        assert_eq!(result["nodes"][0]["exit_code"], 0, "{result}");
+        assert_eq!(result["argv"].as_array().unwrap().last().unwrap(), payload);
+        assert!(result["sudo_as"].is_null());
+    }
+    assert!(!std::path::Path::new("/tmp/execplane-pwned").exists());
+
+    // Refused before anything connects: a newline, an option, an unknown
+    // template, sudo on a template without it.
+    for (template, args, sudo) in [
+        ("argv", json!({"word": "one\ntwo"}), false),
+        ("argv", json!({"word": "--option=smuggled"}), false),
+        ("reboot", json!({}), false),
+        ("id-plain", json!({}), true),
+    ] {
+        let mut spec = ssh_job(template, args, local_node());
+        spec.inputs["sudo"] = json!(sudo);
+        pipeline.submit(&spec).await;
+        let (status, category, message, _) = ended(&pipeline, &pool, &spec).await;
+        assert_eq!(
+            (status.as_str(), category.as_deref()),
+            ("rejected", Some("policy")),
+            "{template}: {message}"
+        );
+    }
+
+    // A non-zero exit is a runner error with the code.
+    let spec = ssh_job("fail", json!({}), local_node());
+    pipeline.submit(&spec).await;
+    let (status, category, message, result) = ended(&pipeline, &pool, &spec).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("runner_error"))
+    );
+    assert!(message.contains("exited with code 1"), "{message}");
+    assert_eq!(result["nodes"][0]["exit_code"], 1, "{result}");
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn unknown_or_wrong_host_keys_are_refused_and_sudo_is_the_templates(pool: PgPool) {
+    let pipeline = ssh_pipeline(&pool).await;
+    let unknown = json!({"kind": "node", "id": "local", "address": "127.0.0.1",
+                         "attributes": {"port": "2222"}});
+    let spec = ssh_job("id-plain", json!({}), unknown);
+    pipeline.submit(&spec).await;
+    let (status, category, message, _) = ended(&pipeline, &pool, &spec).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("contract"))
+    );
+    assert!(message.contains("no known host key"), "{message}");
+
+    // Another key than the node's: OpenSSH refuses to go on.
+    let other = std::fs::read_to_string(stack_ssh().join("user_ed25519.pub")).unwrap();
+    let other: String = other
+        .split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let wrong = json!({"kind": "node", "id": "local", "address": "127.0.0.1",
+                       "attributes": {"port": "2222", "host_key": other}});
+    let spec = ssh_job("id-plain", json!({}), wrong);
+    pipeline.submit(&spec).await;
+    let (status, category, message, _) = ended(&pipeline, &pool, &spec).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("contract")),
+        "{message}"
+    );
+    assert!(
+        message.contains("Host key verification failed"),
+        "{message}"
+    );
+
+    // Sudo as root, as the template says: it runs, and the attempt's
+    // finished event records it.
+    let spec = ssh_job("id-root", json!({}), local_node());
+    pipeline.submit(&spec).await;
+    let (status, _, message, result) = ended(&pipeline, &pool, &spec).await;
+    assert_eq!(status, "succeeded", "{message}");
+    assert_eq!(result["sudo_as"], "root");
+    assert_eq!(result["argv"][0], "/usr/bin/sudo");
+    // The node's sudoers allows the test user /usr/bin/id only: sudo is the
+    // node's to enforce as well, and nothing asks for a password.
+    let spec = ssh_job("sudo-true", json!({}), local_node());
+    pipeline.submit(&spec).await;
+    let (status, category, message, _) = ended(&pipeline, &pool, &spec).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("runner_error")),
+        "{message}"
+    );
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_cancel_stops_the_remote_command(pool: PgPool) {
+    let pipeline = ssh_pipeline(&pool).await;
+    let spec = ssh_job("sleeper", json!({"seconds": 477}), local_node());
+    pipeline.submit(&spec).await;
+    let remote = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(Result::ok)
+            .any(|entry| {
+                std::fs::read(entry.path().join("cmdline"))
+                    .is_ok_and(|cmdline| cmdline == b"/bin/sleep\x00477\x00")
+            })
+    };
+    pipeline
+        .wait("the remote sleep to start", WAIT, || async { remote() })
+        .await;
+    let attempt = pipeline.attempts(&spec.job_id).await[0].0;
+    pipeline.cancel(attempt, 5_000).await;
+    let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
+    assert_eq!(attempts[0].1, "cancelled", "{attempts:?}");
+    pipeline
+        .wait(
+            "the remote sleep to be gone",
+            Duration::from_secs(10),
+            || async { !remote() },
+        )
+        .await;
+}
