@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Ensures a real OpenSSH server answers on 127.0.0.1:2222 for the ssh runner
 # and its tests: its own config, an ed25519 host key and an ed25519 key for
-# the unprivileged test user `exectest` (who may run /usr/bin/id as root
+# the unprivileged test user `exectest` (who may run /usr/bin/id and /bin/sleep as root
 # through sudo, and nothing else), all under .stack/ssh/. Installs
 # openssh-server and sudo when missing. The user's private key stays in
 # .stack/ssh/ (0600); the tests store it in OpenBao and reference it from
@@ -33,7 +33,7 @@ HOME_DIR="$(getent passwd "$USER_NAME" | cut -d: -f6)"
 as_root install -d -m 700 -o "$USER_NAME" -g "$USER_NAME" "$HOME_DIR/.ssh"
 as_root install -m 600 -o "$USER_NAME" -g "$USER_NAME" "$DIR/user_ed25519.pub" "$HOME_DIR/.ssh/authorized_keys"
 # Sudo is explicit per template: the test user may run exactly this as root.
-echo "$USER_NAME ALL=(root) NOPASSWD: /usr/bin/id" | as_root tee /etc/sudoers.d/execplane-test >/dev/null
+echo "$USER_NAME ALL=(root) NOPASSWD: /usr/bin/id, /bin/sleep" | as_root tee /etc/sudoers.d/execplane-test >/dev/null
 as_root chmod 440 /etc/sudoers.d/execplane-test
 
 cat >"$DIR/sshd_config" <<EOF

@@ -68,7 +68,7 @@ tenants:
     operations: ["ssh.*"]
     secret_prefixes: ["secret/team-a/"]
     ssh:
-      templates: [argv, fail, id-root, sudo-true, id-plain, sleeper]
+      templates: [argv, fail, id-root, sudo-true, id-plain, sleeper, sleeper-root]
       nodes: ["127.0.0.1"]
 ssh_templates:
   argv:
@@ -92,6 +92,11 @@ ssh_templates:
     program: /bin/sleep
     args:
       - {{name: seconds, type: int, min: 1, max: 600}}
+  sleeper-root:
+    program: /bin/sleep
+    args:
+      - {{name: seconds, type: int, min: 1, max: 600}}
+    sudo: {{as: root}}
 "#,
         dir = dir.display()
     )
@@ -285,32 +290,41 @@ async fn unknown_or_wrong_host_keys_are_refused_and_sudo_is_the_templates(pool: 
     );
 }
 
+/// Whether a process runs `/bin/sleep <seconds>` (the node is this host).
+fn sleeping(seconds: &str) -> bool {
+    let wanted = format!("/bin/sleep\0{seconds}\0").into_bytes();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .any(|entry| {
+            std::fs::read(entry.path().join("cmdline")).is_ok_and(|cmdline| cmdline == wanted)
+        })
+}
+
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
-async fn a_cancel_stops_the_remote_command(pool: PgPool) {
+async fn a_cancel_stops_the_remote_command_with_or_without_sudo(pool: PgPool) {
     let pipeline = ssh_pipeline(&pool).await;
-    let spec = ssh_job("sleeper", json!({"seconds": 477}), local_node());
-    pipeline.submit(&spec).await;
-    let remote = || {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .filter_map(Result::ok)
-            .any(|entry| {
-                std::fs::read(entry.path().join("cmdline"))
-                    .is_ok_and(|cmdline| cmdline == b"/bin/sleep\x00477\x00")
+    // As the login user, and as root through sudo (whom the login user
+    // cannot signal: the session's hangup reaches it through sudo).
+    for (template, seconds) in [("sleeper", 477), ("sleeper-root", 478)] {
+        let spec = ssh_job(template, json!({"seconds": seconds}), local_node());
+        pipeline.submit(&spec).await;
+        let seconds = seconds.to_string();
+        pipeline
+            .wait("the remote sleep to start", WAIT, || async {
+                sleeping(&seconds)
             })
-    };
-    pipeline
-        .wait("the remote sleep to start", WAIT, || async { remote() })
-        .await;
-    let attempt = pipeline.attempts(&spec.job_id).await[0].0;
-    pipeline.cancel(attempt, 5_000).await;
-    let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
-    assert_eq!(attempts[0].1, "cancelled", "{attempts:?}");
-    pipeline
-        .wait(
-            "the remote sleep to be gone",
-            Duration::from_secs(10),
-            || async { !remote() },
-        )
-        .await;
+            .await;
+        let attempt = pipeline.attempts(&spec.job_id).await[0].0;
+        pipeline.cancel(attempt, 5_000).await;
+        let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
+        assert_eq!(attempts[0].1, "cancelled", "{template}: {attempts:?}");
+        pipeline
+            .wait(
+                "the remote sleep to be gone",
+                Duration::from_secs(10),
+                || async { !sleeping(&seconds) },
+            )
+            .await;
+    }
 }

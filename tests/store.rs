@@ -755,9 +755,14 @@ async fn two_grants_on_one_target_key_at_once_lease_only_one(pool: PgPool) {
         .process_batch(&[envelope("done", done)], BASE + 2)
         .await
         .unwrap();
+    // The refused grant left no claim behind: the same grant again, once
+    // the key is free, is decided, not dropped as a duplicate.
     let again = store
         .process_batch(
-            &[InputEnvelope::grant(attempts[waiter], "r-again".into())],
+            &[InputEnvelope::grant(
+                attempts[waiter],
+                format!("r-{waiter}"),
+            )],
             BASE + 3,
         )
         .await

@@ -302,6 +302,28 @@ pub(crate) async fn process_in(
     if let Some(placing) = placing {
         place_created(conn, &mut context, placing, now, &mut events).await?;
     }
+    // A grant refused because its keys are busy may be right a moment
+    // later: its id must not stay claimed, or the same grant would be a
+    // duplicate forever.
+    let transient: Vec<&str> = inputs
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, outcome)| {
+            matches!(
+                outcome,
+                InputOutcome::Rejected(
+                    Rejection::TargetKeyBusy { .. } | Rejection::TargetKeyUnread { .. }
+                )
+            )
+        })
+        .map(|(envelope, _)| envelope.input_id.as_str())
+        .collect();
+    if !transient.is_empty() {
+        sqlx::query("DELETE FROM inbox WHERE input_id = ANY($1)")
+            .bind(&transient)
+            .execute(&mut *conn)
+            .await?;
+    }
     // 5. Append through the one write function.
     let appended = append_in(conn, codec, &context.loaded, &events).await?;
     Ok(BatchOutcome {

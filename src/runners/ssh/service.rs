@@ -348,6 +348,9 @@ impl SshRunner {
             "ForwardAgent=no".to_owned(),
             "ForwardX11=no".to_owned(),
             "ClearAllForwardings=yes".to_owned(),
+            // No terminal: stdout and stderr stay apart. Under sudo the
+            // watchdog's signal reaches sudo (it keeps the login user's
+            // real uid) and sudo passes it on to the command.
             "RequestTTY=no".to_owned(),
             "PermitLocalCommand=no".to_owned(),
             "LogLevel=ERROR".to_owned(),
