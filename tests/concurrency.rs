@@ -73,7 +73,24 @@ async fn attempts_on_one_key_never_overlap_while_other_keys_run_beside_them(pool
     );
     pipeline.wait_runners(1).await;
 
-    // Twenty at once: ten on node-a, ten on node-b (two names, one
+    // First, one on node-a that no runner can take (a pool nobody has),
+    // willing to wait an hour: it must not hold node-a's queue back.
+    let stranded = job(
+        "verify.custom.probe",
+        json!({"probe_id": "napper", "args": {"ms": 1}}),
+        json!({"targets": [{"kind": "host", "id": "node-a"}],
+               "runner_requirements": {"pool": {"zone": "nowhere"}},
+               "retry": {"max_attempts": 1},
+               "timeouts": {"schedule_to_start": "1h", "start_to_close": "30s", "heartbeat": "4s", "schedule_to_close": "2h"}}),
+    );
+    pipeline.submit(&stranded).await;
+    pipeline
+        .wait("the stranded job to be queued", WAIT, || async {
+            !pipeline.attempts(&stranded.job_id).await.is_empty()
+        })
+        .await;
+
+    // Then twenty at once: ten on node-a, ten on node-b (two names, one
     // address: the key is what is connected to).
     let specs: Vec<_> = (0..20)
         .map(|index| {
@@ -112,14 +129,22 @@ async fn attempts_on_one_key_never_overlap_while_other_keys_run_beside_them(pool
         assert_eq!(attempts[0].1, "succeeded", "{attempts:?}");
     }
 
+    // The stranded one is still waiting; cancelled, it lets go of its key.
+    let waiting = pipeline.attempts(&stranded.job_id).await;
+    assert_eq!(waiting[0].1, "queued", "{waiting:?}");
+    pipeline.cancel(waiting[0].0, 1_000).await;
+    pipeline.wait_done(&stranded.job_id, WAIT).await;
+
     // The log: each attempt's lease from its grant to its end.
     let rows = sqlx::query(
         "SELECT a.attempt_id, a.target_keys->0->>'key', \
                 min(e.occurred_at) FILTER (WHERE e.kind = 'lease_granted'), \
                 min(e.occurred_at) FILTER (WHERE e.terminal) \
          FROM attempts a JOIN attempt_events e ON e.attempt_id = a.attempt_id \
+         WHERE a.job_id <> $1 \
          GROUP BY a.attempt_id, a.target_keys",
     )
+    .bind(&stranded.job_id)
     .fetch_all(&pool)
     .await
     .unwrap();

@@ -49,9 +49,10 @@ pub struct KeyWait {
 }
 
 /// The keys `attempt` cannot take now, with why (empty: every key has
-/// room for it). Arrival order per key: of the attempts waiting for a key,
-/// the oldest `limit - holders` may take it, placeable or not; the rest
-/// wait, so a key's queue is never overtaken.
+/// room for it). Arrival order per key: of the attempts waiting for a key
+/// on `board`, the oldest `limit - holders` may take it; the rest wait, so
+/// a key's queue is never overtaken (the placement task first leaves out
+/// waiters nobody could take, [`without_unplaceable`]).
 pub fn key_waits(attempt_id: Uuid, keys: &[TargetKey], board: &KeyBoard) -> Vec<KeyWait> {
     let mut waits = Vec::new();
     for key in keys {
@@ -84,6 +85,49 @@ pub fn key_candidates(board: &KeyBoard) -> std::collections::BTreeSet<Uuid> {
                     *position < limit.saturating_sub(queue.holders) as usize
                 })
                 .map(|(_, (attempt_id, _))| *attempt_id)
+        })
+        .collect()
+}
+
+/// Whether `instance` could ever take `attempt` (capacity aside): its
+/// type, an announced operation, the pool labels and capabilities asked.
+pub fn fits(attempt: &QueuedAttempt, instance: &LiveInstance) -> bool {
+    instance.runner_type == attempt.runner_type
+        && instance.operations.contains(&attempt.operation)
+        && attempt
+            .pool
+            .iter()
+            .all(|(key, value)| instance.pool.get(key) == Some(value))
+        && attempt
+            .capabilities
+            .iter()
+            .all(|capability| instance.capabilities.contains(capability))
+}
+
+/// `board` without the waiters no live instance could take (their type has
+/// no instance, or none has their pool or capabilities): such a waiter does
+/// not hold a key's queue back, or one tenant's unplaceable job would stop
+/// every other job on a shared target until its `schedule_to_start`. It
+/// takes its place again once an instance for it is live. `waiters` are
+/// the board's waiters as read (one missing counts as unplaceable).
+pub fn without_unplaceable(
+    board: &KeyBoard,
+    waiters: &[QueuedAttempt],
+    instances: &[LiveInstance],
+) -> KeyBoard {
+    let placeable: std::collections::BTreeSet<Uuid> = waiters
+        .iter()
+        .filter(|attempt| instances.iter().any(|instance| fits(attempt, instance)))
+        .map(|attempt| attempt.attempt_id)
+        .collect();
+    board
+        .iter()
+        .map(|(key, queue)| {
+            let mut queue = queue.clone();
+            queue
+                .waiting
+                .retain(|(attempt_id, _)| placeable.contains(attempt_id));
+            (key.clone(), queue)
         })
         .collect()
 }
@@ -121,19 +165,7 @@ pub fn place(
         let best = instances
             .iter()
             .enumerate()
-            .filter(|(index, instance)| {
-                instance.runner_type == attempt.runner_type
-                    && load[*index] < instance.capacity
-                    && instance.operations.contains(&attempt.operation)
-                    && attempt
-                        .pool
-                        .iter()
-                        .all(|(key, value)| instance.pool.get(key) == Some(value))
-                    && attempt
-                        .capabilities
-                        .iter()
-                        .all(|capability| instance.capabilities.contains(capability))
-            })
+            .filter(|(index, instance)| load[*index] < instance.capacity && fits(attempt, instance))
             .min_by(|(left, a), (right, b)| {
                 // Least loaded by fill ratio, then by id for determinism.
                 let left_fill = load[*left] as f64 / a.capacity.max(1) as f64;
@@ -341,5 +373,29 @@ mod tests {
             key_waits(younger.attempt_id, &younger.target_keys, &keys)[0].ahead,
             1
         );
+    }
+
+    #[test]
+    fn a_waiter_no_instance_could_take_does_not_hold_the_key_back() {
+        let instances = vec![instance("a", "verification", 10, 0, None)];
+        // 1 asks for a pool no live instance has; 2, behind it on h, runs.
+        let mut stranded = keyed(1, &[("node:h", 1)]);
+        stranded.pool = BTreeMap::from([("zone".to_owned(), "nowhere".to_owned())]);
+        let younger = keyed(2, &[("node:h", 1)]);
+        let read = board(&[("node:h", 0, &[1, 2])]);
+        let waiters = [stranded.clone(), younger.clone()];
+        assert!(place(std::slice::from_ref(&younger), &instances, &read).is_empty());
+        let fair = without_unplaceable(&read, &waiters, &instances);
+        assert_eq!(
+            granted(place(std::slice::from_ref(&younger), &instances, &fair)),
+            vec![2]
+        );
+        // Once an instance for it is live, it is first again.
+        let dmz = vec![
+            instances[0].clone(),
+            instance("z", "verification", 10, 0, Some("nowhere")),
+        ];
+        let fair = without_unplaceable(&read, &waiters, &dmz);
+        assert!(place(std::slice::from_ref(&younger), &dmz, &fair).is_empty());
     }
 }

@@ -14,7 +14,7 @@ use tracing::warn;
 use super::{DispatcherConfig, DispatcherError};
 use uuid::Uuid;
 
-use crate::attempt::placement::{key_candidates, place, KeyBoard};
+use crate::attempt::placement::{key_candidates, place, without_unplaceable, KeyBoard};
 use crate::store::{InputEnvelope, Store};
 use crate::store::{LiveInstance, QueuedAttempt};
 
@@ -55,8 +55,9 @@ pub fn choose(queued: &[QueuedAttempt], instances: &[LiveInstance]) -> Vec<(Uuid
 /// backlog behind them.
 const KEYS_PER_ROUND: u32 = 128;
 /// How deep a key's queue is read: at most this many attempts take one
-/// key in a round (a limit above it only takes more rounds).
-const KEY_DEPTH: u32 = 64;
+/// key in a round (a limit above it only takes more rounds), and a round
+/// reads at most KEYS_PER_ROUND × KEY_DEPTH waiters.
+const KEY_DEPTH: u32 = 16;
 
 /// Queued attempts read per page.
 const PAGE: i64 = 500;
@@ -143,12 +144,17 @@ async fn place_keyed(
         Some(last) if keys.len() as u32 >= KEYS_PER_ROUND => last.clone(),
         _ => String::new(),
     };
-    let mut board = store.key_board(&keys, now, KEY_DEPTH).await?;
-    let candidates: Vec<Uuid> = key_candidates(&board).into_iter().collect();
+    let board = store.key_board(&keys, now, KEY_DEPTH).await?;
+    let waiters = store.queued_by_id(&waiting_in(&board), now).await?;
+    let board = without_unplaceable(&board, &waiters, loaded);
+    let candidates = key_candidates(&board);
     if candidates.is_empty() {
         return Ok(Vec::new());
     }
-    let queued = store.queued_by_id(&candidates, now).await?;
+    let queued: Vec<QueuedAttempt> = waiters
+        .into_iter()
+        .filter(|attempt| candidates.contains(&attempt.attempt_id))
+        .collect();
     // Their other keys, which this round's scan may not have reached.
     let others: Vec<String> = queued
         .iter()
@@ -158,10 +164,23 @@ async fn place_keyed(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    board.extend(store.key_board(&others, now, KEY_DEPTH).await?);
+    let mut board = board;
+    let more = store.key_board(&others, now, KEY_DEPTH).await?;
+    let more_waiters = store.queued_by_id(&waiting_in(&more), now).await?;
+    board.extend(without_unplaceable(&more, &more_waiters, loaded));
     let placed = place(&queued, loaded, &board);
     count_in(loaded, &placed);
     Ok(placed)
+}
+
+/// Every attempt `board` lists as waiting.
+fn waiting_in(board: &KeyBoard) -> Vec<Uuid> {
+    board
+        .values()
+        .flat_map(|queue| queue.waiting.iter().map(|(attempt_id, _)| *attempt_id))
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect()
 }
 
 /// Adds this round's grants to the instances' loads.
