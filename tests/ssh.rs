@@ -15,6 +15,8 @@ use serde_json::{json, Value};
 use sqlx::{PgPool, Row};
 
 const WAIT: Duration = Duration::from_secs(60);
+/// The ssh runner's index in the pipeline `ssh_pipeline` starts.
+const SSH_RUNNER: usize = 2;
 
 fn stack_ssh() -> std::path::PathBuf {
     common::stack_dir().join("ssh")
@@ -143,6 +145,8 @@ async fn ended(
     )
 }
 
+/// The dispatcher, relay and ssh runner (index `SSH_RUNNER`) on the test
+/// policy, with the user's key in OpenBao.
 async fn ssh_pipeline(pool: &PgPool) -> Pipeline {
     let mut pipeline = Pipeline::new(pool).await;
     let dir = pipeline.dir.clone();
@@ -327,4 +331,37 @@ async fn a_cancel_stops_the_remote_command_with_or_without_sudo(pool: PgPool) {
             )
             .await;
     }
+}
+
+/// A runner killed -9 mid-command takes the remote command with it (its
+/// client dies with its supervisor, the session's stdin ends, the node's
+/// watchdog stops the command), and the started, non-idempotent attempt
+/// ends `outcome_unknown`, never retried.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_runner_killed_mid_command_leaves_nothing_running_and_the_attempt_unknown(pool: PgPool) {
+    let mut pipeline = ssh_pipeline(&pool).await;
+    let mut spec = ssh_job("sleeper", json!({"seconds": 479}), local_node());
+    spec.retry.max_attempts = 3;
+    pipeline.submit(&spec).await;
+    pipeline
+        .wait("the remote sleep to start", WAIT, || async {
+            sleeping("479")
+        })
+        .await;
+    pipeline
+        .wait("the attempt to be running", WAIT, || async {
+            pipeline.attempts(&spec.job_id).await[0].1 == "running"
+        })
+        .await;
+    pipeline.signal(SSH_RUNNER, "KILL");
+    pipeline
+        .wait(
+            "the remote sleep to be gone",
+            Duration::from_secs(10),
+            || async { !sleeping("479") },
+        )
+        .await;
+    let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
+    assert_eq!(attempts.len(), 1, "never retried: {attempts:?}");
+    assert_eq!(attempts[0].1, "outcome_unknown", "{attempts:?}");
 }

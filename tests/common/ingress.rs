@@ -12,9 +12,24 @@ const WAIT: Duration = Duration::from_secs(60);
 pub const INGRESS_KEY: &str = "executor-key-for-the-tests-0123";
 pub const API_KEY: &str = "api-key-for-the-tests-456789";
 
+/// A port that is free now, below the ephemeral range (32768 and up on
+/// Linux): a port the kernel hands out (`bind :0`) can be taken by any
+/// outgoing connection of a concurrent test (an ssh client, a Kafka
+/// client) before the ingress binds it.
 pub fn free_port() -> u16 {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap().port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let seed = std::process::id()
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |elapsed| elapsed.subsec_nanos());
+    loop {
+        let offset = seed.wrapping_add(NEXT.fetch_add(7919, Ordering::Relaxed)) % 12_000;
+        let port = 20_000 + offset as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 pub fn script(name: &str) -> PathBuf {
