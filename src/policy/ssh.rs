@@ -193,6 +193,12 @@ impl ArgSpec {
             let number = value
                 .as_i64()
                 .ok_or_else(|| format!("`{value}` is not an integer"))?;
+            // As a word, `-5` is an option to most programs.
+            if number < 0 {
+                return Err(format!(
+                    "{number} is negative: on the command line it would be read as an option"
+                ));
+            }
             let (min, max) = (self.min.unwrap_or(i64::MIN), self.max.unwrap_or(i64::MAX));
             return if (min..=max).contains(&number) {
                 Ok(())
@@ -320,6 +326,7 @@ mod tests {
             args:
               - {name: path, type: path, root: /var/log}
               - {name: depth, type: int, min: 0, max: 3, required: false}
+              - {name: offset, type: int, min: -10, max: 10, required: false}
               - {name: unit, type: enum, values: [k, m], required: false}
               - {name: host, type: hostname, required: false}
               - {name: label, type: string, pattern: "[a-z0-9._-]{1,32}", required: false}
@@ -359,6 +366,7 @@ mod tests {
             ("path", json!("var/log")),
             ("path", json!("/var/logs-elsewhere")),
             ("depth", json!(4)),
+            ("offset", json!(-1)),
             ("depth", json!("2")),
             ("unit", json!("g")),
             ("host", json!("$(reboot)")),
