@@ -5,13 +5,12 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use common::leases;
 use common::pipeline::{job, Pipeline};
 use serde_json::json;
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 use uuid::Uuid;
 
 const WAIT: Duration = Duration::from_secs(90);
@@ -19,15 +18,6 @@ const WAIT: Duration = Duration::from_secs(90);
 /// The operator serializes each node, and counts the (idempotent) custom
 /// probe among the operations that take target keys.
 const POLICY: &str = "concurrency:\n  limits: {node: 1}\n  operations: [verify.custom.probe]\n";
-
-/// One attempt's lease, as the event log has it.
-#[derive(Debug)]
-struct Held {
-    attempt_id: Uuid,
-    key: String,
-    from: DateTime<Utc>,
-    to: DateTime<Utc>,
-}
 
 /// The first `waiting_for` entry of a queued attempt, as the API shows it.
 async fn queued_wait(pool: &PgPool, store: &execplane::store::Store) -> serde_json::Value {
@@ -136,53 +126,14 @@ async fn attempts_on_one_key_never_overlap_while_other_keys_run_beside_them(pool
     pipeline.wait_done(&stranded.job_id, WAIT).await;
 
     // The log: each attempt's lease from its grant to its end.
-    let rows = sqlx::query(
-        "SELECT a.attempt_id, a.target_keys->0->>'key', \
-                min(e.occurred_at) FILTER (WHERE e.kind = 'lease_granted'), \
-                min(e.occurred_at) FILTER (WHERE e.terminal) \
-         FROM attempts a JOIN attempt_events e ON e.attempt_id = a.attempt_id \
-         WHERE a.job_id <> $1 \
-         GROUP BY a.attempt_id, a.target_keys",
-    )
-    .bind(&stranded.job_id)
-    .fetch_all(&pool)
-    .await
-    .unwrap();
-    let mut by_key: BTreeMap<String, Vec<Held>> = BTreeMap::new();
-    for row in rows {
-        let held = Held {
-            attempt_id: row.get(0),
-            key: row.get(1),
-            from: row.get(2),
-            to: row.get(3),
-        };
-        by_key.entry(held.key.clone()).or_default().push(held);
-    }
+    let jobs: Vec<String> = specs.iter().map(|spec| spec.job_id.clone()).collect();
+    let mut by_key = leases::by_key(&pool, &jobs).await;
     assert_eq!(
         by_key.keys().collect::<Vec<_>>(),
         vec!["node:node-a", "node:node-b"]
     );
-    for (key, held) in &mut by_key {
-        assert_eq!(held.len(), 10, "{key}");
-        held.sort_by_key(|held| held.from);
-        for pair in held.windows(2) {
-            assert!(
-                pair[1].from >= pair[0].to,
-                "{key}: {} was leased at {} while {} held it until {}",
-                pair[1].attempt_id,
-                pair[1].from,
-                pair[0].attempt_id,
-                pair[0].to
-            );
-        }
-    }
-    // Different keys did run at the same time.
-    let overlapping = by_key["node:node-a"].iter().any(|a| {
-        by_key["node:node-b"]
-            .iter()
-            .any(|b| a.from < b.to && b.from < a.to)
-    });
-    assert!(overlapping, "node-a and node-b never ran side by side");
+    assert!(by_key.values().all(|held| held.len() == 10), "{by_key:?}");
+    leases::assert_serial_per_key_parallel_across(&mut by_key, "node:node-a", "node:node-b");
 
     // Nothing is left behind: an ended attempt holds and waits for nothing.
     let left: i64 = sqlx::query_scalar("SELECT count(*) FROM target_keys")

@@ -9,6 +9,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::leases;
 use common::pipeline::{job, Pipeline};
 use execplane::contract::JobSpec;
 use serde_json::{json, Value};
@@ -71,7 +72,7 @@ tenants:
     secret_prefixes: ["secret/team-a/"]
     ssh:
       templates: [argv, fail, id-root, sudo-true, id-plain, sleeper, sleeper-root]
-      nodes: ["127.0.0.1"]
+      nodes: ["127.0.0.1", "localhost"]
 ssh_templates:
   argv:
     program: {dir}/argv.sh
@@ -364,4 +365,38 @@ async fn a_runner_killed_mid_command_leaves_nothing_running_and_the_attempt_unkn
     let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
     assert_eq!(attempts.len(), 1, "never retried: {attempts:?}");
     assert_eq!(attempts[0].1, "outcome_unknown", "{attempts:?}");
+}
+
+/// Per-target concurrency with the operator's defaults (no `concurrency`
+/// section: limit 1 for operations that are not idempotent): twenty
+/// `ssh.command.run` at once, ten on `node:127.0.0.1`, ten on
+/// `node:localhost` (two keys, one sshd). The log shows no two leases on
+/// one key at once, and the two keys side by side.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn non_idempotent_commands_on_one_node_never_overlap(pool: PgPool) {
+    let pipeline = ssh_pipeline(&pool).await;
+    let specs: Vec<JobSpec> = (0..20)
+        .map(|index| {
+            let mut node = local_node();
+            if index % 2 == 1 {
+                node["address"] = json!("localhost");
+            }
+            ssh_job("sleeper", json!({"seconds": 1}), node)
+        })
+        .collect();
+    for spec in &specs {
+        pipeline.submit(spec).await;
+    }
+    for spec in &specs {
+        let (status, _, message, _) = ended(&pipeline, &pool, spec).await;
+        assert_eq!(status, "succeeded", "{message}");
+    }
+    let jobs: Vec<String> = specs.iter().map(|spec| spec.job_id.clone()).collect();
+    let mut by_key = leases::by_key(&pool, &jobs).await;
+    assert_eq!(
+        by_key.keys().collect::<Vec<_>>(),
+        vec!["node:127.0.0.1", "node:localhost"]
+    );
+    assert!(by_key.values().all(|held| held.len() == 10), "{by_key:?}");
+    leases::assert_serial_per_key_parallel_across(&mut by_key, "node:127.0.0.1", "node:localhost");
 }

@@ -400,6 +400,7 @@ pub async fn drive_mixed(store: &Store, jobs: usize) -> usize {
 
 pub mod http;
 pub mod ingress;
+pub mod leases;
 pub mod pipeline;
 pub mod prometheus;
 pub mod proxy;
