@@ -9,6 +9,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::bao::Bao;
 use common::leases;
 use common::pipeline::{job, Pipeline};
 use execplane::contract::JobSpec;
@@ -33,32 +34,10 @@ fn host_key() -> String {
         .join(" ")
 }
 
-/// OpenBao's root token, as scripts/openbao.sh left it.
-fn bao_token() -> String {
-    let file = std::env::var("EXECPLANE_TEST_VAULT_TOKEN_FILE").unwrap_or_else(|_| {
-        common::stack_dir()
-            .join("openbao-root-token")
-            .display()
-            .to_string()
-    });
-    std::fs::read_to_string(file).unwrap().trim().to_owned()
-}
-
-fn bao_address() -> String {
-    std::env::var("EXECPLANE_TEST_VAULT_ADDR").unwrap_or_else(|_| "http://127.0.0.1:8200".into())
-}
-
 /// Stores the test user's private key where the JobSpecs reference it.
-async fn store_key() {
+async fn store_key(bao: &Bao) {
     let key = std::fs::read_to_string(stack_ssh().join("user_ed25519")).unwrap();
-    let response = reqwest::Client::new()
-        .post(format!("{}/v1/secret/data/team-a/ssh", bao_address()))
-        .header("x-vault-token", bao_token())
-        .body(json!({"data": {"private_key": key}}).to_string())
-        .send()
-        .await
-        .expect("OpenBao answers");
-    assert_eq!(response.status().as_u16(), 200);
+    bao.put("team-a/ssh", json!({"private_key": key})).await;
 }
 
 /// The operator's policy of these tests: team-a may run these templates on
@@ -166,15 +145,15 @@ async fn ssh_pipeline(pool: &PgPool) -> Pipeline {
     let policy_file = dir.join("policy.yaml");
     std::fs::write(&policy_file, policy(&dir)).unwrap();
     pipeline.set_env("EXECPLANE_POLICY_FILE", policy_file.to_str().unwrap());
-    store_key().await;
+    let bao = Bao::new();
+    store_key(&bao).await;
     pipeline.spawn(&["dispatcher"], &[]);
     pipeline.spawn(&["relay"], &[]);
-    let (address, token) = (bao_address(), bao_token());
     pipeline.spawn(
         &["runner", "ssh"],
         &[
-            ("EXECPLANE_VAULT_ADDR", address.as_str()),
-            ("EXECPLANE_VAULT_TOKEN", token.as_str()),
+            ("EXECPLANE_VAULT_ADDR", bao.address.as_str()),
+            ("EXECPLANE_VAULT_TOKEN", bao.root.as_str()),
             ("EXECPLANE_RUNNER_STOP_GRACE", "1s"),
         ],
     );

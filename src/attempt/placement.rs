@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
 use uuid::Uuid;
 
 use crate::contract::TargetKey;
@@ -39,7 +38,7 @@ pub struct KeyQueue {
 pub type KeyBoard = BTreeMap<String, KeyQueue>;
 
 /// Why a queued attempt waits for one of its keys.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KeyWait {
     pub key: String,
     pub limit: u32,

@@ -144,9 +144,7 @@ async fn place_keyed(
         Some(last) if keys.len() as u32 >= KEYS_PER_ROUND => last.clone(),
         _ => String::new(),
     };
-    let board = store.key_board(&keys, now, KEY_DEPTH).await?;
-    let waiters = store.queued_by_id(&waiting_in(&board), now).await?;
-    let board = without_unplaceable(&board, &waiters, loaded);
+    let (mut board, waiters) = placeable_board(store, &keys, now, loaded).await?;
     let candidates = key_candidates(&board);
     if candidates.is_empty() {
         return Ok(Vec::new());
@@ -164,13 +162,27 @@ async fn place_keyed(
         .collect::<BTreeSet<_>>()
         .into_iter()
         .collect();
-    let mut board = board;
-    let more = store.key_board(&others, now, KEY_DEPTH).await?;
-    let more_waiters = store.queued_by_id(&waiting_in(&more), now).await?;
-    board.extend(without_unplaceable(&more, &more_waiters, loaded));
+    board.extend(placeable_board(store, &others, now, loaded).await?.0);
     let placed = place(&queued, loaded, &board);
     count_in(loaded, &placed);
     Ok(placed)
+}
+
+/// Who holds and who waits for `keys`, without the waiters no live
+/// instance could take, and the waiters as read.
+async fn placeable_board(
+    store: &Store,
+    keys: &[String],
+    now: i64,
+    loaded: &[LiveInstance],
+) -> Result<(KeyBoard, Vec<QueuedAttempt>), DispatcherError> {
+    let board = store.key_board(keys, now, KEY_DEPTH).await?;
+    let waiting = waiting_in(&board);
+    if waiting.is_empty() {
+        return Ok((board, Vec::new()));
+    }
+    let waiters = store.queued_by_id(&waiting, now).await?;
+    Ok((without_unplaceable(&board, &waiters, loaded), waiters))
 }
 
 /// Every attempt `board` lists as waiting.

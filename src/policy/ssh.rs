@@ -223,7 +223,7 @@ impl ArgSpec {
                 .then_some(())
                 .ok_or_else(|| format!("`{text}` is not one of {}", self.values.join(", "))),
             ArgKind::Hostname => {
-                if text.parse::<std::net::IpAddr>().is_ok() || is_dns_name(text) {
+                if is_host(text) {
                     Ok(())
                 } else {
                     Err(format!("`{text}` is not a host name or an address"))
@@ -265,6 +265,12 @@ fn anchored(pattern: &str) -> Result<regex::Regex, String> {
         .map_err(|error| format!("pattern `{pattern}`: {error}"))
 }
 
+/// An IP address or a DNS host name: what may be connected to, and never
+/// an option to the program that connects.
+pub fn is_host(text: &str) -> bool {
+    text.parse::<std::net::IpAddr>().is_ok() || is_dns_name(text)
+}
+
 /// RFC 1123 labels: letters, digits and inner hyphens (so never an option).
 fn is_dns_name(text: &str) -> bool {
     text.len() <= 253
@@ -304,7 +310,8 @@ fn has_control(text: &str) -> bool {
     text.chars().any(char::is_control)
 }
 
-fn is_user_name(text: &str) -> bool {
+/// A POSIX-style account name of at most 32 bytes, never an option.
+pub fn is_user_name(text: &str) -> bool {
     !text.is_empty()
         && text.len() <= 32
         && !text.starts_with('-')

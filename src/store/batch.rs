@@ -593,20 +593,21 @@ async fn place_created(
     let queued: Vec<QueuedAttempt> = events
         .iter()
         .filter_map(|event| match &event.body {
-            // An attempt with target keys waits its turn behind older ones
-            // on its keys: the placement task takes it, in arrival order.
+            // With its keys: the placer leaves an attempt that has any (no
+            // key was read here, so none is known to be free) to the
+            // placement task, which takes it in its turn on its keys.
             EventBody::Created {
                 spec,
                 available_at,
                 target_keys,
                 ..
-            } if *available_at <= now && target_keys.is_empty() => Some(QueuedAttempt {
+            } if *available_at <= now => Some(QueuedAttempt {
                 attempt_id: event.attempt_id,
                 runner_type: spec.operation.runner_type().as_str().to_owned(),
                 operation: spec.operation.as_str().to_owned(),
                 pool: spec.runner_requirements.pool.clone(),
                 capabilities: spec.runner_requirements.capabilities.clone(),
-                target_keys: Vec::new(),
+                target_keys: target_keys.clone(),
             }),
             _ => None,
         })

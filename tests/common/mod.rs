@@ -398,6 +398,7 @@ pub async fn drive_mixed(store: &Store, jobs: usize) -> usize {
     processed
 }
 
+pub mod bao;
 pub mod http;
 pub mod ingress;
 pub mod leases;

@@ -6,6 +6,7 @@ use super::{remote, SshConfig};
 use crate::contract::inputs::{OperationInputs, SshCommand};
 use crate::contract::results::{SshCommandResult, SshNodeResult};
 use crate::contract::{FailureCategory, Operation, RunnerType, Target};
+use crate::policy::ssh::{is_host, is_user_name};
 use crate::policy::{SshTemplate, Sudo};
 use crate::runner::tool::{self, StopCause, ToolCommand, Workdir};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
@@ -415,12 +416,7 @@ fn argv(
 fn node(index: usize, target: &Target) -> Result<Node, ExecutionOutcome> {
     let field = format!("targets[{index}]");
     let host = target.address.clone().unwrap_or_else(|| target.id.clone());
-    if host.is_empty()
-        || host.starts_with('-')
-        || !host
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '_'))
-    {
+    if !is_host(&host) {
         return Err(refuse(format!(
             "{field}.address: `{host}` is not a host name or an IP address"
         )));
@@ -458,15 +454,6 @@ fn node(index: usize, target: &Target) -> Result<Node, ExecutionOutcome> {
         port,
         host_key: format!("{} {}", words[0], words[1]),
     })
-}
-
-fn is_user_name(text: &str) -> bool {
-    !text.is_empty()
-        && text.len() <= 32
-        && !text.starts_with('-')
-        && text
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
 }
 
 /// The client's own words about why it failed, bounded, on one line.
