@@ -14,6 +14,7 @@ ensure_rust
 "$ROOT/scripts/openbao.sh"
 "$ROOT/scripts/garage.sh"
 "$ROOT/scripts/sshd.sh"
+"$ROOT/scripts/ansible.sh"
 
 # sqlx::test creates a fresh database per test from this server; every
 # Kafka test uses its own topic prefix.
@@ -23,6 +24,8 @@ export EXECPLANE_KAFKA_BROKERS="${EXECPLANE_KAFKA_BROKERS:-127.0.0.1:9092}"
 # The secrets tests administer OpenBao with the root token scripts/openbao.sh made.
 export EXECPLANE_TEST_VAULT_ADDR="${EXECPLANE_TEST_VAULT_ADDR:-http://127.0.0.1:8200}"
 export EXECPLANE_TEST_VAULT_TOKEN_FILE="${EXECPLANE_TEST_VAULT_TOKEN_FILE:-$STACK_DIR/openbao-root-token}"
+# The ansible runner's tests run the stack's ansible-core.
+export EXECPLANE_ANSIBLE_BIN_DIR="${EXECPLANE_ANSIBLE_BIN_DIR:-$STACK_DIR/ansible/bin}"
 
 log "checking formatting and lints"
 cargo fmt --all --check || die "cargo fmt --check: formatting differs (run cargo fmt)"

@@ -301,9 +301,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Runner { runner_type } => match runner_type.as_str() {
             "verification" => roles::run(&config, roles::Roles::VERIFICATION_RUNNER, false).await,
             "ssh" => roles::run(&config, roles::Roles::SSH_RUNNER, false).await,
+            "ansible" => roles::run(&config, roles::Roles::ANSIBLE_RUNNER, false).await,
             other => {
                 eprintln!(
-                    "error: no runner `{other}` in this build (available: verification, ssh)"
+                    "error: no runner `{other}` in this build (available: verification, ssh, ansible)"
                 );
                 Ok(ExitCode::from(2))
             }

@@ -134,6 +134,23 @@ impl Default for RunnerSettings {
     }
 }
 
+/// The ansible runner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AnsibleSettings {
+    /// `EXECPLANE_ANSIBLE_BIN_DIR`: where `ansible-playbook` and
+    /// `ansible-inventory` are (ansible-core's scripts, e.g. a virtualenv's
+    /// `bin`).
+    pub bin_dir: String,
+}
+
+impl Default for AnsibleSettings {
+    fn default() -> Self {
+        Self {
+            bin_dir: "/usr/bin".into(),
+        }
+    }
+}
+
 /// The ssh runner.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SshSettings {
@@ -141,6 +158,8 @@ pub struct SshSettings {
     pub client: String,
     /// `EXECPLANE_SSH_CONNECT_TIMEOUT`: the longest one connection may take.
     pub connect_timeout: DurationMs,
+    /// `EXECPLANE_SFTP_CLIENT`: the OpenSSH sftp client file transfers use.
+    pub sftp_client: String,
 }
 
 impl Default for SshSettings {
@@ -148,6 +167,7 @@ impl Default for SshSettings {
         Self {
             client: "/usr/bin/ssh".into(),
             connect_timeout: DurationMs::from_secs(10),
+            sftp_client: "/usr/bin/sftp".into(),
         }
     }
 }
@@ -352,6 +372,7 @@ pub struct Config {
     pub runner: RunnerSettings,
     pub verification: VerificationSettings,
     pub ssh: SshSettings,
+    pub ansible: AnsibleSettings,
     pub policy: PolicySettings,
     pub ingress: IngressSettings,
     pub artifacts: ArtifactSettings,
@@ -503,6 +524,8 @@ settings! {
     "EXECPLANE_VERIFY_PROBE_DIR" => verification.probe_dir;
     "EXECPLANE_SSH_CLIENT" => ssh.client;
     "EXECPLANE_SSH_CONNECT_TIMEOUT" => ssh.connect_timeout;
+    "EXECPLANE_SFTP_CLIENT" => ssh.sftp_client;
+    "EXECPLANE_ANSIBLE_BIN_DIR" => ansible.bin_dir;
     "EXECPLANE_POLICY_FILE" ["EXECPLANE_POLICY"] => policy.file;
     "EXECPLANE_METRICS_ADDR" => telemetry.metrics_addr;
     "EXECPLANE_INGRESS_KEY" ["PLUGIN_CONTROL_PLANE_KEY"] => ingress.key;
@@ -938,6 +961,15 @@ impl Config {
     pub fn ssh(&self) -> crate::runners::ssh::SshConfig {
         crate::runners::ssh::SshConfig {
             client: self.ssh.client.trim().into(),
+            connect_timeout: self.ssh.connect_timeout.as_std(),
+            sftp_client: self.ssh.sftp_client.trim().into(),
+            policy: self.policy.loaded.clone(),
+        }
+    }
+
+    pub fn ansible(&self) -> crate::runners::ansible::AnsibleConfig {
+        crate::runners::ansible::AnsibleConfig {
+            bin_dir: self.ansible.bin_dir.trim().into(),
             connect_timeout: self.ssh.connect_timeout.as_std(),
             policy: self.policy.loaded.clone(),
         }

@@ -2,5 +2,6 @@
 //! sets), `service` (the executor: one operation in, a typed outcome out) and
 //! the operation-specific modules it needs.
 
+pub mod ansible;
 pub mod ssh;
 pub mod verification;

@@ -397,8 +397,8 @@ async fn cancelling_a_running_probe_stops_it_and_a_queued_attempt_is_cancelled_a
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn timeouts_fire_schedule_to_start_start_to_close_and_heartbeat(pool: PgPool) {
     let mut pipeline = Pipeline::new(&pool).await;
-    // A policy that lets team-a use the `uptime` ssh template, so the ssh
-    // job below gets past the operator's policy to the catalog.
+    // A policy that approves team-a's opentofu module, so the opentofu job
+    // below gets past the operator's policy to the catalog.
     pipeline.with_example_policy();
     let (_, _, runners) = pipeline.start_roles(1);
     pipeline.wait_runners(1).await;
@@ -411,11 +411,11 @@ async fn timeouts_fire_schedule_to_start_start_to_close_and_heartbeat(pool: PgPo
             "runner_requirements": {"pool": {"zone": "nowhere"}}
         }),
     );
-    // No runner of this release runs ssh.system.fact.collect: refused at once,
+    // No runner of this release runs opentofu.output: refused at once,
     // not left to wait for schedule_to_start (an hour here).
     let unimplemented = job(
-        "ssh.system.fact.collect",
-        json!({"template_id": "uptime"}),
+        "opentofu.output",
+        json!({"package": {"name": "network", "version": "1.0.0", "digest": format!("sha256:{}", "2".repeat(64))}}),
         json!({"timeouts": {"schedule_to_start": "1h", "start_to_close": "30s", "heartbeat": "2s", "schedule_to_close": "2h"}}),
     );
     pipeline.submit(&unimplemented).await;
@@ -430,7 +430,7 @@ async fn timeouts_fire_schedule_to_start_start_to_close_and_heartbeat(pool: PgPo
         .await
         .unwrap();
     assert!(
-        why.contains("`ssh.system.fact.collect` is not implemented"),
+        why.contains("`opentofu.output` is not implemented"),
         "{why}"
     );
     // A hung probe.

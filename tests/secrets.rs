@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use common::bao::Bao;
 use common::http::Server;
+use common::leaks::{find_leak, leaks, records_until_now};
 use common::pipeline::{job, Pipeline};
 use execplane::codec::{Codec, Family, LogChunkRecord, LogStream};
 use execplane::config::Secret;
 use execplane::contract::{topics, FailureCategory, RunnerType, SecretRef};
-use execplane::secrets::mask::forms_of;
 use execplane::secrets::{SecretError, Vault, VaultAuth, VaultSettings};
 use rdkafka::message::Headers;
 use rdkafka::Message;
@@ -223,72 +223,6 @@ async fn token_and_approle_credentials_are_renewed_before_they_expire() {
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     shutdown.cancel();
-}
-
-/// Every record of a topic up to its high watermarks as of now (presence
-/// never goes quiet, so "until quiet" would never end).
-async fn records_until_now(
-    pipeline: &Pipeline,
-    topic: &str,
-) -> Vec<rdkafka::message::OwnedMessage> {
-    use rdkafka::consumer::{Consumer, StreamConsumer};
-    let topic = pipeline.kafka.topic(topic);
-    let consumer: StreamConsumer = pipeline.kafka.assigned_consumer().unwrap();
-    let partitions = execplane::kafka::partition_count(&consumer, &topic).unwrap();
-    let mut list = rdkafka::TopicPartitionList::new();
-    let mut remaining = std::collections::HashMap::new();
-    for partition in 0..partitions {
-        let (low, high) = consumer
-            .fetch_watermarks(&topic, partition, Duration::from_secs(5))
-            .unwrap();
-        if high > low {
-            list.add_partition_offset(&topic, partition, rdkafka::Offset::Offset(low))
-                .unwrap();
-            remaining.insert(partition, high);
-        }
-    }
-    let mut messages = Vec::new();
-    if remaining.is_empty() {
-        return messages;
-    }
-    consumer.assign(&list).unwrap();
-    while !remaining.is_empty() {
-        let message = tokio::time::timeout(WAIT, consumer.recv())
-            .await
-            .expect("records up to the watermark arrive")
-            .unwrap();
-        if let Some(high) = remaining.get(&message.partition()) {
-            if message.offset() + 1 >= *high {
-                remaining.remove(&message.partition());
-            }
-        }
-        messages.push(message.detach());
-    }
-    messages
-}
-
-/// Every form of `value`, and the halves the job split it into.
-fn leaks(value: &str) -> Vec<String> {
-    let mut needles = forms_of(value);
-    let middle = value
-        .char_indices()
-        .nth(value.chars().count() / 2)
-        .unwrap()
-        .0;
-    needles.push(value[..middle].to_owned());
-    needles.push(value[middle..].to_owned());
-    needles
-}
-
-fn find_leak(haystack: &[u8], needles: &[String]) -> Option<String> {
-    needles
-        .iter()
-        .find(|needle| {
-            haystack
-                .windows(needle.len())
-                .any(|window| window == needle.as_bytes())
-        })
-        .cloned()
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]

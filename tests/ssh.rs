@@ -50,7 +50,7 @@ tenants:
     operations: ["ssh.*"]
     secret_prefixes: ["secret/team-a/"]
     ssh:
-      templates: [argv, fail, id-root, sudo-true, id-plain, sleeper, sleeper-root]
+      templates: [argv, fail, id-root, sudo-true, id-plain, sleeper, sleeper-root, upload, download, restart-demo, restart-nostatus, facts]
       nodes: ["127.0.0.1", "localhost"]
 ssh_templates:
   argv:
@@ -79,8 +79,68 @@ ssh_templates:
     args:
       - {{name: seconds, type: int, min: 1, max: 600}}
     sudo: {{as: root}}
+  upload:
+    program: /usr/lib/openssh/sftp-server
+    args:
+      - {{name: destination, type: path, root: "{dir}/drop"}}
+  download:
+    program: /usr/lib/openssh/sftp-server
+    fixed_args: ["-R"]
+    args:
+      - {{name: path, type: path, root: "{dir}/drop"}}
+  restart-demo:
+    program: {dir}/svc.sh
+    fixed_args: [restart]
+    status_args: [status]
+    args:
+      - {{name: service, type: enum, values: [demo, broken]}}
+  restart-nostatus:
+    program: {dir}/svc.sh
+    fixed_args: [restart]
+    args:
+      - {{name: service, type: enum, values: [demo]}}
+  facts:
+    program: /bin/uname
+    args:
+      - {{name: facts, type: enum, values: [hostname, kernel, os, arch], required: false}}
 "#,
         dir = dir.display()
+    )
+}
+
+/// A service supervisor of the test's own: `restart NAME` (re)starts a
+/// detached `sleep` and counts the restart; `status NAME` says whether it
+/// runs (exit 0) or not (exit 3). The service `broken` dies at once.
+const SERVICE: &str = r#"#!/bin/sh
+dir="$(dirname "$0")/svc"; name="$2"; pidfile="$dir/$name.pid"
+case "$1" in
+restart)
+  [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null
+  if [ "$name" = broken ]; then seconds=0; else seconds=931; fi
+  setsid /bin/sleep "$seconds" </dev/null >/dev/null 2>&1 &
+  echo $! > "$pidfile"
+  echo restarted >> "$dir/$name.restarts"
+  sleep 0.3 ;;
+status)
+  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    echo "$name active (pid $(cat "$pidfile"))"; exit 0
+  fi
+  echo "$name inactive"; exit 3 ;;
+esac
+"#;
+
+/// A JobSpec of `operation` on the local node with the test user's login.
+fn ssh_operation(operation: &str, mut inputs: Value) -> JobSpec {
+    inputs["user"] = json!("exectest");
+    inputs["private_key"] = json!({"$secret": "ssh_key"});
+    job(
+        operation,
+        inputs,
+        json!({
+            "targets": [local_node()],
+            "secret_refs": [{"name": "ssh_key", "mount": "secret", "path": "team-a/ssh", "key": "private_key"}],
+            "retry": {"max_attempts": 1}
+        }),
     )
 }
 
@@ -142,6 +202,13 @@ async fn ssh_pipeline(pool: &PgPool) -> Pipeline {
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
     std::fs::set_permissions(dir.join("out"), std::fs::Permissions::from_mode(0o777)).unwrap();
+    // Where uploads go, and a service under a supervisor of the test's own.
+    for sub in ["drop", "svc"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+        std::fs::set_permissions(dir.join(sub), std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    std::fs::write(dir.join("svc.sh"), SERVICE).unwrap();
+    std::fs::set_permissions(dir.join("svc.sh"), std::fs::Permissions::from_mode(0o755)).unwrap();
     let policy_file = dir.join("policy.yaml");
     std::fs::write(&policy_file, policy(&dir)).unwrap();
     pipeline.set_env("EXECPLANE_POLICY_FILE", policy_file.to_str().unwrap());
@@ -378,4 +445,167 @@ async fn non_idempotent_commands_on_one_node_never_overlap(pool: PgPool) {
     );
     assert!(by_key.values().all(|held| held.len() == 10), "{by_key:?}");
     leases::assert_serial_per_key_parallel_across(&mut by_key, "node:127.0.0.1", "node:localhost");
+}
+
+/// `execplane artifacts put` into the pipeline's artifact storage: the
+/// `sha256:` reference.
+fn put_artifact(pipeline: &Pipeline, pool: &PgPool, name: &str, bytes: &[u8]) -> String {
+    let file = pipeline.dir.join(name);
+    std::fs::write(&file, bytes).unwrap();
+    let storage = pipeline.dir.join("artifacts");
+    let put = common::execplane_with(
+        pool,
+        &["artifacts", "put", file.to_str().unwrap()],
+        &[("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap())],
+    );
+    assert!(put.status.success(), "{put:?}");
+    String::from_utf8(put.stdout).unwrap().trim().to_owned()
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn files_go_up_and_come_back_the_same_and_services_and_facts_report_evidence(pool: PgPool) {
+    use std::os::unix::fs::PermissionsExt;
+    let pipeline = ssh_pipeline(&pool).await;
+    let drop = pipeline.dir.join("drop");
+    // Binary, every byte value, larger than one SFTP packet.
+    let bytes: Vec<u8> = (0..200_000_u32).map(|i| (i * 7 % 256) as u8).collect();
+    let reference = put_artifact(&pipeline, &pool, "payload.bin", &bytes);
+    let destination = drop.join("payload.bin");
+    let spec = ssh_operation(
+        "ssh.file.upload",
+        json!({"template_id": "upload", "source_artifact": reference,
+               "destination": destination, "mode": "0640"}),
+    );
+    pipeline.submit(&spec).await;
+    let (status, category, message, result) = ended(&pipeline, &pool, &spec).await;
+    assert_eq!(status, "succeeded", "{category:?} {message} {result}");
+    assert_eq!(std::fs::read(&destination).unwrap(), bytes);
+    let mode = std::fs::metadata(&destination)
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o7777, 0o640);
+    assert_eq!(result["nodes"][0]["sha256"], reference, "{result}");
+    assert_eq!(result["nodes"][0]["size"], bytes.len());
+    // No temporary file left beside it.
+    assert_eq!(std::fs::read_dir(&drop).unwrap().count(), 1);
+
+    let spec = ssh_operation(
+        "ssh.file.download",
+        json!({"template_id": "download", "path": destination}),
+    );
+    pipeline.submit(&spec).await;
+    let (status, category, message, result) = ended(&pipeline, &pool, &spec).await;
+    assert_eq!(status, "succeeded", "{category:?} {message} {result}");
+    assert_eq!(result["nodes"][0]["sha256"], reference, "{result}");
+    assert_eq!(result["nodes"][0]["artifact"], "download-1");
+    let attempt = pipeline.attempts(&spec.job_id).await[0].0;
+    let digest = reference.trim_start_matches("sha256:");
+    let stored = pipeline
+        .dir
+        .join(format!("artifacts/outputs/{attempt}/{digest}/download-1"));
+    assert_eq!(
+        std::fs::read(&stored).unwrap(),
+        bytes,
+        "{}",
+        stored.display()
+    );
+
+    // Outside the template's root, by traversal or plainly: refused at
+    // intake, nothing written.
+    for outside in [
+        format!("{}/../escaped.bin", drop.display()),
+        "/tmp/escaped.bin".to_owned(),
+    ] {
+        let spec = ssh_operation(
+            "ssh.file.upload",
+            json!({"template_id": "upload", "source_artifact": reference, "destination": outside}),
+        );
+        pipeline.submit(&spec).await;
+        let (status, category, message, _) = ended(&pipeline, &pool, &spec).await;
+        assert_eq!(
+            (status.as_str(), category.as_deref()),
+            ("rejected", Some("policy")),
+            "{outside}: {message}"
+        );
+        assert!(message.contains("destination"), "{message}");
+    }
+    assert!(!pipeline.dir.join("escaped.bin").exists());
+    assert!(!std::path::Path::new("/tmp/escaped.bin").exists());
+    // A mode with the setuid bit is refused by the runner before it connects.
+    let spec = ssh_operation(
+        "ssh.file.upload",
+        json!({"template_id": "upload", "source_artifact": reference,
+               "destination": drop.join("suid.bin"), "mode": "4755"}),
+    );
+    pipeline.submit(&spec).await;
+    let (status, category, message, _) = ended(&pipeline, &pool, &spec).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("contract")),
+        "{message}"
+    );
+    assert!(!drop.join("suid.bin").exists());
+
+    // A restart, with the status as its evidence.
+    let spec = ssh_operation(
+        "ssh.service.restart",
+        json!({"template_id": "restart-demo", "service": "demo"}),
+    );
+    pipeline.submit(&spec).await;
+    let (status, category, message, result) = ended(&pipeline, &pool, &spec).await;
+    assert_eq!(status, "succeeded", "{category:?} {message} {result}");
+    let node = &result["nodes"][0];
+    assert_eq!(node["restart_exit_code"], 0, "{result}");
+    assert_eq!(node["active"], true);
+    let pid = std::fs::read_to_string(pipeline.dir.join("svc/demo.pid")).unwrap();
+    assert_eq!(node["status"], format!("demo active (pid {})", pid.trim()));
+    assert_eq!(result["status_argv"][1], "status");
+    // A service that does not stay up: restarted, not active, a runner error.
+    let spec = ssh_operation(
+        "ssh.service.restart",
+        json!({"template_id": "restart-demo", "service": "broken"}),
+    );
+    pipeline.submit(&spec).await;
+    let (status, category, message, result) = ended(&pipeline, &pool, &spec).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("runner_error")),
+        "{message}"
+    );
+    assert_eq!(result["nodes"][0]["status"], "broken inactive", "{result}");
+    // A template without a status command cannot report one: refused.
+    let spec = ssh_operation(
+        "ssh.service.restart",
+        json!({"template_id": "restart-nostatus", "service": "demo"}),
+    );
+    pipeline.submit(&spec).await;
+    let (status, category, message, _) = ended(&pipeline, &pool, &spec).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("policy")),
+        "{message}"
+    );
+    let _ = std::process::Command::new("kill").arg(pid.trim()).status();
+
+    // The node's facts: this host's name and kernel.
+    let spec = ssh_operation(
+        "ssh.system.fact.collect",
+        json!({"template_id": "facts", "facts": ["hostname", "kernel"]}),
+    );
+    pipeline.submit(&spec).await;
+    let (status, category, message, result) = ended(&pipeline, &pool, &spec).await;
+    assert_eq!(status, "succeeded", "{category:?} {message} {result}");
+    let uname = |flag: &str| {
+        let out = std::process::Command::new("uname")
+            .arg(flag)
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap().trim().to_owned()
+    };
+    let facts = &result["nodes"][0]["facts"];
+    assert_eq!(
+        facts,
+        &json!({"hostname": uname("-n"), "kernel": uname("-r")})
+    );
 }

@@ -24,6 +24,7 @@ pub struct Roles {
     pub relay: bool,
     pub verification_runner: bool,
     pub ssh_runner: bool,
+    pub ansible_runner: bool,
     pub ingress: bool,
     pub artifact_worker: bool,
 }
@@ -34,6 +35,7 @@ impl Roles {
         relay: false,
         verification_runner: false,
         ssh_runner: false,
+        ansible_runner: false,
         ingress: false,
         artifact_worker: false,
     };
@@ -53,6 +55,10 @@ impl Roles {
         ssh_runner: true,
         ..Self::NONE
     };
+    pub const ANSIBLE_RUNNER: Roles = Roles {
+        ansible_runner: true,
+        ..Self::NONE
+    };
     pub const INGRESS: Roles = Roles {
         ingress: true,
         ..Self::NONE
@@ -69,6 +75,7 @@ impl Roles {
             relay: true,
             verification_runner: true,
             ssh_runner: true,
+            ansible_runner: true,
             ingress: !config.ingress.key.is_empty() || !config.ingress.api_key.is_empty(),
             artifact_worker: true,
         }
@@ -245,7 +252,7 @@ async fn spawn_runners(
     stop: &CancellationToken,
 ) -> anyhow::Result<Tasks> {
     let mut runners = Tasks::new();
-    if !roles.verification_runner && !roles.ssh_runner {
+    if !roles.verification_runner && !roles.ssh_runner && !roles.ansible_runner {
         return Ok(runners);
     }
     let mut settings = config.runner();
@@ -271,6 +278,19 @@ async fn spawn_runners(
     }
     if roles.ssh_runner {
         let executor = Arc::new(crate::runners::ssh::SshRunner::new(config.ssh()));
+        let task = crate::runner::run_instance(
+            kafka.clone(),
+            settings.clone(),
+            executor,
+            stop.clone(),
+            None,
+        );
+        runners.spawn(async move { task.await.map_err(anyhow::Error::from) });
+    }
+    if roles.ansible_runner {
+        let executor = Arc::new(crate::runners::ansible::AnsibleRunner::new(
+            config.ansible(),
+        ));
         let task =
             crate::runner::run_instance(kafka.clone(), settings, executor, stop.clone(), None);
         runners.spawn(async move { task.await.map_err(anyhow::Error::from) });

@@ -48,6 +48,13 @@ pub struct AnsiblePlaybook {
     pub limit: Option<String>,
     #[serde(default)]
     pub tags: Vec<String>,
+    /// The account on the nodes (required to connect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// A `{"$secret": ...}` reference to its OpenSSH private key (required
+    /// to connect; a literal is refused by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<Value>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -59,6 +66,13 @@ pub struct AnsibleRole {
     pub inventory: Option<InventoryRef>,
     #[serde(default)]
     pub vars: Vars,
+    /// The account on the nodes (required to connect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// A `{"$secret": ...}` reference to its OpenSSH private key (required
+    /// to connect; a literal is refused by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<Value>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -67,6 +81,13 @@ pub struct AnsibleInventoryValidate {
     pub inventory: InventoryRef,
     #[serde(default)]
     pub package: Option<PackageRef>,
+    /// The account on the nodes (required to connect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// A `{"$secret": ...}` reference to its OpenSSH private key (required
+    /// to connect; a literal is refused by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<Value>,
 }
 
 /// A cluster by name; its credentials come only from Vault.

@@ -91,10 +91,10 @@ macro_rules! operations {
 }
 
 operations! {
-    AnsiblePlaybookRun => "ansible.playbook.run", Ansible, idempotent = false, implemented = false;
-    AnsibleRoleRun => "ansible.role.run", Ansible, idempotent = false, implemented = false;
-    AnsibleInventoryValidate => "ansible.inventory.validate", Ansible, idempotent = true, implemented = false;
-    AnsibleCheckModeRun => "ansible.check_mode.run", Ansible, idempotent = true, implemented = false;
+    AnsiblePlaybookRun => "ansible.playbook.run", Ansible, idempotent = false, implemented = true;
+    AnsibleRoleRun => "ansible.role.run", Ansible, idempotent = false, implemented = true;
+    AnsibleInventoryValidate => "ansible.inventory.validate", Ansible, idempotent = true, implemented = true;
+    AnsibleCheckModeRun => "ansible.check_mode.run", Ansible, idempotent = true, implemented = true;
     KubernetesManifestApply => "kubernetes.manifest.apply", Kubernetes, idempotent = false, implemented = false;
     KubernetesManifestDelete => "kubernetes.manifest.delete", Kubernetes, idempotent = false, implemented = false;
     KubernetesWait => "kubernetes.wait", Kubernetes, idempotent = true, implemented = false;
@@ -113,10 +113,10 @@ operations! {
     OpentofuOutput => "opentofu.output", Opentofu, idempotent = true, implemented = false;
     OpentofuStateInspect => "opentofu.state.inspect", Opentofu, idempotent = true, implemented = false;
     SshCommandRun => "ssh.command.run", Ssh, idempotent = false, implemented = true;
-    SshFileUpload => "ssh.file.upload", Ssh, idempotent = false, implemented = false;
-    SshFileDownload => "ssh.file.download", Ssh, idempotent = true, implemented = false;
-    SshServiceRestart => "ssh.service.restart", Ssh, idempotent = false, implemented = false;
-    SshSystemFactCollect => "ssh.system.fact.collect", Ssh, idempotent = true, implemented = false;
+    SshFileUpload => "ssh.file.upload", Ssh, idempotent = false, implemented = true;
+    SshFileDownload => "ssh.file.download", Ssh, idempotent = true, implemented = true;
+    SshServiceRestart => "ssh.service.restart", Ssh, idempotent = false, implemented = true;
+    SshSystemFactCollect => "ssh.system.fact.collect", Ssh, idempotent = true, implemented = true;
     VerifyHttpEndpoint => "verify.http.endpoint", Verification, idempotent = true, implemented = true;
     VerifyTcpConnect => "verify.tcp.connect", Verification, idempotent = true, implemented = true;
     VerifyKubernetesCondition => "verify.kubernetes.condition", Verification, idempotent = true, implemented = false;

@@ -77,6 +77,161 @@ pub struct SshNodeResult {
     pub error: Option<String>,
 }
 
+/// The result of `ssh.file.upload` and `ssh.file.download`: the file on
+/// the nodes, and on each the bytes moved.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshTransferResult {
+    pub template_id: String,
+    /// The file on the nodes.
+    pub path: String,
+    /// The user the node's SFTP server ran as through sudo; `None`: no sudo.
+    pub sudo_as: Option<String>,
+    pub nodes: Vec<SshTransferNode>,
+}
+
+/// One node's transfer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshTransferNode {
+    pub target: String,
+    pub destination: String,
+    /// `sha256:<hex>` of the bytes sent (upload) or received (download).
+    pub sha256: Option<String>,
+    pub size: Option<u64>,
+    /// Upload: the mode the file was given (`0644`).
+    pub mode: Option<String>,
+    /// Download: the attempt's output holding the bytes (masked when they
+    /// held a secret the attempt resolved, so its digest then differs).
+    pub artifact: Option<String>,
+    pub duration_ms: u64,
+    pub error: Option<String>,
+}
+
+/// The result of `ssh.service.restart`: the restart, then the status the
+/// template's status command reported, on each node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshServiceResult {
+    pub template_id: String,
+    pub service: String,
+    pub sudo_as: Option<String>,
+    /// The restart command as the node received it.
+    pub argv: Vec<String>,
+    /// The status command as the node received it.
+    pub status_argv: Vec<String>,
+    pub nodes: Vec<SshServiceNode>,
+}
+
+/// One node's restart and status.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshServiceNode {
+    pub target: String,
+    pub destination: String,
+    pub restart_exit_code: Option<i32>,
+    pub status_exit_code: Option<i32>,
+    /// The status command's output (its first 4 KiB), the evidence.
+    pub status: Option<String>,
+    /// The status command exited 0.
+    pub active: bool,
+    pub duration_ms: u64,
+    pub error: Option<String>,
+}
+
+/// The result of `ssh.system.fact.collect`: the facts of each node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshFactsResult {
+    pub template_id: String,
+    pub nodes: Vec<SshFactsNode>,
+}
+
+/// One node's facts: `hostname`, `kernel` (the release), `os` (the kernel
+/// name), `arch` (the machine), those asked for.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshFactsNode {
+    pub target: String,
+    pub destination: String,
+    pub facts: std::collections::BTreeMap<String, String>,
+    pub duration_ms: u64,
+    pub error: Option<String>,
+}
+
+/// The result of every `ansible.*` operation: how ansible-playbook ended,
+/// the recap of each host, who changed and who failed, the facts the run
+/// set, the assertions it verified, and the event stream's artifact.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnsibleResult {
+    pub operation: String,
+    /// `sha256:<hex>` of the package run from (none for a validation
+    /// without one).
+    pub package: Option<String>,
+    pub playbook: Option<String>,
+    pub role: Option<String>,
+    /// Ran with `--check`: nothing was changed on the hosts.
+    pub check_mode: bool,
+    /// ansible-playbook's exit code (`None`: it did not exit).
+    pub exit_code: Option<i32>,
+    /// The play recap, by host.
+    pub recap: std::collections::BTreeMap<String, HostRecap>,
+    /// Hosts with at least one change (in check mode: that would change).
+    pub changed_hosts: Vec<String>,
+    /// Hosts with at least one failed task.
+    pub failed_hosts: Vec<String>,
+    pub unreachable_hosts: Vec<String>,
+    /// Per host, the facts `set_fact` set and a few gathered ones
+    /// (`ansible_hostname`, `ansible_kernel`, ...).
+    pub facts: std::collections::BTreeMap<String, std::collections::BTreeMap<String, Value>>,
+    /// Verified postconditions: each `assert` task's outcome on each host,
+    /// with the line of the event stream that records it.
+    pub evidence: Vec<AnsibleEvidence>,
+    /// The attempt's output holding the event stream (JSON lines).
+    pub events_artifact: Option<String>,
+    /// Tasks started.
+    pub tasks: u32,
+    /// `ansible.inventory.validate`: the inventory as ansible read it.
+    pub inventory: Option<InventoryReport>,
+    /// `ansible.inventory.validate`: what is wrong with it, each naming
+    /// its group or host.
+    pub problems: Vec<String>,
+}
+
+/// One host's line of the play recap.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostRecap {
+    pub ok: u32,
+    pub changed: u32,
+    pub failed: u32,
+    pub unreachable: u32,
+    pub skipped: u32,
+    pub rescued: u32,
+    pub ignored: u32,
+}
+
+/// One verified postcondition.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnsibleEvidence {
+    pub host: String,
+    pub task: String,
+    pub passed: bool,
+    /// The line (from 1) of the event stream artifact.
+    pub event_line: u64,
+}
+
+/// An inventory as ansible read it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InventoryReport {
+    pub hosts: Vec<String>,
+    /// Each group's hosts (through its children too).
+    pub groups: std::collections::BTreeMap<String, Vec<String>>,
+}
+
 /// Whether `result` is a result of `operation`; the problem when it is not.
 /// Operations whose runner has not landed have no documented result yet.
 pub fn check_result(operation: Operation, result: &Value) -> Result<(), String> {
@@ -98,13 +253,24 @@ pub fn check_result(operation: Operation, result: &Value) -> Result<(), String> 
             }
             Ok(())
         }
-        RunnerType::Ssh if operation == Operation::SshCommandRun => {
-            serde_path_to_error::deserialize::<_, SshCommandResult>(result)
-                .map(drop)
-                .map_err(|error| format!("{}: {}", error.path(), error.inner()))
-        }
+        RunnerType::Ssh => match operation {
+            Operation::SshCommandRun => shaped::<SshCommandResult>(result),
+            Operation::SshFileUpload | Operation::SshFileDownload => {
+                shaped::<SshTransferResult>(result)
+            }
+            Operation::SshServiceRestart => shaped::<SshServiceResult>(result),
+            _ => shaped::<SshFactsResult>(result),
+        },
+        RunnerType::Ansible => shaped::<AnsibleResult>(result),
         _ => Ok(()),
     }
+}
+
+/// Whether `result` reads as a `T`; the path and reason when it does not.
+fn shaped<T: serde::de::DeserializeOwned>(result: &Value) -> Result<(), String> {
+    serde_path_to_error::deserialize::<_, T>(result)
+        .map(drop)
+        .map_err(|error| format!("{}: {}", error.path(), error.inner()))
 }
 
 #[cfg(test)]

@@ -400,7 +400,12 @@ impl Check<'_> {
             | I::VerifyPostgresReady(_)
             | I::VerifyCustomProbe(_) => {}
         }
-        if self.spec.operation.runner_type() == crate::contract::RunnerType::Ssh {
+        // The nodes a tenant may reach bound ansible's targets too: they
+        // are the only hosts its inventories may connect to.
+        if matches!(
+            self.spec.operation.runner_type(),
+            crate::contract::RunnerType::Ssh | crate::contract::RunnerType::Ansible
+        ) {
             self.ssh_nodes();
         }
     }

@@ -20,6 +20,12 @@ pub struct SshTemplate {
     /// Fixed arguments before the typed ones (`["-h"]`).
     #[serde(default)]
     pub fixed_args: Vec<String>,
+    /// A service template's status query: the fixed arguments that replace
+    /// `fixed_args` for the command `ssh.service.restart` runs after the
+    /// restart (`["is-active"]` for `systemctl`). Its output and exit code
+    /// are the restart's evidence.
+    #[serde(default)]
+    pub status_args: Vec<String>,
     /// The arguments a JobSpec may give, in the order they are passed.
     #[serde(default)]
     pub args: Vec<ArgSpec>,
@@ -308,6 +314,26 @@ fn is_clean_absolute(text: &str) -> bool {
 
 fn has_control(text: &str) -> bool {
     text.chars().any(char::is_control)
+}
+
+/// Key types a node binding's `host_key` may have.
+pub const HOST_KEY_TYPES: [&str; 6] = [
+    "ssh-ed25519",
+    "ecdsa-sha2-nistp256",
+    "ecdsa-sha2-nistp384",
+    "ecdsa-sha2-nistp521",
+    "rsa-sha2-512",
+    "ssh-rsa",
+];
+
+/// A node binding's `host_key` (`<type> <base64> [comment]`) as the
+/// `<type> <base64>` a known_hosts line takes; `None` when it is not one.
+pub fn known_host_key(text: &str) -> Option<String> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let valid = matches!(words.as_slice(), [kind, blob] | [kind, blob, _]
+        if HOST_KEY_TYPES.contains(kind)
+            && blob.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=')));
+    valid.then(|| format!("{} {}", words[0], words[1]))
 }
 
 /// A POSIX-style account name of at most 32 bytes, never an option.

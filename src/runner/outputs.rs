@@ -153,6 +153,7 @@ impl Outputs {
 pub fn media_type_of(name: &str) -> &'static str {
     match name.rsplit_once('.').map(|(_, extension)| extension) {
         Some("json") => "application/json",
+        Some("jsonl") => "application/jsonl",
         Some("yaml" | "yml") => "application/yaml",
         Some("txt" | "log" | "ini" | "cfg") => "text/plain; charset=utf-8",
         Some("tar") => "application/x-tar",

@@ -223,6 +223,7 @@ pub struct ToolCommand {
     args: Vec<OsString>,
     env: Vec<(String, String)>,
     hold_stdin: bool,
+    capture: usize,
 }
 
 impl ToolCommand {
@@ -232,7 +233,18 @@ impl ToolCommand {
             args: Vec::new(),
             env: Vec::new(),
             hold_stdin: false,
+            capture: 0,
         }
+    }
+
+    /// Also keeps the first `limit` bytes of stdout and of stderr, as read
+    /// (before masking), in [`ToolExit::stdout`] and [`ToolExit::stderr`]:
+    /// what a runner parses (facts, a status, its client's diagnostics).
+    /// They are still logged as they come. Whatever the runner puts in its
+    /// report from them is masked there, as every report is.
+    pub fn capture(mut self, limit: usize) -> Self {
+        self.capture = limit;
+        self
     }
 
     /// The tool's stdin: a pipe that reaches end of file only when its
@@ -297,6 +309,10 @@ pub struct ToolExit {
     /// Output bytes read but not logged (over the tool's output bound).
     pub output_dropped: u64,
     pub duration_ms: u64,
+    /// The first bytes of stdout, when [`ToolCommand::capture`] asked.
+    pub stdout: Vec<u8>,
+    /// The first bytes of stderr, when [`ToolCommand::capture`] asked.
+    pub stderr: Vec<u8>,
 }
 
 impl ToolExit {
@@ -352,6 +368,7 @@ pub async fn run(
             source,
         })?;
     let budget = std::sync::Arc::new(OutputBudget::new(settings.max_output_bytes));
+    let captures = [Capture::new(command.capture), Capture::new(command.capture)];
     let pumps = [
         child.stdout.take().map(|out| {
             tokio::spawn(pump(
@@ -359,6 +376,7 @@ pub async fn run(
                 LogStream::Stdout,
                 context.clone(),
                 budget.clone(),
+                captures[0].clone(),
             ))
         }),
         child.stderr.take().map(|err| {
@@ -367,6 +385,7 @@ pub async fn run(
                 LogStream::Stderr,
                 context.clone(),
                 budget.clone(),
+                captures[1].clone(),
             ))
         }),
     ];
@@ -383,7 +402,46 @@ pub async fn run(
         killed,
         output_dropped: budget.dropped(),
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        stdout: captures[0].taken(),
+        stderr: captures[1].taken(),
     })
+}
+
+/// The first bytes of one stream, kept for the runner.
+#[derive(Clone)]
+struct Capture {
+    limit: usize,
+    bytes: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Capture {
+    fn new(limit: usize) -> Self {
+        Self {
+            limit,
+            bytes: std::sync::Arc::default(),
+        }
+    }
+
+    fn keep(&self, read: &[u8]) {
+        if self.limit == 0 {
+            return;
+        }
+        let mut bytes = self
+            .bytes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let room = self.limit.saturating_sub(bytes.len());
+        bytes.extend_from_slice(&read[..room.min(read.len())]);
+    }
+
+    fn taken(&self) -> Vec<u8> {
+        std::mem::take(
+            &mut *self
+                .bytes
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        )
+    }
 }
 
 /// Waits for the supervisor; on cancel or at the deadline orders SIGINT,
@@ -493,6 +551,7 @@ async fn pump(
     stream: LogStream,
     context: ExecutionContext,
     budget: std::sync::Arc<OutputBudget>,
+    capture: Capture,
 ) {
     let mut buffer = vec![0_u8; 16 * 1024];
     let mut carry: Vec<u8> = Vec::new();
@@ -502,6 +561,7 @@ async fn pump(
             Ok(0) | Err(_) => break,
             Ok(read) => read,
         };
+        capture.keep(&buffer[..read]);
         let granted = budget.take(read);
         if granted < read && !told {
             told = true;

@@ -7,6 +7,8 @@ pub struct SshConfig {
     pub client: PathBuf,
     /// `EXECPLANE_SSH_CONNECT_TIMEOUT`: the longest a connection may take.
     pub connect_timeout: Duration,
+    /// `EXECPLANE_SFTP_CLIENT`: the OpenSSH sftp client (file transfers).
+    pub sftp_client: PathBuf,
     /// The operator's policy: the templates, checked again here.
     pub policy: crate::policy::SharedPolicy,
 }
@@ -16,6 +18,7 @@ impl Default for SshConfig {
         Self {
             client: PathBuf::from("/usr/bin/ssh"),
             connect_timeout: Duration::from_secs(10),
+            sftp_client: PathBuf::from("/usr/bin/sftp"),
             policy: crate::policy::SharedPolicy::default(),
         }
     }

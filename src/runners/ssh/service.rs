@@ -1,29 +1,35 @@
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde_json::Value;
 
 use super::{remote, SshConfig};
-use crate::contract::inputs::{OperationInputs, SshCommand};
-use crate::contract::results::{SshCommandResult, SshNodeResult};
-use crate::contract::{FailureCategory, Operation, RunnerType, Target};
-use crate::policy::ssh::{is_host, is_user_name};
+use crate::artifacts::inputs::InputRef;
+use crate::contract::inputs::{OperationInputs, Vars};
+use crate::contract::results::{
+    SshCommandResult, SshFactsNode, SshFactsResult, SshNodeResult, SshServiceNode,
+    SshServiceResult, SshTransferNode, SshTransferResult,
+};
+use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType, Target};
+use crate::policy::ssh::{is_host, is_user_name, known_host_key, ArgKind, HOST_KEY_TYPES};
 use crate::policy::{SshTemplate, Sudo};
-use crate::runner::tool::{self, StopCause, ToolCommand, Workdir};
+use crate::runner::tool::{self, StopCause, ToolCommand, ToolExit, Workdir};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
 
 /// Where sudo is on a node.
 const SUDO: &str = "/usr/bin/sudo";
-/// Key types a node binding's `host_key` may have.
-const HOST_KEY_TYPES: [&str; 6] = [
-    "ssh-ed25519",
-    "ecdsa-sha2-nistp256",
-    "ecdsa-sha2-nistp384",
-    "ecdsa-sha2-nistp521",
-    "rsa-sha2-512",
-    "ssh-rsa",
-];
 /// The most of the client's own diagnostics a failure message quotes.
 const MAX_DIAGNOSTICS: usize = 2048;
+/// The most of a status or fact command's output kept.
+const MAX_CAPTURE: usize = 4096;
+/// The largest file `ssh.file.download` takes (an output's bound).
+const MAX_DOWNLOAD_BYTES: u64 = crate::runner::outputs::MAX_OUTPUT_BYTES;
+/// The mode an uploaded file gets when the JobSpec names none.
+const DEFAULT_MODE: &str = "0644";
+/// The facts `ssh.system.fact.collect` knows, each uname's word for it, in
+/// the order `uname -s -n -r -m` prints them.
+const FACTS: [&str; 4] = ["os", "hostname", "kernel", "arch"];
 
 /// The ssh runner's executor.
 pub struct SshRunner {
@@ -42,21 +48,20 @@ impl Executor for SshRunner {
     }
 
     fn operations(&self) -> Vec<Operation> {
-        vec![Operation::SshCommandRun]
+        Operation::implemented_by(RunnerType::Ssh).collect()
     }
 
     fn capabilities(&self) -> Vec<String> {
-        vec!["ssh".into()]
+        vec!["ssh".into(), "sftp".into()]
     }
 
     async fn execute(&self, assignment: Assignment, context: ExecutionContext) -> ExecutionOutcome {
         let spec = &assignment.spec;
-        let command = match OperationInputs::parse(spec.operation, &spec.inputs) {
-            Ok(OperationInputs::SshCommandRun(command)) => command,
-            Ok(_) => return refuse(format!("{} is not run by this runner", spec.operation)),
+        let inputs = match OperationInputs::parse(spec.operation, &spec.inputs) {
+            Ok(inputs) => inputs,
             Err((path, message)) => return refuse(format!("inputs.{path}: {message}")),
         };
-        let plan = match self.plan(&command, &spec.targets) {
+        let plan = match self.plan(&inputs, &spec.targets) {
             Ok(plan) => plan,
             Err(refusal) => return refusal,
         };
@@ -77,11 +82,34 @@ impl Executor for SshRunner {
 /// Everything decided before anything connects.
 struct Plan {
     template_id: String,
+    /// The words the node runs (for a transfer: its SFTP server).
     argv: Vec<String>,
     sudo_as: Option<String>,
     user: String,
     private_key: String,
     nodes: Vec<Node>,
+    work: Work,
+}
+
+/// What a plan does on each node.
+enum Work {
+    /// `ssh.command.run`: `argv`.
+    Command,
+    /// `ssh.file.upload`: the checked artifact to `path`, given `mode`.
+    Upload {
+        source: InputRef,
+        path: String,
+        mode: String,
+    },
+    /// `ssh.file.download`: `path` into an output of the attempt.
+    Download { path: String },
+    /// `ssh.service.restart`: `argv`, then `status_argv`.
+    Restart {
+        service: String,
+        status_argv: Vec<String>,
+    },
+    /// `ssh.system.fact.collect`: `argv` (uname), the facts kept.
+    Facts { wanted: Vec<String> },
 }
 
 /// One node binding: where to connect and the one host key accepted.
@@ -92,38 +120,69 @@ struct Node {
     host_key: String,
 }
 
+/// Why one node failed: its category and what happened (the node's id is
+/// added when it becomes the attempt's message).
+struct NodeFailure {
+    category: FailureCategory,
+    message: String,
+}
+
+impl NodeFailure {
+    fn new(category: FailureCategory, message: impl Into<String>) -> Self {
+        Self {
+            category,
+            message: message.into(),
+        }
+    }
+}
+
+/// A remote program that exited: its code and its first output bytes.
+struct Ran {
+    code: i32,
+    duration_ms: u64,
+    stdout: Vec<u8>,
+}
+
+/// The files one node's client reads and writes in the working directory.
+struct Session<'a> {
+    node: &'a Node,
+    key_file: &'a Path,
+    known_hosts: PathBuf,
+    diagnostics: PathBuf,
+    destination: String,
+}
+
 impl SshRunner {
-    /// The template's argument vector, the login and every node's host key:
-    /// a JobSpec that lacks one is refused before any connection is made.
-    fn plan(&self, command: &SshCommand, targets: &[Target]) -> Result<Plan, ExecutionOutcome> {
+    /// The template, its argument vector, the login and every node's host
+    /// key: a JobSpec that lacks one is refused before any connection is
+    /// made.
+    fn plan(&self, inputs: &OperationInputs, targets: &[Target]) -> Result<Plan, ExecutionOutcome> {
+        use OperationInputs as I;
+        let (template_id, user, private_key) = match inputs {
+            I::SshCommandRun(c) => (&c.template_id, &c.user, &c.private_key),
+            I::SshFileUpload(u) => (&u.template_id, &u.user, &u.private_key),
+            I::SshFileDownload(d) => (&d.template_id, &d.user, &d.private_key),
+            I::SshServiceRestart(r) => (&r.template_id, &r.user, &r.private_key),
+            I::SshSystemFactCollect(f) => (&f.template_id, &f.user, &f.private_key),
+            _ => return Err(refuse("this operation is not run by the ssh runner")),
+        };
         let policy = self.config.policy.current();
-        let Some(template) = policy.ssh_template(&command.template_id) else {
+        let Some(template) = policy.ssh_template(template_id) else {
             return Err(ExecutionOutcome::failed(
                 FailureCategory::Policy,
                 format!(
-                    "inputs.template_id: `{}` is not in the operator's ssh_templates",
-                    command.template_id
+                    "inputs.template_id: `{template_id}` is not in the operator's ssh_templates"
                 ),
                 None,
             ));
         };
-        // The runner SDK checked the values against the policy; checked
-        // again here, where they become words, so nothing unchecked does.
-        let problems = template.check_args(&command.args);
-        if !problems.is_empty() {
-            return Err(ExecutionOutcome::failed(
-                FailureCategory::Policy,
-                format!("inputs.args: {}", problems.join("; ")),
-                None,
-            ));
-        }
-        let (argv, sudo_as) = argv(template, &command.args);
-        let user = match command.user.as_deref() {
+        let (argv, sudo_as, work) = work(template, inputs)?;
+        let user = match user.as_deref() {
             Some(user) if is_user_name(user) => user.to_owned(),
             Some(user) => return Err(refuse(format!("inputs.user: `{user}` is not a user name"))),
             None => return Err(refuse("inputs.user: the account on the nodes is required")),
         };
-        let private_key = match &command.private_key {
+        let private_key = match private_key {
             Some(Value::String(key)) if !key.trim().is_empty() => {
                 let mut key = key.clone();
                 if !key.ends_with('\n') {
@@ -146,12 +205,13 @@ impl SshRunner {
             .map(|(index, target)| node(index, target))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Plan {
-            template_id: command.template_id.clone(),
+            template_id: template_id.clone(),
             argv,
             sudo_as,
             user,
             private_key,
             nodes,
+            work,
         })
     }
 
@@ -163,22 +223,27 @@ impl SshRunner {
         workdir: &Workdir,
         context: &ExecutionContext,
     ) -> ExecutionOutcome {
+        let infrastructure = |message: String| {
+            ExecutionOutcome::failed(FailureCategory::Infrastructure, message, None)
+        };
         let key_file = match workdir.secret_file("identity", &plan.private_key) {
             Ok(path) => path,
-            Err(error) => {
-                return ExecutionOutcome::failed(
-                    FailureCategory::Infrastructure,
-                    format!("cannot write the key file: {error}"),
-                    None,
-                )
-            }
+            Err(error) => return infrastructure(format!("cannot write the key file: {error}")),
         };
-        let mut result = SshCommandResult {
-            template_id: plan.template_id.clone(),
-            argv: plan.argv.clone(),
-            sudo_as: plan.sudo_as.clone(),
-            nodes: Vec::new(),
+        let upload = match &plan.work {
+            Work::Upload { source, .. } => match workdir.fetch_input(context, source).await {
+                Ok(path) => Some(path),
+                Err(error) => {
+                    return ExecutionOutcome::failed(
+                        error.category(),
+                        format!("inputs.source_artifact: {error}"),
+                        None,
+                    )
+                }
+            },
+            _ => None,
         };
+        let mut report = Report::new(&plan);
         let total = plan.nodes.len();
         for (index, node) in plan.nodes.iter().enumerate() {
             let sudo = plan
@@ -187,157 +252,501 @@ impl SshRunner {
                 .map_or(String::new(), |user| format!(" through sudo as {user}"));
             context.progress(
                 format!(
-                    "node {}/{total} {}: {}{sudo}",
+                    "node {}/{total} {}: {} {}{sudo}",
                     index + 1,
                     node.target,
-                    plan.argv[0]
+                    plan.work.verb(),
+                    program_of(&plan.argv)
                 ),
                 u8::try_from(index * 100 / total).ok(),
             );
-            let (outcome, node_result) = self
-                .run_on(&plan, node, index, &key_file, workdir, context)
-                .await;
-            result.nodes.push(node_result);
-            if let Some((category, message)) = outcome {
+            let session = Session {
+                node,
+                key_file: &key_file,
+                known_hosts: workdir.path().join(format!("known_hosts.{index}")),
+                diagnostics: workdir.path().join(format!("ssh.{index}.log")),
+                destination: format!("{}@{}:{}", plan.user, node.host, node.port),
+            };
+            if let Err(error) = std::fs::write(&session.known_hosts, session.known_hosts_line()) {
+                return infrastructure(format!("cannot write known_hosts: {error}"));
+            }
+            let failure = match &plan.work {
+                Work::Command => {
+                    self.command(&plan, &session, workdir, context, &mut report)
+                        .await
+                }
+                Work::Upload { path, mode, .. } => {
+                    let local = upload.as_deref().unwrap_or(Path::new("/nonexistent"));
+                    self.upload(
+                        &plan,
+                        &session,
+                        index,
+                        local,
+                        path,
+                        mode,
+                        workdir,
+                        context,
+                        &mut report,
+                    )
+                    .await
+                }
+                Work::Download { path } => {
+                    self.download(&plan, &session, index, path, workdir, context, &mut report)
+                        .await
+                }
+                Work::Restart { status_argv, .. } => {
+                    self.restart(&plan, &session, status_argv, workdir, context, &mut report)
+                        .await
+                }
+                Work::Facts { wanted } => {
+                    self.facts(&plan, &session, wanted, workdir, context, &mut report)
+                        .await
+                }
+            };
+            if let Some(failure) = failure {
                 return ExecutionOutcome::failed(
-                    category,
-                    message,
-                    serde_json::to_value(&result).ok(),
+                    failure.category,
+                    format!("{}: {}", node.target, failure.message),
+                    Some(report.value()),
                 );
             }
         }
-        let value = serde_json::to_value(&result).unwrap_or(Value::Null);
         ExecutionOutcome::succeeded(
-            format!("`{}` exited 0 on {total} node(s)", plan.template_id),
-            value,
+            format!(
+                "`{}`: {} on {total} node(s)",
+                plan.template_id,
+                plan.work.done()
+            ),
+            report.value(),
         )
     }
 
-    /// One node: how it ended, and why it failed (if it did).
-    async fn run_on(
+    /// `ssh.command.run` on one node.
+    async fn command(
         &self,
         plan: &Plan,
-        node: &Node,
-        index: usize,
-        key_file: &Path,
+        session: &Session<'_>,
         workdir: &Workdir,
         context: &ExecutionContext,
-    ) -> (Option<(FailureCategory, String)>, SshNodeResult) {
-        let destination = format!("{}@{}:{}", plan.user, node.host, node.port);
-        let mut node_result = SshNodeResult {
-            target: node.target.clone(),
-            destination: destination.clone(),
+        report: &mut Report,
+    ) -> Option<NodeFailure> {
+        let ran = self
+            .remote(plan, session, &plan.argv, workdir, context)
+            .await;
+        let mut node = SshNodeResult {
+            target: session.node.target.clone(),
+            destination: session.destination.clone(),
             exit_code: None,
             duration_ms: 0,
             error: None,
         };
-        let known_hosts = workdir.path().join(format!("known_hosts.{index}"));
-        let diagnostics = workdir.path().join(format!("ssh.{index}.log"));
-        let host_entry = if node.port == 22 {
-            node.host.clone()
-        } else {
-            format!("[{}]:{}", node.host, node.port)
+        let failure = match ran {
+            Ok(ran) => {
+                node.exit_code = Some(ran.code);
+                node.duration_ms = ran.duration_ms;
+                exited_non_zero(&plan.argv, ran.code)
+            }
+            Err(failure) => Some(failure),
         };
-        let failure = |category, message: String, result: &mut SshNodeResult| {
-            result.error = Some(message.clone());
-            Some((category, format!("{}: {message}", node.target)))
+        node.error = failure.as_ref().map(|failure| failure.message.clone());
+        if let Report::Command(result) = report {
+            result.nodes.push(node);
+        }
+        failure
+    }
+
+    /// `ssh.service.restart` on one node: the restart, then the status.
+    async fn restart(
+        &self,
+        plan: &Plan,
+        session: &Session<'_>,
+        status_argv: &[String],
+        workdir: &Workdir,
+        context: &ExecutionContext,
+        report: &mut Report,
+    ) -> Option<NodeFailure> {
+        let mut node = SshServiceNode {
+            target: session.node.target.clone(),
+            destination: session.destination.clone(),
+            restart_exit_code: None,
+            status_exit_code: None,
+            status: None,
+            active: false,
+            duration_ms: 0,
+            error: None,
         };
-        if let Err(error) =
-            std::fs::write(&known_hosts, format!("{host_entry} {}\n", node.host_key))
-        {
-            let message = format!("cannot write known_hosts: {error}");
-            return (
-                failure(FailureCategory::Infrastructure, message, &mut node_result),
-                node_result,
+        let failure = async {
+            let restarted = self
+                .remote(plan, session, &plan.argv, workdir, context)
+                .await?;
+            node.restart_exit_code = Some(restarted.code);
+            node.duration_ms = restarted.duration_ms;
+            if let Some(failure) = exited_non_zero(&plan.argv, restarted.code) {
+                return Err(failure);
+            }
+            let status = self
+                .remote(plan, session, status_argv, workdir, context)
+                .await?;
+            node.duration_ms += status.duration_ms;
+            node.status_exit_code = Some(status.code);
+            node.status = Some(
+                String::from_utf8_lossy(&status.stdout)
+                    .trim_end()
+                    .to_owned(),
             );
-        }
-        let command =
-            self.client_command(plan, node, key_file, &known_hosts, &diagnostics, workdir);
-        let exit = match tool::run(context, workdir, command).await {
-            Ok(exit) => exit,
-            Err(error) => {
-                return (
-                    failure(
-                        FailureCategory::Infrastructure,
-                        error.to_string(),
-                        &mut node_result,
+            node.active = status.code == 0;
+            if !node.active {
+                return Err(NodeFailure::new(
+                    FailureCategory::RunnerError,
+                    format!(
+                        "restarted, but its status command exited with code {} (not active)",
+                        status.code
                     ),
-                    node_result,
-                )
+                ));
+            }
+            Ok(())
+        }
+        .await
+        .err();
+        node.error = failure.as_ref().map(|failure| failure.message.clone());
+        if let Report::Service(result) = report {
+            result.nodes.push(node);
+        }
+        failure
+    }
+
+    /// `ssh.system.fact.collect` on one node: uname's four words, the
+    /// asked ones kept.
+    async fn facts(
+        &self,
+        plan: &Plan,
+        session: &Session<'_>,
+        wanted: &[String],
+        workdir: &Workdir,
+        context: &ExecutionContext,
+        report: &mut Report,
+    ) -> Option<NodeFailure> {
+        let mut node = SshFactsNode {
+            target: session.node.target.clone(),
+            destination: session.destination.clone(),
+            facts: BTreeMap::new(),
+            duration_ms: 0,
+            error: None,
+        };
+        let failure = async {
+            let ran = self
+                .remote(plan, session, &plan.argv, workdir, context)
+                .await?;
+            node.duration_ms = ran.duration_ms;
+            if let Some(failure) = exited_non_zero(&plan.argv, ran.code) {
+                return Err(failure);
+            }
+            let text = String::from_utf8_lossy(&ran.stdout);
+            let words: Vec<&str> = text.split_whitespace().collect();
+            if words.len() != FACTS.len() {
+                return Err(NodeFailure::new(
+                    FailureCategory::RunnerError,
+                    format!(
+                        "`{}` printed {} words, not the {} of `uname -s -n -r -m`",
+                        program_of(&plan.argv),
+                        words.len(),
+                        FACTS.len()
+                    ),
+                ));
+            }
+            for (fact, word) in FACTS.iter().zip(words) {
+                if wanted.iter().any(|asked| asked == fact) {
+                    node.facts.insert((*fact).to_owned(), word.to_owned());
+                }
+            }
+            Ok(())
+        }
+        .await
+        .err();
+        node.error = failure.as_ref().map(|failure| failure.message.clone());
+        if let Report::Facts(result) = report {
+            result.nodes.push(node);
+        }
+        failure
+    }
+
+    /// `ssh.file.upload` to one node: to a temporary name beside `path`,
+    /// given its mode, then renamed onto `path` (atomic on the node: a
+    /// reader sees the old file or the whole new one).
+    #[allow(clippy::too_many_arguments)]
+    async fn upload(
+        &self,
+        plan: &Plan,
+        session: &Session<'_>,
+        index: usize,
+        local: &Path,
+        path: &str,
+        mode: &str,
+        workdir: &Workdir,
+        context: &ExecutionContext,
+        report: &mut Report,
+    ) -> Option<NodeFailure> {
+        let (sha256, size) = match std::fs::read(local) {
+            Ok(bytes) => (digest(&bytes), bytes.len() as u64),
+            Err(error) => {
+                return Some(NodeFailure::new(
+                    FailureCategory::Infrastructure,
+                    format!("cannot read the fetched artifact: {error}"),
+                ))
             }
         };
-        node_result.duration_ms = exit.duration_ms;
-        if let Some(cause) = exit.stopped {
-            let (category, message) = match cause {
-                StopCause::Stopped => (FailureCategory::Cancelled, "stopped".to_owned()),
-                StopCause::Deadline => (
-                    FailureCategory::Timeout,
-                    "stopped at the start-to-close deadline".to_owned(),
-                ),
-            };
-            return (failure(category, message, &mut node_result), node_result);
+        let temporary = temporary_beside(path);
+        let batch = format!(
+            "put {} {temporary}\nchmod {mode} {temporary}\nrename {temporary} {path}\n",
+            batch_word(&local.to_string_lossy()),
+        );
+        let moved = self
+            .transfer(plan, session, index, &batch, None, workdir, context)
+            .await;
+        let mut node = SshTransferNode {
+            target: session.node.target.clone(),
+            destination: session.destination.clone(),
+            sha256: None,
+            size: None,
+            mode: None,
+            artifact: None,
+            duration_ms: 0,
+            error: None,
+        };
+        let failure = match moved {
+            Ok(duration_ms) => {
+                node.duration_ms = duration_ms;
+                node.sha256 = Some(sha256);
+                node.size = Some(size);
+                node.mode = Some(mode.to_owned());
+                None
+            }
+            Err(failure) => Some(failure),
+        };
+        node.error = failure.as_ref().map(|failure| failure.message.clone());
+        if let Report::Transfer(result) = report {
+            result.nodes.push(node);
         }
-        let said = client_diagnostics(&diagnostics);
-        match exit.code {
-            Some(0) => {
-                node_result.exit_code = Some(0);
-                (None, node_result)
-            }
-            // 255 with words of its own: the client failed, not the command.
-            Some(255) if !said.is_empty() => {
-                let category = if said.contains("Host key verification failed")
-                    || said.contains("REMOTE HOST IDENTIFICATION HAS CHANGED")
-                {
-                    FailureCategory::Contract
-                } else {
-                    FailureCategory::TargetUnreachable
-                };
-                let message = format!("ssh to {destination} failed: {said}");
-                (failure(category, message, &mut node_result), node_result)
-            }
-            Some(code) => {
-                node_result.exit_code = Some(code);
-                let message = format!("`{}` exited with code {code}", plan.argv[0]);
-                (
-                    failure(FailureCategory::RunnerError, message, &mut node_result),
-                    node_result,
+        failure
+    }
+
+    /// `ssh.file.download` from one node into the attempt's output
+    /// `download-<n>` (n: the node's place in `targets`, from 1).
+    #[allow(clippy::too_many_arguments)]
+    async fn download(
+        &self,
+        plan: &Plan,
+        session: &Session<'_>,
+        index: usize,
+        path: &str,
+        workdir: &Workdir,
+        context: &ExecutionContext,
+        report: &mut Report,
+    ) -> Option<NodeFailure> {
+        let local = workdir.path().join(format!("download.{index}"));
+        let batch = format!("get {path} {}\n", batch_word(&local.to_string_lossy()));
+        let moved = self
+            .transfer(plan, session, index, &batch, Some(&local), workdir, context)
+            .await;
+        let mut node = SshTransferNode {
+            target: session.node.target.clone(),
+            destination: session.destination.clone(),
+            sha256: None,
+            size: None,
+            mode: None,
+            artifact: None,
+            duration_ms: 0,
+            error: None,
+        };
+        let failure = async {
+            node.duration_ms = moved?;
+            let bytes = std::fs::read(&local).map_err(|error| {
+                NodeFailure::new(
+                    FailureCategory::RunnerError,
+                    format!("the downloaded file cannot be read: {error}"),
                 )
-            }
-            None => {
-                let message = format!(
+            })?;
+            node.sha256 = Some(digest(&bytes));
+            node.size = Some(bytes.len() as u64);
+            let name = format!("download-{}", index + 1);
+            context
+                .store_output(&local, &name, RetentionClass::Evidence)
+                .await
+                .map_err(|error| NodeFailure::new(error.category(), error.to_string()))?;
+            node.artifact = Some(name);
+            Ok::<(), NodeFailure>(())
+        }
+        .await
+        .err();
+        node.error = failure.as_ref().map(|failure| failure.message.clone());
+        if let Report::Transfer(result) = report {
+            result.nodes.push(node);
+        }
+        failure
+    }
+
+    /// Runs `argv` on the session's node through the ssh client: how it
+    /// exited, or why it did not.
+    async fn remote(
+        &self,
+        plan: &Plan,
+        session: &Session<'_>,
+        argv: &[String],
+        workdir: &Workdir,
+        context: &ExecutionContext,
+    ) -> Result<Ran, NodeFailure> {
+        let mut args = self.options(session);
+        args.extend([
+            "-E".to_owned(),
+            session.diagnostics.display().to_string(),
+            "-p".to_owned(),
+            session.node.port.to_string(),
+            "-l".to_owned(),
+            plan.user.clone(),
+            "--".to_owned(),
+            session.node.host.clone(),
+            remote::command_line(argv),
+        ]);
+        let command = ToolCommand::new(PathBuf::from(&self.config.client))
+            .base_env(workdir)
+            .hold_stdin()
+            .capture(MAX_CAPTURE)
+            .args(args);
+        let exit = tool::run(context, workdir, command)
+            .await
+            .map_err(|error| {
+                NodeFailure::new(FailureCategory::Infrastructure, error.to_string())
+            })?;
+        stopped(&exit)?;
+        let said = client_diagnostics(&std::fs::read(&session.diagnostics).unwrap_or_default());
+        match exit.code {
+            // 255 with words of its own: the client failed, not the command.
+            Some(255) if !said.is_empty() => Err(client_failed(session, &said)),
+            Some(code) => Ok(Ran {
+                code,
+                duration_ms: exit.duration_ms,
+                stdout: exit.stdout,
+            }),
+            None => Err(NodeFailure::new(
+                FailureCategory::RunnerError,
+                format!(
                     "the ssh client ended by signal {}",
                     exit.signal.unwrap_or_default()
-                );
-                (
-                    failure(FailureCategory::RunnerError, message, &mut node_result),
-                    node_result,
-                )
-            }
+                ),
+            )),
         }
     }
 
-    /// The OpenSSH client, configured here and nowhere else: no config
-    /// file, no agent, no forwarding, no multiplexing, only this key and
-    /// this host key.
-    fn client_command(
+    /// Runs an sftp batch against the node's SFTP server (the template's
+    /// program, through sudo when it says so): its duration, or why it
+    /// failed. With `bounded`, the transfer is stopped once that local
+    /// file grows past the download bound.
+    #[allow(clippy::too_many_arguments)]
+    async fn transfer(
         &self,
         plan: &Plan,
-        node: &Node,
-        key_file: &Path,
-        known_hosts: &Path,
-        diagnostics: &Path,
+        session: &Session<'_>,
+        index: usize,
+        batch: &str,
+        bounded: Option<&Path>,
         workdir: &Workdir,
-    ) -> ToolCommand {
-        let option = |text: String| ["-o".to_owned(), text];
+        context: &ExecutionContext,
+    ) -> Result<u64, NodeFailure> {
+        let batch_file = workdir.path().join(format!("sftp.{index}.batch"));
+        std::fs::write(&batch_file, batch).map_err(|error| {
+            NodeFailure::new(
+                FailureCategory::Infrastructure,
+                format!("cannot write the sftp batch: {error}"),
+            )
+        })?;
+        let server = plan
+            .argv
+            .iter()
+            .map(|word| remote::quote(word))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut args = self.options(session);
+        let host = if session.node.host.contains(':') {
+            format!("[{}]", session.node.host)
+        } else {
+            session.node.host.clone()
+        };
+        args.extend([
+            "-q".to_owned(),
+            "-o".to_owned(),
+            format!("User={}", plan.user),
+            "-P".to_owned(),
+            session.node.port.to_string(),
+            "-b".to_owned(),
+            batch_file.display().to_string(),
+            "-s".to_owned(),
+            server,
+            "--".to_owned(),
+            host,
+        ]);
+        let command = ToolCommand::new(PathBuf::from(&self.config.sftp_client))
+            .base_env(workdir)
+            .capture(MAX_CAPTURE)
+            .args(args);
+        let mut watched = context.clone();
+        watched.cancel = context.cancel.child_token();
+        let run = tool::run(&watched, workdir, command);
+        tokio::pin!(run);
+        let mut too_big = false;
+        let exit = loop {
+            tokio::select! {
+                exit = &mut run => break exit,
+                _ = tokio::time::sleep(Duration::from_millis(100)), if bounded.is_some() && !too_big => {
+                    let size = bounded.and_then(|path| std::fs::metadata(path).ok()).map_or(0, |m| m.len());
+                    if size > MAX_DOWNLOAD_BYTES {
+                        too_big = true;
+                        watched.cancel.cancel();
+                    }
+                }
+            }
+        };
+        let exit = exit.map_err(|error| {
+            NodeFailure::new(FailureCategory::Infrastructure, error.to_string())
+        })?;
+        if too_big {
+            return Err(NodeFailure::new(
+                FailureCategory::RunnerError,
+                format!("the file is larger than {MAX_DOWNLOAD_BYTES} bytes; stopped"),
+            ));
+        }
+        stopped(&exit)?;
+        if exit.success() {
+            return Ok(exit.duration_ms);
+        }
+        let said = client_diagnostics(&exit.stderr);
+        let reached = !said.contains("Connection closed")
+            && !said.contains("ssh: ")
+            && !said.contains("Permission denied (")
+            && !said.contains("Host key verification failed");
+        if reached {
+            Err(NodeFailure::new(
+                FailureCategory::RunnerError,
+                format!("the transfer failed on the node: {said}"),
+            ))
+        } else {
+            Err(client_failed(session, &said))
+        }
+    }
+
+    /// The client's options, the same for ssh and sftp, set here and
+    /// nowhere else: no config file, no agent, no forwarding, no
+    /// multiplexing, only this key and this host key.
+    fn options(&self, session: &Session<'_>) -> Vec<String> {
         let mut args: Vec<String> = vec!["-F".into(), "/dev/null".into()];
         for text in [
             "BatchMode=yes".to_owned(),
             "StrictHostKeyChecking=yes".to_owned(),
-            format!("UserKnownHostsFile={}", known_hosts.display()),
+            format!("UserKnownHostsFile={}", session.known_hosts.display()),
             "GlobalKnownHostsFile=/dev/null".to_owned(),
             "UpdateHostKeys=no".to_owned(),
             "IdentitiesOnly=yes".to_owned(),
             "IdentityAgent=none".to_owned(),
+            format!("IdentityFile={}", session.key_file.display()),
             format!(
                 "ConnectTimeout={}",
                 self.config.connect_timeout.as_secs().max(1)
@@ -356,34 +765,220 @@ impl SshRunner {
             "PermitLocalCommand=no".to_owned(),
             "LogLevel=ERROR".to_owned(),
         ] {
-            args.extend(option(text));
+            args.extend(["-o".to_owned(), text]);
         }
-        args.extend([
-            "-E".to_owned(),
-            diagnostics.display().to_string(),
-            "-i".to_owned(),
-            key_file.display().to_string(),
-            "-p".to_owned(),
-            node.port.to_string(),
-            "-l".to_owned(),
-            plan.user.clone(),
-            "--".to_owned(),
-            node.host.clone(),
-            remote::command_line(&plan.argv),
-        ]);
-        ToolCommand::new(PathBuf::from(&self.config.client))
-            .base_env(workdir)
-            .hold_stdin()
-            .args(args)
+        args
     }
 }
 
-/// The words the node runs: sudo first when the template says so, then the
-/// program, its fixed arguments and the typed ones in the template's order.
-fn argv(
+impl Session<'_> {
+    fn known_hosts_line(&self) -> String {
+        let entry = if self.node.port == 22 {
+            self.node.host.clone()
+        } else {
+            format!("[{}]:{}", self.node.host, self.node.port)
+        };
+        format!("{entry} {}\n", self.node.host_key)
+    }
+}
+
+impl Work {
+    fn verb(&self) -> &'static str {
+        match self {
+            Work::Command => "run",
+            Work::Upload { .. } => "upload through",
+            Work::Download { .. } => "download through",
+            Work::Restart { .. } => "restart with",
+            Work::Facts { .. } => "facts from",
+        }
+    }
+
+    fn done(&self) -> &'static str {
+        match self {
+            Work::Command => "exited 0",
+            Work::Upload { .. } => "uploaded",
+            Work::Download { .. } => "downloaded",
+            Work::Restart { .. } => "restarted and active",
+            Work::Facts { .. } => "facts collected",
+        }
+    }
+}
+
+/// The typed result being built, one per operation.
+enum Report {
+    Command(SshCommandResult),
+    Transfer(SshTransferResult),
+    Service(SshServiceResult),
+    Facts(SshFactsResult),
+}
+
+impl Report {
+    fn new(plan: &Plan) -> Self {
+        let template_id = plan.template_id.clone();
+        match &plan.work {
+            Work::Command => Report::Command(SshCommandResult {
+                template_id,
+                argv: plan.argv.clone(),
+                sudo_as: plan.sudo_as.clone(),
+                nodes: Vec::new(),
+            }),
+            Work::Upload { path, .. } | Work::Download { path } => {
+                Report::Transfer(SshTransferResult {
+                    template_id,
+                    path: path.clone(),
+                    sudo_as: plan.sudo_as.clone(),
+                    nodes: Vec::new(),
+                })
+            }
+            Work::Restart {
+                service,
+                status_argv,
+            } => Report::Service(SshServiceResult {
+                template_id,
+                service: service.clone(),
+                sudo_as: plan.sudo_as.clone(),
+                argv: plan.argv.clone(),
+                status_argv: status_argv.clone(),
+                nodes: Vec::new(),
+            }),
+            Work::Facts { .. } => Report::Facts(SshFactsResult {
+                template_id,
+                nodes: Vec::new(),
+            }),
+        }
+    }
+
+    fn value(&self) -> Value {
+        match self {
+            Report::Command(result) => serde_json::to_value(result),
+            Report::Transfer(result) => serde_json::to_value(result),
+            Report::Service(result) => serde_json::to_value(result),
+            Report::Facts(result) => serde_json::to_value(result),
+        }
+        .unwrap_or(Value::Null)
+    }
+}
+
+/// What the operation does with the template: its argument vector (sudo
+/// first when the template says so), the sudo user, and the work. Every
+/// value is checked against the template's type here, where it becomes a
+/// word, although the runner SDK checked it already.
+fn work(
     template: &SshTemplate,
-    values: &crate::contract::inputs::Vars,
-) -> (Vec<String>, Option<String>) {
+    inputs: &OperationInputs,
+) -> Result<(Vec<String>, Option<String>, Work), ExecutionOutcome> {
+    use OperationInputs as I;
+    let policy = |message: String| ExecutionOutcome::failed(FailureCategory::Policy, message, None);
+    let check = |values: &Vars| {
+        let problems = template.check_args(values);
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(policy(format!("inputs: {}", problems.join("; "))))
+        }
+    };
+    let one = |name: &str, value: &str| Vars::from([(name.to_owned(), Value::from(value))]);
+    // A transfer's or service's field is the template's argument of its name.
+    let field = |name: &str, kind: ArgKind, value: &str| {
+        match template.arg(name) {
+            Some(spec) if spec.kind == kind => {}
+            _ => {
+                return Err(policy(format!(
+                    "inputs.template_id: the template declares no `{name}` argument of type {kind:?} for inputs.{name}",
+                )))
+            }
+        }
+        check(&one(name, value))
+    };
+    Ok(match inputs {
+        I::SshCommandRun(command) => {
+            check(&command.args)?;
+            if command.sudo && template.sudo == Sudo::None {
+                return Err(policy(format!(
+                    "inputs.sudo: template `{}` does not run through sudo",
+                    command.template_id
+                )));
+            }
+            let (argv, sudo_as) = argv(template, &template.fixed_args, &command.args);
+            (argv, sudo_as, Work::Command)
+        }
+        I::SshFileUpload(upload) => {
+            field("destination", ArgKind::Path, &upload.destination)?;
+            let source = InputRef::parse(&upload.source_artifact)
+                .map_err(|message| refuse(format!("inputs.source_artifact: {message}")))?;
+            let mode = match upload.mode.as_deref() {
+                None => DEFAULT_MODE.to_owned(),
+                Some(mode) if is_plain_mode(mode) => format!("{:0>4}", mode),
+                Some(mode) => {
+                    return Err(refuse(format!(
+                        "inputs.mode: `{mode}` is not a file mode of three octal digits (`0644`; no setuid, setgid or sticky bit)"
+                    )))
+                }
+            };
+            let (argv, sudo_as) = argv(template, &template.fixed_args, &Vars::new());
+            let path = upload.destination.clone();
+            (argv, sudo_as, Work::Upload { source, path, mode })
+        }
+        I::SshFileDownload(download) => {
+            field("path", ArgKind::Path, &download.path)?;
+            let (argv, sudo_as) = argv(template, &template.fixed_args, &Vars::new());
+            let path = download.path.clone();
+            (argv, sudo_as, Work::Download { path })
+        }
+        I::SshServiceRestart(restart) => {
+            field("service", ArgKind::Enum, &restart.service)?;
+            if template.status_args.is_empty() {
+                return Err(policy(format!(
+                    "inputs.template_id: template `{}` has no `status_args`: a restart reports the service's status",
+                    restart.template_id
+                )));
+            }
+            let values = one("service", &restart.service);
+            let (restart_argv, sudo_as) = argv(template, &template.fixed_args, &values);
+            let (status_argv, _) = argv(template, &template.status_args, &values);
+            let service = restart.service.clone();
+            (
+                restart_argv,
+                sudo_as,
+                Work::Restart {
+                    service,
+                    status_argv,
+                },
+            )
+        }
+        I::SshSystemFactCollect(facts) => {
+            let declared = template.arg("facts");
+            let wanted: Vec<String> = if facts.facts.is_empty() {
+                match declared {
+                    Some(spec) => spec.values.clone(),
+                    None => FACTS.iter().map(|fact| (*fact).to_owned()).collect(),
+                }
+            } else {
+                facts.facts.clone()
+            };
+            for fact in &wanted {
+                if !FACTS.contains(&fact.as_str()) {
+                    return Err(refuse(format!(
+                        "inputs.facts: `{fact}` is not a fact this runner collects ({})",
+                        FACTS.join(", ")
+                    )));
+                }
+                if let Some(spec) = declared {
+                    spec.check(&Value::from(fact.as_str()))
+                        .map_err(|problem| policy(format!("inputs.facts: {problem}")))?;
+                }
+            }
+            let uname = ["-s", "-n", "-r", "-m"].map(str::to_owned);
+            let (argv, sudo_as) = argv(template, &uname, &Vars::new());
+            (argv, sudo_as, Work::Facts { wanted })
+        }
+        _ => return Err(refuse("this operation is not run by the ssh runner")),
+    })
+}
+
+/// The words the node runs: sudo first when the template says so, then the
+/// program, `fixed` and the typed values in the template's order.
+fn argv(template: &SshTemplate, fixed: &[String], values: &Vars) -> (Vec<String>, Option<String>) {
     let mut argv = Vec::new();
     let sudo_as = match &template.sudo {
         Sudo::None => None,
@@ -399,7 +994,7 @@ fn argv(
         }
     };
     argv.push(template.program.clone());
-    argv.extend(template.fixed_args.iter().cloned());
+    argv.extend(fixed.iter().cloned());
     for spec in &template.args {
         match values.get(&spec.name) {
             Some(Value::String(text)) => argv.push(text.clone()),
@@ -409,6 +1004,93 @@ fn argv(
         }
     }
     (argv, sudo_as)
+}
+
+/// `644` or `0644`: permission bits only.
+fn is_plain_mode(mode: &str) -> bool {
+    let digits = mode
+        .strip_prefix('0')
+        .filter(|rest| rest.len() == 3)
+        .unwrap_or(mode);
+    digits.len() == 3 && digits.bytes().all(|b| (b'0'..=b'7').contains(&b))
+}
+
+/// A name beside `path` (same directory, so the rename is atomic) that no
+/// other upload picks.
+fn temporary_beside(path: &str) -> String {
+    let (directory, name) = path.rsplit_once('/').unwrap_or(("", path));
+    format!(
+        "{directory}/.{name}.execplane-{}",
+        uuid::Uuid::new_v4().simple()
+    )
+}
+
+/// A local path as one word of an sftp batch: double-quoted, `\` and `"`
+/// escaped (sftp then takes glob characters in it literally too).
+fn batch_word(text: &str) -> String {
+    let mut word = String::from("\"");
+    for character in text.chars() {
+        if matches!(character, '"' | '\\') {
+            word.push('\\');
+        }
+        word.push(character);
+    }
+    word.push('"');
+    word
+}
+
+fn digest(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
+}
+
+/// Stopped by the runner: cancelled, or at the deadline.
+fn stopped(exit: &ToolExit) -> Result<(), NodeFailure> {
+    match exit.stopped {
+        None => Ok(()),
+        Some(StopCause::Stopped) => Err(NodeFailure::new(FailureCategory::Cancelled, "stopped")),
+        Some(StopCause::Deadline) => Err(NodeFailure::new(
+            FailureCategory::Timeout,
+            "stopped at the start-to-close deadline",
+        )),
+    }
+}
+
+/// A non-zero exit of `argv`'s program is `runner_error` with the code.
+fn exited_non_zero(argv: &[String], code: i32) -> Option<NodeFailure> {
+    (code != 0).then(|| {
+        NodeFailure::new(
+            FailureCategory::RunnerError,
+            format!("`{}` exited with code {code}", program_of(argv)),
+        )
+    })
+}
+
+/// The template's program in `argv` (after sudo's words when it runs
+/// through sudo).
+fn program_of(argv: &[String]) -> &str {
+    let at = if argv.first().map(String::as_str) == Some(SUDO) {
+        5
+    } else {
+        0
+    };
+    argv.get(at).map_or("", String::as_str)
+}
+
+/// The client could not do its part: a refused host key is the JobSpec's
+/// (`contract`), anything else the node's reachability.
+fn client_failed(session: &Session<'_>, said: &str) -> NodeFailure {
+    let category = if said.contains("Host key verification failed")
+        || said.contains("REMOTE HOST IDENTIFICATION HAS CHANGED")
+    {
+        FailureCategory::Contract
+    } else {
+        FailureCategory::TargetUnreachable
+    };
+    NodeFailure::new(
+        category,
+        format!("ssh to {} failed: {said}", session.destination),
+    )
 }
 
 /// A node binding: the target's address (else its id) as the host, its
@@ -438,27 +1120,22 @@ fn node(index: usize, target: &Target) -> Result<Node, ExecutionOutcome> {
             target.id
         )));
     };
-    let words: Vec<&str> = host_key.split_whitespace().collect();
-    let valid = matches!(words.as_slice(), [kind, blob] | [kind, blob, _]
-        if HOST_KEY_TYPES.contains(kind)
-            && blob.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '=')));
-    if !valid {
+    let Some(host_key) = known_host_key(host_key) else {
         return Err(refuse(format!(
             "{field}.attributes.host_key: not a known_hosts key (`<type> <base64>`, type one of {})",
             HOST_KEY_TYPES.join(", ")
         )));
-    }
+    };
     Ok(Node {
         target: target.id.clone(),
         host,
         port,
-        host_key: format!("{} {}", words[0], words[1]),
+        host_key,
     })
 }
 
 /// The client's own words about why it failed, bounded, on one line.
-fn client_diagnostics(path: &Path) -> String {
-    let text = std::fs::read(path).unwrap_or_default();
+fn client_diagnostics(text: &[u8]) -> String {
     let start = text.len().saturating_sub(MAX_DIAGNOSTICS);
     String::from_utf8_lossy(&text[start..])
         .split_whitespace()
@@ -468,4 +1145,34 @@ fn client_diagnostics(path: &Path) -> String {
 
 fn refuse(message: impl Into<String>) -> ExecutionOutcome {
     ExecutionOutcome::failed(FailureCategory::Contract, message, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mode_is_permission_bits_only() {
+        for good in ["644", "0644", "0600", "755", "000"] {
+            assert!(is_plain_mode(good), "{good}");
+        }
+        for bad in [
+            "4755", "1777", "0", "64", "0o644", "rwx", "06444", "-644", "888",
+        ] {
+            assert!(!is_plain_mode(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_temporary_name_is_beside_the_file() {
+        let temporary = temporary_beside("/srv/drop/app.conf");
+        assert!(temporary.starts_with("/srv/drop/.app.conf.execplane-"));
+        assert!(!temporary[1..].contains("//"));
+    }
+
+    #[test]
+    fn a_batch_word_quotes_what_sftp_would_read() {
+        assert_eq!(batch_word("/tmp/a b"), "\"/tmp/a b\"");
+        assert_eq!(batch_word("/tmp/x\"y\\z"), "\"/tmp/x\\\"y\\\\z\"");
+    }
 }

@@ -1,0 +1,186 @@
+//! The event stream the runner's callback writes (`execplane_events.py`),
+//! read back: progress while the playbook runs, the typed result's recap,
+//! changed and failed hosts, facts and evidence when it ends.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use crate::contract::results::{AnsibleEvidence, HostRecap};
+
+/// What the stream says so far.
+#[derive(Debug, Default)]
+pub struct Summary {
+    /// Lines read (the next line's number is `lines + 1`).
+    pub lines: u64,
+    pub tasks: u32,
+    /// The task running now and the hosts that answered it.
+    pub current_task: Option<String>,
+    pub answered: u32,
+    pub recap: Option<BTreeMap<String, HostRecap>>,
+    /// From the results, for a stream cut off before its recap.
+    changed: BTreeSet<String>,
+    failed: BTreeSet<String>,
+    unreachable: BTreeSet<String>,
+    /// Each unreachable host's message.
+    pub unreachable_messages: BTreeMap<String, String>,
+    pub facts: BTreeMap<String, BTreeMap<String, Value>>,
+    pub evidence: Vec<AnsibleEvidence>,
+    /// Lines that were not events (never expected; counted, not fatal).
+    pub unreadable: u64,
+}
+
+impl Summary {
+    /// Folds one line in. Returns whether a task started (worth a progress
+    /// event).
+    pub fn line(&mut self, line: &str) -> bool {
+        self.lines += 1;
+        let Ok(event) = serde_json::from_str::<Value>(line) else {
+            self.unreadable += 1;
+            return false;
+        };
+        let text = |key: &str| event.get(key).and_then(Value::as_str).unwrap_or("");
+        let host = text("host").to_owned();
+        match text("event") {
+            "task_start" => {
+                self.tasks += 1;
+                self.current_task = Some(text("task").to_owned());
+                self.answered = 0;
+                return true;
+            }
+            "runner_ok" | "runner_failed" | "runner_unreachable" | "runner_skipped" => {
+                self.answered += 1;
+                let action = text("action");
+                let ignored = event.get("ignore_errors").and_then(Value::as_bool) == Some(true);
+                if event.get("changed").and_then(Value::as_bool) == Some(true) {
+                    self.changed.insert(host.clone());
+                }
+                match text("event") {
+                    "runner_failed" if !ignored => {
+                        self.failed.insert(host.clone());
+                    }
+                    "runner_unreachable" => {
+                        self.unreachable.insert(host.clone());
+                        let message = event
+                            .pointer("/result/msg")
+                            .and_then(Value::as_str)
+                            .unwrap_or("unreachable");
+                        self.unreachable_messages
+                            .insert(host.clone(), message.to_owned());
+                    }
+                    _ => {}
+                }
+                if let Some(Value::Object(facts)) = event.get("facts") {
+                    if !facts.is_empty() {
+                        let entry = self.facts.entry(host.clone()).or_default();
+                        for (key, value) in facts {
+                            entry.insert(key.clone(), value.clone());
+                        }
+                    }
+                }
+                let is_assert = matches!(action, "assert" | "ansible.builtin.assert");
+                let decided = matches!(text("event"), "runner_ok" | "runner_failed");
+                if is_assert && decided {
+                    self.evidence.push(AnsibleEvidence {
+                        host,
+                        task: text("task").to_owned(),
+                        passed: text("event") == "runner_ok",
+                        event_line: self.lines,
+                    });
+                }
+            }
+            "stats" => {
+                if let Some(recap) = event.get("recap") {
+                    self.recap = serde_json::from_value(recap.clone()).ok();
+                }
+            }
+            _ => {}
+        }
+        false
+    }
+
+    /// The recap: the stream's own, else what its results said.
+    pub fn recap(&self) -> BTreeMap<String, HostRecap> {
+        if let Some(recap) = &self.recap {
+            return recap.clone();
+        }
+        let mut recap: BTreeMap<String, HostRecap> = BTreeMap::new();
+        for host in &self.changed {
+            recap.entry(host.clone()).or_default().changed += 1;
+        }
+        for host in &self.failed {
+            recap.entry(host.clone()).or_default().failed += 1;
+        }
+        for host in &self.unreachable {
+            recap.entry(host.clone()).or_default().unreachable += 1;
+        }
+        recap
+    }
+
+    /// Hosts by what happened to them: (changed, failed, unreachable).
+    pub fn hosts(&self) -> (Vec<String>, Vec<String>, Vec<String>) {
+        let recap = self.recap();
+        let with = |pick: fn(&HostRecap) -> u32| {
+            recap
+                .iter()
+                .filter(|(_, line)| pick(line) > 0)
+                .map(|(host, _)| host.clone())
+                .collect::<Vec<_>>()
+        };
+        (
+            with(|line| line.changed),
+            with(|line| line.failed),
+            with(|line| line.unreachable),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STREAM: &str = r#"{"event": "playbook_start", "playbook": "site.yml"}
+{"event": "play_start", "play": "web", "hosts": ["all"]}
+{"event": "task_start", "task": "set marker", "action": "copy"}
+{"event": "runner_ok", "host": "a", "task": "set marker", "action": "copy", "changed": true, "facts": {}, "result": {}}
+{"event": "runner_failed", "host": "b", "task": "set marker", "action": "copy", "changed": false, "facts": {}, "result": {"msg": "no"}, "ignore_errors": false}
+{"event": "task_start", "task": "marker is there", "action": "ansible.builtin.assert"}
+{"event": "runner_ok", "host": "a", "task": "marker is there", "action": "ansible.builtin.assert", "changed": false, "facts": {}, "result": {}}
+{"event": "task_start", "task": "remember", "action": "set_fact"}
+{"event": "runner_ok", "host": "a", "task": "remember", "action": "set_fact", "changed": false, "facts": {"color": "blue"}, "result": {}}
+{"event": "stats", "recap": {"a": {"ok": 3, "changed": 1, "failed": 0, "unreachable": 0, "skipped": 0, "rescued": 0, "ignored": 0}, "b": {"ok": 0, "changed": 0, "failed": 1, "unreachable": 0, "skipped": 0, "rescued": 0, "ignored": 0}}}
+"#;
+
+    #[test]
+    fn a_stream_folds_into_the_recap_hosts_facts_and_evidence() {
+        let mut summary = Summary::default();
+        let started: Vec<bool> = STREAM.lines().map(|line| summary.line(line)).collect();
+        assert_eq!(started.iter().filter(|started| **started).count(), 3);
+        assert_eq!(summary.tasks, 3);
+        let (changed, failed, unreachable) = summary.hosts();
+        assert_eq!(
+            (changed, failed),
+            (vec!["a".to_owned()], vec!["b".to_owned()])
+        );
+        assert!(unreachable.is_empty());
+        assert_eq!(summary.facts["a"]["color"], "blue");
+        assert_eq!(summary.evidence.len(), 1);
+        assert!(summary.evidence[0].passed);
+        assert_eq!(summary.evidence[0].event_line, 7);
+    }
+
+    #[test]
+    fn a_stream_cut_off_before_its_recap_still_names_its_hosts() {
+        let mut summary = Summary::default();
+        for line in STREAM.lines().take(5) {
+            summary.line(line);
+        }
+        summary.line("{not json");
+        assert_eq!(summary.unreadable, 1);
+        let (changed, failed, _) = summary.hosts();
+        assert_eq!(
+            (changed, failed),
+            (vec!["a".to_owned()], vec!["b".to_owned()])
+        );
+    }
+}

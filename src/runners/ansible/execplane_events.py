@@ -1,0 +1,129 @@
+# The ansible runner's event callback (docs/OPERATIONS.md, "Ansible"):
+# one JSON object per line, appended to the file named by
+# EXECPLANE_ANSIBLE_EVENTS as ansible-playbook runs, flushed after each.
+# The runner reads it while the playbook runs (progress) and stores it as
+# the attempt's event stream artifact (masked) when it ends.
+#
+# Written into the attempt's private working directory by the runner; it
+# is not a file of any package. Standard library only.
+import json
+import os
+
+from ansible.plugins.callback import CallbackBase
+
+DOCUMENTATION = """
+    name: execplane_events
+    type: notification
+    short_description: execplane's JSON-lines event stream
+    description: One JSON object per line for each playbook, play, task, result and the recap.
+"""
+
+# Gathered facts kept in a result (the rest of `setup` is left out: it is
+# large and says little about what the run did).
+GATHERED = (
+    "ansible_hostname",
+    "ansible_fqdn",
+    "ansible_kernel",
+    "ansible_architecture",
+    "ansible_distribution",
+    "ansible_distribution_version",
+    "ansible_os_family",
+)
+# The longest text of one result field kept in an event.
+MAX_TEXT = 16 * 1024
+
+
+def bounded(value):
+    if isinstance(value, str):
+        return value if len(value) <= MAX_TEXT else value[:MAX_TEXT] + "...[truncated]"
+    if isinstance(value, dict):
+        return {str(key): bounded(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [bounded(item) for item in value[:1000]]
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return bounded(str(value))
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "notification"
+    CALLBACK_NAME = "execplane_events"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self):
+        super().__init__()
+        path = os.environ.get("EXECPLANE_ANSIBLE_EVENTS")
+        self._out = open(path, "a", encoding="utf-8") if path else None
+        self._task = None
+
+    def _emit(self, event, **fields):
+        if self._out is None:
+            return
+        fields["event"] = event
+        self._out.write(json.dumps(bounded(fields), sort_keys=True, default=str) + "\n")
+        self._out.flush()
+
+    def v2_playbook_on_start(self, playbook):
+        self._emit("playbook_start", playbook=os.path.basename(playbook._file_name))
+
+    def v2_playbook_on_play_start(self, play):
+        self._emit("play_start", play=play.get_name(), hosts=list(play.hosts or []))
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        self._task = task
+        self._emit("task_start", task=task.get_name(), action=task.action)
+
+    def v2_playbook_on_handler_task_start(self, task):
+        self._task = task
+        self._emit("task_start", task=task.get_name(), action=task.action, handler=True)
+
+    def _result(self, event, result, **extra):
+        task = result._task
+        res = dict(result._result)
+        facts = res.pop("ansible_facts", None) or {}
+        if task.action in ("setup", "ansible.builtin.setup", "gather_facts", "ansible.builtin.gather_facts"):
+            facts = {key: facts[key] for key in GATHERED if key in facts}
+        # Ansible's own bookkeeping, not the task's result.
+        for key in [key for key in res if key.startswith("_ansible")]:
+            res.pop(key, None)
+        self._emit(
+            event,
+            host=result._host.get_name(),
+            task=task.get_name(),
+            action=task.action,
+            changed=bool(res.get("changed", False)),
+            facts=facts,
+            result=res,
+            **extra,
+        )
+
+    def v2_runner_on_ok(self, result):
+        self._result("runner_ok", result)
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        self._result("runner_failed", result, ignore_errors=bool(ignore_errors))
+
+    def v2_runner_on_unreachable(self, result):
+        self._result("runner_unreachable", result)
+
+    def v2_runner_on_skipped(self, result):
+        self._result("runner_skipped", result)
+
+    def v2_playbook_on_stats(self, stats):
+        recap = {}
+        for host in sorted(stats.processed.keys()):
+            summary = stats.summarize(host)
+            recap[host] = {
+                "ok": summary.get("ok", 0),
+                "changed": summary.get("changed", 0),
+                "failed": summary.get("failures", 0),
+                "unreachable": summary.get("unreachable", 0),
+                "skipped": summary.get("skipped", 0),
+                "rescued": summary.get("rescued", 0),
+                "ignored": summary.get("ignored", 0),
+            }
+        self._emit("stats", recap=recap)
+        if self._out is not None:
+            self._out.close()
+            self._out = None

@@ -1,0 +1,185 @@
+//! An ansible package: a tar archive (gzipped or not) of playbooks and
+//! roles, fetched by digest and unpacked entry by entry into the attempt's
+//! working directory. Only regular files and directories are unpacked, at
+//! relative paths without `..`; a link, a device or an absolute path
+//! refuses the whole package, so nothing in it can point outside it.
+
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+
+/// The most entries a package may hold.
+pub const MAX_ENTRIES: usize = 10_000;
+/// The most bytes its files may hold together, unpacked.
+pub const MAX_UNPACKED_BYTES: u64 = 256 * 1024 * 1024;
+
+/// Unpacks `archive` into `root` (created). The problem, naming the entry,
+/// when the package cannot be unpacked as it is.
+pub fn unpack(archive: &[u8], root: &Path) -> Result<(), String> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let reader: Box<dyn Read + '_> = if archive.starts_with(&[0x1f, 0x8b]) {
+        Box::new(flate2::read::GzDecoder::new(archive))
+    } else {
+        Box::new(archive)
+    };
+    let mut tar = tar::Archive::new(reader);
+    let make_dir = |path: &Path| {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(path)
+            .map_err(|error| format!("cannot create {}: {error}", path.display()))
+    };
+    make_dir(root)?;
+    let mut entries = 0;
+    let mut total = 0_u64;
+    for entry in tar
+        .entries()
+        .map_err(|error| format!("not a tar archive: {error}"))?
+    {
+        let mut entry = entry.map_err(|error| format!("a damaged entry: {error}"))?;
+        entries += 1;
+        if entries > MAX_ENTRIES {
+            return Err(format!("more than {MAX_ENTRIES} entries"));
+        }
+        let raw = entry
+            .path()
+            .map_err(|error| format!("an entry with an unreadable path: {error}"))?
+            .into_owned();
+        let shown = raw.display().to_string();
+        let Some(relative) = clean_relative(&raw) else {
+            return Err(format!(
+                "`{shown}`: an absolute path or one with `..`; a package holds only relative paths"
+            ));
+        };
+        let kind = entry.header().entry_type();
+        if relative.as_os_str().is_empty() {
+            continue;
+        }
+        let path = root.join(&relative);
+        if kind.is_dir() {
+            make_dir(&path)?;
+            continue;
+        }
+        if !kind.is_file() {
+            return Err(format!(
+                "`{shown}`: a link or special file; a package holds only files and directories"
+            ));
+        }
+        total += entry.size();
+        if total > MAX_UNPACKED_BYTES {
+            return Err(format!("more than {MAX_UNPACKED_BYTES} bytes unpacked"));
+        }
+        if let Some(parent) = path.parent() {
+            make_dir(parent)?;
+        }
+        let executable = entry.header().mode().unwrap_or(0) & 0o111 != 0;
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(if executable { 0o755 } else { 0o644 })
+            .open(&path)
+            .map_err(|error| format!("`{shown}`: cannot write it: {error}"))?;
+        std::io::copy(&mut entry, &mut file)
+            .map_err(|error| format!("`{shown}`: cannot unpack it: {error}"))?;
+    }
+    Ok(())
+}
+
+/// `path` without `.` segments when it is relative and free of `..`.
+pub fn clean_relative(path: &Path) -> Option<PathBuf> {
+    let mut clean = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::Normal(part) => clean.push(part),
+            Component::CurDir => {}
+            Component::ParentDir | Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    Some(clean)
+}
+
+/// A path a JobSpec names inside a package: relative, `/`-separated,
+/// without `.`, `..` or empty segments, of printable characters.
+pub fn is_package_path(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 1024
+        && !text.starts_with('/')
+        && !text.chars().any(char::is_control)
+        && text
+            .split('/')
+            .all(|segment| !segment.is_empty() && segment != "." && segment != "..")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn archive(entries: &[(&str, tar::EntryType, &[u8])]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(Vec::new());
+        for (path, kind, body) in entries {
+            let mut header = tar::Header::new_gnu();
+            header.set_entry_type(*kind);
+            header.set_size(body.len() as u64);
+            header.set_mode(0o644);
+            // `set_path` refuses `..`; a hostile archive is written raw.
+            let name = header.as_old_mut().name.as_mut();
+            name[..path.len()].copy_from_slice(path.as_bytes());
+            if *kind == tar::EntryType::Symlink {
+                header.set_link_name("/etc/passwd").unwrap();
+            }
+            header.set_cksum();
+            builder.append(&header, *body).unwrap();
+        }
+        builder.into_inner().unwrap()
+    }
+
+    fn scratch() -> PathBuf {
+        std::env::temp_dir().join(format!("execplane-package-{}", uuid::Uuid::new_v4()))
+    }
+
+    #[test]
+    fn files_and_directories_unpack_and_nothing_else_does() {
+        use tar::EntryType as E;
+        let root = scratch();
+        let good = archive(&[
+            ("roles/", E::Directory, b""),
+            ("./site.yml", E::Regular, b"- hosts: all\n"),
+            ("roles/web/tasks/main.yml", E::Regular, b"[]\n"),
+        ]);
+        unpack(&good, &root).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(root.join("site.yml")).unwrap(),
+            "- hosts: all\n"
+        );
+        assert!(root.join("roles/web/tasks/main.yml").is_file());
+        for (bad, says) in [
+            (archive(&[("../escape.yml", E::Regular, b"x")]), "`..`"),
+            (archive(&[("/etc/cron.d/x", E::Regular, b"x")]), "absolute"),
+            (archive(&[("link.yml", E::Symlink, b"")]), "link"),
+            (archive(&[("fifo", E::Fifo, b"")]), "special"),
+        ] {
+            let error = unpack(&bad, &scratch()).unwrap_err();
+            assert!(error.contains(says), "{error}");
+        }
+        assert!(unpack(b"not an archive at all, just some bytes that are long enough to read a header from; tar headers are 512 bytes", &scratch()).is_err());
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn package_paths_are_relative_and_plain() {
+        for good in ["site.yml", "playbooks/web.yml", "a b/c.yml"] {
+            assert!(is_package_path(good), "{good}");
+        }
+        for bad in [
+            "",
+            "/etc/x.yml",
+            "../x.yml",
+            "a/../b.yml",
+            "./a.yml",
+            "a//b.yml",
+            "a\nb",
+        ] {
+            assert!(!is_package_path(bad), "{bad}");
+        }
+    }
+}

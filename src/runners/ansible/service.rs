@@ -1,0 +1,1161 @@
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::events::Summary;
+use super::{package, AnsibleConfig};
+use crate::artifacts::inputs::InputRef;
+use crate::contract::inputs::{InventoryRef, OperationInputs, PackageRef, Vars};
+use crate::contract::results::{AnsibleResult, InventoryReport};
+use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType, Target};
+use crate::policy::ssh::{is_host, is_user_name, known_host_key, HOST_KEY_TYPES};
+use crate::runner::tool::{self, StopCause, ToolCommand, ToolExit, Workdir};
+use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
+
+/// The event callback, written into each attempt's working directory.
+const CALLBACK: &str = include_str!("execplane_events.py");
+/// The attempt's output holding the event stream.
+const EVENTS_ARTIFACT: &str = "ansible-events.jsonl";
+/// The most of `ansible-inventory --list` read.
+const MAX_INVENTORY_JSON: usize = 8 * 1024 * 1024;
+/// The most of ansible-playbook's stderr a failure message quotes.
+const MAX_STDERR_QUOTED: usize = 2048;
+/// How often the event stream is read while the playbook runs.
+const EVENTS_POLL: Duration = Duration::from_millis(250);
+/// Inventory variables that choose how (or from where) ansible connects:
+/// the runner's, never an inventory artifact's.
+const CONNECTION_VARS: [&str; 12] = [
+    "ansible_connection",
+    "ansible_ssh_common_args",
+    "ansible_ssh_extra_args",
+    "ansible_ssh_args",
+    "ansible_ssh_executable",
+    "ansible_scp_extra_args",
+    "ansible_sftp_extra_args",
+    "ansible_ssh_private_key_file",
+    "ansible_private_key_file",
+    "ansible_ssh_host_key_checking",
+    "ansible_host_key_checking",
+    "ansible_ssh_transfer_method",
+];
+
+/// The ansible runner's executor.
+pub struct AnsibleRunner {
+    config: AnsibleConfig,
+}
+
+impl AnsibleRunner {
+    pub fn new(config: AnsibleConfig) -> Self {
+        Self { config }
+    }
+}
+
+impl Executor for AnsibleRunner {
+    fn runner_type(&self) -> RunnerType {
+        RunnerType::Ansible
+    }
+
+    fn operations(&self) -> Vec<Operation> {
+        Operation::implemented_by(RunnerType::Ansible).collect()
+    }
+
+    fn capabilities(&self) -> Vec<String> {
+        vec!["ansible".into(), "ssh".into()]
+    }
+
+    async fn execute(&self, assignment: Assignment, context: ExecutionContext) -> ExecutionOutcome {
+        let spec = &assignment.spec;
+        let inputs = match OperationInputs::parse(spec.operation, &spec.inputs) {
+            Ok(inputs) => inputs,
+            Err((path, message)) => return refuse(format!("inputs.{path}: {message}")),
+        };
+        // Checked at intake; checked again where it runs, against the
+        // policy in force now.
+        let problems = self.config.policy.current().check_jobspec(spec);
+        if !problems.is_empty() {
+            let problems: Vec<String> = problems
+                .iter()
+                .map(|problem| format!("{}: {}", problem.path, problem.message))
+                .collect();
+            return ExecutionOutcome::failed(FailureCategory::Policy, problems.join("; "), None);
+        }
+        let plan = match plan(spec.operation, &inputs, &spec.targets) {
+            Ok(plan) => plan,
+            Err(refusal) => return refusal,
+        };
+        let workdir = match Workdir::new(&context.tools().work_root) {
+            Ok(workdir) => workdir,
+            Err(error) => {
+                return infrastructure(format!("no working directory for ansible: {error}"))
+            }
+        };
+        match self.run(&plan, &workdir, &context).await {
+            Ok(outcome) | Err(outcome) => outcome,
+        }
+    }
+}
+
+/// Everything decided before anything is fetched or run.
+struct Plan {
+    operation: Operation,
+    /// `sha256:<hex>` of the package (none: a validation without one).
+    package: Option<InputRef>,
+    entry: Entry,
+    inventory: InventoryRef,
+    /// Extra variables (secrets resolved), written to a 0600 file.
+    vars: Vars,
+    check_mode: bool,
+    limit: Option<String>,
+    tags: Vec<String>,
+    user: String,
+    private_key: String,
+    hosts: Vec<Host>,
+}
+
+/// What runs.
+enum Entry {
+    /// A playbook of the package, by its path there.
+    Playbook(String),
+    /// A role of the package, through a playbook the runner writes.
+    Role(String),
+    /// A reachability check of every inventory host.
+    Validate,
+}
+
+/// One target binding: its inventory name, where it is, its host key.
+struct Host {
+    name: String,
+    address: String,
+    port: u16,
+    host_key: String,
+    groups: Vec<String>,
+}
+
+fn plan(
+    operation: Operation,
+    inputs: &OperationInputs,
+    targets: &[Target],
+) -> Result<Plan, ExecutionOutcome> {
+    use OperationInputs as I;
+    let (package, entry, inventory, vars, limit, tags, user, key) = match inputs {
+        I::AnsiblePlaybookRun(p) | I::AnsibleCheckModeRun(p) => {
+            if !package::is_package_path(&p.playbook) {
+                return Err(refuse(format!(
+                    "inputs.playbook: `{}` is not a relative path inside the package (no `..`, no absolute path)",
+                    p.playbook
+                )));
+            }
+            (
+                Some(&p.package),
+                Entry::Playbook(p.playbook.clone()),
+                p.inventory.clone(),
+                p.extra_vars.clone(),
+                p.limit.clone(),
+                p.tags.clone(),
+                &p.user,
+                &p.private_key,
+            )
+        }
+        I::AnsibleRoleRun(r) => {
+            if !is_role_name(&r.role) {
+                return Err(refuse(format!(
+                    "inputs.role: `{}` is not a role name",
+                    r.role
+                )));
+            }
+            (
+                Some(&r.package),
+                Entry::Role(r.role.clone()),
+                r.inventory.clone(),
+                r.vars.clone(),
+                None,
+                Vec::new(),
+                &r.user,
+                &r.private_key,
+            )
+        }
+        I::AnsibleInventoryValidate(v) => (
+            v.package.as_ref(),
+            Entry::Validate,
+            Some(v.inventory.clone()),
+            Vars::new(),
+            None,
+            Vec::new(),
+            &v.user,
+            &v.private_key,
+        ),
+        _ => return Err(refuse("this operation is not run by the ansible runner")),
+    };
+    let package = package.map(package_ref).transpose()?;
+    if matches!(entry, Entry::Playbook(_) | Entry::Role(_)) && package.is_none() {
+        return Err(refuse(
+            "inputs.package: the package to run from is required",
+        ));
+    }
+    let inventory = inventory.unwrap_or(InventoryRef {
+        artifact: None,
+        from_targets: true,
+    });
+    if inventory.artifact.is_some() == inventory.from_targets {
+        return Err(refuse(
+            "inputs.inventory: exactly one of `artifact` (an inventory artifact) and `from_targets: true`",
+        ));
+    }
+    for name in vars.keys() {
+        if !is_variable_name(name) {
+            return Err(refuse(format!(
+                "inputs: `{name}` is not an ansible variable name"
+            )));
+        }
+        if name.starts_with("ansible_") {
+            return Err(ExecutionOutcome::failed(
+                FailureCategory::Policy,
+                format!("inputs: `{name}`: ansible's own variables (connection, become, interpreter) come from the operator's bindings, not the JobSpec"),
+                None,
+            ));
+        }
+    }
+    if let Some(limit) = &limit {
+        let fine = !limit.is_empty()
+            && limit.len() <= 256
+            && !limit.starts_with('-')
+            && limit
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.:,*!&-".contains(c));
+        if !fine {
+            return Err(refuse(format!(
+                "inputs.limit: `{limit}` is not a host pattern (letters, digits, `_.:,*!&-`)"
+            )));
+        }
+    }
+    for tag in &tags {
+        if !is_role_name(tag) {
+            return Err(refuse(format!("inputs.tags: `{tag}` is not a tag")));
+        }
+    }
+    let user = match user.as_deref() {
+        Some(user) if is_user_name(user) => user.to_owned(),
+        Some(user) => return Err(refuse(format!("inputs.user: `{user}` is not a user name"))),
+        None => return Err(refuse("inputs.user: the account on the nodes is required")),
+    };
+    let private_key = match key {
+        Some(Value::String(key)) if !key.trim().is_empty() => {
+            let mut key = key.clone();
+            if !key.ends_with('\n') {
+                key.push('\n');
+            }
+            key
+        }
+        _ => {
+            return Err(refuse(
+                "inputs.private_key: a {\"$secret\": ...} reference to the account's OpenSSH private key is required",
+            ))
+        }
+    };
+    if targets.is_empty() {
+        return Err(refuse("targets: the nodes to run on are required"));
+    }
+    let hosts = targets
+        .iter()
+        .enumerate()
+        .map(|(index, target)| host(index, target))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Plan {
+        operation,
+        package,
+        entry,
+        inventory,
+        vars,
+        check_mode: operation == Operation::AnsibleCheckModeRun,
+        limit,
+        tags,
+        user,
+        private_key,
+        hosts,
+    })
+}
+
+/// The package's digest, as the artifact to fetch.
+fn package_ref(package: &PackageRef) -> Result<InputRef, ExecutionOutcome> {
+    let Some(digest) = &package.digest else {
+        return Err(ExecutionOutcome::failed(
+            FailureCategory::Policy,
+            format!(
+                "inputs.package: package `{}` has no digest: only approved packages, by digest, run",
+                package.name
+            ),
+            None,
+        ));
+    };
+    InputRef::parse(digest).map_err(|message| refuse(format!("inputs.package.digest: {message}")))
+}
+
+/// A target as an inventory host: its id as the name, its address (else
+/// its id) and `port` attribute (22), its `host_key`, and the groups in its
+/// `groups` attribute (comma-separated).
+fn host(index: usize, target: &Target) -> Result<Host, ExecutionOutcome> {
+    let field = format!("targets[{index}]");
+    if !is_inventory_name(&target.id) {
+        return Err(refuse(format!(
+            "{field}.id: `{}` is not an inventory host name (letters, digits, `._-`)",
+            target.id
+        )));
+    }
+    let address = target.address.clone().unwrap_or_else(|| target.id.clone());
+    if !is_host(&address) {
+        return Err(refuse(format!(
+            "{field}.address: `{address}` is not a host name or an IP address"
+        )));
+    }
+    let port = match target.attributes.get("port") {
+        None => 22,
+        Some(port) => match port.parse::<u16>() {
+            Ok(port) if port > 0 => port,
+            _ => {
+                return Err(refuse(format!(
+                    "{field}.attributes.port: `{port}` is not a port"
+                )))
+            }
+        },
+    };
+    let Some(host_key) = target.attributes.get("host_key") else {
+        return Err(refuse(format!(
+            "{field}: node `{}` has no known host key; set attributes.host_key to its known_hosts key (`ssh-ed25519 AAAA...`): unknown host keys are refused",
+            target.id
+        )));
+    };
+    let Some(host_key) = known_host_key(host_key) else {
+        return Err(refuse(format!(
+            "{field}.attributes.host_key: not a known_hosts key (`<type> <base64>`, type one of {})",
+            HOST_KEY_TYPES.join(", ")
+        )));
+    };
+    let mut groups = Vec::new();
+    if let Some(list) = target.attributes.get("groups") {
+        for group in list
+            .split(',')
+            .map(str::trim)
+            .filter(|group| !group.is_empty())
+        {
+            if !is_group_name(group) {
+                return Err(refuse(format!(
+                    "{field}.attributes.groups: `{group}` is not an ansible group name"
+                )));
+            }
+            groups.push(group.to_owned());
+        }
+    }
+    Ok(Host {
+        name: target.id.clone(),
+        address,
+        port,
+        host_key,
+        groups,
+    })
+}
+
+/// The files of one run in its working directory.
+struct Layout {
+    package: PathBuf,
+    inventory: PathBuf,
+    events: PathBuf,
+    config: PathBuf,
+    key: PathBuf,
+    vars: PathBuf,
+}
+
+impl AnsibleRunner {
+    /// Fetches, lays out and runs the plan. `Err` is an outcome decided
+    /// before ansible-playbook ran.
+    async fn run(
+        &self,
+        plan: &Plan,
+        workdir: &Workdir,
+        context: &ExecutionContext,
+    ) -> Result<ExecutionOutcome, ExecutionOutcome> {
+        let layout = self.lay_out(plan, workdir, context).await?;
+        let mut report = AnsibleResult {
+            operation: plan.operation.as_str().to_owned(),
+            package: plan.package.as_ref().map(ToString::to_string),
+            playbook: match &plan.entry {
+                Entry::Playbook(path) => Some(path.clone()),
+                _ => None,
+            },
+            role: match &plan.entry {
+                Entry::Role(role) => Some(role.clone()),
+                _ => None,
+            },
+            check_mode: plan.check_mode,
+            exit_code: None,
+            recap: BTreeMap::new(),
+            changed_hosts: Vec::new(),
+            failed_hosts: Vec::new(),
+            unreachable_hosts: Vec::new(),
+            facts: BTreeMap::new(),
+            evidence: Vec::new(),
+            events_artifact: None,
+            tasks: 0,
+            inventory: None,
+            problems: Vec::new(),
+        };
+        // An inventory the runner did not write is read by ansible first:
+        // its hosts must be the targets, its connection the runner's.
+        if plan.inventory.artifact.is_some() || matches!(plan.entry, Entry::Validate) {
+            let read = self.read_inventory(plan, &layout, workdir, context).await?;
+            report.problems = read.problems;
+            report.inventory = Some(read.report);
+            if let Some(refusal) = read.refusal {
+                return Err(ExecutionOutcome::failed(
+                    FailureCategory::Contract,
+                    refusal,
+                    serde_json::to_value(&report).ok(),
+                ));
+            }
+        }
+        let playbook = match &plan.entry {
+            Entry::Playbook(path) => layout.package.join(path),
+            Entry::Role(role) => {
+                let written = json!([{
+                    "name": format!("role {role}"),
+                    "hosts": "all",
+                    "roles": [{"role": role}],
+                }]);
+                write_file(&workdir.path().join("role.yml"), &written.to_string())?
+            }
+            Entry::Validate => {
+                let written = json!([{
+                    "name": "reachability",
+                    "hosts": "all",
+                    "gather_facts": false,
+                    "tasks": [{"name": "ping", "ansible.builtin.ping": {}}],
+                }]);
+                write_file(&workdir.path().join("validate.yml"), &written.to_string())?
+            }
+        };
+        let mut args: Vec<String> = vec![
+            format!("--inventory={}", layout.inventory.display()),
+            format!("--user={}", plan.user),
+            format!("--private-key={}", layout.key.display()),
+            format!("--extra-vars=@{}", layout.vars.display()),
+        ];
+        if plan.check_mode {
+            args.extend(["--check".to_owned(), "--diff".to_owned()]);
+        }
+        if let Some(limit) = &plan.limit {
+            args.push(format!("--limit={limit}"));
+        }
+        if !plan.tags.is_empty() {
+            args.push(format!("--tags={}", plan.tags.join(",")));
+        }
+        args.push("--".to_owned());
+        args.push(playbook.display().to_string());
+        let command = self
+            .ansible_command("ansible-playbook", &layout, workdir)
+            .capture(MAX_STDERR_QUOTED)
+            .args(args);
+        context.progress(
+            format!(
+                "{} on {} host(s){}",
+                match &plan.entry {
+                    Entry::Playbook(path) => format!("playbook {path}"),
+                    Entry::Role(role) => format!("role {role}"),
+                    Entry::Validate => "reachability check".to_owned(),
+                },
+                plan.hosts.len(),
+                if plan.check_mode {
+                    " in check mode"
+                } else {
+                    ""
+                }
+            ),
+            Some(0),
+        );
+        let (exit, summary) = self.watch(command, &layout.events, workdir, context).await;
+        report.tasks = summary.tasks;
+        report.recap = summary.recap();
+        let (changed, failed, unreachable) = summary.hosts();
+        report.changed_hosts = changed;
+        report.failed_hosts = failed;
+        report.unreachable_hosts = unreachable;
+        report.facts = summary.facts.clone();
+        report.evidence = summary.evidence.clone();
+        // The event stream is mandatory: an attempt without it proves nothing.
+        let stored = if layout.events.exists() {
+            context
+                .store_output(&layout.events, EVENTS_ARTIFACT, RetentionClass::Evidence)
+                .await
+                .map(|_| ())
+                .map_err(|error| (error.category(), error.to_string()))
+        } else {
+            Err((
+                FailureCategory::RunnerError,
+                "ansible-playbook wrote no event stream".to_owned(),
+            ))
+        };
+        if stored.is_ok() {
+            report.events_artifact = Some(EVENTS_ARTIFACT.to_owned());
+        }
+        let exit = match exit {
+            Ok(exit) => exit,
+            Err(error) => return Ok(infrastructure(error.to_string())),
+        };
+        report.exit_code = exit.code;
+        if let Entry::Validate = plan.entry {
+            for host in &report.unreachable_hosts {
+                let message = summary
+                    .unreachable_messages
+                    .get(host)
+                    .map(|message| one_line(message))
+                    .unwrap_or_default();
+                report
+                    .problems
+                    .push(format!("host `{host}` is unreachable: {message}"));
+            }
+        }
+        let value = serde_json::to_value(&report).unwrap_or(Value::Null);
+        if let Some(cause) = exit.stopped {
+            return Ok(match cause {
+                StopCause::Stopped => {
+                    ExecutionOutcome::failed(FailureCategory::Cancelled, "stopped", Some(value))
+                }
+                StopCause::Deadline => ExecutionOutcome::failed(
+                    FailureCategory::Timeout,
+                    "stopped at the start-to-close deadline",
+                    Some(value),
+                ),
+            });
+        }
+        if let Err((category, message)) = stored {
+            return Ok(ExecutionOutcome::failed(category, message, Some(value)));
+        }
+        Ok(outcome(plan, &report, &exit, value))
+    }
+
+    /// The package unpacked, the inventory, the configuration, the
+    /// callback, the key and the variables, each in its place.
+    async fn lay_out(
+        &self,
+        plan: &Plan,
+        workdir: &Workdir,
+        context: &ExecutionContext,
+    ) -> Result<Layout, ExecutionOutcome> {
+        let root = workdir.path();
+        let mut layout = Layout {
+            package: root.join("package"),
+            // Named after its parser: the yaml plugin reads only `.yml`.
+            inventory: root.join("inventory.ini"),
+            events: root.join("events.jsonl"),
+            config: root.join("ansible.cfg"),
+            key: workdir
+                .secret_file("identity", &plan.private_key)
+                .map_err(|error| infrastructure(format!("cannot write the key file: {error}")))?,
+            vars: workdir
+                .secret_file(
+                    "extra_vars.json",
+                    &serde_json::to_string(&plan.vars).unwrap_or_else(|_| "{}".into()),
+                )
+                .map_err(|error| infrastructure(format!("cannot write the variables: {error}")))?,
+        };
+        if let Some(reference) = &plan.package {
+            let archive = workdir
+                .fetch_input(context, reference)
+                .await
+                .map_err(|error| {
+                    ExecutionOutcome::failed(
+                        error.category(),
+                        format!("inputs.package: {error}"),
+                        None,
+                    )
+                })?;
+            let bytes = std::fs::read(&archive)
+                .map_err(|error| infrastructure(format!("cannot read the package: {error}")))?;
+            package::unpack(&bytes, &layout.package)
+                .map_err(|problem| refuse(format!("inputs.package: {problem}")))?;
+        } else {
+            std::fs::create_dir_all(&layout.package).map_err(|error| {
+                infrastructure(format!("cannot create the package directory: {error}"))
+            })?;
+        }
+        match &plan.entry {
+            Entry::Playbook(path) => {
+                let file = layout.package.join(path);
+                let is_file = std::fs::symlink_metadata(&file).is_ok_and(|meta| meta.is_file());
+                if !is_file {
+                    return Err(refuse(format!(
+                        "inputs.playbook: the package has no playbook `{path}`"
+                    )));
+                }
+            }
+            Entry::Role(role) => {
+                let dir = layout.package.join("roles").join(role);
+                if !std::fs::symlink_metadata(&dir).is_ok_and(|meta| meta.is_dir()) {
+                    return Err(refuse(format!(
+                        "inputs.role: the package has no role `roles/{role}`"
+                    )));
+                }
+            }
+            Entry::Validate => {}
+        }
+        let inventory = match &plan.inventory.artifact {
+            Some(reference) => {
+                let reference = InputRef::parse(reference)
+                    .map_err(|message| refuse(format!("inputs.inventory.artifact: {message}")))?;
+                let fetched = workdir
+                    .fetch_input(context, &reference)
+                    .await
+                    .map_err(|error| {
+                        ExecutionOutcome::failed(
+                            error.category(),
+                            format!("inputs.inventory.artifact: {error}"),
+                            None,
+                        )
+                    })?;
+                std::fs::read_to_string(&fetched).map_err(|_| {
+                    refuse("inputs.inventory.artifact: not a text file (an INI or YAML inventory)")
+                })?
+            }
+            None => generated_inventory(&plan.hosts),
+        };
+        if serde_yaml::from_str::<serde_yaml::Mapping>(&inventory).is_ok() {
+            layout.inventory = root.join("inventory.yml");
+        }
+        write_file(&layout.inventory, &inventory)?;
+        let known_hosts: String = plan
+            .hosts
+            .iter()
+            .map(|host| {
+                let entry = if host.port == 22 {
+                    host.address.clone()
+                } else {
+                    format!("[{}]:{}", host.address, host.port)
+                };
+                format!("{entry} {}\n", host.host_key)
+            })
+            .collect();
+        let known_hosts_file = write_file(&root.join("known_hosts"), &known_hosts)?;
+        let callbacks = root.join("callbacks");
+        std::fs::create_dir_all(&callbacks).map_err(|error| {
+            infrastructure(format!("cannot create the callback directory: {error}"))
+        })?;
+        write_file(&callbacks.join("execplane_events.py"), CALLBACK)?;
+        let ssh_args = [
+            "-F /dev/null".to_owned(),
+            format!("-o UserKnownHostsFile=\"{}\"", known_hosts_file.display()),
+            "-o GlobalKnownHostsFile=/dev/null".to_owned(),
+            "-o StrictHostKeyChecking=yes".to_owned(),
+            "-o UpdateHostKeys=no".to_owned(),
+            "-o IdentitiesOnly=yes".to_owned(),
+            "-o IdentityAgent=none".to_owned(),
+            "-o BatchMode=yes".to_owned(),
+            "-o ControlMaster=no".to_owned(),
+            "-o ControlPath=none".to_owned(),
+            "-o ForwardAgent=no".to_owned(),
+            "-o ClearAllForwardings=yes".to_owned(),
+            format!(
+                "-o ConnectTimeout={}",
+                self.config.connect_timeout.as_secs().max(1)
+            ),
+            "-o ServerAliveInterval=5".to_owned(),
+            "-o ServerAliveCountMax=3".to_owned(),
+        ]
+        .join(" ");
+        let config = format!(
+            "[defaults]\n\
+             host_key_checking = True\n\
+             retry_files_enabled = False\n\
+             callback_plugins = {callbacks}\n\
+             callbacks_enabled = execplane_events\n\
+             roles_path = {roles}\n\
+             local_tmp = {root}/.ansible/tmp\n\
+             interpreter_python = auto_silent\n\
+             nocows = True\n\
+             nocolor = True\n\
+             deprecation_warnings = False\n\
+             \n\
+             [inventory]\n\
+             enable_plugins = yaml, ini\n\
+             unparsed_is_failed = True\n\
+             \n\
+             [ssh_connection]\n\
+             ssh_args = {ssh_args}\n\
+             pipelining = True\n",
+            callbacks = callbacks.display(),
+            roles = layout.package.join("roles").display(),
+            root = root.display(),
+        );
+        write_file(&layout.config, &config)?;
+        Ok(layout)
+    }
+
+    /// ansible's `program` from the configured directory, in the runner's
+    /// environment and configuration.
+    fn ansible_command(&self, program: &str, layout: &Layout, workdir: &Workdir) -> ToolCommand {
+        let root = workdir.path().display().to_string();
+        let bin = self.config.bin_dir.display().to_string();
+        ToolCommand::new(self.config.bin_dir.join(program))
+            .base_env(workdir)
+            .env("PATH", format!("{bin}:/usr/local/bin:/usr/bin:/bin"))
+            .env("ANSIBLE_CONFIG", layout.config.display().to_string())
+            .env("ANSIBLE_HOME", format!("{root}/.ansible"))
+            .env(
+                "EXECPLANE_ANSIBLE_EVENTS",
+                layout.events.display().to_string(),
+            )
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+    }
+
+    /// Runs ansible-playbook, reading its event stream as it grows: a
+    /// progress event at each task.
+    async fn watch(
+        &self,
+        command: ToolCommand,
+        events: &Path,
+        workdir: &Workdir,
+        context: &ExecutionContext,
+    ) -> (Result<ToolExit, tool::ToolError>, Summary) {
+        let mut summary = Summary::default();
+        let mut stream = Stream::default();
+        let run = tool::run(context, workdir, command);
+        tokio::pin!(run);
+        let mut tick = tokio::time::interval(EVENTS_POLL);
+        let exit = loop {
+            tokio::select! {
+                exit = &mut run => break exit,
+                _ = tick.tick() => stream.read(events, &mut summary, context),
+            }
+        };
+        stream.read(events, &mut summary, context);
+        (exit, summary)
+    }
+
+    /// `ansible-inventory --list` on the laid-out inventory: its hosts and
+    /// groups, its problems (for a validation) and, when it may not run,
+    /// why.
+    async fn read_inventory(
+        &self,
+        plan: &Plan,
+        layout: &Layout,
+        workdir: &Workdir,
+        context: &ExecutionContext,
+    ) -> Result<ReadInventory, ExecutionOutcome> {
+        let command = self
+            .ansible_command("ansible-inventory", layout, workdir)
+            .capture(MAX_INVENTORY_JSON)
+            .args([
+                format!("--inventory={}", layout.inventory.display()),
+                "--list".to_owned(),
+            ]);
+        let exit = tool::run(context, workdir, command)
+            .await
+            .map_err(|error| infrastructure(error.to_string()))?;
+        if let Some(cause) = exit.stopped {
+            return Err(match cause {
+                StopCause::Stopped => {
+                    ExecutionOutcome::failed(FailureCategory::Cancelled, "stopped", None)
+                }
+                StopCause::Deadline => ExecutionOutcome::failed(
+                    FailureCategory::Timeout,
+                    "stopped at the start-to-close deadline",
+                    None,
+                ),
+            });
+        }
+        if !exit.success() {
+            let said = one_line(&String::from_utf8_lossy(&exit.stderr));
+            let message = format!("inputs.inventory: ansible cannot read the inventory: {said}");
+            return Err(match plan.entry {
+                Entry::Validate => {
+                    ExecutionOutcome::failed(FailureCategory::VerificationFailed, message, None)
+                }
+                _ => refuse(message),
+            });
+        }
+        if exit.stdout.len() >= MAX_INVENTORY_JSON {
+            return Err(refuse(format!(
+                "inputs.inventory: larger than {MAX_INVENTORY_JSON} bytes as ansible lists it"
+            )));
+        }
+        let listed: Value = serde_json::from_slice(&exit.stdout).map_err(|error| {
+            infrastructure(format!("ansible-inventory printed no inventory: {error}"))
+        })?;
+        Ok(check_inventory(&listed, &plan.hosts))
+    }
+}
+
+/// What `check_inventory` found.
+struct ReadInventory {
+    report: InventoryReport,
+    problems: Vec<String>,
+    /// Why it may not run at all (a host that is no target, a connection
+    /// variable).
+    refusal: Option<String>,
+}
+
+/// Reads `ansible-inventory --list` output: every group's hosts (through
+/// its children), each host's connection checked against the targets.
+fn check_inventory(listed: &Value, targets: &[Host]) -> ReadInventory {
+    let empty = serde_json::Map::new();
+    let groups = listed.as_object().unwrap_or(&empty);
+    let hostvars = listed
+        .pointer("/_meta/hostvars")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let names = |group: &str, key: &str| -> Vec<String> {
+        groups
+            .get(group)
+            .and_then(|group| group.get(key))
+            .and_then(Value::as_array)
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    fn members(
+        group: &str,
+        names: &dyn Fn(&str, &str) -> Vec<String>,
+        seen: &mut BTreeSet<String>,
+        into: &mut BTreeSet<String>,
+    ) {
+        if !seen.insert(group.to_owned()) {
+            return;
+        }
+        into.extend(names(group, "hosts"));
+        for child in names(group, "children") {
+            members(&child, names, seen, into);
+        }
+    }
+    let mut report = InventoryReport {
+        hosts: Vec::new(),
+        groups: BTreeMap::new(),
+    };
+    let mut all = BTreeSet::new();
+    let mut problems = Vec::new();
+    // Every group ansible knows: those listed, and children named only.
+    let mut group_names: BTreeSet<String> = groups
+        .keys()
+        .filter(|name| *name != "_meta")
+        .cloned()
+        .collect();
+    for name in groups.keys() {
+        group_names.extend(names(name, "children"));
+    }
+    for group in &group_names {
+        let mut hosts = BTreeSet::new();
+        members(group, &names, &mut BTreeSet::new(), &mut hosts);
+        all.extend(hosts.iter().cloned());
+        if group != "all" && group != "ungrouped" {
+            if !is_group_name(group) {
+                problems.push(format!(
+                    "group `{group}`: not a valid group name (letters, digits and `_`, not starting with a digit)"
+                ));
+            } else if hosts.is_empty() {
+                problems.push(format!("group `{group}` has no hosts"));
+            }
+            report
+                .groups
+                .insert(group.clone(), hosts.into_iter().collect());
+        }
+    }
+    report.hosts = all.iter().cloned().collect();
+    let mut refusals = Vec::new();
+    for host in &all {
+        let vars = hostvars
+            .get(host)
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
+        for name in CONNECTION_VARS {
+            let Some(value) = vars.get(name) else {
+                continue;
+            };
+            let ssh = name == "ansible_connection"
+                && matches!(value.as_str(), Some("ssh" | "ansible.builtin.ssh"));
+            if !ssh {
+                refusals.push(format!(
+                    "host `{host}` sets `{name}`: how ansible connects is the runner's, not the inventory's"
+                ));
+            }
+        }
+        let address = vars
+            .get("ansible_host")
+            .and_then(Value::as_str)
+            .unwrap_or(host);
+        let port = match vars.get("ansible_port") {
+            None => Some(22),
+            Some(Value::Number(number)) => {
+                number.as_u64().and_then(|port| u16::try_from(port).ok())
+            }
+            Some(Value::String(text)) => text.parse().ok(),
+            Some(_) => None,
+        };
+        let bound = targets
+            .iter()
+            .any(|target| target.address == address && Some(target.port) == port);
+        if !bound {
+            refusals.push(format!(
+                "host `{host}` ({address}:{}) is not one of the JobSpec's targets: ansible connects only to bound nodes",
+                port.map_or("?".to_owned(), |port| port.to_string())
+            ));
+        }
+    }
+    ReadInventory {
+        report,
+        problems,
+        refusal: (!refusals.is_empty())
+            .then(|| format!("inputs.inventory: {}", refusals.join("; "))),
+    }
+}
+
+/// The event stream read so far: the offset and a line not yet complete.
+#[derive(Default)]
+struct Stream {
+    offset: u64,
+    partial: Vec<u8>,
+}
+
+impl Stream {
+    /// Reads what was appended since the last read; a progress event for
+    /// each task that started.
+    fn read(&mut self, path: &Path, summary: &mut Summary, context: &ExecutionContext) {
+        let Ok(mut file) = std::fs::File::open(path) else {
+            return;
+        };
+        if file.seek(SeekFrom::Start(self.offset)).is_err() {
+            return;
+        }
+        let mut fresh = Vec::new();
+        let Ok(read) = file.take(4 * 1024 * 1024).read_to_end(&mut fresh) else {
+            return;
+        };
+        self.offset += read as u64;
+        self.partial.extend_from_slice(&fresh);
+        while let Some(end) = self.partial.iter().position(|byte| *byte == b'\n') {
+            let line: Vec<u8> = self.partial.drain(..=end).collect();
+            let text = String::from_utf8_lossy(&line[..line.len() - 1]);
+            if summary.line(&text) {
+                let task = summary.current_task.clone().unwrap_or_default();
+                context.progress(format!("task {}: {task}", summary.tasks), None);
+            }
+        }
+    }
+}
+
+/// The attempt's outcome once ansible-playbook exited.
+fn outcome(plan: &Plan, report: &AnsibleResult, exit: &ToolExit, value: Value) -> ExecutionOutcome {
+    if let Entry::Validate = plan.entry {
+        if !report.problems.is_empty() {
+            return ExecutionOutcome::failed(
+                FailureCategory::VerificationFailed,
+                format!("inventory: {}", report.problems.join("; ")),
+                Some(value),
+            );
+        }
+    }
+    match exit.code {
+        Some(0) => {
+            let hosts = report.recap.len();
+            let changed = report.changed_hosts.len();
+            let verb = if plan.check_mode {
+                "would change"
+            } else {
+                "changed"
+            };
+            ExecutionOutcome::succeeded(
+                format!(
+                    "{} task(s) on {hosts} host(s); {changed} {verb}",
+                    report.tasks
+                ),
+                value,
+            )
+        }
+        // 2: a host failed; 4: a host was unreachable.
+        Some(2 | 4) if !report.failed_hosts.is_empty() || !report.unreachable_hosts.is_empty() => {
+            let category = if report.failed_hosts.is_empty() {
+                FailureCategory::TargetUnreachable
+            } else {
+                FailureCategory::RunnerError
+            };
+            let mut parts = Vec::new();
+            if !report.failed_hosts.is_empty() {
+                parts.push(format!("failed on {}", report.failed_hosts.join(", ")));
+            }
+            if !report.unreachable_hosts.is_empty() {
+                parts.push(format!(
+                    "unreachable: {}",
+                    report.unreachable_hosts.join(", ")
+                ));
+            }
+            ExecutionOutcome::failed(category, parts.join("; "), Some(value))
+        }
+        Some(code) => {
+            let said = one_line(&String::from_utf8_lossy(&exit.stderr));
+            ExecutionOutcome::failed(
+                FailureCategory::RunnerError,
+                format!("ansible-playbook exited with code {code}: {said}"),
+                Some(value),
+            )
+        }
+        None => ExecutionOutcome::failed(
+            FailureCategory::RunnerError,
+            format!(
+                "ansible-playbook ended by signal {}",
+                exit.signal.unwrap_or_default()
+            ),
+            Some(value),
+        ),
+    }
+}
+
+/// A YAML inventory of the targets (JSON is YAML): every host under `all`
+/// with its address and port, and in the groups its `groups` attribute
+/// names.
+fn generated_inventory(hosts: &[Host]) -> String {
+    let mut all = serde_json::Map::new();
+    let mut groups: BTreeMap<String, serde_json::Map<String, Value>> = BTreeMap::new();
+    for host in hosts {
+        all.insert(
+            host.name.clone(),
+            json!({"ansible_host": host.address, "ansible_port": host.port}),
+        );
+        for group in &host.groups {
+            groups
+                .entry(group.clone())
+                .or_default()
+                .insert(host.name.clone(), json!({}));
+        }
+    }
+    let children: serde_json::Map<String, Value> = groups
+        .into_iter()
+        .map(|(name, hosts)| (name, json!({"hosts": hosts})))
+        .collect();
+    json!({"all": {"hosts": all, "children": children}}).to_string()
+}
+
+fn write_file(path: &Path, text: &str) -> Result<PathBuf, ExecutionOutcome> {
+    std::fs::write(path, text)
+        .map(|()| path.to_owned())
+        .map_err(|error| infrastructure(format!("cannot write {}: {error}", path.display())))
+}
+
+/// `[A-Za-z_][A-Za-z0-9_]*`: what ansible takes as a variable name.
+fn is_variable_name(text: &str) -> bool {
+    let mut chars = text.chars();
+    chars
+        .next()
+        .is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && text.len() <= 128
+}
+
+/// A group name ansible keeps as it is (the same rule as a variable's).
+fn is_group_name(text: &str) -> bool {
+    is_variable_name(text)
+}
+
+/// A role directory's name.
+fn is_role_name(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 128
+        && !text.starts_with(['.', '-'])
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_.-".contains(c))
+}
+
+/// An inventory host name: letters, digits, `._-`, not an option.
+fn is_inventory_name(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 253
+        && !text.starts_with('-')
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+}
+
+/// `text` on one line, bounded.
+fn one_line(text: &str) -> String {
+    let joined = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    joined.chars().take(MAX_STDERR_QUOTED).collect()
+}
+
+fn infrastructure(message: impl Into<String>) -> ExecutionOutcome {
+    ExecutionOutcome::failed(FailureCategory::Infrastructure, message, None)
+}
+
+fn refuse(message: impl Into<String>) -> ExecutionOutcome {
+    ExecutionOutcome::failed(FailureCategory::Contract, message, None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(id: &str, port: &str) -> Host {
+        Host {
+            name: id.to_owned(),
+            address: "127.0.0.1".to_owned(),
+            port: port.parse().unwrap(),
+            host_key: "ssh-ed25519 AAAA".to_owned(),
+            groups: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn an_inventory_names_its_bad_groups_and_may_not_choose_the_connection() {
+        let listed = json!({
+            "_meta": {"hostvars": {
+                "a": {"ansible_host": "127.0.0.1", "ansible_port": 2222},
+                "b": {"ansible_host": "127.0.0.1", "ansible_port": 2222, "ansible_connection": "local"},
+                "c": {"ansible_host": "203.0.113.9"}
+            }},
+            "all": {"children": ["ungrouped", "web", "web-servers", "empty"]},
+            "web": {"hosts": ["a"]},
+            "web-servers": {"hosts": ["b"]},
+            "ungrouped": {"hosts": ["c"]}
+        });
+        let read = check_inventory(&listed, &[target("a", "2222")]);
+        assert_eq!(read.report.hosts, ["a", "b", "c"]);
+        assert_eq!(read.report.groups["web"], ["a"]);
+        assert_eq!(read.problems.len(), 2, "{:?}", read.problems);
+        assert!(read.problems.iter().any(|p| p.contains("`web-servers`")));
+        assert!(read
+            .problems
+            .iter()
+            .any(|p| p.contains("`empty` has no hosts")));
+        let refusal = read.refusal.unwrap();
+        assert!(
+            refusal.contains("host `b` sets `ansible_connection`"),
+            "{refusal}"
+        );
+        assert!(refusal.contains("host `c` (203.0.113.9:22)"), "{refusal}");
+        assert!(!refusal.contains("host `a`"), "{refusal}");
+    }
+
+    #[test]
+    fn the_generated_inventory_is_the_targets() {
+        let mut web = target("node-1", "2222");
+        web.groups = vec!["web".into()];
+        let text = generated_inventory(&[web, target("node-2", "22")]);
+        let value: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(value["all"]["hosts"]["node-1"]["ansible_port"], 2222);
+        assert_eq!(
+            value["all"]["children"]["web"]["hosts"],
+            json!({"node-1": {}})
+        );
+        assert!(serde_yaml::from_str::<serde_yaml::Mapping>(&text).is_ok());
+    }
+
+    #[test]
+    fn names_are_what_ansible_reads_as_names() {
+        assert!(is_variable_name("marker_path") && is_variable_name("_x1"));
+        assert!(!is_variable_name("1x") && !is_variable_name("a-b") && !is_variable_name(""));
+        assert!(is_role_name("web") && is_role_name("my.role-2"));
+        assert!(!is_role_name("../web") && !is_role_name("-x") && !is_role_name("a/b"));
+    }
+}

@@ -1,0 +1,591 @@
+//! The ansible runner with the stack's ansible-core (scripts/ansible.sh)
+//! against the real sshd of scripts/sshd.sh, over SSH: two inventory hosts
+//! (`one` at 127.0.0.1:2222, `two` at localhost:2222, both the test user
+//! on this machine). A package built here, approved by digest, holds the
+//! playbooks and a role.
+
+mod common;
+
+use std::time::Duration;
+
+use common::bao::Bao;
+use common::pipeline::{job, Pipeline};
+use execplane::contract::{topics, EventBody, JobSpec, RunnerType};
+use serde_json::{json, Value};
+use sqlx::{PgPool, Row};
+
+const WAIT: Duration = Duration::from_secs(120);
+/// The ansible runner's index in the pipeline `ansible_pipeline` starts.
+const ANSIBLE_RUNNER: usize = 2;
+
+/// The package: playbooks, a role, a playbook outside the allowlist.
+const PACKAGE: [(&str, &str); 6] = [
+    (
+        "site.yml",
+        r#"- name: one changes, two fails
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: two fails on purpose
+      ansible.builtin.fail:
+        msg: two fails on purpose
+      when: inventory_hostname == 'two'
+    - name: write the marker
+      ansible.builtin.copy:
+        dest: "{{ marker_dir }}/{{ inventory_hostname }}.marker"
+        content: "written by {{ inventory_hostname }}\n"
+        mode: "0644"
+    - name: the marker is there
+      ansible.builtin.stat:
+        path: "{{ marker_dir }}/{{ inventory_hostname }}.marker"
+      register: marker
+    - name: verify the marker
+      ansible.builtin.assert:
+        that: marker.stat.exists
+    - name: remember it
+      ansible.builtin.set_fact:
+        marker_written: true
+"#,
+    ),
+    (
+        "playbooks/marker.yml",
+        r#"- name: only writes a marker
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: write the check marker
+      ansible.builtin.copy:
+        dest: "{{ marker_dir }}/{{ inventory_hostname }}.check"
+        content: "should not exist in check mode\n"
+"#,
+    ),
+    (
+        "playbooks/slow.yml",
+        r#"- name: waits
+  hosts: one
+  gather_facts: false
+  tasks:
+    - name: wait a long time
+      ansible.builtin.pause:
+        seconds: 300
+"#,
+    ),
+    (
+        "playbooks/echo.yml",
+        r#"- name: uses and echoes a secret
+  hosts: one
+  gather_facts: false
+  tasks:
+    - name: echo it
+      ansible.builtin.command:
+        argv: [/bin/echo, "the token is {{ api_token }}"]
+    - name: show it
+      ansible.builtin.debug:
+        msg: "token {{ api_token }}"
+"#,
+    ),
+    (
+        "other.yml",
+        "- hosts: all\n  tasks: [{ansible.builtin.ping: {}}]\n",
+    ),
+    (
+        "roles/marker/tasks/main.yml",
+        r#"- name: the role writes its marker
+  ansible.builtin.copy:
+    dest: "{{ marker_dir }}/role-{{ inventory_hostname }}"
+    content: "role marker\n"
+"#,
+    ),
+];
+
+fn package() -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (path, body) in PACKAGE {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(body.len() as u64);
+        header.set_mode(0o644);
+        header.set_entry_type(tar::EntryType::Regular);
+        builder
+            .append_data(&mut header, path, body.as_bytes())
+            .unwrap();
+    }
+    let tar = builder.into_inner().unwrap();
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    std::io::Write::write_all(&mut gz, &tar).unwrap();
+    gz.finish().unwrap()
+}
+
+fn host_key() -> String {
+    let line = std::fs::read_to_string(common::stack_dir().join("ssh/host_ed25519.pub"))
+        .expect("scripts/sshd.sh made the host key");
+    line.split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn node(id: &str, address: &str, port: u16) -> Value {
+    json!({"kind": "node", "id": id, "address": address,
+           "attributes": {"port": port.to_string(), "host_key": host_key()}})
+}
+
+/// A running pipeline and what its jobs need.
+struct Stack {
+    pipeline: Pipeline,
+    package: String,
+    markers: std::path::PathBuf,
+}
+
+/// The dispatcher, relay, ansible runner (index `ANSIBLE_RUNNER`) and the
+/// artifact worker, on a policy approving the package; the user's key and
+/// a token in OpenBao.
+async fn ansible_pipeline(pool: &PgPool, token: &str) -> Stack {
+    use std::os::unix::fs::PermissionsExt;
+    let mut pipeline = Pipeline::new(pool).await;
+    let dir = pipeline.dir.clone();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let markers = dir.join("markers");
+    std::fs::create_dir_all(&markers).unwrap();
+    std::fs::set_permissions(&markers, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let package = put_artifact(&pipeline, pool, "package.tar.gz", &package());
+    let policy = format!(
+        r#"
+tenants:
+  team-a:
+    operations: ["ansible.*"]
+    secret_prefixes: ["secret/team-a/"]
+    ansible:
+      packages:
+        - digest: {package}
+          playbooks: ["site.yml", "playbooks/*.yml"]
+          roles: [marker]
+    ssh:
+      nodes: ["127.0.0.1", "localhost"]
+"#
+    );
+    let policy_file = dir.join("policy.yaml");
+    std::fs::write(&policy_file, policy).unwrap();
+    pipeline.set_env("EXECPLANE_POLICY_FILE", policy_file.to_str().unwrap());
+    let bao = Bao::new();
+    let key = std::fs::read_to_string(common::stack_dir().join("ssh/user_ed25519")).unwrap();
+    bao.put("team-a/ssh", json!({"private_key": key})).await;
+    bao.put("team-a/app", json!({"token": token})).await;
+    let bin = std::env::var("EXECPLANE_ANSIBLE_BIN_DIR").unwrap_or_else(|_| {
+        common::stack_dir()
+            .join("ansible/bin")
+            .display()
+            .to_string()
+    });
+    pipeline.spawn(&["dispatcher"], &[]);
+    pipeline.spawn(&["relay"], &[]);
+    pipeline.spawn(
+        &["runner", "ansible"],
+        &[
+            ("EXECPLANE_VAULT_ADDR", bao.address.as_str()),
+            ("EXECPLANE_VAULT_TOKEN", bao.root.as_str()),
+            ("EXECPLANE_RUNNER_STOP_GRACE", "2s"),
+            ("EXECPLANE_ANSIBLE_BIN_DIR", bin.as_str()),
+        ],
+    );
+    pipeline.spawn(
+        &["artifact-worker"],
+        &[("EXECPLANE_ARTIFACT_GRACE", "300ms")],
+    );
+    pipeline.wait_runners(1).await;
+    Stack {
+        pipeline,
+        package,
+        markers,
+    }
+}
+
+fn put_artifact(pipeline: &Pipeline, pool: &PgPool, name: &str, bytes: &[u8]) -> String {
+    let file = pipeline.dir.join(name);
+    std::fs::write(&file, bytes).unwrap();
+    let storage = pipeline.dir.join("artifacts");
+    let put = common::execplane_with(
+        pool,
+        &["artifacts", "put", file.to_str().unwrap()],
+        &[("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap())],
+    );
+    assert!(put.status.success(), "{put:?}");
+    String::from_utf8(put.stdout).unwrap().trim().to_owned()
+}
+
+impl Stack {
+    /// A JobSpec of `operation` on `targets` with the test user's login.
+    fn job(&self, operation: &str, mut inputs: Value, targets: Vec<Value>) -> JobSpec {
+        inputs["user"] = json!("exectest");
+        inputs["private_key"] = json!({"$secret": "ssh_key"});
+        if inputs.get("package").is_none() && operation != "ansible.inventory.validate" {
+            inputs["package"] = json!({"name": "test", "version": "1", "digest": self.package});
+        }
+        job(
+            operation,
+            inputs,
+            json!({
+                "targets": targets,
+                "secret_refs": [
+                    {"name": "ssh_key", "mount": "secret", "path": "team-a/ssh", "key": "private_key"},
+                    {"name": "token", "mount": "secret", "path": "team-a/app", "key": "token"}
+                ],
+                "retry": {"max_attempts": 1}
+            }),
+        )
+    }
+
+    fn playbook(&self, operation: &str, playbook: &str, vars: Value) -> JobSpec {
+        let mut extra = json!({"marker_dir": self.markers});
+        for (key, value) in vars.as_object().unwrap() {
+            extra[key] = value.clone();
+        }
+        self.job(
+            operation,
+            json!({"playbook": playbook, "extra_vars": extra}),
+            vec![
+                node("one", "127.0.0.1", 2222),
+                node("two", "localhost", 2222),
+            ],
+        )
+    }
+
+    /// The job's attempt: status, failure category, message and result.
+    async fn ended(
+        &self,
+        pool: &PgPool,
+        spec: &JobSpec,
+    ) -> (String, Option<String>, String, Value) {
+        self.pipeline.wait_done(&spec.job_id, WAIT).await;
+        let row = sqlx::query(
+            "SELECT status, failure_category, coalesce(message, ''), result_json FROM attempts WHERE job_id = $1",
+        )
+        .bind(&spec.job_id)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+        let result: Option<String> = row.get(3);
+        (
+            row.get(0),
+            row.get(1),
+            row.get(2),
+            result.map_or(Value::Null, |text| serde_json::from_str(&text).unwrap()),
+        )
+    }
+
+    /// The attempt's stored event stream.
+    fn events(&self, attempt: uuid::Uuid) -> String {
+        let root = self
+            .pipeline
+            .dir
+            .join(format!("artifacts/outputs/{attempt}"));
+        for entry in std::fs::read_dir(&root).unwrap() {
+            let file = entry.unwrap().path().join("ansible-events.jsonl");
+            if file.exists() {
+                return std::fs::read_to_string(file).unwrap();
+            }
+        }
+        panic!("no event stream under {}", root.display());
+    }
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_playbook_reports_its_recap_and_check_mode_changes_nothing(pool: PgPool) {
+    let stack = ansible_pipeline(&pool, "unused-token-value").await;
+    let spec = stack.playbook("ansible.playbook.run", "site.yml", json!({}));
+    stack.pipeline.submit(&spec).await;
+    let (status, category, message, result) = stack.ended(&pool, &spec).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("runner_error")),
+        "{message} {result}"
+    );
+    assert!(message.contains("failed on two"), "{message}");
+    assert_eq!(result["changed_hosts"], json!(["one"]), "{result}");
+    assert_eq!(result["failed_hosts"], json!(["two"]));
+    assert_eq!(result["recap"]["one"]["changed"], 1);
+    assert_eq!(result["recap"]["two"]["failed"], 1);
+    assert_eq!(result["exit_code"], 2);
+    assert_eq!(result["facts"]["one"]["marker_written"], true);
+    assert_eq!(result["evidence"][0]["host"], "one");
+    assert_eq!(result["evidence"][0]["passed"], true);
+    assert_eq!(result["events_artifact"], "ansible-events.jsonl");
+    assert!(stack.markers.join("one.marker").exists());
+    assert!(!stack.markers.join("two.marker").exists());
+    // The event stream: every task's results, the recap last.
+    let attempt = stack.pipeline.attempts(&spec.job_id).await[0].0;
+    let events = stack.events(attempt);
+    let lines: Vec<Value> = events
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(lines.last().unwrap()["event"], "stats");
+    let line = result["evidence"][0]["event_line"].as_u64().unwrap() as usize;
+    assert_eq!(lines[line - 1]["action"], "ansible.builtin.assert");
+    // Progress while it ran: its tasks by name (the runner SDK sends the
+    // latest progress at its own pace, so not necessarily every one).
+    let stored = stack.pipeline.stored_events().await;
+    let progress: Vec<&str> = stored[&attempt]
+        .iter()
+        .filter_map(|event| match &event.body {
+            EventBody::Progress { message, .. } => Some(message.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        progress.iter().any(|message| message.starts_with("task ")),
+        "{progress:?}"
+    );
+
+    // Check mode: `one` and `two` would change; nothing is written.
+    let spec = stack.playbook("ansible.check_mode.run", "playbooks/marker.yml", json!({}));
+    stack.pipeline.submit(&spec).await;
+    let (status, category, message, result) = stack.ended(&pool, &spec).await;
+    assert_eq!(status, "succeeded", "{category:?} {message} {result}");
+    assert_eq!(result["check_mode"], true);
+    assert_eq!(result["changed_hosts"], json!(["one", "two"]), "{result}");
+    assert!(!stack.markers.join("one.check").exists());
+    assert!(!stack.markers.join("two.check").exists());
+
+    // A role of the package, applied.
+    let spec = stack.job(
+        "ansible.role.run",
+        json!({"role": "marker", "vars": {"marker_dir": stack.markers}}),
+        vec![node("one", "127.0.0.1", 2222)],
+    );
+    stack.pipeline.submit(&spec).await;
+    let (status, category, message, result) = stack.ended(&pool, &spec).await;
+    assert_eq!(status, "succeeded", "{category:?} {message} {result}");
+    assert_eq!(result["role"], "marker");
+    assert_eq!(
+        std::fs::read_to_string(stack.markers.join("role-one")).unwrap(),
+        "role marker\n"
+    );
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn unapproved_playbooks_and_ansible_variables_are_refused_before_anything_runs(pool: PgPool) {
+    let stack = ansible_pipeline(&pool, "unused-token-value").await;
+    for playbook in [
+        "other.yml",
+        "../site.yml",
+        "playbooks/../site.yml",
+        "/etc/site.yml",
+    ] {
+        // Past the client's own validation, straight to intake.
+        let mut spec = stack.playbook("ansible.playbook.run", "site.yml", json!({}));
+        spec.inputs["playbook"] = json!(playbook);
+        stack.pipeline.submit(&spec).await;
+        let (status, category, message, _) = stack.ended(&pool, &spec).await;
+        assert_eq!(status, "rejected", "{playbook}: {category:?} {message}");
+        assert!(message.contains("playbook"), "{playbook}: {message}");
+    }
+    // The JobSpec may not choose how ansible connects.
+    let spec = stack.playbook(
+        "ansible.playbook.run",
+        "site.yml",
+        json!({"ansible_connection": "local"}),
+    );
+    stack.pipeline.submit(&spec).await;
+    let (status, category, message, _) = stack.ended(&pool, &spec).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("policy")),
+        "{message}"
+    );
+    // Nor may an inventory artifact.
+    let inventory = put_artifact(
+        &stack.pipeline,
+        &pool,
+        "local.ini",
+        b"[web]\none ansible_host=127.0.0.1 ansible_port=2222 ansible_connection=local\n",
+    );
+    let spec = stack.job(
+        "ansible.playbook.run",
+        json!({"playbook": "site.yml", "inventory": {"artifact": inventory},
+               "extra_vars": {"marker_dir": stack.markers}}),
+        vec![node("one", "127.0.0.1", 2222)],
+    );
+    stack.pipeline.submit(&spec).await;
+    let (status, category, message, _) = stack.ended(&pool, &spec).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("contract")),
+        "{message}"
+    );
+    assert!(message.contains("ansible_connection"), "{message}");
+    assert!(!stack.markers.join("one.marker").exists());
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn inventory_validation_names_the_bad_group_and_the_unreachable_host(pool: PgPool) {
+    let stack = ansible_pipeline(&pool, "unused-token-value").await;
+    let good = put_artifact(
+        &stack.pipeline,
+        &pool,
+        "good.ini",
+        b"[web]\none ansible_host=127.0.0.1 ansible_port=2222\n",
+    );
+    let bad_group = put_artifact(
+        &stack.pipeline,
+        &pool,
+        "bad.ini",
+        b"[web-servers]\none ansible_host=127.0.0.1 ansible_port=2222\n",
+    );
+    let validate = |inventory: Value, targets: Vec<Value>| {
+        stack.job(
+            "ansible.inventory.validate",
+            json!({"inventory": inventory}),
+            targets,
+        )
+    };
+    let spec = validate(
+        json!({"artifact": good}),
+        vec![node("one", "127.0.0.1", 2222)],
+    );
+    stack.pipeline.submit(&spec).await;
+    let (status, category, message, result) = stack.ended(&pool, &spec).await;
+    assert_eq!(status, "succeeded", "{category:?} {message} {result}");
+    assert_eq!(result["inventory"]["groups"]["web"], json!(["one"]));
+
+    let spec = validate(
+        json!({"artifact": bad_group}),
+        vec![node("one", "127.0.0.1", 2222)],
+    );
+    stack.pipeline.submit(&spec).await;
+    let (status, category, message, _) = stack.ended(&pool, &spec).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("verification_failed")),
+        "{message}"
+    );
+    assert!(message.contains("group `web-servers`"), "{message}");
+
+    // A target nothing answers for.
+    let spec = validate(
+        json!({"from_targets": true}),
+        vec![
+            node("one", "127.0.0.1", 2222),
+            node("ghost", "127.0.0.1", 2229),
+        ],
+    );
+    stack.pipeline.submit(&spec).await;
+    let (status, category, message, result) = stack.ended(&pool, &spec).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("verification_failed")),
+        "{message}"
+    );
+    assert!(message.contains("host `ghost` is unreachable"), "{message}");
+    assert_eq!(result["unreachable_hosts"], json!(["ghost"]));
+}
+
+/// Whether an ansible-playbook process runs `playbook` (the runner is on
+/// this host).
+fn playing(playbook: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .any(|entry| {
+            std::fs::read(entry.path().join("cmdline")).is_ok_and(|cmdline| {
+                let text = String::from_utf8_lossy(&cmdline);
+                text.contains("ansible-playbook") && text.contains(playbook)
+            })
+        })
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_cancel_stops_ansible_and_a_killed_runner_leaves_the_attempt_unknown(pool: PgPool) {
+    let mut stack = ansible_pipeline(&pool, "unused-token-value").await;
+    let spec = stack.playbook("ansible.playbook.run", "playbooks/slow.yml", json!({}));
+    stack.pipeline.submit(&spec).await;
+    let attempt = stack
+        .pipeline
+        .wait_status(&spec.job_id, "running", WAIT)
+        .await;
+    stack
+        .pipeline
+        .wait("the playbook to run", WAIT, || async {
+            playing("slow.yml")
+        })
+        .await;
+    stack.pipeline.cancel(attempt, 5_000).await;
+    let started = std::time::Instant::now();
+    let (status, category, message, result) = stack.ended(&pool, &spec).await;
+    assert_eq!(status, "cancelled", "{category:?} {message} {result}");
+    // The grace is 2 s: SIGINT, then SIGKILL.
+    assert!(!playing("slow.yml"));
+    assert!(started.elapsed() < Duration::from_secs(30));
+
+    let mut spec = stack.playbook("ansible.playbook.run", "playbooks/slow.yml", json!({}));
+    spec.retry.max_attempts = 3;
+    stack.pipeline.submit(&spec).await;
+    stack
+        .pipeline
+        .wait_status(&spec.job_id, "running", WAIT)
+        .await;
+    stack
+        .pipeline
+        .wait("the playbook to run", WAIT, || async {
+            playing("slow.yml")
+        })
+        .await;
+    stack.pipeline.signal(ANSIBLE_RUNNER, "KILL");
+    stack
+        .pipeline
+        .wait(
+            "ansible to be gone with its runner",
+            Duration::from_secs(10),
+            || async { !playing("slow.yml") },
+        )
+        .await;
+    let attempts = stack.pipeline.wait_done(&spec.job_id, WAIT).await;
+    assert_eq!(attempts.len(), 1, "never retried: {attempts:?}");
+    assert_eq!(attempts[0].1, "outcome_unknown", "{attempts:?}");
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_vault_secret_a_task_echoes_leaks_nowhere(pool: PgPool) {
+    let token = format!("tok-{}", uuid::Uuid::new_v4().simple());
+    let stack = ansible_pipeline(&pool, &token).await;
+    let spec = stack.playbook(
+        "ansible.playbook.run",
+        "playbooks/echo.yml",
+        json!({"api_token": {"$secret": "token"}}),
+    );
+    stack.pipeline.submit(&spec).await;
+    let (status, category, message, result) = stack.ended(&pool, &spec).await;
+    assert_eq!(status, "succeeded", "{category:?} {message} {result}");
+    let attempt = stack.pipeline.attempts(&spec.job_id).await[0].0;
+    // It was used: the echo ran with it, and the stream shows it masked.
+    let events = stack.events(attempt);
+    assert!(events.contains("the token is [masked]"), "{events}");
+    stack
+        .pipeline
+        .wait("the attempt's artifacts", WAIT, || async {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM artifacts WHERE attempt_id = $1")
+                .bind(attempt)
+                .fetch_one(&pool)
+                .await
+                .unwrap_or(0)
+                >= 3
+        })
+        .await;
+    let work = topics::work(RunnerType::Ansible);
+    common::leaks::assert_nowhere(
+        &stack.pipeline,
+        &pool,
+        &common::leaks::leaks(&token),
+        &[
+            topics::COMMANDS,
+            topics::RUNNER_EVENTS,
+            topics::LOG_CHUNKS,
+            topics::ATTEMPT_EVENTS,
+            topics::ARTIFACTS,
+            topics::RESULTS,
+            topics::DLQ,
+            work.as_str(),
+        ],
+        &stack.pipeline.dir,
+    )
+    .await;
+}
