@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Brings up the local stack (Postgres, Tansu), starts `execplane serve`, runs
-# the example job end to end with `execplane submit`, and stops serve.
+# Brings up the local stack (Postgres, Tansu; OpenBao, sshd and ansible-core
+# for the ssh and ansible examples), starts `execplane serve`, runs the
+# example job end to end with `execplane submit`, then every example (the
+# ssh and ansible ones on this host through the local sshd), and stops serve.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
@@ -9,6 +11,9 @@ apt_install cmake libcurl4-openssl-dev zlib1g-dev libssl-dev
 ensure_rust
 "$ROOT/scripts/postgres.sh"
 "$ROOT/scripts/tansu.sh"
+"$ROOT/scripts/openbao.sh"
+"$ROOT/scripts/sshd.sh"
+"$ROOT/scripts/ansible.sh"
 export EXECPLANE_DATABASE_URL="${EXECPLANE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/execplane}"
 export EXECPLANE_KAFKA_BROKERS="${EXECPLANE_KAFKA_BROKERS:-127.0.0.1:9092}"
 export EXECPLANE_TOPIC_PREFIX="${EXECPLANE_TOPIC_PREFIX:-demo.}"
@@ -17,6 +22,23 @@ export EXECPLANE_ARTIFACT_DIR="${EXECPLANE_ARTIFACT_DIR:-$STACK_DIR/artifacts}"
 log "building (release)"
 cargo build --locked --release
 BIN="$ROOT/target/release/execplane"
+
+# The ssh and ansible examples: rendered for this host, under their own
+# operator policy; the test user's key in OpenBao, where they reference it.
+EXAMPLES="$STACK_DIR/demo-examples"
+rm -rf "$EXAMPLES"
+"$ROOT/scripts/examples.sh" "$BIN" "$EXAMPLES"
+export EXECPLANE_POLICY_FILE="$EXAMPLES/policy.yaml"
+export EXECPLANE_VAULT_ADDR="${EXECPLANE_VAULT_ADDR:-http://127.0.0.1:8200}"
+EXECPLANE_VAULT_TOKEN="$(cat "$STACK_DIR/openbao-root-token")"
+export EXECPLANE_VAULT_TOKEN
+export EXECPLANE_ANSIBLE_BIN_DIR="${EXECPLANE_ANSIBLE_BIN_DIR:-$STACK_DIR/ansible/bin}"
+python3 - "$STACK_DIR/ssh/user_ed25519" <<'PY' |
+import json, sys
+print(json.dumps({"data": {"private_key": open(sys.argv[1]).read()}}))
+PY
+  curl -fsS -o /dev/null -H "X-Vault-Token: $EXECPLANE_VAULT_TOKEN" -X POST --data @- \
+    "$EXECPLANE_VAULT_ADDR/v1/secret/data/team-a/ssh" || die "storing the demo key in OpenBao failed"
 
 # Keys for the ingress, fresh each run and never printed.
 random_key() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
@@ -60,6 +82,19 @@ PY
   log "example $name"
   "$BIN" submit "$copy" --timeout 60s || die "example $name did not succeed (the README says it does)"
 done
+for job in "$EXAMPLES"/jobs/ssh-*.json "$EXAMPLES"/jobs/ansible-*.json; do
+  name=$(basename "$job" .json)
+  python3 - "$job" <<'PY'
+import json, sys, time, uuid
+spec = json.load(open(sys.argv[1]))
+spec["command_id"] = str(uuid.uuid4())
+spec["job_id"] = "%s-%d" % (spec["job_id"], time.time() * 1000)
+json.dump(spec, open(sys.argv[1], "w"))
+PY
+  log "example $name"
+  "$BIN" submit "$job" --timeout 120s || die "example $name did not succeed (the README says it does)"
+done
+if [ -f "$EXAMPLES/node/svc/demo.pid" ]; then kill "$(cat "$EXAMPLES/node/svc/demo.pid")" 2>/dev/null || true; fi
 log "the hash chain and the projection check out:"
 "$BIN" audit verify
 "$BIN" projection rebuild --verify

@@ -1,5 +1,6 @@
 //! `execplane bench`: figures, never assertions.
 
+pub mod ansible;
 pub mod pipeline;
 pub mod store;
 

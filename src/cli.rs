@@ -255,6 +255,9 @@ pub enum BenchCommand {
     /// N jobs at a target rate through the real pipeline (all roles in this
     /// process, a loopback TCP probe), then the bare pipeline for comparison.
     Pipeline(crate::bench::pipeline::PipelineBenchArgs),
+    /// A one-task playbook on one node: `ansible-playbook` by hand, then
+    /// through the ansible runner's executor; the overhead per attempt.
+    Ansible(crate::bench::ansible::AnsibleBenchArgs),
 }
 
 /// Runs the command; the exit code is the command's verdict.
@@ -292,6 +295,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(BenchCommand::Store(args)) => crate::bench::store::run(&config, &args).await,
         Command::Bench(BenchCommand::Pipeline(args)) => {
             crate::bench::pipeline::run(&config, &args).await
+        }
+        Command::Bench(BenchCommand::Ansible(args)) => {
+            crate::bench::ansible::run(&config, &args).await
         }
         Command::Serve => roles::run(&config, roles::Roles::serve(&config), true).await,
         Command::Ingress => roles::run(&config, roles::Roles::INGRESS, false).await,

@@ -414,6 +414,56 @@ async fn unapproved_playbooks_and_ansible_variables_are_refused_before_anything_
     );
     assert!(message.contains("ansible_connection"), "{message}");
     assert!(!stack.markers.join("one.marker").exists());
+    // Nor escalate, nor hide a template in a value.
+    for (name, line) in [
+        (
+            "become.ini",
+            "one ansible_host=127.0.0.1 ansible_port=2222 ansible_become=true\n",
+        ),
+        (
+            "ssh-host.ini",
+            "one ansible_ssh_host=127.0.0.1 ansible_host=127.0.0.1 ansible_port=2222\n",
+        ),
+        (
+            "template.ini",
+            "one ansible_host=127.0.0.1 ansible_port=2222 motd=\"{{ lookup('pipe', 'id') }}\"\n",
+        ),
+    ] {
+        let inventory = put_artifact(
+            &stack.pipeline,
+            &pool,
+            name,
+            format!("[web]\n{line}").as_bytes(),
+        );
+        let spec = stack.job(
+            "ansible.playbook.run",
+            json!({"playbook": "site.yml", "inventory": {"artifact": inventory},
+                   "extra_vars": {"marker_dir": stack.markers}}),
+            vec![node("one", "127.0.0.1", 2222)],
+        );
+        stack.pipeline.submit(&spec).await;
+        let (status, category, message, _) = stack.ended(&pool, &spec).await;
+        assert_eq!(
+            (status.as_str(), category.as_deref()),
+            ("failed", Some("contract")),
+            "{name}: {message}"
+        );
+    }
+    assert!(!stack.markers.join("one.marker").exists());
+    // A JobSpec's value is text, never a template ansible renders: the
+    // lookup would run a command on the runner's host.
+    let witness =
+        std::env::temp_dir().join(format!("execplane-jinja-{}", uuid::Uuid::new_v4().simple()));
+    let spec = stack.job(
+        "ansible.playbook.run",
+        json!({"playbook": "playbooks/marker.yml",
+               "extra_vars": {"marker_dir": format!("{{{{ lookup('pipe', 'touch {}') }}}}", witness.display())}}),
+        vec![node("one", "127.0.0.1", 2222)],
+    );
+    stack.pipeline.submit(&spec).await;
+    let (status, _, message, _) = stack.ended(&pool, &spec).await;
+    assert_eq!(status, "failed", "the literal is no directory: {message}");
+    assert!(!witness.exists(), "the template ran: {}", witness.display());
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
@@ -545,7 +595,9 @@ async fn a_cancel_stops_ansible_and_a_killed_runner_leaves_the_attempt_unknown(p
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn a_vault_secret_a_task_echoes_leaks_nowhere(pool: PgPool) {
-    let token = format!("tok-{}", uuid::Uuid::new_v4().simple());
+    // Not ASCII: JSON writers that escape it (`\u00f6`) would slip past a
+    // masker that knows the value as it is.
+    let token = format!("tök-{}-ü", uuid::Uuid::new_v4().simple());
     let stack = ansible_pipeline(&pool, &token).await;
     let spec = stack.playbook(
         "ansible.playbook.run",
@@ -588,4 +640,95 @@ async fn a_vault_secret_a_task_echoes_leaks_nowhere(pool: PgPool) {
         &stack.pipeline.dir,
     )
     .await;
+}
+
+/// The README's ssh and ansible examples, rendered for this machine by
+/// scripts/examples.sh (as the demo renders them), each to the end the
+/// README's table gives it.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn the_ssh_and_ansible_examples_run_to_the_end_the_readme_gives_them(pool: PgPool) {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let expected: Vec<(String, String)> = readme
+        .lines()
+        .filter_map(|line| {
+            let rest = line.strip_prefix("| `examples/")?;
+            let path = rest.split('`').next()?;
+            let (runner, file) = path.split_once('/')?;
+            let end = line.rsplit('|').nth(1)?.trim().trim_matches('`');
+            Some((format!("{runner}-{file}"), end.to_owned()))
+        })
+        .collect();
+    let mut on_disk: Vec<String> = ["ssh", "ansible"]
+        .iter()
+        .flat_map(|runner| {
+            std::fs::read_dir(root.join("examples").join(runner))
+                .unwrap()
+                .map(move |entry| {
+                    format!("{runner}-{}", entry.unwrap().file_name().to_string_lossy())
+                })
+        })
+        .filter(|name| name.ends_with(".json"))
+        .collect();
+    on_disk.sort();
+    let mut listed: Vec<String> = expected.iter().map(|(name, _)| name.clone()).collect();
+    listed.sort();
+    assert_eq!(listed, on_disk, "the README's table lists every example");
+
+    let mut pipeline = Pipeline::new(&pool).await;
+    let out = pipeline.dir.join("examples");
+    let rendered = std::process::Command::new(root.join("scripts/examples.sh"))
+        .arg(env!("CARGO_BIN_EXE_execplane"))
+        .arg(&out)
+        .env("EXECPLANE_ARTIFACT_DIR", pipeline.dir.join("artifacts"))
+        .output()
+        .unwrap();
+    assert!(rendered.status.success(), "{rendered:?}");
+    pipeline.set_env(
+        "EXECPLANE_POLICY_FILE",
+        out.join("policy.yaml").to_str().unwrap(),
+    );
+    let bao = Bao::new();
+    let key = std::fs::read_to_string(common::stack_dir().join("ssh/user_ed25519")).unwrap();
+    bao.put("team-a/ssh", json!({"private_key": key})).await;
+    let bin = std::env::var("EXECPLANE_ANSIBLE_BIN_DIR").unwrap_or_else(|_| {
+        common::stack_dir()
+            .join("ansible/bin")
+            .display()
+            .to_string()
+    });
+    let vault = [
+        ("EXECPLANE_VAULT_ADDR", bao.address.as_str()),
+        ("EXECPLANE_VAULT_TOKEN", bao.root.as_str()),
+        ("EXECPLANE_ANSIBLE_BIN_DIR", bin.as_str()),
+    ];
+    pipeline.spawn(&["dispatcher"], &[]);
+    pipeline.spawn(&["relay"], &[]);
+    pipeline.spawn(&["runner", "ssh"], &vault);
+    pipeline.spawn(&["runner", "ansible"], &vault);
+    pipeline.wait_runners(2).await;
+    for (name, end) in &expected {
+        let text = std::fs::read_to_string(out.join("jobs").join(name)).unwrap();
+        let value: Value = serde_json::from_str(&text).unwrap();
+        let spec = execplane::contract::validate_jobspec(&value)
+            .unwrap_or_else(|problems| panic!("{name}: {problems}"));
+        pipeline.submit(&spec).await;
+        let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
+        let message: Option<String> =
+            sqlx::query_scalar("SELECT message FROM attempts WHERE job_id = $1")
+                .bind(&spec.job_id)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        assert_eq!(
+            &attempts.last().unwrap().1,
+            end,
+            "{name}: {attempts:?} {message:?}"
+        );
+    }
+    let node = out.join("node");
+    assert!(node.join("markers/one.motd").exists() && node.join("markers/role-one.motd").exists());
+    if let Ok(pid) = std::fs::read_to_string(node.join("svc/demo.pid")) {
+        let _ = std::process::Command::new("kill").arg(pid.trim()).status();
+    }
 }

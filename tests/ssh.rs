@@ -80,26 +80,31 @@ ssh_templates:
       - {{name: seconds, type: int, min: 1, max: 600}}
     sudo: {{as: root}}
   upload:
+    operation: ssh.file.upload
     program: /usr/lib/openssh/sftp-server
     args:
       - {{name: destination, type: path, root: "{dir}/drop"}}
   download:
+    operation: ssh.file.download
     program: /usr/lib/openssh/sftp-server
     fixed_args: ["-R"]
     args:
       - {{name: path, type: path, root: "{dir}/drop"}}
   restart-demo:
+    operation: ssh.service.restart
     program: {dir}/svc.sh
     fixed_args: [restart]
     status_args: [status]
     args:
       - {{name: service, type: enum, values: [demo, broken]}}
   restart-nostatus:
+    operation: ssh.service.restart
     program: {dir}/svc.sh
     fixed_args: [restart]
     args:
       - {{name: service, type: enum, values: [demo]}}
   facts:
+    operation: ssh.system.fact.collect
     program: /bin/uname
     args:
       - {{name: facts, type: enum, values: [hostname, kernel, os, arch], required: false}}
@@ -512,7 +517,21 @@ async fn files_go_up_and_come_back_the_same_and_services_and_facts_report_eviden
     );
 
     // Outside the template's root, by traversal or plainly: refused at
-    // intake, nothing written.
+    // intake, nothing written. A template for another operation is refused
+    // too: the `download` template is no upload's.
+    let spec = ssh_operation(
+        "ssh.file.upload",
+        json!({"template_id": "download", "source_artifact": reference,
+               "destination": drop.join("other.bin")}),
+    );
+    pipeline.submit(&spec).await;
+    let (status, category, message, _) = ended(&pipeline, &pool, &spec).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("rejected", Some("policy")),
+        "{message}"
+    );
+    assert!(message.contains("serves ssh.file.download"), "{message}");
     for outside in [
         format!("{}/../escaped.bin", drop.display()),
         "/tmp/escaped.bin".to_owned(),
@@ -532,7 +551,8 @@ async fn files_go_up_and_come_back_the_same_and_services_and_facts_report_eviden
     }
     assert!(!pipeline.dir.join("escaped.bin").exists());
     assert!(!std::path::Path::new("/tmp/escaped.bin").exists());
-    // A mode with the setuid bit is refused by the runner before it connects.
+    // A mode with the setuid bit is refused by the runner (as the JobSpec's
+    // error, before any connection): nothing is written.
     let spec = ssh_operation(
         "ssh.file.upload",
         json!({"template_id": "upload", "source_artifact": reference,

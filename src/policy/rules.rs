@@ -655,11 +655,20 @@ impl Check<'_> {
             return None;
         }
         let template = self.templates.get(id).cloned();
-        if template.is_none() {
-            self.problems.push(Problem::new(
+        match &template {
+            None => self.problems.push(Problem::new(
                 "inputs.template_id",
                 format!("ssh template `{id}` is not defined (operator policy `ssh_templates`)"),
-            ));
+            )),
+            Some(template) if template.operation != self.spec.operation.as_str() => {
+                let message = format!(
+                    "ssh template `{id}` serves {}, not {}",
+                    template.operation, self.spec.operation
+                );
+                self.refuse("inputs.template_id", "ssh.templates", message);
+                return None;
+            }
+            Some(_) => {}
         }
         template
     }

@@ -33,6 +33,16 @@ pub struct SshTemplate {
     /// events; a template without sudo cannot escalate.
     #[serde(default)]
     pub sudo: Sudo,
+    /// The one ssh operation it serves (`ssh.command.run` when not given):
+    /// a file template's program is an SFTP server, a fact template's a
+    /// `uname` the runner passes its own words to, so a template approved
+    /// for one operation is never run as another.
+    #[serde(default = "command_run")]
+    pub operation: String,
+}
+
+fn command_run() -> String {
+    "ssh.command.run".to_owned()
 }
 
 /// A template's sudo policy: `none`, or `{as: <user>}`.
@@ -117,6 +127,16 @@ impl SshTemplate {
     pub fn problems(&self, id: &str) -> Vec<String> {
         let mut problems = Vec::new();
         let at = |what: String| format!("ssh_templates.{id}: {what}");
+        let serves_ssh = self
+            .operation
+            .parse::<crate::contract::Operation>()
+            .is_ok_and(|operation| operation.runner_type() == crate::contract::RunnerType::Ssh);
+        if !serves_ssh {
+            problems.push(at(format!(
+                "operation `{}` is not an ssh operation",
+                self.operation
+            )));
+        }
         if !Path::new(&self.program).is_absolute() || has_control(&self.program) {
             problems.push(at(format!(
                 "program `{}` is not an absolute path",

@@ -61,12 +61,19 @@ impl Reporter {
         }
     }
 
-    /// Every text of a report, masked.
+    /// Every text of a report, masked, then made storable: an executor's
+    /// message or result that intake would refuse (too long, control
+    /// characters) would otherwise be dead-lettered, and the attempt would
+    /// never finish.
     fn masked(&self, body: ReportBody) -> ReportBody {
-        if self.masker.is_empty() {
-            return body;
-        }
-        let mask = |text: String| self.masker.mask(&text);
+        let mask = |text: String| {
+            let masked = if self.masker.is_empty() {
+                text
+            } else {
+                self.masker.mask(&text)
+            };
+            storable(masked)
+        };
         match body {
             ReportBody::Started => ReportBody::Started,
             ReportBody::Heartbeat { progress, percent } => ReportBody::Heartbeat {
@@ -83,14 +90,37 @@ impl Reporter {
                 message,
                 result_json,
                 outputs,
-            } => ReportBody::Finished {
-                outcome,
-                category,
-                message: mask(message),
-                result_json: result_json.map(mask),
-                // Names and digests; the bytes were masked before upload.
-                outputs,
-            },
+            } => {
+                let mut message = mask(message);
+                let result_json = result_json
+                    .map(|text| {
+                        if self.masker.is_empty() {
+                            text
+                        } else {
+                            self.masker.mask(&text)
+                        }
+                    })
+                    .and_then(|text| {
+                        if text.len() <= crate::contract::limits::MAX_RESULT_BYTES {
+                            return Some(text);
+                        }
+                        warn!(bytes = text.len(), "result over the report bound; dropped");
+                        message = storable(format!(
+                            "{message} (its result, {} bytes, is over the {}-byte bound and was dropped)",
+                            text.len(),
+                            crate::contract::limits::MAX_RESULT_BYTES
+                        ));
+                        None
+                    });
+                ReportBody::Finished {
+                    outcome,
+                    category,
+                    message,
+                    result_json,
+                    // Names and digests; the bytes were masked before upload.
+                    outputs,
+                }
+            }
         }
     }
 
@@ -536,5 +566,51 @@ impl OutputStreams {
         {
             warn!("output chunks not acknowledged within 10 s; reporting the end anyway");
         }
+    }
+}
+
+/// `text` as a report may carry it: control characters other than newline,
+/// carriage return and tab escaped, at most `MAX_MESSAGE_BYTES` (cut at a
+/// character boundary, marked).
+fn storable(text: String) -> String {
+    use crate::contract::limits::MAX_MESSAGE_BYTES;
+    let clean = if text
+        .chars()
+        .any(|c| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+    {
+        text.chars()
+            .map(|c| {
+                if c.is_control() && !matches!(c, '\n' | '\r' | '\t') {
+                    c.escape_unicode().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect()
+    } else {
+        text
+    };
+    if clean.len() <= MAX_MESSAGE_BYTES {
+        return clean;
+    }
+    const MARK: &str = " [...]";
+    let mut end = MAX_MESSAGE_BYTES - MARK.len();
+    while !clean.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}{MARK}", &clean[..end])
+}
+
+#[cfg(test)]
+mod storable_tests {
+    use super::storable;
+    use crate::contract::limits::MAX_MESSAGE_BYTES;
+
+    #[test]
+    fn a_report_text_is_cut_to_its_bound_and_loses_its_control_characters() {
+        assert_eq!(storable("fine\nline\ttab".into()), "fine\nline\ttab");
+        assert_eq!(storable("a\u{1b}[31mb".into()), "a\\u{1b}[31mb");
+        let long = storable("é".repeat(MAX_MESSAGE_BYTES));
+        assert!(long.len() <= MAX_MESSAGE_BYTES && long.ends_with(" [...]"));
     }
 }

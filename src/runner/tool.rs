@@ -237,9 +237,11 @@ impl ToolCommand {
         }
     }
 
-    /// Also keeps the first `limit` bytes of stdout and of stderr, as read
-    /// (before masking), in [`ToolExit::stdout`] and [`ToolExit::stderr`]:
-    /// what a runner parses (facts, a status, its client's diagnostics).
+    /// Also keeps the first `limit` bytes of stdout and the last `limit`
+    /// bytes of stderr, as read (before masking), in [`ToolExit::stdout`]
+    /// and [`ToolExit::stderr`]: what a runner parses (facts, a status) and
+    /// the last words of a tool that failed (its error comes after its
+    /// warnings).
     /// They are still logged as they come. Whatever the runner puts in its
     /// report from them is masked there, as every report is.
     pub fn capture(mut self, limit: usize) -> Self {
@@ -311,7 +313,7 @@ pub struct ToolExit {
     pub duration_ms: u64,
     /// The first bytes of stdout, when [`ToolCommand::capture`] asked.
     pub stdout: Vec<u8>,
-    /// The first bytes of stderr, when [`ToolCommand::capture`] asked.
+    /// The last bytes of stderr, when [`ToolCommand::capture`] asked.
     pub stderr: Vec<u8>,
 }
 
@@ -368,7 +370,10 @@ pub async fn run(
             source,
         })?;
     let budget = std::sync::Arc::new(OutputBudget::new(settings.max_output_bytes));
-    let captures = [Capture::new(command.capture), Capture::new(command.capture)];
+    let captures = [
+        Capture::new(command.capture, false),
+        Capture::new(command.capture, true),
+    ];
     let pumps = [
         child.stdout.take().map(|out| {
             tokio::spawn(pump(
@@ -407,17 +412,20 @@ pub async fn run(
     })
 }
 
-/// The first bytes of one stream, kept for the runner.
+/// The first (or, with `tail`, the last) bytes of one stream, kept for
+/// the runner.
 #[derive(Clone)]
 struct Capture {
     limit: usize,
+    tail: bool,
     bytes: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
 }
 
 impl Capture {
-    fn new(limit: usize) -> Self {
+    fn new(limit: usize, tail: bool) -> Self {
         Self {
             limit,
+            tail,
             bytes: std::sync::Arc::default(),
         }
     }
@@ -430,8 +438,14 @@ impl Capture {
             .bytes
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let room = self.limit.saturating_sub(bytes.len());
-        bytes.extend_from_slice(&read[..room.min(read.len())]);
+        if self.tail {
+            bytes.extend_from_slice(read);
+            let over = bytes.len().saturating_sub(self.limit);
+            bytes.drain(..over);
+        } else {
+            let room = self.limit.saturating_sub(bytes.len());
+            bytes.extend_from_slice(&read[..room.min(read.len())]);
+        }
     }
 
     fn taken(&self) -> Vec<u8> {
@@ -612,6 +626,22 @@ mod tests {
         assert!(bytes.is_empty());
         let mut invalid = vec![b'a', 0xff, b'b'];
         assert_eq!(take_text(&mut invalid), "a\u{fffd}b");
+    }
+
+    #[test]
+    fn a_capture_keeps_the_head_of_one_stream_and_the_tail_of_the_other() {
+        let (head, tail) = (Capture::new(4, false), Capture::new(4, true));
+        for read in [&b"abc"[..], b"defg", b"h"] {
+            head.keep(read);
+            tail.keep(read);
+        }
+        assert_eq!(
+            (head.taken(), tail.taken()),
+            (b"abcd".to_vec(), b"efgh".to_vec())
+        );
+        let off = Capture::new(0, true);
+        off.keep(b"abc");
+        assert!(off.taken().is_empty());
     }
 
     #[test]

@@ -29,6 +29,8 @@ GATHERED = (
     "ansible_distribution_version",
     "ansible_os_family",
 )
+SETUP = ("ansible.builtin.setup", "ansible.builtin.gather_facts", "setup", "gather_facts")
+SET_FACT = ("ansible.builtin.set_fact", "set_fact")
 # The longest text of one result field kept in an event.
 MAX_TEXT = 16 * 1024
 
@@ -61,7 +63,9 @@ class CallbackModule(CallbackBase):
         if self._out is None:
             return
         fields["event"] = event
-        self._out.write(json.dumps(bounded(fields), sort_keys=True, default=str) + "\n")
+        # ensure_ascii=False: a secret with non-ASCII characters stays as the
+        # runner's masker knows it, never \u-escaped past it.
+        self._out.write(json.dumps(bounded(fields), sort_keys=True, default=str, ensure_ascii=False) + "\n")
         self._out.flush()
 
     def v2_playbook_on_start(self, playbook):
@@ -80,10 +84,16 @@ class CallbackModule(CallbackBase):
 
     def _result(self, event, result, **extra):
         task = result._task
+        # `ansible.legacy.assert`, `assert`: the module it resolved to.
+        action = getattr(task, "resolved_action", None) or task.action
         res = dict(result._result)
         facts = res.pop("ansible_facts", None) or {}
-        if task.action in ("setup", "ansible.builtin.setup", "gather_facts", "ansible.builtin.gather_facts"):
+        if action in SETUP:
             facts = {key: facts[key] for key in GATHERED if key in facts}
+        elif action not in SET_FACT:
+            # Other fact modules (service_facts, package_facts, ...) can be
+            # large; their facts stay in `result` only when asked for there.
+            facts = {}
         # Ansible's own bookkeeping, not the task's result.
         for key in [key for key in res if key.startswith("_ansible")]:
             res.pop(key, None)
@@ -91,7 +101,7 @@ class CallbackModule(CallbackBase):
             event,
             host=result._host.get_name(),
             task=task.get_name(),
-            action=task.action,
+            action=action,
             changed=bool(res.get("changed", False)),
             facts=facts,
             result=res,

@@ -52,7 +52,12 @@ pub fn unpack(archive: &[u8], root: &Path) -> Result<(), String> {
             ));
         };
         let kind = entry.header().entry_type();
-        if relative.as_os_str().is_empty() {
+        // Metadata of the archive itself (`git archive` writes a pax
+        // global header), not entries.
+        if relative.as_os_str().is_empty()
+            || kind.is_pax_global_extensions()
+            || kind.is_pax_local_extensions()
+        {
             continue;
         }
         let path = root.join(&relative);

@@ -25,22 +25,15 @@ const MAX_INVENTORY_JSON: usize = 8 * 1024 * 1024;
 const MAX_STDERR_QUOTED: usize = 2048;
 /// How often the event stream is read while the playbook runs.
 const EVENTS_POLL: Duration = Duration::from_millis(250);
-/// Inventory variables that choose how (or from where) ansible connects:
-/// the runner's, never an inventory artifact's.
-const CONNECTION_VARS: [&str; 12] = [
-    "ansible_connection",
-    "ansible_ssh_common_args",
-    "ansible_ssh_extra_args",
-    "ansible_ssh_args",
-    "ansible_ssh_executable",
-    "ansible_scp_extra_args",
-    "ansible_sftp_extra_args",
-    "ansible_ssh_private_key_file",
-    "ansible_private_key_file",
-    "ansible_ssh_host_key_checking",
-    "ansible_host_key_checking",
-    "ansible_ssh_transfer_method",
-];
+/// The only `ansible_*` variables an inventory artifact may set: where a
+/// host is (checked against the targets) and the one connection there is.
+/// Every other one (connection, become, interpreter, shell, executables,
+/// key files, temporary directories) is the runner's or the package's,
+/// never the requester's.
+const INVENTORY_ANSIBLE_VARS: [&str; 3] = ["ansible_host", "ansible_port", "ansible_connection"];
+/// What Jinja reads as the start of a template: a requester's value
+/// holding one could run code where ansible renders it.
+const TEMPLATE_MARKS: [&str; 3] = ["{{", "{%", "{#"];
 
 /// The ansible runner's executor.
 pub struct AnsibleRunner {
@@ -482,20 +475,26 @@ impl AnsibleRunner {
         report.unreachable_hosts = unreachable;
         report.facts = summary.facts.clone();
         report.evidence = summary.evidence.clone();
-        // The event stream is mandatory: an attempt without it proves nothing.
+        // The event stream is mandatory: an attempt without it proves
+        // nothing. Ansible loads the callback after it parsed the playbook,
+        // so one that failed before (a syntax error) wrote none: its own
+        // error is the message then.
+        let exited_badly = exit.as_ref().map_or(true, |exit| exit.code != Some(0));
         let stored = if layout.events.exists() {
             context
                 .store_output(&layout.events, EVENTS_ARTIFACT, RetentionClass::Evidence)
                 .await
                 .map(|_| ())
                 .map_err(|error| (error.category(), error.to_string()))
+        } else if exited_badly {
+            Ok(())
         } else {
             Err((
                 FailureCategory::RunnerError,
                 "ansible-playbook wrote no event stream".to_owned(),
             ))
         };
-        if stored.is_ok() {
+        if stored.is_ok() && layout.events.exists() {
             report.events_artifact = Some(EVENTS_ARTIFACT.to_owned());
         }
         let exit = match exit {
@@ -554,8 +553,8 @@ impl AnsibleRunner {
                 .map_err(|error| infrastructure(format!("cannot write the key file: {error}")))?,
             vars: workdir
                 .secret_file(
-                    "extra_vars.json",
-                    &serde_json::to_string(&plan.vars).unwrap_or_else(|_| "{}".into()),
+                    "extra_vars.yml",
+                    &unsafe_yaml(&Value::Object(plan.vars.clone().into_iter().collect())),
                 )
                 .map_err(|error| infrastructure(format!("cannot write the variables: {error}")))?,
         };
@@ -724,10 +723,11 @@ impl AnsibleRunner {
         let exit = loop {
             tokio::select! {
                 exit = &mut run => break exit,
-                _ = tick.tick() => stream.read(events, &mut summary, context),
+                _ = tick.tick() => { stream.read(events, &mut summary, context); }
             }
         };
-        stream.read(events, &mut summary, context);
+        // The rest of the stream, however much ansible wrote at the end.
+        while stream.read(events, &mut summary, context) > 0 {}
         (exit, summary)
     }
 
@@ -870,15 +870,22 @@ fn check_inventory(listed: &Value, targets: &[Host]) -> ReadInventory {
             .get(host)
             .and_then(Value::as_object)
             .unwrap_or(&empty);
-        for name in CONNECTION_VARS {
-            let Some(value) = vars.get(name) else {
-                continue;
-            };
-            let ssh = name == "ansible_connection"
-                && matches!(value.as_str(), Some("ssh" | "ansible.builtin.ssh"));
-            if !ssh {
+        for (name, value) in vars {
+            let allowed = INVENTORY_ANSIBLE_VARS.contains(&name.as_str())
+                && (name != "ansible_connection"
+                    || matches!(value.as_str(), Some("ssh" | "ansible.builtin.ssh")));
+            if name.starts_with("ansible_") && !allowed {
                 refusals.push(format!(
-                    "host `{host}` sets `{name}`: how ansible connects is the runner's, not the inventory's"
+                    "host `{}` sets `{}`: how ansible connects, escalates and runs is the runner's and the package's, not the inventory's",
+                    loggable(host),
+                    loggable(name)
+                ));
+            }
+            if holds_template(value) {
+                refusals.push(format!(
+                    "host `{}`: variable `{}` holds a Jinja template (`{{{{`, `{{%` or `{{#`); an inventory's values are data",
+                    loggable(host),
+                    loggable(name)
                 ));
             }
         }
@@ -922,16 +929,17 @@ struct Stream {
 impl Stream {
     /// Reads what was appended since the last read; a progress event for
     /// each task that started.
-    fn read(&mut self, path: &Path, summary: &mut Summary, context: &ExecutionContext) {
+    /// Returns the bytes read.
+    fn read(&mut self, path: &Path, summary: &mut Summary, context: &ExecutionContext) -> usize {
         let Ok(mut file) = std::fs::File::open(path) else {
-            return;
+            return 0;
         };
         if file.seek(SeekFrom::Start(self.offset)).is_err() {
-            return;
+            return 0;
         }
         let mut fresh = Vec::new();
         let Ok(read) = file.take(4 * 1024 * 1024).read_to_end(&mut fresh) else {
-            return;
+            return 0;
         };
         self.offset += read as u64;
         self.partial.extend_from_slice(&fresh);
@@ -943,6 +951,7 @@ impl Stream {
                 context.progress(format!("task {}: {task}", summary.tasks), None);
             }
         }
+        read
     }
 }
 
@@ -1035,6 +1044,46 @@ fn generated_inventory(hosts: &[Host]) -> String {
         .map(|(name, hosts)| (name, json!({"hosts": hosts})))
         .collect();
     json!({"all": {"hosts": all, "children": children}}).to_string()
+}
+
+/// `value` as YAML (JSON's flow syntax, which YAML reads) with every string
+/// tagged `!unsafe`: ansible passes such a value on as it is and never
+/// renders it as a template, so a requester's `{{ lookup('pipe', ...) }}`
+/// stays text. Keys are never rendered.
+fn unsafe_yaml(value: &Value) -> String {
+    match value {
+        Value::String(text) => format!("!unsafe {}", Value::String(text.clone())),
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(unsafe_yaml).collect();
+            format!("[{}]", items.join(", "))
+        }
+        Value::Object(object) => {
+            let entries: Vec<String> = object
+                .iter()
+                .map(|(key, item)| format!("{}: {}", Value::String(key.clone()), unsafe_yaml(item)))
+                .collect();
+            format!("{{{}}}", entries.join(", "))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Whether any string in `value` (or key) holds a Jinja start mark.
+fn holds_template(value: &Value) -> bool {
+    let marked = |text: &str| TEMPLATE_MARKS.iter().any(|mark| text.contains(mark));
+    match value {
+        Value::String(text) => marked(text),
+        Value::Array(items) => items.iter().any(holds_template),
+        Value::Object(object) => object
+            .iter()
+            .any(|(key, item)| marked(key) || holds_template(item)),
+        _ => false,
+    }
+}
+
+/// A requester's name in a message: bounded, control characters escaped.
+fn loggable(text: &str) -> String {
+    crate::contract::limits::loggable(&text.chars().take(128).collect::<String>())
 }
 
 fn write_file(path: &Path, text: &str) -> Result<PathBuf, ExecutionOutcome> {
@@ -1135,6 +1184,49 @@ mod tests {
         );
         assert!(refusal.contains("host `c` (203.0.113.9:22)"), "{refusal}");
         assert!(!refusal.contains("host `a`"), "{refusal}");
+    }
+
+    #[test]
+    fn an_inventory_may_not_escalate_or_template() {
+        let listed = json!({
+            "_meta": {"hostvars": {
+                "a": {"ansible_host": "127.0.0.1", "ansible_port": 2222, "ansible_become": true,
+                      "ansible_python_interpreter": "/tmp/evil", "motd": "{{ lookup('pipe', 'id') }}",
+                      "fine": "plain text"}
+            }},
+            "all": {"children": ["web"]},
+            "web": {"hosts": ["a"]}
+        });
+        let refusal = check_inventory(&listed, &[target("a", "2222")])
+            .refusal
+            .unwrap();
+        assert!(refusal.contains("`ansible_become`"), "{refusal}");
+        assert!(
+            refusal.contains("`ansible_python_interpreter`"),
+            "{refusal}"
+        );
+        assert!(
+            refusal.contains("`motd` holds a Jinja template"),
+            "{refusal}"
+        );
+        assert!(!refusal.contains("`fine`"), "{refusal}");
+    }
+
+    #[test]
+    fn extra_variables_are_unsafe_yaml() {
+        let vars =
+            json!({"marker": "{{ lookup('pipe', 'id') }}", "n": 3, "list": ["a\"b", {"k": null}]});
+        let text = unsafe_yaml(&vars);
+        assert!(
+            text.contains(r#""marker": !unsafe "{{ lookup('pipe', 'id') }}""#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#""list": [!unsafe "a\"b", {"k": null}]"#),
+            "{text}"
+        );
+        let read: serde_yaml::Value = serde_yaml::from_str(&text).unwrap();
+        assert!(matches!(&read["marker"], serde_yaml::Value::Tagged(_)));
     }
 
     #[test]

@@ -61,7 +61,7 @@ impl Executor for SshRunner {
             Ok(inputs) => inputs,
             Err((path, message)) => return refuse(format!("inputs.{path}: {message}")),
         };
-        let plan = match self.plan(&inputs, &spec.targets) {
+        let plan = match self.plan(spec.operation, &inputs, &spec.targets) {
             Ok(plan) => plan,
             Err(refusal) => return refusal,
         };
@@ -156,7 +156,12 @@ impl SshRunner {
     /// The template, its argument vector, the login and every node's host
     /// key: a JobSpec that lacks one is refused before any connection is
     /// made.
-    fn plan(&self, inputs: &OperationInputs, targets: &[Target]) -> Result<Plan, ExecutionOutcome> {
+    fn plan(
+        &self,
+        operation: Operation,
+        inputs: &OperationInputs,
+        targets: &[Target],
+    ) -> Result<Plan, ExecutionOutcome> {
         use OperationInputs as I;
         let (template_id, user, private_key) = match inputs {
             I::SshCommandRun(c) => (&c.template_id, &c.user, &c.private_key),
@@ -176,6 +181,16 @@ impl SshRunner {
                 None,
             ));
         };
+        if template.operation != operation.as_str() {
+            return Err(ExecutionOutcome::failed(
+                FailureCategory::Policy,
+                format!(
+                    "inputs.template_id: `{template_id}` serves {}, not {operation}",
+                    template.operation
+                ),
+                None,
+            ));
+        }
         let (argv, sudo_as, work) = work(template, inputs)?;
         let user = match user.as_deref() {
             Some(user) if is_user_name(user) => user.to_owned(),
@@ -560,6 +575,15 @@ impl SshRunner {
         };
         let failure = async {
             node.duration_ms = moved?;
+            // Checked before it is read: the watch samples, a fast
+            // transfer can finish between two samples.
+            let size = std::fs::metadata(&local).map_or(0, |meta| meta.len());
+            if size > MAX_DOWNLOAD_BYTES {
+                return Err(NodeFailure::new(
+                    FailureCategory::RunnerError,
+                    format!("the file is {size} bytes, larger than {MAX_DOWNLOAD_BYTES}"),
+                ));
+            }
             let bytes = std::fs::read(&local).map_err(|error| {
                 NodeFailure::new(
                     FailureCategory::RunnerError,
@@ -719,11 +743,18 @@ impl SshRunner {
             return Ok(exit.duration_ms);
         }
         let said = client_diagnostics(&exit.stderr);
-        let reached = !said.contains("Connection closed")
-            && !said.contains("ssh: ")
-            && !said.contains("Permission denied (")
-            && !said.contains("Host key verification failed");
-        if reached {
+        // The client's own failures; anything else (a server command sudo
+        // refused, a file the server cannot write) happened on the node,
+        // even when sftp then says "Connection closed".
+        let unreachable = [
+            "ssh: ",
+            "Permission denied (",
+            "Host key verification failed",
+            "REMOTE HOST IDENTIFICATION HAS CHANGED",
+        ]
+        .iter()
+        .any(|words| said.contains(words));
+        if !unreachable {
             Err(NodeFailure::new(
                 FailureCategory::RunnerError,
                 format!("the transfer failed on the node: {said}"),

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Renders the ssh and ansible examples for this machine into OUT:
+#   OUT/policy.yaml            examples/demo-policy.yaml, placeholders filled
+#   OUT/jobs/<runner>-<file>   examples/{ssh,ansible}/*.json, in their order
+#   OUT/node/                  what the examples touch on the node (this host,
+#                              through the sshd of scripts/sshd.sh): drop/,
+#                              markers/, and svc.sh, a service supervisor of
+#                              its own for the restart example
+# and stores the demo package and the upload's payload as input artifacts
+# with `EXECPLANE execplane artifacts put` (EXECPLANE_ARTIFACT_DIR or S3 as
+# configured). Usage: scripts/examples.sh EXECPLANE_BINARY OUT
+source "$(dirname "$0")/lib.sh"
+BIN="${1:?the execplane binary}"
+OUT="${2:?the output directory}"
+HOST_KEY="$(cut -d' ' -f1-2 "$STACK_DIR/ssh/host_ed25519.pub")" || die "run scripts/sshd.sh first"
+
+mkdir -p "$OUT/jobs" "$OUT/node/drop" "$OUT/node/markers" "$OUT/node/svc"
+chmod 755 "$OUT" "$OUT/node"
+chmod 777 "$OUT/node/drop" "$OUT/node/markers" "$OUT/node/svc"
+NODE="$(cd "$OUT/node" && pwd)"
+cat >"$NODE/svc.sh" <<'SH'
+#!/bin/sh
+# restart NAME: (re)starts a detached sleep; status NAME: whether it runs.
+dir="$(dirname "$0")/svc"; name="$2"; pidfile="$dir/$name.pid"
+case "$1" in
+restart)
+  [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null
+  setsid /bin/sleep 3600 </dev/null >/dev/null 2>&1 &
+  echo $! > "$pidfile" ;;
+status)
+  if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+    echo "$name active (pid $(cat "$pidfile"))"; exit 0
+  fi
+  echo "$name inactive"; exit 3 ;;
+esac
+SH
+chmod 755 "$NODE/svc.sh"
+
+tar -czf "$OUT/package.tar.gz" -C "$ROOT/examples/ansible/package" --owner=0 --group=0 --numeric-owner .
+PACKAGE="$("$BIN" artifacts put "$OUT/package.tar.gz")" || die "storing the demo package failed"
+printf 'uploaded by the ssh.file.upload example\n' >"$OUT/payload.txt"
+PAYLOAD="$("$BIN" artifacts put "$OUT/payload.txt")" || die "storing the upload payload failed"
+
+render() {
+  sed -e "s#@HOST_KEY@#$HOST_KEY#g" -e "s#@PACKAGE@#$PACKAGE#g" \
+      -e "s#@PAYLOAD@#$PAYLOAD#g" -e "s#@DEMO_DIR@#$NODE#g" "$1"
+}
+render "$ROOT/examples/demo-policy.yaml" >"$OUT/policy.yaml"
+for runner in ssh ansible; do
+  for example in "$ROOT"/examples/$runner/*.json; do
+    render "$example" >"$OUT/jobs/$runner-$(basename "$example")"
+  done
+done
+log "examples rendered in $OUT (package $PACKAGE)"
