@@ -1,8 +1,8 @@
 //! `execplane bench ansible`: the ansible runner's overhead per attempt.
 //! A one-task playbook (`ansible.builtin.ping`, no facts) on one node, run
 //! N times by hand with `ansible-playbook` (the same ssh settings, strict
-//! host keys), then N times through the ansible runner's executor in this
-//! process: the package fetched by digest and unpacked, the inventory and
+//! host keys) and N times through the ansible runner's executor in this
+//! process, in turn: the package fetched by digest and unpacked, the inventory and
 //! configuration written, the event stream read and stored, the typed
 //! result built. The dispatch and lease path around an attempt is `bench
 //! pipeline`'s (`command_to_start`); the two add up to the cost of a
@@ -54,7 +54,8 @@ pub struct AnsibleReport {
     pub runner_mean_ms: f64,
     /// runner p50 - by hand p50.
     pub overhead_p50_ms: f64,
-    /// Each runner run in order: a cost that grows with N shows here.
+    /// Each run in order, of each kind: a cost that grows with N shows here.
+    pub by_hand_ms: Vec<f64>,
     pub runner_ms: Vec<f64>,
 }
 
@@ -77,7 +78,10 @@ pub async fn run(config: &Config, args: &AnsibleBenchArgs) -> anyhow::Result<Exi
         uuid::Uuid::new_v4().simple()
     ));
     std::fs::create_dir_all(&scratch)?;
-    let bin_dir = PathBuf::from(config.ansible.bin_dir.trim());
+    // Absolute: ansible-playbook runs in a directory of its own here.
+    let absolute = |path: PathBuf| std::path::absolute(&path).unwrap_or(path);
+    let bin_dir = absolute(PathBuf::from(config.ansible.bin_dir.trim()));
+    let key_file = absolute(args.key.clone());
 
     // By hand: the same playbook, inventory and ssh settings.
     let hand = scratch.join("hand");
@@ -104,26 +108,6 @@ pub async fn run(config: &Config, args: &AnsibleBenchArgs) -> anyhow::Result<Exi
             hand.join("known_hosts").display()
         ),
     )?;
-    let mut by_hand = Vec::with_capacity(runs);
-    for _ in 0..runs {
-        let started = Instant::now();
-        let status = tokio::process::Command::new(bin_dir.join("ansible-playbook"))
-            .current_dir(&hand)
-            .env("ANSIBLE_CONFIG", hand.join("ansible.cfg"))
-            .arg(format!(
-                "--inventory={}",
-                hand.join("inventory.ini").display()
-            ))
-            .arg(format!("--user={}", args.user))
-            .arg(format!("--private-key={}", args.key.display()))
-            .arg("ping.yml")
-            .stdout(std::process::Stdio::null())
-            .status()
-            .await
-            .context("running ansible-playbook")?;
-        anyhow::ensure!(status.success(), "ansible-playbook by hand: {status}");
-        by_hand.push(started.elapsed());
-    }
 
     // Through the runner: the package by digest, an approving policy.
     let storage = Arc::new(crate::artifacts::Storage::open(
@@ -156,8 +140,28 @@ pub async fn run(config: &Config, args: &AnsibleBenchArgs) -> anyhow::Result<Exi
         work_root: scratch.join("work"),
         ..Default::default()
     });
+    let mut by_hand = Vec::with_capacity(runs);
     let mut through = Vec::with_capacity(runs);
     for run in 0..runs {
+        // By hand and through the runner in turn, so drift on the machine
+        // weighs on both alike.
+        let started = Instant::now();
+        let status = tokio::process::Command::new(bin_dir.join("ansible-playbook"))
+            .current_dir(&hand)
+            .env("ANSIBLE_CONFIG", hand.join("ansible.cfg"))
+            .arg(format!(
+                "--inventory={}",
+                hand.join("inventory.ini").display()
+            ))
+            .arg(format!("--user={}", args.user))
+            .arg(format!("--private-key={}", key_file.display()))
+            .arg("ping.yml")
+            .stdout(std::process::Stdio::null())
+            .status()
+            .await
+            .context("running ansible-playbook")?;
+        anyhow::ensure!(status.success(), "ansible-playbook by hand: {status}");
+        by_hand.push(started.elapsed());
         let value = json!({
             "command_id": uuid::Uuid::new_v4(),
             "job_id": format!("bench/ansible-{run}"),
@@ -220,6 +224,7 @@ pub async fn run(config: &Config, args: &AnsibleBenchArgs) -> anyhow::Result<Exi
         runner_p50_ms: median(&runner_ms),
         runner_mean_ms: mean(&runner_ms),
         overhead_p50_ms: median(&runner_ms) - median(&hand_ms),
+        by_hand_ms: hand_ms,
         runner_ms,
     };
     if args.json {
