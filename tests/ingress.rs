@@ -268,7 +268,7 @@ async fn follow(url: &str, last_event_id: Option<&str>) -> Vec<(u64, String, Ins
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn the_execute_api_runs_a_job_streams_its_events_and_cancels(pool: PgPool) {
     let mut pipeline = Pipeline::new(&pool).await;
-    // team-a may use the `uptime` template there (the not-implemented case).
+    // team-a's opentofu module is approved there (the not-implemented case).
     pipeline.with_example_policy();
     let ingress = start(&mut pipeline, &["serve"], &[]).await;
     pipeline.wait_runners(1).await;
@@ -300,8 +300,8 @@ async fn the_execute_api_runs_a_job_streams_its_events_and_cancels(pool: PgPool)
     );
     // Valid, but no runner of this release runs it: 400, nothing produced.
     let unimplemented = job(
-        "ssh.system.fact.collect",
-        json!({"template_id": "uptime"}),
+        "opentofu.output",
+        json!({"package": {"name": "network", "version": "1.0.0", "digest": format!("sha256:{}", "2".repeat(64))}}),
         json!({}),
     );
     let (status, body) = call(
