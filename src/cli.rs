@@ -117,6 +117,17 @@ pub enum Command {
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
     },
+    /// Internal: OpenSSH's `KnownHostsCommand` for nodes pinned by host-key
+    /// fingerprint (docs/OPERATIONS.md, "SSH"). Not for operators.
+    #[command(hide = true)]
+    KnownHost {
+        pins: PathBuf,
+        host: String,
+        #[arg(allow_hyphen_values = true)]
+        kind: String,
+        #[arg(allow_hyphen_values = true)]
+        key: String,
+    },
 }
 
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
@@ -262,6 +273,21 @@ pub enum BenchCommand {
 
 /// Runs the command; the exit code is the command's verdict.
 pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // Run by the ssh client inside a tool's environment (the tool's own
+    // variables, none of execplane's settings): it reads no configuration.
+    if let Command::KnownHost {
+        pins,
+        host,
+        kind,
+        key,
+    } = &cli.command
+    {
+        let pins = std::fs::read_to_string(pins).unwrap_or_default();
+        if let Some(line) = crate::policy::ssh::known_host_line(&pins, host, kind, key) {
+            println!("{line}");
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let config = match Config::load(cli.config.as_deref()) {
         Ok(config) => config,
         Err(error) => {
@@ -353,6 +379,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             hold_stdin,
             &command,
         )),
+        Command::KnownHost { .. } => unreachable!("answered before the configuration is read"),
     }
 }
 

@@ -488,10 +488,17 @@ async fn inventory_validation_names_the_bad_group_and_the_unreachable_host(pool:
             targets,
         )
     };
-    let spec = validate(
-        json!({"artifact": good}),
-        vec![node("one", "127.0.0.1", 2222)],
-    );
+    // The node pinned by its host key's fingerprint rather than the key.
+    let keygen = std::process::Command::new("ssh-keygen")
+        .arg("-lf")
+        .arg(common::stack_dir().join("ssh/host_ed25519.pub"))
+        .output()
+        .unwrap();
+    let pin = String::from_utf8(keygen.stdout).unwrap();
+    let pin = pin.split_whitespace().nth(1).unwrap();
+    let mut pinned = node("one", "127.0.0.1", 2222);
+    pinned["attributes"] = json!({"port": "2222", "host_key_fingerprint": pin});
+    let spec = validate(json!({"artifact": good}), vec![pinned]);
     stack.pipeline.submit(&spec).await;
     let (status, category, message, result) = stack.ended(&pool, &spec).await;
     assert_eq!(status, "succeeded", "{category:?} {message} {result}");

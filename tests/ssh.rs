@@ -326,6 +326,38 @@ async fn unknown_or_wrong_host_keys_are_refused_and_sudo_is_the_templates(pool: 
         "{message}"
     );
 
+    // Pinned by fingerprint instead: the key the node offers is taken only
+    // when it hashes to the pin.
+    let keygen = std::process::Command::new("ssh-keygen")
+        .arg("-lf")
+        .arg(stack_ssh().join("host_ed25519.pub"))
+        .output()
+        .unwrap();
+    let printed = String::from_utf8(keygen.stdout).unwrap();
+    let pin = printed.split_whitespace().nth(1).unwrap().to_owned();
+    assert!(pin.starts_with("SHA256:"), "{printed}");
+    let pinned = |pin: &str| {
+        json!({"kind": "node", "id": "local", "address": "127.0.0.1",
+               "attributes": {"port": "2222", "host_key_fingerprint": pin}})
+    };
+    let spec = ssh_job("id-plain", json!({}), pinned(&pin));
+    pipeline.submit(&spec).await;
+    let (status, _, message, _) = ended(&pipeline, &pool, &spec).await;
+    assert_eq!(status, "succeeded", "{message}");
+    let wrong = format!("SHA256:{}", "A".repeat(43));
+    let spec = ssh_job("id-plain", json!({}), pinned(&wrong));
+    pipeline.submit(&spec).await;
+    let (status, category, message, _) = ended(&pipeline, &pool, &spec).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("contract")),
+        "{message}"
+    );
+    assert!(
+        message.contains("Host key verification failed"),
+        "{message}"
+    );
+
     // Sudo as root, as the template says: it runs, and the attempt's
     // finished event records it.
     let spec = ssh_job("id-root", json!({}), local_node());

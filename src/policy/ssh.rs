@@ -356,6 +356,76 @@ pub fn known_host_key(text: &str) -> Option<String> {
     valid.then(|| format!("{} {}", words[0], words[1]))
 }
 
+/// A node binding's `host_key_fingerprint` (`SHA256:<base64>`, as
+/// `ssh-keygen -l` prints it) when it is one.
+pub fn pinned_fingerprint(text: &str) -> Option<String> {
+    let digest = text.trim().strip_prefix("SHA256:")?;
+    let valid = digest.len() == 43
+        && digest
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '/');
+    valid.then(|| format!("SHA256:{digest}"))
+}
+
+/// The `SHA256:<base64>` fingerprint of a host key given as its base64
+/// blob (the second word of a known_hosts line).
+pub fn fingerprint_of(blob: &str) -> Option<String> {
+    use base64::Engine;
+    use sha2::Digest;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(blob.trim())
+        .ok()?;
+    let digest = sha2::Sha256::digest(&bytes);
+    Some(format!(
+        "SHA256:{}",
+        base64::engine::general_purpose::STANDARD_NO_PAD.encode(digest)
+    ))
+}
+
+/// How a node's host key is known: the key itself, or its pinned
+/// fingerprint. Either is the only key accepted for the node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostKey {
+    /// `<type> <base64>`, a known_hosts key.
+    Key(String),
+    /// `SHA256:<base64>`, checked by `execplane known-host` when the node
+    /// offers its key (OpenSSH's `KnownHostsCommand`).
+    Fingerprint(String),
+}
+
+impl HostKey {
+    /// From a target's attributes: `host_key`, else `host_key_fingerprint`.
+    /// `Err(true)` when neither is there; `Err(false)` when one is not
+    /// what it must be.
+    pub fn of(attributes: &std::collections::BTreeMap<String, String>) -> Result<Self, bool> {
+        if let Some(key) = attributes.get("host_key") {
+            return known_host_key(key).map(HostKey::Key).ok_or(false);
+        }
+        if let Some(pin) = attributes.get("host_key_fingerprint") {
+            return pinned_fingerprint(pin)
+                .map(HostKey::Fingerprint)
+                .ok_or(false);
+        }
+        Err(true)
+    }
+}
+
+/// `execplane known-host PINS HOST TYPE KEY`, OpenSSH's `KnownHostsCommand`
+/// for pinned nodes: prints `HOST TYPE KEY` (a known_hosts line the client
+/// then accepts) exactly when PINS (lines `<known_hosts host> SHA256:…`)
+/// pins HOST to the fingerprint of KEY; nothing otherwise, and the client
+/// refuses the key.
+pub fn known_host_line(pins: &str, host: &str, kind: &str, key: &str) -> Option<String> {
+    if !HOST_KEY_TYPES.contains(&kind) {
+        return None;
+    }
+    let offered = fingerprint_of(key)?;
+    pins.lines()
+        .filter_map(|line| line.split_once(' '))
+        .any(|(entry, pin)| entry == host && pin.trim() == offered)
+        .then(|| format!("{host} {kind} {key}"))
+}
+
 /// A POSIX-style account name of at most 32 bytes, never an option.
 pub fn is_user_name(text: &str) -> bool {
     !text.is_empty()
@@ -391,6 +461,32 @@ mod tests {
 
     fn args(value: serde_json::Value) -> BTreeMap<String, Value> {
         serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn a_pinned_fingerprint_accepts_its_key_and_no_other() {
+        let blob = "AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C7okWi0dh2l9GKJl";
+        let pin = fingerprint_of(blob).unwrap();
+        assert_eq!(pinned_fingerprint(&pin), Some(pin.clone()));
+        let pins = format!("[127.0.0.1]:2222 {pin}\n");
+        assert_eq!(
+            known_host_line(&pins, "[127.0.0.1]:2222", "ssh-ed25519", blob),
+            Some(format!("[127.0.0.1]:2222 ssh-ed25519 {blob}"))
+        );
+        assert_eq!(
+            known_host_line(&pins, "[127.0.0.2]:2222", "ssh-ed25519", blob),
+            None
+        );
+        let other = "AAAAC3NzaC1lZDI1NTE5AAAAIBNVnJ2lnJL6gHi1UBk+0rJkMSPfXCNnm6BF9A1CNZ6P";
+        assert_eq!(
+            known_host_line(&pins, "[127.0.0.1]:2222", "ssh-ed25519", other),
+            None
+        );
+        assert_eq!(
+            known_host_line(&pins, "[127.0.0.1]:2222", "bogus", blob),
+            None
+        );
+        assert_eq!(pinned_fingerprint("MD5:ab:cd"), None);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crate::artifacts::inputs::InputRef;
 use crate::contract::inputs::{InventoryRef, OperationInputs, PackageRef, Vars};
 use crate::contract::results::{AnsibleResult, InventoryReport};
 use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType, Target};
-use crate::policy::ssh::{is_host, is_user_name, known_host_key, HOST_KEY_TYPES};
+use crate::policy::ssh::{is_host, is_user_name, HostKey, HOST_KEY_TYPES};
 use crate::runner::tool::{self, StopCause, ToolCommand, ToolExit, Workdir};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
 
@@ -123,7 +123,7 @@ struct Host {
     name: String,
     address: String,
     port: u16,
-    host_key: String,
+    host_key: HostKey,
     groups: Vec<String>,
 }
 
@@ -314,17 +314,16 @@ fn host(index: usize, target: &Target) -> Result<Host, ExecutionOutcome> {
             }
         },
     };
-    let Some(host_key) = target.attributes.get("host_key") else {
-        return Err(refuse(format!(
-            "{field}: node `{}` has no known host key; set attributes.host_key to its known_hosts key (`ssh-ed25519 AAAA...`): unknown host keys are refused",
+    let host_key = match HostKey::of(&target.attributes) {
+        Ok(host_key) => host_key,
+        Err(true) => return Err(refuse(format!(
+            "{field}: node `{}` has no known host key; set attributes.host_key to its known_hosts key (`ssh-ed25519 AAAA...`) or attributes.host_key_fingerprint to its pinned `SHA256:...` fingerprint: unknown host keys are refused",
             target.id
-        )));
-    };
-    let Some(host_key) = known_host_key(host_key) else {
-        return Err(refuse(format!(
-            "{field}.attributes.host_key: not a known_hosts key (`<type> <base64>`, type one of {})",
+        ))),
+        Err(false) => return Err(refuse(format!(
+            "{field}.attributes: host_key is not a known_hosts key (`<type> <base64>`, type one of {}), or host_key_fingerprint not a `SHA256:<base64>` fingerprint",
             HOST_KEY_TYPES.join(", ")
-        )));
+        ))),
     };
     let mut groups = Vec::new();
     if let Some(list) = target.attributes.get("groups") {
@@ -622,19 +621,20 @@ impl AnsibleRunner {
             layout.inventory = root.join("inventory.yml");
         }
         write_file(&layout.inventory, &inventory)?;
-        let known_hosts: String = plan
-            .hosts
-            .iter()
-            .map(|host| {
-                let entry = if host.port == 22 {
-                    host.address.clone()
-                } else {
-                    format!("[{}]:{}", host.address, host.port)
-                };
-                format!("{entry} {}\n", host.host_key)
-            })
-            .collect();
+        let (mut known_hosts, mut pins) = (String::new(), String::new());
+        for host in &plan.hosts {
+            let entry = if host.port == 22 {
+                host.address.clone()
+            } else {
+                format!("[{}]:{}", host.address, host.port)
+            };
+            match &host.host_key {
+                HostKey::Key(key) => known_hosts.push_str(&format!("{entry} {key}\n")),
+                HostKey::Fingerprint(pin) => pins.push_str(&format!("{entry} {pin}\n")),
+            }
+        }
         let known_hosts_file = write_file(&root.join("known_hosts"), &known_hosts)?;
+        let pins_file = write_file(&root.join("pins"), &pins)?;
         let callbacks = root.join("callbacks");
         std::fs::create_dir_all(&callbacks).map_err(|error| {
             infrastructure(format!("cannot create the callback directory: {error}"))
@@ -661,6 +661,17 @@ impl AnsibleRunner {
             "-o ServerAliveCountMax=3".to_owned(),
         ]
         .join(" ");
+        // Nodes pinned by fingerprint: the key a node offers is accepted
+        // only when it hashes to its pin (`execplane known-host`).
+        let ssh_args = if pins.is_empty() {
+            ssh_args
+        } else {
+            format!(
+                "{ssh_args} -o \"KnownHostsCommand={} known-host {} %H %t %K\"",
+                context.tools().shim.display(),
+                pins_file.display()
+            )
+        };
         let config = format!(
             "[defaults]\n\
              host_key_checking = True\n\
@@ -1150,7 +1161,7 @@ mod tests {
             name: id.to_owned(),
             address: "127.0.0.1".to_owned(),
             port: port.parse().unwrap(),
-            host_key: "ssh-ed25519 AAAA".to_owned(),
+            host_key: HostKey::Key("ssh-ed25519 AAAA".to_owned()),
             groups: Vec::new(),
         }
     }

@@ -12,7 +12,7 @@ use crate::contract::results::{
     SshServiceResult, SshTransferNode, SshTransferResult,
 };
 use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType, Target};
-use crate::policy::ssh::{is_host, is_user_name, known_host_key, ArgKind, HOST_KEY_TYPES};
+use crate::policy::ssh::{is_host, is_user_name, ArgKind, HostKey, HOST_KEY_TYPES};
 use crate::policy::{SshTemplate, Sudo};
 use crate::runner::tool::{self, StopCause, ToolCommand, ToolExit, Workdir};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
@@ -117,7 +117,7 @@ struct Node {
     target: String,
     host: String,
     port: u16,
-    host_key: String,
+    host_key: HostKey,
 }
 
 /// Why one node failed: its category and what happened (the node's id is
@@ -148,6 +148,10 @@ struct Session<'a> {
     node: &'a Node,
     key_file: &'a Path,
     known_hosts: PathBuf,
+    /// Where a node pinned by fingerprint has its pin.
+    pins: PathBuf,
+    /// The `execplane` binary (`known-host` checks a pinned key).
+    execplane: PathBuf,
     diagnostics: PathBuf,
     destination: String,
 }
@@ -279,10 +283,15 @@ impl SshRunner {
                 node,
                 key_file: &key_file,
                 known_hosts: workdir.path().join(format!("known_hosts.{index}")),
+                pins: workdir.path().join(format!("pins.{index}")),
+                execplane: context.tools().shim.clone(),
                 diagnostics: workdir.path().join(format!("ssh.{index}.log")),
                 destination: format!("{}@{}:{}", plan.user, node.host, node.port),
             };
-            if let Err(error) = std::fs::write(&session.known_hosts, session.known_hosts_line()) {
+            let (known, pinned) = session.known_hosts_lines();
+            let written = std::fs::write(&session.known_hosts, known)
+                .and_then(|()| std::fs::write(&session.pins, pinned));
+            if let Err(error) = written {
                 return infrastructure(format!("cannot write known_hosts: {error}"));
             }
             let failure = match &plan.work {
@@ -798,18 +807,45 @@ impl SshRunner {
         ] {
             args.extend(["-o".to_owned(), text]);
         }
+        // A node pinned by fingerprint: the key it offers is accepted only
+        // when it hashes to the pin (`execplane known-host`).
+        if let HostKey::Fingerprint(_) = &session.node.host_key {
+            args.extend([
+                "-o".to_owned(),
+                format!(
+                    "KnownHostsCommand={} known-host {} %H %t %K",
+                    quote_config_word(&session.execplane.display().to_string()),
+                    quote_config_word(&session.pins.display().to_string()),
+                ),
+            ]);
+        }
         args
     }
 }
 
 impl Session<'_> {
-    fn known_hosts_line(&self) -> String {
+    /// The node's known_hosts line (when its key is known) and its pin
+    /// line (when its fingerprint is pinned); the other one is empty.
+    fn known_hosts_lines(&self) -> (String, String) {
         let entry = if self.node.port == 22 {
             self.node.host.clone()
         } else {
             format!("[{}]:{}", self.node.host, self.node.port)
         };
-        format!("{entry} {}\n", self.node.host_key)
+        match &self.node.host_key {
+            HostKey::Key(key) => (format!("{entry} {key}\n"), String::new()),
+            HostKey::Fingerprint(pin) => (String::new(), format!("{entry} {pin}\n")),
+        }
+    }
+}
+
+/// A word of an OpenSSH option value: double-quoted when it holds a space
+/// (the client splits the command on spaces and honours quotes).
+fn quote_config_word(text: &str) -> String {
+    if text.contains([' ', '"', '\'', '\\']) {
+        format!("\"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
+    } else {
+        text.to_owned()
     }
 }
 
@@ -1145,17 +1181,16 @@ fn node(index: usize, target: &Target) -> Result<Node, ExecutionOutcome> {
             }
         },
     };
-    let Some(host_key) = target.attributes.get("host_key") else {
-        return Err(refuse(format!(
-            "{field}: node `{}` has no known host key; set attributes.host_key to its known_hosts key (`ssh-ed25519 AAAA...`): unknown host keys are refused",
+    let host_key = match HostKey::of(&target.attributes) {
+        Ok(host_key) => host_key,
+        Err(true) => return Err(refuse(format!(
+            "{field}: node `{}` has no known host key; set attributes.host_key to its known_hosts key (`ssh-ed25519 AAAA...`) or attributes.host_key_fingerprint to its pinned `SHA256:...` fingerprint: unknown host keys are refused",
             target.id
-        )));
-    };
-    let Some(host_key) = known_host_key(host_key) else {
-        return Err(refuse(format!(
-            "{field}.attributes.host_key: not a known_hosts key (`<type> <base64>`, type one of {})",
+        ))),
+        Err(false) => return Err(refuse(format!(
+            "{field}.attributes: host_key is not a known_hosts key (`<type> <base64>`, type one of {}), or host_key_fingerprint not a `SHA256:<base64>` fingerprint",
             HOST_KEY_TYPES.join(", ")
-        )));
+        ))),
     };
     Ok(Node {
         target: target.id.clone(),
