@@ -14,6 +14,9 @@ USER_NAME=exectest
 
 [ -x /usr/sbin/sshd ] || apt_install openssh-server
 command -v ssh >/dev/null 2>&1 || apt_install openssh-client
+# The ssh runner's file transfers: the sftp client and the node's server.
+command -v sftp >/dev/null 2>&1 || apt_install openssh-client
+[ -x /usr/lib/openssh/sftp-server ] || apt_install openssh-sftp-server
 command -v sudo >/dev/null 2>&1 || apt_install sudo
 
 # The Debian package may start its own sshd on :22; that one is not ours
