@@ -3,5 +3,6 @@
 //! the operation-specific modules it needs.
 
 pub mod ansible;
+pub mod node;
 pub mod ssh;
 pub mod verification;

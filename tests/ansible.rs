@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use common::bao::Bao;
 use common::pipeline::{job, Pipeline};
+use common::sshd::{self, host_key};
 use execplane::contract::{topics, EventBody, JobSpec, RunnerType};
 use serde_json::{json, Value};
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 
 const WAIT: Duration = Duration::from_secs(120);
 /// The ansible runner's index in the pipeline `ansible_pipeline` starts.
@@ -115,15 +116,6 @@ fn package() -> Vec<u8> {
     gz.finish().unwrap()
 }
 
-fn host_key() -> String {
-    let line = std::fs::read_to_string(common::stack_dir().join("ssh/host_ed25519.pub"))
-        .expect("scripts/sshd.sh made the host key");
-    line.split_whitespace()
-        .take(2)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 fn node(id: &str, address: &str, port: u16) -> Value {
     json!({"kind": "node", "id": id, "address": address,
            "attributes": {"port": port.to_string(), "host_key": host_key()}})
@@ -147,7 +139,7 @@ async fn ansible_pipeline(pool: &PgPool, token: &str) -> Stack {
     let markers = dir.join("markers");
     std::fs::create_dir_all(&markers).unwrap();
     std::fs::set_permissions(&markers, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let package = put_artifact(&pipeline, pool, "package.tar.gz", &package());
+    let package = pipeline.put_artifact("package.tar.gz", &package());
     let policy = format!(
         r#"
 tenants:
@@ -167,8 +159,8 @@ tenants:
     std::fs::write(&policy_file, policy).unwrap();
     pipeline.set_env("EXECPLANE_POLICY_FILE", policy_file.to_str().unwrap());
     let bao = Bao::new();
-    let key = std::fs::read_to_string(common::stack_dir().join("ssh/user_ed25519")).unwrap();
-    bao.put("team-a/ssh", json!({"private_key": key})).await;
+    bao.put("team-a/ssh", json!({"private_key": sshd::user_key()}))
+        .await;
     bao.put("team-a/app", json!({"token": token})).await;
     let bin = std::env::var("EXECPLANE_ANSIBLE_BIN_DIR").unwrap_or_else(|_| {
         common::stack_dir()
@@ -197,19 +189,6 @@ tenants:
         package,
         markers,
     }
-}
-
-fn put_artifact(pipeline: &Pipeline, pool: &PgPool, name: &str, bytes: &[u8]) -> String {
-    let file = pipeline.dir.join(name);
-    std::fs::write(&file, bytes).unwrap();
-    let storage = pipeline.dir.join("artifacts");
-    let put = common::execplane_with(
-        pool,
-        &["artifacts", "put", file.to_str().unwrap()],
-        &[("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap())],
-    );
-    assert!(put.status.success(), "{put:?}");
-    String::from_utf8(put.stdout).unwrap().trim().to_owned()
 }
 
 impl Stack {
@@ -249,29 +228,6 @@ impl Stack {
         )
     }
 
-    /// The job's attempt: status, failure category, message and result.
-    async fn ended(
-        &self,
-        pool: &PgPool,
-        spec: &JobSpec,
-    ) -> (String, Option<String>, String, Value) {
-        self.pipeline.wait_done(&spec.job_id, WAIT).await;
-        let row = sqlx::query(
-            "SELECT status, failure_category, coalesce(message, ''), result_json FROM attempts WHERE job_id = $1",
-        )
-        .bind(&spec.job_id)
-        .fetch_one(pool)
-        .await
-        .unwrap();
-        let result: Option<String> = row.get(3);
-        (
-            row.get(0),
-            row.get(1),
-            row.get(2),
-            result.map_or(Value::Null, |text| serde_json::from_str(&text).unwrap()),
-        )
-    }
-
     /// The attempt's stored event stream.
     fn events(&self, attempt: uuid::Uuid) -> String {
         let root = self
@@ -293,7 +249,7 @@ async fn a_playbook_reports_its_recap_and_check_mode_changes_nothing(pool: PgPoo
     let stack = ansible_pipeline(&pool, "unused-token-value").await;
     let spec = stack.playbook("ansible.playbook.run", "site.yml", json!({}));
     stack.pipeline.submit(&spec).await;
-    let (status, category, message, result) = stack.ended(&pool, &spec).await;
+    let (status, category, message, result) = stack.pipeline.ended(&spec, WAIT).await;
     assert_eq!(
         (status.as_str(), category.as_deref()),
         ("failed", Some("runner_error")),
@@ -339,7 +295,7 @@ async fn a_playbook_reports_its_recap_and_check_mode_changes_nothing(pool: PgPoo
     // Check mode: `one` and `two` would change; nothing is written.
     let spec = stack.playbook("ansible.check_mode.run", "playbooks/marker.yml", json!({}));
     stack.pipeline.submit(&spec).await;
-    let (status, category, message, result) = stack.ended(&pool, &spec).await;
+    let (status, category, message, result) = stack.pipeline.ended(&spec, WAIT).await;
     assert_eq!(status, "succeeded", "{category:?} {message} {result}");
     assert_eq!(result["check_mode"], true);
     assert_eq!(result["changed_hosts"], json!(["one", "two"]), "{result}");
@@ -353,7 +309,7 @@ async fn a_playbook_reports_its_recap_and_check_mode_changes_nothing(pool: PgPoo
         vec![node("one", "127.0.0.1", 2222)],
     );
     stack.pipeline.submit(&spec).await;
-    let (status, category, message, result) = stack.ended(&pool, &spec).await;
+    let (status, category, message, result) = stack.pipeline.ended(&spec, WAIT).await;
     assert_eq!(status, "succeeded", "{category:?} {message} {result}");
     assert_eq!(result["role"], "marker");
     assert_eq!(
@@ -375,7 +331,7 @@ async fn unapproved_playbooks_and_ansible_variables_are_refused_before_anything_
         let mut spec = stack.playbook("ansible.playbook.run", "site.yml", json!({}));
         spec.inputs["playbook"] = json!(playbook);
         stack.pipeline.submit(&spec).await;
-        let (status, category, message, _) = stack.ended(&pool, &spec).await;
+        let (status, category, message, _) = stack.pipeline.ended(&spec, WAIT).await;
         assert_eq!(status, "rejected", "{playbook}: {category:?} {message}");
         assert!(message.contains("playbook"), "{playbook}: {message}");
     }
@@ -386,16 +342,14 @@ async fn unapproved_playbooks_and_ansible_variables_are_refused_before_anything_
         json!({"ansible_connection": "local"}),
     );
     stack.pipeline.submit(&spec).await;
-    let (status, category, message, _) = stack.ended(&pool, &spec).await;
+    let (status, category, message, _) = stack.pipeline.ended(&spec, WAIT).await;
     assert_eq!(
         (status.as_str(), category.as_deref()),
         ("failed", Some("policy")),
         "{message}"
     );
     // Nor may an inventory artifact.
-    let inventory = put_artifact(
-        &stack.pipeline,
-        &pool,
+    let inventory = stack.pipeline.put_artifact(
         "local.ini",
         b"[web]\none ansible_host=127.0.0.1 ansible_port=2222 ansible_connection=local\n",
     );
@@ -406,7 +360,7 @@ async fn unapproved_playbooks_and_ansible_variables_are_refused_before_anything_
         vec![node("one", "127.0.0.1", 2222)],
     );
     stack.pipeline.submit(&spec).await;
-    let (status, category, message, _) = stack.ended(&pool, &spec).await;
+    let (status, category, message, _) = stack.pipeline.ended(&spec, WAIT).await;
     assert_eq!(
         (status.as_str(), category.as_deref()),
         ("failed", Some("contract")),
@@ -429,12 +383,9 @@ async fn unapproved_playbooks_and_ansible_variables_are_refused_before_anything_
             "one ansible_host=127.0.0.1 ansible_port=2222 motd=\"{{ lookup('pipe', 'id') }}\"\n",
         ),
     ] {
-        let inventory = put_artifact(
-            &stack.pipeline,
-            &pool,
-            name,
-            format!("[web]\n{line}").as_bytes(),
-        );
+        let inventory = stack
+            .pipeline
+            .put_artifact(name, format!("[web]\n{line}").as_bytes());
         let spec = stack.job(
             "ansible.playbook.run",
             json!({"playbook": "site.yml", "inventory": {"artifact": inventory},
@@ -442,7 +393,7 @@ async fn unapproved_playbooks_and_ansible_variables_are_refused_before_anything_
             vec![node("one", "127.0.0.1", 2222)],
         );
         stack.pipeline.submit(&spec).await;
-        let (status, category, message, _) = stack.ended(&pool, &spec).await;
+        let (status, category, message, _) = stack.pipeline.ended(&spec, WAIT).await;
         assert_eq!(
             (status.as_str(), category.as_deref()),
             ("failed", Some("contract")),
@@ -461,7 +412,7 @@ async fn unapproved_playbooks_and_ansible_variables_are_refused_before_anything_
         vec![node("one", "127.0.0.1", 2222)],
     );
     stack.pipeline.submit(&spec).await;
-    let (status, _, message, _) = stack.ended(&pool, &spec).await;
+    let (status, _, message, _) = stack.pipeline.ended(&spec, WAIT).await;
     assert_eq!(status, "failed", "the literal is no directory: {message}");
     assert!(!witness.exists(), "the template ran: {}", witness.display());
 }
@@ -469,15 +420,11 @@ async fn unapproved_playbooks_and_ansible_variables_are_refused_before_anything_
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn inventory_validation_names_the_bad_group_and_the_unreachable_host(pool: PgPool) {
     let stack = ansible_pipeline(&pool, "unused-token-value").await;
-    let good = put_artifact(
-        &stack.pipeline,
-        &pool,
+    let good = stack.pipeline.put_artifact(
         "good.ini",
         b"[web]\none ansible_host=127.0.0.1 ansible_port=2222\n",
     );
-    let bad_group = put_artifact(
-        &stack.pipeline,
-        &pool,
+    let bad_group = stack.pipeline.put_artifact(
         "bad.ini",
         b"[web-servers]\none ansible_host=127.0.0.1 ansible_port=2222\n",
     );
@@ -489,18 +436,12 @@ async fn inventory_validation_names_the_bad_group_and_the_unreachable_host(pool:
         )
     };
     // The node pinned by its host key's fingerprint rather than the key.
-    let keygen = std::process::Command::new("ssh-keygen")
-        .arg("-lf")
-        .arg(common::stack_dir().join("ssh/host_ed25519.pub"))
-        .output()
-        .unwrap();
-    let pin = String::from_utf8(keygen.stdout).unwrap();
-    let pin = pin.split_whitespace().nth(1).unwrap();
+    let pin = sshd::host_key_fingerprint();
     let mut pinned = node("one", "127.0.0.1", 2222);
     pinned["attributes"] = json!({"port": "2222", "host_key_fingerprint": pin});
     let spec = validate(json!({"artifact": good}), vec![pinned]);
     stack.pipeline.submit(&spec).await;
-    let (status, category, message, result) = stack.ended(&pool, &spec).await;
+    let (status, category, message, result) = stack.pipeline.ended(&spec, WAIT).await;
     assert_eq!(status, "succeeded", "{category:?} {message} {result}");
     assert_eq!(result["inventory"]["groups"]["web"], json!(["one"]));
 
@@ -509,7 +450,7 @@ async fn inventory_validation_names_the_bad_group_and_the_unreachable_host(pool:
         vec![node("one", "127.0.0.1", 2222)],
     );
     stack.pipeline.submit(&spec).await;
-    let (status, category, message, _) = stack.ended(&pool, &spec).await;
+    let (status, category, message, _) = stack.pipeline.ended(&spec, WAIT).await;
     assert_eq!(
         (status.as_str(), category.as_deref()),
         ("failed", Some("verification_failed")),
@@ -526,7 +467,7 @@ async fn inventory_validation_names_the_bad_group_and_the_unreachable_host(pool:
         ],
     );
     stack.pipeline.submit(&spec).await;
-    let (status, category, message, result) = stack.ended(&pool, &spec).await;
+    let (status, category, message, result) = stack.pipeline.ended(&spec, WAIT).await;
     assert_eq!(
         (status.as_str(), category.as_deref()),
         ("failed", Some("verification_failed")),
@@ -567,7 +508,7 @@ async fn a_cancel_stops_ansible_and_a_killed_runner_leaves_the_attempt_unknown(p
         .await;
     stack.pipeline.cancel(attempt, 5_000).await;
     let started = std::time::Instant::now();
-    let (status, category, message, result) = stack.ended(&pool, &spec).await;
+    let (status, category, message, result) = stack.pipeline.ended(&spec, WAIT).await;
     assert_eq!(status, "cancelled", "{category:?} {message} {result}");
     // The grace is 2 s: SIGINT, then SIGKILL.
     assert!(!playing("slow.yml"));
@@ -612,7 +553,7 @@ async fn a_vault_secret_a_task_echoes_leaks_nowhere(pool: PgPool) {
         json!({"api_token": {"$secret": "token"}}),
     );
     stack.pipeline.submit(&spec).await;
-    let (status, category, message, result) = stack.ended(&pool, &spec).await;
+    let (status, category, message, result) = stack.pipeline.ended(&spec, WAIT).await;
     assert_eq!(status, "succeeded", "{category:?} {message} {result}");
     let attempt = stack.pipeline.attempts(&spec.job_id).await[0].0;
     // It was used: the echo ran with it, and the stream shows it masked.
@@ -696,8 +637,8 @@ async fn the_ssh_and_ansible_examples_run_to_the_end_the_readme_gives_them(pool:
         out.join("policy.yaml").to_str().unwrap(),
     );
     let bao = Bao::new();
-    let key = std::fs::read_to_string(common::stack_dir().join("ssh/user_ed25519")).unwrap();
-    bao.put("team-a/ssh", json!({"private_key": key})).await;
+    bao.put("team-a/ssh", json!({"private_key": sshd::user_key()}))
+        .await;
     let bin = std::env::var("EXECPLANE_ANSIBLE_BIN_DIR").unwrap_or_else(|_| {
         common::stack_dir()
             .join("ansible/bin")

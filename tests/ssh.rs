@@ -12,9 +12,10 @@ use std::time::Duration;
 use common::bao::Bao;
 use common::leases;
 use common::pipeline::{job, Pipeline};
+use common::sshd::{self, host_key};
 use execplane::contract::JobSpec;
 use serde_json::{json, Value};
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 
 const WAIT: Duration = Duration::from_secs(60);
 /// The ssh runner's index in the pipeline `ssh_pipeline` starts.
@@ -24,20 +25,10 @@ fn stack_ssh() -> std::path::PathBuf {
     common::stack_dir().join("ssh")
 }
 
-/// The host key of the test sshd, as a node binding writes it.
-fn host_key() -> String {
-    let line = std::fs::read_to_string(stack_ssh().join("host_ed25519.pub"))
-        .expect("scripts/sshd.sh made the host key");
-    line.split_whitespace()
-        .take(2)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
 /// Stores the test user's private key where the JobSpecs reference it.
 async fn store_key(bao: &Bao) {
-    let key = std::fs::read_to_string(stack_ssh().join("user_ed25519")).unwrap();
-    bao.put("team-a/ssh", json!({"private_key": key})).await;
+    bao.put("team-a/ssh", json!({"private_key": sshd::user_key()}))
+        .await;
 }
 
 /// The operator's policy of these tests: team-a may run these templates on
@@ -167,29 +158,6 @@ fn local_node() -> Value {
            "attributes": {"port": "2222", "host_key": host_key()}})
 }
 
-/// The job's attempt: status, failure category, message and result.
-async fn ended(
-    pipeline: &Pipeline,
-    pool: &PgPool,
-    spec: &JobSpec,
-) -> (String, Option<String>, String, Value) {
-    pipeline.wait_done(&spec.job_id, WAIT).await;
-    let row = sqlx::query(
-        "SELECT status, failure_category, coalesce(message, ''), result_json FROM attempts WHERE job_id = $1",
-    )
-    .bind(&spec.job_id)
-    .fetch_one(pool)
-    .await
-    .unwrap();
-    let result: Option<String> = row.get(3);
-    (
-        row.get(0),
-        row.get(1),
-        row.get(2),
-        result.map_or(Value::Null, |text| serde_json::from_str(&text).unwrap()),
-    )
-}
-
 /// The dispatcher, relay and ssh runner (index `SSH_RUNNER`) on the test
 /// policy, with the user's key in OpenBao.
 async fn ssh_pipeline(pool: &PgPool) -> Pipeline {
@@ -246,7 +214,7 @@ async fn a_template_runs_on_the_real_sshd_with_its_arguments_as_inert_literals(p
         let _ = std::fs::remove_file(&out);
         let spec = ssh_job("argv", json!({"word": payload}), local_node());
         pipeline.submit(&spec).await;
-        let (status, category, message, result) = ended(&pipeline, &pool, &spec).await;
+        let (status, category, message, result) = pipeline.ended(&spec, WAIT).await;
         assert_eq!(status, "succeeded", "{category:?} {message}");
         // The node saw exactly one argument, byte for byte.
         assert_eq!(
@@ -270,7 +238,7 @@ async fn a_template_runs_on_the_real_sshd_with_its_arguments_as_inert_literals(p
         let mut spec = ssh_job(template, args, local_node());
         spec.inputs["sudo"] = json!(sudo);
         pipeline.submit(&spec).await;
-        let (status, category, message, _) = ended(&pipeline, &pool, &spec).await;
+        let (status, category, message, _) = pipeline.ended(&spec, WAIT).await;
         assert_eq!(
             (status.as_str(), category.as_deref()),
             ("rejected", Some("policy")),
@@ -281,7 +249,7 @@ async fn a_template_runs_on_the_real_sshd_with_its_arguments_as_inert_literals(p
     // A non-zero exit is a runner error with the code.
     let spec = ssh_job("fail", json!({}), local_node());
     pipeline.submit(&spec).await;
-    let (status, category, message, result) = ended(&pipeline, &pool, &spec).await;
+    let (status, category, message, result) = pipeline.ended(&spec, WAIT).await;
     assert_eq!(
         (status.as_str(), category.as_deref()),
         ("failed", Some("runner_error"))
@@ -297,7 +265,7 @@ async fn unknown_or_wrong_host_keys_are_refused_and_sudo_is_the_templates(pool: 
                          "attributes": {"port": "2222"}});
     let spec = ssh_job("id-plain", json!({}), unknown);
     pipeline.submit(&spec).await;
-    let (status, category, message, _) = ended(&pipeline, &pool, &spec).await;
+    let (status, category, message, _) = pipeline.ended(&spec, WAIT).await;
     assert_eq!(
         (status.as_str(), category.as_deref()),
         ("failed", Some("contract"))
@@ -315,7 +283,7 @@ async fn unknown_or_wrong_host_keys_are_refused_and_sudo_is_the_templates(pool: 
                        "attributes": {"port": "2222", "host_key": other}});
     let spec = ssh_job("id-plain", json!({}), wrong);
     pipeline.submit(&spec).await;
-    let (status, category, message, _) = ended(&pipeline, &pool, &spec).await;
+    let (status, category, message, _) = pipeline.ended(&spec, WAIT).await;
     assert_eq!(
         (status.as_str(), category.as_deref()),
         ("failed", Some("contract")),
@@ -328,26 +296,19 @@ async fn unknown_or_wrong_host_keys_are_refused_and_sudo_is_the_templates(pool: 
 
     // Pinned by fingerprint instead: the key the node offers is taken only
     // when it hashes to the pin.
-    let keygen = std::process::Command::new("ssh-keygen")
-        .arg("-lf")
-        .arg(stack_ssh().join("host_ed25519.pub"))
-        .output()
-        .unwrap();
-    let printed = String::from_utf8(keygen.stdout).unwrap();
-    let pin = printed.split_whitespace().nth(1).unwrap().to_owned();
-    assert!(pin.starts_with("SHA256:"), "{printed}");
+    let pin = sshd::host_key_fingerprint();
     let pinned = |pin: &str| {
         json!({"kind": "node", "id": "local", "address": "127.0.0.1",
                "attributes": {"port": "2222", "host_key_fingerprint": pin}})
     };
     let spec = ssh_job("id-plain", json!({}), pinned(&pin));
     pipeline.submit(&spec).await;
-    let (status, _, message, _) = ended(&pipeline, &pool, &spec).await;
+    let (status, _, message, _) = pipeline.ended(&spec, WAIT).await;
     assert_eq!(status, "succeeded", "{message}");
     let wrong = format!("SHA256:{}", "A".repeat(43));
     let spec = ssh_job("id-plain", json!({}), pinned(&wrong));
     pipeline.submit(&spec).await;
-    let (status, category, message, _) = ended(&pipeline, &pool, &spec).await;
+    let (status, category, message, _) = pipeline.ended(&spec, WAIT).await;
     assert_eq!(
         (status.as_str(), category.as_deref()),
         ("failed", Some("contract")),
@@ -362,7 +323,7 @@ async fn unknown_or_wrong_host_keys_are_refused_and_sudo_is_the_templates(pool: 
     // finished event records it.
     let spec = ssh_job("id-root", json!({}), local_node());
     pipeline.submit(&spec).await;
-    let (status, _, message, result) = ended(&pipeline, &pool, &spec).await;
+    let (status, _, message, result) = pipeline.ended(&spec, WAIT).await;
     assert_eq!(status, "succeeded", "{message}");
     assert_eq!(result["sudo_as"], "root");
     assert_eq!(result["argv"][0], "/usr/bin/sudo");
@@ -370,7 +331,7 @@ async fn unknown_or_wrong_host_keys_are_refused_and_sudo_is_the_templates(pool: 
     // node's to enforce as well, and nothing asks for a password.
     let spec = ssh_job("sudo-true", json!({}), local_node());
     pipeline.submit(&spec).await;
-    let (status, category, message, _) = ended(&pipeline, &pool, &spec).await;
+    let (status, category, message, _) = pipeline.ended(&spec, WAIT).await;
     assert_eq!(
         (status.as_str(), category.as_deref()),
         ("failed", Some("runner_error")),
@@ -471,7 +432,7 @@ async fn non_idempotent_commands_on_one_node_never_overlap(pool: PgPool) {
         pipeline.submit(spec).await;
     }
     for spec in &specs {
-        let (status, _, message, _) = ended(&pipeline, &pool, spec).await;
+        let (status, _, message, _) = pipeline.ended(spec, WAIT).await;
         assert_eq!(status, "succeeded", "{message}");
     }
     let jobs: Vec<String> = specs.iter().map(|spec| spec.job_id.clone()).collect();
@@ -484,21 +445,6 @@ async fn non_idempotent_commands_on_one_node_never_overlap(pool: PgPool) {
     leases::assert_serial_per_key_parallel_across(&mut by_key, "node:127.0.0.1", "node:localhost");
 }
 
-/// `execplane artifacts put` into the pipeline's artifact storage: the
-/// `sha256:` reference.
-fn put_artifact(pipeline: &Pipeline, pool: &PgPool, name: &str, bytes: &[u8]) -> String {
-    let file = pipeline.dir.join(name);
-    std::fs::write(&file, bytes).unwrap();
-    let storage = pipeline.dir.join("artifacts");
-    let put = common::execplane_with(
-        pool,
-        &["artifacts", "put", file.to_str().unwrap()],
-        &[("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap())],
-    );
-    assert!(put.status.success(), "{put:?}");
-    String::from_utf8(put.stdout).unwrap().trim().to_owned()
-}
-
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn files_go_up_and_come_back_the_same_and_services_and_facts_report_evidence(pool: PgPool) {
     use std::os::unix::fs::PermissionsExt;
@@ -506,7 +452,7 @@ async fn files_go_up_and_come_back_the_same_and_services_and_facts_report_eviden
     let drop = pipeline.dir.join("drop");
     // Binary, every byte value, larger than one SFTP packet.
     let bytes: Vec<u8> = (0..200_000_u32).map(|i| (i * 7 % 256) as u8).collect();
-    let reference = put_artifact(&pipeline, &pool, "payload.bin", &bytes);
+    let reference = pipeline.put_artifact("payload.bin", &bytes);
     let destination = drop.join("payload.bin");
     let spec = ssh_operation(
         "ssh.file.upload",
@@ -514,7 +460,7 @@ async fn files_go_up_and_come_back_the_same_and_services_and_facts_report_eviden
                "destination": destination, "mode": "0640"}),
     );
     pipeline.submit(&spec).await;
-    let (status, category, message, result) = ended(&pipeline, &pool, &spec).await;
+    let (status, category, message, result) = pipeline.ended(&spec, WAIT).await;
     assert_eq!(status, "succeeded", "{category:?} {message} {result}");
     assert_eq!(std::fs::read(&destination).unwrap(), bytes);
     let mode = std::fs::metadata(&destination)
@@ -532,7 +478,7 @@ async fn files_go_up_and_come_back_the_same_and_services_and_facts_report_eviden
         json!({"template_id": "download", "path": destination}),
     );
     pipeline.submit(&spec).await;
-    let (status, category, message, result) = ended(&pipeline, &pool, &spec).await;
+    let (status, category, message, result) = pipeline.ended(&spec, WAIT).await;
     assert_eq!(status, "succeeded", "{category:?} {message} {result}");
     assert_eq!(result["nodes"][0]["sha256"], reference, "{result}");
     assert_eq!(result["nodes"][0]["artifact"], "download-1");
@@ -557,7 +503,7 @@ async fn files_go_up_and_come_back_the_same_and_services_and_facts_report_eviden
                "destination": drop.join("other.bin")}),
     );
     pipeline.submit(&spec).await;
-    let (status, category, message, _) = ended(&pipeline, &pool, &spec).await;
+    let (status, category, message, _) = pipeline.ended(&spec, WAIT).await;
     assert_eq!(
         (status.as_str(), category.as_deref()),
         ("rejected", Some("policy")),
@@ -573,7 +519,7 @@ async fn files_go_up_and_come_back_the_same_and_services_and_facts_report_eviden
             json!({"template_id": "upload", "source_artifact": reference, "destination": outside}),
         );
         pipeline.submit(&spec).await;
-        let (status, category, message, _) = ended(&pipeline, &pool, &spec).await;
+        let (status, category, message, _) = pipeline.ended(&spec, WAIT).await;
         assert_eq!(
             (status.as_str(), category.as_deref()),
             ("rejected", Some("policy")),
@@ -591,7 +537,7 @@ async fn files_go_up_and_come_back_the_same_and_services_and_facts_report_eviden
                "destination": drop.join("suid.bin"), "mode": "4755"}),
     );
     pipeline.submit(&spec).await;
-    let (status, category, message, _) = ended(&pipeline, &pool, &spec).await;
+    let (status, category, message, _) = pipeline.ended(&spec, WAIT).await;
     assert_eq!(
         (status.as_str(), category.as_deref()),
         ("failed", Some("contract")),
@@ -605,7 +551,7 @@ async fn files_go_up_and_come_back_the_same_and_services_and_facts_report_eviden
         json!({"template_id": "restart-demo", "service": "demo"}),
     );
     pipeline.submit(&spec).await;
-    let (status, category, message, result) = ended(&pipeline, &pool, &spec).await;
+    let (status, category, message, result) = pipeline.ended(&spec, WAIT).await;
     assert_eq!(status, "succeeded", "{category:?} {message} {result}");
     let node = &result["nodes"][0];
     assert_eq!(node["restart_exit_code"], 0, "{result}");
@@ -619,7 +565,7 @@ async fn files_go_up_and_come_back_the_same_and_services_and_facts_report_eviden
         json!({"template_id": "restart-demo", "service": "broken"}),
     );
     pipeline.submit(&spec).await;
-    let (status, category, message, result) = ended(&pipeline, &pool, &spec).await;
+    let (status, category, message, result) = pipeline.ended(&spec, WAIT).await;
     assert_eq!(
         (status.as_str(), category.as_deref()),
         ("failed", Some("runner_error")),
@@ -632,7 +578,7 @@ async fn files_go_up_and_come_back_the_same_and_services_and_facts_report_eviden
         json!({"template_id": "restart-nostatus", "service": "demo"}),
     );
     pipeline.submit(&spec).await;
-    let (status, category, message, _) = ended(&pipeline, &pool, &spec).await;
+    let (status, category, message, _) = pipeline.ended(&spec, WAIT).await;
     assert_eq!(
         (status.as_str(), category.as_deref()),
         ("failed", Some("policy")),
@@ -646,7 +592,7 @@ async fn files_go_up_and_come_back_the_same_and_services_and_facts_report_eviden
         json!({"template_id": "facts", "facts": ["hostname", "kernel"]}),
     );
     pipeline.submit(&spec).await;
-    let (status, category, message, result) = ended(&pipeline, &pool, &spec).await;
+    let (status, category, message, result) = pipeline.ended(&spec, WAIT).await;
     assert_eq!(status, "succeeded", "{category:?} {message} {result}");
     let uname = |flag: &str| {
         let out = std::process::Command::new("uname")

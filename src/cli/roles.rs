@@ -265,35 +265,34 @@ async fn spawn_runners(
         vault.keep_alive(stop.clone());
         settings.secrets = Some(vault);
     }
-    if roles.verification_runner {
-        let executor = Arc::new(VerificationRunner::new(config.verification()));
+    // One instance per runner type this process runs, all alike.
+    fn spawn<E: crate::runner::Executor>(
+        runners: &mut Tasks,
+        kafka: &crate::kafka::KafkaConfig,
+        settings: &crate::runner::RunnerConfig,
+        executor: E,
+        stop: &CancellationToken,
+    ) {
         let task = crate::runner::run_instance(
             kafka.clone(),
             settings.clone(),
-            executor,
+            Arc::new(executor),
             stop.clone(),
             None,
         );
         runners.spawn(async move { task.await.map_err(anyhow::Error::from) });
+    }
+    if roles.verification_runner {
+        let executor = VerificationRunner::new(config.verification());
+        spawn(&mut runners, kafka, &settings, executor, stop);
     }
     if roles.ssh_runner {
-        let executor = Arc::new(crate::runners::ssh::SshRunner::new(config.ssh()));
-        let task = crate::runner::run_instance(
-            kafka.clone(),
-            settings.clone(),
-            executor,
-            stop.clone(),
-            None,
-        );
-        runners.spawn(async move { task.await.map_err(anyhow::Error::from) });
+        let executor = crate::runners::ssh::SshRunner::new(config.ssh());
+        spawn(&mut runners, kafka, &settings, executor, stop);
     }
     if roles.ansible_runner {
-        let executor = Arc::new(crate::runners::ansible::AnsibleRunner::new(
-            config.ansible(),
-        ));
-        let task =
-            crate::runner::run_instance(kafka.clone(), settings, executor, stop.clone(), None);
-        runners.spawn(async move { task.await.map_err(anyhow::Error::from) });
+        let executor = crate::runners::ansible::AnsibleRunner::new(config.ansible());
+        spawn(&mut runners, kafka, &settings, executor, stop);
     }
     Ok(runners)
 }

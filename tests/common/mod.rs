@@ -406,3 +406,4 @@ pub mod leases;
 pub mod pipeline;
 pub mod prometheus;
 pub mod proxy;
+pub mod sshd;

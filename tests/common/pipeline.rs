@@ -410,6 +410,45 @@ impl Pipeline {
         by_attempt
     }
 
+    /// The job's one attempt once it ended: status, failure category,
+    /// message and result.
+    pub async fn ended(
+        &self,
+        spec: &JobSpec,
+        timeout: Duration,
+    ) -> (String, Option<String>, String, Value) {
+        self.wait_done(&spec.job_id, timeout).await;
+        let row = sqlx::query(
+            "SELECT status, failure_category, coalesce(message, ''), result_json FROM attempts WHERE job_id = $1",
+        )
+        .bind(&spec.job_id)
+        .fetch_one(&self.pool)
+        .await
+        .unwrap();
+        let result: Option<String> = row.get(3);
+        (
+            row.get(0),
+            row.get(1),
+            row.get(2),
+            result.map_or(Value::Null, |text| serde_json::from_str(&text).unwrap()),
+        )
+    }
+
+    /// `execplane artifacts put` of `bytes` into this pipeline's artifact
+    /// storage: the `sha256:` reference.
+    pub fn put_artifact(&self, name: &str, bytes: &[u8]) -> String {
+        let file = self.dir.join(name);
+        std::fs::write(&file, bytes).unwrap();
+        let storage = self.dir.join("artifacts");
+        let put = super::execplane_with(
+            &self.pool,
+            &["artifacts", "put", file.to_str().unwrap()],
+            &[("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap())],
+        );
+        assert!(put.status.success(), "{put:?}");
+        String::from_utf8(put.stdout).unwrap().trim().to_owned()
+    }
+
     pub async fn events_of(&self, attempt_id: Uuid) -> Vec<String> {
         sqlx::query_scalar("SELECT kind FROM attempt_events WHERE attempt_id = $1 ORDER BY seq")
             .bind(attempt_id)

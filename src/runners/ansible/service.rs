@@ -11,9 +11,10 @@ use crate::artifacts::inputs::InputRef;
 use crate::contract::inputs::{InventoryRef, OperationInputs, PackageRef, Vars};
 use crate::contract::results::{AnsibleResult, InventoryReport};
 use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType, Target};
-use crate::policy::ssh::{is_host, is_user_name, HostKey, HOST_KEY_TYPES};
+use crate::policy::ssh::HostKey;
 use crate::runner::tool::{self, StopCause, ToolCommand, ToolExit, Workdir};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
+use crate::runners::node::{self, Binding};
 
 /// The event callback, written into each attempt's working directory.
 const CALLBACK: &str = include_str!("execplane_events.py");
@@ -118,12 +119,10 @@ enum Entry {
     Validate,
 }
 
-/// One target binding: its inventory name, where it is, its host key.
+/// One target: its inventory name, its binding and its groups.
 struct Host {
     name: String,
-    address: String,
-    port: u16,
-    host_key: HostKey,
+    binding: Binding,
     groups: Vec<String>,
 }
 
@@ -229,25 +228,7 @@ fn plan(
             return Err(refuse(format!("inputs.tags: `{tag}` is not a tag")));
         }
     }
-    let user = match user.as_deref() {
-        Some(user) if is_user_name(user) => user.to_owned(),
-        Some(user) => return Err(refuse(format!("inputs.user: `{user}` is not a user name"))),
-        None => return Err(refuse("inputs.user: the account on the nodes is required")),
-    };
-    let private_key = match key {
-        Some(Value::String(key)) if !key.trim().is_empty() => {
-            let mut key = key.clone();
-            if !key.ends_with('\n') {
-                key.push('\n');
-            }
-            key
-        }
-        _ => {
-            return Err(refuse(
-                "inputs.private_key: a {\"$secret\": ...} reference to the account's OpenSSH private key is required",
-            ))
-        }
-    };
+    let (user, private_key) = node::login(user.as_deref(), key.as_ref()).map_err(refuse)?;
     if targets.is_empty() {
         return Err(refuse("targets: the nodes to run on are required"));
     }
@@ -297,34 +278,7 @@ fn host(index: usize, target: &Target) -> Result<Host, ExecutionOutcome> {
             target.id
         )));
     }
-    let address = target.address.clone().unwrap_or_else(|| target.id.clone());
-    if !is_host(&address) {
-        return Err(refuse(format!(
-            "{field}.address: `{address}` is not a host name or an IP address"
-        )));
-    }
-    let port = match target.attributes.get("port") {
-        None => 22,
-        Some(port) => match port.parse::<u16>() {
-            Ok(port) if port > 0 => port,
-            _ => {
-                return Err(refuse(format!(
-                    "{field}.attributes.port: `{port}` is not a port"
-                )))
-            }
-        },
-    };
-    let host_key = match HostKey::of(&target.attributes) {
-        Ok(host_key) => host_key,
-        Err(true) => return Err(refuse(format!(
-            "{field}: node `{}` has no known host key; set attributes.host_key to its known_hosts key (`ssh-ed25519 AAAA...`) or attributes.host_key_fingerprint to its pinned `SHA256:...` fingerprint: unknown host keys are refused",
-            target.id
-        ))),
-        Err(false) => return Err(refuse(format!(
-            "{field}.attributes: host_key is not a known_hosts key (`<type> <base64>`, type one of {}), or host_key_fingerprint not a `SHA256:<base64>` fingerprint",
-            HOST_KEY_TYPES.join(", ")
-        ))),
-    };
+    let binding = node::binding(index, target).map_err(refuse)?;
     let mut groups = Vec::new();
     if let Some(list) = target.attributes.get("groups") {
         for group in list
@@ -342,9 +296,7 @@ fn host(index: usize, target: &Target) -> Result<Host, ExecutionOutcome> {
     }
     Ok(Host {
         name: target.id.clone(),
-        address,
-        port,
-        host_key,
+        binding,
         groups,
     })
 }
@@ -623,12 +575,8 @@ impl AnsibleRunner {
         write_file(&layout.inventory, &inventory)?;
         let (mut known_hosts, mut pins) = (String::new(), String::new());
         for host in &plan.hosts {
-            let entry = if host.port == 22 {
-                host.address.clone()
-            } else {
-                format!("[{}]:{}", host.address, host.port)
-            };
-            match &host.host_key {
+            let entry = host.binding.known_hosts_entry();
+            match &host.binding.host_key {
                 HostKey::Key(key) => known_hosts.push_str(&format!("{entry} {key}\n")),
                 HostKey::Fingerprint(pin) => pins.push_str(&format!("{entry} {pin}\n")),
             }
@@ -914,7 +862,7 @@ fn check_inventory(listed: &Value, targets: &[Host]) -> ReadInventory {
         };
         let bound = targets
             .iter()
-            .any(|target| target.address == address && Some(target.port) == port);
+            .any(|target| target.binding.address == address && Some(target.binding.port) == port);
         if !bound {
             refusals.push(format!(
                 "host `{host}` ({address}:{}) is not one of the JobSpec's targets: ansible connects only to bound nodes",
@@ -1041,7 +989,7 @@ fn generated_inventory(hosts: &[Host]) -> String {
     for host in hosts {
         all.insert(
             host.name.clone(),
-            json!({"ansible_host": host.address, "ansible_port": host.port}),
+            json!({"ansible_host": host.binding.address, "ansible_port": host.binding.port}),
         );
         for group in &host.groups {
             groups
@@ -1159,9 +1107,11 @@ mod tests {
     fn target(id: &str, port: &str) -> Host {
         Host {
             name: id.to_owned(),
-            address: "127.0.0.1".to_owned(),
-            port: port.parse().unwrap(),
-            host_key: HostKey::Key("ssh-ed25519 AAAA".to_owned()),
+            binding: Binding {
+                address: "127.0.0.1".to_owned(),
+                port: port.parse().unwrap(),
+                host_key: HostKey::Key("ssh-ed25519 AAAA".to_owned()),
+            },
             groups: Vec::new(),
         }
     }

@@ -12,10 +12,11 @@ use crate::contract::results::{
     SshServiceResult, SshTransferNode, SshTransferResult,
 };
 use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType, Target};
-use crate::policy::ssh::{is_host, is_user_name, ArgKind, HostKey, HOST_KEY_TYPES};
+use crate::policy::ssh::{ArgKind, HostKey};
 use crate::policy::{SshTemplate, Sudo};
 use crate::runner::tool::{self, StopCause, ToolCommand, ToolExit, Workdir};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
+use crate::runners::node::{self, Binding};
 
 /// Where sudo is on a node.
 const SUDO: &str = "/usr/bin/sudo";
@@ -115,9 +116,7 @@ enum Work {
 /// One node binding: where to connect and the one host key accepted.
 struct Node {
     target: String,
-    host: String,
-    port: u16,
-    host_key: HostKey,
+    binding: Binding,
 }
 
 /// Why one node failed: its category and what happened (the node's id is
@@ -196,33 +195,17 @@ impl SshRunner {
             ));
         }
         let (argv, sudo_as, work) = work(template, inputs)?;
-        let user = match user.as_deref() {
-            Some(user) if is_user_name(user) => user.to_owned(),
-            Some(user) => return Err(refuse(format!("inputs.user: `{user}` is not a user name"))),
-            None => return Err(refuse("inputs.user: the account on the nodes is required")),
-        };
-        let private_key = match private_key {
-            Some(Value::String(key)) if !key.trim().is_empty() => {
-                let mut key = key.clone();
-                if !key.ends_with('\n') {
-                    key.push('\n');
-                }
-                key
-            }
-            _ => {
-                return Err(refuse(
-                    "inputs.private_key: a {\"$secret\": ...} reference to the account's OpenSSH private key is required",
-                ))
-            }
-        };
-        if targets.is_empty() {
-            return Err(refuse("targets: the nodes to run on are required"));
-        }
-        let nodes = targets
-            .iter()
-            .enumerate()
-            .map(|(index, target)| node(index, target))
-            .collect::<Result<Vec<_>, _>>()?;
+        let (user, private_key) =
+            node::login(user.as_deref(), private_key.as_ref()).map_err(refuse)?;
+        let nodes = node::bindings(targets)
+            .map_err(refuse)?
+            .into_iter()
+            .zip(targets)
+            .map(|(binding, target)| Node {
+                target: target.id.clone(),
+                binding,
+            })
+            .collect();
         Ok(Plan {
             template_id: template_id.clone(),
             argv,
@@ -286,7 +269,10 @@ impl SshRunner {
                 pins: workdir.path().join(format!("pins.{index}")),
                 execplane: context.tools().shim.clone(),
                 diagnostics: workdir.path().join(format!("ssh.{index}.log")),
-                destination: format!("{}@{}:{}", plan.user, node.host, node.port),
+                destination: format!(
+                    "{}@{}:{}",
+                    plan.user, node.binding.address, node.binding.port
+                ),
             };
             let (known, pinned) = session.known_hosts_lines();
             let written = std::fs::write(&session.known_hosts, known)
@@ -633,11 +619,11 @@ impl SshRunner {
             "-E".to_owned(),
             session.diagnostics.display().to_string(),
             "-p".to_owned(),
-            session.node.port.to_string(),
+            session.node.binding.port.to_string(),
             "-l".to_owned(),
             plan.user.clone(),
             "--".to_owned(),
-            session.node.host.clone(),
+            session.node.binding.address.clone(),
             remote::command_line(argv),
         ]);
         let command = ToolCommand::new(PathBuf::from(&self.config.client))
@@ -699,17 +685,17 @@ impl SshRunner {
             .collect::<Vec<_>>()
             .join(" ");
         let mut args = self.options(session);
-        let host = if session.node.host.contains(':') {
-            format!("[{}]", session.node.host)
+        let host = if session.node.binding.address.contains(':') {
+            format!("[{}]", session.node.binding.address)
         } else {
-            session.node.host.clone()
+            session.node.binding.address.clone()
         };
         args.extend([
             "-q".to_owned(),
             "-o".to_owned(),
             format!("User={}", plan.user),
             "-P".to_owned(),
-            session.node.port.to_string(),
+            session.node.binding.port.to_string(),
             "-b".to_owned(),
             batch_file.display().to_string(),
             "-s".to_owned(),
@@ -809,7 +795,7 @@ impl SshRunner {
         }
         // A node pinned by fingerprint: the key it offers is accepted only
         // when it hashes to the pin (`execplane known-host`).
-        if let HostKey::Fingerprint(_) = &session.node.host_key {
+        if let HostKey::Fingerprint(_) = &session.node.binding.host_key {
             args.extend([
                 "-o".to_owned(),
                 format!(
@@ -827,12 +813,8 @@ impl Session<'_> {
     /// The node's known_hosts line (when its key is known) and its pin
     /// line (when its fingerprint is pinned); the other one is empty.
     fn known_hosts_lines(&self) -> (String, String) {
-        let entry = if self.node.port == 22 {
-            self.node.host.clone()
-        } else {
-            format!("[{}]:{}", self.node.host, self.node.port)
-        };
-        match &self.node.host_key {
+        let entry = self.node.binding.known_hosts_entry();
+        match &self.node.binding.host_key {
             HostKey::Key(key) => (format!("{entry} {key}\n"), String::new()),
             HostKey::Fingerprint(pin) => (String::new(), format!("{entry} {pin}\n")),
         }
@@ -1158,46 +1140,6 @@ fn client_failed(session: &Session<'_>, said: &str) -> NodeFailure {
         category,
         format!("ssh to {} failed: {said}", session.destination),
     )
-}
-
-/// A node binding: the target's address (else its id) as the host, its
-/// `port` attribute (22), and its `host_key`: without one, nothing connects.
-fn node(index: usize, target: &Target) -> Result<Node, ExecutionOutcome> {
-    let field = format!("targets[{index}]");
-    let host = target.address.clone().unwrap_or_else(|| target.id.clone());
-    if !is_host(&host) {
-        return Err(refuse(format!(
-            "{field}.address: `{host}` is not a host name or an IP address"
-        )));
-    }
-    let port = match target.attributes.get("port") {
-        None => 22,
-        Some(port) => match port.parse::<u16>() {
-            Ok(port) if port > 0 => port,
-            _ => {
-                return Err(refuse(format!(
-                    "{field}.attributes.port: `{port}` is not a port"
-                )))
-            }
-        },
-    };
-    let host_key = match HostKey::of(&target.attributes) {
-        Ok(host_key) => host_key,
-        Err(true) => return Err(refuse(format!(
-            "{field}: node `{}` has no known host key; set attributes.host_key to its known_hosts key (`ssh-ed25519 AAAA...`) or attributes.host_key_fingerprint to its pinned `SHA256:...` fingerprint: unknown host keys are refused",
-            target.id
-        ))),
-        Err(false) => return Err(refuse(format!(
-            "{field}.attributes: host_key is not a known_hosts key (`<type> <base64>`, type one of {}), or host_key_fingerprint not a `SHA256:<base64>` fingerprint",
-            HOST_KEY_TYPES.join(", ")
-        ))),
-    };
-    Ok(Node {
-        target: target.id.clone(),
-        host,
-        port,
-        host_key,
-    })
 }
 
 /// The client's own words about why it failed, bounded, on one line.
