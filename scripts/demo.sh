@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Brings up the local stack (Postgres, Tansu; OpenBao, sshd and ansible-core
-# for the ssh and ansible examples), starts `execplane serve`, runs the
-# example job end to end with `execplane submit`, then every example (the
-# ssh and ansible ones on this host through the local sshd), and stops serve.
+# Brings up the local stack (Postgres, Tansu; OpenBao, sshd, ansible-core and
+# a Kubernetes API for the ssh, ansible and kubernetes examples), starts
+# `execplane serve`, runs the example job end to end with `execplane
+# submit`, then every example (the ssh and ansible ones on this host
+# through the local sshd, the kubernetes ones on the local API), and stops
+# serve.
 source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
@@ -14,6 +16,7 @@ ensure_rust
 "$ROOT/scripts/openbao.sh"
 "$ROOT/scripts/sshd.sh"
 "$ROOT/scripts/ansible.sh"
+"$ROOT/scripts/kubernetes.sh"
 export EXECPLANE_DATABASE_URL="${EXECPLANE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/execplane}"
 export EXECPLANE_KAFKA_BROKERS="${EXECPLANE_KAFKA_BROKERS:-127.0.0.1:9092}"
 export EXECPLANE_TOPIC_PREFIX="${EXECPLANE_TOPIC_PREFIX:-demo.}"
@@ -39,6 +42,13 @@ print(json.dumps({"data": {"private_key": open(sys.argv[1]).read()}}))
 PY
   curl -fsS -o /dev/null -H "X-Vault-Token: $EXECPLANE_VAULT_TOKEN" -X POST --data @- \
     "$EXECPLANE_VAULT_ADDR/v1/secret/data/team-a/ssh" || die "storing the demo key in OpenBao failed"
+# The local API server's admin token, the kubernetes examples' credentials.
+python3 - "$STACK_DIR/kubernetes/admin-token" <<'PY' |
+import json, sys
+print(json.dumps({"data": {"token": open(sys.argv[1]).read().strip()}}))
+PY
+  curl -fsS -o /dev/null -H "X-Vault-Token: $EXECPLANE_VAULT_TOKEN" -X POST --data @- \
+    "$EXECPLANE_VAULT_ADDR/v1/secret/data/team-a/kube" || die "storing the demo cluster token in OpenBao failed"
 
 # Keys for the ingress, fresh each run and never printed.
 random_key() { head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
@@ -82,7 +92,7 @@ PY
   log "example $name"
   "$BIN" submit "$copy" --timeout 60s || die "example $name did not succeed (the README says it does)"
 done
-for job in "$EXAMPLES"/jobs/ssh-*.json "$EXAMPLES"/jobs/ansible-*.json; do
+for job in "$EXAMPLES"/jobs/ssh-*.json "$EXAMPLES"/jobs/ansible-*.json "$EXAMPLES"/jobs/kubernetes-*.json; do
   name=$(basename "$job" .json)
   python3 - "$job" <<'PY'
 import json, sys, time, uuid

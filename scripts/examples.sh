@@ -1,18 +1,29 @@
 #!/usr/bin/env bash
-# Renders the ssh and ansible examples for this machine into OUT:
+# Renders the ssh, ansible and kubernetes examples for this machine into OUT:
 #   OUT/policy.yaml            examples/demo-policy.yaml, placeholders filled
-#   OUT/jobs/<runner>-<file>   examples/{ssh,ansible}/*.json, in their order
+#   OUT/jobs/<runner>-<file>   examples/{ssh,ansible,kubernetes}/*.json, in
+#                              their order
 #   OUT/node/                  what the examples touch on the node (this host,
 #                              through the sshd of scripts/sshd.sh): drop/,
 #                              markers/, and svc.sh, a service supervisor of
 #                              its own for the restart example
 # and stores the demo package and the upload's payload as input artifacts
 # with `EXECPLANE execplane artifacts put` (EXECPLANE_ARTIFACT_DIR or S3 as
-# configured). Usage: scripts/examples.sh EXECPLANE_BINARY OUT
+# configured); the kubernetes examples' namespace, team-a-demo, is made on
+# the local API server (scripts/kubernetes.sh) as its administrator.
+# Usage: scripts/examples.sh EXECPLANE_BINARY OUT
 source "$(dirname "$0")/lib.sh"
 BIN="${1:?the execplane binary}"
 OUT="${2:?the output directory}"
 HOST_KEY="$(cut -d' ' -f1-2 "$STACK_DIR/ssh/host_ed25519.pub")" || die "run scripts/sshd.sh first"
+KUBE_CA="$STACK_DIR/kubernetes/certs/apiserver.crt"
+[ -f "$KUBE_CA" ] || die "run scripts/kubernetes.sh first"
+# The kubernetes examples' namespace (409: it is there already).
+code=$(curl -sS -o /dev/null -w '%{http_code}' --cacert "$KUBE_CA" \
+  -H "Authorization: Bearer $(cat "$STACK_DIR/kubernetes/admin-token")" -H 'Content-Type: application/json' \
+  -X POST --data '{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"team-a-demo"}}' \
+  https://127.0.0.1:6443/api/v1/namespaces) || die "the local Kubernetes API did not answer"
+case "$code" in 201|409) ;; *) die "creating namespace team-a-demo: HTTP $code" ;; esac
 
 mkdir -p "$OUT/jobs" "$OUT/node/drop" "$OUT/node/markers" "$OUT/node/svc"
 chmod 755 "$OUT" "$OUT/node"
@@ -43,10 +54,10 @@ PAYLOAD="$("$BIN" artifacts put "$OUT/payload.txt")" || die "storing the upload 
 
 render() {
   sed -e "s#@HOST_KEY@#$HOST_KEY#g" -e "s#@PACKAGE@#$PACKAGE#g" \
-      -e "s#@PAYLOAD@#$PAYLOAD#g" -e "s#@DEMO_DIR@#$NODE#g" "$1"
+      -e "s#@PAYLOAD@#$PAYLOAD#g" -e "s#@DEMO_DIR@#$NODE#g" -e "s#@KUBE_CA@#$KUBE_CA#g" "$1"
 }
 render "$ROOT/examples/demo-policy.yaml" >"$OUT/policy.yaml"
-for runner in ssh ansible; do
+for runner in ssh ansible kubernetes; do
   for example in "$ROOT"/examples/$runner/*.json; do
     render "$example" >"$OUT/jobs/$runner-$(basename "$example")"
   done

@@ -10,19 +10,29 @@
 # bookworm's `kubernetes` source package (1.20.2, which carries its vendor
 # tree and so builds offline), fetched through a private sources list (the
 # system's apt configuration is untouched), about 9 minutes cold on 2
-# cores; the binaries are cached in .stack/kubernetes/bin. Everything else
-# (keys, the token, the kubeconfig) is generated under .stack/kubernetes.
+# cores. Its vendored github.com/modern-go/reflect2 1.0.1 faults on the Go
+# 1.18+ map iterator (the API server dies with "fatal error: fault" in
+# mapiterinit as soon as it encodes a custom resource), and bookworm has
+# only Go 1.19, so the build replaces it with Debian's reflect2 1.0.2, which
+# has the fix (golang-github-modern-go-reflect2-dev). The binaries are
+# installed machine-wide, like a `cargo install` (EXECPLANE_KUBE_BIN_DIR,
+# default /usr/local/lib/execplane/kubernetes-v1.20.2-reflect2),
+# so a fresh clone of the repository does not build them again. Everything
+# else (keys, the token, the kubeconfig, etcd's data) is generated under
+# .stack/kubernetes.
 # Idempotent: what is built is not rebuilt, what answers is not restarted.
 source "$(dirname "$0")/lib.sh"
 
 DIR="$STACK_DIR/kubernetes"
-BIN="$DIR/bin"
+BIN="${EXECPLANE_KUBE_BIN_DIR:-/usr/local/lib/execplane/kubernetes-v1.20.2-reflect2}"
 PORT="${EXECPLANE_KUBE_PORT:-6443}"
-mkdir -p "$DIR" "$BIN"
+mkdir -p "$DIR"
 chmod 700 "$DIR"
+as_root mkdir -p "$BIN"
 
 command -v etcd >/dev/null 2>&1 || apt_install etcd-server
 command -v openssl >/dev/null 2>&1 || apt_install openssl
+command -v curl >/dev/null 2>&1 || apt_install curl
 
 if [ ! -x "$BIN/kube-apiserver" ] || [ ! -x "$BIN/kube-controller-manager" ]; then
   command -v go >/dev/null 2>&1 || apt_install golang-go
@@ -41,6 +51,10 @@ if [ ! -x "$BIN/kube-apiserver" ] || [ ! -x "$BIN/kube-controller-manager" ]; th
     TREE="$(find "$DIR/src" -maxdepth 1 -type d -name 'kubernetes-*' | head -1)"
   fi
   [ -n "$TREE" ] || die "the kubernetes source did not unpack in $DIR/src"
+  apt_install golang-github-modern-go-reflect2-dev
+  REFLECT2=/usr/share/gocode/src/github.com/modern-go/reflect2
+  [ -f "$REFLECT2/go_above_118.go" ] || die "Debian's reflect2 in $REFLECT2 lacks the Go 1.18 fix"
+  rsync -a --delete --exclude '*_test.go' "$REFLECT2/" "$TREE/vendor/github.com/modern-go/reflect2/"
   log "building kube-apiserver and kube-controller-manager from $TREE (about 9 minutes)"
   mkdir -p "$TREE/.go/src/k8s.io"
   ln -sfn ../../.. "$TREE/.go/src/k8s.io/kubernetes"
@@ -48,8 +62,8 @@ if [ ! -x "$BIN/kube-apiserver" ] || [ ! -x "$BIN/kube-controller-manager" ]; th
     KUBE_GIT_VERSION=v1.20.2 KUBE_GIT_TREE_STATE=clean \
     make WHAT="cmd/kube-apiserver cmd/kube-controller-manager" >"$DIR/build.log" 2>&1) ||
     die "the build failed; see $DIR/build.log"
-  install -m 755 "$(find "$TREE/_output" -type f -name kube-apiserver | head -1)" "$BIN/kube-apiserver"
-  install -m 755 "$(find "$TREE/_output" -type f -name kube-controller-manager | head -1)" "$BIN/kube-controller-manager"
+  as_root install -m 755 "$(find "$TREE/_output" -type f -name kube-apiserver | head -1)" "$BIN/kube-apiserver"
+  as_root install -m 755 "$(find "$TREE/_output" -type f -name kube-controller-manager | head -1)" "$BIN/kube-controller-manager"
   rm -rf "$DIR/src"
 fi
 

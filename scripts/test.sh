@@ -15,6 +15,7 @@ ensure_rust
 "$ROOT/scripts/garage.sh"
 "$ROOT/scripts/sshd.sh"
 "$ROOT/scripts/ansible.sh"
+"$ROOT/scripts/kubernetes.sh"
 
 # sqlx::test creates a fresh database per test from this server; every
 # Kafka test uses its own topic prefix.

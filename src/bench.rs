@@ -1,6 +1,7 @@
 //! `execplane bench`: figures, never assertions.
 
 pub mod ansible;
+pub mod kubernetes;
 pub mod pipeline;
 pub mod store;
 

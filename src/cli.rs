@@ -83,7 +83,7 @@ pub enum Command {
     Relay,
     /// One runner instance of a type.
     Runner {
-        /// The runner type (`verification`, `ssh`).
+        /// The runner type (`verification`, `ssh`, `ansible`, `kubernetes`).
         runner_type: String,
     },
     /// Kafka topics.
@@ -269,6 +269,9 @@ pub enum BenchCommand {
     /// A one-task playbook on one node: `ansible-playbook` by hand, then
     /// through the ansible runner's executor; the overhead per attempt.
     Ansible(crate::bench::ansible::AnsibleBenchArgs),
+    /// One ConfigMap server-side applied: `kubectl apply --server-side`,
+    /// then through the kubernetes runner's executor, in turn.
+    Kubernetes(crate::bench::kubernetes::KubernetesBenchArgs),
 }
 
 /// Runs the command; the exit code is the command's verdict.
@@ -322,6 +325,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(BenchCommand::Pipeline(args)) => {
             crate::bench::pipeline::run(&config, &args).await
         }
+        Command::Bench(BenchCommand::Kubernetes(args)) => {
+            crate::bench::kubernetes::run(&args).await
+        }
         Command::Bench(BenchCommand::Ansible(args)) => {
             crate::bench::ansible::run(&config, &args).await
         }
@@ -334,9 +340,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             "verification" => roles::run(&config, roles::Roles::VERIFICATION_RUNNER, false).await,
             "ssh" => roles::run(&config, roles::Roles::SSH_RUNNER, false).await,
             "ansible" => roles::run(&config, roles::Roles::ANSIBLE_RUNNER, false).await,
+            "kubernetes" => roles::run(&config, roles::Roles::KUBERNETES_RUNNER, false).await,
             other => {
                 eprintln!(
-                    "error: no runner `{other}` in this build (available: verification, ssh, ansible)"
+                    "error: no runner `{other}` in this build (available: verification, ssh, ansible, kubernetes)"
                 );
                 Ok(ExitCode::from(2))
             }

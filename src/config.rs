@@ -172,6 +172,30 @@ impl Default for SshSettings {
     }
 }
 
+/// The kubernetes runner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KubernetesSettings {
+    /// `EXECPLANE_KUBERNETES_CONNECT_TIMEOUT`: the longest a connection to
+    /// an API server may take.
+    pub connect_timeout: DurationMs,
+    /// `EXECPLANE_KUBERNETES_REQUEST_TIMEOUT`: the longest one API request
+    /// may take to answer.
+    pub request_timeout: DurationMs,
+    /// `EXECPLANE_KUBERNETES_POLL_INTERVAL`: how often `kubernetes.wait`
+    /// and `kubernetes.rollout.status` look at their object.
+    pub poll_interval: DurationMs,
+}
+
+impl Default for KubernetesSettings {
+    fn default() -> Self {
+        Self {
+            connect_timeout: DurationMs::from_secs(10),
+            request_timeout: DurationMs::from_secs(30),
+            poll_interval: DurationMs(500),
+        }
+    }
+}
+
 /// The verification runner.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VerificationSettings {
@@ -373,6 +397,7 @@ pub struct Config {
     pub verification: VerificationSettings,
     pub ssh: SshSettings,
     pub ansible: AnsibleSettings,
+    pub kubernetes: KubernetesSettings,
     pub policy: PolicySettings,
     pub ingress: IngressSettings,
     pub artifacts: ArtifactSettings,
@@ -526,6 +551,9 @@ settings! {
     "EXECPLANE_SSH_CONNECT_TIMEOUT" => ssh.connect_timeout;
     "EXECPLANE_SFTP_CLIENT" => ssh.sftp_client;
     "EXECPLANE_ANSIBLE_BIN_DIR" => ansible.bin_dir;
+    "EXECPLANE_KUBERNETES_CONNECT_TIMEOUT" => kubernetes.connect_timeout;
+    "EXECPLANE_KUBERNETES_REQUEST_TIMEOUT" => kubernetes.request_timeout;
+    "EXECPLANE_KUBERNETES_POLL_INTERVAL" => kubernetes.poll_interval;
     "EXECPLANE_POLICY_FILE" ["EXECPLANE_POLICY"] => policy.file;
     "EXECPLANE_METRICS_ADDR" => telemetry.metrics_addr;
     "EXECPLANE_INGRESS_KEY" ["PLUGIN_CONTROL_PLANE_KEY"] => ingress.key;
@@ -697,6 +725,28 @@ impl Config {
             || grace > std::time::Duration::from_secs(300)
         {
             problems.push("EXECPLANE_RUNNER_STOP_GRACE: must be between 100ms and 5m".into());
+        }
+        let kubernetes = &self.kubernetes;
+        for (name, value, least) in [
+            (
+                "EXECPLANE_KUBERNETES_CONNECT_TIMEOUT",
+                kubernetes.connect_timeout,
+                100,
+            ),
+            (
+                "EXECPLANE_KUBERNETES_REQUEST_TIMEOUT",
+                kubernetes.request_timeout,
+                100,
+            ),
+            (
+                "EXECPLANE_KUBERNETES_POLL_INTERVAL",
+                kubernetes.poll_interval,
+                50,
+            ),
+        ] {
+            if value.0 < least || value.0 > 600_000 {
+                problems.push(format!("{name}: must be between {least}ms and 10m"));
+            }
         }
         let names: Vec<String> = self.detector_names();
         if let Err(message) = crate::artifacts::Detectors::new(&names) {
@@ -975,6 +1025,15 @@ impl Config {
         }
     }
 
+    pub fn kubernetes(&self) -> crate::runners::kubernetes::KubernetesConfig {
+        crate::runners::kubernetes::KubernetesConfig {
+            connect_timeout: self.kubernetes.connect_timeout.as_std(),
+            request_timeout: self.kubernetes.request_timeout.as_std(),
+            poll_interval: self.kubernetes.poll_interval.as_std(),
+            policy: self.policy.loaded.clone(),
+        }
+    }
+
     pub fn verification(&self) -> crate::runners::verification::VerificationConfig {
         crate::runners::verification::VerificationConfig {
             allowed_probes: self
@@ -991,6 +1050,10 @@ impl Config {
                 .filter(|dir| !dir.is_empty())
                 .map(Into::into),
             policy: self.policy.loaded.clone(),
+            kubernetes: crate::runners::kubernetes::ClientSettings {
+                connect_timeout: self.kubernetes.connect_timeout.as_std(),
+                request_timeout: self.kubernetes.request_timeout.as_std(),
+            },
             ..Default::default()
         }
     }

@@ -33,6 +33,7 @@ use sha2::{Digest, Sha256};
 
 use crate::contract::{JobSpec, Problem};
 
+pub mod clusters;
 pub mod concurrency;
 pub mod live;
 pub mod rules;
@@ -92,6 +93,8 @@ struct PolicyFile {
     requires: Requires,
     #[serde(default)]
     ssh_templates: BTreeMap<String, SshTemplate>,
+    #[serde(default)]
+    clusters: BTreeMap<String, clusters::ClusterEndpoint>,
     #[serde(default)]
     concurrency: concurrency::Concurrency,
 }
@@ -254,6 +257,7 @@ pub struct OperatorPolicy {
     tenants: BTreeMap<String, TenantRules>,
     requires: Requires,
     ssh_templates: BTreeMap<String, SshTemplate>,
+    clusters: BTreeMap<String, clusters::ClusterEndpoint>,
     concurrency: concurrency::Concurrency,
     /// `sha256:<hex>` of the file as read (of the empty string without a file).
     digest: String,
@@ -311,6 +315,7 @@ impl OperatorPolicy {
             tenants: file.tenants,
             requires: file.requires,
             ssh_templates: file.ssh_templates,
+            clusters: file.clusters,
             concurrency: file.concurrency,
             digest: format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes()))),
         };
@@ -327,8 +332,8 @@ impl OperatorPolicy {
         }
     }
 
-    /// Problems of the operator-wide tables: `requires`, `ssh_templates`
-    /// and `concurrency`.
+    /// Problems of the operator-wide tables: `requires`, `ssh_templates`,
+    /// `clusters` and `concurrency`.
     fn table_problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         for grant in Grant::ALL {
@@ -346,6 +351,9 @@ impl OperatorPolicy {
         for (id, template) in &self.ssh_templates {
             problems.extend(template.problems(id));
         }
+        for (name, cluster) in &self.clusters {
+            problems.extend(cluster.problems(name));
+        }
         problems.extend(self.concurrency.problems());
         problems
     }
@@ -353,6 +361,11 @@ impl OperatorPolicy {
     /// The operator's ssh template `id`: what the ssh runner runs.
     pub fn ssh_template(&self, id: &str) -> Option<&SshTemplate> {
         self.ssh_templates.get(id)
+    }
+
+    /// The operator's cluster `name`: where the kubernetes runner connects.
+    pub fn cluster(&self, name: &str) -> Option<&clusters::ClusterEndpoint> {
+        self.clusters.get(name)
     }
 
     /// The target keys an attempt of `spec` holds while leased, with the
@@ -448,6 +461,15 @@ impl OperatorPolicy {
                 ));
             }
         }
+        let kubernetes: KubernetesRules =
+            pick(&rules.kubernetes, &defaults.kubernetes).unwrap_or_default();
+        for name in kubernetes.clusters.keys() {
+            if !self.clusters.contains_key(name) {
+                problems.push(format!(
+                    "tenant {tenant}: kubernetes.clusters: `{name}` is not in clusters"
+                ));
+            }
+        }
         let ansible: AnsibleRules = pick(&rules.ansible, &defaults.ansible).unwrap_or_default();
         let opentofu: TofuRules = pick(&rules.opentofu, &defaults.opentofu).unwrap_or_default();
         let digests = ansible
@@ -470,7 +492,7 @@ impl OperatorPolicy {
         OperationRules {
             operations,
             grants: pick(&rules.grants, &defaults.grants).unwrap_or_default(),
-            kubernetes: pick(&rules.kubernetes, &defaults.kubernetes).unwrap_or_default(),
+            kubernetes,
             helm: pick(&rules.helm, &defaults.helm).unwrap_or_default(),
             ansible,
             ssh,

@@ -603,6 +603,9 @@ async fn the_ssh_and_ansible_examples_run_to_the_end_the_readme_gives_them(pool:
             let rest = line.strip_prefix("| `examples/")?;
             let path = rest.split('`').next()?;
             let (runner, file) = path.split_once('/')?;
+            if runner != "ssh" && runner != "ansible" {
+                return None;
+            }
             let end = line.rsplit('|').nth(1)?.trim().trim_matches('`');
             Some((format!("{runner}-{file}"), end.to_owned()))
         })

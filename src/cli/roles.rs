@@ -25,6 +25,7 @@ pub struct Roles {
     pub verification_runner: bool,
     pub ssh_runner: bool,
     pub ansible_runner: bool,
+    pub kubernetes_runner: bool,
     pub ingress: bool,
     pub artifact_worker: bool,
 }
@@ -36,6 +37,7 @@ impl Roles {
         verification_runner: false,
         ssh_runner: false,
         ansible_runner: false,
+        kubernetes_runner: false,
         ingress: false,
         artifact_worker: false,
     };
@@ -59,6 +61,10 @@ impl Roles {
         ansible_runner: true,
         ..Self::NONE
     };
+    pub const KUBERNETES_RUNNER: Roles = Roles {
+        kubernetes_runner: true,
+        ..Self::NONE
+    };
     pub const INGRESS: Roles = Roles {
         ingress: true,
         ..Self::NONE
@@ -76,6 +82,7 @@ impl Roles {
             verification_runner: true,
             ssh_runner: true,
             ansible_runner: true,
+            kubernetes_runner: true,
             ingress: !config.ingress.key.is_empty() || !config.ingress.api_key.is_empty(),
             artifact_worker: true,
         }
@@ -252,7 +259,11 @@ async fn spawn_runners(
     stop: &CancellationToken,
 ) -> anyhow::Result<Tasks> {
     let mut runners = Tasks::new();
-    if !roles.verification_runner && !roles.ssh_runner && !roles.ansible_runner {
+    if !roles.verification_runner
+        && !roles.ssh_runner
+        && !roles.ansible_runner
+        && !roles.kubernetes_runner
+    {
         return Ok(runners);
     }
     let mut settings = config.runner();
@@ -292,6 +303,10 @@ async fn spawn_runners(
     }
     if roles.ansible_runner {
         let executor = crate::runners::ansible::AnsibleRunner::new(config.ansible());
+        spawn(&mut runners, kafka, &settings, executor, stop);
+    }
+    if roles.kubernetes_runner {
+        let executor = crate::runners::kubernetes::KubernetesRunner::new(config.kubernetes());
         spawn(&mut runners, kafka, &settings, executor, stop);
     }
     Ok(runners)

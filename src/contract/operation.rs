@@ -95,12 +95,12 @@ operations! {
     AnsibleRoleRun => "ansible.role.run", Ansible, idempotent = false, implemented = true;
     AnsibleInventoryValidate => "ansible.inventory.validate", Ansible, idempotent = true, implemented = true;
     AnsibleCheckModeRun => "ansible.check_mode.run", Ansible, idempotent = true, implemented = true;
-    KubernetesManifestApply => "kubernetes.manifest.apply", Kubernetes, idempotent = false, implemented = false;
-    KubernetesManifestDelete => "kubernetes.manifest.delete", Kubernetes, idempotent = false, implemented = false;
-    KubernetesWait => "kubernetes.wait", Kubernetes, idempotent = true, implemented = false;
-    KubernetesRolloutStatus => "kubernetes.rollout.status", Kubernetes, idempotent = true, implemented = false;
-    KubernetesResourcePatch => "kubernetes.resource.patch", Kubernetes, idempotent = false, implemented = false;
-    KubernetesResourceRead => "kubernetes.resource.read", Kubernetes, idempotent = true, implemented = false;
+    KubernetesManifestApply => "kubernetes.manifest.apply", Kubernetes, idempotent = false, implemented = true;
+    KubernetesManifestDelete => "kubernetes.manifest.delete", Kubernetes, idempotent = false, implemented = true;
+    KubernetesWait => "kubernetes.wait", Kubernetes, idempotent = true, implemented = true;
+    KubernetesRolloutStatus => "kubernetes.rollout.status", Kubernetes, idempotent = true, implemented = true;
+    KubernetesResourcePatch => "kubernetes.resource.patch", Kubernetes, idempotent = false, implemented = true;
+    KubernetesResourceRead => "kubernetes.resource.read", Kubernetes, idempotent = true, implemented = true;
     HelmInstall => "helm.install", Helm, idempotent = false, implemented = false;
     HelmUpgrade => "helm.upgrade", Helm, idempotent = false, implemented = false;
     HelmRollback => "helm.rollback", Helm, idempotent = false, implemented = false;
@@ -119,9 +119,9 @@ operations! {
     SshSystemFactCollect => "ssh.system.fact.collect", Ssh, idempotent = true, implemented = true;
     VerifyHttpEndpoint => "verify.http.endpoint", Verification, idempotent = true, implemented = true;
     VerifyTcpConnect => "verify.tcp.connect", Verification, idempotent = true, implemented = true;
-    VerifyKubernetesCondition => "verify.kubernetes.condition", Verification, idempotent = true, implemented = false;
+    VerifyKubernetesCondition => "verify.kubernetes.condition", Verification, idempotent = true, implemented = true;
     VerifyPostgresReady => "verify.postgres.ready", Verification, idempotent = true, implemented = true;
-    VerifyResourceCapability => "verify.resource.capability", Verification, idempotent = true, implemented = false;
+    VerifyResourceCapability => "verify.resource.capability", Verification, idempotent = true, implemented = true;
     VerifyCustomProbe => "verify.custom.probe", Verification, idempotent = true, implemented = true;
 }
 

@@ -166,6 +166,44 @@ pub struct OperationRules {
     pub opentofu: TofuRules,
 }
 
+impl OperationRules {
+    /// Whether the tenant may act on one object of `cluster` as the API
+    /// server describes it (`namespace` none: a cluster-scoped object, as
+    /// discovery says, so a custom kind counts as well as a built-in one).
+    /// The runner's check before each call; the message names the rule.
+    pub fn kubernetes_object(
+        &self,
+        cluster: &str,
+        kind: &str,
+        namespace: Option<&str>,
+    ) -> Result<(), String> {
+        let Some(rules) = self.kubernetes.clusters.get(cluster) else {
+            return Err(format!(
+                "cluster `{cluster}` is not allowed (operator policy rule kubernetes.clusters)"
+            ));
+        };
+        match namespace {
+            None if !rules.cluster_scoped => Err(format!(
+                "`{kind}` is cluster-scoped; cluster `{cluster}` allows only namespaced kinds \
+                 (operator policy rule kubernetes.clusters.{cluster}.cluster_scoped)"
+            )),
+            None => Ok(()),
+            Some(namespace)
+                if !rules
+                    .namespaces
+                    .iter()
+                    .any(|pattern| name_matches(pattern, namespace)) =>
+            {
+                Err(format!(
+                    "namespace `{namespace}` of cluster `{cluster}` is not allowed \
+                     (operator policy rule kubernetes.clusters.{cluster}.namespaces)"
+                ))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+}
+
 /// Kinds that live outside any namespace. A manifest of one of these needs
 /// `cluster_scoped: true` for the cluster.
 pub const CLUSTER_SCOPED_KINDS: [&str; 20] = [

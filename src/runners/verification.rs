@@ -4,6 +4,7 @@
 //! category (`target_unreachable` when nothing answered,
 //! `verification_failed` when something answered wrongly).
 
+mod cluster;
 mod config;
 mod probes;
 mod service;

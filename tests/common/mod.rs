@@ -401,6 +401,7 @@ pub async fn drive_mixed(store: &Store, jobs: usize) -> usize {
 pub mod bao;
 pub mod http;
 pub mod ingress;
+pub mod kube;
 pub mod leaks;
 pub mod leases;
 pub mod pipeline;

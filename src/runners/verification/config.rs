@@ -22,6 +22,9 @@ pub struct VerificationConfig {
     pub probe_dir: Option<std::path::PathBuf>,
     /// The operator's policy: where each tenant's probes may connect.
     pub policy: crate::policy::SharedPolicy,
+    /// How the Kubernetes probes talk to a cluster (the kubernetes
+    /// runner's settings).
+    pub kubernetes: crate::runners::kubernetes::ClientSettings,
 }
 
 impl Default for VerificationConfig {
@@ -36,6 +39,10 @@ impl Default for VerificationConfig {
             max_body_bytes: 1024 * 1024,
             probe_dir: None,
             policy: crate::policy::SharedPolicy::default(),
+            kubernetes: crate::runners::kubernetes::ClientSettings {
+                connect_timeout: Duration::from_secs(10),
+                request_timeout: Duration::from_secs(30),
+            },
         }
     }
 }

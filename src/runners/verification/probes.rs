@@ -35,7 +35,7 @@ pub struct Assertion {
 }
 
 impl Sample {
-    fn new(n: u32) -> Self {
+    pub(super) fn new(n: u32) -> Self {
         Self {
             n,
             at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),

@@ -51,7 +51,9 @@ impl Executor for VerificationRunner {
         vec![
             Operation::VerifyHttpEndpoint,
             Operation::VerifyTcpConnect,
+            Operation::VerifyKubernetesCondition,
             Operation::VerifyPostgresReady,
+            Operation::VerifyResourceCapability,
             Operation::VerifyCustomProbe,
         ]
     }
@@ -61,6 +63,7 @@ impl Executor for VerificationRunner {
             "http".into(),
             "tcp".into(),
             "postgres".into(),
+            "kubernetes".into(),
             "custom".into(),
         ]
     }
@@ -120,6 +123,9 @@ struct Prepared {
     http: reqwest::Client,
     /// The input artifacts a probe program reads (removed when done).
     input_files: Option<crate::runner::tool::Workdir>,
+    /// The Kubernetes probes: a client of the cluster, and the tenant's
+    /// rules its objects are checked against.
+    cluster: Option<(kube::Client, crate::policy::OperationRules)>,
 }
 
 impl VerificationRunner {
@@ -165,11 +171,39 @@ impl VerificationRunner {
         let http = self
             .client(&spec.tenant, &bounds)
             .map_err(|error| ExecutionOutcome::failed(FailureCategory::RunnerError, error, None))?;
+        let refuse =
+            |message: String| ExecutionOutcome::failed(FailureCategory::Contract, message, None);
+        let cluster_ref = match &inputs {
+            OperationInputs::VerifyKubernetesCondition(condition) => {
+                crate::runners::kubernetes::judge::WantedCondition::parse(&condition.condition)
+                    .map_err(|problem| refuse(format!("inputs.condition: {problem}")))?;
+                Some(&condition.cluster)
+            }
+            OperationInputs::VerifyResourceCapability(capability) => {
+                super::cluster::kind_of(&capability.resource)
+                    .map_err(|problem| refuse(format!("inputs.resource: {problem}")))?;
+                Some(&capability.cluster)
+            }
+            _ => None,
+        };
+        let cluster = match cluster_ref {
+            Some(cluster_ref) => {
+                let client = crate::runners::kubernetes::cluster::connect(
+                    &policy,
+                    cluster_ref,
+                    self.config.kubernetes,
+                )
+                .map_err(|(category, message)| ExecutionOutcome::failed(category, message, None))?;
+                Some((client, policy.tenant(&spec.tenant).operations))
+            }
+            None => None,
+        };
         Ok(Prepared {
             inputs,
             bounds,
             http,
             input_files: None,
+            cluster,
         })
     }
 
@@ -243,6 +277,24 @@ impl VerificationRunner {
             }
             OperationInputs::VerifyPostgresReady(postgres) => {
                 probes::postgres(postgres, bounds, self.timeout(None), n).await
+            }
+            OperationInputs::VerifyKubernetesCondition(condition) => {
+                let (client, rules) = prepared.cluster.as_ref()?;
+                let probe = super::cluster::Probe {
+                    client,
+                    rules,
+                    timeout: self.timeout(None),
+                };
+                probe.condition(condition, n).await
+            }
+            OperationInputs::VerifyResourceCapability(capability) => {
+                let (client, rules) = prepared.cluster.as_ref()?;
+                let probe = super::cluster::Probe {
+                    client,
+                    rules,
+                    timeout: self.timeout(None),
+                };
+                probe.capability(capability, n).await
             }
             OperationInputs::VerifyCustomProbe(probe) => match &self.config.probe_dir {
                 Some(dir) if !probes::is_built_in(&probe.probe_id) => {
