@@ -16,6 +16,7 @@ ensure_rust
 "$ROOT/scripts/sshd.sh"
 "$ROOT/scripts/ansible.sh"
 "$ROOT/scripts/kubernetes.sh"
+"$ROOT/scripts/helm.sh"
 
 # sqlx::test creates a fresh database per test from this server; every
 # Kafka test uses its own topic prefix.
@@ -27,6 +28,8 @@ export EXECPLANE_TEST_VAULT_ADDR="${EXECPLANE_TEST_VAULT_ADDR:-http://127.0.0.1:
 export EXECPLANE_TEST_VAULT_TOKEN_FILE="${EXECPLANE_TEST_VAULT_TOKEN_FILE:-$STACK_DIR/openbao-root-token}"
 # The ansible runner's tests run the stack's ansible-core.
 export EXECPLANE_ANSIBLE_BIN_DIR="${EXECPLANE_ANSIBLE_BIN_DIR:-$STACK_DIR/ansible/bin}"
+# The helm runner's tests run the stack's helm.
+export EXECPLANE_HELM_BIN="${EXECPLANE_HELM_BIN:-$STACK_DIR/helm/bin/helm}"
 
 log "checking formatting and lints"
 cargo fmt --all --check || die "cargo fmt --check: formatting differs (run cargo fmt)"

@@ -83,7 +83,7 @@ pub enum Command {
     Relay,
     /// One runner instance of a type.
     Runner {
-        /// The runner type (`verification`, `ssh`, `ansible`, `kubernetes`).
+        /// The runner type (`verification`, `ssh`, `ansible`, `kubernetes`, `helm`).
         runner_type: String,
     },
     /// Kafka topics.
@@ -341,9 +341,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             "ssh" => roles::run(&config, roles::Roles::SSH_RUNNER, false).await,
             "ansible" => roles::run(&config, roles::Roles::ANSIBLE_RUNNER, false).await,
             "kubernetes" => roles::run(&config, roles::Roles::KUBERNETES_RUNNER, false).await,
+            "helm" => roles::run(&config, roles::Roles::HELM_RUNNER, false).await,
             other => {
                 eprintln!(
-                    "error: no runner `{other}` in this build (available: verification, ssh, ansible, kubernetes)"
+                    "error: no runner `{other}` in this build (available: verification, ssh, ansible, kubernetes, helm)"
                 );
                 Ok(ExitCode::from(2))
             }

@@ -172,6 +172,21 @@ impl Default for SshSettings {
     }
 }
 
+/// The helm runner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HelmSettings {
+    /// `EXECPLANE_HELM_BIN`: the helm 3 CLI it drives.
+    pub bin: String,
+}
+
+impl Default for HelmSettings {
+    fn default() -> Self {
+        Self {
+            bin: "/usr/local/bin/helm".into(),
+        }
+    }
+}
+
 /// The kubernetes runner.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KubernetesSettings {
@@ -398,6 +413,7 @@ pub struct Config {
     pub ssh: SshSettings,
     pub ansible: AnsibleSettings,
     pub kubernetes: KubernetesSettings,
+    pub helm: HelmSettings,
     pub policy: PolicySettings,
     pub ingress: IngressSettings,
     pub artifacts: ArtifactSettings,
@@ -554,6 +570,7 @@ settings! {
     "EXECPLANE_KUBERNETES_CONNECT_TIMEOUT" => kubernetes.connect_timeout;
     "EXECPLANE_KUBERNETES_REQUEST_TIMEOUT" => kubernetes.request_timeout;
     "EXECPLANE_KUBERNETES_POLL_INTERVAL" => kubernetes.poll_interval;
+    "EXECPLANE_HELM_BIN" => helm.bin;
     "EXECPLANE_POLICY_FILE" ["EXECPLANE_POLICY"] => policy.file;
     "EXECPLANE_METRICS_ADDR" => telemetry.metrics_addr;
     "EXECPLANE_INGRESS_KEY" ["PLUGIN_CONTROL_PLANE_KEY"] => ingress.key;
@@ -714,6 +731,7 @@ impl Config {
         for (name, path) in [
             ("EXECPLANE_RUNNER_WORK_DIR", &self.runner.work_dir),
             ("EXECPLANE_VERIFY_PROBE_DIR", &self.verification.probe_dir),
+            ("EXECPLANE_HELM_BIN", &self.helm.bin),
         ] {
             let path = path.trim();
             if !path.is_empty() && !Path::new(path).is_absolute() {
@@ -1025,6 +1043,13 @@ impl Config {
         }
     }
 
+    pub fn helm(&self) -> crate::runners::helm::HelmConfig {
+        crate::runners::helm::HelmConfig {
+            helm: self.helm.bin.trim().into(),
+            policy: self.policy.loaded.clone(),
+        }
+    }
+
     pub fn kubernetes(&self) -> crate::runners::kubernetes::KubernetesConfig {
         crate::runners::kubernetes::KubernetesConfig {
             connect_timeout: self.kubernetes.connect_timeout.as_std(),
@@ -1086,7 +1111,7 @@ mod tests {
             "EXECPLANE_ARTIFACT_RETENTION_LOGS" => Some("1d".into()),
             "EXECPLANE_ARTIFACT_RETENTION_EVIDENCE" => Some("400d".into()),
             "EXECPLANE_RUNNER_POOL" => Some("zone=a".into()),
-            "EXECPLANE_RUNNER_WORK_DIR" | "EXECPLANE_VERIFY_PROBE_DIR" => {
+            "EXECPLANE_RUNNER_WORK_DIR" | "EXECPLANE_VERIFY_PROBE_DIR" | "EXECPLANE_HELM_BIN" => {
                 Some("/var/lib/execplane-sample".into())
             }
             _ => None,

@@ -9,6 +9,7 @@ mod duration;
 mod events;
 pub mod inputs;
 mod jobspec;
+pub mod kube_names;
 pub mod limits;
 mod operation;
 pub mod outputs;

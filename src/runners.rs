@@ -3,6 +3,7 @@
 //! the operation-specific modules it needs.
 
 pub mod ansible;
+pub mod helm;
 pub mod kubernetes;
 pub mod node;
 pub mod ssh;

@@ -690,7 +690,7 @@ async fn every_refusal_is_exact_and_nothing_reaches_kafka_or_postgres(pool: PgPo
         ),
         (
             "/v1/executor/register",
-            r#"{"runner_type": "verification", "operations": ["verify.kubernetes.condition"]}"#,
+            r#"{"runner_type": "opentofu", "operations": ["opentofu.plan"]}"#,
             "operations[0]",
         ),
         (

@@ -279,6 +279,21 @@ async fn apply_reports_refs_and_diffs_reapply_is_a_no_op_and_gates_hold(pool: Pg
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: before-namespace}}\n---\n\
          apiVersion: v1\nkind: Namespace\nmetadata: {{name: {namespace}-sneaky}}\n"
     );
+    let odd = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: n, namespace: 'team-a-x#'}\n";
+    let odd = pipeline.put_artifact("odd.yaml", odd.as_bytes());
+    let odd = kube_job(
+        "kubernetes.manifest.apply",
+        json!({"namespace": namespace, "manifests_artifact": odd}),
+        json!({}),
+    );
+    pipeline.submit(&odd).await;
+    let (status, category, message, _) = pipeline.ended(&odd, WAIT).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("contract")),
+        "{message}"
+    );
+    assert!(message.contains("metadata.namespace"), "{message}");
     let reference = pipeline.put_artifact("manifests.yaml", cluster_scoped.as_bytes());
     let sneaky = kube_job(
         "kubernetes.manifest.apply",
@@ -394,9 +409,11 @@ async fn rollouts_wait_for_the_new_generation_and_every_operation_runs(pool: PgP
     assert_eq!(status, "succeeded", "{message}");
     assert_eq!(result["wait"]["met"], true, "{result}");
 
-    // A new generation, with no pod ready: the previous rollout's numbers
-    // (2 of 2 available) must not read as this one's completion.
+    // A new generation the controller has not seen yet (it is paused):
+    // the status still reads 2 of 2 updated and available, the previous
+    // rollout's numbers, which must not read as this one's completion.
     kubelet.0.store(false, std::sync::atomic::Ordering::SeqCst);
+    let controllers = ControllerPause::new();
     let second = apply(deployment("api", "nginx:1.26", 2));
     pipeline.submit(&second).await;
     let (status, _, message, result) = pipeline.ended(&second, WAIT).await;
@@ -413,16 +430,29 @@ async fn rollouts_wait_for_the_new_generation_and_every_operation_runs(pool: PgP
     let waiting = rollout();
     pipeline.submit(&waiting).await;
     pipeline.wait_status(&waiting.job_id, "running", WAIT).await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         pipeline.attempts(&waiting.job_id).await[0].1,
         "running",
         "no success on the previous rollout"
     );
+    drop(controllers);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        pipeline.attempts(&waiting.job_id).await[0].1,
+        "running",
+        "no success while the new pods are not ready"
+    );
     kubelet.0.store(true, std::sync::atomic::Ordering::SeqCst);
     let (status, _, message, result) = pipeline.ended(&waiting, WAIT).await;
     assert_eq!(status, "succeeded", "{message}");
     let history = result["wait"]["history"].as_array().unwrap();
+    assert!(
+        history.first().unwrap()["message"]
+            .as_str()
+            .is_some_and(|message| message.contains("not yet observed")),
+        "the first look saw the old status under the new generation: {result}"
+    );
     assert_eq!(
         history.first().unwrap()["status"],
         "Progressing",
@@ -558,13 +588,67 @@ async fn rollouts_wait_for_the_new_generation_and_every_operation_runs(pool: PgP
     kubelet.1.abort();
 }
 
-/// A runner killed -9 while its apply is in flight (the cluster accepts the
-/// connection and never answers) leaves a started, non-idempotent attempt:
-/// `outcome_unknown`, never retried.
+/// The controller manager, stopped (SIGSTOP) while this lives: no
+/// controller observes anything meanwhile.
+struct ControllerPause(String);
+
+impl ControllerPause {
+    fn new() -> Self {
+        let found = std::process::Command::new("pgrep")
+            .args(["-f", "kube-controller-manager"])
+            .output()
+            .unwrap();
+        let pid = String::from_utf8(found.stdout)
+            .unwrap()
+            .lines()
+            .next()
+            .expect("kube-controller-manager runs")
+            .to_owned();
+        std::process::Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap();
+        Self(pid)
+    }
+}
+
+impl Drop for ControllerPause {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &self.0])
+            .status();
+    }
+}
+
+/// A cancel ends an apply whose call hangs (the cluster accepts the
+/// connection and never answers): `cancelled`, at once. A runner killed -9
+/// while another such apply hangs leaves a started, non-idempotent
+/// attempt whose effect nobody can know: `outcome_unknown`, never retried.
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
-async fn a_runner_killed_mid_apply_leaves_the_attempt_unknown(pool: PgPool) {
+async fn a_hung_apply_is_cancelled_and_a_runner_killed_mid_apply_leaves_it_unknown(pool: PgPool) {
     let mut stack = kube_pipeline(&pool).await;
     let namespace = stack.namespace.clone();
+    let hung = kube_job(
+        "kubernetes.manifest.apply",
+        json!({"cluster": credentials("stalled"), "namespace": namespace,
+               "manifests": [config_map("hung", "x")]}),
+        json!({}),
+    );
+    stack.pipeline.submit(&hung).await;
+    let attempt = stack
+        .pipeline
+        .wait_status(&hung.job_id, "running", WAIT)
+        .await;
+    let asked = std::time::Instant::now();
+    stack.pipeline.cancel(attempt, 5_000).await;
+    let attempts = stack.pipeline.wait_done(&hung.job_id, WAIT).await;
+    assert_eq!(attempts[0].1, "cancelled", "{attempts:?}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(5),
+        "ended by the runner, not the grace timer: {:?}",
+        asked.elapsed()
+    );
+
     let spec = kube_job(
         "kubernetes.manifest.apply",
         json!({"cluster": credentials("stalled"), "namespace": namespace,

@@ -26,6 +26,7 @@ pub struct Roles {
     pub ssh_runner: bool,
     pub ansible_runner: bool,
     pub kubernetes_runner: bool,
+    pub helm_runner: bool,
     pub ingress: bool,
     pub artifact_worker: bool,
 }
@@ -38,6 +39,7 @@ impl Roles {
         ssh_runner: false,
         ansible_runner: false,
         kubernetes_runner: false,
+        helm_runner: false,
         ingress: false,
         artifact_worker: false,
     };
@@ -65,6 +67,10 @@ impl Roles {
         kubernetes_runner: true,
         ..Self::NONE
     };
+    pub const HELM_RUNNER: Roles = Roles {
+        helm_runner: true,
+        ..Self::NONE
+    };
     pub const INGRESS: Roles = Roles {
         ingress: true,
         ..Self::NONE
@@ -83,6 +89,7 @@ impl Roles {
             ssh_runner: true,
             ansible_runner: true,
             kubernetes_runner: true,
+            helm_runner: true,
             ingress: !config.ingress.key.is_empty() || !config.ingress.api_key.is_empty(),
             artifact_worker: true,
         }
@@ -263,6 +270,7 @@ async fn spawn_runners(
         && !roles.ssh_runner
         && !roles.ansible_runner
         && !roles.kubernetes_runner
+        && !roles.helm_runner
     {
         return Ok(runners);
     }
@@ -307,6 +315,10 @@ async fn spawn_runners(
     }
     if roles.kubernetes_runner {
         let executor = crate::runners::kubernetes::KubernetesRunner::new(config.kubernetes());
+        spawn(&mut runners, kafka, &settings, executor, stop);
+    }
+    if roles.helm_runner {
+        let executor = crate::runners::helm::HelmRunner::new(config.helm());
         spawn(&mut runners, kafka, &settings, executor, stop);
     }
     Ok(runners)

@@ -198,8 +198,13 @@ pub struct HelmRelease {
     pub chart: ChartRef,
     #[serde(default)]
     pub values: Vars,
+    /// helm's `--wait`: until the release's resources are ready.
     #[serde(default)]
     pub wait: bool,
+    /// helm's `--atomic`: a failed install is uninstalled, a failed upgrade
+    /// rolled back (implies `wait`).
+    #[serde(default)]
+    pub atomic: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -101,12 +101,12 @@ operations! {
     KubernetesRolloutStatus => "kubernetes.rollout.status", Kubernetes, idempotent = true, implemented = true;
     KubernetesResourcePatch => "kubernetes.resource.patch", Kubernetes, idempotent = false, implemented = true;
     KubernetesResourceRead => "kubernetes.resource.read", Kubernetes, idempotent = true, implemented = true;
-    HelmInstall => "helm.install", Helm, idempotent = false, implemented = false;
-    HelmUpgrade => "helm.upgrade", Helm, idempotent = false, implemented = false;
-    HelmRollback => "helm.rollback", Helm, idempotent = false, implemented = false;
-    HelmUninstall => "helm.uninstall", Helm, idempotent = false, implemented = false;
-    HelmTest => "helm.test", Helm, idempotent = true, implemented = false;
-    HelmTemplate => "helm.template", Helm, idempotent = true, implemented = false;
+    HelmInstall => "helm.install", Helm, idempotent = false, implemented = true;
+    HelmUpgrade => "helm.upgrade", Helm, idempotent = false, implemented = true;
+    HelmRollback => "helm.rollback", Helm, idempotent = false, implemented = true;
+    HelmUninstall => "helm.uninstall", Helm, idempotent = false, implemented = true;
+    HelmTest => "helm.test", Helm, idempotent = true, implemented = true;
+    HelmTemplate => "helm.template", Helm, idempotent = true, implemented = true;
     OpentofuPlan => "opentofu.plan", Opentofu, idempotent = true, implemented = false;
     OpentofuApply => "opentofu.apply", Opentofu, idempotent = false, implemented = false;
     OpentofuDestroy => "opentofu.destroy", Opentofu, idempotent = false, implemented = false;
@@ -218,16 +218,16 @@ mod tests {
     #[test]
     fn only_an_unimplemented_operation_has_the_not_implemented_problem() {
         assert!(Operation::VerifyTcpConnect.not_implemented().is_none());
-        let problem = Operation::HelmInstall.not_implemented().unwrap();
+        let problem = Operation::OpentofuPlan.not_implemented().unwrap();
         assert_eq!(problem.path, "operation");
         assert!(
             problem
                 .message
-                .contains("`helm.install` is not implemented"),
+                .contains("`opentofu.plan` is not implemented"),
             "{}",
             problem.message
         );
-        assert_eq!(Operation::implemented_by(RunnerType::Helm).count(), 0);
+        assert_eq!(Operation::implemented_by(RunnerType::Opentofu).count(), 0);
     }
 
     #[test]

@@ -719,6 +719,7 @@ fn is_safe_relative(path: &str) -> Result<(), &'static str> {
 
 fn check_operation_inputs(inputs: &OperationInputs, problems: &mut Vec<Problem>) {
     use OperationInputs as I;
+    problems.extend(super::kube_names::problems_of(inputs));
     let mut relative = |path: &str, value: &str| {
         if let Err(message) = is_safe_relative(value) {
             problems.push(Problem::new(path, message));

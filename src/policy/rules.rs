@@ -97,6 +97,23 @@ pub struct HelmRules {
     pub chart_sources: Vec<String>,
 }
 
+impl HelmRules {
+    /// Whether `chart` comes from a trusted source: its digest is listed, or
+    /// its repository is a listed one or lies under one.
+    pub fn trusts(&self, chart: &crate::contract::inputs::ChartRef) -> bool {
+        self.chart_sources
+            .iter()
+            .any(|source| match source.strip_prefix("sha256:") {
+                Some(_) => chart.digest.as_deref() == Some(source.as_str()),
+                None => {
+                    let source = source.trim_end_matches('/');
+                    chart.repository == source
+                        || chart.repository.starts_with(&format!("{source}/"))
+                }
+            })
+    }
+}
+
 /// An approved ansible package and what of it may run.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -634,17 +651,7 @@ impl Check<'_> {
     }
 
     fn chart(&mut self, chart: &crate::contract::inputs::ChartRef) {
-        let trusted = self.rules.helm.chart_sources.iter().any(|source| {
-            match source.strip_prefix("sha256:") {
-                Some(_) => chart.digest.as_deref() == Some(source.as_str()),
-                None => {
-                    let source = source.trim_end_matches('/');
-                    chart.repository == source
-                        || chart.repository.starts_with(&format!("{source}/"))
-                }
-            }
-        });
-        if !trusted {
+        if !self.rules.helm.trusts(chart) {
             let message = format!(
                 "chart `{}` from `{}` is not from a trusted source",
                 chart.name, chart.repository

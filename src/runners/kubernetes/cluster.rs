@@ -64,8 +64,10 @@ impl Credentials {
         if trimmed.is_empty() {
             return Err("the credentials are empty".into());
         }
-        let single_token =
-            !trimmed.contains(char::is_whitespace) && trimmed.bytes().all(|b| b.is_ascii_graphic());
+        // A kubeconfig may be JSON on one line: it is never a token.
+        let single_token = !trimmed.starts_with('{')
+            && !trimmed.contains(char::is_whitespace)
+            && trimmed.bytes().all(|b| b.is_ascii_graphic());
         if single_token {
             return Ok(Credentials::Token(trimmed.to_owned()));
         }
@@ -103,7 +105,7 @@ impl Credentials {
             .and_then(|context| context.get("context")?.get("user")?.as_str());
         let entry = match (current_user, users.len()) {
             (Some(name), _) => named(name).ok_or_else(|| {
-                format!("the kubeconfig's current context names user `{name}`, which it does not define")
+                "the kubeconfig's current context names a user it does not define".to_owned()
             })?,
             (None, 1) => &users[0],
             (None, _) => {
@@ -125,6 +127,7 @@ impl Credentials {
             ("as", "asks for impersonation"),
             ("as-groups", "asks for impersonation"),
             ("as-uid", "asks for impersonation"),
+            ("as-user-extra", "asks for impersonation"),
             (
                 "username",
                 "is basic authentication, which Kubernetes no longer serves",
@@ -193,6 +196,17 @@ pub(crate) fn connect(
     cluster: &ClusterRef,
     settings: ClientSettings,
 ) -> Result<kube::Client, (FailureCategory, String)> {
+    let (endpoint, credentials) = identify(policy, cluster)?;
+    client(&cluster.name, endpoint, &credentials, settings)
+        .map_err(|error| (FailureCategory::Infrastructure, error.to_string()))
+}
+
+/// The catalogue's entry for the JobSpec's `cluster` and its resolved
+/// credentials, or the failure to report.
+pub(crate) fn identify<'p>(
+    policy: &'p crate::policy::OperatorPolicy,
+    cluster: &ClusterRef,
+) -> Result<(&'p ClusterEndpoint, Credentials), (FailureCategory, String)> {
     let Some(endpoint) = policy.cluster(&cluster.name) else {
         return Err((
             FailureCategory::Policy,
@@ -217,8 +231,7 @@ pub(crate) fn connect(
             ))
         }
     };
-    client(&cluster.name, endpoint, &credentials, settings)
-        .map_err(|error| (FailureCategory::Infrastructure, error.to_string()))
+    Ok((endpoint, credentials))
 }
 
 /// A client for the catalogue's cluster `name` as `credentials`.

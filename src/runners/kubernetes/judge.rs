@@ -2,7 +2,11 @@
 //! diff summary of an object before and after a call, a named condition's
 //! state, and whether a rollout is complete.
 
+use serde::Deserialize;
 use serde_json::{Map, Value};
+
+/// The most documents one manifests file holds.
+pub const MAX_DOCUMENTS: usize = 500;
 
 /// The most changed field paths one object reports.
 pub const MAX_CHANGED_FIELDS: usize = 100;
@@ -98,6 +102,69 @@ fn join(parent: &str, key: &str) -> String {
         (false, true) => format!("{parent}.{key}"),
         (_, false) => format!("{parent}[{}]", Value::String(key.to_owned())),
     }
+}
+
+/// The documents of a manifests file (YAML, of which JSON is a part),
+/// empty documents skipped and `List`s expanded into their items.
+pub fn documents(bytes: &[u8]) -> Result<Vec<Value>, String> {
+    let mut manifests = Vec::new();
+    for (index, document) in serde_yaml::Deserializer::from_slice(bytes).enumerate() {
+        let value =
+            Value::deserialize(document).map_err(|error| format!("document {index}: {error}"))?;
+        match value {
+            Value::Null => {}
+            Value::Object(ref object)
+                if object.get("kind").and_then(Value::as_str) == Some("List") =>
+            {
+                let items = object
+                    .get("items")
+                    .and_then(Value::as_array)
+                    .ok_or_else(|| format!("document {index}: a List without `items`"))?;
+                manifests.extend(items.iter().cloned());
+            }
+            Value::Object(_) => manifests.push(value),
+            _ => return Err(format!("document {index}: not an object")),
+        }
+        if manifests.len() > MAX_DOCUMENTS {
+            return Err(format!("more than {MAX_DOCUMENTS} manifests"));
+        }
+    }
+    Ok(manifests)
+}
+
+/// The managedFields entry of `manager`'s applies to `object` (not its
+/// status): which fields it owns, and when that last changed. An apply
+/// that leaves it and every field as they were wrote nothing.
+pub fn applied_by(object: &Value, manager: &str) -> Option<Value> {
+    object
+        .pointer("/metadata/managedFields")?
+        .as_array()?
+        .iter()
+        .find(|entry| {
+            entry.get("manager").and_then(Value::as_str) == Some(manager)
+                && entry.get("operation").and_then(Value::as_str) == Some("Apply")
+                && entry.get("subresource").is_none()
+        })
+        .cloned()
+}
+
+/// `object` as a result may carry it: a Secret's values (`data`,
+/// `stringData`) replaced by `[redacted]`, its keys kept. A Secret read
+/// from the cluster was never resolved by execplane, so no masker knows
+/// its values; they must not reach the event log.
+pub fn redacted(mut object: Value) -> Value {
+    let is_secret = object.get("kind").and_then(Value::as_str) == Some("Secret")
+        && object.get("apiVersion").and_then(Value::as_str) == Some("v1");
+    if is_secret {
+        for field in ["data", "stringData"] {
+            if let Some(Value::Object(values)) = object.get_mut(field) {
+                for value in values.values_mut() {
+                    *value = Value::String("[redacted]".into());
+                }
+            }
+        }
+    }
+    object
 }
 
 /// A condition to wait for: its type and the status that satisfies it.
@@ -355,6 +422,24 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn a_manifests_file_is_its_documents_with_lists_expanded() {
+        let text = "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\n---\n\
+                    {\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [{\"kind\": \"Secret\"}, {\"kind\": \"Service\"}]}\n";
+        let kinds: Vec<Value> = documents(text.as_bytes())
+            .unwrap()
+            .into_iter()
+            .map(|manifest| manifest["kind"].clone())
+            .collect();
+        assert_eq!(
+            kinds,
+            vec![json!("ConfigMap"), json!("Secret"), json!("Service")]
+        );
+        assert!(documents(b"- a\n- b\n")
+            .unwrap_err()
+            .contains("not an object"));
+    }
+
+    #[test]
     fn an_unchanged_object_has_no_changed_fields_whatever_the_server_bookkeeping() {
         let before = json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "a", "resourceVersion": "1", "managedFields": [{"manager": "x"}],
@@ -396,6 +481,36 @@ mod tests {
         let (paths, truncated) = changed_fields(None, &json!({"data": data}));
         assert_eq!(paths.len(), MAX_CHANGED_FIELDS);
         assert!(truncated);
+    }
+
+    #[test]
+    fn an_apply_that_wrote_nothing_leaves_its_managers_entry_alone() {
+        let object = |time: &str| {
+            json!({"metadata": {"managedFields": [
+                {"manager": "kube-controller-manager", "operation": "Update", "subresource": "status", "time": "t9"},
+                {"manager": "deployer", "operation": "Apply", "time": time, "fieldsV1": {"f:data": {}}}
+            ]}})
+        };
+        assert_eq!(
+            applied_by(&object("t1"), "deployer"),
+            applied_by(&object("t1"), "deployer")
+        );
+        assert_ne!(
+            applied_by(&object("t1"), "deployer"),
+            applied_by(&object("t2"), "deployer")
+        );
+        assert_eq!(applied_by(&object("t1"), "kube-controller-manager"), None);
+    }
+
+    #[test]
+    fn a_secret_read_keeps_its_keys_not_its_values() {
+        let secret = json!({"apiVersion": "v1", "kind": "Secret", "data": {"password": "aHVudGVyMg=="},
+                            "stringData": {"token": "t"}});
+        let shown = redacted(secret);
+        assert_eq!(shown["data"]["password"], "[redacted]");
+        assert_eq!(shown["stringData"]["token"], "[redacted]");
+        let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "v"}});
+        assert_eq!(redacted(config.clone()), config);
     }
 
     #[test]

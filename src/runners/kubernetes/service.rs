@@ -23,8 +23,15 @@ use crate::contract::{FailureCategory, Operation, RunnerType};
 use crate::policy::OperationRules;
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
 
+/// The largest manifests file an apply reads (YAML aliases can multiply
+/// what a file holds, so the file itself is kept small).
+const MAX_MANIFESTS_BYTES: usize = 4 * 1024 * 1024;
+/// The most of one event's message kept.
+const MAX_EVENT_MESSAGE: usize = 1024;
+/// The most events read per object.
+const EVENTS_LISTED: u32 = 200;
 /// The most manifests one apply takes.
-const MAX_MANIFESTS: usize = 500;
+const MAX_MANIFESTS: usize = judge::MAX_DOCUMENTS;
 /// The most events reported per object (the newest).
 const MAX_EVENTS_PER_OBJECT: usize = 20;
 /// The most entries a wait's history keeps (the last look always among them).
@@ -68,6 +75,11 @@ impl Executor for KubernetesRunner {
                 return Failure::contract(format!("inputs.{path}: {message}")).outcome(None)
             }
         };
+        // Every name that becomes part of a request path, checked again.
+        if let Some(problem) = crate::contract::kube_names::problems_of(&inputs).first() {
+            return Failure::contract(format!("{}: {}", problem.path, problem.message))
+                .outcome(None);
+        }
         // The contract's own gate, checked again before any call.
         if spec.operation == Operation::KubernetesManifestDelete && !spec.policy.destructive {
             return Failure::policy(
@@ -138,6 +150,8 @@ fn cluster_of(inputs: &OperationInputs) -> Option<&ClusterRef> {
 struct Failure {
     category: FailureCategory,
     message: String,
+    /// The API server's status code, when it answered.
+    code: Option<u16>,
 }
 
 impl Failure {
@@ -145,6 +159,7 @@ impl Failure {
         Self {
             category,
             message: message.into(),
+            code: None,
         }
     }
 
@@ -188,13 +203,15 @@ fn api_failure(what: &str, error: kube::Error) -> Failure {
             } else {
                 ""
             };
-            Failure::new(
+            let mut failure = Failure::new(
                 category,
                 format!(
                     "{what}: the API server answered {} {}: {message}{hint}",
                     status.code, status.reason
                 ),
-            )
+            );
+            failure.code = Some(status.code);
+            failure
         }
         other => Failure::new(
             FailureCategory::TargetUnreachable,
@@ -311,6 +328,17 @@ impl Session<'_> {
         let namespace = resolved
             .namespaced
             .then(|| namespace.unwrap_or(default_namespace).to_owned());
+        // The path's segments: nothing that could reshape the URL.
+        use crate::contract::kube_names::{label_problem, name_problem};
+        let bad = name_problem(name)
+            .map(|problem| format!("{field}: name {problem}"))
+            .or_else(|| {
+                let namespace = namespace.as_deref()?;
+                label_problem(namespace).map(|problem| format!("{field}: namespace {problem}"))
+            });
+        if let Some(message) = bad {
+            return Err(Failure::contract(message));
+        }
         self.rules
             .kubernetes_object(&self.cluster, kind, namespace.as_deref())
             .map_err(|message| Failure::policy(format!("{field}: {message}")))?;
@@ -335,7 +363,6 @@ impl Session<'_> {
         object: &ObjectRef,
         default_namespace: &str,
     ) -> Result<Target, Failure> {
-        check_name(&format!("{field}.name"), &object.name)?;
         self.target(
             field,
             &object.api_version,
@@ -370,6 +397,14 @@ impl Session<'_> {
         let manifests = self.manifests(apply).await?;
         let mut targets = Vec::with_capacity(manifests.len());
         for (field, manifest) in &manifests {
+            let mut problems = Vec::new();
+            crate::contract::kube_names::manifest_problems(field, manifest, &mut problems);
+            if let Some(problem) = problems.first() {
+                return Err(Failure::contract(format!(
+                    "{}: {}",
+                    problem.path, problem.message
+                )));
+            }
             let (api_version, kind, name) = identity(field, manifest)?;
             let namespace = manifest
                 .pointer("/metadata/namespace")
@@ -403,7 +438,14 @@ impl Session<'_> {
             .await?;
             let after = serde_json::to_value(applied).unwrap_or(Value::Null);
             let (changed, truncated) = judge::changed_fields(before.as_ref(), &after);
-            let (action, slot) = match (&before, changed.is_empty()) {
+            // Unchanged: no field differs AND the manager's own entry (the
+            // fields it owns, when that last changed) is as it was, so the
+            // apply wrote nothing; a change of ownership alone is a write.
+            let owned_alike = before
+                .as_ref()
+                .map(|before| judge::applied_by(before, manager))
+                == Some(judge::applied_by(&after, manager));
+            let (action, slot) = match (&before, changed.is_empty() && owned_alike) {
                 (None, _) => ("created", 0),
                 (Some(_), false) => ("configured", 1),
                 (Some(_), true) => ("unchanged", 2),
@@ -446,15 +488,25 @@ impl Session<'_> {
                         "inputs.manifests_artifact: this runner has no artifact storage configured",
                     ));
                 };
-                let bytes = crate::artifacts::inputs::fetch(storage, &reference)
-                    .await
-                    .map_err(|error| {
-                        Failure::new(
-                            error.category(),
-                            format!("inputs.manifests_artifact: {error}"),
-                        )
-                    })?;
-                documents(&bytes)
+                let fetched = tokio::select! {
+                    _ = self.context.cancel.cancelled() => {
+                        return Err(Failure::new(FailureCategory::Cancelled, "inputs.manifests_artifact: stopped"));
+                    }
+                    fetched = crate::artifacts::inputs::fetch(storage, &reference) => fetched,
+                };
+                let bytes = fetched.map_err(|error| {
+                    Failure::new(
+                        error.category(),
+                        format!("inputs.manifests_artifact: {error}"),
+                    )
+                })?;
+                if bytes.len() > MAX_MANIFESTS_BYTES {
+                    return Err(Failure::contract(format!(
+                        "inputs.manifests_artifact: {} bytes; a manifests file is at most {MAX_MANIFESTS_BYTES}",
+                        bytes.len()
+                    )));
+                }
+                judge::documents(&bytes)
                     .map_err(|message| {
                         Failure::contract(format!("inputs.manifests_artifact: {message}"))
                     })?
@@ -521,7 +573,7 @@ impl Session<'_> {
                         .push(target.result(Some(&before), "deleted"));
                 }
                 // Gone between the read and the delete: what was asked.
-                Err(failure) if failure.message.contains("answered 404") => {
+                Err(failure) if failure.code == Some(404) => {
                     self.report
                         .objects
                         .push(target.result(Some(&before), "absent"));
@@ -552,6 +604,7 @@ impl Session<'_> {
         if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
             metadata.remove("managedFields");
         }
+        let object = judge::redacted(object);
         let mut result = target.result(Some(&object), "read");
         let size = serde_json::to_vec(&object).map_or(usize::MAX, |bytes| bytes.len());
         let note = if size <= MAX_READ_OBJECT_BYTES {
@@ -595,7 +648,9 @@ impl Session<'_> {
         .await?;
         let after = serde_json::to_value(patched).unwrap_or(Value::Null);
         let (changed, truncated) = judge::changed_fields(Some(&before), &after);
-        let action = if changed.is_empty() {
+        let rewritten = before.pointer("/metadata/resourceVersion")
+            != after.pointer("/metadata/resourceVersion");
+        let action = if changed.is_empty() && !rewritten {
             "unchanged"
         } else {
             "patched"
@@ -622,11 +677,15 @@ impl Session<'_> {
         let limit = wait.timeout.map(|timeout| timeout.as_std());
         let judged = self
             .watch(&target, &name, limit, |object| {
-                Ok(judge::condition(object, &wanted))
+                Ok((judge::condition(object, &wanted), false))
             })
             .await?;
         match judged {
             Watched::Met => Ok(format!("{} has {name}", target.label())),
+            Watched::Ended => Err(Failure::new(
+                FailureCategory::RunnerError,
+                format!("waiting for {name} on {} ended unmet", target.label()),
+            )),
             Watched::TimedOut(last) => Err(Failure::new(
                 FailureCategory::Timeout,
                 format!(
@@ -655,10 +714,11 @@ impl Session<'_> {
             .watch(&target, "rollout", None, |object| {
                 let (state, observation) =
                     judge::rollout(kind, object).map_err(Failure::contract)?;
+                let terminal = matches!(state, Rollout::Failed(_));
                 if let Rollout::Failed(message) = state {
                     failed = Some(message);
                 }
-                Ok(observation)
+                Ok((observation, terminal))
             })
             .await;
         if let Some(message) = failed {
@@ -669,6 +729,10 @@ impl Session<'_> {
         }
         match judged? {
             Watched::Met => Ok(format!("{} is rolled out", target.label())),
+            Watched::Ended => Err(Failure::new(
+                FailureCategory::VerificationFailed,
+                format!("the rollout of {} ended unfinished", target.label()),
+            )),
             Watched::TimedOut(last) => Err(Failure::new(
                 FailureCategory::Timeout,
                 format!(
@@ -682,13 +746,14 @@ impl Session<'_> {
     /// Looks at the object every poll interval until `judge` says met, the
     /// limit (or the attempt's deadline) passes, or the attempt is stopped;
     /// every change seen goes into the evidence. A judge that returns a
-    /// failure, or marks the state failed, ends the watch.
+    /// failure, or says the state is terminal (a rollout that failed), ends
+    /// the watch.
     async fn watch(
         &mut self,
         target: &Target,
         condition: &str,
         limit: Option<Duration>,
-        mut judge: impl FnMut(&Value) -> Result<Observation, Failure>,
+        mut judge: impl FnMut(&Value) -> Result<(Observation, bool), Failure>,
     ) -> Result<Watched, Failure> {
         let started = tokio::time::Instant::now();
         let limit_at = limit.map(|limit| started + limit);
@@ -711,27 +776,32 @@ impl Session<'_> {
                     return Err(failure);
                 }
             };
-            let observation = match &seen {
+            let (observation, terminal) = match &seen {
                 Some(object) => judge(object)?,
-                None => Observation {
-                    generation: None,
-                    observed_generation: None,
-                    status: None,
-                    reason: Some("NotFound".into()),
-                    message: Some(format!("{} does not exist", target.label())),
-                    detail: None,
-                    met: false,
-                },
+                None => (
+                    Observation {
+                        generation: None,
+                        observed_generation: None,
+                        status: None,
+                        reason: Some("NotFound".into()),
+                        message: Some(format!("{} does not exist", target.label())),
+                        detail: None,
+                        met: false,
+                    },
+                    false,
+                ),
             };
             let changed = last.as_ref().is_none_or(|last| !last.same_as(&observation));
             if changed {
                 record(&mut history, &observation);
             }
-            let failed = observation.status.as_deref() == Some("Failed");
             let met = observation.met;
             last = Some(observation);
-            if met || failed {
+            if met {
                 break Watched::Met;
+            }
+            if terminal {
+                break Watched::Ended;
             }
             if deadline.is_some_and(|deadline| tokio::time::Instant::now() >= deadline) {
                 break Watched::TimedOut(describe(last.as_ref()));
@@ -772,7 +842,9 @@ impl Session<'_> {
             }
             let api: Api<DynamicObject> =
                 Api::namespaced_with(self.client.clone(), namespace, &resource);
-            let params = ListParams::default().fields(&format!("involvedObject.uid={uid}"));
+            let params = ListParams::default()
+                .fields(&format!("involvedObject.uid={uid}"))
+                .limit(EVENTS_LISTED);
             let listed = bounded(self.context, "list events", api.list(&params)).await;
             let Ok(listed) = listed else {
                 continue;
@@ -792,7 +864,13 @@ impl Session<'_> {
                         object: format!("{}/{}", object.kind, object.name),
                         event_type: text("/type"),
                         reason: text("/reason"),
-                        message: text("/message"),
+                        message: text("/message").map(|message| {
+                            let mut cut = message.len().min(MAX_EVENT_MESSAGE);
+                            while !message.is_char_boundary(cut) {
+                                cut -= 1;
+                            }
+                            message[..cut].to_owned()
+                        }),
                         count: event
                             .pointer("/count")
                             .and_then(Value::as_i64)
@@ -814,6 +892,8 @@ impl Session<'_> {
 /// How a watch ended (a stop or a failed call is an error).
 enum Watched {
     Met,
+    /// The judge said the state will not change by itself.
+    Ended,
     /// The limit passed: the last look, described.
     TimedOut(String),
 }
@@ -886,77 +966,13 @@ fn identity<'m>(field: &str, manifest: &'m Value) -> Result<(&'m str, &'m str, &
     let api_version = text("/apiVersion", "apiVersion")?;
     let kind = text("/kind", "kind")?;
     let name = text("/metadata/name", "metadata.name")?;
-    check_name(&format!("{field}.metadata.name"), name)?;
     Ok((api_version, kind, name))
-}
-
-/// An object name the API can address in a path: no `/`, not `.` or `..`.
-fn check_name(field: &str, name: &str) -> Result<(), Failure> {
-    let fine = !name.is_empty()
-        && name.len() <= 253
-        && name != "."
-        && name != ".."
-        && !name.contains(['/', '%'])
-        && !name.chars().any(char::is_control);
-    if fine {
-        Ok(())
-    } else {
-        Err(Failure::contract(format!(
-            "{field}: `{name}` is not an object name"
-        )))
-    }
-}
-
-/// The documents of a manifests file (YAML, of which JSON is a part),
-/// empty documents skipped and `List`s expanded into their items.
-fn documents(bytes: &[u8]) -> Result<Vec<Value>, String> {
-    let mut manifests = Vec::new();
-    for (index, document) in serde_yaml::Deserializer::from_slice(bytes).enumerate() {
-        let value =
-            Value::deserialize(document).map_err(|error| format!("document {index}: {error}"))?;
-        match value {
-            Value::Null => {}
-            Value::Object(ref object)
-                if object.get("kind").and_then(Value::as_str) == Some("List") =>
-            {
-                let items = object
-                    .get("items")
-                    .and_then(Value::as_array)
-                    .ok_or_else(|| format!("document {index}: a List without `items`"))?;
-                manifests.extend(items.iter().cloned());
-            }
-            Value::Object(_) => manifests.push(value),
-            _ => return Err(format!("document {index}: not an object")),
-        }
-        if manifests.len() > MAX_MANIFESTS {
-            return Err(format!("more than {MAX_MANIFESTS} manifests"));
-        }
-    }
-    Ok(manifests)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-
-    #[test]
-    fn a_manifests_file_is_its_documents_with_lists_expanded() {
-        let text = "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\n---\n\
-                    {\"apiVersion\": \"v1\", \"kind\": \"List\", \"items\": [{\"kind\": \"Secret\"}, {\"kind\": \"Service\"}]}\n";
-        let kinds: Vec<Value> = documents(text.as_bytes())
-            .unwrap()
-            .into_iter()
-            .map(|manifest| manifest["kind"].clone())
-            .collect();
-        assert_eq!(
-            kinds,
-            vec![json!("ConfigMap"), json!("Secret"), json!("Service")]
-        );
-        assert!(documents(b"- a\n- b\n")
-            .unwrap_err()
-            .contains("not an object"));
-    }
 
     #[test]
     fn a_manifest_names_what_it_makes() {
@@ -968,9 +984,6 @@ mod tests {
             .unwrap_err()
             .message
             .contains("metadata.name"));
-        for bad in ["..", "a/b", "a%2fb", ""] {
-            assert!(check_name("f", bad).is_err(), "{bad}");
-        }
     }
 
     #[test]

@@ -14,6 +14,9 @@ use crate::policy::OperationRules;
 use crate::runners::kubernetes::cluster::Kinds;
 use crate::runners::kubernetes::judge::{self, WantedCondition};
 
+/// The most of an API server's message a sample quotes.
+const MAX_MESSAGE: usize = 1024;
+
 /// `<apiVersion>/<Kind>` (`apps/v1/Deployment`, `v1/ConfigMap`) split in two.
 pub fn kind_of(resource: &str) -> Result<(&str, &str), String> {
     match resource.rsplit_once('/') {
@@ -35,13 +38,22 @@ pub fn kind_of(resource: &str) -> Result<(&str, &str), String> {
 /// cluster was reached.
 fn failed_call(sample: &mut Sample, what: &str, error: kube::Error) {
     sample.reached = matches!(error, kube::Error::Api(_));
-    sample.error = Some(match error {
+    let mut message = match error {
         kube::Error::Api(status) => format!(
             "{what}: the API server answered {} {}: {}",
             status.code, status.reason, status.message
         ),
         other => format!("{what}: {other}"),
-    });
+    };
+    if message.len() > MAX_MESSAGE {
+        let mut cut = MAX_MESSAGE;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push('…');
+    }
+    sample.error = Some(message);
 }
 
 pub struct Probe<'a> {

@@ -173,6 +173,9 @@ impl VerificationRunner {
             .map_err(|error| ExecutionOutcome::failed(FailureCategory::RunnerError, error, None))?;
         let refuse =
             |message: String| ExecutionOutcome::failed(FailureCategory::Contract, message, None);
+        if let Some(problem) = crate::contract::kube_names::problems_of(&inputs).first() {
+            return Err(refuse(format!("{}: {}", problem.path, problem.message)));
+        }
         let cluster_ref = match &inputs {
             OperationInputs::VerifyKubernetesCondition(condition) => {
                 crate::runners::kubernetes::judge::WantedCondition::parse(&condition.condition)

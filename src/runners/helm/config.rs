@@ -1,0 +1,20 @@
+use std::path::PathBuf;
+
+/// The helm runner's settings (defaults in the README).
+#[derive(Clone, Debug)]
+pub struct HelmConfig {
+    /// `EXECPLANE_HELM_BIN`: the helm 3 CLI.
+    pub helm: PathBuf,
+    /// The operator's policy: the cluster catalogue, the tenant's clusters
+    /// and namespaces and its trusted chart sources, checked again here.
+    pub policy: crate::policy::SharedPolicy,
+}
+
+impl Default for HelmConfig {
+    fn default() -> Self {
+        Self {
+            helm: PathBuf::from("/usr/local/bin/helm"),
+            policy: crate::policy::SharedPolicy::default(),
+        }
+    }
+}

@@ -1,0 +1,722 @@
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::HelmConfig;
+use crate::artifacts::inputs::InputRef;
+use crate::contract::inputs::{ChartRef, ClusterRef, OperationInputs, Vars};
+use crate::contract::results::{HelmObject, HelmResult, HelmTestRun};
+use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType};
+use crate::runner::tool::{self, StopCause, ToolCommand, ToolExit, Workdir};
+use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
+use crate::runners::kubernetes::{cluster, judge, Credentials};
+
+/// The most of helm's output kept to read (a status with its manifest, a
+/// rendered chart).
+const MAX_CAPTURE: usize = 16 * 1024 * 1024;
+/// The most of helm's own words a failure message quotes.
+const MAX_DIAGNOSTICS: usize = 2048;
+/// The most of a release's notes the result carries.
+const MAX_NOTES: usize = 4096;
+/// The name of the rendered manifests output.
+const MANIFESTS: &str = "rendered-manifests.yaml";
+/// What helm's own timeout leaves of the attempt's, to report in.
+const REPORT_MARGIN: Duration = Duration::from_secs(5);
+
+/// The helm runner's executor.
+pub struct HelmRunner {
+    config: HelmConfig,
+}
+
+impl HelmRunner {
+    pub fn new(config: HelmConfig) -> Self {
+        Self { config }
+    }
+}
+
+impl Executor for HelmRunner {
+    fn runner_type(&self) -> RunnerType {
+        RunnerType::Helm
+    }
+
+    fn operations(&self) -> Vec<Operation> {
+        Operation::implemented_by(RunnerType::Helm).collect()
+    }
+
+    fn capabilities(&self) -> Vec<String> {
+        vec!["helm".into()]
+    }
+
+    async fn execute(&self, assignment: Assignment, context: ExecutionContext) -> ExecutionOutcome {
+        let spec = &assignment.spec;
+        let inputs = match OperationInputs::parse(spec.operation, &spec.inputs) {
+            Ok(inputs) => inputs,
+            Err((path, message)) => {
+                return failed(
+                    FailureCategory::Contract,
+                    format!("inputs.{path}: {message}"),
+                )
+            }
+        };
+        if spec.operation == Operation::HelmRollback && !spec.policy.explicit_command {
+            return failed(
+                FailureCategory::Policy,
+                "policy.explicit_command: helm.rollback runs only as an explicit control-plane command",
+            );
+        }
+        let workdir = match Workdir::new(&context.tools().work_root) {
+            Ok(workdir) => workdir,
+            Err(error) => {
+                return failed(
+                    FailureCategory::Infrastructure,
+                    format!("no working directory for helm: {error}"),
+                )
+            }
+        };
+        let policy = self.config.policy.current();
+        let rules = policy.tenant(&spec.tenant).operations;
+        let mut run = Run {
+            helm: &self.config.helm,
+            workdir: &workdir,
+            context: &context,
+            kubeconfig: None,
+            report: HelmResult::default(),
+        };
+        if let Some(cluster_ref) = cluster_of(&inputs) {
+            let identified = cluster::identify(&policy, cluster_ref);
+            let written = identified.and_then(|(endpoint, credentials)| {
+                kubeconfig(&workdir, cluster_ref, endpoint, &credentials)
+                    .map_err(|error| (FailureCategory::Infrastructure, error))
+            });
+            match written {
+                Ok(path) => run.kubeconfig = Some(path),
+                Err((category, message)) => return failed(category, message),
+            }
+        }
+        drop(policy);
+        let done = match &inputs {
+            OperationInputs::HelmTemplate(template) => {
+                run.report.release = template.release.clone();
+                run.report.namespace = template.namespace.clone();
+                run.template(
+                    &rules.helm,
+                    &template.chart,
+                    &template.values,
+                    &template.namespace,
+                )
+                .await
+            }
+            OperationInputs::HelmInstall(release) | OperationInputs::HelmUpgrade(release) => {
+                run.report.release = release.release.clone();
+                run.report.namespace = release.namespace.clone();
+                let verb = if spec.operation == Operation::HelmInstall {
+                    "install"
+                } else {
+                    "upgrade"
+                };
+                run.deploy(verb, &rules.helm, release).await
+            }
+            OperationInputs::HelmRollback(rollback) => {
+                run.report.release = rollback.release.clone();
+                run.report.namespace = rollback.namespace.clone();
+                let revision = rollback.revision.to_string();
+                let args = ["rollback", &rollback.release, &revision, "--wait"];
+                run.act(&args, &rollback.namespace, true).await
+            }
+            OperationInputs::HelmUninstall(release) => {
+                run.report.release = release.release.clone();
+                run.report.namespace = release.namespace.clone();
+                run.act(&["uninstall", &release.release], &release.namespace, false)
+                    .await
+                    .map(|_| {
+                        run.report.status = Some("uninstalled".into());
+                        format!("release `{}` uninstalled", release.release)
+                    })
+            }
+            OperationInputs::HelmTest(release) => {
+                run.report.release = release.release.clone();
+                run.report.namespace = release.namespace.clone();
+                run.test(&release.release, &release.namespace).await
+            }
+            _ => Err(Failure::new(
+                FailureCategory::Contract,
+                "this operation is not run by the helm runner",
+            )),
+        };
+        let report = serde_json::to_value(&run.report).unwrap_or(Value::Null);
+        match done {
+            Ok(message) => ExecutionOutcome::succeeded(message, report),
+            Err(failure) => {
+                ExecutionOutcome::failed(failure.category, failure.message, Some(report))
+            }
+        }
+    }
+}
+
+fn failed(category: FailureCategory, message: impl Into<String>) -> ExecutionOutcome {
+    ExecutionOutcome::failed(category, message, None)
+}
+
+fn cluster_of(inputs: &OperationInputs) -> Option<&ClusterRef> {
+    use OperationInputs as I;
+    match inputs {
+        I::HelmInstall(release) | I::HelmUpgrade(release) => Some(&release.cluster),
+        I::HelmRollback(rollback) => Some(&rollback.cluster),
+        I::HelmUninstall(release) | I::HelmTest(release) => Some(&release.cluster),
+        _ => None,
+    }
+}
+
+/// A kubeconfig only helm reads (0600, in the tool's private directory):
+/// the operator's endpoint and CAs, the attempt's credentials. Written as
+/// JSON, which YAML reads, so no value needs quoting rules of its own.
+fn kubeconfig(
+    workdir: &Workdir,
+    cluster_ref: &ClusterRef,
+    endpoint: &crate::policy::clusters::ClusterEndpoint,
+    credentials: &Credentials,
+) -> Result<PathBuf, String> {
+    let mut cluster = json!({"server": endpoint.server});
+    let ca = match (&endpoint.ca_file, &endpoint.ca_pem) {
+        (Some(file), _) => Some(file.clone()),
+        (None, Some(pem)) => Some(
+            workdir
+                .secret_file("cluster-ca.pem", pem)
+                .map_err(|error| format!("cannot write the cluster's CA: {error}"))?,
+        ),
+        (None, None) => None,
+    };
+    if let Some(ca) = ca {
+        cluster["certificate-authority"] = json!(ca.display().to_string());
+    }
+    if let Some(name) = &endpoint.tls_server_name {
+        cluster["tls-server-name"] = json!(name);
+    }
+    let user = match credentials {
+        Credentials::Token(token) => json!({"token": token}),
+        Credentials::ClientCertificate {
+            certificate_data,
+            key_data,
+        } => json!({"client-certificate-data": certificate_data, "client-key-data": key_data}),
+    };
+    let config = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [{"name": cluster_ref.name, "cluster": cluster}],
+        "users": [{"name": "execplane", "user": user}],
+        "contexts": [{"name": "execplane", "context": {"cluster": cluster_ref.name, "user": "execplane"}}],
+        "current-context": "execplane",
+    });
+    workdir
+        .secret_file("kubeconfig", &config.to_string())
+        .map_err(|error| format!("cannot write the kubeconfig: {error}"))
+}
+
+/// Why an operation failed.
+struct Failure {
+    category: FailureCategory,
+    message: String,
+}
+
+impl Failure {
+    fn new(category: FailureCategory, message: impl Into<String>) -> Self {
+        Self {
+            category,
+            message: message.into(),
+        }
+    }
+}
+
+/// One attempt's helm invocations.
+struct Run<'a> {
+    helm: &'a Path,
+    workdir: &'a Workdir,
+    context: &'a ExecutionContext,
+    kubeconfig: Option<PathBuf>,
+    report: HelmResult,
+}
+
+impl Run<'_> {
+    /// helm with the runner's environment: its home, cache, configuration,
+    /// data and plugin directories inside the working directory (no plugin
+    /// or repository of the host's), the attempt's kubeconfig.
+    fn command(&self, args: &[&str]) -> ToolCommand {
+        let home = self.workdir.path().join("helm");
+        let mut command = ToolCommand::new(self.helm)
+            .base_env(self.workdir)
+            .env("HELM_CACHE_HOME", home.join("cache").display().to_string())
+            .env(
+                "HELM_CONFIG_HOME",
+                home.join("config").display().to_string(),
+            )
+            .env("HELM_DATA_HOME", home.join("data").display().to_string())
+            .env("HELM_PLUGINS", home.join("plugins").display().to_string())
+            .args(args.iter().copied());
+        if let Some(kubeconfig) = &self.kubeconfig {
+            command = command
+                .arg("--kubeconfig")
+                .arg(kubeconfig.as_os_str().to_owned());
+        }
+        command
+    }
+
+    /// Runs helm; its exit, or the failure when it did not succeed.
+    async fn helm(&self, what: &str, command: ToolCommand) -> Result<ToolExit, Failure> {
+        let exit = tool::run(self.context, self.workdir, command.capture(MAX_CAPTURE))
+            .await
+            .map_err(|error| {
+                Failure::new(FailureCategory::Infrastructure, format!("{what}: {error}"))
+            })?;
+        match exit.stopped {
+            Some(StopCause::Stopped) => {
+                return Err(Failure::new(
+                    FailureCategory::Cancelled,
+                    format!("{what}: stopped"),
+                ))
+            }
+            Some(StopCause::Deadline) => {
+                return Err(Failure::new(
+                    FailureCategory::Timeout,
+                    format!("{what}: the attempt's start_to_close passed"),
+                ))
+            }
+            None => {}
+        }
+        if exit.success() {
+            return Ok(exit);
+        }
+        let said = String::from_utf8_lossy(&exit.stderr);
+        let said = tail(said.trim(), MAX_DIAGNOSTICS);
+        let category = if said.contains("Kubernetes cluster unreachable") {
+            FailureCategory::TargetUnreachable
+        } else if said.contains("has no deployed releases")
+            || said.contains("release: not found")
+            || said.contains("cannot re-use a name that is still in use")
+            || said.contains("forbidden")
+        {
+            FailureCategory::Contract
+        } else {
+            FailureCategory::RunnerError
+        };
+        let code = exit
+            .code
+            .map_or("no exit code".into(), |code| format!("exit {code}"));
+        Err(Failure::new(
+            category,
+            format!("{what} failed ({code}): {said}"),
+        ))
+    }
+
+    /// helm's own timeout: what is left of the attempt, less a margin to
+    /// report in.
+    fn timeout(&self) -> String {
+        let left = self
+            .context
+            .deadline()
+            .map(|deadline| deadline.saturating_duration_since(tokio::time::Instant::now()))
+            .unwrap_or(Duration::from_secs(300));
+        let seconds = left.saturating_sub(REPORT_MARGIN).as_secs().max(1);
+        format!("{seconds}s")
+    }
+
+    /// The chart archive: pinned by digest, from the artifact storage and
+    /// checked; else pulled by helm from its trusted repository (and
+    /// checked against its digest when it has one).
+    async fn chart(
+        &mut self,
+        trusted: &crate::policy::rules::HelmRules,
+        chart: &ChartRef,
+    ) -> Result<PathBuf, Failure> {
+        if !trusted.trusts(chart) {
+            return Err(Failure::new(
+                FailureCategory::Policy,
+                format!(
+                    "inputs.chart: chart `{}` from `{}` is not from a trusted source (operator policy rule helm.chart_sources)",
+                    chart.name, chart.repository
+                ),
+            ));
+        }
+        self.report.chart = Some(format!("{}-{}", chart.name, chart.version));
+        self.report.chart_digest = chart.digest.clone();
+        let contract = |message: String| Failure::new(FailureCategory::Contract, message);
+        let pinned = match &chart.digest {
+            Some(digest) => Some(
+                InputRef::parse(digest)
+                    .map_err(|message| contract(format!("inputs.chart.digest: {message}")))?,
+            ),
+            None => None,
+        };
+        if let Some(reference) = &pinned {
+            match self.workdir.fetch_input(self.context, reference).await {
+                Ok(path) => return Ok(path),
+                // Not stored: pulled from the repository below, then checked.
+                Err(crate::artifacts::inputs::InputError::Missing(_)) => {}
+                Err(error) => {
+                    return Err(Failure::new(
+                        error.category(),
+                        format!("inputs.chart: {error}"),
+                    ))
+                }
+            }
+        }
+        let destination = self.workdir.path().join("charts");
+        std::fs::create_dir_all(&destination).map_err(|error| {
+            Failure::new(
+                FailureCategory::Infrastructure,
+                format!("no directory for the chart: {error}"),
+            )
+        })?;
+        let destination_arg = destination.display().to_string();
+        let oci = chart.repository.starts_with("oci://");
+        let reference = if oci {
+            format!("{}/{}", chart.repository.trim_end_matches('/'), chart.name)
+        } else {
+            chart.name.clone()
+        };
+        let mut args = vec![
+            "pull",
+            reference.as_str(),
+            "--version",
+            chart.version.as_str(),
+            "--destination",
+            destination_arg.as_str(),
+        ];
+        if !oci {
+            args.extend(["--repo", chart.repository.as_str()]);
+        }
+        self.helm("helm pull", self.command(&args)).await?;
+        let pulled = std::fs::read_dir(&destination)
+            .ok()
+            .and_then(|entries| {
+                entries
+                    .flatten()
+                    .map(|entry| entry.path())
+                    .find(|path| path.is_file())
+            })
+            .ok_or_else(|| {
+                contract(format!(
+                    "helm pull left no chart archive for `{}`",
+                    chart.name
+                ))
+            })?;
+        if let Some(reference) = &pinned {
+            let bytes = std::fs::read(&pulled).map_err(|error| {
+                Failure::new(
+                    FailureCategory::Infrastructure,
+                    format!("reading the pulled chart: {error}"),
+                )
+            })?;
+            let actual = InputRef::of(&bytes);
+            if &actual != reference {
+                return Err(contract(format!(
+                    "inputs.chart.digest: the chart pulled from `{}` is {actual}, not {reference}",
+                    chart.repository
+                )));
+            }
+        }
+        Ok(pulled)
+    }
+
+    /// The values as a 0600 file (secret references already resolved).
+    fn values(&self, values: &Vars) -> Result<PathBuf, Failure> {
+        let text = serde_json::to_string(values).unwrap_or_else(|_| "{}".into());
+        self.workdir
+            .secret_file("values.json", &text)
+            .map_err(|error| {
+                Failure::new(
+                    FailureCategory::Infrastructure,
+                    format!("cannot write the values file: {error}"),
+                )
+            })
+    }
+
+    /// `helm.template`: the chart rendered, without a cluster.
+    async fn template(
+        &mut self,
+        trusted: &crate::policy::rules::HelmRules,
+        chart: &ChartRef,
+        values: &Vars,
+        namespace: &str,
+    ) -> Result<String, Failure> {
+        let archive = self.chart(trusted, chart).await?;
+        let values = self.values(values)?;
+        let (archive, values) = (archive.display().to_string(), values.display().to_string());
+        let release = self.report.release.clone();
+        let args = [
+            "template",
+            &release,
+            &archive,
+            "--namespace",
+            namespace,
+            "--values",
+            &values,
+        ];
+        self.context
+            .progress(format!("helm template {release}"), None);
+        let exit = self.helm("helm template", self.command(&args)).await?;
+        if exit.stdout.len() >= MAX_CAPTURE {
+            return Err(Failure::new(
+                FailureCategory::RunnerError,
+                format!(
+                    "the rendered chart is over {} MiB",
+                    MAX_CAPTURE / (1024 * 1024)
+                ),
+            ));
+        }
+        let rendered = String::from_utf8_lossy(&exit.stdout).into_owned();
+        self.manifests(&rendered).await?;
+        Ok(format!(
+            "chart `{}` rendered for release `{release}`: {} object(s)",
+            chart.name,
+            self.report.objects.len()
+        ))
+    }
+
+    /// `helm.install` and `helm.upgrade`.
+    async fn deploy(
+        &mut self,
+        verb: &str,
+        trusted: &crate::policy::rules::HelmRules,
+        release: &crate::contract::inputs::HelmRelease,
+    ) -> Result<String, Failure> {
+        let archive = self.chart(trusted, &release.chart).await?;
+        let values = self.values(&release.values)?;
+        let (archive, values) = (archive.display().to_string(), values.display().to_string());
+        let mut args = vec![
+            verb,
+            release.release.as_str(),
+            archive.as_str(),
+            "--values",
+            values.as_str(),
+        ];
+        if release.wait {
+            args.push("--wait");
+        }
+        if release.atomic {
+            args.push("--atomic");
+        }
+        self.context
+            .progress(format!("helm {verb} {}", release.release), None);
+        self.act(&args, &release.namespace, true).await
+    }
+
+    /// A helm command on the cluster, then the release's status (when it
+    /// still has one).
+    async fn act(
+        &mut self,
+        args: &[&str],
+        namespace: &str,
+        status_after: bool,
+    ) -> Result<String, Failure> {
+        let timeout = self.timeout();
+        let mut full: Vec<&str> = args.to_vec();
+        full.extend(["--namespace", namespace, "--timeout", &timeout]);
+        let what = format!("helm {}", args[0]);
+        self.helm(&what, self.command(&full)).await?;
+        if !status_after {
+            return Ok(String::new());
+        }
+        self.status(namespace).await?;
+        Ok(format!(
+            "release `{}`: revision {}, {}",
+            self.report.release,
+            self.report
+                .revision
+                .map_or("?".into(), |revision| revision.to_string()),
+            self.report.status.as_deref().unwrap_or("unknown")
+        ))
+    }
+
+    /// `helm status -o json`: revision, status, notes, the manifest (stored
+    /// as the rendered manifests output) and the test hooks' last runs.
+    async fn status(&mut self, namespace: &str) -> Result<(), Failure> {
+        let release = self.report.release.clone();
+        let args = [
+            "status",
+            &release,
+            "--namespace",
+            namespace,
+            "--output",
+            "json",
+        ];
+        let exit = self.helm("helm status", self.command(&args)).await?;
+        let status: Value = serde_json::from_slice(&exit.stdout).map_err(|error| {
+            Failure::new(
+                FailureCategory::RunnerError,
+                format!("helm status printed no release: {error}"),
+            )
+        })?;
+        self.report.revision = status["version"]
+            .as_u64()
+            .and_then(|revision| u32::try_from(revision).ok());
+        self.report.status = status
+            .pointer("/info/status")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        self.report.description = status
+            .pointer("/info/description")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        self.report.notes = status
+            .pointer("/info/notes")
+            .and_then(Value::as_str)
+            .filter(|notes| !notes.is_empty())
+            .map(|notes| head(notes, MAX_NOTES).to_owned());
+        self.report.tests = status["hooks"]
+            .as_array()
+            .map(|hooks| {
+                hooks
+                    .iter()
+                    .filter(|hook| {
+                        hook["events"]
+                            .as_array()
+                            .is_some_and(|events| events.iter().any(|event| event == "test"))
+                    })
+                    .map(|hook| {
+                        let text = |pointer: &str| {
+                            hook.pointer(pointer)
+                                .and_then(Value::as_str)
+                                .filter(|text| !text.is_empty())
+                                .map(str::to_owned)
+                        };
+                        HelmTestRun {
+                            name: text("/name").unwrap_or_default(),
+                            phase: text("/last_run/phase"),
+                            started_at: text("/last_run/started_at"),
+                            completed_at: text("/last_run/completed_at"),
+                        }
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let manifest = status["manifest"].as_str().unwrap_or_default().to_owned();
+        self.manifests(&manifest).await
+    }
+
+    /// The object refs of a rendered manifest, and the manifest stored as
+    /// the attempt's `rendered-manifests.yaml` output.
+    async fn manifests(&mut self, rendered: &str) -> Result<(), Failure> {
+        let documents = judge::documents(rendered.as_bytes()).map_err(|problem| {
+            Failure::new(
+                FailureCategory::RunnerError,
+                format!("the rendered manifests: {problem}"),
+            )
+        })?;
+        self.report.objects = documents
+            .iter()
+            .map(|object| {
+                let text = |pointer: &str| {
+                    object
+                        .pointer(pointer)
+                        .and_then(Value::as_str)
+                        .map(str::to_owned)
+                };
+                HelmObject {
+                    api_version: text("/apiVersion").unwrap_or_default(),
+                    kind: text("/kind").unwrap_or_default(),
+                    name: text("/metadata/name").unwrap_or_default(),
+                    namespace: text("/metadata/namespace"),
+                }
+            })
+            .collect();
+        let path = self.workdir.path().join(MANIFESTS);
+        std::fs::write(&path, rendered).map_err(|error| {
+            Failure::new(
+                FailureCategory::Infrastructure,
+                format!("writing the rendered manifests: {error}"),
+            )
+        })?;
+        let stored = self
+            .context
+            .store_output(&path, MANIFESTS, RetentionClass::Rendered)
+            .await
+            .map_err(|error| {
+                Failure::new(
+                    FailureCategory::Infrastructure,
+                    format!("storing the rendered manifests: {error}"),
+                )
+            })?;
+        self.report.manifests = Some(stored.name);
+        Ok(())
+    }
+
+    /// `helm.test`: the chart's test hooks, their phases as evidence; a
+    /// test that did not succeed fails the attempt as `verification_failed`.
+    async fn test(&mut self, release: &str, namespace: &str) -> Result<String, Failure> {
+        self.context.progress(format!("helm test {release}"), None);
+        let ran = self.act(&["test", release], namespace, false).await;
+        // The hooks' phases whatever helm said: they are the evidence.
+        let status = self.status(namespace).await;
+        if let Err(failure) = ran {
+            return Err(Failure::new(
+                FailureCategory::VerificationFailed,
+                failure.message,
+            ));
+        }
+        status?;
+        let failed: Vec<&HelmTestRun> = self
+            .report
+            .tests
+            .iter()
+            .filter(|test| test.phase.as_deref() != Some("Succeeded"))
+            .collect();
+        if let Some(test) = failed.first() {
+            return Err(Failure::new(
+                FailureCategory::VerificationFailed,
+                format!(
+                    "test `{}` of release `{release}`: {}",
+                    test.name,
+                    test.phase.as_deref().unwrap_or("not run")
+                ),
+            ));
+        }
+        Ok(format!(
+            "release `{release}`: {} test(s) succeeded",
+            self.report.tests.len()
+        ))
+    }
+}
+
+fn head(text: &str, limit: usize) -> &str {
+    if text.len() <= limit {
+        return text;
+    }
+    let mut cut = limit;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &text[..cut]
+}
+
+fn tail(text: &str, limit: usize) -> &str {
+    if text.len() <= limit {
+        return text;
+    }
+    let mut cut = text.len() - limit;
+    while !text.is_char_boundary(cut) {
+        cut += 1;
+    }
+    &text[cut..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cuts_keep_characters_whole() {
+        assert_eq!(head("héllo", 2), "h");
+        assert_eq!(tail("héllo", 4), "llo");
+        assert_eq!(tail("abc", 10), "abc");
+    }
+
+    #[test]
+    fn it_runs_exactly_the_catalog_s_helm_operations() {
+        let runner = HelmRunner::new(HelmConfig::default());
+        let mut announced = runner.operations();
+        announced.sort();
+        let catalog: Vec<Operation> = Operation::implemented_by(RunnerType::Helm).collect();
+        assert_eq!(announced, catalog);
+        assert_eq!(catalog.len(), 6);
+    }
+}

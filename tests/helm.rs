@@ -1,0 +1,271 @@
+//! The helm runner with the real helm 3 CLI (scripts/helm.sh) against the
+//! real API server (scripts/kubernetes.sh): a chart pinned by digest is
+//! rendered without touching the cluster, installed, upgraded, tested (its
+//! test pod run to completion by a stand-in kubelet), rolled back only as
+//! an explicit command and uninstalled, each with its revision and the
+//! rendered manifests; an untrusted chart is refused; the cluster token
+//! from OpenBao is nowhere.
+
+mod common;
+
+use std::time::Duration;
+
+use common::bao::Bao;
+use common::kube::{self as cluster, resource};
+use common::pipeline::{job, Pipeline};
+use execplane::contract::{topics, JobSpec};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+fn helm_bin() -> std::path::PathBuf {
+    std::env::var("EXECPLANE_HELM_BIN")
+        .map(Into::into)
+        .unwrap_or_else(|_| common::stack_dir().join("helm/bin/helm"))
+}
+
+/// A chart of the test's own, packaged by helm: a ConfigMap of the
+/// `greeting` value, NOTES, and a test hook pod.
+fn chart(dir: &std::path::Path) -> Vec<u8> {
+    let root = dir.join("chart/demo");
+    std::fs::create_dir_all(root.join("templates/tests")).unwrap();
+    std::fs::write(
+        root.join("Chart.yaml"),
+        "apiVersion: v2\nname: demo\nversion: 0.1.0\n",
+    )
+    .unwrap();
+    std::fs::write(root.join("values.yaml"), "greeting: hello\n").unwrap();
+    std::fs::write(
+        root.join("templates/configmap.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-settings\ndata:\n  greeting: {{ .Values.greeting | quote }}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("templates/NOTES.txt"),
+        "{{ .Release.Name }} says {{ .Values.greeting }}.\n",
+    )
+    .unwrap();
+    std::fs::write(
+        root.join("templates/tests/check.yaml"),
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {{ .Release.Name }}-check\n  annotations:\n    \"helm.sh/hook\": test\nspec:\n  restartPolicy: Never\n  containers:\n    - name: check\n      image: busybox\n      command: [\"true\"]\n",
+    )
+    .unwrap();
+    let out = dir.join("chart");
+    let packaged = std::process::Command::new(helm_bin())
+        .env("HOME", dir)
+        .args([
+            "package",
+            root.to_str().unwrap(),
+            "-d",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(packaged.status.success(), "{packaged:?}");
+    std::fs::read(out.join("demo-0.1.0.tgz")).unwrap()
+}
+
+fn policy(namespace: &str, digest: &str) -> String {
+    format!(
+        r#"
+clusters:
+  local:
+    server: {server}
+    ca_file: {ca}
+tenants:
+  team-a:
+    operations: ["helm.*"]
+    grants: [destructive, explicit_command]
+    secret_prefixes: ["secret/team-a/"]
+    kubernetes:
+      clusters:
+        local:
+          namespaces: ["{namespace}"]
+    helm:
+      chart_sources: ["{digest}"]
+"#,
+        server = cluster::SERVER,
+        ca = cluster::ca_file().display(),
+    )
+}
+
+fn helm_job(operation: &str, mut inputs: Value, extra: Value) -> JobSpec {
+    if operation != "helm.template" {
+        inputs["cluster"] = json!({"name": "local", "credentials": {"$secret": "kube"}});
+    }
+    let mut extra = extra;
+    extra["secret_refs"] =
+        json!([{"name": "kube", "mount": "secret", "path": "team-a/kube", "key": "token"}]);
+    extra["retry"] = json!({"max_attempts": 1});
+    extra["timeouts"] = json!({"schedule_to_start": "20s", "start_to_close": "60s", "heartbeat": "4s", "schedule_to_close": "90s"});
+    job(operation, inputs, extra)
+}
+
+async fn greeting(admin: &kube::Client, namespace: &str) -> Option<String> {
+    cluster::get(
+        admin,
+        namespace,
+        &resource("v1", "ConfigMap", "configmaps"),
+        "web-settings",
+    )
+    .await
+    .and_then(|object| object["data"]["greeting"].as_str().map(str::to_owned))
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_release_goes_through_its_life_with_revisions_and_rendered_manifests(pool: PgPool) {
+    let admin = cluster::admin();
+    let namespace = cluster::namespace(&admin).await;
+    let mut pipeline = Pipeline::new(&pool).await;
+    let archive = chart(&pipeline.dir);
+    let digest = pipeline.put_artifact("demo-0.1.0.tgz", &archive);
+    let policy_file = pipeline.dir.join("policy.yaml");
+    std::fs::write(&policy_file, policy(&namespace, &digest)).unwrap();
+    pipeline.set_env("EXECPLANE_POLICY_FILE", policy_file.to_str().unwrap());
+    let bao = Bao::new();
+    bao.put("team-a/kube", json!({"token": cluster::admin_token()}))
+        .await;
+    pipeline.spawn(&["dispatcher"], &[]);
+    pipeline.spawn(&["relay"], &[]);
+    let storage = pipeline.dir.join("artifacts");
+    let helm = helm_bin();
+    pipeline.spawn(
+        &["runner", "helm"],
+        &[
+            ("EXECPLANE_VAULT_ADDR", bao.address.as_str()),
+            ("EXECPLANE_VAULT_TOKEN", bao.root.as_str()),
+            ("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap()),
+            ("EXECPLANE_HELM_BIN", helm.to_str().unwrap()),
+        ],
+    );
+    pipeline.wait_runners(1).await;
+    let chart_ref =
+        json!({"repository": "artifact", "name": "demo", "version": "0.1.0", "digest": digest});
+    let release = |greeting: &str| {
+        json!({"release": "web", "namespace": namespace, "chart": chart_ref,
+               "values": {"greeting": greeting}})
+    };
+    let run = |spec: JobSpec| {
+        let pipeline = &pipeline;
+        async move {
+            pipeline.submit(&spec).await;
+            pipeline.ended(&spec, WAIT).await
+        }
+    };
+
+    // Rendered without a cluster: the manifests, nothing applied.
+    let (status, _, message, result) =
+        run(helm_job("helm.template", release("hi"), json!({}))).await;
+    assert_eq!(status, "succeeded", "{message}");
+    assert_eq!(result["manifests"], "rendered-manifests.yaml");
+    assert!(
+        result["objects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|o| o["kind"] == "ConfigMap" && o["name"] == "web-settings"),
+        "{result}"
+    );
+    assert_eq!(result["revision"], Value::Null);
+    assert_eq!(
+        greeting(&admin, &namespace).await,
+        None,
+        "template touches no cluster"
+    );
+
+    let (status, _, message, result) =
+        run(helm_job("helm.install", release("one"), json!({}))).await;
+    assert_eq!(status, "succeeded", "{message}");
+    assert_eq!(
+        (result["revision"].as_u64(), result["status"].as_str()),
+        (Some(1), Some("deployed")),
+        "{result}"
+    );
+    assert_eq!(result["notes"], "web says one.\n");
+    assert_eq!(greeting(&admin, &namespace).await.as_deref(), Some("one"));
+
+    let (status, _, message, result) =
+        run(helm_job("helm.upgrade", release("two"), json!({}))).await;
+    assert_eq!(status, "succeeded", "{message}");
+    assert_eq!(result["revision"], 2, "{result}");
+    assert_eq!(greeting(&admin, &namespace).await.as_deref(), Some("two"));
+
+    // The test hook's pod, run to completion by a stand-in kubelet.
+    let kubelet = {
+        let (admin, namespace) = (admin.clone(), namespace.clone());
+        tokio::spawn(async move {
+            loop {
+                cluster::complete_test_pods(&admin, &namespace).await;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        })
+    };
+    let reference = json!({"release": "web", "namespace": namespace});
+    let (status, _, message, result) =
+        run(helm_job("helm.test", reference.clone(), json!({}))).await;
+    kubelet.abort();
+    assert_eq!(status, "succeeded", "{message}");
+    assert_eq!(result["tests"][0]["name"], "web-check", "{result}");
+    assert_eq!(result["tests"][0]["phase"], "Succeeded", "{result}");
+
+    // Rollback: only as an explicit control-plane command.
+    let rollback = |explicit: bool| {
+        let mut spec = helm_job(
+            "helm.rollback",
+            json!({"release": "web", "namespace": namespace, "revision": 1}),
+            json!({"policy": {"explicit_command": true}}),
+        );
+        spec.policy.explicit_command = explicit;
+        spec
+    };
+    let (status, category, message, _) = run(rollback(false)).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("rejected", Some("policy")),
+        "{message}"
+    );
+    assert_eq!(greeting(&admin, &namespace).await.as_deref(), Some("two"));
+    let (status, _, message, result) = run(rollback(true)).await;
+    assert_eq!(status, "succeeded", "{message}");
+    assert_eq!(result["revision"], 3, "{result}");
+    assert_eq!(greeting(&admin, &namespace).await.as_deref(), Some("one"));
+
+    // An untrusted chart: another digest than the policy's.
+    let mut untrusted = release("x");
+    untrusted["chart"]["digest"] = json!(format!("sha256:{}", "0".repeat(64)));
+    let (status, category, message, _) = run(helm_job("helm.install", untrusted, json!({}))).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("rejected", Some("policy")),
+        "{message}"
+    );
+    assert!(message.contains("helm.chart_sources"), "{message}");
+
+    let (status, _, message, result) = run(helm_job(
+        "helm.uninstall",
+        reference,
+        json!({"policy": {"destructive": true}}),
+    ))
+    .await;
+    assert_eq!(status, "succeeded", "{message}");
+    assert_eq!(result["status"], "uninstalled");
+    assert_eq!(greeting(&admin, &namespace).await, None);
+
+    common::leaks::assert_nowhere(
+        &pipeline,
+        &pool,
+        &common::leaks::leaks(&cluster::admin_token()),
+        &[
+            topics::COMMANDS,
+            topics::RUNNER_EVENTS,
+            topics::LOG_CHUNKS,
+            topics::ATTEMPT_EVENTS,
+            topics::ARTIFACTS,
+            topics::RESULTS,
+            topics::DLQ,
+        ],
+        &pipeline.dir,
+    )
+    .await;
+}
