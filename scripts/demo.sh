@@ -17,6 +17,8 @@ ensure_rust
 "$ROOT/scripts/sshd.sh"
 "$ROOT/scripts/ansible.sh"
 "$ROOT/scripts/kubernetes.sh"
+"$ROOT/scripts/helm.sh"
+export EXECPLANE_HELM_BIN="${EXECPLANE_HELM_BIN:-$STACK_DIR/helm/bin/helm}"
 export EXECPLANE_DATABASE_URL="${EXECPLANE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/execplane}"
 export EXECPLANE_KAFKA_BROKERS="${EXECPLANE_KAFKA_BROKERS:-127.0.0.1:9092}"
 export EXECPLANE_TOPIC_PREFIX="${EXECPLANE_TOPIC_PREFIX:-demo.}"
@@ -92,7 +94,7 @@ PY
   log "example $name"
   "$BIN" submit "$copy" --timeout 60s || die "example $name did not succeed (the README says it does)"
 done
-for job in "$EXAMPLES"/jobs/ssh-*.json "$EXAMPLES"/jobs/ansible-*.json "$EXAMPLES"/jobs/kubernetes-*.json; do
+for job in "$EXAMPLES"/jobs/ssh-*.json "$EXAMPLES"/jobs/ansible-*.json "$EXAMPLES"/jobs/kubernetes-*.json "$EXAMPLES"/jobs/helm-*.json; do
   name=$(basename "$job" .json)
   python3 - "$job" <<'PY'
 import json, sys, time, uuid

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# Renders the ssh, ansible and kubernetes examples for this machine into OUT:
+# Renders the ssh, ansible, kubernetes and helm examples for this machine
+# into OUT:
 #   OUT/policy.yaml            examples/demo-policy.yaml, placeholders filled
-#   OUT/jobs/<runner>-<file>   examples/{ssh,ansible,kubernetes}/*.json, in
-#                              their order
+#   OUT/jobs/<runner>-<file>   examples/{ssh,ansible,kubernetes,helm}/*.json,
+#                              in their order
 #   OUT/node/                  what the examples touch on the node (this host,
 #                              through the sshd of scripts/sshd.sh): drop/,
 #                              markers/, and svc.sh, a service supervisor of
 #                              its own for the restart example
 # and stores the demo package and the upload's payload as input artifacts
 # with `EXECPLANE execplane artifacts put` (EXECPLANE_ARTIFACT_DIR or S3 as
-# configured); the kubernetes examples' namespace, team-a-demo, is made on
-# the local API server (scripts/kubernetes.sh) as its administrator.
+# configured), with the helm examples' chart (examples/helm/chart/demo,
+# packaged by helm: EXECPLANE_HELM_BIN or the stack's); the kubernetes and
+# helm examples' namespace, team-a-demo, is made on the local API server
+# (scripts/kubernetes.sh) as its administrator.
 # Usage: scripts/examples.sh EXECPLANE_BINARY OUT
 source "$(dirname "$0")/lib.sh"
 BIN="${1:?the execplane binary}"
@@ -51,13 +54,17 @@ tar -czf "$OUT/package.tar.gz" -C "$ROOT/examples/ansible/package" --owner=0 --g
 PACKAGE="$("$BIN" artifacts put "$OUT/package.tar.gz")" || die "storing the demo package failed"
 printf 'uploaded by the ssh.file.upload example\n' >"$OUT/payload.txt"
 PAYLOAD="$("$BIN" artifacts put "$OUT/payload.txt")" || die "storing the upload payload failed"
+HELM="${EXECPLANE_HELM_BIN:-$STACK_DIR/helm/bin/helm}"
+[ -x "$HELM" ] || die "no helm at $HELM: run scripts/helm.sh first"
+HOME="$OUT" "$HELM" package "$ROOT/examples/helm/chart/demo" -d "$OUT" >/dev/null || die "packaging the demo chart failed"
+CHART="$("$BIN" artifacts put "$OUT/demo-0.1.0.tgz")" || die "storing the demo chart failed"
 
 render() {
   sed -e "s#@HOST_KEY@#$HOST_KEY#g" -e "s#@PACKAGE@#$PACKAGE#g" \
-      -e "s#@PAYLOAD@#$PAYLOAD#g" -e "s#@DEMO_DIR@#$NODE#g" -e "s#@KUBE_CA@#$KUBE_CA#g" "$1"
+      -e "s#@PAYLOAD@#$PAYLOAD#g" -e "s#@DEMO_DIR@#$NODE#g" -e "s#@KUBE_CA@#$KUBE_CA#g" -e "s#@CHART@#$CHART#g" "$1"
 }
 render "$ROOT/examples/demo-policy.yaml" >"$OUT/policy.yaml"
-for runner in ssh ansible kubernetes; do
+for runner in ssh ansible kubernetes helm; do
   for example in "$ROOT"/examples/$runner/*.json; do
     render "$example" >"$OUT/jobs/$runner-$(basename "$example")"
   done

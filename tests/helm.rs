@@ -269,3 +269,18 @@ async fn a_release_goes_through_its_life_with_revisions_and_rendered_manifests(p
     )
     .await;
 }
+
+/// Every README example under `examples/helm` runs, in order, to the end
+/// the README's table gives it, on the local API server under the rendered
+/// demo policy (the demo chart packaged and stored by scripts/examples.sh).
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn the_helm_examples_run_to_the_end_the_readme_gives_them(pool: PgPool) {
+    let helm = helm_bin();
+    common::examples::run_readme_examples(
+        &pool,
+        "helm",
+        &["helm"],
+        &[("EXECPLANE_HELM_BIN", helm.to_str().unwrap())],
+    )
+    .await;
+}

@@ -672,74 +672,11 @@ async fn a_hung_apply_is_cancelled_and_a_runner_killed_mid_apply_leaves_it_unkno
 /// rendered demo policy.
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn the_kubernetes_examples_run_to_the_end_the_readme_gives_them(pool: PgPool) {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let expected: Vec<(String, String)> = readme
-        .lines()
-        .filter_map(|line| {
-            let path = line
-                .strip_prefix("| `examples/kubernetes/")?
-                .split('`')
-                .next()?;
-            let end = line.rsplit('|').nth(1)?.trim().trim_matches('`');
-            Some((format!("kubernetes-{path}"), end.to_owned()))
-        })
-        .collect();
-    let mut on_disk: Vec<String> = std::fs::read_dir(root.join("examples/kubernetes"))
-        .unwrap()
-        .map(|entry| {
-            format!(
-                "kubernetes-{}",
-                entry.unwrap().file_name().to_string_lossy()
-            )
-        })
-        .collect();
-    on_disk.sort();
-    let listed: Vec<String> = expected.iter().map(|(name, _)| name.clone()).collect();
-    assert_eq!(
-        listed, on_disk,
-        "the README's table lists every example, in order"
-    );
-
-    let mut pipeline = Pipeline::new(&pool).await;
-    let out = pipeline.dir.join("examples");
-    let rendered = std::process::Command::new(root.join("scripts/examples.sh"))
-        .arg(env!("CARGO_BIN_EXE_execplane"))
-        .arg(&out)
-        .env("EXECPLANE_ARTIFACT_DIR", pipeline.dir.join("artifacts"))
-        .output()
-        .unwrap();
-    assert!(rendered.status.success(), "{rendered:?}");
-    pipeline.set_env(
-        "EXECPLANE_POLICY_FILE",
-        out.join("policy.yaml").to_str().unwrap(),
-    );
-    let bao = Bao::new();
-    bao.put("team-a/kube", json!({"token": cluster::admin_token()}))
-        .await;
-    let vault = [
-        ("EXECPLANE_VAULT_ADDR", bao.address.as_str()),
-        ("EXECPLANE_VAULT_TOKEN", bao.root.as_str()),
-    ];
-    pipeline.spawn(&["dispatcher"], &[]);
-    pipeline.spawn(&["relay"], &[]);
-    pipeline.spawn(&["runner", "kubernetes"], &vault);
-    pipeline.spawn(&["runner", "verification"], &vault);
-    pipeline.wait_runners(2).await;
-    for (name, end) in &expected {
-        let text = std::fs::read_to_string(out.join("jobs").join(name)).unwrap();
-        let mut value: Value = serde_json::from_str(&text).unwrap();
-        // A fresh identity each run: the examples are meant to be run again.
-        value["command_id"] = json!(uuid::Uuid::new_v4().to_string());
-        value["job_id"] = json!(format!(
-            "{}-{}",
-            value["job_id"].as_str().unwrap(),
-            uuid::Uuid::new_v4().simple()
-        ));
-        let spec = execplane::contract::validate_jobspec(&value)
-            .unwrap_or_else(|problems| panic!("{name}: {problems}"));
-        pipeline.submit(&spec).await;
-        let (status, _, message, result) = pipeline.ended(&spec, WAIT).await;
-        assert_eq!(&status, end, "{name}: {message} {result}");
-    }
+    common::examples::run_readme_examples(
+        &pool,
+        "kubernetes",
+        &["kubernetes", "verification"],
+        &[],
+    )
+    .await;
 }
