@@ -1047,6 +1047,10 @@ impl Config {
         crate::runners::helm::HelmConfig {
             helm: self.helm.bin.trim().into(),
             policy: self.policy.loaded.clone(),
+            kubernetes: crate::runners::kubernetes::ClientSettings {
+                connect_timeout: self.kubernetes.connect_timeout.as_std(),
+                request_timeout: self.kubernetes.request_timeout.as_std(),
+            },
         }
     }
 

@@ -41,6 +41,13 @@ fn chart(dir: &std::path::Path) -> Vec<u8> {
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-settings\ndata:\n  greeting: {{ .Values.greeting | quote }}\n",
     )
     .unwrap();
+    // Placed wherever the value says: the runner must refuse to install
+    // it outside the tenant's namespaces.
+    std::fs::write(
+        root.join("templates/stray.yaml"),
+        "{{- if .Values.elsewhere }}\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: stray\n  namespace: {{ .Values.elsewhere }}\n{{- end }}\n",
+    )
+    .unwrap();
     std::fs::write(
         root.join("templates/NOTES.txt"),
         "{{ .Release.Name }} says {{ .Values.greeting }}.\n",
@@ -153,6 +160,26 @@ async fn a_release_goes_through_its_life_with_revisions_and_rendered_manifests(p
             pipeline.ended(&spec, WAIT).await
         }
     };
+
+    // A value that places an object outside the tenant's namespaces: the
+    // rendered chart is checked before helm installs anything.
+    let mut stray = release("one");
+    stray["values"]["elsewhere"] = json!("kube-system");
+    let (status, category, message, _) = run(helm_job("helm.install", stray, json!({}))).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("policy")),
+        "{message}"
+    );
+    assert!(
+        message.contains("stray") && message.contains("kube-system"),
+        "{message}"
+    );
+    assert_eq!(
+        greeting(&admin, &namespace).await,
+        None,
+        "nothing installed"
+    );
 
     // Rendered without a cluster: the manifests, nothing applied.
     let (status, _, message, result) =

@@ -8,6 +8,9 @@ pub struct HelmConfig {
     /// The operator's policy: the cluster catalogue, the tenant's clusters
     /// and namespaces and its trusted chart sources, checked again here.
     pub policy: crate::policy::SharedPolicy,
+    /// How the runner reads the cluster itself (discovery, to check the
+    /// objects a chart renders before helm installs them).
+    pub kubernetes: crate::runners::kubernetes::ClientSettings,
 }
 
 impl Default for HelmConfig {
@@ -15,6 +18,10 @@ impl Default for HelmConfig {
         Self {
             helm: PathBuf::from("/usr/local/bin/helm"),
             policy: crate::policy::SharedPolicy::default(),
+            kubernetes: crate::runners::kubernetes::ClientSettings {
+                connect_timeout: std::time::Duration::from_secs(10),
+                request_timeout: std::time::Duration::from_secs(30),
+            },
         }
     }
 }

@@ -59,6 +59,12 @@ impl Executor for HelmRunner {
                 )
             }
         };
+        if let Some(problem) = crate::contract::kube_names::problems_of(&inputs).first() {
+            return failed(
+                FailureCategory::Contract,
+                format!("{}: {}", problem.path, problem.message),
+            );
+        }
         if spec.operation == Operation::HelmRollback && !spec.policy.explicit_command {
             return failed(
                 FailureCategory::Policy,
@@ -81,9 +87,14 @@ impl Executor for HelmRunner {
             workdir: &workdir,
             context: &context,
             kubeconfig: None,
+            cluster: None,
             report: HelmResult::default(),
         };
         if let Some(cluster_ref) = cluster_of(&inputs) {
+            match cluster::connect(&policy, cluster_ref, self.config.kubernetes) {
+                Ok(client) => run.cluster = Some((cluster_ref.name.clone(), client)),
+                Err((category, message)) => return failed(category, message),
+            }
             let identified = cluster::identify(&policy, cluster_ref);
             let written = identified.and_then(|(endpoint, credentials)| {
                 kubeconfig(&workdir, cluster_ref, endpoint, &credentials)
@@ -115,7 +126,7 @@ impl Executor for HelmRunner {
                 } else {
                     "upgrade"
                 };
-                run.deploy(verb, &rules.helm, release).await
+                run.deploy(verb, &rules, release).await
             }
             OperationInputs::HelmRollback(rollback) => {
                 run.report.release = rollback.release.clone();
@@ -233,6 +244,8 @@ struct Run<'a> {
     workdir: &'a Workdir,
     context: &'a ExecutionContext,
     kubeconfig: Option<PathBuf>,
+    /// The cluster's name and a client of the runner's own (discovery).
+    cluster: Option<(String, kube::Client)>,
     report: HelmResult,
 }
 
@@ -476,12 +489,27 @@ impl Run<'_> {
     async fn deploy(
         &mut self,
         verb: &str,
-        trusted: &crate::policy::rules::HelmRules,
+        rules: &crate::policy::OperationRules,
         release: &crate::contract::inputs::HelmRelease,
     ) -> Result<String, Failure> {
-        let archive = self.chart(trusted, &release.chart).await?;
+        let archive = self.chart(&rules.helm, &release.chart).await?;
         let values = self.values(&release.values)?;
         let (archive, values) = (archive.display().to_string(), values.display().to_string());
+        // What the chart would make, checked against the tenant's policy
+        // before helm touches the cluster: a chart (or a value) must not
+        // place an object outside the tenant's namespaces or scope.
+        let args = [
+            "template",
+            release.release.as_str(),
+            archive.as_str(),
+            "--namespace",
+            release.namespace.as_str(),
+            "--values",
+            values.as_str(),
+        ];
+        let rendered = self.helm("helm template", self.command(&args)).await?;
+        self.check_objects(&rendered.stdout, &release.namespace, rules)
+            .await?;
         let mut args = vec![
             verb,
             release.release.as_str(),
@@ -637,6 +665,86 @@ impl Run<'_> {
                 )
             })?;
         self.report.manifests = Some(stored.name);
+        Ok(())
+    }
+
+    /// Every object of a rendered chart, resolved through the cluster's
+    /// discovery and checked against the tenant's rules with its scope.
+    async fn check_objects(
+        &self,
+        rendered: &[u8],
+        namespace: &str,
+        rules: &crate::policy::OperationRules,
+    ) -> Result<(), Failure> {
+        let Some((cluster, client)) = &self.cluster else {
+            return Ok(());
+        };
+        if rendered.len() >= MAX_CAPTURE {
+            return Err(Failure::new(
+                FailureCategory::RunnerError,
+                format!(
+                    "the rendered chart is over {} MiB",
+                    MAX_CAPTURE / (1024 * 1024)
+                ),
+            ));
+        }
+        let documents = judge::documents(rendered).map_err(|problem| {
+            Failure::new(
+                FailureCategory::RunnerError,
+                format!("the rendered chart: {problem}"),
+            )
+        })?;
+        let mut kinds = crate::runners::kubernetes::cluster::Kinds::default();
+        for (index, object) in documents.iter().enumerate() {
+            let field = format!("chart object {index}");
+            let mut problems = Vec::new();
+            crate::contract::kube_names::manifest_problems(&field, object, &mut problems);
+            if let Some(problem) = problems.first() {
+                return Err(Failure::new(
+                    FailureCategory::Contract,
+                    format!("{}: {}", problem.path, problem.message),
+                ));
+            }
+            let text = |pointer: &str| {
+                object
+                    .pointer(pointer)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+            };
+            let (api_version, kind) = (text("/apiVersion"), text("/kind"));
+            let resolved = tokio::select! {
+                _ = self.context.cancel.cancelled() => {
+                    return Err(Failure::new(FailureCategory::Cancelled, "checking the chart's objects: stopped"));
+                }
+                resolved = kinds.resolve(client, api_version, kind) => resolved,
+            };
+            let namespaced = match resolved {
+                Ok(Some(resolved)) => resolved.namespaced,
+                // A kind the cluster does not serve yet (a CRD the chart
+                // brings): judged by the well-known list, as intake does.
+                Ok(None) => !crate::policy::rules::CLUSTER_SCOPED_KINDS.contains(&kind),
+                Err(error) => {
+                    return Err(Failure::new(
+                        FailureCategory::TargetUnreachable,
+                        format!("discovery of {api_version} {kind}: {error}"),
+                    ))
+                }
+            };
+            let object_namespace = namespaced.then(|| {
+                object
+                    .pointer("/metadata/namespace")
+                    .and_then(Value::as_str)
+                    .unwrap_or(namespace)
+            });
+            rules
+                .kubernetes_object(cluster, kind, object_namespace)
+                .map_err(|message| {
+                    Failure::new(
+                        FailureCategory::Policy,
+                        format!("{field} ({kind}/{}): {message}", text("/metadata/name")),
+                    )
+                })?;
+        }
         Ok(())
     }
 
