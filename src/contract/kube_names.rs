@@ -40,6 +40,50 @@ pub fn release_problem(text: &str) -> Option<String> {
     })
 }
 
+/// A chart's name and version, as helm takes them on its command line:
+/// a name of 1-63 of `a-z`, `0-9`, `.`, `_`, `-` and a version of 1-64 of
+/// letters, digits, `.`, `+`, `-`, each starting with a letter or digit
+/// (so neither can be read as an option).
+pub fn chart_problems(chart: &super::inputs::ChartRef, problems: &mut Vec<Problem>) {
+    let starts_fine = |text: &str| {
+        text.bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric())
+    };
+    let name_fine = (1..=63).contains(&chart.name.len())
+        && starts_fine(&chart.name)
+        && chart.name.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+        });
+    if !name_fine {
+        problems.push(Problem::new(
+            "inputs.chart.name",
+            format!(
+                "`{}` is not a chart name (1-63 of a-z, 0-9, `.`, `_`, `-`)",
+                shown(&chart.name)
+            ),
+        ));
+    }
+    let version_fine = (1..=64).contains(&chart.version.len())
+        && starts_fine(&chart.version)
+        && chart
+            .version
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'+' | b'-'));
+    if !version_fine {
+        problems.push(Problem::new(
+            "inputs.chart.version",
+            format!("`{}` is not a chart version", shown(&chart.version)),
+        ));
+    }
+    if chart.repository.starts_with('-') || chart.repository.chars().any(char::is_whitespace) {
+        problems.push(Problem::new(
+            "inputs.chart.repository",
+            "a repository URL or `oci://` reference, no spaces, not starting with `-`",
+        ));
+    }
+}
+
 /// An object name: 1-253 of letters, digits, `.`, `-`, `_` and `:` (DNS
 /// subdomains, and the `system:` names of RBAC objects), not `.` or `..`.
 pub fn name_problem(text: &str) -> Option<String> {
@@ -213,6 +257,7 @@ pub fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
         I::HelmInstall(helm) | I::HelmUpgrade(helm) => {
             namespace(&mut problems, &helm.namespace);
             release(&mut problems, &helm.release);
+            chart_problems(&helm.chart, &mut problems);
         }
         I::HelmRollback(helm) => {
             namespace(&mut problems, &helm.namespace);
@@ -225,6 +270,7 @@ pub fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
         I::HelmTemplate(helm) => {
             namespace(&mut problems, &helm.namespace);
             release(&mut problems, &helm.release);
+            chart_problems(&helm.chart, &mut problems);
         }
         _ => {}
     }
@@ -275,6 +321,25 @@ mod tests {
             assert!(api_version_problem(good).is_none(), "{good}");
         }
         assert!(kind_problem("Config Map").is_some());
+        let chart = |name: &str, version: &str| crate::contract::inputs::ChartRef {
+            repository: "https://charts.example.com".into(),
+            name: name.into(),
+            version: version.into(),
+            digest: None,
+        };
+        for (name, version) in [
+            ("--post-renderer=/bin/sh", "1"),
+            ("web", "--keyring=/etc/x"),
+            ("Web", "1"),
+            ("web", ""),
+        ] {
+            let mut problems = Vec::new();
+            chart_problems(&chart(name, version), &mut problems);
+            assert!(!problems.is_empty(), "{name} {version}");
+        }
+        let mut problems = Vec::new();
+        chart_problems(&chart("web-app", "1.2.3-rc.1+build.5"), &mut problems);
+        assert!(problems.is_empty(), "{problems:?}");
         assert!(release_problem(&"a".repeat(54)).is_some());
         assert!(release_problem("web").is_none());
     }

@@ -101,14 +101,33 @@ impl HelmRules {
     /// Whether `chart` comes from a trusted source: its digest is listed, or
     /// its repository is a listed one or lies under one.
     pub fn trusts(&self, chart: &crate::contract::inputs::ChartRef) -> bool {
-        self.chart_sources
-            .iter()
-            .any(|source| match source.strip_prefix("sha256:") {
-                Some(_) => chart.digest.as_deref() == Some(source.as_str()),
-                None => {
+        self.trusts_digest(chart) || self.trusts_repository(chart)
+    }
+
+    /// Whether the chart's digest itself is listed: the archive stored
+    /// under it is trusted, wherever the JobSpec says it came from.
+    pub fn trusts_digest(&self, chart: &crate::contract::inputs::ChartRef) -> bool {
+        chart.digest.as_deref().is_some_and(|digest| {
+            self.chart_sources
+                .iter()
+                .any(|source| source.starts_with("sha256:") && source == digest)
+        })
+    }
+
+    /// Whether the chart's repository is a listed one or lies under one
+    /// (by whole path segments; a repository that climbs with `..` or
+    /// hides characters with `%` never does).
+    pub fn trusts_repository(&self, chart: &crate::contract::inputs::ChartRef) -> bool {
+        let repository = chart.repository.as_str();
+        let plain = !repository
+            .split('/')
+            .any(|segment| segment == "." || segment == "..")
+            && !repository.contains(['%', '?', '#', '@', '\\']);
+        plain
+            && self.chart_sources.iter().any(|source| {
+                !source.starts_with("sha256:") && {
                     let source = source.trim_end_matches('/');
-                    chart.repository == source
-                        || chart.repository.starts_with(&format!("{source}/"))
+                    repository == source || repository.starts_with(&format!("{source}/"))
                 }
             })
     }

@@ -224,6 +224,8 @@ pub struct ToolCommand {
     env: Vec<(String, String)>,
     hold_stdin: bool,
     capture: usize,
+    /// stdout is data for the runner, not the attempt's log.
+    stdout_unlogged: bool,
 }
 
 impl ToolCommand {
@@ -234,6 +236,7 @@ impl ToolCommand {
             env: Vec::new(),
             hold_stdin: false,
             capture: 0,
+            stdout_unlogged: false,
         }
     }
 
@@ -246,6 +249,16 @@ impl ToolCommand {
     /// report from them is masked there, as every report is.
     pub fn capture(mut self, limit: usize) -> Self {
         self.capture = limit;
+        self
+    }
+
+    /// stdout is the runner's data (a release's status, a rendered chart),
+    /// captured up to `limit` and never written to the attempt's log: what
+    /// it holds goes where the runner puts it, which it masks or redacts.
+    /// stderr is still logged.
+    pub fn stdout_as_data(mut self, limit: usize) -> Self {
+        self.capture = limit;
+        self.stdout_unlogged = true;
         self
     }
 
@@ -378,7 +391,7 @@ pub async fn run(
         child.stdout.take().map(|out| {
             tokio::spawn(pump(
                 out,
-                LogStream::Stdout,
+                (!command.stdout_unlogged).then_some(LogStream::Stdout),
                 context.clone(),
                 budget.clone(),
                 captures[0].clone(),
@@ -387,7 +400,7 @@ pub async fn run(
         child.stderr.take().map(|err| {
             tokio::spawn(pump(
                 err,
-                LogStream::Stderr,
+                Some(LogStream::Stderr),
                 context.clone(),
                 budget.clone(),
                 captures[1].clone(),
@@ -557,12 +570,12 @@ impl OutputBudget {
     }
 }
 
-/// Copies one output stream to the attempt's log as it comes. Bytes are
-/// cut into text at character boundaries (a character split across two
-/// reads is carried over); invalid UTF-8 is replaced.
+/// Copies one output stream to the attempt's log as it comes (`None`: only
+/// captured). Bytes are cut into text at character boundaries (a character
+/// split across two reads is carried over); invalid UTF-8 is replaced.
 async fn pump(
     mut reader: impl AsyncRead + Unpin,
-    stream: LogStream,
+    stream: Option<LogStream>,
     context: ExecutionContext,
     budget: std::sync::Arc<OutputBudget>,
     capture: Capture,
@@ -576,6 +589,9 @@ async fn pump(
             Ok(read) => read,
         };
         capture.keep(&buffer[..read]);
+        let Some(stream) = stream else {
+            continue;
+        };
         let granted = budget.take(read);
         if granted < read && !told {
             told = true;
@@ -590,7 +606,7 @@ async fn pump(
             context.log(stream, text);
         }
     }
-    if !carry.is_empty() {
+    if let (Some(stream), false) = (stream, carry.is_empty()) {
         context.log(stream, String::from_utf8_lossy(&carry).into_owned());
     }
 }

@@ -15,6 +15,8 @@ use crate::runners::kubernetes::{cluster, judge, Credentials};
 /// The most of helm's output kept to read (a status with its manifest, a
 /// rendered chart).
 const MAX_CAPTURE: usize = 16 * 1024 * 1024;
+/// What is kept of a logged helm's stderr for a failure message.
+const MAX_DIAGNOSTICS_CAPTURE: usize = 64 * 1024;
 /// The most of helm's own words a failure message quotes.
 const MAX_DIAGNOSTICS: usize = 2048;
 /// The most of a release's notes the result carries.
@@ -133,22 +135,38 @@ impl Executor for HelmRunner {
                 run.report.namespace = rollback.namespace.clone();
                 let revision = rollback.revision.to_string();
                 let args = ["rollback", &rollback.release, &revision, "--wait"];
-                run.act(&args, &rollback.namespace, true).await
+                // What it goes back to, and what it replaces.
+                let checked = async {
+                    run.check_release(&rollback.namespace, Some(rollback.revision), &rules)
+                        .await?;
+                    run.check_release(&rollback.namespace, None, &rules).await
+                };
+                match checked.await {
+                    Ok(()) => run.act(&args, &rollback.namespace, true).await,
+                    Err(failure) => Err(failure),
+                }
             }
             OperationInputs::HelmUninstall(release) => {
                 run.report.release = release.release.clone();
                 run.report.namespace = release.namespace.clone();
-                run.act(&["uninstall", &release.release], &release.namespace, false)
-                    .await
-                    .map(|_| {
-                        run.report.status = Some("uninstalled".into());
-                        format!("release `{}` uninstalled", release.release)
-                    })
+                match run.check_release(&release.namespace, None, &rules).await {
+                    Ok(()) => run
+                        .act(&["uninstall", &release.release], &release.namespace, false)
+                        .await
+                        .map(|_| {
+                            run.report.status = Some("uninstalled".into());
+                            format!("release `{}` uninstalled", release.release)
+                        }),
+                    Err(failure) => Err(failure),
+                }
             }
             OperationInputs::HelmTest(release) => {
                 run.report.release = release.release.clone();
                 run.report.namespace = release.namespace.clone();
-                run.test(&release.release, &release.namespace).await
+                match run.check_release(&release.namespace, None, &rules).await {
+                    Ok(()) => run.test(&release.release, &release.namespace).await,
+                    Err(failure) => Err(failure),
+                }
             }
             _ => Err(Failure::new(
                 FailureCategory::Contract,
@@ -273,9 +291,31 @@ impl Run<'_> {
         command
     }
 
-    /// Runs helm; its exit, or the failure when it did not succeed.
+    /// Runs helm, its output logged; its exit, or the failure when it did
+    /// not succeed.
     async fn helm(&self, what: &str, command: ToolCommand) -> Result<ToolExit, Failure> {
-        let exit = tool::run(self.context, self.workdir, command.capture(MAX_CAPTURE))
+        self.run_helm(what, command.capture(MAX_DIAGNOSTICS_CAPTURE))
+            .await
+    }
+
+    /// Runs helm for data (a status, a rendered chart): its stdout is
+    /// captured and never logged — what the runner keeps of it is redacted
+    /// or masked where it lands.
+    async fn helm_data(&self, what: &str, command: ToolCommand) -> Result<ToolExit, Failure> {
+        let exit = self
+            .run_helm(what, command.stdout_as_data(MAX_CAPTURE))
+            .await?;
+        if exit.stdout.len() >= MAX_CAPTURE {
+            return Err(Failure::new(
+                FailureCategory::RunnerError,
+                format!("{what}: over {} MiB of output", MAX_CAPTURE / (1024 * 1024)),
+            ));
+        }
+        Ok(exit)
+    }
+
+    async fn run_helm(&self, what: &str, command: ToolCommand) -> Result<ToolExit, Failure> {
+        let exit = tool::run(self.context, self.workdir, command)
             .await
             .map_err(|error| {
                 Failure::new(FailureCategory::Infrastructure, format!("{what}: {error}"))
@@ -340,7 +380,8 @@ impl Run<'_> {
         trusted: &crate::policy::rules::HelmRules,
         chart: &ChartRef,
     ) -> Result<PathBuf, Failure> {
-        if !trusted.trusts(chart) {
+        let by_digest = trusted.trusts_digest(chart);
+        if !by_digest && !trusted.trusts_repository(chart) {
             return Err(Failure::new(
                 FailureCategory::Policy,
                 format!(
@@ -359,18 +400,19 @@ impl Run<'_> {
             ),
             None => None,
         };
-        if let Some(reference) = &pinned {
-            match self.workdir.fetch_input(self.context, reference).await {
-                Ok(path) => return Ok(path),
-                // Not stored: pulled from the repository below, then checked.
-                Err(crate::artifacts::inputs::InputError::Missing(_)) => {}
-                Err(error) => {
-                    return Err(Failure::new(
-                        error.category(),
-                        format!("inputs.chart: {error}"),
-                    ))
-                }
-            }
+        // Trusted by its digest: the archive stored under it, nothing else
+        // (its repository is the requester's word, never fetched). Trusted
+        // by its repository: pulled from there, never from the storage
+        // (where anyone may have stored anything under a digest).
+        if by_digest {
+            let Some(reference) = &pinned else {
+                return Err(contract("inputs.chart.digest: required".into()));
+            };
+            return self
+                .workdir
+                .fetch_input(self.context, reference)
+                .await
+                .map_err(|error| Failure::new(error.category(), format!("inputs.chart: {error}")));
         }
         let destination = self.workdir.path().join("charts");
         std::fs::create_dir_all(&destination).map_err(|error| {
@@ -397,7 +439,7 @@ impl Run<'_> {
         if !oci {
             args.extend(["--repo", chart.repository.as_str()]);
         }
-        self.helm("helm pull", self.command(&args)).await?;
+        self.helm_data("helm pull", self.command(&args)).await?;
         let pulled = std::fs::read_dir(&destination)
             .ok()
             .and_then(|entries| {
@@ -466,16 +508,7 @@ impl Run<'_> {
         ];
         self.context
             .progress(format!("helm template {release}"), None);
-        let exit = self.helm("helm template", self.command(&args)).await?;
-        if exit.stdout.len() >= MAX_CAPTURE {
-            return Err(Failure::new(
-                FailureCategory::RunnerError,
-                format!(
-                    "the rendered chart is over {} MiB",
-                    MAX_CAPTURE / (1024 * 1024)
-                ),
-            ));
-        }
+        let exit = self.helm_data("helm template", self.command(&args)).await?;
         let rendered = String::from_utf8_lossy(&exit.stdout).into_owned();
         self.manifests(&rendered).await?;
         Ok(format!(
@@ -495,21 +528,11 @@ impl Run<'_> {
         let archive = self.chart(&rules.helm, &release.chart).await?;
         let values = self.values(&release.values)?;
         let (archive, values) = (archive.display().to_string(), values.display().to_string());
-        // What the chart would make, checked against the tenant's policy
-        // before helm touches the cluster: a chart (or a value) must not
-        // place an object outside the tenant's namespaces or scope.
-        let args = [
-            "template",
-            release.release.as_str(),
-            archive.as_str(),
-            "--namespace",
-            release.namespace.as_str(),
-            "--values",
-            values.as_str(),
-        ];
-        let rendered = self.helm("helm template", self.command(&args)).await?;
-        self.check_objects(&rendered.stdout, &release.namespace, rules)
-            .await?;
+        // An upgrade replaces (and deletes) what the release holds now: it
+        // must hold nothing outside the tenant's reach.
+        if verb == "upgrade" {
+            self.check_release(&release.namespace, None, rules).await?;
+        }
         let mut args = vec![
             verb,
             release.release.as_str(),
@@ -517,6 +540,38 @@ impl Run<'_> {
             "--values",
             values.as_str(),
         ];
+        // A chart's CRDs (crds/) are cluster-scoped: installed only where
+        // the tenant may act cluster-wide.
+        let cluster_wide = self.cluster.as_ref().is_some_and(|(cluster, _)| {
+            rules
+                .kubernetes
+                .clusters
+                .get(cluster)
+                .is_some_and(|cluster| cluster.cluster_scoped)
+        });
+        if !cluster_wide {
+            args.push("--skip-crds");
+        }
+        // What the release would make, rendered by the API server's dry
+        // run exactly as the real call renders it (lookups, capabilities,
+        // upgrade or install) and checked against the tenant's policy
+        // before helm changes anything: a chart (or a value) must not place
+        // an object outside the tenant's namespaces or scope.
+        let timeout = self.timeout();
+        let mut dry = args.clone();
+        dry.extend([
+            "--namespace",
+            release.namespace.as_str(),
+            "--dry-run=server",
+            "--output",
+            "json",
+            "--timeout",
+            &timeout,
+        ]);
+        let rendered = self.helm_data("helm dry run", self.command(&dry)).await?;
+        let rendered = release_objects(&rendered.stdout)?;
+        self.check_objects(rendered.as_bytes(), &release.namespace, rules)
+            .await?;
         if release.wait {
             args.push("--wait");
         }
@@ -567,7 +622,7 @@ impl Run<'_> {
             "--output",
             "json",
         ];
-        let exit = self.helm("helm status", self.command(&args)).await?;
+        let exit = self.helm_data("helm status", self.command(&args)).await?;
         let status: Value = serde_json::from_slice(&exit.stdout).map_err(|error| {
             Failure::new(
                 FailureCategory::RunnerError,
@@ -622,7 +677,9 @@ impl Run<'_> {
     }
 
     /// The object refs of a rendered manifest, and the manifest stored as
-    /// the attempt's `rendered-manifests.yaml` output.
+    /// the attempt's `rendered-manifests.yaml` output, every `v1` Secret's
+    /// values `[redacted]` (a chart may encode a value in a form no masker
+    /// knows).
     async fn manifests(&mut self, rendered: &str) -> Result<(), Failure> {
         let documents = judge::documents(rendered.as_bytes()).map_err(|problem| {
             Failure::new(
@@ -647,8 +704,13 @@ impl Run<'_> {
                 }
             })
             .collect();
+        let redacted: String = documents
+            .into_iter()
+            .map(|object| serde_yaml::to_string(&judge::redacted(object)).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("---\n");
         let path = self.workdir.path().join(MANIFESTS);
-        std::fs::write(&path, rendered).map_err(|error| {
+        std::fs::write(&path, redacted).map_err(|error| {
             Failure::new(
                 FailureCategory::Infrastructure,
                 format!("writing the rendered manifests: {error}"),
@@ -666,6 +728,34 @@ impl Run<'_> {
             })?;
         self.report.manifests = Some(stored.name);
         Ok(())
+    }
+
+    /// What a stored release holds (its manifest and hooks, of `revision`
+    /// or the current one), checked against the tenant's policy: a release
+    /// is only a record in the namespace, and one written by anyone (or
+    /// holding objects elsewhere) must not make helm delete, roll back or
+    /// test outside the tenant's reach.
+    async fn check_release(
+        &mut self,
+        namespace: &str,
+        revision: Option<u32>,
+        rules: &crate::policy::OperationRules,
+    ) -> Result<(), Failure> {
+        let release = self.report.release.clone();
+        let revision = revision.map(|revision| revision.to_string());
+        let mut held = Vec::new();
+        for part in ["manifest", "hooks"] {
+            let mut args = vec!["get", part, release.as_str(), "--namespace", namespace];
+            if let Some(revision) = &revision {
+                args.extend(["--revision", revision.as_str()]);
+            }
+            let exit = self
+                .helm_data(&format!("helm get {part}"), self.command(&args))
+                .await?;
+            held.extend_from_slice(&exit.stdout);
+            held.extend_from_slice(b"\n---\n");
+        }
+        self.check_objects(&held, namespace, rules).await
     }
 
     /// Every object of a rendered chart, resolved through the cluster's
@@ -712,9 +802,13 @@ impl Run<'_> {
                     .unwrap_or_default()
             };
             let (api_version, kind) = (text("/apiVersion"), text("/kind"));
+            let deadline = self.context.deadline();
             let resolved = tokio::select! {
                 _ = self.context.cancel.cancelled() => {
                     return Err(Failure::new(FailureCategory::Cancelled, "checking the chart's objects: stopped"));
+                }
+                _ = async { match deadline { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
+                    return Err(Failure::new(FailureCategory::Timeout, "checking the chart's objects: the attempt's start_to_close passed"));
                 }
                 resolved = kinds.resolve(client, api_version, kind) => resolved,
             };
@@ -753,15 +847,26 @@ impl Run<'_> {
     async fn test(&mut self, release: &str, namespace: &str) -> Result<String, Failure> {
         self.context.progress(format!("helm test {release}"), None);
         let ran = self.act(&["test", release], namespace, false).await;
-        // The hooks' phases whatever helm said: they are the evidence.
-        let status = self.status(namespace).await;
-        if let Err(failure) = ran {
-            return Err(Failure::new(
-                FailureCategory::VerificationFailed,
-                failure.message,
+        match ran {
+            // A stop, the deadline, an unreachable cluster: not a verdict.
+            Err(failure) if failure.category != FailureCategory::RunnerError => {
+                return Err(failure)
+            }
+            Err(failure) => {
+                // The hooks' phases whatever helm said: they are the evidence.
+                let _ = self.status(namespace).await;
+                return Err(Failure::new(
+                    FailureCategory::VerificationFailed,
+                    failure.message,
+                ));
+            }
+            Ok(_) => self.status(namespace).await?,
+        }
+        if self.report.tests.is_empty() {
+            return Ok(format!(
+                "release `{release}` has no test hooks: nothing to run"
             ));
         }
-        status?;
         let failed: Vec<&HelmTestRun> = self
             .report
             .tests
@@ -783,6 +888,25 @@ impl Run<'_> {
             self.report.tests.len()
         ))
     }
+}
+
+/// A release's objects as helm's `--output json` gives them: its manifest
+/// and every hook's, one YAML stream.
+fn release_objects(json: &[u8]) -> Result<String, Failure> {
+    let release: Value = serde_json::from_slice(json).map_err(|error| {
+        Failure::new(
+            FailureCategory::RunnerError,
+            format!("helm printed no release: {error}"),
+        )
+    })?;
+    let mut stream = release["manifest"].as_str().unwrap_or_default().to_owned();
+    for hook in release["hooks"].as_array().into_iter().flatten() {
+        if let Some(manifest) = hook["manifest"].as_str() {
+            stream.push_str("\n---\n");
+            stream.push_str(manifest);
+        }
+    }
+    Ok(stream)
 }
 
 fn head(text: &str, limit: usize) -> &str {

@@ -113,16 +113,8 @@ pub fn documents(bytes: &[u8]) -> Result<Vec<Value>, String> {
             Value::deserialize(document).map_err(|error| format!("document {index}: {error}"))?;
         match value {
             Value::Null => {}
-            Value::Object(ref object)
-                if object.get("kind").and_then(Value::as_str) == Some("List") =>
-            {
-                let items = object
-                    .get("items")
-                    .and_then(Value::as_array)
-                    .ok_or_else(|| format!("document {index}: a List without `items`"))?;
-                manifests.extend(items.iter().cloned());
-            }
-            Value::Object(_) => manifests.push(value),
+            Value::Object(_) => flatten(value, 0, &mut manifests)
+                .map_err(|problem| format!("document {index}: {problem}"))?,
             _ => return Err(format!("document {index}: not an object")),
         }
         if manifests.len() > MAX_DOCUMENTS {
@@ -130,6 +122,37 @@ pub fn documents(bytes: &[u8]) -> Result<Vec<Value>, String> {
         }
     }
     Ok(manifests)
+}
+
+/// An object, or the items of a list (`List`, `ConfigMapList`, any kind
+/// ending in `List` with `items`, nested ones too), as the API server and
+/// helm read them: every object a list carries is judged on its own.
+fn flatten(object: Value, depth: usize, into: &mut Vec<Value>) -> Result<(), String> {
+    let is_list = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .is_some_and(|kind| kind.ends_with("List"))
+        && object.get("items").is_some();
+    if !is_list {
+        into.push(object);
+        return Ok(());
+    }
+    if depth >= 4 {
+        return Err("lists nested more than four deep".into());
+    }
+    let Some(Value::Array(items)) = object.get("items").cloned() else {
+        return Err("a list whose `items` is not a list".into());
+    };
+    for item in items {
+        if !item.is_object() {
+            return Err("a list item that is not an object".into());
+        }
+        flatten(item, depth + 1, into)?;
+        if into.len() > MAX_DOCUMENTS {
+            return Err(format!("more than {MAX_DOCUMENTS} manifests"));
+        }
+    }
+    Ok(())
 }
 
 /// The managedFields entry of `manager`'s applies to `object` (not its
@@ -481,6 +504,18 @@ mod tests {
         let (paths, truncated) = changed_fields(None, &json!({"data": data}));
         assert_eq!(paths.len(), MAX_CHANGED_FIELDS);
         assert!(truncated);
+    }
+
+    #[test]
+    fn typed_and_nested_lists_are_read_item_by_item() {
+        let text = "kind: ConfigMapList\nitems:\n- {kind: List, items: [{kind: RoleBinding, metadata: {namespace: kube-system}}]}\n- {kind: ConfigMap}\n";
+        let kinds: Vec<Value> = documents(text.as_bytes())
+            .unwrap()
+            .into_iter()
+            .map(|object| object["kind"].clone())
+            .collect();
+        assert_eq!(kinds, vec![json!("RoleBinding"), json!("ConfigMap")]);
+        assert!(documents(b"kind: List\nitems: 3\n").is_err());
     }
 
     #[test]
