@@ -70,6 +70,17 @@ async fn kube_pipeline(pool: &PgPool) -> Stack {
     let bao = Bao::new();
     bao.put("team-a/kube", json!({"token": cluster::admin_token()}))
         .await;
+    // The same credentials as a kubeconfig whose own server points
+    // elsewhere: only its user is read, the endpoint is the operator's.
+    let kubeconfig = format!(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n\
+         clusters: [{{name: x, cluster: {{server: 'https://elsewhere.invalid:6443'}}}}]\n\
+         contexts: [{{name: c, context: {{cluster: x, user: u}}}}]\n\
+         users: [{{name: u, user: {{token: {}}}}}]\n",
+        cluster::admin_token()
+    );
+    bao.put("team-a/kubeconfig", json!({"config": kubeconfig}))
+        .await;
     pipeline.spawn(&["dispatcher"], &[]);
     pipeline.spawn(&["relay"], &[]);
     let storage = pipeline.dir.join("artifacts");
@@ -314,6 +325,20 @@ async fn apply_reports_refs_and_diffs_reapply_is_a_no_op_and_gates_hold(pool: Pg
             .is_none(),
         "nothing of a refused apply is written, not even what came before the refused manifest"
     );
+
+    // A kubeconfig as the credentials: its user, the operator's endpoint.
+    let mut through_kubeconfig = kube_job(
+        "kubernetes.resource.read",
+        json!({"namespace": namespace,
+               "object": {"api_version": "v1", "kind": "ConfigMap", "name": "settings"}}),
+        json!({}),
+    );
+    through_kubeconfig.secret_refs[0].path = "team-a/kubeconfig".into();
+    through_kubeconfig.secret_refs[0].key = "config".into();
+    pipeline.submit(&through_kubeconfig).await;
+    let (status, _, message, result) = pipeline.ended(&through_kubeconfig, WAIT).await;
+    assert_eq!(status, "succeeded", "{message}");
+    assert_eq!(objects(&result)[0]["uid"], created[1]["uid"]);
 
     // With the flag: deleted, then absent.
     let delete = || {

@@ -700,9 +700,11 @@ impl Session<'_> {
     /// out (`judge::rollout`), or the controller reports it will not be.
     async fn rollout(&mut self, rollout: &KubernetesObject) -> Result<String, Failure> {
         let kind = rollout.object.kind.as_str();
-        if !judge::ROLLOUT_KINDS.contains(&kind) {
+        // apps/v1 only: a custom kind named `Deployment` is not judged as one.
+        if !judge::ROLLOUT_KINDS.contains(&kind) || rollout.object.api_version != "apps/v1" {
             return Err(Failure::contract(format!(
-                "inputs.object.kind: `{kind}` has no rollout: rollout.status watches {}",
+                "inputs.object: `{}` `{kind}` has no rollout: rollout.status watches apps/v1 {}",
+                rollout.object.api_version,
                 judge::ROLLOUT_KINDS.join(", ")
             )));
         }
