@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::bao::Bao;
 use common::kube::{self as cluster, resource};
 use common::pipeline::{job, Pipeline};
-use execplane::contract::{topics, JobSpec};
+use execplane::contract::JobSpec;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
@@ -283,15 +283,10 @@ async fn a_release_goes_through_its_life_with_revisions_and_rendered_manifests(p
         &pipeline,
         &pool,
         &common::leaks::leaks(&cluster::admin_token()),
-        &[
-            topics::COMMANDS,
-            topics::RUNNER_EVENTS,
-            topics::LOG_CHUNKS,
-            topics::ATTEMPT_EVENTS,
-            topics::ARTIFACTS,
-            topics::RESULTS,
-            topics::DLQ,
-        ],
+        &common::leaks::topics_of(execplane::contract::RunnerType::Helm)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
         &pipeline.dir,
     )
     .await;

@@ -553,7 +553,12 @@ async fn every_refusal_is_exact_and_nothing_reaches_kafka_or_postgres(pool: PgPo
         ],
     )
     .await;
-    catalog(&pipeline, &["enabled-exec", "--types", "verification"]);
+    // opentofu too: its operations are typed but not implemented yet, the
+    // register case below names one.
+    catalog(
+        &pipeline,
+        &["enabled-exec", "--types", "verification,opentofu"],
+    );
     catalog(
         &pipeline,
         &["disabled-exec", "--types", "verification", "--disabled"],

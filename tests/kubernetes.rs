@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::bao::Bao;
 use common::kube::{self as cluster, resource};
 use common::pipeline::{job, Pipeline};
-use execplane::contract::{topics, JobSpec};
+use execplane::contract::JobSpec;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
@@ -369,15 +369,10 @@ async fn apply_reports_refs_and_diffs_reapply_is_a_no_op_and_gates_hold(pool: Pg
         pipeline,
         &pool,
         &common::leaks::leaks(&cluster::admin_token()),
-        &[
-            topics::COMMANDS,
-            topics::RUNNER_EVENTS,
-            topics::LOG_CHUNKS,
-            topics::ATTEMPT_EVENTS,
-            topics::ARTIFACTS,
-            topics::RESULTS,
-            topics::DLQ,
-        ],
+        &common::leaks::topics_of(execplane::contract::RunnerType::Kubernetes)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
         &pipeline.dir,
     )
     .await;

@@ -122,6 +122,32 @@ pub fn check_cancel(reason: &str, requested_by: &str) -> Vec<Problem> {
     problems
 }
 
+/// The first at most `max` bytes of `text`, cut at a character boundary.
+pub fn head(text: &str, max: usize) -> &str {
+    let mut cut = text.len().min(max);
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    &text[..cut]
+}
+
+/// The last at most `max` bytes of `text`, cut at a character boundary.
+pub fn tail(text: &str, max: usize) -> &str {
+    let mut cut = text.len().saturating_sub(max);
+    while !text.is_char_boundary(cut) {
+        cut += 1;
+    }
+    &text[cut..]
+}
+
+/// `text` cut to at most `max` bytes, with `…` when something was cut.
+pub fn shortened(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    format!("{}…", head(text, max))
+}
+
 /// A text as it may appear in a log line: control characters escaped, so
 /// what a client wrote can never start a line of its own or colour one.
 pub fn loggable(text: &str) -> String {
@@ -134,6 +160,20 @@ pub fn loggable(text: &str) -> String {
             }
         })
         .collect()
+}
+
+#[cfg(test)]
+mod cut_tests {
+    use super::*;
+
+    #[test]
+    fn cuts_keep_characters_whole() {
+        assert_eq!(head("héllo", 2), "h");
+        assert_eq!(tail("héllo", 4), "llo");
+        assert_eq!(tail("abc", 10), "abc");
+        assert_eq!(shortened("héllo", 2), "h…");
+        assert_eq!(shortened("abc", 3), "abc");
+    }
 }
 
 #[cfg(test)]

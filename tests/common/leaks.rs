@@ -55,6 +55,26 @@ pub async fn records_until_now(
 }
 
 /// Every form of `value`, and the halves the job split it into.
+/// Every topic a runner's attempt writes to or is read from, with the
+/// work topic of `runner`: where a leak would be published.
+pub fn topics_of(runner: execplane::contract::RunnerType) -> Vec<String> {
+    use execplane::contract::topics;
+    let mut every: Vec<String> = [
+        topics::COMMANDS,
+        topics::RUNNER_EVENTS,
+        topics::LOG_CHUNKS,
+        topics::ATTEMPT_EVENTS,
+        topics::ARTIFACTS,
+        topics::RESULTS,
+        topics::DLQ,
+    ]
+    .iter()
+    .map(|topic| (*topic).to_owned())
+    .collect();
+    every.push(topics::work(runner));
+    every
+}
+
 pub fn leaks(value: &str) -> Vec<String> {
     let mut needles = forms_of(value);
     let middle = value

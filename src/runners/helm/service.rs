@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 use super::HelmConfig;
 use crate::artifacts::inputs::InputRef;
 use crate::contract::inputs::{ChartRef, ClusterRef, OperationInputs, Vars};
+use crate::contract::limits::{head, tail};
 use crate::contract::results::{HelmObject, HelmResult, HelmTestRun};
 use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType};
 use crate::runner::tool::{self, StopCause, ToolCommand, ToolExit, Workdir};
@@ -909,38 +910,9 @@ fn release_objects(json: &[u8]) -> Result<String, Failure> {
     Ok(stream)
 }
 
-fn head(text: &str, limit: usize) -> &str {
-    if text.len() <= limit {
-        return text;
-    }
-    let mut cut = limit;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    &text[..cut]
-}
-
-fn tail(text: &str, limit: usize) -> &str {
-    if text.len() <= limit {
-        return text;
-    }
-    let mut cut = text.len() - limit;
-    while !text.is_char_boundary(cut) {
-        cut += 1;
-    }
-    &text[cut..]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn cuts_keep_characters_whole() {
-        assert_eq!(head("héllo", 2), "h");
-        assert_eq!(tail("héllo", 4), "llo");
-        assert_eq!(tail("abc", 10), "abc");
-    }
 
     #[test]
     fn it_runs_exactly_the_catalog_s_helm_operations() {

@@ -189,15 +189,7 @@ fn api_failure(what: &str, error: kube::Error) -> Failure {
                 409 => FailureCategory::RunnerError,
                 _ => FailureCategory::Infrastructure,
             };
-            let mut message = status.message.clone();
-            if message.len() > MAX_API_MESSAGE {
-                let mut cut = MAX_API_MESSAGE;
-                while !message.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                message.truncate(cut);
-                message.push('…');
-            }
+            let message = crate::contract::limits::shortened(&status.message, MAX_API_MESSAGE);
             let hint = if status.code == 409 && status.reason == "Conflict" {
                 " (another field manager owns these fields: set `force_conflicts` to take them)"
             } else {
@@ -867,11 +859,7 @@ impl Session<'_> {
                         event_type: text("/type"),
                         reason: text("/reason"),
                         message: text("/message").map(|message| {
-                            let mut cut = message.len().min(MAX_EVENT_MESSAGE);
-                            while !message.is_char_boundary(cut) {
-                                cut -= 1;
-                            }
-                            message[..cut].to_owned()
+                            crate::contract::limits::head(&message, MAX_EVENT_MESSAGE).to_owned()
                         }),
                         count: event
                             .pointer("/count")

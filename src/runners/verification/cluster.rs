@@ -38,22 +38,14 @@ pub fn kind_of(resource: &str) -> Result<(&str, &str), String> {
 /// cluster was reached.
 fn failed_call(sample: &mut Sample, what: &str, error: kube::Error) {
     sample.reached = matches!(error, kube::Error::Api(_));
-    let mut message = match error {
+    let message = match error {
         kube::Error::Api(status) => format!(
             "{what}: the API server answered {} {}: {}",
             status.code, status.reason, status.message
         ),
         other => format!("{what}: {other}"),
     };
-    if message.len() > MAX_MESSAGE {
-        let mut cut = MAX_MESSAGE;
-        while !message.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        message.truncate(cut);
-        message.push('…');
-    }
-    sample.error = Some(message);
+    sample.error = Some(crate::contract::limits::shortened(&message, MAX_MESSAGE));
 }
 
 pub struct Probe<'a> {
