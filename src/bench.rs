@@ -8,6 +8,7 @@ pub mod store;
 use anyhow::Context;
 
 use crate::config::Config;
+use crate::runner::{Assignment, ExecutionContext, Executor};
 use crate::store::Store;
 
 /// A schema of a bench's own, created on the configured database and
@@ -32,4 +33,47 @@ impl ScratchSchema {
         }
         Ok(())
     }
+}
+
+/// One attempt of `spec` through `executor` in this process, as a runner
+/// would hand it over (a fresh attempt id; `prepare` adds what the
+/// executor needs to the context): how long it took, or why it did not
+/// succeed.
+pub(crate) async fn time_attempt<E: Executor>(
+    executor: &E,
+    spec: crate::contract::JobSpec,
+    prepare: impl FnOnce(uuid::Uuid, ExecutionContext) -> ExecutionContext,
+) -> anyhow::Result<std::time::Duration> {
+    let (progress, _progress_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (log, _log_rx) = tokio::sync::mpsc::unbounded_channel();
+    let attempt_id = uuid::Uuid::new_v4();
+    let context = prepare(
+        attempt_id,
+        ExecutionContext::new(tokio_util::sync::CancellationToken::new(), progress, log),
+    );
+    let started = std::time::Instant::now();
+    let assignment = Assignment {
+        attempt_id,
+        job_id: spec.job_id.clone(),
+        attempt_no: 1,
+        lease_epoch: 1,
+        spec,
+    };
+    let outcome = executor.execute(assignment, context).await;
+    let took = started.elapsed();
+    anyhow::ensure!(
+        outcome.category.is_none(),
+        "through the runner: {:?} {}",
+        outcome.category,
+        outcome.message
+    );
+    Ok(took)
+}
+
+/// Durations in milliseconds.
+pub(crate) fn milliseconds(samples: &[std::time::Duration]) -> Vec<f64> {
+    samples
+        .iter()
+        .map(|duration| duration.as_secs_f64() * 1000.0)
+        .collect()
 }

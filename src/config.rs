@@ -1047,17 +1047,21 @@ impl Config {
         crate::runners::helm::HelmConfig {
             helm: self.helm.bin.trim().into(),
             policy: self.policy.loaded.clone(),
-            kubernetes: crate::runners::kubernetes::ClientSettings {
-                connect_timeout: self.kubernetes.connect_timeout.as_std(),
-                request_timeout: self.kubernetes.request_timeout.as_std(),
-            },
+            kubernetes: self.kubernetes_client(),
+        }
+    }
+
+    /// How every role that reads a cluster connects to it.
+    fn kubernetes_client(&self) -> crate::runners::kubernetes::ClientSettings {
+        crate::runners::kubernetes::ClientSettings {
+            connect_timeout: self.kubernetes.connect_timeout.as_std(),
+            request_timeout: self.kubernetes.request_timeout.as_std(),
         }
     }
 
     pub fn kubernetes(&self) -> crate::runners::kubernetes::KubernetesConfig {
         crate::runners::kubernetes::KubernetesConfig {
-            connect_timeout: self.kubernetes.connect_timeout.as_std(),
-            request_timeout: self.kubernetes.request_timeout.as_std(),
+            client: self.kubernetes_client(),
             poll_interval: self.kubernetes.poll_interval.as_std(),
             policy: self.policy.loaded.clone(),
         }
@@ -1079,10 +1083,7 @@ impl Config {
                 .filter(|dir| !dir.is_empty())
                 .map(Into::into),
             policy: self.policy.loaded.clone(),
-            kubernetes: crate::runners::kubernetes::ClientSettings {
-                connect_timeout: self.kubernetes.connect_timeout.as_std(),
-                request_timeout: self.kubernetes.request_timeout.as_std(),
-            },
+            kubernetes: self.kubernetes_client(),
             ..Default::default()
         }
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::bao::Bao;
 use common::pipeline::{job, Pipeline};
 use common::sshd::{self, host_key};
-use execplane::contract::{topics, EventBody, JobSpec, RunnerType};
+use execplane::contract::{EventBody, JobSpec, RunnerType};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
@@ -570,21 +570,11 @@ async fn a_vault_secret_a_task_echoes_leaks_nowhere(pool: PgPool) {
                 >= 3
         })
         .await;
-    let work = topics::work(RunnerType::Ansible);
-    common::leaks::assert_nowhere(
+    common::leaks::assert_secret_nowhere(
         &stack.pipeline,
         &pool,
-        &common::leaks::leaks(&token),
-        &[
-            topics::COMMANDS,
-            topics::RUNNER_EVENTS,
-            topics::LOG_CHUNKS,
-            topics::ATTEMPT_EVENTS,
-            topics::ARTIFACTS,
-            topics::RESULTS,
-            topics::DLQ,
-            work.as_str(),
-        ],
+        &token,
+        RunnerType::Ansible,
         &stack.pipeline.dir,
     )
     .await;

@@ -279,14 +279,11 @@ async fn a_release_goes_through_its_life_with_revisions_and_rendered_manifests(p
     assert_eq!(result["status"], "uninstalled");
     assert_eq!(greeting(&admin, &namespace).await, None);
 
-    common::leaks::assert_nowhere(
+    common::leaks::assert_secret_nowhere(
         &pipeline,
         &pool,
-        &common::leaks::leaks(&cluster::admin_token()),
-        &common::leaks::topics_of(execplane::contract::RunnerType::Helm)
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
+        &cluster::admin_token(),
+        execplane::contract::RunnerType::Helm,
         &pipeline.dir,
     )
     .await;

@@ -365,14 +365,11 @@ async fn apply_reports_refs_and_diffs_reapply_is_a_no_op_and_gates_hold(pool: Pg
     assert_eq!(status, "succeeded", "{message}");
     assert_eq!(objects(&result)[0]["action"], "absent");
 
-    common::leaks::assert_nowhere(
+    common::leaks::assert_secret_nowhere(
         pipeline,
         &pool,
-        &common::leaks::leaks(&cluster::admin_token()),
-        &common::leaks::topics_of(execplane::contract::RunnerType::Kubernetes)
-            .iter()
-            .map(String::as_str)
-            .collect::<Vec<_>>(),
+        &cluster::admin_token(),
+        execplane::contract::RunnerType::Kubernetes,
         &pipeline.dir,
     )
     .await;

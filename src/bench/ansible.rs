@@ -18,7 +18,6 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::config::Config;
-use crate::runner::{Assignment, ExecutionContext, Executor};
 use crate::runners::ansible::{AnsibleConfig, AnsibleRunner};
 
 #[derive(Debug, clap::Args)]
@@ -179,44 +178,21 @@ pub async fn run(config: &Config, args: &AnsibleBenchArgs) -> anyhow::Result<Exi
             .map_err(|problems| anyhow::anyhow!("the bench JobSpec: {problems}"))?;
         // What the runner SDK does with a resolved secret.
         spec.inputs["private_key"] = json!(key);
-        let (progress, _progress_rx) = tokio::sync::mpsc::unbounded_channel();
-        let (log, _log_rx) = tokio::sync::mpsc::unbounded_channel();
-        let attempt_id = uuid::Uuid::new_v4();
-        let context =
-            ExecutionContext::new(tokio_util::sync::CancellationToken::new(), progress, log)
+        let took = super::time_attempt(&runner, spec, |attempt_id, context| {
+            context
                 .with_storage(Some(storage.clone()))
                 .with_tools(tools.clone(), Duration::from_secs(2))
                 .with_outputs(crate::runner::outputs::Outputs::new(
                     attempt_id,
                     crate::secrets::Masker::default(),
-                ));
-        let started = Instant::now();
-        let outcome = runner
-            .execute(
-                Assignment {
-                    attempt_id,
-                    job_id: spec.job_id.clone(),
-                    attempt_no: 1,
-                    lease_epoch: 1,
-                    spec,
-                },
-                context,
-            )
-            .await;
-        through.push(started.elapsed());
-        anyhow::ensure!(
-            outcome.category.is_none(),
-            "through the runner: {:?} {}",
-            outcome.category,
-            outcome.message
-        );
+                ))
+        })
+        .await?;
+        through.push(took);
     }
     let _ = std::fs::remove_dir_all(&scratch);
 
-    let ms = |samples: &[Duration]| -> Vec<f64> {
-        samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect()
-    };
-    let (hand_ms, runner_ms) = (ms(&by_hand), ms(&through));
+    let (hand_ms, runner_ms) = (super::milliseconds(&by_hand), super::milliseconds(&through));
     let report = AnsibleReport {
         runs,
         by_hand_p50_ms: median(&hand_ms),

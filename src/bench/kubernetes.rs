@@ -16,7 +16,6 @@ use anyhow::Context;
 use serde::Serialize;
 use serde_json::json;
 
-use crate::runner::{Assignment, ExecutionContext, Executor};
 use crate::runners::kubernetes::{KubernetesConfig, KubernetesRunner};
 
 #[derive(Debug, clap::Args)]
@@ -156,38 +155,18 @@ pub async fn run(args: &KubernetesBenchArgs) -> anyhow::Result<ExitCode> {
             .map_err(|problems| anyhow::anyhow!("the bench JobSpec: {problems}"))?;
         // What the runner SDK does with a resolved secret.
         spec.inputs["cluster"]["credentials"] = json!(token);
-        let (progress, _progress_rx) = tokio::sync::mpsc::unbounded_channel();
-        let (log, _log_rx) = tokio::sync::mpsc::unbounded_channel();
-        let context =
-            ExecutionContext::new(tokio_util::sync::CancellationToken::new(), progress, log)
-                .with_deadline(tokio::time::Instant::now() + Duration::from_secs(60));
-        let started = Instant::now();
-        let outcome = runner
-            .execute(
-                Assignment {
-                    attempt_id: uuid::Uuid::new_v4(),
-                    job_id: spec.job_id.clone(),
-                    attempt_no: 1,
-                    lease_epoch: 1,
-                    spec,
-                },
-                context,
-            )
-            .await;
-        through.push(started.elapsed());
-        anyhow::ensure!(
-            outcome.category.is_none(),
-            "through the runner: {:?} {}",
-            outcome.category,
-            outcome.message
-        );
+        let took = super::time_attempt(&runner, spec, |_, context| {
+            context.with_deadline(tokio::time::Instant::now() + Duration::from_secs(60))
+        })
+        .await?;
+        through.push(took);
     }
     let _ = std::fs::remove_dir_all(&scratch);
 
-    let ms = |samples: &[Duration]| -> Vec<f64> {
-        samples.iter().map(|d| d.as_secs_f64() * 1000.0).collect()
-    };
-    let (kubectl_ms, runner_ms) = (ms(&by_kubectl), ms(&through));
+    let (kubectl_ms, runner_ms) = (
+        super::milliseconds(&by_kubectl),
+        super::milliseconds(&through),
+    );
     let per_second =
         |samples: &[f64]| 1000.0 * samples.len() as f64 / samples.iter().sum::<f64>().max(1.0);
     let report = KubernetesReport {
@@ -231,10 +210,7 @@ async fn ensure_namespace(
         .cluster("bench")
         .context("the bench policy names its cluster")?;
     let credentials = crate::runners::kubernetes::Credentials::Token(token.to_owned());
-    let settings = crate::runners::kubernetes::ClientSettings {
-        connect_timeout: Duration::from_secs(10),
-        request_timeout: Duration::from_secs(30),
-    };
+    let settings = crate::runners::kubernetes::ClientSettings::default();
     let client =
         crate::runners::kubernetes::cluster::client("bench", endpoint, &credentials, settings)?;
     let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);

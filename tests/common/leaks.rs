@@ -167,3 +167,18 @@ pub async fn assert_nowhere(
         }
     }
 }
+
+/// Asserts that `secret`, in none of its forms, is on any topic of
+/// `runner`'s attempts (`topics_of`), in any table or stored event, or in
+/// any file under `dir`.
+pub async fn assert_secret_nowhere(
+    pipeline: &Pipeline,
+    pool: &PgPool,
+    secret: &str,
+    runner: execplane::contract::RunnerType,
+    dir: &std::path::Path,
+) {
+    let topics = topics_of(runner);
+    let topics: Vec<&str> = topics.iter().map(String::as_str).collect();
+    assert_nowhere(pipeline, pool, &leaks(secret), &topics, dir).await;
+}

@@ -18,10 +18,7 @@ impl Default for HelmConfig {
         Self {
             helm: PathBuf::from("/usr/local/bin/helm"),
             policy: crate::policy::SharedPolicy::default(),
-            kubernetes: crate::runners::kubernetes::ClientSettings {
-                connect_timeout: std::time::Duration::from_secs(10),
-                request_timeout: std::time::Duration::from_secs(30),
-            },
+            kubernetes: crate::runners::kubernetes::ClientSettings::default(),
         }
     }
 }

@@ -166,12 +166,22 @@ impl Credentials {
     }
 }
 
-/// How the runner talks to every cluster.
+/// How the runner talks to every cluster (`EXECPLANE_KUBERNETES_*`; the
+/// defaults are the README's).
 #[derive(Clone, Copy, Debug)]
 pub struct ClientSettings {
     pub connect_timeout: Duration,
     /// The longest one request may take to answer.
     pub request_timeout: Duration,
+}
+
+impl Default for ClientSettings {
+    fn default() -> Self {
+        Self {
+            connect_timeout: Duration::from_secs(10),
+            request_timeout: Duration::from_secs(30),
+        }
+    }
 }
 
 /// Why a client could not be made.

@@ -228,7 +228,8 @@ impl WantedCondition {
     }
 }
 
-/// What one look at an object showed of a condition (or a rollout).
+/// What one look at an object showed of a condition (or a rollout); a
+/// history records a look only when it differs from the one before.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Observation {
     pub generation: Option<i64>,
@@ -239,20 +240,6 @@ pub struct Observation {
     /// Rollouts: the replica counts judged.
     pub detail: Option<Value>,
     pub met: bool,
-}
-
-impl Observation {
-    /// Whether two looks are the same for the history (a history records
-    /// changes, not every poll).
-    pub fn same_as(&self, other: &Observation) -> bool {
-        self.generation == other.generation
-            && self.observed_generation == other.observed_generation
-            && self.status == other.status
-            && self.reason == other.reason
-            && self.message == other.message
-            && self.detail == other.detail
-            && self.met == other.met
-    }
 }
 
 fn int_at(object: &Value, pointer: &str) -> Option<i64> {

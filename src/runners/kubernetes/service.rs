@@ -8,7 +8,7 @@ use kube::api::{
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::cluster::{self, ClientSettings, Kinds};
+use super::cluster::{self, Kinds};
 use super::judge::{self, Observation, Rollout, WantedCondition};
 use super::KubernetesConfig;
 use crate::contract::inputs::{
@@ -92,11 +92,7 @@ impl Executor for KubernetesRunner {
                 .outcome(None);
         };
         let policy = self.config.policy.current();
-        let settings = ClientSettings {
-            connect_timeout: self.config.connect_timeout,
-            request_timeout: self.config.request_timeout,
-        };
-        let client = match cluster::connect(&policy, cluster_ref, settings) {
+        let client = match cluster::connect(&policy, cluster_ref, self.config.client) {
             Ok(client) => client,
             Err((category, message)) => return Failure::new(category, message).outcome(None),
         };
@@ -766,7 +762,7 @@ impl Session<'_> {
             seen = match self.get(target).await {
                 Ok(seen) => seen,
                 Err(failure) => {
-                    self.report.wait = Some(evidence(condition, false, history, last.as_ref()));
+                    self.report.wait = Some(evidence(condition, false, history));
                     return Err(failure);
                 }
             };
@@ -785,7 +781,7 @@ impl Session<'_> {
                     false,
                 ),
             };
-            let changed = last.as_ref().is_none_or(|last| !last.same_as(&observation));
+            let changed = last.as_ref() != Some(&observation);
             if changed {
                 record(&mut history, &observation);
             }
@@ -804,7 +800,7 @@ impl Session<'_> {
             tokio::select! {
                 _ = self.context.cancel.cancelled() => {
                     self.report.objects.push(target.result(seen.as_ref(), "waited"));
-                    self.report.wait = Some(evidence(condition, false, history, last.as_ref()));
+                    self.report.wait = Some(evidence(condition, false, history));
                     return Err(Failure::new(FailureCategory::Cancelled, format!("waiting for {condition}: stopped")));
                 }
                 _ = nap => {}
@@ -814,7 +810,7 @@ impl Session<'_> {
         self.report
             .objects
             .push(target.result(seen.as_ref(), "waited"));
-        self.report.wait = Some(evidence(condition, met, history, last.as_ref()));
+        self.report.wait = Some(evidence(condition, met, history));
         Ok(outcome)
     }
 
@@ -908,7 +904,6 @@ fn evidence(
     condition: &str,
     met: bool,
     history: Vec<ConditionObservation>,
-    _last: Option<&Observation>,
 ) -> KubernetesWaitEvidence {
     KubernetesWaitEvidence {
         condition: condition.to_owned(),

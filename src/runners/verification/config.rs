@@ -39,10 +39,7 @@ impl Default for VerificationConfig {
             max_body_bytes: 1024 * 1024,
             probe_dir: None,
             policy: crate::policy::SharedPolicy::default(),
-            kubernetes: crate::runners::kubernetes::ClientSettings {
-                connect_timeout: Duration::from_secs(10),
-                request_timeout: Duration::from_secs(30),
-            },
+            kubernetes: crate::runners::kubernetes::ClientSettings::default(),
         }
     }
 }
