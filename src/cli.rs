@@ -83,7 +83,7 @@ pub enum Command {
     Relay,
     /// One runner instance of a type.
     Runner {
-        /// The runner type (`verification`, `ssh`, `ansible`, `kubernetes`, `helm`).
+        /// The runner type (`verification`, `ssh`, `ansible`, `kubernetes`, `helm`, `opentofu`).
         runner_type: String,
     },
     /// Kafka topics.
@@ -342,9 +342,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             "ansible" => roles::run(&config, roles::Roles::ANSIBLE_RUNNER, false).await,
             "kubernetes" => roles::run(&config, roles::Roles::KUBERNETES_RUNNER, false).await,
             "helm" => roles::run(&config, roles::Roles::HELM_RUNNER, false).await,
+            "opentofu" => roles::run(&config, roles::Roles::OPENTOFU_RUNNER, false).await,
             other => {
                 eprintln!(
-                    "error: no runner `{other}` in this build (available: verification, ssh, ansible, kubernetes, helm)"
+                    "error: no runner `{other}` in this build (available: verification, ssh, ansible, kubernetes, helm, opentofu)"
                 );
                 Ok(ExitCode::from(2))
             }

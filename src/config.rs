@@ -187,6 +187,29 @@ impl Default for HelmSettings {
     }
 }
 
+/// The opentofu runner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TofuSettings {
+    /// `EXECPLANE_TOFU_BIN`: the Terraform-compatible CLI it drives (`tofu`
+    /// or `terraform`).
+    pub bin: String,
+    /// `EXECPLANE_TOFU_PROVIDER_MIRROR`: a filesystem mirror of providers
+    /// (empty: the CLI installs them from their registries).
+    pub provider_mirror: String,
+    /// `EXECPLANE_TOFU_STATE_DIR`: where the `local` backend's states live.
+    pub state_dir: String,
+}
+
+impl Default for TofuSettings {
+    fn default() -> Self {
+        Self {
+            bin: "/usr/local/bin/tofu".into(),
+            provider_mirror: String::new(),
+            state_dir: "/var/lib/execplane/opentofu-state".into(),
+        }
+    }
+}
+
 /// The kubernetes runner.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KubernetesSettings {
@@ -414,6 +437,7 @@ pub struct Config {
     pub ansible: AnsibleSettings,
     pub kubernetes: KubernetesSettings,
     pub helm: HelmSettings,
+    pub opentofu: TofuSettings,
     pub policy: PolicySettings,
     pub ingress: IngressSettings,
     pub artifacts: ArtifactSettings,
@@ -571,6 +595,9 @@ settings! {
     "EXECPLANE_KUBERNETES_REQUEST_TIMEOUT" => kubernetes.request_timeout;
     "EXECPLANE_KUBERNETES_POLL_INTERVAL" => kubernetes.poll_interval;
     "EXECPLANE_HELM_BIN" => helm.bin;
+    "EXECPLANE_TOFU_BIN" => opentofu.bin;
+    "EXECPLANE_TOFU_PROVIDER_MIRROR" => opentofu.provider_mirror;
+    "EXECPLANE_TOFU_STATE_DIR" => opentofu.state_dir;
     "EXECPLANE_POLICY_FILE" ["EXECPLANE_POLICY"] => policy.file;
     "EXECPLANE_METRICS_ADDR" => telemetry.metrics_addr;
     "EXECPLANE_INGRESS_KEY" ["PLUGIN_CONTROL_PLANE_KEY"] => ingress.key;
@@ -732,6 +759,12 @@ impl Config {
             ("EXECPLANE_RUNNER_WORK_DIR", &self.runner.work_dir),
             ("EXECPLANE_VERIFY_PROBE_DIR", &self.verification.probe_dir),
             ("EXECPLANE_HELM_BIN", &self.helm.bin),
+            ("EXECPLANE_TOFU_BIN", &self.opentofu.bin),
+            (
+                "EXECPLANE_TOFU_PROVIDER_MIRROR",
+                &self.opentofu.provider_mirror,
+            ),
+            ("EXECPLANE_TOFU_STATE_DIR", &self.opentofu.state_dir),
         ] {
             let path = path.trim();
             if !path.is_empty() && !Path::new(path).is_absolute() {
@@ -1051,6 +1084,16 @@ impl Config {
         }
     }
 
+    pub fn opentofu(&self) -> crate::runners::opentofu::TofuConfig {
+        let mirror = self.opentofu.provider_mirror.trim();
+        crate::runners::opentofu::TofuConfig {
+            cli: self.opentofu.bin.trim().into(),
+            provider_mirror: (!mirror.is_empty()).then(|| mirror.into()),
+            state_dir: self.opentofu.state_dir.trim().into(),
+            policy: self.policy.loaded.clone(),
+        }
+    }
+
     /// How every role that reads a cluster connects to it.
     fn kubernetes_client(&self) -> crate::runners::kubernetes::ClientSettings {
         crate::runners::kubernetes::ClientSettings {
@@ -1116,9 +1159,12 @@ mod tests {
             "EXECPLANE_ARTIFACT_RETENTION_LOGS" => Some("1d".into()),
             "EXECPLANE_ARTIFACT_RETENTION_EVIDENCE" => Some("400d".into()),
             "EXECPLANE_RUNNER_POOL" => Some("zone=a".into()),
-            "EXECPLANE_RUNNER_WORK_DIR" | "EXECPLANE_VERIFY_PROBE_DIR" | "EXECPLANE_HELM_BIN" => {
-                Some("/var/lib/execplane-sample".into())
-            }
+            "EXECPLANE_RUNNER_WORK_DIR"
+            | "EXECPLANE_VERIFY_PROBE_DIR"
+            | "EXECPLANE_HELM_BIN"
+            | "EXECPLANE_TOFU_BIN"
+            | "EXECPLANE_TOFU_PROVIDER_MIRROR"
+            | "EXECPLANE_TOFU_STATE_DIR" => Some("/var/lib/execplane-sample".into()),
             _ => None,
         };
         let partners = match setting.name {

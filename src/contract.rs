@@ -16,6 +16,7 @@ pub mod outputs;
 pub mod results;
 pub mod secret_shapes;
 pub mod target_keys;
+pub mod tofu_inputs;
 pub mod topics;
 mod validate;
 

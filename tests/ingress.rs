@@ -268,7 +268,6 @@ async fn follow(url: &str, last_event_id: Option<&str>) -> Vec<(u64, String, Ins
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn the_execute_api_runs_a_job_streams_its_events_and_cancels(pool: PgPool) {
     let mut pipeline = Pipeline::new(&pool).await;
-    // team-a's opentofu module is approved there (the not-implemented case).
     pipeline.with_example_policy();
     let ingress = start(&mut pipeline, &["serve"], &[]).await;
     pipeline.wait_runners(1).await;
@@ -298,31 +297,6 @@ async fn the_execute_api_runs_a_job_streams_its_events_and_cancels(pool: PgPool)
         paths.contains(&"command_id") && paths.contains(&"inputs.port"),
         "{paths:?}"
     );
-    // Valid, but no runner of this release runs it: 400, nothing produced.
-    let unimplemented = job(
-        "opentofu.output",
-        json!({"package": {"name": "network", "version": "1.0.0", "digest": format!("sha256:{}", "2".repeat(64))}}),
-        json!({}),
-    );
-    let (status, body) = call(
-        reqwest::Method::POST,
-        &ingress.url("/v1/jobs"),
-        Some(API_KEY),
-        None,
-        &[],
-        Some(serde_json::to_vec(&unimplemented).unwrap()),
-    )
-    .await;
-    assert_eq!(status, 400, "{body}");
-    assert_eq!(body["problems"][0]["path"], "operation", "{body}");
-    assert!(
-        body["problems"][0]["message"]
-            .as_str()
-            .unwrap()
-            .contains("not implemented"),
-        "{body}"
-    );
-
     // A job that takes 1.5 s, so that its events arrive while it runs.
     let spec = job(
         "verify.custom.probe",
@@ -553,12 +527,7 @@ async fn every_refusal_is_exact_and_nothing_reaches_kafka_or_postgres(pool: PgPo
         ],
     )
     .await;
-    // opentofu too: its operations are typed but not implemented yet, the
-    // register case below names one.
-    catalog(
-        &pipeline,
-        &["enabled-exec", "--types", "verification,opentofu"],
-    );
+    catalog(&pipeline, &["enabled-exec", "--types", "verification"]);
     catalog(
         &pipeline,
         &["disabled-exec", "--types", "verification", "--disabled"],
@@ -692,11 +661,6 @@ async fn every_refusal_is_exact_and_nothing_reaches_kafka_or_postgres(pool: PgPo
             "/v1/executor/register",
             r#"{"runner_type": "verification", "operations": ["verify.tcp.connect", "helm.install"]}"#,
             "operations[1]",
-        ),
-        (
-            "/v1/executor/register",
-            r#"{"runner_type": "opentofu", "operations": ["opentofu.plan"]}"#,
-            "operations[0]",
         ),
         (
             "/v1/executor/reports",

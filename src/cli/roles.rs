@@ -27,6 +27,7 @@ pub struct Roles {
     pub ansible_runner: bool,
     pub kubernetes_runner: bool,
     pub helm_runner: bool,
+    pub opentofu_runner: bool,
     pub ingress: bool,
     pub artifact_worker: bool,
 }
@@ -40,6 +41,7 @@ impl Roles {
         ansible_runner: false,
         kubernetes_runner: false,
         helm_runner: false,
+        opentofu_runner: false,
         ingress: false,
         artifact_worker: false,
     };
@@ -71,6 +73,10 @@ impl Roles {
         helm_runner: true,
         ..Self::NONE
     };
+    pub const OPENTOFU_RUNNER: Roles = Roles {
+        opentofu_runner: true,
+        ..Self::NONE
+    };
     pub const INGRESS: Roles = Roles {
         ingress: true,
         ..Self::NONE
@@ -90,6 +96,7 @@ impl Roles {
             ansible_runner: true,
             kubernetes_runner: true,
             helm_runner: true,
+            opentofu_runner: true,
             ingress: !config.ingress.key.is_empty() || !config.ingress.api_key.is_empty(),
             artifact_worker: true,
         }
@@ -271,6 +278,7 @@ async fn spawn_runners(
         && !roles.ansible_runner
         && !roles.kubernetes_runner
         && !roles.helm_runner
+        && !roles.opentofu_runner
     {
         return Ok(runners);
     }
@@ -319,6 +327,10 @@ async fn spawn_runners(
     }
     if roles.helm_runner {
         let executor = crate::runners::helm::HelmRunner::new(config.helm());
+        spawn(&mut runners, kafka, &settings, executor, stop);
+    }
+    if roles.opentofu_runner {
+        let executor = crate::runners::opentofu::TofuRunner::new(config.opentofu());
         spawn(&mut runners, kafka, &settings, executor, stop);
     }
     Ok(runners)

@@ -243,10 +243,18 @@ pub struct TofuModule {
     pub path: Option<String>,
     #[serde(default)]
     pub workspace: Option<String>,
+    /// Input variables: plain values only (a variable's value is written
+    /// into the plan file and the state, so a secret never goes here).
     #[serde(default)]
     pub variables: Vars,
+    /// `type` (`local` when absent; the operator's `opentofu.backends`)
+    /// and its settings; for `pg`, `conn_str` may be a secret reference.
     #[serde(default)]
     pub backend: Vars,
+    /// Environment variables for the providers (their credentials, as
+    /// secret references): only names the operator's `opentofu.env` lists.
+    #[serde(default)]
+    pub env: Vars,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -3,6 +3,8 @@
 //! operation's type before it reports it, so a consumer of
 //! `exec.results.v1` can rely on the documented shape.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -365,6 +367,84 @@ pub struct HelmTestRun {
     pub completed_at: Option<String>,
 }
 
+/// The result of every `opentofu.*` operation: what the CLI reports of the
+/// module's plan, outputs and state after the operation.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TofuResult {
+    /// `<name>@<version>` of the module package.
+    pub module: String,
+    pub workspace: String,
+    /// The backend type the state lives in.
+    pub backend: String,
+    /// The CLI's own version (`terraform_version` of its JSON).
+    pub cli_version: Option<String>,
+    /// `opentofu.plan`: the saved plan (and an apply without one: the plan
+    /// it made and applied).
+    pub plan: Option<TofuPlan>,
+    /// The root module's outputs; a sensitive output's value is `null`.
+    pub outputs: BTreeMap<String, TofuOutput>,
+    /// The state version after the operation.
+    pub state: Option<TofuStateVersion>,
+    /// The managed resources in the state, with the ids their providers
+    /// gave them (at most 1000).
+    pub resources: Vec<TofuResource>,
+}
+
+/// A saved plan: its artifact (the reference an apply names and a control
+/// plane approves) and what it changes.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TofuPlan {
+    /// `sha256:<hex>` of the plan file, stored as an input artifact (and as
+    /// the output `plan.tfplan`).
+    pub artifact: Option<String>,
+    /// Counted as the CLI counts: a replacement adds one and destroys one.
+    pub add: u32,
+    pub change: u32,
+    pub destroy: u32,
+    /// Each resource the plan acts on and its actions (at most 1000).
+    pub changes: Vec<TofuChange>,
+    /// Whether the plan changes anything (resources or outputs).
+    pub has_changes: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TofuChange {
+    pub address: String,
+    /// `create`, `update`, `delete`, `read`, `no-op`, in the CLI's order.
+    pub actions: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TofuOutput {
+    pub sensitive: bool,
+    /// `null` when sensitive.
+    pub value: Value,
+}
+
+/// A state version: which state (lineage) and which write of it (serial),
+/// and the digest of its content (never the content).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TofuStateVersion {
+    pub lineage: String,
+    pub serial: u64,
+    pub sha256: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TofuResource {
+    pub address: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The provider's id of the object (`None`: the resource has none).
+    pub id: Option<String>,
+}
+
 /// Whether `result` is a result of `operation`; the problem when it is not.
 /// Operations whose runner has not landed have no documented result yet.
 pub fn check_result(operation: Operation, result: &Value) -> Result<(), String> {
@@ -397,7 +477,7 @@ pub fn check_result(operation: Operation, result: &Value) -> Result<(), String> 
         RunnerType::Ansible => shaped::<AnsibleResult>(result),
         RunnerType::Kubernetes => shaped::<KubernetesResult>(result),
         RunnerType::Helm => shaped::<HelmResult>(result),
-        _ => Ok(()),
+        RunnerType::Opentofu => shaped::<TofuResult>(result),
     }
 }
 

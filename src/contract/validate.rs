@@ -720,6 +720,7 @@ fn is_safe_relative(path: &str) -> Result<(), &'static str> {
 fn check_operation_inputs(inputs: &OperationInputs, problems: &mut Vec<Problem>) {
     use OperationInputs as I;
     problems.extend(super::kube_names::problems_of(inputs));
+    problems.extend(super::tofu_inputs::problems_of(inputs, None));
     let mut relative = |path: &str, value: &str| {
         if let Err(message) = is_safe_relative(value) {
             problems.push(Problem::new(path, message));
@@ -892,6 +893,21 @@ fn check_policy(
         )),
         O::OpentofuApply if policy.approved_plan_digest.is_some() && inputs.and_then(|inputs| inputs.get("plan_artifact")).is_none() => {
             problems.push(Problem::new("inputs.plan_artifact", "an approved plan digest needs the plan artifact it approves"));
+        }
+        O::OpentofuApply => {
+            let artifact = inputs.and_then(|inputs| inputs.get("plan_artifact")).and_then(Value::as_str);
+            if let (Some(approved), Some(artifact)) = (&policy.approved_plan_digest, artifact) {
+                if !super::tofu_inputs::same_digest(approved, artifact) {
+                    problems.push(Problem::new(
+                        "inputs.plan_artifact",
+                        format!(
+                            "the plan artifact `{}` is not the approved plan `{}`: an apply runs only the plan that was approved",
+                            super::limits::shortened(artifact, 80),
+                            super::limits::shortened(approved, 80)
+                        ),
+                    ));
+                }
+            }
         }
         O::OpentofuDestroy if !policy.elevated => problems.push(Problem::new(
             "policy.elevated",

@@ -174,6 +174,10 @@ pub struct TofuRules {
     /// Default: `[local]`.
     #[serde(default = "local_backend")]
     pub backends: Vec<String>,
+    /// Environment variables the tenant may set for its providers
+    /// (`inputs.env`), by exact name. Default: none.
+    #[serde(default)]
+    pub env: Vec<String>,
 }
 
 fn local_backend() -> Vec<String> {
@@ -185,6 +189,7 @@ impl Default for TofuRules {
         Self {
             modules: Vec::new(),
             backends: local_backend(),
+            env: Vec::new(),
         }
     }
 }
@@ -706,6 +711,20 @@ impl Check<'_> {
         {
             let message = format!("backend `{backend}` is not allowed");
             self.refuse("inputs.backend.type", "opentofu.backends", message);
+        }
+        for name in module.env.keys() {
+            if !self
+                .rules
+                .opentofu
+                .env
+                .iter()
+                .any(|allowed| allowed == name)
+            {
+                let name = crate::contract::limits::shortened(name, 64);
+                let message =
+                    format!("environment variable `{name}` is not one the tenant may set");
+                self.refuse(format!("inputs.env.{name}"), "opentofu.env", message);
+            }
         }
     }
 

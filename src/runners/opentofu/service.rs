@@ -1,0 +1,978 @@
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+use super::TofuConfig;
+use crate::artifacts::inputs::InputRef;
+use crate::contract::inputs::{OperationInputs, TofuModule};
+use crate::contract::limits::tail;
+use crate::contract::results::{
+    TofuChange, TofuOutput, TofuPlan, TofuResource, TofuResult, TofuStateVersion,
+};
+use crate::contract::tofu_inputs;
+use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType};
+use crate::runner::tool::{self, StopCause, ToolCommand, ToolExit, Workdir};
+use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
+use crate::runners::ansible::package;
+
+/// The most of the CLI's JSON kept to read (a plan, a state).
+const MAX_CAPTURE: usize = 32 * 1024 * 1024;
+/// What is kept of a logged command's stderr for a failure message.
+const MAX_DIAGNOSTICS_CAPTURE: usize = 64 * 1024;
+/// The most of the CLI's own words a failure message quotes.
+const MAX_DIAGNOSTICS: usize = 2048;
+/// The most resources or changes a result lists.
+const MAX_LISTED: usize = 1000;
+/// What the CLI's lock wait leaves of the attempt's time, to report in.
+const REPORT_MARGIN: Duration = Duration::from_secs(5);
+/// The saved plan's file name (and output name).
+const PLAN_FILE: &str = "plan.tfplan";
+/// The backend override the runner writes into the module's directory.
+const BACKEND_OVERRIDE: &str = "zz_execplane_backend_override.tf.json";
+/// The pg backend's `conn_str` as the CLI sees it: nothing of the real
+/// one, which reaches libpq as `PG*` variables (the CLI writes `conn_str`
+/// into every plan file).
+const PG_CONN_STR: &str = "fallback_application_name=execplane";
+
+/// The opentofu runner's executor.
+pub struct TofuRunner {
+    config: TofuConfig,
+}
+
+impl TofuRunner {
+    pub fn new(config: TofuConfig) -> Self {
+        Self { config }
+    }
+}
+
+impl Executor for TofuRunner {
+    fn runner_type(&self) -> RunnerType {
+        RunnerType::Opentofu
+    }
+
+    fn operations(&self) -> Vec<Operation> {
+        Operation::implemented_by(RunnerType::Opentofu).collect()
+    }
+
+    fn capabilities(&self) -> Vec<String> {
+        vec!["opentofu".into()]
+    }
+
+    async fn execute(&self, assignment: Assignment, context: ExecutionContext) -> ExecutionOutcome {
+        let spec = &assignment.spec;
+        let inputs = match OperationInputs::parse(spec.operation, &spec.inputs) {
+            Ok(inputs) => inputs,
+            Err((path, message)) => {
+                return failed(
+                    FailureCategory::Contract,
+                    format!("inputs.{path}: {message}"),
+                )
+            }
+        };
+        // The approval first: an apply of a plan other than the approved one
+        // never gets as far as fetching it.
+        let approved = spec.policy.approved_plan_digest.as_deref();
+        if let Some(problem) = tofu_inputs::problems_of(&inputs, approved).first() {
+            let category = if problem.path == "inputs.plan_artifact" {
+                FailureCategory::Policy
+            } else {
+                FailureCategory::Contract
+            };
+            return failed(category, format!("{}: {}", problem.path, problem.message));
+        }
+        let (module, plan_artifact) = match &inputs {
+            OperationInputs::OpentofuPlan(module)
+            | OperationInputs::OpentofuDestroy(module)
+            | OperationInputs::OpentofuOutput(module)
+            | OperationInputs::OpentofuStateInspect(module) => (module, None),
+            OperationInputs::OpentofuApply(apply) => (&apply.module, apply.plan_artifact.as_ref()),
+            _ => {
+                return failed(
+                    FailureCategory::Contract,
+                    "this operation is not run by the opentofu runner",
+                )
+            }
+        };
+        match spec.operation {
+            Operation::OpentofuApply if approved.is_none() && !spec.policy.explicit_command => {
+                return failed(
+                    FailureCategory::Policy,
+                    "policy.approved_plan_digest: opentofu.apply applies an approved plan, or runs under an explicit operation policy",
+                )
+            }
+            Operation::OpentofuApply if approved.is_some() && plan_artifact.is_none() => {
+                return failed(
+                    FailureCategory::Policy,
+                    "inputs.plan_artifact: an approved plan digest needs the plan artifact it approves",
+                )
+            }
+            Operation::OpentofuDestroy if !spec.policy.elevated => {
+                return failed(
+                    FailureCategory::Policy,
+                    "policy.elevated: opentofu.destroy needs an elevated operation policy",
+                )
+            }
+            _ => {}
+        }
+        // Checked at intake; checked again where it runs, against the
+        // policy in force now (modules, backends, env names, the flags'
+        // grants).
+        let problems = self.config.policy.current().check_jobspec(spec);
+        if !problems.is_empty() {
+            let problems: Vec<String> = problems
+                .iter()
+                .map(|problem| format!("{}: {}", problem.path, problem.message))
+                .collect();
+            return failed(FailureCategory::Policy, problems.join("; "));
+        }
+        let plan_artifact = match plan_artifact.map(|text| InputRef::parse(text)).transpose() {
+            Ok(reference) => reference,
+            Err(message) => {
+                return failed(
+                    FailureCategory::Contract,
+                    format!("inputs.plan_artifact: {message}"),
+                )
+            }
+        };
+        let workdir = match Workdir::new(&context.tools().work_root) {
+            Ok(workdir) => workdir,
+            Err(error) => {
+                return failed(
+                    FailureCategory::Infrastructure,
+                    format!("no working directory for the CLI: {error}"),
+                )
+            }
+        };
+        let mut run = Run {
+            config: &self.config,
+            workdir: &workdir,
+            context: &context,
+            module_dir: PathBuf::new(),
+            env: Vec::new(),
+            report: TofuResult {
+                module: format!("{}@{}", module.package.name, module.package.version),
+                workspace: module.workspace.clone().unwrap_or_else(|| "default".into()),
+                backend: tofu_inputs::backend_type(module).to_owned(),
+                ..TofuResult::default()
+            },
+        };
+        let done = async {
+            run.prepare(&spec.tenant, module).await?;
+            match spec.operation {
+                Operation::OpentofuPlan => run.plan(module).await,
+                Operation::OpentofuApply => run.apply(module, plan_artifact.as_ref()).await,
+                Operation::OpentofuDestroy => run.destroy(module).await,
+                _ => run.inspect(spec.operation).await,
+            }
+        }
+        .await;
+        let report = serde_json::to_value(&run.report).unwrap_or(Value::Null);
+        match done {
+            Ok(message) => ExecutionOutcome::succeeded(message, report),
+            Err(failure) => {
+                ExecutionOutcome::failed(failure.category, failure.message, Some(report))
+            }
+        }
+    }
+}
+
+fn failed(category: FailureCategory, message: impl Into<String>) -> ExecutionOutcome {
+    ExecutionOutcome::failed(category, message, None)
+}
+
+/// Why an operation failed.
+#[derive(Debug)]
+struct Failure {
+    category: FailureCategory,
+    message: String,
+}
+
+impl Failure {
+    fn new(category: FailureCategory, message: impl Into<String>) -> Self {
+        Self {
+            category,
+            message: message.into(),
+        }
+    }
+}
+
+fn infrastructure(message: impl Into<String>) -> Failure {
+    Failure::new(FailureCategory::Infrastructure, message)
+}
+
+/// The `PG*` variables libpq reads, from a connection string (a
+/// `postgres://` URL or `key=value` pairs). No error quotes the string.
+fn pg_environment(conn_str: &str) -> Result<Vec<(String, String)>, String> {
+    let variable = |key: &str| -> Option<&'static str> {
+        Some(match key {
+            "host" => "PGHOST",
+            "port" => "PGPORT",
+            "user" => "PGUSER",
+            "password" => "PGPASSWORD",
+            "dbname" => "PGDATABASE",
+            "sslmode" => "PGSSLMODE",
+            "connect_timeout" => "PGCONNECT_TIMEOUT",
+            "application_name" => "PGAPPNAME",
+            _ => return None,
+        })
+    };
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    let text = conn_str.trim();
+    if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+        let url = url::Url::parse(text)
+            .map_err(|error| format!("backend.conn_str is not a postgres URL ({error})"))?;
+        let decoded = |part: &str| {
+            percent_encoding::percent_decode_str(part)
+                .decode_utf8()
+                .map(|text| text.into_owned())
+                .map_err(|_| "backend.conn_str: a part of the URL is not UTF-8".to_owned())
+        };
+        if !url.username().is_empty() {
+            pairs.push(("user".into(), decoded(url.username())?));
+        }
+        if let Some(password) = url.password() {
+            pairs.push(("password".into(), decoded(password)?));
+        }
+        if let Some(host) = url.host_str() {
+            pairs.push(("host".into(), host.trim_matches(['[', ']']).to_owned()));
+        }
+        if let Some(port) = url.port() {
+            pairs.push(("port".into(), port.to_string()));
+        }
+        let database = url.path().trim_start_matches('/');
+        if !database.is_empty() {
+            pairs.push(("dbname".into(), decoded(database)?));
+        }
+        pairs.extend(
+            url.query_pairs()
+                .map(|(k, v)| (k.into_owned(), v.into_owned())),
+        );
+    } else {
+        for pair in text.split_whitespace() {
+            let Some((key, value)) = pair.split_once('=') else {
+                return Err(
+                    "backend.conn_str: expected a postgres:// URL or key=value pairs".into(),
+                );
+            };
+            if value.contains(['\'', '\\']) {
+                return Err(
+                    "backend.conn_str: quoted key=value pairs are not supported (use a postgres:// URL)"
+                        .into(),
+                );
+            }
+            pairs.push((key.to_owned(), value.to_owned()));
+        }
+    }
+    pairs
+        .into_iter()
+        .map(|(key, value)| match variable(&key) {
+            Some(name) => Ok((name.to_owned(), value)),
+            None => Err(format!(
+                "backend.conn_str: parameter `{}` is not supported (host, port, user, password, dbname, sslmode, connect_timeout, application_name)",
+                crate::contract::limits::shortened(&key, 40)
+            )),
+        })
+        .collect()
+}
+
+/// One attempt's CLI invocations.
+struct Run<'a> {
+    config: &'a TofuConfig,
+    workdir: &'a Workdir,
+    context: &'a ExecutionContext,
+    /// The module's directory inside the unpacked package.
+    module_dir: PathBuf,
+    /// The tenant's provider variables and the backend's `PG*` ones.
+    env: Vec<(String, String)>,
+    report: TofuResult,
+}
+
+impl Run<'_> {
+    /// Fetches and unpacks the module, writes the runner's CLI
+    /// configuration and backend override, initialises the working
+    /// directory and selects the workspace.
+    async fn prepare(&mut self, tenant: &str, module: &TofuModule) -> Result<(), Failure> {
+        let digest = module.package.digest.as_deref().unwrap_or_default();
+        let reference = InputRef::parse(digest).map_err(|message| {
+            Failure::new(
+                FailureCategory::Contract,
+                format!("inputs.package.digest: {message}"),
+            )
+        })?;
+        let archive = self
+            .workdir
+            .fetch_input(self.context, &reference)
+            .await
+            .map_err(|error| Failure::new(error.category(), format!("inputs.package: {error}")))?;
+        let bytes = std::fs::read(&archive)
+            .map_err(|error| infrastructure(format!("cannot read the module package: {error}")))?;
+        let root = self.workdir.path().join("module");
+        package::unpack(&bytes, &root).map_err(|problem| {
+            Failure::new(
+                FailureCategory::Contract,
+                format!("inputs.package: the module package cannot be unpacked: {problem}"),
+            )
+        })?;
+        self.module_dir = match module.path.as_deref() {
+            Some(path) => root.join(path),
+            None => root.clone(),
+        };
+        if !self.module_dir.is_dir() {
+            return Err(Failure::new(
+                FailureCategory::Contract,
+                format!(
+                    "inputs.path: `{}` is not a directory of the package",
+                    module.path.as_deref().unwrap_or(".")
+                ),
+            ));
+        }
+        self.write_cli_config()?;
+        self.write_backend(tenant, module)?;
+        for (name, value) in &module.env {
+            if let Some(value) = value.as_str() {
+                self.env.push((name.clone(), value.to_owned()));
+            }
+        }
+        let variables = serde_json::to_vec(&module.variables).unwrap_or_default();
+        std::fs::write(self.workdir.path().join("variables.tfvars.json"), variables)
+            .map_err(|error| infrastructure(format!("cannot write the variables: {error}")))?;
+        self.context.progress("tofu init", None);
+        self.cli("init", &["init", "-input=false", "-no-color"])
+            .await?;
+        let workspace = self.report.workspace.clone();
+        if workspace != "default" {
+            let selected = self
+                .cli(
+                    "workspace select",
+                    &["workspace", "select", "-no-color", &workspace],
+                )
+                .await;
+            if let Err(failure) = selected {
+                if !failure.message.contains("doesn't exist")
+                    && !failure.message.contains("does not exist")
+                {
+                    return Err(failure);
+                }
+                self.cli(
+                    "workspace new",
+                    &["workspace", "new", "-no-color", &workspace],
+                )
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The CLI configuration: providers from the operator's mirror only,
+    /// when one is configured; nothing of the host's.
+    fn write_cli_config(&self) -> Result<(), Failure> {
+        let text = match &self.config.provider_mirror {
+            Some(mirror) => format!(
+                "provider_installation {{\n  filesystem_mirror {{\n    path = {}\n  }}\n  direct {{\n    exclude = [\"*/*/*\"]\n  }}\n}}\n",
+                json!(mirror.display().to_string())
+            ),
+            None => String::new(),
+        };
+        std::fs::write(self.workdir.path().join("cli.tfrc"), text)
+            .map_err(|error| infrastructure(format!("cannot write the CLI configuration: {error}")))
+    }
+
+    /// The backend override: the JobSpec's backend (allowed by the
+    /// operator), never the module's own.
+    fn write_backend(&mut self, tenant: &str, module: &TofuModule) -> Result<(), Failure> {
+        let kind = tofu_inputs::backend_type(module).to_owned();
+        let mut settings = serde_json::Map::new();
+        if kind == "local" {
+            // One directory per tenant and module: a tenant never names
+            // another's state.
+            let identity = format!(
+                "{tenant}\0{}\0{}",
+                module.package.name,
+                module.path.as_deref().unwrap_or(".")
+            );
+            let key = hex::encode(&Sha256::digest(identity.as_bytes())[..16]);
+            let dir = self.config.state_dir.join(key);
+            use std::os::unix::fs::DirBuilderExt;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|error| {
+                    infrastructure(format!("cannot create the state directory: {error}"))
+                })?;
+            settings.insert("path".into(), json!(dir.join("terraform.tfstate")));
+            settings.insert("workspace_dir".into(), json!(dir.join("workspaces")));
+        } else {
+            for (name, value) in module.backend.iter().filter(|(name, _)| *name != "type") {
+                if kind == "pg" && name == "conn_str" {
+                    let conn_str = value.as_str().unwrap_or_default();
+                    let env = pg_environment(conn_str).map_err(|message| {
+                        Failure::new(FailureCategory::Contract, format!("inputs.{message}"))
+                    })?;
+                    self.env.extend(env);
+                    settings.insert(name.clone(), json!(PG_CONN_STR));
+                } else {
+                    settings.insert(name.clone(), value.clone());
+                }
+            }
+        }
+        let text = json!({"terraform": {"backend": {kind: settings}}}).to_string();
+        std::fs::write(self.module_dir.join(BACKEND_OVERRIDE), text)
+            .map_err(|error| infrastructure(format!("cannot write the backend override: {error}")))
+    }
+
+    /// The CLI in the module's directory with exactly the runner's
+    /// environment: the tenant's provider variables and the backend's,
+    /// then the runner's own (which no tenant may set).
+    fn command(&self, args: &[&str]) -> ToolCommand {
+        let mut command = ToolCommand::new(&self.config.cli).base_env(self.workdir);
+        for (name, value) in &self.env {
+            command = command.env(name.clone(), value.clone());
+        }
+        command
+            .env(
+                "TF_CLI_CONFIG_FILE",
+                self.workdir.path().join("cli.tfrc").display().to_string(),
+            )
+            .env("CHECKPOINT_DISABLE", "1")
+            .env("TF_IN_AUTOMATION", "1")
+            .env("TF_INPUT", "0")
+            .arg(format!("-chdir={}", self.module_dir.display()))
+            .args(args.iter().copied())
+    }
+
+    /// Runs the CLI, its output logged.
+    async fn cli(&self, what: &str, args: &[&str]) -> Result<ToolExit, Failure> {
+        let command = self.command(args).capture(MAX_DIAGNOSTICS_CAPTURE);
+        self.run_cli(what, command).await
+    }
+
+    /// Runs the CLI for data (a plan's or a state's JSON, which may hold
+    /// any value of the state): captured, never logged.
+    async fn cli_data(&self, what: &str, args: &[&str]) -> Result<Vec<u8>, Failure> {
+        let command = self.command(args).stdout_as_data(MAX_CAPTURE);
+        let exit = self.run_cli(what, command).await?;
+        if exit.stdout.len() >= MAX_CAPTURE {
+            return Err(Failure::new(
+                FailureCategory::RunnerError,
+                format!("{what}: over {} MiB of output", MAX_CAPTURE / (1024 * 1024)),
+            ));
+        }
+        Ok(exit.stdout)
+    }
+
+    async fn run_cli(&self, what: &str, command: ToolCommand) -> Result<ToolExit, Failure> {
+        let exit = tool::run(self.context, self.workdir, command)
+            .await
+            .map_err(|error| infrastructure(format!("{what}: {error}")))?;
+        match exit.stopped {
+            Some(StopCause::Stopped) => {
+                return Err(Failure::new(
+                    FailureCategory::Cancelled,
+                    format!("{what}: stopped"),
+                ))
+            }
+            Some(StopCause::Deadline) => {
+                return Err(Failure::new(
+                    FailureCategory::Timeout,
+                    format!("{what}: the attempt's start_to_close passed"),
+                ))
+            }
+            None => {}
+        }
+        if exit.success() {
+            return Ok(exit);
+        }
+        let said = String::from_utf8_lossy(&exit.stderr);
+        let said = tail(said.trim(), MAX_DIAGNOSTICS);
+        let category = if said.contains("Error acquiring the state lock") {
+            FailureCategory::Infrastructure
+        } else if said.contains("connection refused")
+            || said.contains("no such host")
+            || said.contains("i/o timeout")
+        {
+            FailureCategory::TargetUnreachable
+        } else if said.contains("Saved plan is stale")
+            || said.contains("doesn't exist")
+            || said.contains("No value for required variable")
+            || said.contains("Unsupported argument")
+            || said.contains("Invalid value for")
+            || said.contains("Failed to query available provider packages")
+        {
+            FailureCategory::Contract
+        } else {
+            FailureCategory::RunnerError
+        };
+        let code = exit
+            .code
+            .map_or("no exit code".into(), |code| format!("exit {code}"));
+        Err(Failure::new(
+            category,
+            format!("{what} failed ({code}): {said}"),
+        ))
+    }
+
+    /// How long the CLI waits for the state's lock: what is left of the
+    /// attempt, less a margin to report in.
+    fn lock_timeout(&self) -> String {
+        let left = self
+            .context
+            .deadline()
+            .map(|deadline| deadline.saturating_duration_since(tokio::time::Instant::now()))
+            .unwrap_or(Duration::from_secs(300));
+        format!(
+            "-lock-timeout={}s",
+            left.saturating_sub(REPORT_MARGIN).as_secs().max(1)
+        )
+    }
+
+    fn var_file(&self) -> String {
+        format!(
+            "-var-file={}",
+            self.workdir.path().join("variables.tfvars.json").display()
+        )
+    }
+
+    /// `opentofu.plan`: the saved plan, stored by its digest (the reference
+    /// an apply names) and as the output `plan.tfplan`, with its summary.
+    async fn plan(&mut self, _module: &TofuModule) -> Result<String, Failure> {
+        let plan_path = self.workdir.path().join(PLAN_FILE);
+        let out = format!("-out={}", plan_path.display());
+        let (lock, vars) = (self.lock_timeout(), self.var_file());
+        self.context.progress("tofu plan", None);
+        self.cli(
+            "tofu plan",
+            &["plan", "-input=false", "-no-color", &lock, &vars, &out],
+        )
+        .await?;
+        let shown = self
+            .cli_data(
+                "tofu show",
+                &[
+                    "show",
+                    "-json",
+                    "-no-color",
+                    &plan_path.display().to_string(),
+                ],
+            )
+            .await?;
+        let mut plan = summary(&shown)?;
+        self.report.cli_version = serde_json::from_slice::<Value>(&shown)
+            .ok()
+            .and_then(|shown| shown["terraform_version"].as_str().map(str::to_owned));
+        let bytes = std::fs::read(&plan_path)
+            .map_err(|error| infrastructure(format!("cannot read the saved plan: {error}")))?;
+        let storage = self
+            .context
+            .storage()
+            .ok_or_else(|| infrastructure("this runner has no artifact storage for the plan"))?;
+        let reference = crate::artifacts::inputs::put(storage, &bytes)
+            .await
+            .map_err(|error| infrastructure(format!("storing the plan: {error}")))?;
+        self.context
+            .store_output(&plan_path, PLAN_FILE, RetentionClass::Evidence)
+            .await
+            .map_err(|error| infrastructure(format!("storing the plan output: {error}")))?;
+        plan.artifact = Some(reference.to_string());
+        let message = format!(
+            "plan {reference}: {} to add, {} to change, {} to destroy",
+            plan.add, plan.change, plan.destroy
+        );
+        self.report.plan = Some(plan);
+        Ok(message)
+    }
+
+    /// `opentofu.apply`: the approved plan artifact (fetched and checked
+    /// against its digest), or under an explicit operation policy a fresh
+    /// plan applied at once; then the state it left.
+    async fn apply(
+        &mut self,
+        _module: &TofuModule,
+        plan_artifact: Option<&InputRef>,
+    ) -> Result<String, Failure> {
+        let lock = self.lock_timeout();
+        self.context.progress("tofu apply", None);
+        match plan_artifact {
+            Some(reference) => {
+                let plan = self
+                    .workdir
+                    .fetch_input(self.context, reference)
+                    .await
+                    .map_err(|error| {
+                        Failure::new(error.category(), format!("inputs.plan_artifact: {error}"))
+                    })?;
+                let plan = plan.display().to_string();
+                self.cli(
+                    "tofu apply",
+                    &["apply", "-input=false", "-no-color", &lock, &plan],
+                )
+                .await?;
+                self.report.plan = Some(TofuPlan {
+                    artifact: Some(reference.to_string()),
+                    ..TofuPlan::default()
+                });
+            }
+            None => {
+                let vars = self.var_file();
+                self.cli(
+                    "tofu apply",
+                    &[
+                        "apply",
+                        "-input=false",
+                        "-no-color",
+                        "-auto-approve",
+                        &lock,
+                        &vars,
+                    ],
+                )
+                .await?;
+            }
+        }
+        self.read_state().await?;
+        Ok(format!(
+            "applied: {} resource(s), {} output(s)",
+            self.report.resources.len(),
+            self.report.outputs.len()
+        ))
+    }
+
+    /// `opentofu.destroy` (elevated): every resource of the state destroyed.
+    async fn destroy(&mut self, _module: &TofuModule) -> Result<String, Failure> {
+        let (lock, vars) = (self.lock_timeout(), self.var_file());
+        self.context.progress("tofu destroy", None);
+        self.cli(
+            "tofu destroy",
+            &[
+                "destroy",
+                "-input=false",
+                "-no-color",
+                "-auto-approve",
+                &lock,
+                &vars,
+            ],
+        )
+        .await?;
+        self.read_state().await?;
+        Ok(format!(
+            "destroyed: {} resource(s) left",
+            self.report.resources.len()
+        ))
+    }
+
+    /// `opentofu.output` and `opentofu.state.inspect`: what the state holds.
+    async fn inspect(&mut self, operation: Operation) -> Result<String, Failure> {
+        self.read_state().await?;
+        Ok(if operation == Operation::OpentofuOutput {
+            format!("{} output(s)", self.report.outputs.len())
+        } else {
+            format!("{} resource(s)", self.report.resources.len())
+        })
+    }
+
+    /// The state as the backend holds it (`state pull`, never logged): its
+    /// version, outputs (a sensitive one's value withheld) and managed
+    /// resources with their ids.
+    async fn read_state(&mut self) -> Result<(), Failure> {
+        let pulled = self.cli_data("tofu state pull", &["state", "pull"]).await?;
+        let text = String::from_utf8_lossy(&pulled);
+        if text.trim().is_empty() {
+            // No state yet: nothing applied in this workspace.
+            self.report.outputs.clear();
+            self.report.resources.clear();
+            return Ok(());
+        }
+        let state: Value = serde_json::from_slice(&pulled).map_err(|error| {
+            Failure::new(
+                FailureCategory::RunnerError,
+                format!("the state is not JSON: {error}"),
+            )
+        })?;
+        let facts = state_facts(&state, &pulled);
+        if self.report.cli_version.is_none() {
+            self.report.cli_version = facts.cli_version;
+        }
+        self.report.state = Some(facts.version);
+        self.report.outputs = facts.outputs;
+        self.report.resources = facts.resources;
+        Ok(())
+    }
+}
+
+/// What a plan changes, from `show -json` of the saved plan.
+fn summary(shown: &[u8]) -> Result<TofuPlan, Failure> {
+    let shown: Value = serde_json::from_slice(shown).map_err(|error| {
+        Failure::new(
+            FailureCategory::RunnerError,
+            format!("the plan's JSON: {error}"),
+        )
+    })?;
+    let mut plan = TofuPlan::default();
+    for change in shown["resource_changes"].as_array().into_iter().flatten() {
+        let actions: Vec<String> = change
+            .pointer("/change/actions")
+            .and_then(Value::as_array)
+            .map(|actions| {
+                actions
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let has = |action: &str| actions.iter().any(|a| a == action);
+        if has("create") {
+            plan.add += 1;
+        }
+        if has("delete") {
+            plan.destroy += 1;
+        }
+        if has("update") {
+            plan.change += 1;
+        }
+        if actions.iter().all(|a| a == "no-op" || a == "read") {
+            continue;
+        }
+        if plan.changes.len() < MAX_LISTED {
+            plan.changes.push(TofuChange {
+                address: change["address"].as_str().unwrap_or_default().to_owned(),
+                actions,
+            });
+        }
+    }
+    let outputs_change = shown["output_changes"].as_object().is_some_and(|outputs| {
+        outputs.values().any(|change| {
+            change
+                .pointer("/actions")
+                .and_then(Value::as_array)
+                .is_some_and(|actions| actions.iter().any(|a| a != "no-op"))
+        })
+    });
+    plan.has_changes = !plan.changes.is_empty() || outputs_change;
+    Ok(plan)
+}
+
+/// What the runner reports of a state.
+struct StateFacts {
+    version: TofuStateVersion,
+    cli_version: Option<String>,
+    outputs: BTreeMap<String, TofuOutput>,
+    resources: Vec<TofuResource>,
+}
+
+/// A state (format version 4) read: lineage, serial and digest; outputs;
+/// each managed resource instance's address and id.
+fn state_facts(state: &Value, raw: &[u8]) -> StateFacts {
+    let outputs = state["outputs"]
+        .as_object()
+        .map(|outputs| {
+            outputs
+                .iter()
+                .map(|(name, output)| {
+                    let sensitive = output["sensitive"].as_bool().unwrap_or(false);
+                    let value = if sensitive {
+                        Value::Null
+                    } else {
+                        output["value"].clone()
+                    };
+                    (name.clone(), TofuOutput { sensitive, value })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut resources = Vec::new();
+    for resource in state["resources"].as_array().into_iter().flatten() {
+        if resource["mode"] != "managed" {
+            continue;
+        }
+        let kind = resource["type"].as_str().unwrap_or_default();
+        let base = format!("{kind}.{}", resource["name"].as_str().unwrap_or_default());
+        let base = match resource["module"].as_str() {
+            Some(module) => format!("{module}.{base}"),
+            None => base,
+        };
+        for instance in resource["instances"].as_array().into_iter().flatten() {
+            if resources.len() >= MAX_LISTED {
+                break;
+            }
+            let address = match &instance["index_key"] {
+                Value::String(key) => format!("{base}[{}]", json!(key)),
+                Value::Number(index) => format!("{base}[{index}]"),
+                _ => base.clone(),
+            };
+            resources.push(TofuResource {
+                address,
+                kind: kind.to_owned(),
+                id: instance.pointer("/attributes/id").and_then(|id| match id {
+                    Value::String(id) => Some(id.clone()),
+                    Value::Number(id) => Some(id.to_string()),
+                    _ => None,
+                }),
+            });
+        }
+    }
+    StateFacts {
+        version: TofuStateVersion {
+            lineage: state["lineage"].as_str().unwrap_or_default().to_owned(),
+            serial: state["serial"].as_u64().unwrap_or(0),
+            sha256: hex::encode(Sha256::digest(raw)),
+        },
+        cli_version: state["terraform_version"].as_str().map(str::to_owned),
+        outputs,
+        resources,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn it_runs_exactly_the_catalog_s_opentofu_operations() {
+        let runner = TofuRunner::new(TofuConfig::default());
+        let mut announced = runner.operations();
+        announced.sort();
+        let catalog: Vec<Operation> = Operation::implemented_by(RunnerType::Opentofu).collect();
+        assert_eq!(announced, catalog);
+        assert_eq!(catalog.len(), 5);
+    }
+
+    /// An apply of another plan than the approved one, or a destroy that
+    /// is not elevated, never reaches the CLI (here one that does not
+    /// exist) nor fetches anything (there is no storage): the policy
+    /// refuses it first. The same JobSpecs are refused at intake; a work
+    /// record produced past the dispatcher meets this check.
+    #[tokio::test]
+    async fn the_gates_refuse_before_anything_is_fetched_or_run() {
+        let runner = TofuRunner::new(TofuConfig {
+            cli: "/nonexistent/tofu".into(),
+            ..TofuConfig::default()
+        });
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        let module = json!({"package": {"name": "m", "version": "1", "digest": digest}});
+        let spec = |operation: &str, policy: Value, inputs: Value| {
+            crate::contract::validate_jobspec(&json!({
+                "command_id": uuid::Uuid::new_v4().to_string(),
+                "job_id": "gates", "tenant": "team-a", "requested_by": "test",
+                "operation": operation, "inputs": inputs, "policy": policy,
+            }))
+            .unwrap()
+        };
+        let mut apply_inputs = module.clone();
+        apply_inputs["plan_artifact"] = json!(digest);
+        let mut other = spec(
+            "opentofu.apply",
+            json!({"approved_plan_digest": digest}),
+            apply_inputs,
+        );
+        other.policy.approved_plan_digest = Some(format!("sha256:{}", "cd".repeat(32)));
+        let mut unelevated = spec("opentofu.destroy", json!({"elevated": true}), module);
+        unelevated.policy.elevated = false;
+        for (spec, expected) in [(other, "not the approved plan"), (unelevated, "elevated")] {
+            let (progress, _progress) = tokio::sync::mpsc::unbounded_channel();
+            let (log, _log) = tokio::sync::mpsc::unbounded_channel();
+            let context =
+                ExecutionContext::new(tokio_util::sync::CancellationToken::new(), progress, log);
+            let assignment = Assignment {
+                attempt_id: uuid::Uuid::new_v4(),
+                job_id: spec.job_id.clone(),
+                attempt_no: 1,
+                lease_epoch: 1,
+                spec,
+            };
+            let outcome = runner.execute(assignment, context).await;
+            assert_eq!(
+                outcome.category,
+                Some(FailureCategory::Policy),
+                "{}",
+                outcome.message
+            );
+            assert!(outcome.message.contains(expected), "{}", outcome.message);
+        }
+    }
+
+    #[test]
+    fn a_connection_string_becomes_libpq_variables_and_no_error_quotes_it() {
+        let env = pg_environment(
+            "postgres://state%40a:p%2Fss@db.internal:5433/tfstate?sslmode=require&connect_timeout=5",
+        )
+        .unwrap();
+        let env: BTreeMap<_, _> = env.into_iter().collect();
+        assert_eq!(env["PGUSER"], "state@a");
+        assert_eq!(env["PGPASSWORD"], "p/ss");
+        assert_eq!(env["PGHOST"], "db.internal");
+        assert_eq!(env["PGPORT"], "5433");
+        assert_eq!(env["PGDATABASE"], "tfstate");
+        assert_eq!(env["PGSSLMODE"], "require");
+        assert_eq!(env["PGCONNECT_TIMEOUT"], "5");
+        let pairs = pg_environment("host=h user=u password=hunter2 dbname=d").unwrap();
+        assert_eq!(pairs.len(), 4);
+        for bad in [
+            "postgres://u:hunter2@h/d?sslkey=/root/.ssh/id_rsa",
+            "host=h password='hunter2'",
+            "hunter2",
+        ] {
+            let error = pg_environment(bad).unwrap_err();
+            assert!(!error.contains("hunter2"), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_plan_is_counted_as_the_cli_counts_it() {
+        let shown = json!({
+            "resource_changes": [
+                {"address": "null_resource.a", "change": {"actions": ["create"]}},
+                {"address": "null_resource.b", "change": {"actions": ["delete", "create"]}},
+                {"address": "null_resource.c", "change": {"actions": ["update"]}},
+                {"address": "null_resource.d", "change": {"actions": ["no-op"]}},
+                {"address": "data.x.y", "change": {"actions": ["read"]}},
+            ],
+            "output_changes": {"o": {"actions": ["no-op"]}},
+        });
+        let plan = summary(shown.to_string().as_bytes()).unwrap();
+        assert_eq!((plan.add, plan.change, plan.destroy), (2, 1, 1));
+        assert_eq!(plan.changes.len(), 3);
+        assert!(plan.has_changes);
+        let none = summary(br#"{"resource_changes": [], "output_changes": {}}"#).unwrap();
+        assert!(!none.has_changes);
+    }
+
+    #[test]
+    fn a_state_gives_its_version_outputs_and_resource_ids() {
+        let state = json!({
+            "version": 4, "terraform_version": "1.0.3", "serial": 3, "lineage": "l-1",
+            "outputs": {
+                "greeting": {"value": "hi", "type": "string"},
+                "token": {"value": "hunter2", "type": "string", "sensitive": true},
+            },
+            "resources": [
+                {"mode": "managed", "type": "null_resource", "name": "a",
+                 "instances": [{"attributes": {"id": "123"}}]},
+                {"mode": "managed", "type": "null_resource", "name": "n", "module": "module.m",
+                 "instances": [{"index_key": 0, "attributes": {"id": "7"}}, {"index_key": "k", "attributes": {"id": "8"}}]},
+                {"mode": "data", "type": "x", "name": "y", "instances": [{"attributes": {"id": "d"}}]},
+            ],
+        });
+        let raw = state.to_string();
+        let facts = state_facts(&state, raw.as_bytes());
+        assert_eq!(facts.version.serial, 3);
+        assert_eq!(facts.version.lineage, "l-1");
+        assert_eq!(facts.outputs["greeting"].value, "hi");
+        assert_eq!(facts.outputs["token"].value, Value::Null);
+        let addresses: Vec<(&str, Option<&str>)> = facts
+            .resources
+            .iter()
+            .map(|r| (r.address.as_str(), r.id.as_deref()))
+            .collect();
+        assert_eq!(
+            addresses,
+            [
+                ("null_resource.a", Some("123")),
+                ("module.m.null_resource.n[0]", Some("7")),
+                ("module.m.null_resource.n[\"k\"]", Some("8")),
+            ]
+        );
+    }
+}

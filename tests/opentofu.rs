@@ -1,0 +1,447 @@
+//! The opentofu runner with a real Terraform-compatible CLI and the null
+//! provider from an offline filesystem mirror (scripts/opentofu.sh): a
+//! plan approved by digest is applied, its outputs and resource ids
+//! returned, read back by `output` and `state.inspect` and destroyed only
+//! under an elevated policy; the state lives in the local Postgres (`pg`
+//! backend) whose connection string, like the provider's credential, comes
+//! from OpenBao and is found nowhere afterwards. Two applies on one
+//! workspace never overlap, and a runner killed mid-apply leaves the
+//! attempt `outcome_unknown`, never retried.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::bao::Bao;
+use common::pipeline::{job, Pipeline};
+use execplane::contract::{JobSpec, RunnerType};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+const WAIT: Duration = Duration::from_secs(120);
+
+fn tofu_bin() -> PathBuf {
+    std::env::var("EXECPLANE_TOFU_BIN")
+        .map(Into::into)
+        .unwrap_or_else(|_| common::stack_dir().join("opentofu/bin/tofu"))
+}
+
+fn mirror() -> PathBuf {
+    std::env::var("EXECPLANE_TOFU_PROVIDER_MIRROR")
+        .map(Into::into)
+        .unwrap_or_else(|_| common::stack_dir().join("opentofu/mirror"))
+}
+
+/// The test module: one null resource replaced on every new `run`, whose
+/// provisioner records in `log` when it starts and ends (holding `hold`
+/// seconds between) and how long the provider credential it was given is.
+const MODULE: &str = r#"
+terraform {
+  required_providers {
+    null = { source = "hashicorp/null", version = "2.1.2" }
+  }
+}
+variable "greeting" { type = string }
+variable "run" {
+  type    = string
+  default = "1"
+}
+variable "log" {
+  type    = string
+  default = "/dev/null"
+}
+variable "hold" {
+  type    = number
+  default = 0
+}
+resource "null_resource" "greeting" {
+  triggers = { greeting = var.greeting, run = var.run }
+  provisioner "local-exec" {
+    command = "echo start ${var.run} token-length $${#PROVIDER_TOKEN} >> ${var.log}; sleep ${var.hold}; echo end ${var.run} >> ${var.log}"
+  }
+}
+output "greeting" { value = var.greeting }
+output "resource_id" { value = null_resource.greeting.id }
+"#;
+
+/// The module as a package: `network/` of a gzipped tar.
+fn package(dir: &Path) -> Vec<u8> {
+    let root = dir.join("module-src");
+    std::fs::create_dir_all(root.join("network")).unwrap();
+    std::fs::write(root.join("network/main.tf"), MODULE).unwrap();
+    let archive = dir.join("module.tar.gz");
+    let status = std::process::Command::new("tar")
+        .args([
+            "-czf",
+            archive.to_str().unwrap(),
+            "-C",
+            root.to_str().unwrap(),
+            ".",
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    std::fs::read(archive).unwrap()
+}
+
+fn policy(digest: &str) -> String {
+    format!(
+        r#"
+tenants:
+  team-a:
+    operations: ["opentofu.*"]
+    grants: [elevated, explicit_command]
+    secret_prefixes: ["secret/team-a/"]
+    opentofu:
+      modules: ["{digest}"]
+      backends: [local, pg]
+      env: [PROVIDER_TOKEN]
+"#
+    )
+}
+
+struct Stack {
+    pipeline: Pipeline,
+    digest: String,
+    runner: usize,
+}
+
+async fn stack(pool: &PgPool, bao: &Bao) -> Stack {
+    let mut pipeline = Pipeline::new(pool).await;
+    let digest = pipeline.put_artifact("module.tar.gz", &package(&pipeline.dir));
+    let policy_file = pipeline.dir.join("policy.yaml");
+    std::fs::write(&policy_file, policy(&digest)).unwrap();
+    pipeline.set_env("EXECPLANE_POLICY_FILE", policy_file.to_str().unwrap());
+    pipeline.spawn(&["dispatcher"], &[]);
+    pipeline.spawn(&["relay"], &[]);
+    let storage = pipeline.dir.join("artifacts");
+    let states = pipeline.dir.join("states");
+    let runner = pipeline.spawn(
+        &["runner", "opentofu"],
+        &[
+            ("EXECPLANE_VAULT_ADDR", bao.address.as_str()),
+            ("EXECPLANE_VAULT_TOKEN", bao.root.as_str()),
+            ("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap()),
+            ("EXECPLANE_TOFU_BIN", tofu_bin().to_str().unwrap()),
+            ("EXECPLANE_TOFU_PROVIDER_MIRROR", mirror().to_str().unwrap()),
+            ("EXECPLANE_TOFU_STATE_DIR", states.to_str().unwrap()),
+        ],
+    );
+    pipeline.wait_runners(1).await;
+    Stack {
+        pipeline,
+        digest,
+        runner,
+    }
+}
+
+impl Stack {
+    fn module(&self, variables: Value, backend: Value) -> Value {
+        json!({
+            "package": {"name": "network", "version": "1.0.0", "digest": self.digest},
+            "path": "network",
+            "workspace": "blue",
+            "variables": variables,
+            "backend": backend,
+            "env": {"PROVIDER_TOKEN": {"$secret": "provider"}},
+        })
+    }
+
+    async fn run(&self, spec: &JobSpec) -> (String, Option<String>, String, Value) {
+        self.pipeline.submit(spec).await;
+        self.pipeline.ended(spec, WAIT).await
+    }
+}
+
+fn tofu_job(operation: &str, inputs: Value, extra: Value) -> JobSpec {
+    let mut extra = extra;
+    extra["secret_refs"] = json!([
+        {"name": "state", "mount": "secret", "path": "team-a/tfstate", "key": "conn_str"},
+        {"name": "provider", "mount": "secret", "path": "team-a/provider", "key": "token"},
+    ]);
+    if extra.get("retry").is_none() {
+        extra["retry"] = json!({"max_attempts": 1});
+    }
+    extra["timeouts"] = json!({"schedule_to_start": "60s", "start_to_close": "90s", "heartbeat": "4s", "schedule_to_close": "150s"});
+    job(operation, inputs, extra)
+}
+
+fn random(length: usize) -> String {
+    uuid::Uuid::new_v4()
+        .simple()
+        .to_string()
+        .chars()
+        .chain(uuid::Uuid::new_v4().simple().to_string().chars())
+        .take(length)
+        .collect()
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postgres(pool: PgPool) {
+    // The state lives in this test's own database, reached as a role whose
+    // password is only in OpenBao.
+    let database: String = sqlx::query_scalar("SELECT current_database()")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let role = format!("tf_{}", random(8));
+    let password = random(32);
+    sqlx::query(&format!(
+        "CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{password}'"
+    ))
+    .execute(&pool)
+    .await
+    .unwrap();
+    let conn_str =
+        format!("postgres://{role}:{password}@127.0.0.1:5432/{database}?sslmode=disable");
+    let provider_token = format!("ptok-{}", random(28));
+    let bao = Bao::new();
+    bao.put("team-a/tfstate", json!({"conn_str": conn_str}))
+        .await;
+    bao.put("team-a/provider", json!({"token": provider_token}))
+        .await;
+    let stack = stack(&pool, &bao).await;
+    let log = stack.pipeline.dir.join("provisioner.log");
+    let variables = json!({"greeting": "hello", "log": log.to_str().unwrap()});
+    let pg =
+        json!({"type": "pg", "conn_str": {"$secret": "state"}, "schema_name": "network_state"});
+    let module = stack.module(variables, pg);
+
+    let (status, _, message, result) = stack
+        .run(&tofu_job("opentofu.plan", module.clone(), json!({})))
+        .await;
+    assert_eq!(status, "succeeded", "{message}");
+    let plan = &result["plan"];
+    assert_eq!(
+        (&plan["add"], &plan["change"], &plan["destroy"]),
+        (&json!(1), &json!(0), &json!(0)),
+        "{result}"
+    );
+    assert_eq!(plan["changes"][0]["address"], "null_resource.greeting");
+    assert_eq!(plan["has_changes"], true);
+    let artifact = plan["artifact"].as_str().unwrap().to_owned();
+    assert!(artifact.starts_with("sha256:"), "{artifact}");
+    assert_eq!(result["workspace"], "blue");
+    assert_eq!(result["backend"], "pg");
+    assert!(!log.exists(), "a plan runs no provisioner");
+
+    let apply = |approved: &str| {
+        let mut inputs = module.clone();
+        inputs["plan_artifact"] = json!(artifact);
+        let mut spec = tofu_job(
+            "opentofu.apply",
+            inputs,
+            json!({"policy": {"approved_plan_digest": artifact}}),
+        );
+        spec.policy.approved_plan_digest = Some(approved.to_owned());
+        spec
+    };
+    // Another digest approved: refused at intake, nothing runs.
+    let other = format!("sha256:{}", "ab".repeat(32));
+    let (status, category, message, _) = stack.run(&apply(&other)).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("rejected", Some("contract")),
+        "{message}"
+    );
+    assert!(message.contains("not the approved plan"), "{message}");
+    assert!(!log.exists(), "nothing applied");
+
+    let (status, _, message, result) = stack.run(&apply(&artifact)).await;
+    assert_eq!(status, "succeeded", "{message}");
+    assert_eq!(result["outputs"]["greeting"]["value"], "hello", "{result}");
+    let resources = result["resources"].as_array().unwrap();
+    assert_eq!(resources.len(), 1, "{result}");
+    assert_eq!(resources[0]["address"], "null_resource.greeting");
+    let id = resources[0]["id"].as_str().unwrap().to_owned();
+    assert_eq!(result["outputs"]["resource_id"]["value"], id);
+    assert_eq!(result["plan"]["artifact"], json!(artifact));
+    let state = &result["state"];
+    assert!(!state["lineage"].as_str().unwrap().is_empty(), "{result}");
+    let recorded = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        recorded.contains(&format!("token-length {}", provider_token.len())),
+        "the provider's environment has the credential: {recorded}"
+    );
+    // The state is in Postgres, in the schema the JobSpec named.
+    let states: i64 = sqlx::query_scalar("SELECT count(*) FROM network_state.states")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(states >= 1);
+
+    // The same plan again: stale now, refused by the CLI, nothing changed.
+    let (status, category, message, _) = stack.run(&apply(&artifact)).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("contract")),
+        "{message}"
+    );
+
+    let (status, _, message, result) = stack
+        .run(&tofu_job("opentofu.output", module.clone(), json!({})))
+        .await;
+    assert_eq!(status, "succeeded", "{message}");
+    assert_eq!(result["outputs"]["greeting"]["value"], "hello");
+    assert_eq!(result["outputs"]["resource_id"]["value"], id);
+
+    let (status, _, message, result) = stack
+        .run(&tofu_job(
+            "opentofu.state.inspect",
+            module.clone(),
+            json!({}),
+        ))
+        .await;
+    assert_eq!(status, "succeeded", "{message}");
+    assert_eq!(
+        result["resources"],
+        json!([{"address": "null_resource.greeting", "type": "null_resource", "id": id}])
+    );
+    assert_eq!(result["state"]["lineage"], state["lineage"]);
+
+    // Destroy: only under an elevated policy.
+    let mut unelevated = tofu_job(
+        "opentofu.destroy",
+        module.clone(),
+        json!({"policy": {"elevated": true}}),
+    );
+    unelevated.policy.elevated = false;
+    let (status, _, message, _) = stack.run(&unelevated).await;
+    assert_eq!(status, "rejected", "{message}");
+    assert!(message.contains("elevated"), "{message}");
+    let (status, _, message, result) = stack
+        .run(&tofu_job(
+            "opentofu.destroy",
+            module.clone(),
+            json!({"policy": {"elevated": true}}),
+        ))
+        .await;
+    assert_eq!(status, "succeeded", "{message}");
+    assert_eq!(result["resources"], json!([]), "{result}");
+
+    // The plan file is a zip: what it holds, uncompressed, holds no secret
+    // either (the CLI writes the backend's settings and every variable
+    // into it).
+    let hex = artifact.trim_start_matches("sha256:");
+    let stored = stack.pipeline.dir.join("artifacts/inputs/sha256").join(hex);
+    let unzipped = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); sys.stdout.buffer.write(b''.join(z.read(n) for n in z.namelist()))",
+            stored.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(unzipped.status.success(), "{unzipped:?}");
+    let inside = String::from_utf8_lossy(&unzipped.stdout);
+    assert!(inside.contains("null_resource"), "the plan was read");
+    for secret in [
+        conn_str.as_str(),
+        password.as_str(),
+        provider_token.as_str(),
+    ] {
+        let needles = common::leaks::leaks(secret);
+        assert_eq!(
+            common::leaks::find_leak(&unzipped.stdout, &needles),
+            None,
+            "in the plan file"
+        );
+    }
+    for secret in [
+        conn_str.as_str(),
+        password.as_str(),
+        provider_token.as_str(),
+    ] {
+        common::leaks::assert_secret_nowhere(
+            &stack.pipeline,
+            &pool,
+            secret,
+            RunnerType::Opentofu,
+            &stack.pipeline.dir,
+        )
+        .await;
+    }
+    sqlx::query("DROP SCHEMA network_state CASCADE")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let _ = sqlx::query(&format!("DROP ROLE {role}"))
+        .execute(&pool)
+        .await;
+}
+
+/// The provisioner's log: `(start|end, run)` in order.
+fn marks(log: &Path) -> Vec<(String, String)> {
+    std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|line| {
+            let mut words = line.split_whitespace();
+            (
+                words.next().unwrap_or_default().to_owned(),
+                words.next().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn applies_on_one_workspace_never_overlap_and_a_killed_runner_leaves_one_unknown(
+    pool: PgPool,
+) {
+    let bao = Bao::new();
+    bao.put("team-a/provider", json!({"token": random(20)}))
+        .await;
+    bao.put("team-a/tfstate", json!({"conn_str": "unused"}))
+        .await;
+    let mut stack = stack(&pool, &bao).await;
+    let log = stack.pipeline.dir.join("provisioner.log");
+    let explicit = |run: &str, hold: u32, retry: Value| {
+        let variables =
+            json!({"greeting": "hi", "run": run, "log": log.to_str().unwrap(), "hold": hold});
+        tofu_job(
+            "opentofu.apply",
+            stack.module(variables, json!({})),
+            json!({"policy": {"explicit_command": true}, "retry": retry}),
+        )
+    };
+    // Two applies at once on one workspace (the local backend).
+    let first = explicit("a", 3, json!({"max_attempts": 1}));
+    let second = explicit("b", 3, json!({"max_attempts": 1}));
+    stack.pipeline.submit(&first).await;
+    stack.pipeline.submit(&second).await;
+    for spec in [&first, &second] {
+        let (status, _, message, _) = stack.pipeline.ended(spec, WAIT).await;
+        assert_eq!(status, "succeeded", "{message}");
+    }
+    let seen = marks(&log);
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert_eq!(seen[0].0, "start");
+    assert_eq!(seen[1], ("end".into(), seen[0].1.clone()), "{seen:?}");
+    assert_eq!(seen[2].0, "start");
+    assert_eq!(seen[3], ("end".into(), seen[2].1.clone()), "{seen:?}");
+
+    // Killed while the apply's provisioner runs: nobody knows what it did.
+    let held = explicit(
+        "c",
+        60,
+        json!({"max_attempts": 3, "initial_backoff": "200ms", "max_backoff": "1s"}),
+    );
+    stack.pipeline.submit(&held).await;
+    stack
+        .pipeline
+        .wait("the held apply's provisioner", WAIT, || {
+            let log = log.clone();
+            async move {
+                marks(&log)
+                    .iter()
+                    .any(|(mark, run)| mark == "start" && run == "c")
+            }
+        })
+        .await;
+    stack.pipeline.signal(stack.runner, "KILL");
+    let attempts = stack.pipeline.wait_done(&held.job_id, WAIT).await;
+    assert_eq!(attempts.len(), 1, "never retried: {attempts:?}");
+    assert_eq!(attempts[0].1, "outcome_unknown", "{attempts:?}");
+}
