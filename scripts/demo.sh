@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Brings up the local stack (Postgres, Tansu; OpenBao, sshd, ansible-core and
-# a Kubernetes API for the ssh, ansible and kubernetes examples), starts
+# a Kubernetes API, helm and a Terraform-compatible CLI for the ssh,
+# ansible, kubernetes, helm and opentofu examples), starts
 # `execplane serve`, runs the example job end to end with `execplane
 # submit`, then every example (the ssh and ansible ones on this host
 # through the local sshd, the kubernetes ones on the local API), and stops
@@ -18,7 +19,11 @@ ensure_rust
 "$ROOT/scripts/ansible.sh"
 "$ROOT/scripts/kubernetes.sh"
 "$ROOT/scripts/helm.sh"
+"$ROOT/scripts/opentofu.sh"
 export EXECPLANE_HELM_BIN="${EXECPLANE_HELM_BIN:-$STACK_DIR/helm/bin/helm}"
+export EXECPLANE_TOFU_BIN="${EXECPLANE_TOFU_BIN:-$STACK_DIR/opentofu/bin/tofu}"
+export EXECPLANE_TOFU_PROVIDER_MIRROR="${EXECPLANE_TOFU_PROVIDER_MIRROR:-$STACK_DIR/opentofu/mirror}"
+export EXECPLANE_TOFU_STATE_DIR="${EXECPLANE_TOFU_STATE_DIR:-$STACK_DIR/opentofu/state}"
 export EXECPLANE_DATABASE_URL="${EXECPLANE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/execplane}"
 export EXECPLANE_KAFKA_BROKERS="${EXECPLANE_KAFKA_BROKERS:-127.0.0.1:9092}"
 export EXECPLANE_TOPIC_PREFIX="${EXECPLANE_TOPIC_PREFIX:-demo.}"
@@ -94,7 +99,7 @@ PY
   log "example $name"
   "$BIN" submit "$copy" --timeout 60s || die "example $name did not succeed (the README says it does)"
 done
-for job in "$EXAMPLES"/jobs/ssh-*.json "$EXAMPLES"/jobs/ansible-*.json "$EXAMPLES"/jobs/kubernetes-*.json "$EXAMPLES"/jobs/helm-*.json; do
+for job in "$EXAMPLES"/jobs/ssh-*.json "$EXAMPLES"/jobs/ansible-*.json "$EXAMPLES"/jobs/kubernetes-*.json "$EXAMPLES"/jobs/helm-*.json "$EXAMPLES"/jobs/opentofu-*.json; do
   name=$(basename "$job" .json)
   python3 - "$job" <<'PY'
 import json, sys, time, uuid

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Renders the ssh, ansible, kubernetes and helm examples for this machine
-# into OUT:
+# Renders the ssh, ansible, kubernetes, helm and opentofu examples for this
+# machine into OUT:
 #   OUT/policy.yaml            examples/demo-policy.yaml, placeholders filled
-#   OUT/jobs/<runner>-<file>   examples/{ssh,ansible,kubernetes,helm}/*.json,
+#   OUT/jobs/<runner>-<file>   examples/{ssh,ansible,kubernetes,helm,opentofu}/*.json,
 #                              in their order
 #   OUT/node/                  what the examples touch on the node (this host,
 #                              through the sshd of scripts/sshd.sh): drop/,
@@ -11,7 +11,8 @@
 # and stores the demo package and the upload's payload as input artifacts
 # with `EXECPLANE execplane artifacts put` (EXECPLANE_ARTIFACT_DIR or S3 as
 # configured), with the helm examples' chart (examples/helm/chart/demo,
-# packaged by helm: EXECPLANE_HELM_BIN or the stack's); the kubernetes and
+# packaged by helm: EXECPLANE_HELM_BIN or the stack's) and the opentofu
+# examples' module (examples/opentofu/module, a gzipped tar); the kubernetes and
 # helm examples' namespace, team-a-demo, is made on the local API server
 # (scripts/kubernetes.sh) as its administrator.
 # Usage: scripts/examples.sh EXECPLANE_BINARY OUT
@@ -58,13 +59,15 @@ HELM="${EXECPLANE_HELM_BIN:-$STACK_DIR/helm/bin/helm}"
 [ -x "$HELM" ] || die "no helm at $HELM: run scripts/helm.sh first"
 HOME="$OUT" "$HELM" package "$ROOT/examples/helm/chart/demo" -d "$OUT" >/dev/null || die "packaging the demo chart failed"
 CHART="$("$BIN" artifacts put "$OUT/demo-0.1.0.tgz")" || die "storing the demo chart failed"
+tar -czf "$OUT/module.tar.gz" -C "$ROOT/examples/opentofu/module" --owner=0 --group=0 --numeric-owner .
+TOFU_MODULE="$("$BIN" artifacts put "$OUT/module.tar.gz")" || die "storing the demo module failed"
 
 render() {
   sed -e "s#@HOST_KEY@#$HOST_KEY#g" -e "s#@PACKAGE@#$PACKAGE#g" \
-      -e "s#@PAYLOAD@#$PAYLOAD#g" -e "s#@DEMO_DIR@#$NODE#g" -e "s#@KUBE_CA@#$KUBE_CA#g" -e "s#@CHART@#$CHART#g" "$1"
+      -e "s#@PAYLOAD@#$PAYLOAD#g" -e "s#@DEMO_DIR@#$NODE#g" -e "s#@KUBE_CA@#$KUBE_CA#g" -e "s#@CHART@#$CHART#g" -e "s#@TOFU_MODULE@#$TOFU_MODULE#g" "$1"
 }
 render "$ROOT/examples/demo-policy.yaml" >"$OUT/policy.yaml"
-for runner in ssh ansible kubernetes helm; do
+for runner in ssh ansible kubernetes helm opentofu; do
   for example in "$ROOT"/examples/$runner/*.json; do
     render "$example" >"$OUT/jobs/$runner-$(basename "$example")"
   done

@@ -445,3 +445,23 @@ async fn applies_on_one_workspace_never_overlap_and_a_killed_runner_leaves_one_u
     assert_eq!(attempts.len(), 1, "never retried: {attempts:?}");
     assert_eq!(attempts[0].1, "outcome_unknown", "{attempts:?}");
 }
+
+/// Every README example under `examples/opentofu` runs, in order, to the
+/// end the README's table gives it, under the rendered demo policy.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn the_opentofu_examples_run_to_the_end_the_readme_gives_them(pool: PgPool) {
+    let states = std::env::temp_dir().join(format!("execplane-tofu-{}", random(12)));
+    let (bin, mirror) = (tofu_bin(), mirror());
+    common::examples::run_readme_examples(
+        &pool,
+        "opentofu",
+        &["opentofu"],
+        &[
+            ("EXECPLANE_TOFU_BIN", bin.to_str().unwrap()),
+            ("EXECPLANE_TOFU_PROVIDER_MIRROR", mirror.to_str().unwrap()),
+            ("EXECPLANE_TOFU_STATE_DIR", states.to_str().unwrap()),
+        ],
+    )
+    .await;
+    let _ = std::fs::remove_dir_all(&states);
+}

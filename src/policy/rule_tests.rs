@@ -268,6 +268,15 @@ fn package_and_node_cases() -> Vec<(JobSpec, &'static str)> {
             ),
             "tenants.team-a.opentofu.backends",
         ),
+        (
+            spec(
+                "team-a",
+                "opentofu.plan",
+                json!({"package": {"name": "net", "version": "1", "digest": MODULE}, "env": {"GITHUB_ORG": "x"}}),
+                json!({}),
+            ),
+            "tenants.team-a.opentofu.env",
+        ),
     ]
 }
 
@@ -305,6 +314,7 @@ fn a_bad_policy_file_names_every_problem_at_once() {
           a:
             ssh: {templates: [missing]}
             ansible: {packages: [{digest: "md5:1"}]}
+            opentofu: {env: [AWS_REGION, TF_CLI_ARGS, LD_PRELOAD, lower]}
         "#,
     )
     .unwrap_err();
@@ -316,6 +326,9 @@ fn a_bad_policy_file_names_every_problem_at_once() {
         "tenant {defaults}: operations",
         "tenant a: ssh.templates: `missing`",
         "tenant a: ansible.packages: `md5:1`",
+        "tenant a: opentofu.env: `TF_CLI_ARGS`",
+        "tenant a: opentofu.env: `LD_PRELOAD`",
+        "tenant a: opentofu.env: `lower`",
     ] {
         assert!(text.contains(expected), "{expected} missing from:\n{text}");
     }

@@ -160,7 +160,7 @@ impl Executor for TofuRunner {
             },
         };
         let done = async {
-            run.prepare(&spec.tenant, module).await?;
+            run.prepare(&spec.tenant, module, spec.operation).await?;
             match spec.operation {
                 Operation::OpentofuPlan => run.plan(module).await,
                 Operation::OpentofuApply => run.apply(module, plan_artifact.as_ref()).await,
@@ -294,7 +294,12 @@ impl Run<'_> {
     /// Fetches and unpacks the module, writes the runner's CLI
     /// configuration and backend override, initialises the working
     /// directory and selects the workspace.
-    async fn prepare(&mut self, tenant: &str, module: &TofuModule) -> Result<(), Failure> {
+    async fn prepare(
+        &mut self,
+        tenant: &str,
+        module: &TofuModule,
+        operation: Operation,
+    ) -> Result<(), Failure> {
         let digest = module.package.digest.as_deref().unwrap_or_default();
         let reference = InputRef::parse(digest).map_err(|message| {
             Failure::new(
@@ -351,9 +356,14 @@ impl Run<'_> {
                 )
                 .await;
             if let Err(failure) = selected {
-                if !failure.message.contains("doesn't exist")
-                    && !failure.message.contains("does not exist")
-                {
+                let missing = failure.message.contains("doesn't exist")
+                    || failure.message.contains("does not exist");
+                // Reading a workspace never makes one.
+                let reads = matches!(
+                    operation,
+                    Operation::OpentofuOutput | Operation::OpentofuStateInspect
+                );
+                if !missing || reads {
                     return Err(failure);
                 }
                 self.cli(
