@@ -9,7 +9,7 @@ source "$(dirname "$0")/lib.sh"
 VERSION="${EXECPLANE_ANSIBLE_CORE_VERSION:-2.17.14}"
 VENV="$STACK_DIR/ansible"
 
-if [ -x "$VENV/bin/ansible-playbook" ] && "$VENV/bin/ansible-playbook" --version 2>/dev/null | head -1 | grep -q "core $VERSION\]"; then
+if [ -x "$VENV/bin/ansible-playbook" ] && "$VENV/bin/ansible-playbook" --version 2>/dev/null | sed -n 1p | grep -q "core $VERSION\]"; then
   log "ansible-core $VERSION already in $VENV"
   exit 0
 fi
@@ -21,5 +21,5 @@ log "installing ansible-core $VERSION into $VENV"
 rm -rf "$VENV"
 python3 -m venv "$VENV"
 "$VENV/bin/pip" install --quiet --disable-pip-version-check "ansible-core==$VERSION"
-"$VENV/bin/ansible-playbook" --version | head -1 >&2
+"$VENV/bin/ansible-playbook" --version | sed -n 1p >&2
 log "ansible-core ready: $VENV/bin"

