@@ -351,6 +351,70 @@ pub enum ToolError {
     Wait(std::io::Error),
 }
 
+/// Why a tool's run failed the attempt: its category and a message.
+#[derive(Debug)]
+pub struct ToolFailure {
+    pub category: crate::contract::FailureCategory,
+    pub message: String,
+}
+
+impl ToolFailure {
+    pub fn new(category: crate::contract::FailureCategory, message: impl Into<String>) -> Self {
+        Self {
+            category,
+            message: message.into(),
+        }
+    }
+}
+
+/// The most of a failed tool's own words a failure message quotes.
+pub const MAX_DIAGNOSTICS: usize = 2048;
+
+/// [`run`], judged as a CLI runner judges it: a tool that could not start
+/// is `infrastructure`, a stop `cancelled`, the deadline `timeout`; a
+/// non-zero exit is the category `classify` gives the last
+/// [`MAX_DIAGNOSTICS`] bytes of its stderr (keep some with
+/// [`ToolCommand::capture`]), quoted in the message after `what`.
+pub async fn run_judged(
+    context: &ExecutionContext,
+    workdir: &Workdir,
+    what: &str,
+    command: ToolCommand,
+    classify: impl FnOnce(&str) -> crate::contract::FailureCategory,
+) -> Result<ToolExit, ToolFailure> {
+    use crate::contract::FailureCategory;
+    let exit = run(context, workdir, command).await.map_err(|error| {
+        ToolFailure::new(FailureCategory::Infrastructure, format!("{what}: {error}"))
+    })?;
+    match exit.stopped {
+        Some(StopCause::Stopped) => {
+            return Err(ToolFailure::new(
+                FailureCategory::Cancelled,
+                format!("{what}: stopped"),
+            ))
+        }
+        Some(StopCause::Deadline) => {
+            return Err(ToolFailure::new(
+                FailureCategory::Timeout,
+                format!("{what}: the attempt's start_to_close passed"),
+            ))
+        }
+        None => {}
+    }
+    if exit.success() {
+        return Ok(exit);
+    }
+    let said = String::from_utf8_lossy(&exit.stderr);
+    let said = crate::contract::limits::tail(said.trim(), MAX_DIAGNOSTICS);
+    let code = exit
+        .code
+        .map_or("no exit code".into(), |code| format!("exit {code}"));
+    Err(ToolFailure::new(
+        classify(said),
+        format!("{what} failed ({code}): {said}"),
+    ))
+}
+
 /// Runs `command` in `workdir` under the attempt's context: output to the
 /// log as it comes, stopped on cancel or at the deadline. Returns how it
 /// ended; every process it started is gone when this returns (or when the

@@ -6,10 +6,10 @@ use serde_json::{json, Value};
 use super::HelmConfig;
 use crate::artifacts::inputs::InputRef;
 use crate::contract::inputs::{ChartRef, ClusterRef, OperationInputs, Vars};
-use crate::contract::limits::{head, tail};
+use crate::contract::limits::head;
 use crate::contract::results::{HelmObject, HelmResult, HelmTestRun};
 use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType};
-use crate::runner::tool::{self, StopCause, ToolCommand, ToolExit, Workdir};
+use crate::runner::tool::{self, ToolCommand, ToolExit, ToolFailure as Failure, Workdir};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
 use crate::runners::kubernetes::{cluster, judge, Credentials};
 
@@ -18,8 +18,6 @@ use crate::runners::kubernetes::{cluster, judge, Credentials};
 const MAX_CAPTURE: usize = 16 * 1024 * 1024;
 /// What is kept of a logged helm's stderr for a failure message.
 const MAX_DIAGNOSTICS_CAPTURE: usize = 64 * 1024;
-/// The most of helm's own words a failure message quotes.
-const MAX_DIAGNOSTICS: usize = 2048;
 /// The most of a release's notes the result carries.
 const MAX_NOTES: usize = 4096;
 /// The name of the rendered manifests output.
@@ -242,21 +240,6 @@ fn kubeconfig(
         .map_err(|error| format!("cannot write the kubeconfig: {error}"))
 }
 
-/// Why an operation failed.
-struct Failure {
-    category: FailureCategory,
-    message: String,
-}
-
-impl Failure {
-    fn new(category: FailureCategory, message: impl Into<String>) -> Self {
-        Self {
-            category,
-            message: message.into(),
-        }
-    }
-}
-
 /// One attempt's helm invocations.
 struct Run<'a> {
     helm: &'a Path,
@@ -316,49 +299,20 @@ impl Run<'_> {
     }
 
     async fn run_helm(&self, what: &str, command: ToolCommand) -> Result<ToolExit, Failure> {
-        let exit = tool::run(self.context, self.workdir, command)
-            .await
-            .map_err(|error| {
-                Failure::new(FailureCategory::Infrastructure, format!("{what}: {error}"))
-            })?;
-        match exit.stopped {
-            Some(StopCause::Stopped) => {
-                return Err(Failure::new(
-                    FailureCategory::Cancelled,
-                    format!("{what}: stopped"),
-                ))
+        tool::run_judged(self.context, self.workdir, what, command, |said| {
+            if said.contains("Kubernetes cluster unreachable") {
+                FailureCategory::TargetUnreachable
+            } else if said.contains("has no deployed releases")
+                || said.contains("release: not found")
+                || said.contains("cannot re-use a name that is still in use")
+                || said.contains("forbidden")
+            {
+                FailureCategory::Contract
+            } else {
+                FailureCategory::RunnerError
             }
-            Some(StopCause::Deadline) => {
-                return Err(Failure::new(
-                    FailureCategory::Timeout,
-                    format!("{what}: the attempt's start_to_close passed"),
-                ))
-            }
-            None => {}
-        }
-        if exit.success() {
-            return Ok(exit);
-        }
-        let said = String::from_utf8_lossy(&exit.stderr);
-        let said = tail(said.trim(), MAX_DIAGNOSTICS);
-        let category = if said.contains("Kubernetes cluster unreachable") {
-            FailureCategory::TargetUnreachable
-        } else if said.contains("has no deployed releases")
-            || said.contains("release: not found")
-            || said.contains("cannot re-use a name that is still in use")
-            || said.contains("forbidden")
-        {
-            FailureCategory::Contract
-        } else {
-            FailureCategory::RunnerError
-        };
-        let code = exit
-            .code
-            .map_or("no exit code".into(), |code| format!("exit {code}"));
-        Err(Failure::new(
-            category,
-            format!("{what} failed ({code}): {said}"),
-        ))
+        })
+        .await
     }
 
     /// helm's own timeout: what is left of the attempt, less a margin to

@@ -8,13 +8,12 @@ use sha2::{Digest, Sha256};
 use super::TofuConfig;
 use crate::artifacts::inputs::InputRef;
 use crate::contract::inputs::{OperationInputs, TofuModule};
-use crate::contract::limits::tail;
 use crate::contract::results::{
     TofuChange, TofuOutput, TofuPlan, TofuResource, TofuResult, TofuStateVersion,
 };
 use crate::contract::tofu_inputs;
 use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType};
-use crate::runner::tool::{self, StopCause, ToolCommand, ToolExit, Workdir};
+use crate::runner::tool::{self, ToolCommand, ToolExit, ToolFailure as Failure, Workdir};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
 use crate::runners::ansible::package;
 
@@ -22,8 +21,6 @@ use crate::runners::ansible::package;
 const MAX_CAPTURE: usize = 32 * 1024 * 1024;
 /// What is kept of a logged command's stderr for a failure message.
 const MAX_DIAGNOSTICS_CAPTURE: usize = 64 * 1024;
-/// The most of the CLI's own words a failure message quotes.
-const MAX_DIAGNOSTICS: usize = 2048;
 /// The most resources or changes a result lists.
 const MAX_LISTED: usize = 1000;
 /// What the CLI's lock wait leaves of the attempt's time, to report in.
@@ -181,22 +178,6 @@ impl Executor for TofuRunner {
 
 fn failed(category: FailureCategory, message: impl Into<String>) -> ExecutionOutcome {
     ExecutionOutcome::failed(category, message, None)
-}
-
-/// Why an operation failed.
-#[derive(Debug)]
-struct Failure {
-    category: FailureCategory,
-    message: String,
-}
-
-impl Failure {
-    fn new(category: FailureCategory, message: impl Into<String>) -> Self {
-        Self {
-            category,
-            message: message.into(),
-        }
-    }
 }
 
 fn infrastructure(message: impl Into<String>) -> Failure {
@@ -475,54 +456,27 @@ impl Run<'_> {
     }
 
     async fn run_cli(&self, what: &str, command: ToolCommand) -> Result<ToolExit, Failure> {
-        let exit = tool::run(self.context, self.workdir, command)
-            .await
-            .map_err(|error| infrastructure(format!("{what}: {error}")))?;
-        match exit.stopped {
-            Some(StopCause::Stopped) => {
-                return Err(Failure::new(
-                    FailureCategory::Cancelled,
-                    format!("{what}: stopped"),
-                ))
+        tool::run_judged(self.context, self.workdir, what, command, |said| {
+            if said.contains("Error acquiring the state lock") {
+                FailureCategory::Infrastructure
+            } else if said.contains("connection refused")
+                || said.contains("no such host")
+                || said.contains("i/o timeout")
+            {
+                FailureCategory::TargetUnreachable
+            } else if said.contains("Saved plan is stale")
+                || said.contains("doesn't exist")
+                || said.contains("No value for required variable")
+                || said.contains("Unsupported argument")
+                || said.contains("Invalid value for")
+                || said.contains("Failed to query available provider packages")
+            {
+                FailureCategory::Contract
+            } else {
+                FailureCategory::RunnerError
             }
-            Some(StopCause::Deadline) => {
-                return Err(Failure::new(
-                    FailureCategory::Timeout,
-                    format!("{what}: the attempt's start_to_close passed"),
-                ))
-            }
-            None => {}
-        }
-        if exit.success() {
-            return Ok(exit);
-        }
-        let said = String::from_utf8_lossy(&exit.stderr);
-        let said = tail(said.trim(), MAX_DIAGNOSTICS);
-        let category = if said.contains("Error acquiring the state lock") {
-            FailureCategory::Infrastructure
-        } else if said.contains("connection refused")
-            || said.contains("no such host")
-            || said.contains("i/o timeout")
-        {
-            FailureCategory::TargetUnreachable
-        } else if said.contains("Saved plan is stale")
-            || said.contains("doesn't exist")
-            || said.contains("No value for required variable")
-            || said.contains("Unsupported argument")
-            || said.contains("Invalid value for")
-            || said.contains("Failed to query available provider packages")
-        {
-            FailureCategory::Contract
-        } else {
-            FailureCategory::RunnerError
-        };
-        let code = exit
-            .code
-            .map_or("no exit code".into(), |code| format!("exit {code}"));
-        Err(Failure::new(
-            category,
-            format!("{what} failed ({code}): {said}"),
-        ))
+        })
+        .await
     }
 
     /// How long the CLI waits for the state's lock: what is left of the
