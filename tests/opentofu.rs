@@ -105,6 +105,9 @@ struct Stack {
     pipeline: Pipeline,
     digest: String,
     runner: usize,
+    /// This test's own OpenBao paths (tests share one OpenBao):
+    /// `team-a/tfstate-<secrets>` and `team-a/provider-<secrets>`.
+    secrets: String,
 }
 
 async fn stack(pool: &PgPool, bao: &Bao) -> Stack {
@@ -133,6 +136,7 @@ async fn stack(pool: &PgPool, bao: &Bao) -> Stack {
         pipeline,
         digest,
         runner,
+        secrets: random(12),
     }
 }
 
@@ -148,23 +152,37 @@ impl Stack {
         })
     }
 
+    /// Stores this test's backend connection string and provider token.
+    async fn put_secrets(&self, bao: &Bao, conn_str: &str, token: &str) {
+        bao.put(
+            &format!("team-a/tfstate-{}", self.secrets),
+            json!({"conn_str": conn_str}),
+        )
+        .await;
+        bao.put(
+            &format!("team-a/provider-{}", self.secrets),
+            json!({"token": token}),
+        )
+        .await;
+    }
+
+    fn job(&self, operation: &str, inputs: Value, extra: Value) -> JobSpec {
+        let mut extra = extra;
+        extra["secret_refs"] = json!([
+            {"name": "state", "mount": "secret", "path": format!("team-a/tfstate-{}", self.secrets), "key": "conn_str"},
+            {"name": "provider", "mount": "secret", "path": format!("team-a/provider-{}", self.secrets), "key": "token"},
+        ]);
+        if extra.get("retry").is_none() {
+            extra["retry"] = json!({"max_attempts": 1});
+        }
+        extra["timeouts"] = json!({"schedule_to_start": "60s", "start_to_close": "90s", "heartbeat": "4s", "schedule_to_close": "150s"});
+        job(operation, inputs, extra)
+    }
+
     async fn run(&self, spec: &JobSpec) -> (String, Option<String>, String, Value) {
         self.pipeline.submit(spec).await;
         self.pipeline.ended(spec, WAIT).await
     }
-}
-
-fn tofu_job(operation: &str, inputs: Value, extra: Value) -> JobSpec {
-    let mut extra = extra;
-    extra["secret_refs"] = json!([
-        {"name": "state", "mount": "secret", "path": "team-a/tfstate", "key": "conn_str"},
-        {"name": "provider", "mount": "secret", "path": "team-a/provider", "key": "token"},
-    ]);
-    if extra.get("retry").is_none() {
-        extra["retry"] = json!({"max_attempts": 1});
-    }
-    extra["timeouts"] = json!({"schedule_to_start": "60s", "start_to_close": "90s", "heartbeat": "4s", "schedule_to_close": "150s"});
-    job(operation, inputs, extra)
 }
 
 fn random(length: usize) -> String {
@@ -197,11 +215,8 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
         format!("postgres://{role}:{password}@127.0.0.1:5432/{database}?sslmode=disable");
     let provider_token = format!("ptok-{}", random(28));
     let bao = Bao::new();
-    bao.put("team-a/tfstate", json!({"conn_str": conn_str}))
-        .await;
-    bao.put("team-a/provider", json!({"token": provider_token}))
-        .await;
     let stack = stack(&pool, &bao).await;
+    stack.put_secrets(&bao, &conn_str, &provider_token).await;
     let log = stack.pipeline.dir.join("provisioner.log");
     let variables = json!({"greeting": "hello", "log": log.to_str().unwrap()});
     let pg =
@@ -209,7 +224,7 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
     let module = stack.module(variables, pg);
 
     let (status, _, message, result) = stack
-        .run(&tofu_job("opentofu.plan", module.clone(), json!({})))
+        .run(&stack.job("opentofu.plan", module.clone(), json!({})))
         .await;
     assert_eq!(status, "succeeded", "{message}");
     let plan = &result["plan"];
@@ -229,7 +244,7 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
     let apply = |approved: &str| {
         let mut inputs = module.clone();
         inputs["plan_artifact"] = json!(artifact);
-        let mut spec = tofu_job(
+        let mut spec = stack.job(
             "opentofu.apply",
             inputs,
             json!({"policy": {"approved_plan_digest": artifact}}),
@@ -280,18 +295,14 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
     );
 
     let (status, _, message, result) = stack
-        .run(&tofu_job("opentofu.output", module.clone(), json!({})))
+        .run(&stack.job("opentofu.output", module.clone(), json!({})))
         .await;
     assert_eq!(status, "succeeded", "{message}");
     assert_eq!(result["outputs"]["greeting"]["value"], "hello");
     assert_eq!(result["outputs"]["resource_id"]["value"], id);
 
     let (status, _, message, result) = stack
-        .run(&tofu_job(
-            "opentofu.state.inspect",
-            module.clone(),
-            json!({}),
-        ))
+        .run(&stack.job("opentofu.state.inspect", module.clone(), json!({})))
         .await;
     assert_eq!(status, "succeeded", "{message}");
     assert_eq!(
@@ -301,7 +312,7 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
     assert_eq!(result["state"]["lineage"], state["lineage"]);
 
     // Destroy: only under an elevated policy.
-    let mut unelevated = tofu_job(
+    let mut unelevated = stack.job(
         "opentofu.destroy",
         module.clone(),
         json!({"policy": {"elevated": true}}),
@@ -311,7 +322,7 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
     assert_eq!(status, "rejected", "{message}");
     assert!(message.contains("elevated"), "{message}");
     let (status, _, message, result) = stack
-        .run(&tofu_job(
+        .run(&stack.job(
             "opentofu.destroy",
             module.clone(),
             json!({"policy": {"elevated": true}}),
@@ -391,16 +402,13 @@ async fn applies_on_one_workspace_never_overlap_and_a_killed_runner_leaves_one_u
     pool: PgPool,
 ) {
     let bao = Bao::new();
-    bao.put("team-a/provider", json!({"token": random(20)}))
-        .await;
-    bao.put("team-a/tfstate", json!({"conn_str": "unused"}))
-        .await;
     let mut stack = stack(&pool, &bao).await;
+    stack.put_secrets(&bao, "host=unused", &random(20)).await;
     let log = stack.pipeline.dir.join("provisioner.log");
     let explicit = |run: &str, hold: u32, retry: Value| {
         let variables =
             json!({"greeting": "hi", "run": run, "log": log.to_str().unwrap(), "hold": hold});
-        tofu_job(
+        stack.job(
             "opentofu.apply",
             stack.module(variables, json!({})),
             json!({"policy": {"explicit_command": true}, "retry": retry}),

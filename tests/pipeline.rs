@@ -397,9 +397,6 @@ async fn cancelling_a_running_probe_stops_it_and_a_queued_attempt_is_cancelled_a
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn timeouts_fire_schedule_to_start_start_to_close_and_heartbeat(pool: PgPool) {
     let mut pipeline = Pipeline::new(&pool).await;
-    // A policy that approves team-a's opentofu module, so the opentofu job
-    // below gets past the operator's policy to the catalog.
-    pipeline.with_example_policy();
     let (_, _, runners) = pipeline.start_roles(1);
     pipeline.wait_runners(1).await;
     // No live runner is in this pool.
@@ -410,28 +407,6 @@ async fn timeouts_fire_schedule_to_start_start_to_close_and_heartbeat(pool: PgPo
             "timeouts": {"schedule_to_start": "2s", "start_to_close": "30s", "heartbeat": "2s", "schedule_to_close": "60s"},
             "runner_requirements": {"pool": {"zone": "nowhere"}}
         }),
-    );
-    // No runner of this release runs opentofu.output: refused at once,
-    // not left to wait for schedule_to_start (an hour here).
-    let unimplemented = job(
-        "opentofu.output",
-        json!({"package": {"name": "network", "version": "1.0.0", "digest": format!("sha256:{}", "2".repeat(64))}}),
-        json!({"timeouts": {"schedule_to_start": "1h", "start_to_close": "30s", "heartbeat": "2s", "schedule_to_close": "2h"}}),
-    );
-    pipeline.submit(&unimplemented).await;
-    let refused = pipeline.wait_done(&unimplemented.job_id, WAIT).await;
-    assert_eq!(
-        (refused[0].1.as_str(), refused[0].2.as_deref()),
-        ("rejected", Some("contract"))
-    );
-    let why: String = sqlx::query_scalar("SELECT message FROM attempts WHERE job_id = $1")
-        .bind(&unimplemented.job_id)
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    assert!(
-        why.contains("`opentofu.output` is not implemented"),
-        "{why}"
     );
     // A hung probe.
     let hung = job(
