@@ -2,6 +2,7 @@
 
 pub mod ansible;
 pub mod kubernetes;
+pub mod opentofu;
 pub mod pipeline;
 pub mod store;
 
@@ -71,6 +72,16 @@ pub(crate) async fn time_attempt<E: Executor>(
 }
 
 /// Durations in milliseconds.
+/// The sample at `quantile` (0 to 1) of `samples`, nearest rank.
+pub(crate) fn quantile(samples: &[f64], quantile: f64) -> f64 {
+    let mut sorted = samples.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * quantile).round() as usize]
+}
+
 pub(crate) fn milliseconds(samples: &[std::time::Duration]) -> Vec<f64> {
     samples
         .iter()

@@ -272,6 +272,10 @@ pub enum BenchCommand {
     /// One ConfigMap server-side applied: `kubectl apply --server-side`,
     /// then through the kubernetes runner's executor, in turn.
     Kubernetes(crate::bench::kubernetes::KubernetesBenchArgs),
+    /// The opentofu runner's cost per apply: one null resource applied by
+    /// the CLI (init + apply) and through the opentofu runner's executor,
+    /// in turn.
+    Opentofu(crate::bench::opentofu::TofuBenchArgs),
 }
 
 /// Runs the command; the exit code is the command's verdict.
@@ -328,6 +332,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(BenchCommand::Kubernetes(args)) => {
             crate::bench::kubernetes::run(&args).await
         }
+        Command::Bench(BenchCommand::Opentofu(args)) => crate::bench::opentofu::run(&args).await,
         Command::Bench(BenchCommand::Ansible(args)) => {
             crate::bench::ansible::run(&config, &args).await
         }

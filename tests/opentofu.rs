@@ -120,6 +120,9 @@ async fn stack(pool: &PgPool, bao: &Bao) -> Stack {
     pipeline.spawn(&["relay"], &[]);
     let storage = pipeline.dir.join("artifacts");
     let states = pipeline.dir.join("states");
+    // A working directory with a long path: the CLI's plugin sockets must
+    // not be made there (a Unix socket's path holds at most 107 bytes).
+    let work = pipeline.dir.join(format!("work-{}", "long".repeat(20)));
     let runner = pipeline.spawn(
         &["runner", "opentofu"],
         &[
@@ -129,6 +132,7 @@ async fn stack(pool: &PgPool, bao: &Bao) -> Stack {
             ("EXECPLANE_TOFU_BIN", tofu_bin().to_str().unwrap()),
             ("EXECPLANE_TOFU_PROVIDER_MIRROR", mirror().to_str().unwrap()),
             ("EXECPLANE_TOFU_STATE_DIR", states.to_str().unwrap()),
+            ("EXECPLANE_RUNNER_WORK_DIR", work.to_str().unwrap()),
         ],
     );
     pipeline.wait_runners(1).await;

@@ -16,6 +16,7 @@ use anyhow::Context;
 use serde::Serialize;
 use serde_json::json;
 
+use super::quantile;
 use crate::runners::kubernetes::{KubernetesConfig, KubernetesRunner};
 
 #[derive(Debug, clap::Args)]
@@ -221,13 +222,4 @@ async fn ensure_namespace(
         Err(kube::Error::Api(status)) if status.code == 409 => Ok(()),
         Err(error) => Err(anyhow::anyhow!("creating namespace {namespace}: {error}")),
     }
-}
-
-fn quantile(samples: &[f64], quantile: f64) -> f64 {
-    let mut sorted = samples.to_vec();
-    sorted.sort_by(f64::total_cmp);
-    if sorted.is_empty() {
-        return 0.0;
-    }
-    sorted[((sorted.len() - 1) as f64 * quantile).round() as usize]
 }

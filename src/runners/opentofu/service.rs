@@ -27,6 +27,10 @@ const MAX_LISTED: usize = 1000;
 const REPORT_MARGIN: Duration = Duration::from_secs(5);
 /// The saved plan's file name (and output name).
 const PLAN_FILE: &str = "plan.tfplan";
+/// Where the CLI's temporary files go: the CLI and its providers talk over
+/// Unix sockets made there, whose paths may not pass 107 bytes, so not in
+/// the working directory, whose path is the operator's to make long.
+const SOCKET_ROOT: &str = "/tmp/execplane-tofu";
 /// The backend override the runner writes into the module's directory.
 const BACKEND_OVERRIDE: &str = "zz_execplane_backend_override.tf.json";
 /// The pg backend's `conn_str` as the CLI sees it: nothing of the real
@@ -143,9 +147,19 @@ impl Executor for TofuRunner {
                 )
             }
         };
+        let sockets = match Workdir::new(std::path::Path::new(SOCKET_ROOT)) {
+            Ok(sockets) => sockets,
+            Err(error) => {
+                return failed(
+                    FailureCategory::Infrastructure,
+                    format!("no temporary directory for the CLI: {error}"),
+                )
+            }
+        };
         let mut run = Run {
             config: &self.config,
             workdir: &workdir,
+            sockets: &sockets,
             context: &context,
             module_dir: PathBuf::new(),
             env: Vec::new(),
@@ -263,6 +277,8 @@ fn pg_environment(conn_str: &str) -> Result<Vec<(String, String)>, String> {
 struct Run<'a> {
     config: &'a TofuConfig,
     workdir: &'a Workdir,
+    /// The CLI's `TMPDIR` (a short path, for its plugins' sockets).
+    sockets: &'a Workdir,
     context: &'a ExecutionContext,
     /// The module's directory inside the unpacked package.
     module_dir: PathBuf,
@@ -428,6 +444,7 @@ impl Run<'_> {
                 "TF_CLI_CONFIG_FILE",
                 self.workdir.path().join("cli.tfrc").display().to_string(),
             )
+            .env("TMPDIR", self.sockets.path().display().to_string())
             .env("CHECKPOINT_DISABLE", "1")
             .env("TF_IN_AUTOMATION", "1")
             .env("TF_INPUT", "0")
