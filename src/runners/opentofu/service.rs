@@ -331,6 +331,16 @@ impl Run<'_> {
                 ),
             ));
         }
+        if let Some(name) = override_file_in(&self.module_dir) {
+            return Err(Failure::new(
+                FailureCategory::Contract,
+                format!(
+                    "inputs.package: the module's directory holds the override file `{name}`; \
+                     the runner's backend override must be the only one (where the state lives \
+                     is the JobSpec's and the operator's, not the module's)"
+                ),
+            ));
+        }
         self.write_cli_config()?;
         self.write_backend(tenant, module)?;
         for (name, value) in &module.env {
@@ -342,8 +352,13 @@ impl Run<'_> {
         std::fs::write(self.workdir.path().join("variables.tfvars.json"), variables)
             .map_err(|error| infrastructure(format!("cannot write the variables: {error}")))?;
         self.context.progress("tofu init", None);
-        self.cli("init", &["init", "-input=false", "-no-color"])
-            .await?;
+        // -reconfigure: a `.terraform` the package brought is not the
+        // backend this run uses.
+        self.cli(
+            "init",
+            &["init", "-input=false", "-no-color", "-reconfigure"],
+        )
+        .await?;
         let workspace = self.report.workspace.clone();
         if workspace != "default" {
             let selected = self
@@ -682,6 +697,22 @@ impl Run<'_> {
     }
 }
 
+/// The first override file (`override.tf[.json]`, `*_override.tf[.json]`)
+/// in `dir`, which the CLI would merge after the runner's own.
+fn override_file_in(dir: &std::path::Path) -> Option<String> {
+    let entries = std::fs::read_dir(dir).ok()?;
+    entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name != BACKEND_OVERRIDE)
+        .find(|name| {
+            let stem = name
+                .strip_suffix(".tf")
+                .or_else(|| name.strip_suffix(".tf.json"));
+            stem.is_some_and(|stem| stem == "override" || stem.ends_with("_override"))
+        })
+}
+
 /// What a plan changes, from `show -json` of the saved plan.
 fn summary(shown: &[u8]) -> Result<TofuPlan, Failure> {
     let shown: Value = serde_json::from_slice(shown).map_err(|error| {
@@ -898,6 +929,30 @@ mod tests {
             let error = pg_environment(bad).unwrap_err();
             assert!(!error.contains("hunter2"), "{error}");
         }
+    }
+
+    #[test]
+    fn a_module_s_own_override_file_is_found() {
+        let dir = std::env::temp_dir().join(format!("tofu-override-{}", uuid::Uuid::new_v4()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in [
+            "main.tf",
+            "overrides.md",
+            "not_override.txt",
+            BACKEND_OVERRIDE,
+        ] {
+            std::fs::write(dir.join(name), "").unwrap();
+        }
+        assert_eq!(override_file_in(&dir), None);
+        std::fs::write(dir.join("zzz_override.tf.json"), "{}").unwrap();
+        assert_eq!(
+            override_file_in(&dir).as_deref(),
+            Some("zzz_override.tf.json")
+        );
+        std::fs::remove_file(dir.join("zzz_override.tf.json")).unwrap();
+        std::fs::write(dir.join("override.tf"), "").unwrap();
+        assert_eq!(override_file_in(&dir).as_deref(), Some("override.tf"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
