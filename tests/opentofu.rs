@@ -267,6 +267,35 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
     assert!(message.contains("not the approved plan"), "{message}");
     assert!(!log.exists(), "nothing applied");
 
+    // Approved, but not a plan the runner made, or made for another
+    // workspace: a saved plan carries its own backend, workspace and code,
+    // so the runner refuses it before the CLI runs.
+    let forged = stack
+        .pipeline
+        .put_artifact("forged.tfplan", b"PK not a plan of ours");
+    let mut spec = apply(&forged);
+    spec.inputs["plan_artifact"] = json!(forged);
+    let (status, category, message, _) = stack.run(&spec).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("policy")),
+        "{message}"
+    );
+    assert!(
+        message.contains("is not a plan an opentofu.plan made"),
+        "{message}"
+    );
+    let mut elsewhere = apply(&artifact);
+    elsewhere.inputs["workspace"] = json!("green");
+    let (status, category, message, _) = stack.run(&elsewhere).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("policy")),
+        "{message}"
+    );
+    assert!(message.contains("another workspace"), "{message}");
+    assert!(!log.exists(), "nothing applied");
+
     let (status, _, message, result) = stack.run(&apply(&artifact)).await;
     assert_eq!(status, "succeeded", "{message}");
     assert_eq!(result["outputs"]["greeting"]["value"], "hello", "{result}");

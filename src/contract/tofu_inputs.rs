@@ -94,8 +94,18 @@ fn entries(field: &str, vars: &Vars, problems: &mut Vec<Problem>) {
     }
 }
 
+/// A string the CLI would read as a template in a `.tf.json` file.
+fn is_template(text: &str) -> bool {
+    text.contains("${") || text.contains("%{")
+}
+
 /// Every problem of one module's inputs.
 pub fn module_problems(module: &TofuModule, problems: &mut Vec<Problem>) {
+    if let Some(path) = &module.path {
+        if let Err(message) = super::validate::is_safe_relative(path) {
+            problems.push(Problem::new("inputs.path", message));
+        }
+    }
     if let Some(workspace) = &module.workspace {
         if !is_name(workspace) {
             problems.push(Problem::new(
@@ -141,6 +151,8 @@ pub fn module_problems(module: &TofuModule, problems: &mut Vec<Problem>) {
                 path,
                 "must be a string or a `{\"$secret\": …}` reference",
             ));
+        } else if value.as_str().is_some_and(|text| text.contains('\0')) {
+            problems.push(Problem::new(path, "must not hold a NUL character"));
         }
     }
     entries("backend", &module.backend, problems);
@@ -173,6 +185,11 @@ pub fn module_problems(module: &TofuModule, problems: &mut Vec<Problem>) {
             problems.push(Problem::new(
                 path,
                 "must be a string, a number or a boolean",
+            ));
+        } else if value.as_str().is_some_and(is_template) {
+            problems.push(Problem::new(
+                path,
+                "must not hold `${` or `%{`: the CLI would evaluate it as a template",
             ));
         }
     }
@@ -258,18 +275,23 @@ mod tests {
         assert!(paths(&fine).is_empty(), "{:?}", paths(&fine));
         let bad = module(json!({
             "variables": {"password": {"$secret": "db"}, "nested": {"a": [{"$secret": "db"}]}},
-            "env": {"lower": "x", "N": 3},
-            "backend": {"type": "s3", "secret_key": {"$secret": "aws"}, "tags": {"a": 1}},
+            "env": {"lower": "x", "N": 3, "Z": "a\u{0}b"},
+            "backend": {"type": "s3", "secret_key": {"$secret": "aws"}, "tags": {"a": 1},
+                        "bucket": "${file(\"/etc/passwd\")}"},
             "workspace": "../x",
+            "path": "../other",
         }));
         assert_eq!(
             paths(&bad),
             [
+                "inputs.path",
                 "inputs.workspace",
                 "inputs.variables.nested",
                 "inputs.variables.password",
                 "inputs.env.N",
+                "inputs.env.Z",
                 "inputs.env.lower",
+                "inputs.backend.bucket",
                 "inputs.backend.secret_key",
                 "inputs.backend.tags",
             ]

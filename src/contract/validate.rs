@@ -699,7 +699,7 @@ fn scan_secrets(
     }
 }
 
-fn is_safe_relative(path: &str) -> Result<(), &'static str> {
+pub(crate) fn is_safe_relative(path: &str) -> Result<(), &'static str> {
     if path.trim().is_empty() {
         return Err("must not be empty");
     }
@@ -731,19 +731,6 @@ fn check_operation_inputs(inputs: &OperationInputs, problems: &mut Vec<Problem>)
             relative("inputs.playbook", &playbook.playbook)
         }
         I::AnsibleRoleRun(role) => relative("inputs.role", &role.role),
-        I::OpentofuPlan(module)
-        | I::OpentofuDestroy(module)
-        | I::OpentofuOutput(module)
-        | I::OpentofuStateInspect(module) => {
-            if let Some(path) = &module.path {
-                relative("inputs.path", path);
-            }
-        }
-        I::OpentofuApply(apply) => {
-            if let Some(path) = &apply.module.path {
-                relative("inputs.path", path);
-            }
-        }
         I::KubernetesManifestApply(apply)
             if apply.manifests.is_empty() == apply.manifests_artifact.is_none() =>
         {
@@ -893,6 +880,9 @@ fn check_policy(
         )),
         O::OpentofuApply if policy.approved_plan_digest.is_some() && inputs.and_then(|inputs| inputs.get("plan_artifact")).is_none() => {
             problems.push(Problem::new("inputs.plan_artifact", "an approved plan digest needs the plan artifact it approves"));
+        }
+        O::OpentofuApply if policy.approved_plan_digest.is_none() && inputs.and_then(|inputs| inputs.get("plan_artifact")).is_some() => {
+            problems.push(Problem::new("inputs.plan_artifact", "a plan artifact is applied only with its digest approved (`policy.approved_plan_digest`); an explicit operation policy plans and applies afresh"));
         }
         O::OpentofuApply => {
             let artifact = inputs.and_then(|inputs| inputs.get("plan_artifact")).and_then(Value::as_str);

@@ -7,6 +7,7 @@ use sha2::{Digest, Sha256};
 
 use super::TofuConfig;
 use crate::artifacts::inputs::InputRef;
+use crate::artifacts::ArtifactStorage;
 use crate::contract::inputs::{OperationInputs, TofuModule};
 use crate::contract::results::{
     TofuChange, TofuOutput, TofuPlan, TofuResource, TofuResult, TofuStateVersion,
@@ -33,6 +34,8 @@ const PLAN_FILE: &str = "plan.tfplan";
 const SOCKET_ROOT: &str = "/tmp/execplane-tofu";
 /// The backend override the runner writes into the module's directory.
 const BACKEND_OVERRIDE: &str = "zz_execplane_backend_override.tf.json";
+/// What no file of a module's may start with.
+const OVERRIDE_STEM: &str = "zz_execplane";
 /// The pg backend's `conn_str` as the CLI sees it: nothing of the real
 /// one, which reaches libpq as `PG*` variables (the CLI writes `conn_str`
 /// into every plan file).
@@ -104,6 +107,12 @@ impl Executor for TofuRunner {
                     "policy.approved_plan_digest: opentofu.apply applies an approved plan, or runs under an explicit operation policy",
                 )
             }
+            Operation::OpentofuApply if approved.is_none() && plan_artifact.is_some() => {
+                return failed(
+                    FailureCategory::Policy,
+                    "inputs.plan_artifact: a plan artifact is applied only with its digest approved",
+                )
+            }
             Operation::OpentofuApply if approved.is_some() && plan_artifact.is_none() => {
                 return failed(
                     FailureCategory::Policy,
@@ -147,7 +156,7 @@ impl Executor for TofuRunner {
                 )
             }
         };
-        let sockets = match Workdir::new(std::path::Path::new(SOCKET_ROOT)) {
+        let sockets = match socket_dir() {
             Ok(sockets) => sockets,
             Err(error) => {
                 return failed(
@@ -171,9 +180,15 @@ impl Executor for TofuRunner {
             },
         };
         let done = async {
+            if let Some(reference) = &plan_artifact {
+                // Before anything runs: the approved plan must be one this
+                // runner made for this tenant, module, workspace and backend.
+                run.check_provenance(reference, &spec.tenant, module)
+                    .await?;
+            }
             run.prepare(&spec.tenant, module, spec.operation).await?;
             match spec.operation {
-                Operation::OpentofuPlan => run.plan(module).await,
+                Operation::OpentofuPlan => run.plan(&spec.tenant, module).await,
                 Operation::OpentofuApply => run.apply(module, plan_artifact.as_ref()).await,
                 Operation::OpentofuDestroy => run.destroy(module).await,
                 _ => run.inspect(spec.operation).await,
@@ -188,6 +203,25 @@ impl Executor for TofuRunner {
             }
         }
     }
+}
+
+/// A fresh 0700 directory under [`SOCKET_ROOT`], once the root is checked
+/// to be this user's own directory, closed to others (not a link another
+/// local user made first).
+fn socket_dir() -> std::io::Result<Workdir> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let root = std::path::Path::new(SOCKET_ROOT);
+    let workdir = Workdir::new(root)?;
+    let metadata = std::fs::symlink_metadata(root)?;
+    let own = metadata.is_dir()
+        && metadata.uid() == rustix::process::geteuid().as_raw()
+        && metadata.permissions().mode() & 0o077 == 0;
+    if !own {
+        return Err(std::io::Error::other(format!(
+            "{SOCKET_ROOT} is not a 0700 directory of this user's"
+        )));
+    }
+    Ok(workdir)
 }
 
 fn failed(category: FailureCategory, message: impl Into<String>) -> ExecutionOutcome {
@@ -265,10 +299,12 @@ fn pg_environment(conn_str: &str) -> Result<Vec<(String, String)>, String> {
         .into_iter()
         .map(|(key, value)| match variable(&key) {
             Some(name) => Ok((name.to_owned(), value)),
-            None => Err(format!(
-                "backend.conn_str: parameter `{}` is not supported (host, port, user, password, dbname, sslmode, connect_timeout, application_name)",
-                crate::contract::limits::shortened(&key, 40)
-            )),
+            // The key is not quoted: in a malformed string it may be a
+            // piece of the password.
+            None => Err(
+                "backend.conn_str: a parameter is not supported (only host, port, user, password, dbname, sslmode, connect_timeout, application_name)"
+                    .to_owned(),
+            ),
         })
         .collect()
 }
@@ -462,6 +498,12 @@ impl Run<'_> {
             .env("TMPDIR", self.sockets.path().display().to_string())
             .env("CHECKPOINT_DISABLE", "1")
             .env("TF_IN_AUTOMATION", "1")
+            // The CLI's own data (backend, providers, selected workspace)
+            // is the run's, never a `.terraform` the package brought.
+            .env(
+                "TF_DATA_DIR",
+                self.workdir.path().join("tfdata").display().to_string(),
+            )
             .env("TF_INPUT", "0")
             .arg(format!("-chdir={}", self.module_dir.display()))
             .args(args.iter().copied())
@@ -534,7 +576,7 @@ impl Run<'_> {
 
     /// `opentofu.plan`: the saved plan, stored by its digest (the reference
     /// an apply names) and as the output `plan.tfplan`, with its summary.
-    async fn plan(&mut self, _module: &TofuModule) -> Result<String, Failure> {
+    async fn plan(&mut self, tenant: &str, module: &TofuModule) -> Result<String, Failure> {
         let plan_path = self.workdir.path().join(PLAN_FILE);
         let out = format!("-out={}", plan_path.display());
         let (lock, vars) = (self.lock_timeout(), self.var_file());
@@ -568,6 +610,11 @@ impl Run<'_> {
         let reference = crate::artifacts::inputs::put(storage, &bytes)
             .await
             .map_err(|error| infrastructure(format!("storing the plan: {error}")))?;
+        let record = serde_json::to_vec(&provenance(tenant, module)).unwrap_or_default();
+        storage
+            .put(&provenance_key(&reference), &record)
+            .await
+            .map_err(|error| infrastructure(format!("recording the plan's origin: {error}")))?;
         self.context
             .store_output(&plan_path, PLAN_FILE, RetentionClass::Evidence)
             .await
@@ -579,6 +626,54 @@ impl Run<'_> {
         );
         self.report.plan = Some(plan);
         Ok(message)
+    }
+
+    /// Refuses a plan artifact this runner did not make by `opentofu.plan`
+    /// for this tenant, module package and path, workspace and backend: a
+    /// saved plan carries its own backend settings, workspace and module
+    /// code, which the CLI applies as they are.
+    async fn check_provenance(
+        &self,
+        reference: &InputRef,
+        tenant: &str,
+        module: &TofuModule,
+    ) -> Result<(), Failure> {
+        let storage = self
+            .context
+            .storage()
+            .ok_or_else(|| infrastructure("this runner has no artifact storage for the plan"))?;
+        let record = match storage.get(&provenance_key(reference)).await {
+            Ok(record) => record,
+            Err(crate::artifacts::StorageError::NotFound(_)) => {
+                return Err(Failure::new(
+                    FailureCategory::Policy,
+                    format!(
+                        "inputs.plan_artifact: {reference} is not a plan an opentofu.plan made"
+                    ),
+                ))
+            }
+            Err(error) => {
+                return Err(infrastructure(format!(
+                    "reading the plan's origin: {error}"
+                )))
+            }
+        };
+        let made: Value = serde_json::from_slice(&record).unwrap_or(Value::Null);
+        let wanted = provenance(tenant, module);
+        let differs: Vec<&str> = ["tenant", "package", "path", "workspace", "backend"]
+            .into_iter()
+            .filter(|field| made[field] != wanted[field])
+            .collect();
+        if !differs.is_empty() {
+            return Err(Failure::new(
+                FailureCategory::Policy,
+                format!(
+                    "inputs.plan_artifact: {reference} was planned for another {} than this apply's",
+                    differs.join(", ")
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// `opentofu.apply`: the approved plan artifact (fetched and checked
@@ -697,8 +792,9 @@ impl Run<'_> {
     }
 }
 
-/// The first override file (`override.tf[.json]`, `*_override.tf[.json]`)
-/// in `dir`, which the CLI would merge after the runner's own.
+/// The first override file (`override.tf`, `*_override.tf`, their
+/// `.tf.json`, `.tofu` and `.tofu.json` forms) in `dir`, which the CLI would
+/// merge after the runner's own, or a file named like the runner's.
 fn override_file_in(dir: &std::path::Path) -> Option<String> {
     let entries = std::fs::read_dir(dir).ok()?;
     entries
@@ -706,11 +802,39 @@ fn override_file_in(dir: &std::path::Path) -> Option<String> {
         .map(|entry| entry.file_name().to_string_lossy().into_owned())
         .filter(|name| name != BACKEND_OVERRIDE)
         .find(|name| {
-            let stem = name
-                .strip_suffix(".tf")
-                .or_else(|| name.strip_suffix(".tf.json"));
-            stem.is_some_and(|stem| stem == "override" || stem.ends_with("_override"))
+            // OpenTofu reads `.tofu` files too, and one shadows the `.tf`
+            // file of its stem: nothing may share the override's stem.
+            let stem = [".tf", ".tf.json", ".tofu", ".tofu.json"]
+                .iter()
+                .find_map(|suffix| name.strip_suffix(suffix));
+            name.starts_with(OVERRIDE_STEM)
+                || stem.is_some_and(|stem| stem == "override" || stem.ends_with("_override"))
         })
+}
+
+/// Where the origin of the plan stored as `reference` is recorded: a key
+/// only a runner writes (`execplane artifacts put` writes `inputs/` only).
+fn provenance_key(reference: &InputRef) -> String {
+    format!("plans/{}", reference.key())
+}
+
+/// What a plan is made for: the tenant, the module package (its digest)
+/// and path, the workspace and the backend (type and settings, the secret
+/// `conn_str` left out: the apply's own credentials reach the database).
+fn provenance(tenant: &str, module: &TofuModule) -> Value {
+    let backend: serde_json::Map<String, Value> = module
+        .backend
+        .iter()
+        .filter(|(name, _)| *name != "conn_str")
+        .map(|(name, value)| (name.clone(), value.clone()))
+        .collect();
+    json!({
+        "tenant": tenant,
+        "package": module.package.digest,
+        "path": module.path.as_deref().unwrap_or("."),
+        "workspace": module.workspace.as_deref().unwrap_or("default"),
+        "backend": {"type": tofu_inputs::backend_type(module), "settings": backend},
+    })
 }
 
 /// What a plan changes, from `show -json` of the saved plan.
