@@ -72,6 +72,30 @@ pub(crate) async fn time_attempt<E: Executor>(
 }
 
 /// Durations in milliseconds.
+/// A local artifact storage under `scratch` holding one package: a tar of
+/// one file `name` with `text`; the storage and the package's reference.
+pub(crate) async fn one_file_package(
+    scratch: &std::path::Path,
+    name: &str,
+    text: &str,
+) -> anyhow::Result<(
+    std::sync::Arc<crate::artifacts::Storage>,
+    crate::artifacts::inputs::InputRef,
+)> {
+    let storage = std::sync::Arc::new(crate::artifacts::Storage::open(
+        &crate::artifacts::StorageSettings::Local(scratch.join("artifacts")),
+    ));
+    let mut tar = tar::Builder::new(Vec::new());
+    let mut header = tar::Header::new_gnu();
+    header.set_size(text.len() as u64);
+    header.set_mode(0o644);
+    tar.append_data(&mut header, name, text.as_bytes())?;
+    let package = crate::artifacts::inputs::put(storage.as_ref(), &tar.into_inner()?)
+        .await
+        .map_err(|error| anyhow::anyhow!("storing the package: {error}"))?;
+    Ok((storage, package))
+}
+
 /// The sample at `quantile` (0 to 1) of `samples`, nearest rank.
 pub(crate) fn quantile(samples: &[f64], quantile: f64) -> f64 {
     let mut sorted = samples.to_vec();

@@ -109,17 +109,7 @@ pub async fn run(config: &Config, args: &AnsibleBenchArgs) -> anyhow::Result<Exi
     )?;
 
     // Through the runner: the package by digest, an approving policy.
-    let storage = Arc::new(crate::artifacts::Storage::open(
-        &crate::artifacts::StorageSettings::Local(scratch.join("artifacts")),
-    ));
-    let mut tar = tar::Builder::new(Vec::new());
-    let mut header = tar::Header::new_gnu();
-    header.set_size(PLAYBOOK.len() as u64);
-    header.set_mode(0o644);
-    tar.append_data(&mut header, "ping.yml", PLAYBOOK.as_bytes())?;
-    let package = crate::artifacts::inputs::put(storage.as_ref(), &tar.into_inner()?)
-        .await
-        .map_err(|error| anyhow::anyhow!("storing the package: {error}"))?;
+    let (storage, package) = super::one_file_package(&scratch, "ping.yml", PLAYBOOK).await?;
     let policy_file = scratch.join("policy.yaml");
     std::fs::write(
         &policy_file,
