@@ -96,6 +96,28 @@ pub(crate) async fn one_file_package(
     Ok((storage, package))
 }
 
+/// What a tool runner's executor needs of its context in a bench: the
+/// bench's storage and tool settings, an outputs sink for `attempt_id`.
+pub(crate) fn tool_context(
+    context: ExecutionContext,
+    attempt_id: uuid::Uuid,
+    storage: &std::sync::Arc<crate::artifacts::Storage>,
+    tools: &std::sync::Arc<crate::runner::tool::ToolSettings>,
+) -> ExecutionContext {
+    context
+        .with_storage(Some(storage.clone()))
+        .with_tools(tools.clone(), std::time::Duration::from_secs(2))
+        .with_outputs(crate::runner::outputs::Outputs::new(
+            attempt_id,
+            crate::secrets::Masker::default(),
+        ))
+}
+
+/// Runs per second, one after the other, of samples in milliseconds.
+pub(crate) fn per_second(samples_ms: &[f64]) -> f64 {
+    1000.0 * samples_ms.len() as f64 / samples_ms.iter().sum::<f64>().max(1.0)
+}
+
 /// The sample at `quantile` (0 to 1) of `samples`, nearest rank.
 pub(crate) fn quantile(samples: &[f64], quantile: f64) -> f64 {
     let mut sorted = samples.to_vec();

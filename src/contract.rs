@@ -33,7 +33,7 @@ pub use jobspec::{
 pub use operation::{Operation, RunnerType};
 pub use outputs::{OutputArtifact, RetentionClass};
 pub use target_keys::TargetKey;
-pub use validate::{is_traceparent, looks_secret};
 pub use validate::{
-    validate_jobspec, validate_jobspec_bytes, Problem, Problems, MAX_JOBSPEC_BYTES,
+    flag_problems, validate_jobspec, validate_jobspec_bytes, Problem, Problems, MAX_JOBSPEC_BYTES,
 };
+pub use validate::{is_traceparent, looks_secret};

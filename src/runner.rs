@@ -144,6 +144,17 @@ impl ExecutionContext {
         self.deadline
     }
 
+    /// Whole seconds a tool's own timeout may take: what is left of the
+    /// attempt (5 minutes without a deadline), less `margin` to report in;
+    /// at least one.
+    pub fn seconds_left(&self, margin: Duration) -> u64 {
+        let left = self
+            .deadline
+            .map(|deadline| deadline.saturating_duration_since(tokio::time::Instant::now()))
+            .unwrap_or(Duration::from_secs(300));
+        left.saturating_sub(margin).as_secs().max(1)
+    }
+
     /// Writes tool output; it is masked (as a stream) and sent to
     /// `exec.log-chunks.v1` in order.
     pub fn log(&self, stream: LogStream, text: impl Into<String>) {

@@ -169,13 +169,7 @@ pub async fn run(config: &Config, args: &AnsibleBenchArgs) -> anyhow::Result<Exi
         // What the runner SDK does with a resolved secret.
         spec.inputs["private_key"] = json!(key);
         let took = super::time_attempt(&runner, spec, |attempt_id, context| {
-            context
-                .with_storage(Some(storage.clone()))
-                .with_tools(tools.clone(), Duration::from_secs(2))
-                .with_outputs(crate::runner::outputs::Outputs::new(
-                    attempt_id,
-                    crate::secrets::Masker::default(),
-                ))
+            super::tool_context(context, attempt_id, &storage, &tools)
         })
         .await?;
         through.push(took);

@@ -16,7 +16,7 @@ use anyhow::Context;
 use serde::Serialize;
 use serde_json::json;
 
-use super::quantile;
+use super::{per_second, quantile};
 use crate::runners::kubernetes::{KubernetesConfig, KubernetesRunner};
 
 #[derive(Debug, clap::Args)]
@@ -168,8 +168,6 @@ pub async fn run(args: &KubernetesBenchArgs) -> anyhow::Result<ExitCode> {
         super::milliseconds(&by_kubectl),
         super::milliseconds(&through),
     );
-    let per_second =
-        |samples: &[f64]| 1000.0 * samples.len() as f64 / samples.iter().sum::<f64>().max(1.0);
     let report = KubernetesReport {
         runs,
         kubectl_p50_ms: quantile(&kubectl_ms, 0.50),

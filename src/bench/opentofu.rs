@@ -18,7 +18,7 @@ use anyhow::Context;
 use serde::Serialize;
 use serde_json::json;
 
-use super::quantile;
+use super::{per_second, quantile};
 use crate::runners::opentofu::{TofuConfig, TofuRunner};
 
 const MODULE: &str = r#"terraform {
@@ -164,14 +164,8 @@ pub async fn run(args: &TofuBenchArgs) -> anyhow::Result<ExitCode> {
         let spec = crate::contract::validate_jobspec(&value)
             .map_err(|problems| anyhow::anyhow!("the bench JobSpec: {problems}"))?;
         let took = super::time_attempt(&runner, spec, |attempt_id, context| {
-            context
-                .with_storage(Some(storage.clone()))
-                .with_tools(tools.clone(), Duration::from_secs(2))
+            super::tool_context(context, attempt_id, &storage, &tools)
                 .with_deadline(tokio::time::Instant::now() + Duration::from_secs(120))
-                .with_outputs(crate::runner::outputs::Outputs::new(
-                    attempt_id,
-                    crate::secrets::Masker::default(),
-                ))
         })
         .await?;
         through.push(took);
@@ -179,8 +173,6 @@ pub async fn run(args: &TofuBenchArgs) -> anyhow::Result<ExitCode> {
     let _ = std::fs::remove_dir_all(&scratch);
 
     let (cli_ms, runner_ms) = (super::milliseconds(&by_cli), super::milliseconds(&through));
-    let per_second =
-        |samples: &[f64]| 1000.0 * samples.len() as f64 / samples.iter().sum::<f64>().max(1.0);
     let report = TofuReport {
         runs,
         cli_p50_ms: quantile(&cli_ms, 0.50),

@@ -12,8 +12,6 @@
 //! - **The backend** is `type` plus plain settings; a secret only as the
 //!   `pg` backend's `conn_str`. The `local` backend takes no settings: the
 //!   runner places its state.
-//! - **An apply names the plan it applies:** with an approved digest, the
-//!   plan artifact must be exactly that digest.
 
 use serde_json::Value;
 
@@ -195,9 +193,9 @@ pub fn module_problems(module: &TofuModule, problems: &mut Vec<Problem>) {
     }
 }
 
-/// The problems of an OpenTofu operation's inputs; `approved` is the
-/// JobSpec's `policy.approved_plan_digest`.
-pub fn problems_of(inputs: &OperationInputs, approved: Option<&str>) -> Vec<Problem> {
+/// The problems of an OpenTofu operation's inputs (whether an apply's plan
+/// is the approved one is the contract's flag gate: `flag_problems`).
+pub fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
     use OperationInputs as I;
     let mut problems = Vec::new();
     match inputs {
@@ -213,18 +211,6 @@ pub fn problems_of(inputs: &OperationInputs, approved: Option<&str>) -> Vec<Prob
                 .map(super::artifact_ref::InputRef::parse)
             {
                 problems.push(Problem::new("inputs.plan_artifact", message));
-            }
-            if let (Some(approved), Some(artifact)) = (approved, &apply.plan_artifact) {
-                if !same_digest(approved, artifact) {
-                    problems.push(Problem::new(
-                        "inputs.plan_artifact",
-                        format!(
-                            "the plan artifact `{}` is not the approved plan `{}`",
-                            shown(artifact),
-                            shown(approved)
-                        ),
-                    ));
-                }
             }
         }
         _ => {}

@@ -720,7 +720,7 @@ pub(crate) fn is_safe_relative(path: &str) -> Result<(), &'static str> {
 fn check_operation_inputs(inputs: &OperationInputs, problems: &mut Vec<Problem>) {
     use OperationInputs as I;
     problems.extend(super::kube_names::problems_of(inputs));
-    problems.extend(super::tofu_inputs::problems_of(inputs, None));
+    problems.extend(super::tofu_inputs::problems_of(inputs));
     let mut relative = |path: &str, value: &str| {
         if let Err(message) = is_safe_relative(value) {
             problems.push(Problem::new(path, message));
@@ -852,6 +852,22 @@ fn check_retry(retry: &RetryPolicy, problems: &mut Vec<Problem>) {
 fn is_plan_digest(digest: &str) -> bool {
     let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
     hex.len() == 64 && hex.chars().all(|character| character.is_ascii_hexdigit())
+}
+
+/// The gates the contract puts on a JobSpec's own flags (delete only
+/// destructive, destroy only elevated, rollback only explicit, an apply
+/// only of the approved plan or explicit): checked at intake, and again by
+/// the runners before they act, on a JobSpec that may have come past the
+/// dispatcher.
+pub fn flag_problems(spec: &super::JobSpec) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    check_policy(
+        spec.operation,
+        &spec.policy,
+        Some(&spec.inputs),
+        &mut problems,
+    );
+    problems
 }
 
 fn check_policy(

@@ -374,7 +374,9 @@ pub const MAX_DIAGNOSTICS: usize = 2048;
 /// is `infrastructure`, a stop `cancelled`, the deadline `timeout`; a
 /// non-zero exit is the category `classify` gives the last
 /// [`MAX_DIAGNOSTICS`] bytes of its stderr (keep some with
-/// [`ToolCommand::capture`]), quoted in the message after `what`.
+/// [`ToolCommand::capture`]), quoted in the message after `what`; data
+/// ([`ToolCommand::stdout_as_data`]) that filled its bound is
+/// `runner_error`, never read as if it were whole.
 pub async fn run_judged(
     context: &ExecutionContext,
     workdir: &Workdir,
@@ -383,6 +385,7 @@ pub async fn run_judged(
     classify: impl FnOnce(&str) -> crate::contract::FailureCategory,
 ) -> Result<ToolExit, ToolFailure> {
     use crate::contract::FailureCategory;
+    let data_bound = command.stdout_unlogged.then_some(command.capture);
     let exit = run(context, workdir, command).await.map_err(|error| {
         ToolFailure::new(FailureCategory::Infrastructure, format!("{what}: {error}"))
     })?;
@@ -402,6 +405,12 @@ pub async fn run_judged(
         None => {}
     }
     if exit.success() {
+        if let Some(bound) = data_bound.filter(|bound| exit.stdout.len() >= *bound) {
+            return Err(ToolFailure::new(
+                FailureCategory::RunnerError,
+                format!("{what}: over {} MiB of output", bound / (1024 * 1024)),
+            ));
+        }
         return Ok(exit);
     }
     let said = String::from_utf8_lossy(&exit.stderr);

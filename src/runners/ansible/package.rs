@@ -12,6 +12,35 @@ pub const MAX_ENTRIES: usize = 10_000;
 /// The most bytes its files may hold together, unpacked.
 pub const MAX_UNPACKED_BYTES: u64 = 256 * 1024 * 1024;
 
+/// Fetches the package `reference` from the attempt's artifact storage
+/// (checked against its digest, held in memory, never written whole) and
+/// unpacks it into `root`. The failure names `inputs.package`: the
+/// storage's category, or `contract` for a package that cannot be
+/// unpacked.
+pub async fn fetch_and_unpack(
+    context: &crate::runner::ExecutionContext,
+    reference: &crate::artifacts::inputs::InputRef,
+    root: &Path,
+) -> Result<(), crate::runner::tool::ToolFailure> {
+    use crate::contract::FailureCategory;
+    use crate::runner::tool::ToolFailure;
+    let Some(storage) = context.storage() else {
+        return Err(ToolFailure::new(
+            FailureCategory::Infrastructure,
+            "inputs.package: this runner has no artifact storage configured",
+        ));
+    };
+    let archive = crate::artifacts::inputs::fetch(storage, reference)
+        .await
+        .map_err(|error| ToolFailure::new(error.category(), format!("inputs.package: {error}")))?;
+    unpack(&archive, root).map_err(|problem| {
+        ToolFailure::new(
+            FailureCategory::Contract,
+            format!("inputs.package: {problem}"),
+        )
+    })
+}
+
 /// Unpacks `archive` into `root` (created). The problem, naming the entry,
 /// when the package cannot be unpacked as it is.
 pub fn unpack(archive: &[u8], root: &Path) -> Result<(), String> {

@@ -510,20 +510,11 @@ impl AnsibleRunner {
                 .map_err(|error| infrastructure(format!("cannot write the variables: {error}")))?,
         };
         if let Some(reference) = &plan.package {
-            let archive = workdir
-                .fetch_input(context, reference)
+            package::fetch_and_unpack(context, reference, &layout.package)
                 .await
-                .map_err(|error| {
-                    ExecutionOutcome::failed(
-                        error.category(),
-                        format!("inputs.package: {error}"),
-                        None,
-                    )
+                .map_err(|failure| {
+                    ExecutionOutcome::failed(failure.category, failure.message, None)
                 })?;
-            let bytes = std::fs::read(&archive)
-                .map_err(|error| infrastructure(format!("cannot read the package: {error}")))?;
-            package::unpack(&bytes, &layout.package)
-                .map_err(|problem| refuse(format!("inputs.package: {problem}")))?;
         } else {
             std::fs::create_dir_all(&layout.package).map_err(|error| {
                 infrastructure(format!("cannot create the package directory: {error}"))

@@ -66,10 +66,10 @@ impl Executor for HelmRunner {
                 format!("{}: {}", problem.path, problem.message),
             );
         }
-        if spec.operation == Operation::HelmRollback && !spec.policy.explicit_command {
+        if let Some(problem) = crate::contract::flag_problems(spec).first() {
             return failed(
                 FailureCategory::Policy,
-                "policy.explicit_command: helm.rollback runs only as an explicit control-plane command",
+                format!("{}: {}", problem.path, problem.message),
             );
         }
         let workdir = match Workdir::new(&context.tools().work_root) {
@@ -286,16 +286,8 @@ impl Run<'_> {
     /// captured and never logged — what the runner keeps of it is redacted
     /// or masked where it lands.
     async fn helm_data(&self, what: &str, command: ToolCommand) -> Result<ToolExit, Failure> {
-        let exit = self
-            .run_helm(what, command.stdout_as_data(MAX_CAPTURE))
-            .await?;
-        if exit.stdout.len() >= MAX_CAPTURE {
-            return Err(Failure::new(
-                FailureCategory::RunnerError,
-                format!("{what}: over {} MiB of output", MAX_CAPTURE / (1024 * 1024)),
-            ));
-        }
-        Ok(exit)
+        self.run_helm(what, command.stdout_as_data(MAX_CAPTURE))
+            .await
     }
 
     async fn run_helm(&self, what: &str, command: ToolCommand) -> Result<ToolExit, Failure> {
@@ -318,13 +310,7 @@ impl Run<'_> {
     /// helm's own timeout: what is left of the attempt, less a margin to
     /// report in.
     fn timeout(&self) -> String {
-        let left = self
-            .context
-            .deadline()
-            .map(|deadline| deadline.saturating_duration_since(tokio::time::Instant::now()))
-            .unwrap_or(Duration::from_secs(300));
-        let seconds = left.saturating_sub(REPORT_MARGIN).as_secs().max(1);
-        format!("{seconds}s")
+        format!("{}s", self.context.seconds_left(REPORT_MARGIN))
     }
 
     /// The chart archive: pinned by digest, from the artifact storage and

@@ -81,11 +81,8 @@ impl Executor for KubernetesRunner {
                 .outcome(None);
         }
         // The contract's own gate, checked again before any call.
-        if spec.operation == Operation::KubernetesManifestDelete && !spec.policy.destructive {
-            return Failure::policy(
-                "policy.destructive: kubernetes.manifest.delete deletes objects and needs `policy.destructive: true`",
-            )
-            .outcome(None);
+        if let Some(problem) = crate::contract::flag_problems(spec).first() {
+            return Failure::policy(format!("{}: {}", problem.path, problem.message)).outcome(None);
         }
         let Some(cluster_ref) = cluster_of(&inputs) else {
             return Failure::contract("this operation is not run by the kubernetes runner")

@@ -76,16 +76,22 @@ impl Executor for TofuRunner {
                 )
             }
         };
-        // The approval first: an apply of a plan other than the approved one
-        // never gets as far as fetching it.
-        let approved = spec.policy.approved_plan_digest.as_deref();
-        if let Some(problem) = tofu_inputs::problems_of(&inputs, approved).first() {
-            let category = if problem.path == "inputs.plan_artifact" {
-                FailureCategory::Policy
-            } else {
-                FailureCategory::Contract
-            };
-            return failed(category, format!("{}: {}", problem.path, problem.message));
+        // The contract's gates first, checked again here: an apply of a
+        // plan other than the approved one, or a destroy that is not
+        // elevated, never gets as far as fetching anything. (The operator's
+        // policy was checked by the runner SDK before secrets were
+        // resolved.)
+        if let Some(problem) = crate::contract::flag_problems(spec).first() {
+            return failed(
+                FailureCategory::Policy,
+                format!("{}: {}", problem.path, problem.message),
+            );
+        }
+        if let Some(problem) = tofu_inputs::problems_of(&inputs).first() {
+            return failed(
+                FailureCategory::Contract,
+                format!("{}: {}", problem.path, problem.message),
+            );
         }
         let (module, plan_artifact) = match &inputs {
             OperationInputs::OpentofuPlan(module)
@@ -100,44 +106,6 @@ impl Executor for TofuRunner {
                 )
             }
         };
-        match spec.operation {
-            Operation::OpentofuApply if approved.is_none() && !spec.policy.explicit_command => {
-                return failed(
-                    FailureCategory::Policy,
-                    "policy.approved_plan_digest: opentofu.apply applies an approved plan, or runs under an explicit operation policy",
-                )
-            }
-            Operation::OpentofuApply if approved.is_none() && plan_artifact.is_some() => {
-                return failed(
-                    FailureCategory::Policy,
-                    "inputs.plan_artifact: a plan artifact is applied only with its digest approved",
-                )
-            }
-            Operation::OpentofuApply if approved.is_some() && plan_artifact.is_none() => {
-                return failed(
-                    FailureCategory::Policy,
-                    "inputs.plan_artifact: an approved plan digest needs the plan artifact it approves",
-                )
-            }
-            Operation::OpentofuDestroy if !spec.policy.elevated => {
-                return failed(
-                    FailureCategory::Policy,
-                    "policy.elevated: opentofu.destroy needs an elevated operation policy",
-                )
-            }
-            _ => {}
-        }
-        // Checked at intake; checked again where it runs, against the
-        // policy in force now (modules, backends, env names, the flags'
-        // grants).
-        let problems = self.config.policy.current().check_jobspec(spec);
-        if !problems.is_empty() {
-            let problems: Vec<String> = problems
-                .iter()
-                .map(|problem| format!("{}: {}", problem.path, problem.message))
-                .collect();
-            return failed(FailureCategory::Policy, problems.join("; "));
-        }
         let plan_artifact = match plan_artifact.map(|text| InputRef::parse(text)).transpose() {
             Ok(reference) => reference,
             Err(message) => {
@@ -189,8 +157,8 @@ impl Executor for TofuRunner {
             run.prepare(&spec.tenant, module, spec.operation).await?;
             match spec.operation {
                 Operation::OpentofuPlan => run.plan(&spec.tenant, module).await,
-                Operation::OpentofuApply => run.apply(module, plan_artifact.as_ref()).await,
-                Operation::OpentofuDestroy => run.destroy(module).await,
+                Operation::OpentofuApply => run.apply(plan_artifact.as_ref()).await,
+                Operation::OpentofuDestroy => run.destroy().await,
                 _ => run.inspect(spec.operation).await,
             }
         }
@@ -340,20 +308,8 @@ impl Run<'_> {
                 format!("inputs.package.digest: {message}"),
             )
         })?;
-        let archive = self
-            .workdir
-            .fetch_input(self.context, &reference)
-            .await
-            .map_err(|error| Failure::new(error.category(), format!("inputs.package: {error}")))?;
-        let bytes = std::fs::read(&archive)
-            .map_err(|error| infrastructure(format!("cannot read the module package: {error}")))?;
         let root = self.workdir.path().join("module");
-        package::unpack(&bytes, &root).map_err(|problem| {
-            Failure::new(
-                FailureCategory::Contract,
-                format!("inputs.package: the module package cannot be unpacked: {problem}"),
-            )
-        })?;
+        package::fetch_and_unpack(self.context, &reference, &root).await?;
         self.module_dir = match module.path.as_deref() {
             Some(path) => root.join(path),
             None => root.clone(),
@@ -519,14 +475,7 @@ impl Run<'_> {
     /// any value of the state): captured, never logged.
     async fn cli_data(&self, what: &str, args: &[&str]) -> Result<Vec<u8>, Failure> {
         let command = self.command(args).stdout_as_data(MAX_CAPTURE);
-        let exit = self.run_cli(what, command).await?;
-        if exit.stdout.len() >= MAX_CAPTURE {
-            return Err(Failure::new(
-                FailureCategory::RunnerError,
-                format!("{what}: over {} MiB of output", MAX_CAPTURE / (1024 * 1024)),
-            ));
-        }
-        Ok(exit.stdout)
+        Ok(self.run_cli(what, command).await?.stdout)
     }
 
     async fn run_cli(&self, what: &str, command: ToolCommand) -> Result<ToolExit, Failure> {
@@ -556,14 +505,9 @@ impl Run<'_> {
     /// How long the CLI waits for the state's lock: what is left of the
     /// attempt, less a margin to report in.
     fn lock_timeout(&self) -> String {
-        let left = self
-            .context
-            .deadline()
-            .map(|deadline| deadline.saturating_duration_since(tokio::time::Instant::now()))
-            .unwrap_or(Duration::from_secs(300));
         format!(
             "-lock-timeout={}s",
-            left.saturating_sub(REPORT_MARGIN).as_secs().max(1)
+            self.context.seconds_left(REPORT_MARGIN)
         )
     }
 
@@ -597,10 +541,14 @@ impl Run<'_> {
                 ],
             )
             .await?;
-        let mut plan = summary(&shown)?;
-        self.report.cli_version = serde_json::from_slice::<Value>(&shown)
-            .ok()
-            .and_then(|shown| shown["terraform_version"].as_str().map(str::to_owned));
+        let shown: Value = serde_json::from_slice(&shown).map_err(|error| {
+            Failure::new(
+                FailureCategory::RunnerError,
+                format!("the plan's JSON: {error}"),
+            )
+        })?;
+        let mut plan = summary(&shown);
+        self.report.cli_version = shown["terraform_version"].as_str().map(str::to_owned);
         let bytes = std::fs::read(&plan_path)
             .map_err(|error| infrastructure(format!("cannot read the saved plan: {error}")))?;
         let storage = self
@@ -679,13 +627,7 @@ impl Run<'_> {
     /// `opentofu.apply`: the approved plan artifact (fetched and checked
     /// against its digest), or under an explicit operation policy a fresh
     /// plan applied at once; then the state it left.
-    async fn apply(
-        &mut self,
-        _module: &TofuModule,
-        plan_artifact: Option<&InputRef>,
-    ) -> Result<String, Failure> {
-        let lock = self.lock_timeout();
-        self.context.progress("tofu apply", None);
+    async fn apply(&mut self, plan_artifact: Option<&InputRef>) -> Result<String, Failure> {
         match plan_artifact {
             Some(reference) => {
                 let plan = self
@@ -695,7 +637,8 @@ impl Run<'_> {
                     .map_err(|error| {
                         Failure::new(error.category(), format!("inputs.plan_artifact: {error}"))
                     })?;
-                let plan = plan.display().to_string();
+                let (lock, plan) = (self.lock_timeout(), plan.display().to_string());
+                self.context.progress("tofu apply", None);
                 self.cli(
                     "tofu apply",
                     &["apply", "-input=false", "-no-color", &lock, &plan],
@@ -706,21 +649,7 @@ impl Run<'_> {
                     ..TofuPlan::default()
                 });
             }
-            None => {
-                let vars = self.var_file();
-                self.cli(
-                    "tofu apply",
-                    &[
-                        "apply",
-                        "-input=false",
-                        "-no-color",
-                        "-auto-approve",
-                        &lock,
-                        &vars,
-                    ],
-                )
-                .await?;
-            }
+            None => self.auto_approved("apply").await?,
         }
         self.read_state().await?;
         Ok(format!(
@@ -731,26 +660,30 @@ impl Run<'_> {
     }
 
     /// `opentofu.destroy` (elevated): every resource of the state destroyed.
-    async fn destroy(&mut self, _module: &TofuModule) -> Result<String, Failure> {
-        let (lock, vars) = (self.lock_timeout(), self.var_file());
-        self.context.progress("tofu destroy", None);
-        self.cli(
-            "tofu destroy",
-            &[
-                "destroy",
-                "-input=false",
-                "-no-color",
-                "-auto-approve",
-                &lock,
-                &vars,
-            ],
-        )
-        .await?;
+    async fn destroy(&mut self) -> Result<String, Failure> {
+        self.auto_approved("destroy").await?;
         self.read_state().await?;
         Ok(format!(
             "destroyed: {} resource(s) left",
             self.report.resources.len()
         ))
+    }
+
+    /// `apply` or `destroy` of the module with the JobSpec's variables, as
+    /// planned there and then (no saved plan).
+    async fn auto_approved(&self, verb: &str) -> Result<(), Failure> {
+        let (lock, vars) = (self.lock_timeout(), self.var_file());
+        let what = format!("tofu {verb}");
+        self.context.progress(what.clone(), None);
+        let args = [
+            verb,
+            "-input=false",
+            "-no-color",
+            "-auto-approve",
+            &lock,
+            &vars,
+        ];
+        self.cli(&what, &args).await.map(drop)
     }
 
     /// `opentofu.output` and `opentofu.state.inspect`: what the state holds.
@@ -768,11 +701,8 @@ impl Run<'_> {
     /// resources with their ids.
     async fn read_state(&mut self) -> Result<(), Failure> {
         let pulled = self.cli_data("tofu state pull", &["state", "pull"]).await?;
-        let text = String::from_utf8_lossy(&pulled);
-        if text.trim().is_empty() {
+        if pulled.iter().all(u8::is_ascii_whitespace) {
             // No state yet: nothing applied in this workspace.
-            self.report.outputs.clear();
-            self.report.resources.clear();
             return Ok(());
         }
         let state: Value = serde_json::from_slice(&pulled).map_err(|error| {
@@ -838,13 +768,7 @@ fn provenance(tenant: &str, module: &TofuModule) -> Value {
 }
 
 /// What a plan changes, from `show -json` of the saved plan.
-fn summary(shown: &[u8]) -> Result<TofuPlan, Failure> {
-    let shown: Value = serde_json::from_slice(shown).map_err(|error| {
-        Failure::new(
-            FailureCategory::RunnerError,
-            format!("the plan's JSON: {error}"),
-        )
-    })?;
+fn summary(shown: &Value) -> TofuPlan {
     let mut plan = TofuPlan::default();
     for change in shown["resource_changes"].as_array().into_iter().flatten() {
         let actions: Vec<String> = change
@@ -887,7 +811,7 @@ fn summary(shown: &[u8]) -> Result<TofuPlan, Failure> {
         })
     });
     plan.has_changes = !plan.changes.is_empty() || outputs_change;
-    Ok(plan)
+    plan
 }
 
 /// What the runner reports of a state.
@@ -1091,11 +1015,11 @@ mod tests {
             ],
             "output_changes": {"o": {"actions": ["no-op"]}},
         });
-        let plan = summary(shown.to_string().as_bytes()).unwrap();
+        let plan = summary(&shown);
         assert_eq!((plan.add, plan.change, plan.destroy), (2, 1, 1));
         assert_eq!(plan.changes.len(), 3);
         assert!(plan.has_changes);
-        let none = summary(br#"{"resource_changes": [], "output_changes": {}}"#).unwrap();
+        let none = summary(&json!({"resource_changes": [], "output_changes": {}}));
         assert!(!none.has_changes);
     }
 
