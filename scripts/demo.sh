@@ -11,6 +11,8 @@ cd "$ROOT"
 
 ensure_build_deps
 apt_install cmake libcurl4-openssl-dev zlib1g-dev libssl-dev
+# Every tool runs in a sandbox built by bubblewrap (docs/SECURITY.md).
+apt_install bubblewrap util-linux
 ensure_rust
 "$ROOT/scripts/postgres.sh"
 "$ROOT/scripts/tansu.sh"

@@ -6,6 +6,9 @@ cd "$ROOT"
 ensure_build_deps
 # rdkafka builds a current librdkafka (Debian's 2.0.2 cannot talk to Tansu).
 apt_install cmake libcurl4-openssl-dev zlib1g-dev libssl-dev
+# Every tool runs in a sandbox built by bubblewrap, with rlimits set by
+# util-linux's prlimit (docs/SECURITY.md).
+apt_install bubblewrap util-linux
 # The ingress tests drive executors written in Python (standard library only).
 command -v python3 >/dev/null 2>&1 || apt_install python3
 ensure_rust

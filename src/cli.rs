@@ -113,6 +113,14 @@ pub enum Command {
         /// lives (end of file when it is gone), instead of /dev/null.
         #[arg(long)]
         hold_stdin: bool,
+        /// Start the tool as this uid (and the gid of the same number),
+        /// without supplementary groups: a sandboxed run, whose program is
+        /// the sandbox builder (docs/SECURITY.md).
+        #[arg(long)]
+        uid: Option<u32>,
+        /// A cgroup directory to join before the tool starts (repeated).
+        #[arg(long)]
+        cgroup: Vec<PathBuf>,
         /// The program and its arguments.
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
@@ -387,12 +395,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::ToolShim {
             workdir,
             hold_stdin,
+            uid,
+            cgroup,
             command,
-        } => Ok(crate::runner::tool::shim::run(
-            workdir.as_deref(),
-            hold_stdin,
-            &command,
-        )),
+        } => {
+            let options = crate::runner::tool::shim::Options {
+                workdir: workdir.as_deref(),
+                hold_stdin,
+                uid,
+                cgroups: &cgroup,
+            };
+            Ok(crate::runner::tool::shim::run(&options, &command))
+        }
         Command::KnownHost { .. } => unreachable!("answered before the configuration is read"),
     }
 }

@@ -119,6 +119,28 @@ pub struct RunnerSettings {
     pub stop_grace: DurationMs,
     /// `EXECPLANE_RUNNER_WORK_DIR`: where tools' private working directories go; empty: `$TMPDIR/execplane-work`.
     pub work_dir: String,
+    /// `EXECPLANE_RUNNER_MAX_OUTPUT_MIB`: the output an attempt's tools may log, all runs together.
+    pub max_output_mib: u32,
+    /// `EXECPLANE_SANDBOX`: `on` (each tool in a sandbox of its own) or `off` (as the runner's user; one tenant only).
+    pub sandbox: String,
+    /// `EXECPLANE_SANDBOX_BWRAP`: the bubblewrap binary that builds the sandbox.
+    pub sandbox_bwrap: String,
+    /// `EXECPLANE_SANDBOX_UID_BASE`: the first uid (and gid) of the sandbox's pool.
+    pub sandbox_uid_base: u32,
+    /// `EXECPLANE_SANDBOX_UIDS`: how many uids the pool holds (attempts with tools at once on this host).
+    pub sandbox_uids: u32,
+    /// `EXECPLANE_SANDBOX_READ_ONLY`: more host paths every tool sees read-only, comma-separated.
+    pub sandbox_read_only: String,
+    /// `EXECPLANE_SANDBOX_MEMORY_MIB`: memory and swap of one tool and what it starts.
+    pub sandbox_memory_mib: u32,
+    /// `EXECPLANE_SANDBOX_PIDS`: processes and threads of one tool at once.
+    pub sandbox_pids: u32,
+    /// `EXECPLANE_SANDBOX_CPU_SECONDS`: CPU seconds of each process of a tool.
+    pub sandbox_cpu_seconds: u32,
+    /// `EXECPLANE_SANDBOX_OPEN_FILES`: open files of each process of a tool.
+    pub sandbox_open_files: u32,
+    /// `EXECPLANE_SANDBOX_DISK_MIB`: the size of an attempt's working directory (a tmpfs).
+    pub sandbox_disk_mib: u32,
 }
 
 impl Default for RunnerSettings {
@@ -130,6 +152,17 @@ impl Default for RunnerSettings {
             presence_interval: DurationMs::from_secs(1),
             stop_grace: DurationMs::from_secs(2),
             work_dir: String::new(),
+            max_output_mib: 64,
+            sandbox: "on".into(),
+            sandbox_bwrap: "/usr/bin/bwrap".into(),
+            sandbox_uid_base: 1_900_000_000,
+            sandbox_uids: 1024,
+            sandbox_read_only: String::new(),
+            sandbox_memory_mib: 2048,
+            sandbox_pids: 512,
+            sandbox_cpu_seconds: 3600,
+            sandbox_open_files: 4096,
+            sandbox_disk_mib: 1024,
         }
     }
 }
@@ -581,6 +614,17 @@ settings! {
     "EXECPLANE_RUNNER_DRAIN_TIMEOUT" => runner.drain_timeout;
     "EXECPLANE_RUNNER_STOP_GRACE" => runner.stop_grace;
     "EXECPLANE_RUNNER_WORK_DIR" => runner.work_dir;
+    "EXECPLANE_RUNNER_MAX_OUTPUT_MIB" => runner.max_output_mib;
+    "EXECPLANE_SANDBOX" => runner.sandbox;
+    "EXECPLANE_SANDBOX_BWRAP" => runner.sandbox_bwrap;
+    "EXECPLANE_SANDBOX_UID_BASE" => runner.sandbox_uid_base;
+    "EXECPLANE_SANDBOX_UIDS" => runner.sandbox_uids;
+    "EXECPLANE_SANDBOX_READ_ONLY" => runner.sandbox_read_only;
+    "EXECPLANE_SANDBOX_MEMORY_MIB" => runner.sandbox_memory_mib;
+    "EXECPLANE_SANDBOX_PIDS" => runner.sandbox_pids;
+    "EXECPLANE_SANDBOX_CPU_SECONDS" => runner.sandbox_cpu_seconds;
+    "EXECPLANE_SANDBOX_OPEN_FILES" => runner.sandbox_open_files;
+    "EXECPLANE_SANDBOX_DISK_MIB" => runner.sandbox_disk_mib;
     "EXECPLANE_INBOX_RETENTION" => dispatcher.inbox_retention;
     "EXECPLANE_CALLBACK_MAX_ATTEMPTS" => dispatcher.callback_max_attempts;
     "EXECPLANE_VERIFY_PROBES" => verification.probes;
@@ -755,6 +799,43 @@ impl Config {
         if let Err(message) = self.runner_pool() {
             problems.push(message);
         }
+        if !matches!(self.runner.sandbox.trim(), "on" | "off") {
+            problems.push(format!(
+                "EXECPLANE_SANDBOX: `{}` is neither `on` nor `off`",
+                self.runner.sandbox.trim()
+            ));
+        }
+        for path in self.sandbox_read_only() {
+            if !path.is_absolute() {
+                problems.push(format!(
+                    "EXECPLANE_SANDBOX_READ_ONLY: `{}` is not an absolute path",
+                    path.display()
+                ));
+            }
+        }
+        let runner = &self.runner;
+        for (name, value) in [
+            ("EXECPLANE_RUNNER_MAX_OUTPUT_MIB", runner.max_output_mib),
+            ("EXECPLANE_SANDBOX_UIDS", runner.sandbox_uids),
+            ("EXECPLANE_SANDBOX_MEMORY_MIB", runner.sandbox_memory_mib),
+            ("EXECPLANE_SANDBOX_PIDS", runner.sandbox_pids),
+            ("EXECPLANE_SANDBOX_CPU_SECONDS", runner.sandbox_cpu_seconds),
+            ("EXECPLANE_SANDBOX_OPEN_FILES", runner.sandbox_open_files),
+            ("EXECPLANE_SANDBOX_DISK_MIB", runner.sandbox_disk_mib),
+        ] {
+            if value == 0 {
+                problems.push(format!("{name}: must be at least 1"));
+            }
+        }
+        if runner.sandbox_uid_base < 65_536
+            || u64::from(runner.sandbox_uid_base) + u64::from(runner.sandbox_uids)
+                > u64::from(u32::MAX - 1)
+        {
+            problems.push(
+                "EXECPLANE_SANDBOX_UID_BASE: the pool must lie between uid 65536 and 4294967294"
+                    .into(),
+            );
+        }
         for (name, path) in [
             ("EXECPLANE_RUNNER_WORK_DIR", &self.runner.work_dir),
             ("EXECPLANE_VERIFY_PROBE_DIR", &self.verification.probe_dir),
@@ -765,6 +846,7 @@ impl Config {
                 &self.opentofu.provider_mirror,
             ),
             ("EXECPLANE_TOFU_STATE_DIR", &self.opentofu.state_dir),
+            ("EXECPLANE_SANDBOX_BWRAP", &self.runner.sandbox_bwrap),
         ] {
             let path = path.trim();
             if !path.is_empty() && !Path::new(path).is_absolute() {
@@ -985,18 +1067,48 @@ impl Config {
         }
     }
 
-    /// Where tool processes run (the supervisor is this very binary).
+    /// Where tool processes run (the supervisor is this very binary) and
+    /// the sandbox they run in.
     pub fn tools(&self) -> crate::runner::tool::ToolSettings {
+        use crate::runner::sandbox::{Limits, SandboxSettings};
         let defaults = crate::runner::tool::ToolSettings::default();
-        let work_dir = self.runner.work_dir.trim();
+        let runner = &self.runner;
+        let work_dir = runner.work_dir.trim();
+        let mib = |value: u32| u64::from(value) * 1024 * 1024;
         crate::runner::tool::ToolSettings {
             work_root: if work_dir.is_empty() {
                 defaults.work_root.clone()
             } else {
                 work_dir.into()
             },
+            max_output_bytes: mib(runner.max_output_mib),
+            sandbox: SandboxSettings {
+                enabled: runner.sandbox.trim() != "off",
+                bwrap: runner.sandbox_bwrap.trim().into(),
+                uid_base: runner.sandbox_uid_base,
+                uid_count: runner.sandbox_uids,
+                read_only: self.sandbox_read_only(),
+                limits: Limits {
+                    memory_bytes: mib(runner.sandbox_memory_mib),
+                    pids: runner.sandbox_pids.into(),
+                    cpu_seconds: runner.sandbox_cpu_seconds.into(),
+                    open_files: runner.sandbox_open_files.into(),
+                    disk_bytes: mib(runner.sandbox_disk_mib),
+                },
+                ..SandboxSettings::default()
+            },
             ..defaults
         }
+    }
+
+    fn sandbox_read_only(&self) -> Vec<PathBuf> {
+        self.runner
+            .sandbox_read_only
+            .split(',')
+            .map(str::trim)
+            .filter(|path| !path.is_empty())
+            .map(PathBuf::from)
+            .collect()
     }
 
     /// The secret store runners use, when one is configured (AppRole wins
@@ -1164,7 +1276,11 @@ mod tests {
             | "EXECPLANE_HELM_BIN"
             | "EXECPLANE_TOFU_BIN"
             | "EXECPLANE_TOFU_PROVIDER_MIRROR"
-            | "EXECPLANE_TOFU_STATE_DIR" => Some("/var/lib/execplane-sample".into()),
+            | "EXECPLANE_TOFU_STATE_DIR"
+            | "EXECPLANE_SANDBOX_BWRAP"
+            | "EXECPLANE_SANDBOX_READ_ONLY" => Some("/var/lib/execplane-sample".into()),
+            "EXECPLANE_SANDBOX" => Some("off".into()),
+            "EXECPLANE_SANDBOX_UID_BASE" => Some("2000000000".into()),
             _ => None,
         };
         let partners = match setting.name {

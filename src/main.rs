@@ -9,10 +9,18 @@ fn main() -> ExitCode {
     if let execplane::cli::Command::ToolShim {
         workdir,
         hold_stdin,
+        uid,
+        cgroup,
         command,
     } = &cli.command
     {
-        return execplane::runner::tool::shim::run(workdir.as_deref(), *hold_stdin, command);
+        let options = execplane::runner::tool::shim::Options {
+            workdir: workdir.as_deref(),
+            hold_stdin: *hold_stdin,
+            uid: *uid,
+            cgroups: cgroup,
+        };
+        return execplane::runner::tool::shim::run(&options, command);
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -13,6 +13,7 @@ mod attempt;
 mod fence;
 mod instance;
 pub mod outputs;
+pub mod sandbox;
 pub mod tool;
 
 use std::collections::BTreeMap;
@@ -54,6 +55,9 @@ pub struct ExecutionContext {
     storage: Option<std::sync::Arc<crate::artifacts::Storage>>,
     /// The attempt's stored outputs (none outside an attempt).
     outputs: Option<outputs::Outputs>,
+    /// The output bytes the attempt's tools may still log, all runs
+    /// together.
+    output_budget: std::sync::Arc<tool::OutputBudget>,
 }
 
 impl ExecutionContext {
@@ -71,6 +75,7 @@ impl ExecutionContext {
             deadline: None,
             storage: None,
             outputs: None,
+            output_budget: std::sync::Arc::new(tool::OutputBudget::new(tool::MAX_OUTPUT_BYTES)),
         }
     }
 
@@ -121,9 +126,14 @@ impl ExecutionContext {
         tools: std::sync::Arc<tool::ToolSettings>,
         stop_grace: Duration,
     ) -> Self {
+        self.output_budget = std::sync::Arc::new(tool::OutputBudget::new(tools.max_output_bytes));
         self.tools = tools;
         self.stop_grace = stop_grace;
         self
+    }
+
+    pub(crate) fn output_budget(&self) -> std::sync::Arc<tool::OutputBudget> {
+        self.output_budget.clone()
     }
 
     /// The start-to-close deadline of the attempt.

@@ -34,8 +34,10 @@ fn mirror() -> PathBuf {
 }
 
 /// The test module: one null resource replaced on every new `run`, whose
-/// provisioner records in `log` when it starts and ends (holding `hold`
-/// seconds between) and how long the provider credential it was given is.
+/// provisioner prints when it starts and ends (holding `hold` seconds
+/// between, with the clock in nanoseconds) and how long the provider
+/// credential it was given is. The tool is sandboxed: its output, on the
+/// attempt's log, is the one trace it leaves.
 const MODULE: &str = r#"
 terraform {
   required_providers {
@@ -47,10 +49,6 @@ variable "run" {
   type    = string
   default = "1"
 }
-variable "log" {
-  type    = string
-  default = "/dev/null"
-}
 variable "hold" {
   type    = number
   default = 0
@@ -58,7 +56,7 @@ variable "hold" {
 resource "null_resource" "greeting" {
   triggers = { greeting = var.greeting, run = var.run }
   provisioner "local-exec" {
-    command = "echo start ${var.run} token-length $${#PROVIDER_TOKEN} >> ${var.log}; sleep ${var.hold}; echo end ${var.run} >> ${var.log}"
+    command = "echo mark start ${var.run} $(date +%s%N) token-length $${#PROVIDER_TOKEN}; sleep ${var.hold}; echo mark end ${var.run} $(date +%s%N)"
   }
 }
 output "greeting" { value = var.greeting }
@@ -221,8 +219,7 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
     let bao = Bao::new();
     let stack = stack(&pool, &bao).await;
     stack.put_secrets(&bao, &conn_str, &provider_token).await;
-    let log = stack.pipeline.dir.join("provisioner.log");
-    let variables = json!({"greeting": "hello", "log": log.to_str().unwrap()});
+    let variables = json!({"greeting": "hello"});
     let pg =
         json!({"type": "pg", "conn_str": {"$secret": "state"}, "schema_name": "network_state"});
     let module = stack.module(variables, pg);
@@ -243,7 +240,6 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
     assert!(artifact.starts_with("sha256:"), "{artifact}");
     assert_eq!(result["workspace"], "blue");
     assert_eq!(result["backend"], "pg");
-    assert!(!log.exists(), "a plan runs no provisioner");
 
     let apply = |approved: &str| {
         let mut inputs = module.clone();
@@ -265,7 +261,6 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
         "{message}"
     );
     assert!(message.contains("not the approved plan"), "{message}");
-    assert!(!log.exists(), "nothing applied");
 
     // Approved, but not a plan the runner made, or made for another
     // workspace: a saved plan carries its own backend, workspace and code,
@@ -294,9 +289,9 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
         "{message}"
     );
     assert!(message.contains("another workspace"), "{message}");
-    assert!(!log.exists(), "nothing applied");
 
-    let (status, _, message, result) = stack.run(&apply(&artifact)).await;
+    let approved = apply(&artifact);
+    let (status, _, message, result) = stack.run(&approved).await;
     assert_eq!(status, "succeeded", "{message}");
     assert_eq!(result["outputs"]["greeting"]["value"], "hello", "{result}");
     let resources = result["resources"].as_array().unwrap();
@@ -307,11 +302,18 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
     assert_eq!(result["plan"]["artifact"], json!(artifact));
     let state = &result["state"];
     assert!(!state["lineage"].as_str().unwrap().is_empty(), "{result}");
-    let recorded = std::fs::read_to_string(&log).unwrap();
-    assert!(
-        recorded.contains(&format!("token-length {}", provider_token.len())),
-        "the provider's environment has the credential: {recorded}"
-    );
+    // Only the approved apply ran the provisioner (no plan, no refused
+    // apply), whose environment had the credential.
+    let output = stack.pipeline.tool_output().await;
+    let ran: Vec<&String> = output
+        .iter()
+        .filter(|(_, text)| !marks(text).is_empty())
+        .map(|(attempt, _)| attempt)
+        .collect();
+    let applied = attempt_of(&approved).to_string();
+    assert_eq!(ran, [&applied], "{output:?}");
+    let marked = &marks(&output[&applied])[0];
+    assert_eq!(marked.3, provider_token.len(), "{output:?}");
     // The state is in Postgres, in the schema the JobSpec named.
     let states: i64 = sqlx::query_scalar("SELECT count(*) FROM network_state.states")
         .fetch_one(&pool)
@@ -415,19 +417,28 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
         .await;
 }
 
-/// The provisioner's log: `(start|end, run)` in order.
-fn marks(log: &Path) -> Vec<(String, String)> {
-    std::fs::read_to_string(log)
-        .unwrap_or_default()
+/// The provisioner's marks in one attempt's output: `(start|end, run,
+/// clock in ns, credential length)` in order.
+fn marks(output: &str) -> Vec<(String, String, u128, usize)> {
+    output
         .lines()
-        .map(|line| {
-            let mut words = line.split_whitespace();
+        .filter_map(|line| line.split_once("(local-exec): mark ").map(|(_, mark)| mark))
+        .map(|mark| {
+            let words: Vec<&str> = mark.split_whitespace().collect();
+            let word = |at: usize| words.get(at).copied().unwrap_or_default();
             (
-                words.next().unwrap_or_default().to_owned(),
-                words.next().unwrap_or_default().to_owned(),
+                word(0).to_owned(),
+                word(1).to_owned(),
+                word(2).parse().unwrap_or_default(),
+                word(4).parse().unwrap_or_default(),
             )
         })
         .collect()
+}
+
+/// The first attempt of a job.
+fn attempt_of(spec: &JobSpec) -> uuid::Uuid {
+    execplane::attempt::attempt_id_for(spec.command_id, 1)
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
@@ -437,10 +448,8 @@ async fn applies_on_one_workspace_never_overlap_and_a_killed_runner_leaves_one_u
     let bao = Bao::new();
     let mut stack = stack(&pool, &bao).await;
     stack.put_secrets(&bao, "host=unused", &random(20)).await;
-    let log = stack.pipeline.dir.join("provisioner.log");
     let explicit = |run: &str, hold: u32, retry: Value| {
-        let variables =
-            json!({"greeting": "hi", "run": run, "log": log.to_str().unwrap(), "hold": hold});
+        let variables = json!({"greeting": "hi", "run": run, "hold": hold});
         stack.job(
             "opentofu.apply",
             stack.module(variables, json!({})),
@@ -456,12 +465,19 @@ async fn applies_on_one_workspace_never_overlap_and_a_killed_runner_leaves_one_u
         let (status, _, message, _) = stack.pipeline.ended(spec, WAIT).await;
         assert_eq!(status, "succeeded", "{message}");
     }
-    let seen = marks(&log);
-    assert_eq!(seen.len(), 4, "{seen:?}");
-    assert_eq!(seen[0].0, "start");
-    assert_eq!(seen[1], ("end".into(), seen[0].1.clone()), "{seen:?}");
-    assert_eq!(seen[2].0, "start");
-    assert_eq!(seen[3], ("end".into(), seen[2].1.clone()), "{seen:?}");
+    let output = stack.pipeline.tool_output().await;
+    let span = |spec: &JobSpec, run: &str| {
+        let seen = marks(&output[&attempt_of(spec).to_string()]);
+        assert_eq!(seen.len(), 2, "{output:?}");
+        assert_eq!((seen[0].0.as_str(), seen[0].1.as_str()), ("start", run));
+        assert_eq!((seen[1].0.as_str(), seen[1].1.as_str()), ("end", run));
+        (seen[0].2, seen[1].2)
+    };
+    let (a, b) = (span(&first, "a"), span(&second, "b"));
+    assert!(
+        a.1 <= b.0 || b.1 <= a.0,
+        "the applies overlapped: {a:?} {b:?}"
+    );
 
     // Killed while the apply's provisioner runs: nobody knows what it did.
     let held = explicit(
@@ -473,11 +489,18 @@ async fn applies_on_one_workspace_never_overlap_and_a_killed_runner_leaves_one_u
     stack
         .pipeline
         .wait("the held apply's provisioner", WAIT, || {
-            let log = log.clone();
+            let attempt = attempt_of(&held).to_string();
+            let pipeline = &stack.pipeline;
             async move {
-                marks(&log)
-                    .iter()
-                    .any(|(mark, run)| mark == "start" && run == "c")
+                pipeline
+                    .tool_output()
+                    .await
+                    .get(&attempt)
+                    .is_some_and(|text| {
+                        marks(text)
+                            .iter()
+                            .any(|(mark, run, ..)| mark == "start" && run == "c")
+                    })
             }
         })
         .await;

@@ -2,6 +2,8 @@
 //! mirrors how its tool ended; a tool that ignores SIGINT is killed after
 //! the grace on cancel, with its grandchildren (checked in /proc); a runner
 //! killed -9 mid-tool takes its tool and the tool's descendants with it.
+//! The sandbox (docs/SECURITY.md): a tool runs as a uid of its own and
+//! reaches nothing but its own work; one over a limit fails alone.
 
 mod common;
 
@@ -32,25 +34,40 @@ fn alive(pid: i32, marker: &str) -> bool {
     state != Some("Z") && String::from_utf8_lossy(&cmdline).contains(marker)
 }
 
-/// The tool's pid and its two grandchildren's, once the probe wrote them,
-/// and its working directory.
-fn wait_pids(path: &std::path::Path) -> (Vec<(i32, &'static str)>, std::path::PathBuf) {
+/// The host pids of the probe started with `token` and of its two
+/// grandchildren, and its working directory, once all three run. Found in
+/// /proc by the token in the grandchildren's command lines: a sandboxed
+/// tool's own pids are its pid namespace's, not the host's.
+fn wait_pids(token: &str) -> (Vec<(i32, String)>, std::path::PathBuf) {
     let deadline = Instant::now() + WAIT;
+    let find = |suffix: &str| {
+        let marker = format!("sleep-{token}-{suffix}");
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+            .find(|pid| alive(*pid, &marker))
+            .map(|pid| (pid, marker))
+    };
     while Instant::now() < deadline {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            let fields: Vec<&str> = text.split_whitespace().collect();
-            let pid = |index: usize| fields[index].parse::<i32>().unwrap();
-            return (
-                vec![(pid(0), "stubborn"), (pid(1), "1000"), (pid(2), "1001")],
-                fields[3].into(),
-            );
+        if let (Some(group), Some(session)) = (find("group"), find("session")) {
+            let status = std::fs::read_to_string(format!("/proc/{}/status", group.0)).unwrap();
+            let parent: i32 = status
+                .lines()
+                .find_map(|line| line.strip_prefix("PPid:"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
+            // Bound at the same path inside the sandbox as outside.
+            let cwd = std::fs::read_link(format!("/proc/{parent}/cwd")).unwrap();
+            return (vec![(parent, "stubborn".to_owned()), group, session], cwd);
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    panic!("the probe never wrote {}", path.display());
+    panic!("the probe with token {token} never started its grandchildren");
 }
 
-fn wait_gone(pids: &[(i32, &str)], within: Duration) {
+fn wait_gone(pids: &[(i32, String)], within: Duration) {
     let deadline = Instant::now() + within;
     while Instant::now() < deadline {
         if pids.iter().all(|(pid, marker)| !alive(*pid, marker)) {
@@ -112,7 +129,7 @@ fn the_supervisor_ends_as_its_tool_ended() {
 fn closing_the_supervisors_stdin_kills_the_tool_and_every_descendant() {
     let dir = std::env::temp_dir().join(format!("execplane-tools-{}", uuid::Uuid::new_v4()));
     std::fs::create_dir_all(&dir).unwrap();
-    let pids = dir.join("pids");
+    let token = uuid::Uuid::new_v4().simple().to_string();
     let workdir = dir.join("work");
     std::fs::create_dir(&workdir).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_execplane"))
@@ -126,17 +143,14 @@ fn closing_the_supervisors_stdin_kills_the_tool_and_every_descendant() {
         .current_dir(&workdir)
         .env_clear()
         .env("PATH", "/usr/bin:/bin")
-        .env(
-            "EXECPLANE_PROBE_ARGS",
-            json!({"pids": pids.display().to_string()}).to_string(),
-        )
+        .env("EXECPLANE_PROBE_ARGS", json!({"tag": token}).to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    let (processes, cwd) = wait_pids(&pids);
+    let (processes, cwd) = wait_pids(&token);
     assert_eq!(cwd, workdir);
     // SIGINT is ignored by all three.
     stdin.write_all(b"i").unwrap();
@@ -151,40 +165,44 @@ fn closing_the_supervisors_stdin_kills_the_tool_and_every_descendant() {
 }
 
 async fn probing_pipeline(pool: &PgPool) -> (Pipeline, usize) {
-    let (pipeline, runner) = pipeline_with_probe(pool, "stubborn").await;
+    let (pipeline, runner) = pipeline_with_probe(pool, "stubborn", &[]).await;
     pipeline.wait_runners(1).await;
     (pipeline, runner)
 }
 
 /// A dispatcher, a relay and a verification runner allowed to run the
-/// operator probe `probe` (from tests/probes); the runner's index.
-async fn pipeline_with_probe(pool: &PgPool, probe: &str) -> (Pipeline, usize) {
+/// operator probes `probes` (a list, from tests/probes) with `env`; the
+/// runner's index.
+async fn pipeline_with_probe(
+    pool: &PgPool,
+    probes: &str,
+    env: &[(&str, &str)],
+) -> (Pipeline, usize) {
     let mut pipeline = Pipeline::new(pool).await;
     pipeline.spawn(&["dispatcher"], &[]);
     pipeline.spawn(&["relay"], &[]);
-    let probes = probe_dir();
-    let runner = pipeline.spawn(
-        &["runner", "verification"],
-        &[
-            ("EXECPLANE_VERIFY_PROBE_DIR", probes.as_str()),
-            ("EXECPLANE_VERIFY_PROBES", probe),
-            ("EXECPLANE_RUNNER_STOP_GRACE", "1s"),
-        ],
-    );
+    let dir = probe_dir();
+    let mut settings = vec![
+        ("EXECPLANE_VERIFY_PROBE_DIR", dir.as_str()),
+        ("EXECPLANE_VERIFY_PROBES", probes),
+        ("EXECPLANE_RUNNER_STOP_GRACE", "1s"),
+    ];
+    settings.extend_from_slice(env);
+    let runner = pipeline.spawn(&["runner", "verification"], &settings);
     (pipeline, runner)
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn a_cancelled_tool_that_ignores_sigint_is_killed_with_its_grandchildren(pool: PgPool) {
     let (pipeline, _) = probing_pipeline(&pool).await;
-    let pids = pipeline.dir.join("cancelled.pids");
+    let token = uuid::Uuid::new_v4().simple().to_string();
     let spec = job(
         "verify.custom.probe",
-        json!({"probe_id": "stubborn", "args": {"pids": pids.display().to_string()}}),
+        json!({"probe_id": "stubborn", "args": {"tag": token}}),
         json!({"retry": {"max_attempts": 1}}),
     );
     pipeline.submit(&spec).await;
-    let (processes, workdir) = wait_pids(&pids);
+    let (processes, workdir) = wait_pids(&token);
     assert!(processes.iter().all(|(pid, marker)| alive(*pid, marker)));
     assert!(workdir.is_dir());
     let attempt = pipeline.attempts(&spec.job_id).await[0].0;
@@ -201,14 +219,14 @@ async fn a_cancelled_tool_that_ignores_sigint_is_killed_with_its_grandchildren(p
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn a_runner_killed_mid_tool_takes_its_tool_with_it(pool: PgPool) {
     let (mut pipeline, runner) = probing_pipeline(&pool).await;
-    let pids = pipeline.dir.join("orphaned.pids");
+    let token = uuid::Uuid::new_v4().simple().to_string();
     let spec = job(
         "verify.custom.probe",
-        json!({"probe_id": "stubborn", "args": {"pids": pids.display().to_string()}}),
+        json!({"probe_id": "stubborn", "args": {"tag": token}}),
         json!({"retry": {"max_attempts": 1}}),
     );
     pipeline.submit(&spec).await;
-    let (processes, workdir) = wait_pids(&pids);
+    let (processes, workdir) = wait_pids(&token);
     pipeline.signal(runner, "KILL");
     wait_gone(&processes, Duration::from_secs(5));
     // Nobody is left to drop the runner's handle: the supervisor removes it.
@@ -221,7 +239,7 @@ async fn a_runner_killed_mid_tool_takes_its_tool_with_it(pool: PgPool) {
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn a_probe_reads_an_input_artifact_by_digest_and_a_wrong_one_fails_as_contract(pool: PgPool) {
-    let (pipeline, _) = pipeline_with_probe(&pool, "reader").await;
+    let (pipeline, _) = pipeline_with_probe(&pool, "reader", &[]).await;
     let storage = pipeline.dir.join("artifacts");
     let inventory = pipeline.dir.join("inventory.ini");
     std::fs::write(&inventory, "[web]\nweb-1.example.com\n").unwrap();
@@ -316,7 +334,7 @@ async fn a_probe_reads_an_input_artifact_by_digest_and_a_wrong_one_fails_as_cont
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn a_file_a_tool_writes_becomes_a_checksummed_output_artifact_in_the_manifest(pool: PgPool) {
-    let (mut pipeline, _) = pipeline_with_probe(&pool, "writer").await;
+    let (mut pipeline, _) = pipeline_with_probe(&pool, "writer", &[]).await;
     pipeline.spawn(
         &["artifact-worker"],
         &[("EXECPLANE_ARTIFACT_GRACE", "300ms")],
@@ -413,4 +431,160 @@ async fn a_file_a_tool_writes_becomes_a_checksummed_output_artifact_in_the_manif
         .unwrap_or_else(|| panic!("{manifest}"));
     assert_eq!(entry["sha256"], sha.as_str());
     assert_eq!(entry["class"], "evidence");
+}
+
+/// The `report` line a `prober` probe in mode `look` printed.
+async fn report(pipeline: &Pipeline, spec: &execplane::contract::JobSpec) -> serde_json::Value {
+    let attempt = execplane::attempt::attempt_id_for(spec.command_id, 1).to_string();
+    let output = pipeline.tool_output().await;
+    let text = output.get(&attempt).map(String::as_str).unwrap_or_default();
+    let line = text
+        .lines()
+        .find_map(|line| line.strip_prefix("report "))
+        .unwrap_or_else(|| panic!("no report in the probe's output: {text}"));
+    serde_json::from_str(line).unwrap()
+}
+
+/// The host's view of a process's uid.
+fn uid_of(pid: i32) -> u32 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap()
+        .lines()
+        .find_map(|line| line.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+/// Two tenants' tools at once: each runs as a uid of its own from the
+/// pool (never the runner's), with no capabilities and no way to gain
+/// any, in namespaces of its own; it reaches neither the other attempt's
+/// working directory, nor the runner's process, environment or files,
+/// nor the host's secrets, and can write nothing but its own work.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_tool_reaches_nothing_but_its_own_work(pool: PgPool) {
+    let (pipeline, runner) = pipeline_with_probe(&pool, "stubborn,prober", &[]).await;
+    pipeline.wait_runners(1).await;
+    // The first tenant's tool holds a key in its working directory.
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    let held = job(
+        "verify.custom.probe",
+        json!({"probe_id": "stubborn", "args": {"tag": token}}),
+        json!({"retry": {"max_attempts": 1}}),
+    );
+    pipeline.submit(&held).await;
+    let (processes, workdir) = wait_pids(&token);
+    let key = workdir.join("secrets/key");
+    std::fs::create_dir_all(key.parent().unwrap()).unwrap();
+    std::fs::write(&key, "the first tenant's key").unwrap();
+    let runner_pid = pipeline.pid(runner);
+    let stack_token = common::stack_dir().join("openbao-root-token");
+    let peek = [
+        key.display().to_string(),
+        workdir.display().to_string(),
+        format!("/proc/{runner_pid}/environ"),
+        format!("/proc/{}/environ", processes[0].0),
+        stack_token.display().to_string(),
+        pipeline
+            .dir
+            .join(format!("runner-verification-{runner}.log"))
+            .display()
+            .to_string(),
+        "/root".into(),
+        "/etc/shadow".into(),
+        "/var/lib/postgresql".into(),
+    ];
+    // New files only: were the sandbox broken, nothing of the host is
+    // overwritten.
+    let planted = format!("execplane-planted-{token}");
+    let poke = [
+        format!("/usr/bin/{planted}"),
+        format!("/etc/{planted}"),
+        format!("/tmp/../../usr/lib/{planted}"),
+        workdir.join(&planted).display().to_string(),
+    ];
+    let look = job(
+        "verify.custom.probe",
+        json!({"probe_id": "prober", "args": {"mode": "look", "peek": peek, "poke": poke}}),
+        json!({"retry": {"max_attempts": 1}}),
+    );
+    pipeline.submit(&look).await;
+    let (status, _, message, _) = pipeline.ended(&look, WAIT).await;
+    assert_eq!(status, "succeeded", "{message}");
+    let seen = report(&pipeline, &look).await;
+    let uid = seen["uid"].as_u64().unwrap() as u32;
+    let other = uid_of(processes[0].0);
+    assert!(uid >= 1_900_000_000 && other >= 1_900_000_000, "{seen}");
+    assert_ne!(uid, other, "each attempt has its own uid");
+    assert_ne!(uid, uid_of(runner_pid));
+    assert_eq!(seen["gid"], uid, "{seen}");
+    assert_eq!(seen["groups"], json!([]), "{seen}");
+    assert_eq!(seen["cap_eff"], "0000000000000000", "{seen}");
+    assert_eq!(seen["no_new_privs"], "1", "{seen}");
+    assert_eq!(seen["hostname"], "execplane-tool", "{seen}");
+    // Its own pid namespace: a handful of pids, none the runner's.
+    let pids: Vec<i64> = serde_json::from_value(seen["pids"].clone()).unwrap();
+    assert!(pids.len() <= 4, "{seen}");
+    for (path, outcome) in seen["peek"].as_object().unwrap() {
+        assert_ne!(outcome, "ok", "{path} was readable: {seen}");
+    }
+    for (path, outcome) in seen["poke"].as_object().unwrap() {
+        assert_ne!(outcome, "ok", "{path} was writable: {seen}");
+    }
+    for path in &poke {
+        let path = std::path::Path::new(path);
+        assert!(!path.exists(), "{} was planted", path.display());
+        let _ = std::fs::remove_file(path);
+    }
+    // The first tenant's tool never noticed.
+    assert!(processes.iter().all(|(pid, marker)| alive(*pid, marker)));
+    let attempt = pipeline.attempts(&held.job_id).await[0].0;
+    pipeline.cancel(attempt, 1_000).await;
+    pipeline.wait_done(&held.job_id, WAIT).await;
+    wait_gone(&processes, Duration::from_secs(5));
+}
+
+/// A tool over its memory, process or disk limit is stopped, and its
+/// attempt fails as `policy`, naming the limit and its setting; the
+/// runner, and the next attempt, carry on.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_tool_over_a_limit_fails_alone_naming_it(pool: PgPool) {
+    let (pipeline, _) = pipeline_with_probe(
+        &pool,
+        "prober",
+        &[
+            ("EXECPLANE_SANDBOX_MEMORY_MIB", "128"),
+            ("EXECPLANE_SANDBOX_PIDS", "24"),
+            ("EXECPLANE_SANDBOX_DISK_MIB", "8"),
+        ],
+    )
+    .await;
+    pipeline.wait_runners(1).await;
+    let probe = |mode: &str| {
+        job(
+            "verify.custom.probe",
+            json!({"probe_id": "prober", "args": {"mode": mode}}),
+            json!({"retry": {"max_attempts": 1}}),
+        )
+    };
+    let cases = [
+        (probe("memory"), "memory limit of 128 MiB"),
+        (probe("fork"), "limit of 24 processes"),
+        (probe("disk"), "working directory's 8 MiB"),
+    ];
+    for (spec, _) in &cases {
+        pipeline.submit(spec).await;
+    }
+    for (spec, expected) in &cases {
+        let (status, category, message, _) = pipeline.ended(spec, WAIT).await;
+        assert_eq!(
+            (status.as_str(), category.as_deref()),
+            ("failed", Some("policy")),
+            "{message}"
+        );
+        assert!(message.contains(expected), "{message}");
+    }
+    let after = probe("look");
+    pipeline.submit(&after).await;
+    let (status, _, message, _) = pipeline.ended(&after, WAIT).await;
+    assert_eq!(status, "succeeded", "{message}");
 }

@@ -283,6 +283,11 @@ async fn spawn_runners(
         return Ok(runners);
     }
     let mut settings = config.runner();
+    // Before any instance announces itself: a runner that cannot sandbox
+    // its tools serves nothing (docs/SECURITY.md).
+    crate::runner::sandbox::check(&settings.tools)
+        .await
+        .map_err(anyhow::Error::msg)?;
     settings.storage = Some(Arc::new(crate::artifacts::Storage::open(&config.storage())));
     if let Some(vault) = config.secret_store() {
         let address = vault.address.clone();

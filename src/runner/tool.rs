@@ -38,9 +38,12 @@ pub struct ToolSettings {
     pub shim: PathBuf,
     /// `EXECPLANE_RUNNER_WORK_DIR`: each tool gets a fresh 0700 directory here.
     pub work_root: PathBuf,
-    /// The most output bytes (stdout and stderr together) one tool may send
-    /// to the log; the rest is read and dropped, and the log says so.
+    /// The most output bytes (stdout and stderr together) the tools of one
+    /// attempt may send to the log, all runs together; the rest is read
+    /// and dropped, and the log says so.
     pub max_output_bytes: u64,
+    /// The sandbox each tool runs in.
+    pub sandbox: super::sandbox::SandboxSettings,
 }
 
 impl Default for ToolSettings {
@@ -48,20 +51,27 @@ impl Default for ToolSettings {
         Self {
             shim: std::env::current_exe().unwrap_or_else(|_| PathBuf::from("execplane")),
             work_root: std::env::temp_dir().join("execplane-work"),
-            max_output_bytes: 64 * 1024 * 1024,
+            max_output_bytes: MAX_OUTPUT_BYTES,
+            sandbox: super::sandbox::SandboxSettings::default(),
         }
     }
 }
+
+/// The default of [`ToolSettings::max_output_bytes`]: 64 MiB an attempt.
+pub const MAX_OUTPUT_BYTES: u64 = 64 * 1024 * 1024;
 
 /// A private working directory (0700), removed with everything in it when
 /// dropped. Inputs go in before the tool runs; outputs are read after.
 #[derive(Debug)]
 pub struct Workdir {
     path: PathBuf,
+    /// The sandbox uid its tools run as; `None`: unsandboxed.
+    identity: Option<super::sandbox::Identity>,
 }
 
 impl Workdir {
-    /// A fresh directory under `root` (created 0700 if missing).
+    /// A fresh directory under `root` (created 0700 if missing), for
+    /// tools run unsandboxed.
     pub fn new(root: &Path) -> std::io::Result<Self> {
         use std::os::unix::fs::DirBuilderExt;
         std::fs::DirBuilder::new()
@@ -70,7 +80,53 @@ impl Workdir {
             .create(root)?;
         let path = root.join(uuid::Uuid::new_v4().simple().to_string());
         std::fs::DirBuilder::new().mode(0o700).create(&path)?;
-        Ok(Self { path })
+        Ok(Self {
+            path,
+            identity: None,
+        })
+    }
+
+    /// The working directory of an attempt's tools under `tools`' work
+    /// root: with the sandbox on, a tmpfs of the disk limit owned by a uid
+    /// of the pool, held until the directory is dropped; else as [`new`](Self::new).
+    pub fn for_tools(tools: &ToolSettings) -> std::io::Result<Self> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+        let sandbox = &tools.sandbox;
+        if !sandbox.enabled {
+            return Self::new(&tools.work_root);
+        }
+        let root = &tools.work_root;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o711)
+            .create(root)?;
+        // The root must be the runner's own, a directory (not a link) that
+        // nobody else can write: entries are found by name only (0711).
+        let metadata = std::fs::symlink_metadata(root)?;
+        if !metadata.is_dir() || metadata.uid() != rustix::process::geteuid().as_raw() {
+            return Err(std::io::Error::other(format!(
+                "the work root {} is not a directory of this user's",
+                root.display()
+            )));
+        }
+        if metadata.permissions().mode() & 0o777 != 0o711 {
+            std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711))?;
+        }
+        let identity = super::sandbox::Identity::allocate(sandbox)?;
+        let path = root.join(uuid::Uuid::new_v4().simple().to_string());
+        std::fs::DirBuilder::new().mode(0o700).create(&path)?;
+        if let Err(error) =
+            super::sandbox::mount_workdir(&path, identity.uid(), sandbox.limits.disk_bytes)
+        {
+            let _ = std::fs::remove_dir(&path);
+            return Err(std::io::Error::other(format!(
+                "cannot mount the working directory's tmpfs: {error}"
+            )));
+        }
+        Ok(Self {
+            path,
+            identity: Some(identity),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -203,6 +259,10 @@ fn replace_reference(value: &mut serde_json::Value, reference: &InputRef, path: 
 
 impl Drop for Workdir {
     fn drop(&mut self) {
+        // A sandboxed directory is a tmpfs: unmounted, its files are gone.
+        if self.identity.is_some() {
+            let _ = super::sandbox::unmount_workdir(&self.path);
+        }
         // The supervisor of a dropped tool may have removed it already.
         if let Err(error) =
             std::fs::remove_dir_all(&self.path).or_else(|error| match error.kind() {
@@ -226,6 +286,8 @@ pub struct ToolCommand {
     capture: usize,
     /// stdout is data for the runner, not the attempt's log.
     stdout_unlogged: bool,
+    /// What the tool sees of the host besides the system, sandboxed.
+    view: super::sandbox::View,
 }
 
 impl ToolCommand {
@@ -237,7 +299,23 @@ impl ToolCommand {
             hold_stdin: false,
             capture: 0,
             stdout_unlogged: false,
+            view: super::sandbox::View::default(),
         }
+    }
+
+    /// A host path the sandboxed tool sees read-only at the same path (an
+    /// interpreter's tree, a provider mirror). The program's own directory
+    /// is seen without asking.
+    pub fn read_only(mut self, path: impl Into<PathBuf>) -> Self {
+        self.view.read_only.push(path.into());
+        self
+    }
+
+    /// A host directory the sandboxed tool may write, at the same path
+    /// (given to the attempt's uid for the run).
+    pub fn writable(mut self, path: impl Into<PathBuf>) -> Self {
+        self.view.writable.push(path.into());
+        self
     }
 
     /// Also keeps the first `limit` bytes of stdout and the last `limit`
@@ -321,8 +399,11 @@ pub struct ToolExit {
     pub stopped: Option<StopCause>,
     /// Whether it outlived the grace after SIGINT and was killed.
     pub killed: bool,
-    /// Output bytes read but not logged (over the tool's output bound).
+    /// Output bytes read but not logged (over the attempt's output bound),
+    /// all runs of the attempt so far.
     pub output_dropped: u64,
+    /// The sandbox limit the tool reached, if it reached one.
+    pub limit: Option<super::sandbox::LimitHit>,
     pub duration_ms: u64,
     /// The first bytes of stdout, when [`ToolCommand::capture`] asked.
     pub stdout: Vec<u8>,
@@ -349,6 +430,8 @@ pub enum ToolError {
     },
     #[error("waiting for the tool: {0}")]
     Wait(std::io::Error),
+    #[error("cannot prepare the tool's sandbox: {0}")]
+    Sandbox(std::io::Error),
 }
 
 /// Why a tool's run failed the attempt: its category and a message.
@@ -374,7 +457,8 @@ pub const MAX_DIAGNOSTICS: usize = 2048;
 /// is `infrastructure`, a stop `cancelled`, the deadline `timeout`; a
 /// non-zero exit is the category `classify` gives the last
 /// [`MAX_DIAGNOSTICS`] bytes of its stderr (keep some with
-/// [`ToolCommand::capture`]), quoted in the message after `what`; data
+/// [`ToolCommand::capture`]), quoted in the message after `what`; a
+/// sandbox limit it reached is `policy` (the operator's bound); data
 /// ([`ToolCommand::stdout_as_data`]) that filled its bound is
 /// `runner_error`, never read as if it were whole.
 pub async fn run_judged(
@@ -403,6 +487,12 @@ pub async fn run_judged(
             ))
         }
         None => {}
+    }
+    if let Some(limit) = exit.limit {
+        return Err(ToolFailure::new(
+            FailureCategory::Policy,
+            format!("{what}: {limit}"),
+        ));
     }
     if exit.success() {
         if let Some(bound) = data_bound.filter(|bound| exit.stdout.len() >= *bound) {
@@ -436,13 +526,27 @@ pub async fn run(
     check_program(&command.program)?;
     let settings = context.tools();
     let started = tokio::time::Instant::now();
-    let mut child = tokio::process::Command::new(&settings.shim)
-        .arg("tool-shim")
+    let mut shim = tokio::process::Command::new(&settings.shim);
+    shim.arg("tool-shim")
         .arg("--workdir")
         .arg(workdir.path())
-        .args(command.hold_stdin.then_some("--hold-stdin"))
-        .arg("--")
-        .arg(&command.program)
+        .args(command.hold_stdin.then_some("--hold-stdin"));
+    // The sandbox's cgroups live as long as this run.
+    let cgroups = match (&workdir.identity, settings.sandbox.enabled) {
+        (Some(identity), true) => {
+            Some(sandboxed(&mut shim, settings, workdir, identity, &command)?)
+        }
+        (None, true) => {
+            return Err(ToolError::Sandbox(std::io::Error::other(
+                "the working directory was not made for the sandbox (Workdir::for_tools)",
+            )))
+        }
+        (_, false) => {
+            shim.arg("--").arg(&command.program);
+            None
+        }
+    };
+    let mut child = shim
         .args(&command.args)
         .env_clear()
         .envs(command.env.iter().map(|(key, value)| (key, value)))
@@ -455,7 +559,8 @@ pub async fn run(
             shim: settings.shim.display().to_string(),
             source,
         })?;
-    let budget = std::sync::Arc::new(OutputBudget::new(settings.max_output_bytes));
+    let budget = context.output_budget();
+    let dropped_before = budget.dropped();
     let captures = [
         Capture::new(command.capture, false),
         Capture::new(command.capture, true),
@@ -486,16 +591,88 @@ pub async fn run(
         // The supervisor killed every holder of the pipes before it exited.
         let _ = tokio::time::timeout(Duration::from_secs(2), pump).await;
     }
+    let limit = cgroups
+        .as_ref()
+        .and_then(|cgroups| cgroups.hit())
+        .or_else(|| {
+            (status.code() != Some(0)
+                && workdir.identity.is_some()
+                && super::sandbox::is_full(workdir.path()))
+            .then_some(super::sandbox::LimitHit::Disk(
+                settings.sandbox.limits.disk_bytes,
+            ))
+        });
     Ok(ToolExit {
         code: status.code(),
         signal: status.signal(),
         stopped,
         killed,
-        output_dropped: budget.dropped(),
+        output_dropped: budget.dropped().saturating_sub(dropped_before),
+        limit,
         duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         stdout: captures[0].taken(),
         stderr: captures[1].taken(),
     })
+}
+
+/// Readies a sandboxed run: the working directory (and the command's
+/// writable paths) given to the attempt's uid, its accounts, the run's
+/// cgroups; then the supervisor's arguments up to the program's own:
+/// `--uid U --cgroup ... -- prlimit ... -- bwrap ... -- PROGRAM`.
+fn sandboxed(
+    shim: &mut tokio::process::Command,
+    settings: &ToolSettings,
+    workdir: &Workdir,
+    identity: &super::sandbox::Identity,
+    command: &ToolCommand,
+) -> Result<super::sandbox::Cgroups, ToolError> {
+    use super::sandbox;
+    let uid = identity.uid();
+    let accounts = sandbox::write_accounts(workdir.path(), uid).map_err(ToolError::Sandbox)?;
+    sandbox::give(workdir.path(), uid).map_err(ToolError::Sandbox)?;
+    for path in &command.view.writable {
+        sandbox::give(path, uid).map_err(ToolError::Sandbox)?;
+    }
+    let mut view = command.view.clone();
+    // The program's directory (and, for a link, its target's), this very
+    // binary (ssh's KnownHostsCommand), and the operator's extra paths.
+    let mut programs = vec![command.program.clone(), settings.shim.clone()];
+    if let Ok(real) = std::fs::canonicalize(&command.program) {
+        programs.push(real);
+    }
+    for program in programs {
+        if let Some(dir) = program.parent().filter(|dir| !dir.starts_with("/usr")) {
+            if dir.is_dir() && !view.read_only.iter().any(|seen| dir.starts_with(seen)) {
+                view.read_only.push(dir.to_owned());
+            }
+        }
+    }
+    view.read_only
+        .extend(settings.sandbox.read_only.iter().cloned());
+    let name = workdir
+        .path()
+        .file_name()
+        .map(|name| {
+            format!(
+                "{}-{}",
+                name.to_string_lossy(),
+                uuid::Uuid::new_v4().simple()
+            )
+        })
+        .unwrap_or_default();
+    let cgroups =
+        sandbox::Cgroups::create(&name, &settings.sandbox.limits).map_err(ToolError::Sandbox)?;
+    shim.arg("--uid").arg(uid.to_string());
+    for dir in cgroups.dirs() {
+        shim.arg("--cgroup").arg(dir);
+    }
+    shim.arg("--")
+        .arg(&settings.sandbox.prlimit)
+        .args(sandbox::prlimit_args(&settings.sandbox.limits))
+        .arg(&settings.sandbox.bwrap)
+        .args(sandbox::bwrap_args(workdir.path(), &accounts, &view))
+        .arg(&command.program);
+    Ok(cgroups)
 }
 
 /// The first (or, with `tail`, the last) bytes of one stream, kept for
@@ -610,14 +787,15 @@ fn check_program(program: &Path) -> Result<(), ToolError> {
     Ok(())
 }
 
-/// The output bytes a tool may still log.
-struct OutputBudget {
+/// The output bytes an attempt's tools may still log.
+#[derive(Debug)]
+pub(crate) struct OutputBudget {
     left: std::sync::atomic::AtomicU64,
     dropped: std::sync::atomic::AtomicU64,
 }
 
 impl OutputBudget {
-    fn new(limit: u64) -> Self {
+    pub(crate) fn new(limit: u64) -> Self {
         Self {
             left: limit.into(),
             dropped: 0.into(),

@@ -389,6 +389,33 @@ impl Pipeline {
         by_attempt
     }
 
+    /// What the tools of each attempt wrote (stdout then stderr, each in
+    /// seq order), as published on `exec.log-chunks.v1`: the one place a
+    /// sandboxed tool's output reaches outside its attempt.
+    #[allow(dead_code)]
+    pub async fn tool_output(&self) -> BTreeMap<String, String> {
+        let mut chunks: Vec<execplane::codec::LogChunkRecord> = self
+            .consume_all(topics::LOG_CHUNKS)
+            .await
+            .iter()
+            .map(|message| {
+                self.kafka
+                    .codec
+                    .decode(Family::LogChunk, message.payload().unwrap())
+                    .unwrap()
+            })
+            .collect();
+        chunks.sort_by_key(|chunk| (chunk.attempt_id.clone(), chunk.stream as u8, chunk.seq));
+        let mut by_attempt: BTreeMap<String, String> = BTreeMap::new();
+        for chunk in chunks {
+            by_attempt
+                .entry(chunk.attempt_id)
+                .or_default()
+                .push_str(&chunk.text);
+        }
+        by_attempt
+    }
+
     /// The log in Postgres, decoded, grouped by attempt in seq order.
     pub async fn stored_events(&self) -> BTreeMap<Uuid, Vec<execplane::contract::AttemptEvent>> {
         let store = execplane::store::Store::from_pool(self.pool.clone());

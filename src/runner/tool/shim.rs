@@ -37,12 +37,29 @@ pub const CANNOT_START: u8 = 127;
 /// How the supervisor ends when a cleanup could not reap everything.
 const REAP_DEADLINE: Duration = Duration::from_secs(5);
 
+/// How the supervisor starts its tool.
+pub struct Options<'a> {
+    /// The tool's private directory, removed if the runner goes away.
+    pub workdir: Option<&'a std::path::Path>,
+    /// A stdin pipe held open while the supervisor lives.
+    pub hold_stdin: bool,
+    /// Sandboxed: the uid (and gid) the tool's first process starts as.
+    /// That process is the sandbox builder (bubblewrap), whose own
+    /// process a polite stop spares: it would die of SIGINT and take the
+    /// tool down at once.
+    pub uid: Option<u32>,
+    /// The cgroups the supervisor joins first, so that everything it
+    /// starts is held to their limits.
+    pub cgroups: &'a [std::path::PathBuf],
+}
+
 /// Runs `command` (program, then its arguments) under supervision. Its
 /// stdout and stderr are the supervisor's; its environment is the
 /// supervisor's, which the runner scrubbed. When its runner goes away
-/// while the tool runs, `workdir` (the tool's private directory, which the
-/// runner can no longer remove) is removed too.
-pub fn run(workdir: Option<&std::path::Path>, hold_stdin: bool, command: &[OsString]) -> ExitCode {
+/// while the tool runs, the working directory (which the runner can no
+/// longer remove) is removed too.
+pub fn run(options: &Options<'_>, command: &[OsString]) -> ExitCode {
+    let (workdir, hold_stdin) = (options.workdir, options.hold_stdin);
     let Some((program, args)) = command.split_first() else {
         eprintln!("execplane tool supervisor: no program given");
         return ExitCode::from(CANNOT_START);
@@ -50,6 +67,28 @@ pub fn run(workdir: Option<&std::path::Path>, hold_stdin: bool, command: &[OsStr
     if let Err(error) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
         eprintln!("execplane tool supervisor: cannot become a subreaper: {error}");
         return ExitCode::from(CANNOT_START);
+    }
+    // A session of its own: no controlling terminal for anything it
+    // starts (a tool cannot type into the operator's shell).
+    let _ = rustix::process::setsid();
+    // Nothing below gains privileges through exec (setuid binaries,
+    // file capabilities).
+    if let Err(error) = rustix::thread::set_no_new_privs(true) {
+        eprintln!("execplane tool supervisor: cannot set no_new_privs: {error}");
+        return ExitCode::from(CANNOT_START);
+    }
+    for cgroup in options.cgroups {
+        let procs = cgroup.join("cgroup.procs");
+        if let Err(error) = std::fs::write(
+            &procs,
+            rustix::process::getpid().as_raw_nonzero().to_string(),
+        ) {
+            eprintln!(
+                "execplane tool supervisor: cannot join the cgroup {}: {error}",
+                cgroup.display()
+            );
+            return ExitCode::from(CANNOT_START);
+        }
     }
     // Both ends are close-on-exec: the tool gets the reader as its stdin
     // only, and the writer stays here until the supervisor exits.
@@ -61,12 +100,13 @@ pub fn run(workdir: Option<&std::path::Path>, hold_stdin: bool, command: &[OsStr
             return ExitCode::from(CANNOT_START);
         }
     };
-    let child = match Command::new(program)
-        .args(args)
-        .stdin(stdin)
-        .process_group(0)
-        .spawn()
-    {
+    let mut tool_command = Command::new(program);
+    tool_command.args(args).stdin(stdin).process_group(0);
+    if let Some(uid) = options.uid {
+        // As root, std drops the supplementary groups before setuid.
+        tool_command.uid(uid).gid(uid);
+    }
+    let child = match tool_command.spawn() {
         Ok(child) => child,
         Err(error) => {
             eprintln!(
@@ -84,6 +124,11 @@ pub fn run(workdir: Option<&std::path::Path>, hold_stdin: bool, command: &[OsStr
     let mut orphaned = false;
     let status = loop {
         match orders.recv_timeout(Duration::from_millis(20)) {
+            Ok(Order::Interrupt) if options.uid.is_some() => {
+                for pid in descendants_of(tool) {
+                    let _ = rustix::process::kill_process(pid, Signal::INT);
+                }
+            }
             Ok(Order::Interrupt) => {
                 let _ = rustix::process::kill_process_group(tool, Signal::INT);
             }
@@ -101,6 +146,10 @@ pub fn run(workdir: Option<&std::path::Path>, hold_stdin: bool, command: &[OsStr
     kill_everything(tool);
     reap_all(Instant::now() + REAP_DEADLINE);
     if let (true, Some(workdir)) = (orphaned, workdir) {
+        // A sandboxed directory is a tmpfs of its own.
+        if options.uid.is_some() {
+            let _ = crate::runner::sandbox::unmount_workdir(workdir);
+        }
         if let Err(error) = std::fs::remove_dir_all(workdir) {
             eprintln!(
                 "execplane tool supervisor: cannot remove {}: {error}",
@@ -177,6 +226,35 @@ fn reap_all(deadline: Instant) {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// Every process below `ancestor` (not itself), from /proc.
+fn descendants_of(ancestor: Pid) -> Vec<Pid> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let parents: Vec<(i32, i32)> = entries
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| Some((pid, parent_of(pid)?)))
+        .collect();
+    let mut found = vec![ancestor.as_raw_nonzero().get()];
+    let mut next = 0;
+    while next < found.len() {
+        let parent = found[next];
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, of)| *of == parent)
+                .map(|(pid, _)| *pid),
+        );
+        next += 1;
+    }
+    found
+        .into_iter()
+        .skip(1)
+        .filter_map(Pid::from_raw)
+        .collect()
 }
 
 /// The processes whose parent is `parent`, from /proc.

@@ -80,7 +80,7 @@ impl Executor for AnsibleRunner {
             Ok(plan) => plan,
             Err(refusal) => return refusal,
         };
-        let workdir = match Workdir::new(&context.tools().work_root) {
+        let workdir = match Workdir::for_tools(context.tools()) {
             Ok(workdir) => workdir,
             Err(error) => {
                 return infrastructure(format!("no working directory for ansible: {error}"))
@@ -644,7 +644,10 @@ impl AnsibleRunner {
     fn ansible_command(&self, program: &str, layout: &Layout, workdir: &Workdir) -> ToolCommand {
         let root = workdir.path().display().to_string();
         let bin = self.config.bin_dir.display().to_string();
+        // A virtualenv's `bin`: the sandboxed tool sees the whole env.
+        let env_root = self.config.bin_dir.parent().unwrap_or(&self.config.bin_dir);
         ToolCommand::new(self.config.bin_dir.join(program))
+            .read_only(env_root)
             .base_env(workdir)
             .env("PATH", format!("{bin}:/usr/local/bin:/usr/bin:/bin"))
             .env("ANSIBLE_CONFIG", layout.config.display().to_string())

@@ -72,7 +72,7 @@ impl Executor for HelmRunner {
                 format!("{}: {}", problem.path, problem.message),
             );
         }
-        let workdir = match Workdir::new(&context.tools().work_root) {
+        let workdir = match Workdir::for_tools(context.tools()) {
             Ok(workdir) => workdir,
             Err(error) => {
                 return failed(
@@ -197,26 +197,27 @@ fn cluster_of(inputs: &OperationInputs) -> Option<&ClusterRef> {
 }
 
 /// A kubeconfig only helm reads (0600, in the tool's private directory):
-/// the operator's endpoint and CAs, the attempt's credentials. Written as
-/// JSON, which YAML reads, so no value needs quoting rules of its own.
+/// the operator's endpoint and CAs, the attempt's credentials. The CA is
+/// inline, as the operator's CA file is outside the tool's sandbox. Written
+/// as JSON, which YAML reads, so no value needs quoting rules of its own.
 fn kubeconfig(
     workdir: &Workdir,
     cluster_ref: &ClusterRef,
     endpoint: &crate::policy::clusters::ClusterEndpoint,
     credentials: &Credentials,
 ) -> Result<PathBuf, String> {
+    use base64::Engine as _;
     let mut cluster = json!({"server": endpoint.server});
     let ca = match (&endpoint.ca_file, &endpoint.ca_pem) {
-        (Some(file), _) => Some(file.clone()),
-        (None, Some(pem)) => Some(
-            workdir
-                .secret_file("cluster-ca.pem", pem)
-                .map_err(|error| format!("cannot write the cluster's CA: {error}"))?,
-        ),
+        (Some(file), _) => Some(std::fs::read(file).map_err(|error| {
+            format!("cannot read the cluster's CA {}: {error}", file.display())
+        })?),
+        (None, Some(pem)) => Some(pem.as_bytes().to_vec()),
         (None, None) => None,
     };
     if let Some(ca) = ca {
-        cluster["certificate-authority"] = json!(ca.display().to_string());
+        cluster["certificate-authority-data"] =
+            json!(base64::engine::general_purpose::STANDARD.encode(ca));
     }
     if let Some(name) = &endpoint.tls_server_name {
         cluster["tls-server-name"] = json!(name);

@@ -115,7 +115,7 @@ impl Executor for TofuRunner {
                 )
             }
         };
-        let workdir = match Workdir::new(&context.tools().work_root) {
+        let workdir = match Workdir::for_tools(context.tools()) {
             Ok(workdir) => workdir,
             Err(error) => {
                 return failed(
@@ -124,19 +124,24 @@ impl Executor for TofuRunner {
                 )
             }
         };
-        let sockets = match socket_dir() {
-            Ok(sockets) => sockets,
-            Err(error) => {
-                return failed(
-                    FailureCategory::Infrastructure,
-                    format!("no temporary directory for the CLI: {error}"),
-                )
-            }
+        // Sandboxed, the CLI's /tmp is its own and its path short.
+        let sockets = match context.tools().sandbox.enabled {
+            true => None,
+            false => match socket_dir() {
+                Ok(sockets) => Some(sockets),
+                Err(error) => {
+                    return failed(
+                        FailureCategory::Infrastructure,
+                        format!("no temporary directory for the CLI: {error}"),
+                    )
+                }
+            },
         };
         let mut run = Run {
             config: &self.config,
             workdir: &workdir,
-            sockets: &sockets,
+            sockets: sockets.as_ref(),
+            state_dir: None,
             context: &context,
             module_dir: PathBuf::new(),
             env: Vec::new(),
@@ -281,8 +286,11 @@ fn pg_environment(conn_str: &str) -> Result<Vec<(String, String)>, String> {
 struct Run<'a> {
     config: &'a TofuConfig,
     workdir: &'a Workdir,
-    /// The CLI's `TMPDIR` (a short path, for its plugins' sockets).
-    sockets: &'a Workdir,
+    /// The CLI's `TMPDIR` (a short path, for its plugins' sockets), when
+    /// unsandboxed; sandboxed, its own `/tmp`.
+    sockets: Option<&'a Workdir>,
+    /// The `local` backend's state directory, which the CLI writes.
+    state_dir: Option<PathBuf>,
     context: &'a ExecutionContext,
     /// The module's directory inside the unpacked package.
     module_dir: PathBuf,
@@ -410,15 +418,24 @@ impl Run<'_> {
             let key = hex::encode(&Sha256::digest(identity.as_bytes())[..16]);
             let dir = self.config.state_dir.join(key);
             use std::os::unix::fs::DirBuilderExt;
+            // The root is found through by name only (0711): a sandboxed
+            // tool reaches its own module's directory (given to its uid
+            // for the run) and lists nothing.
             std::fs::DirBuilder::new()
                 .recursive(true)
-                .mode(0o700)
-                .create(&dir)
+                .mode(0o711)
+                .create(&self.config.state_dir)
+                .and_then(|()| std::fs::DirBuilder::new().mode(0o700).create(&dir))
+                .or_else(|error| match error.kind() {
+                    std::io::ErrorKind::AlreadyExists if dir.is_dir() => Ok(()),
+                    _ => Err(error),
+                })
                 .map_err(|error| {
                     infrastructure(format!("cannot create the state directory: {error}"))
                 })?;
             settings.insert("path".into(), json!(dir.join("terraform.tfstate")));
             settings.insert("workspace_dir".into(), json!(dir.join("workspaces")));
+            self.state_dir = Some(dir);
         } else {
             for (name, value) in module.backend.iter().filter(|(name, _)| *name != "type") {
                 if kind == "pg" && name == "conn_str" {
@@ -446,12 +463,21 @@ impl Run<'_> {
         for (name, value) in &self.env {
             command = command.env(name.clone(), value.clone());
         }
+        if let Some(mirror) = &self.config.provider_mirror {
+            command = command.read_only(mirror);
+        }
+        if let Some(state) = &self.state_dir {
+            command = command.writable(state);
+        }
+        let tmp = self
+            .sockets
+            .map_or_else(|| "/tmp".to_owned(), |dir| dir.path().display().to_string());
         command
             .env(
                 "TF_CLI_CONFIG_FILE",
                 self.workdir.path().join("cli.tfrc").display().to_string(),
             )
-            .env("TMPDIR", self.sockets.path().display().to_string())
+            .env("TMPDIR", tmp)
             .env("CHECKPOINT_DISABLE", "1")
             .env("TF_IN_AUTOMATION", "1")
             // The CLI's own data (backend, providers, selected workspace)

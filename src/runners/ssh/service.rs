@@ -66,7 +66,7 @@ impl Executor for SshRunner {
             Ok(plan) => plan,
             Err(refusal) => return refusal,
         };
-        let workdir = match Workdir::new(&context.tools().work_root) {
+        let workdir = match Workdir::for_tools(context.tools()) {
             Ok(workdir) => workdir,
             Err(error) => {
                 return ExecutionOutcome::failed(

@@ -21,7 +21,8 @@ pub struct Sample {
     pub observed: serde_json::Value,
     pub assertions: Vec<Assertion>,
     pub error: Option<String>,
-    /// The operator's destination policy refused the connection.
+    /// The operator's policy refused: its destinations refused the
+    /// connection, or the tool went over a sandbox limit.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub refused_by_policy: bool,
 }
@@ -451,12 +452,14 @@ pub fn is_built_in(id: &str) -> bool {
 /// process: the JobSpec's `args` as JSON in `EXECPLANE_PROBE_ARGS`, the
 /// sample number in `EXECPLANE_PROBE_SAMPLE`, nothing else of the runner's
 /// environment; its output goes to the attempt's log. It passes when it
-/// exits 0.
+/// exits 0. It runs in `inputs_dir` when its input artifacts were fetched
+/// there (the sandbox shows a tool its own directory only).
 pub async fn program(
     dir: &std::path::Path,
     inputs: &VerifyCustom,
     context: &ExecutionContext,
     n: u32,
+    inputs_dir: Option<&crate::runner::tool::Workdir>,
 ) -> Sample {
     use crate::runner::tool::{self, ToolCommand, Workdir};
     let mut sample = Sample::new(n);
@@ -466,12 +469,19 @@ pub async fn program(
         sample.error = Some(format!("probe id `{id}` is not a file name"));
         return sample;
     }
-    let workdir = match Workdir::new(&context.tools().work_root) {
-        Ok(workdir) => workdir,
-        Err(error) => {
-            sample.error = Some(format!("no working directory for the probe: {error}"));
-            return sample;
-        }
+    let own;
+    let workdir = match inputs_dir {
+        Some(workdir) => workdir,
+        None => match Workdir::for_tools(context.tools()) {
+            Ok(workdir) => {
+                own = workdir;
+                &own
+            }
+            Err(error) => {
+                sample.error = Some(format!("no working directory for the probe: {error}"));
+                return sample;
+            }
+        },
     };
     let args = match serde_json::to_string(&inputs.args) {
         Ok(args) => args,
@@ -483,17 +493,23 @@ pub async fn program(
         }
     };
     // Files the probe leaves here become the attempt's output artifacts.
-    let outputs = workdir.path().join("outputs");
+    let outputs = workdir.path().join(format!("outputs-{n}"));
     if let Err(error) = std::fs::create_dir(&outputs) {
         sample.error = Some(format!("no output directory for the probe: {error}"));
         return sample;
     }
     let command = ToolCommand::new(dir.join(id))
-        .base_env(&workdir)
+        .base_env(workdir)
         .env("EXECPLANE_PROBE_ARGS", args)
         .env("EXECPLANE_PROBE_SAMPLE", n.to_string())
         .env("EXECPLANE_OUTPUT_DIR", outputs.display().to_string());
-    match tool::run(context, &workdir, command).await {
+    match tool::run(context, workdir, command).await {
+        Ok(exit) if exit.limit.is_some() => {
+            // The operator's limits stopped it: the policy's word, not the
+            // target's.
+            sample.error = exit.limit.map(|limit| limit.to_string());
+            sample.refused_by_policy = true;
+        }
         Ok(exit) => {
             match serde_json::to_value(&exit) {
                 Ok(observed) => sample.observed = observed,
@@ -650,14 +666,15 @@ mod tests {
     async fn a_denied_destination_is_refused_before_anything_connects() {
         let port = serve(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n".to_vec()).await;
         let denied = bounds(
-            "[defaults.destinations]\ndeny = [\"127.0.0.0/8\"]\n",
+            "[defaults.destinations]\ndeny = [\"127.0.0.0/8\", \"::1/128\"]\n",
             1 << 20,
         );
         let client = crate::policy::http_client(&denied.destinations, 0).unwrap();
         let sample = http(format!("http://127.0.0.1:{port}/"), serde_json::json!({}));
         let refused = super::http(&client, &sample, &denied, Duration::from_secs(5), 1).await;
         assert!(refused.refused_by_policy && !refused.reached, "{refused:?}");
-        // By name too: localhost resolves only to denied addresses.
+        // By name too: localhost resolves only to denied addresses (on
+        // hosts that map it to ::1 as well).
         let by_name = http(format!("http://localhost:{port}/"), serde_json::json!({}));
         let refused = super::http(&client, &by_name, &denied, Duration::from_secs(5), 1).await;
         assert!(refused.refused_by_policy, "{refused:?}");

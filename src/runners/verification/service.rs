@@ -235,7 +235,7 @@ impl VerificationRunner {
             return Ok(());
         }
         let workdir =
-            crate::runner::tool::Workdir::new(&context.tools().work_root).map_err(|error| {
+            crate::runner::tool::Workdir::for_tools(context.tools()).map_err(|error| {
                 failed(
                     FailureCategory::Infrastructure,
                     format!("no directory for input artifacts: {error}"),
@@ -301,7 +301,7 @@ impl VerificationRunner {
             }
             OperationInputs::VerifyCustomProbe(probe) => match &self.config.probe_dir {
                 Some(dir) if !probes::is_built_in(&probe.probe_id) => {
-                    probes::program(dir, probe, context, n).await
+                    probes::program(dir, probe, context, n, prepared.input_files.as_ref()).await
                 }
                 _ => probes::custom(probe, context, n).await,
             },

@@ -1,0 +1,603 @@
+//! The sandbox every tool process runs in (docs/SECURITY.md, "The tool
+//! sandbox"). A tenant's package, chart, module or inventory is the
+//! tenant's code, and the runner host holds every tenant's credentials, so
+//! a tool sees nothing but its own attempt:
+//!
+//! - its own unprivileged uid and gid, one per working directory (so per
+//!   attempt), from a pool the runner allocates by lock files
+//!   ([`Identity`]): never the runner's uid, never root, never one that
+//!   another attempt on this host holds;
+//! - its own user, mount, pid, ipc and uts namespaces, built by Debian's
+//!   `bubblewrap` run as that uid: the working directory read-write, the
+//!   system's `/usr` and a short list of `/etc` files read-only, the
+//!   program's own directories read-only, a `/tmp` inside the working
+//!   directory; no work root, no other attempt, no runner configuration,
+//!   no `/proc` but its own;
+//! - `no_new_privs`, a session of its own (no controlling terminal) and a
+//!   scrubbed environment;
+//! - limits: memory and processes by a cgroup of its own ([`Cgroups`],
+//!   cgroup v1), CPU seconds per process and open files by rlimits, disk by
+//!   a size-limited tmpfs mounted on the working directory, and output by
+//!   the attempt's budget (`tool::OutputBudget`).
+//!
+//! The network is the host's: tools reach nodes, API servers and state
+//! backends as the runner does.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// How tools are sandboxed; defaults are in the README.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SandboxSettings {
+    /// `EXECPLANE_SANDBOX`: `on` (default) or `off`. Off runs tools as
+    /// the runner's own user with nothing but a private directory: for a
+    /// host that serves one tenant, and said loudly at start.
+    pub enabled: bool,
+    /// `EXECPLANE_SANDBOX_BWRAP`: bubblewrap, which builds the namespaces.
+    pub bwrap: PathBuf,
+    /// util-linux's `prlimit`, which sets the rlimits before bubblewrap.
+    pub prlimit: PathBuf,
+    /// `EXECPLANE_SANDBOX_UID_BASE`: the first uid (and gid) of the pool.
+    pub uid_base: u32,
+    /// `EXECPLANE_SANDBOX_UIDS`: how many uids the pool holds.
+    pub uid_count: u32,
+    /// Where the pool's lock files are (one per uid, held while in use).
+    pub lock_dir: PathBuf,
+    /// `EXECPLANE_SANDBOX_READ_ONLY`: more host paths every tool sees,
+    /// read-only (an interpreter outside `/usr`, say).
+    pub read_only: Vec<PathBuf>,
+    /// The limits of each tool.
+    pub limits: Limits,
+}
+
+impl Default for SandboxSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            bwrap: PathBuf::from("/usr/bin/bwrap"),
+            prlimit: PathBuf::from("/usr/bin/prlimit"),
+            uid_base: 1_900_000_000,
+            uid_count: 1024,
+            lock_dir: PathBuf::from("/run/execplane/sandbox-uids"),
+            read_only: Vec::new(),
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// What one tool may use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// `EXECPLANE_SANDBOX_MEMORY_MIB`: memory (and swap) of the tool and
+    /// everything it starts.
+    pub memory_bytes: u64,
+    /// `EXECPLANE_SANDBOX_PIDS`: processes and threads at once.
+    pub pids: u64,
+    /// `EXECPLANE_SANDBOX_CPU_SECONDS`: CPU seconds of each process.
+    pub cpu_seconds: u64,
+    /// `EXECPLANE_SANDBOX_OPEN_FILES`: open files of each process.
+    pub open_files: u64,
+    /// `EXECPLANE_SANDBOX_DISK_MIB`: the working directory's size (the
+    /// attempt's inputs, its files and its `/tmp`).
+    pub disk_bytes: u64,
+}
+
+const MIB: u64 = 1024 * 1024;
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory_bytes: 2048 * MIB,
+            pids: 512,
+            cpu_seconds: 3600,
+            open_files: 4096,
+            disk_bytes: 1024 * MIB,
+        }
+    }
+}
+
+/// A limit a tool reached, read after it ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "limit", content = "bound")]
+pub enum LimitHit {
+    /// The memory cgroup killed a process (bytes).
+    Memory(u64),
+    /// A fork was refused by the pids cgroup (processes).
+    Pids(u64),
+    /// The working directory filled up (bytes).
+    Disk(u64),
+}
+
+impl std::fmt::Display for LimitHit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LimitHit::Memory(bytes) => write!(
+                f,
+                "the tool went over its memory limit of {} MiB and was killed (EXECPLANE_SANDBOX_MEMORY_MIB)",
+                bytes / MIB
+            ),
+            LimitHit::Pids(count) => write!(
+                f,
+                "the tool went over its limit of {count} processes (EXECPLANE_SANDBOX_PIDS)"
+            ),
+            LimitHit::Disk(bytes) => write!(
+                f,
+                "the tool filled its working directory's {} MiB (EXECPLANE_SANDBOX_DISK_MIB)",
+                bytes / MIB
+            ),
+        }
+    }
+}
+
+/// A uid (and the gid of the same number) of the pool, held while the
+/// lock file stays open: by this process, and by no other process on the
+/// host that uses the same lock directory.
+#[derive(Debug)]
+pub struct Identity {
+    uid: u32,
+    _lock: std::fs::File,
+}
+
+impl Identity {
+    /// The first free uid of the pool, starting at a random one.
+    pub fn allocate(settings: &SandboxSettings) -> std::io::Result<Self> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&settings.lock_dir)?;
+        let count = settings.uid_count.max(1);
+        let start = rand::random::<u32>() % count;
+        for step in 0..count {
+            let uid = settings.uid_base + (start + step) % count;
+            let lock = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .mode(0o600)
+                .open(settings.lock_dir.join(format!("uid-{uid}")))?;
+            match lock.try_lock() {
+                Ok(()) => return Ok(Self { uid, _lock: lock }),
+                Err(std::fs::TryLockError::WouldBlock) => continue,
+                Err(std::fs::TryLockError::Error(error)) => return Err(error),
+            }
+        }
+        Err(std::io::Error::other(format!(
+            "all {count} sandbox uids from {} are in use (EXECPLANE_SANDBOX_UIDS)",
+            settings.uid_base
+        )))
+    }
+
+    pub fn uid(&self) -> u32 {
+        self.uid
+    }
+}
+
+/// Mounts a tmpfs of `bytes` on `path`, owned by `uid` and closed to
+/// everyone else: the working directory's disk limit, and no hard link
+/// from it reaches a file of the host's.
+pub fn mount_workdir(path: &Path, uid: u32, bytes: u64) -> std::io::Result<()> {
+    use rustix::mount::{mount, MountFlags};
+    let data = std::ffi::CString::new(format!("size={bytes},mode=0700,uid={uid},gid={uid}"))
+        .map_err(std::io::Error::other)?;
+    mount(
+        "execplane-work",
+        path,
+        "tmpfs",
+        MountFlags::NOSUID | MountFlags::NODEV,
+        data.as_c_str(),
+    )?;
+    Ok(())
+}
+
+/// Unmounts what [`mount_workdir`] mounted (lazily: nothing holds it once
+/// its tools are gone).
+pub fn unmount_workdir(path: &Path) -> std::io::Result<()> {
+    rustix::mount::unmount(path, rustix::mount::UnmountFlags::DETACH)?;
+    Ok(())
+}
+
+/// Whether the filesystem at `path` has no block left for an unprivileged
+/// writer.
+pub fn is_full(path: &Path) -> bool {
+    rustix::fs::statvfs(path).is_ok_and(|stat| stat.f_bavail == 0)
+}
+
+/// Gives everything under `root` (itself included) to `uid`, never
+/// following a link. Only between two tool runs: no process of the uid is
+/// alive to swap a directory for a link meanwhile.
+pub fn give(root: &Path, uid: u32) -> std::io::Result<()> {
+    std::os::unix::fs::lchown(root, Some(uid), Some(uid))?;
+    let metadata = std::fs::symlink_metadata(root)?;
+    if metadata.is_dir() {
+        for entry in std::fs::read_dir(root)? {
+            give(&entry?.path(), uid)?;
+        }
+    }
+    Ok(())
+}
+
+/// The `/etc` files a tool may read: name resolution, certificates, the
+/// dynamic linker's cache, Debian's alternatives and Python's site
+/// configuration, the ssh client's defaults. Nothing else of `/etc`.
+const ETC: &[&str] = &[
+    "/etc/hosts",
+    "/etc/resolv.conf",
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/services",
+    "/etc/protocols",
+    "/etc/localtime",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/ca-certificates.conf",
+    "/etc/pki",
+    "/etc/alternatives",
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/mime.types",
+    "/etc/os-release",
+    "/etc/debian_version",
+    "/etc/python3",
+    "/etc/python3.11",
+    "/etc/python3.12",
+    "/etc/python3.13",
+    "/etc/ssh/ssh_config",
+    "/etc/ssh/ssh_config.d",
+];
+
+/// The top-level directories that are links into `/usr` on a merged-`/usr`
+/// system, or directories of their own elsewhere.
+const SYSTEM: &[&str] = &["/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"];
+
+/// What one sandboxed run sees of the host besides the system.
+#[derive(Clone, Debug, Default)]
+pub struct View {
+    /// Host paths seen read-only, at the same path.
+    pub read_only: Vec<PathBuf>,
+    /// Host paths seen read-write, at the same path (given to the uid
+    /// before the run).
+    pub writable: Vec<PathBuf>,
+}
+
+/// The files of the sandbox's own `/etc/passwd` and `/etc/group`, kept in
+/// the working directory: the tool's uid has a name and a home (the ssh
+/// client refuses to run for a uid it cannot look up).
+pub fn write_accounts(workdir: &Path, uid: u32) -> std::io::Result<(PathBuf, PathBuf)> {
+    let dir = workdir.join(".execplane");
+    std::fs::create_dir_all(&dir)?;
+    let passwd = dir.join("passwd");
+    let group = dir.join("group");
+    std::fs::write(
+        &passwd,
+        format!(
+            "root:x:0:0:root:/root:/usr/sbin/nologin\nexecplane:x:{uid}:{uid}:execplane tool:{}:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+            workdir.display()
+        ),
+    )?;
+    std::fs::write(
+        &group,
+        format!("root:x:0:\nexecplane:x:{uid}:\nnogroup:x:65534:\n"),
+    )?;
+    std::fs::create_dir_all(workdir.join(".execplane/tmp"))?;
+    Ok((passwd, group))
+}
+
+/// bubblewrap's arguments for a tool in `workdir` seeing `view`, up to
+/// and including the `--` before the program.
+pub fn bwrap_args(workdir: &Path, accounts: &(PathBuf, PathBuf), view: &View) -> Vec<OsString> {
+    let mut args: Vec<OsString> = Vec::new();
+    let mut push = |items: &[&std::ffi::OsStr]| args.extend(items.iter().map(|item| item.into()));
+    push(&[
+        "--unshare-user".as_ref(),
+        "--unshare-pid".as_ref(),
+        "--unshare-ipc".as_ref(),
+        "--unshare-uts".as_ref(),
+        "--unshare-cgroup-try".as_ref(),
+        "--disable-userns".as_ref(),
+        "--die-with-parent".as_ref(),
+        "--hostname".as_ref(),
+        "execplane-tool".as_ref(),
+        "--ro-bind".as_ref(),
+        "/usr".as_ref(),
+        "/usr".as_ref(),
+    ]);
+    for dir in SYSTEM {
+        match std::fs::read_link(dir) {
+            Ok(target) => push(&["--symlink".as_ref(), target.as_os_str(), dir.as_ref()]),
+            Err(_) if Path::new(dir).is_dir() => {
+                push(&["--ro-bind".as_ref(), dir.as_ref(), dir.as_ref()])
+            }
+            Err(_) => {}
+        }
+    }
+    for file in ETC {
+        push(&["--ro-bind-try".as_ref(), file.as_ref(), file.as_ref()]);
+    }
+    push(&[
+        "--ro-bind".as_ref(),
+        accounts.0.as_os_str(),
+        "/etc/passwd".as_ref(),
+        "--ro-bind".as_ref(),
+        accounts.1.as_os_str(),
+        "/etc/group".as_ref(),
+        "--proc".as_ref(),
+        "/proc".as_ref(),
+        "--dev".as_ref(),
+        "/dev".as_ref(),
+    ]);
+    // /tmp first: the working directory may itself be under /tmp.
+    let tmp = workdir.join(".execplane/tmp");
+    push(&[
+        "--bind".as_ref(),
+        tmp.as_os_str(),
+        "/tmp".as_ref(),
+        "--bind".as_ref(),
+        tmp.as_os_str(),
+        "/var/tmp".as_ref(),
+        "--bind".as_ref(),
+        workdir.as_os_str(),
+        workdir.as_os_str(),
+    ]);
+    for path in &view.read_only {
+        push(&["--ro-bind".as_ref(), path.as_os_str(), path.as_os_str()]);
+    }
+    for path in &view.writable {
+        push(&["--bind".as_ref(), path.as_os_str(), path.as_os_str()]);
+    }
+    // The sandbox's own root (where /etc's entries were made) read-only
+    // too: a tool writes its working directory and nothing else.
+    push(&[
+        "--remount-ro".as_ref(),
+        "/".as_ref(),
+        "--chdir".as_ref(),
+        workdir.as_os_str(),
+        "--".as_ref(),
+    ]);
+    args
+}
+
+/// The rlimits, set by `prlimit` on itself before it becomes bubblewrap:
+/// every process of the tool inherits them.
+pub fn prlimit_args(limits: &Limits) -> Vec<OsString> {
+    vec![
+        // SIGXCPU at the soft limit, SIGKILL five seconds later.
+        format!("--cpu={}:{}", limits.cpu_seconds, limits.cpu_seconds + 5).into(),
+        format!("--nofile={}", limits.open_files).into(),
+        "--core=0".into(),
+        "--".into(),
+    ]
+}
+
+/// The memory and pids cgroups (v1) of one tool run, under this process's
+/// own (`<own>/execplane/<name>`); removed when dropped.
+#[derive(Debug)]
+pub struct Cgroups {
+    memory: PathBuf,
+    pids: PathBuf,
+    limits: Limits,
+}
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+impl Cgroups {
+    pub fn create(name: &str, limits: &Limits) -> std::io::Result<Self> {
+        if Path::new(CGROUP_ROOT).join("cgroup.controllers").exists() {
+            return Err(std::io::Error::other(
+                "this host has cgroup v2 only; the sandbox's limits need the cgroup v1 memory and pids controllers",
+            ));
+        }
+        let memory = Self::own("memory")?.join("execplane").join(name);
+        let pids = Self::own("pids")?.join("execplane").join(name);
+        let cgroups = Self {
+            memory,
+            pids,
+            limits: *limits,
+        };
+        for dir in [&cgroups.memory, &cgroups.pids] {
+            std::fs::create_dir_all(dir).map_err(|error| {
+                std::io::Error::new(error.kind(), format!("{}: {error}", dir.display()))
+            })?;
+        }
+        let memory_limit = limits.memory_bytes.to_string();
+        std::fs::write(cgroups.memory.join("memory.limit_in_bytes"), &memory_limit)?;
+        // With swap accounting, swap counts too (or the limit only moves
+        // the tool to swap).
+        let memsw = cgroups.memory.join("memory.memsw.limit_in_bytes");
+        if memsw.exists() {
+            std::fs::write(memsw, &memory_limit)?;
+        }
+        std::fs::write(cgroups.pids.join("pids.max"), limits.pids.to_string())?;
+        Ok(cgroups)
+    }
+
+    /// The directories the supervisor joins before it starts the tool.
+    pub fn dirs(&self) -> [&Path; 2] {
+        [&self.memory, &self.pids]
+    }
+
+    /// This process's own cgroup of `controller`, from /proc/self/cgroup.
+    fn own(controller: &str) -> std::io::Result<PathBuf> {
+        let table = std::fs::read_to_string("/proc/self/cgroup")?;
+        let path = table
+            .lines()
+            .filter_map(|line| {
+                // `id:controllers:path`; a path may hold `:` itself.
+                let (_, rest) = line.split_once(':')?;
+                rest.split_once(':')
+            })
+            .find(|(controllers, _)| controllers.split(',').any(|name| name == controller))
+            .map(|(_, path)| path.trim_start_matches('/').to_owned())
+            .ok_or_else(|| {
+                std::io::Error::other(format!(
+                    "no cgroup v1 `{controller}` controller in /proc/self/cgroup"
+                ))
+            })?;
+        Ok(Path::new(CGROUP_ROOT).join(controller).join(path))
+    }
+
+    /// The limit the tool reached, if any.
+    pub fn hit(&self) -> Option<LimitHit> {
+        let count = |file: PathBuf, key: &str| -> u64 {
+            std::fs::read_to_string(file)
+                .ok()
+                .and_then(|text| {
+                    text.lines()
+                        .find_map(|line| line.strip_prefix(key)?.trim().parse().ok())
+                })
+                .unwrap_or(0)
+        };
+        if count(self.memory.join("memory.oom_control"), "oom_kill ") > 0 {
+            return Some(LimitHit::Memory(self.limits.memory_bytes));
+        }
+        if count(self.pids.join("pids.events"), "max ") > 0 {
+            return Some(LimitHit::Pids(self.limits.pids));
+        }
+        None
+    }
+}
+
+impl Drop for Cgroups {
+    fn drop(&mut self) {
+        for dir in [&self.memory, &self.pids] {
+            // Empty once the supervisor has exited; a few tries for the
+            // kernel to finish its bookkeeping.
+            for _ in 0..20 {
+                match std::fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(error) if error.kind() == std::io::ErrorKind::NotFound => break,
+                    Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
+                }
+            }
+        }
+    }
+}
+
+/// Checks that the sandbox can be built here, by running `/bin/true` in
+/// it: a runner that cannot build it refuses to start, unless the operator
+/// turned it off (`EXECPLANE_SANDBOX=off`), which is logged.
+pub async fn check(tools: &super::tool::ToolSettings) -> Result<(), String> {
+    if !tools.sandbox.enabled {
+        tracing::warn!(
+            "tools run unsandboxed (EXECPLANE_SANDBOX=off): as this runner's own user, able to read every attempt's files and the runner's credentials; run this only on a host that serves one tenant"
+        );
+        return Ok(());
+    }
+    let fix = "install bubblewrap, run the runner as root on a host with user namespaces and the cgroup v1 memory and pids controllers, or set EXECPLANE_SANDBOX=off for a host that serves one tenant";
+    let (progress, _) = tokio::sync::mpsc::unbounded_channel();
+    let (log, mut logged) = tokio::sync::mpsc::unbounded_channel();
+    let context = super::ExecutionContext::new(Default::default(), progress, log)
+        .with_tools(
+            std::sync::Arc::new(tools.clone()),
+            std::time::Duration::from_secs(1),
+        )
+        .with_deadline(tokio::time::Instant::now() + std::time::Duration::from_secs(20));
+    let workdir = super::tool::Workdir::for_tools(tools)
+        .map_err(|error| format!("cannot build the tool sandbox: {error}; {fix}"))?;
+    let command = super::tool::ToolCommand::new("/bin/true")
+        .base_env(&workdir)
+        .capture(4096);
+    let exit = super::tool::run(&context, &workdir, command)
+        .await
+        .map_err(|error| format!("cannot build the tool sandbox: {error}; {fix}"))?;
+    if exit.success() {
+        tracing::info!(
+            uid_base = tools.sandbox.uid_base,
+            "tools run sandboxed: own uid, namespaces and limits"
+        );
+        return Ok(());
+    }
+    let mut said = String::from_utf8_lossy(&exit.stderr).trim().to_owned();
+    while let Ok((_, text)) = logged.try_recv() {
+        said.push_str(&text);
+    }
+    Err(format!(
+        "cannot build the tool sandbox: /bin/true in it ended {:?}/{:?}: {}; {fix}",
+        exit.code,
+        exit.signal,
+        crate::contract::limits::tail(said.trim(), 1024)
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_view_is_the_system_read_only_and_the_workdir_read_write() {
+        let workdir = Path::new("/w/abc");
+        let accounts = (
+            PathBuf::from("/w/abc/.execplane/passwd"),
+            PathBuf::from("/w/abc/.execplane/group"),
+        );
+        let view = View {
+            read_only: vec![PathBuf::from("/opt/tool")],
+            writable: vec![PathBuf::from("/var/state/x")],
+        };
+        let args: Vec<String> = bwrap_args(workdir, &accounts, &view)
+            .into_iter()
+            .map(|arg| arg.into_string().unwrap())
+            .collect();
+        let joined = args.join(" ");
+        for expected in [
+            "--unshare-user --unshare-pid",
+            "--disable-userns --die-with-parent",
+            "--ro-bind /usr /usr",
+            "--ro-bind /w/abc/.execplane/passwd /etc/passwd",
+            "--bind /w/abc/.execplane/tmp /tmp",
+            "--bind /w/abc /w/abc",
+            "--ro-bind /opt/tool /opt/tool",
+            "--bind /var/state/x /var/state/x",
+            "--chdir /w/abc --",
+        ] {
+            assert!(joined.contains(expected), "{expected} not in {joined}");
+        }
+        // /etc is never bound whole, nor the host's /tmp or /root.
+        assert!(!args.iter().any(|arg| arg == "/etc" || arg == "/root"));
+        assert!(joined.find("/tmp").unwrap() < joined.find("--bind /w/abc /w/abc").unwrap());
+        assert_eq!(args.last().unwrap(), "--");
+    }
+
+    #[test]
+    fn rlimits_kill_at_the_cpu_bound_and_write_no_core() {
+        let args: Vec<String> = prlimit_args(&Limits::default())
+            .into_iter()
+            .map(|arg| arg.into_string().unwrap())
+            .collect();
+        assert_eq!(args, ["--cpu=3600:3605", "--nofile=4096", "--core=0", "--"]);
+    }
+
+    #[test]
+    fn a_uid_is_held_by_one_holder_at_a_time() {
+        let settings = SandboxSettings {
+            lock_dir: std::env::temp_dir().join(format!("execplane-uids-{}", uuid::Uuid::new_v4())),
+            uid_count: 2,
+            ..SandboxSettings::default()
+        };
+        let first = Identity::allocate(&settings).unwrap();
+        let second = Identity::allocate(&settings).unwrap();
+        assert_ne!(first.uid(), second.uid());
+        let refused = Identity::allocate(&settings).unwrap_err();
+        assert!(
+            refused.to_string().contains("all 2 sandbox uids"),
+            "{refused}"
+        );
+        let freed = first.uid();
+        drop(first);
+        assert_eq!(Identity::allocate(&settings).unwrap().uid(), freed);
+        std::fs::remove_dir_all(&settings.lock_dir).unwrap();
+    }
+
+    #[test]
+    fn limit_messages_name_the_bound_and_the_setting() {
+        assert_eq!(
+            LimitHit::Memory(64 * MIB).to_string(),
+            "the tool went over its memory limit of 64 MiB and was killed (EXECPLANE_SANDBOX_MEMORY_MIB)"
+        );
+        assert!(LimitHit::Disk(8 * MIB).to_string().contains("8 MiB"));
+        assert!(LimitHit::Pids(10).to_string().contains("10 processes"));
+    }
+}
