@@ -363,7 +363,7 @@ async fn unapproved_playbooks_and_ansible_variables_are_refused_before_anything_
     let (status, category, message, _) = stack.pipeline.ended(&spec, WAIT).await;
     assert_eq!(
         (status.as_str(), category.as_deref()),
-        ("failed", Some("contract")),
+        ("failed", Some("policy")),
         "{message}"
     );
     assert!(message.contains("ansible_connection"), "{message}");
@@ -396,7 +396,7 @@ async fn unapproved_playbooks_and_ansible_variables_are_refused_before_anything_
         let (status, category, message, _) = stack.pipeline.ended(&spec, WAIT).await;
         assert_eq!(
             (status.as_str(), category.as_deref()),
-            ("failed", Some("contract")),
+            ("failed", Some("policy")),
             "{name}: {message}"
         );
     }
@@ -457,6 +457,34 @@ async fn inventory_validation_names_the_bad_group_and_the_unreachable_host(pool:
         "{message}"
     );
     assert!(message.contains("group `web-servers`"), "{message}");
+
+    // A host named by a template, plainly or through a YAML escape (`\x7b`
+    // is `{`): ansible renders a host's name on the runner host, so the
+    // lookup would run there. Checked as ansible read the inventory.
+    for (name, host) in [
+        ("plain.yml", "{{ lookup('pipe', 'id -u') }}"),
+        ("escaped.yml", "\\x7b\\x7b lookup('pipe', 'id -u') }}"),
+    ] {
+        let text = format!(
+            "all:\n  hosts:\n    \"{host}\":\n      ansible_host: 127.0.0.1\n      ansible_port: 2222\n"
+        );
+        let inventory = stack.pipeline.put_artifact(name, text.as_bytes());
+        let spec = validate(
+            json!({"artifact": inventory}),
+            vec![node("one", "127.0.0.1", 2222)],
+        );
+        stack.pipeline.submit(&spec).await;
+        let (status, category, message, _) = stack.pipeline.ended(&spec, WAIT).await;
+        assert_eq!(
+            (status.as_str(), category.as_deref()),
+            ("failed", Some("policy")),
+            "{name}: {message}"
+        );
+        assert!(
+            message.contains("`{{ lookup('pipe', 'id -u') }}`: its name holds a Jinja template"),
+            "{name}: {message}"
+        );
+    }
 
     // A target nothing answers for.
     let spec = validate(

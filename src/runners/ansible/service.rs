@@ -351,9 +351,10 @@ impl AnsibleRunner {
             let read = self.read_inventory(plan, &layout, workdir, context).await?;
             report.problems = read.problems;
             report.inventory = Some(read.report);
+            // What the inventory asks for is the operator's to allow.
             if let Some(refusal) = read.refusal {
                 return Err(ExecutionOutcome::failed(
-                    FailureCategory::Contract,
+                    FailureCategory::Policy,
                     refusal,
                     serde_json::to_value(&report).ok(),
                 ));
@@ -818,6 +819,21 @@ fn check_inventory(listed: &Value, targets: &[Host]) -> ReadInventory {
     }
     report.hosts = all.iter().cloned().collect();
     let mut refusals = Vec::new();
+    // Names as ansible read them (a YAML escape such as `\x7b` already
+    // decoded): ansible renders a host's name where it renders its
+    // variables, on the runner host.
+    for (kind, name) in group_names
+        .iter()
+        .map(|name| ("group", name))
+        .chain(all.iter().map(|name| ("host", name)))
+    {
+        if marked(name) {
+            refusals.push(format!(
+                "{kind} `{}`: its name holds a Jinja template (`{{{{`, `{{%` or `{{#`); an inventory's names are data",
+                loggable(name)
+            ));
+        }
+    }
     for host in &all {
         let vars = hostvars
             .get(host)
@@ -834,7 +850,7 @@ fn check_inventory(listed: &Value, targets: &[Host]) -> ReadInventory {
                     loggable(name)
                 ));
             }
-            if holds_template(value) {
+            if marked(name) || holds_template(value) {
                 refusals.push(format!(
                     "host `{}`: variable `{}` holds a Jinja template (`{{{{`, `{{%` or `{{#`); an inventory's values are data",
                     loggable(host),
@@ -1021,9 +1037,13 @@ fn unsafe_yaml(value: &Value) -> String {
     }
 }
 
+/// Whether `text` holds a Jinja start mark.
+fn marked(text: &str) -> bool {
+    TEMPLATE_MARKS.iter().any(|mark| text.contains(mark))
+}
+
 /// Whether any string in `value` (or key) holds a Jinja start mark.
 fn holds_template(value: &Value) -> bool {
-    let marked = |text: &str| TEMPLATE_MARKS.iter().any(|mark| text.contains(mark));
     match value {
         Value::String(text) => marked(text),
         Value::Array(items) => items.iter().any(holds_template),
@@ -1165,6 +1185,29 @@ mod tests {
             "{refusal}"
         );
         assert!(!refusal.contains("`fine`"), "{refusal}");
+    }
+
+    #[test]
+    fn an_inventory_name_may_not_template() {
+        let host = "{{ lookup('pipe', 'id') }}";
+        let listed = json!({
+            "_meta": {"hostvars": {
+                host: {"ansible_host": "127.0.0.1", "ansible_port": 2222},
+                "a": {"ansible_host": "127.0.0.1", "ansible_port": 2222, "{% x %}": 1}
+            }},
+            "all": {"children": ["{# g #}", "ungrouped"]},
+            "{# g #}": {"hosts": ["a"]},
+            "ungrouped": {"hosts": [host]}
+        });
+        let refusal = check_inventory(&listed, &[target("a", "2222")])
+            .refusal
+            .unwrap();
+        assert!(
+            refusal.contains("host `{{ lookup('pipe', 'id') }}`: its name holds a Jinja template"),
+            "{refusal}"
+        );
+        assert!(refusal.contains("group `{# g #}`: its name"), "{refusal}");
+        assert!(refusal.contains("variable `{% x %}` holds"), "{refusal}");
     }
 
     #[test]
