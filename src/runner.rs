@@ -15,6 +15,7 @@ mod instance;
 pub mod outputs;
 pub mod sandbox;
 pub mod tool;
+pub mod yaml;
 
 use std::collections::BTreeMap;
 use std::future::Future;

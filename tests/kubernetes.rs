@@ -326,6 +326,66 @@ async fn apply_reports_refs_and_diffs_reapply_is_a_no_op_and_gates_hold(pool: Pg
         "nothing of a refused apply is written, not even what came before the refused manifest"
     );
 
+    // A merge key (`<<`) moves the object to another namespace as helm and
+    // the API server read YAML: judged the same way, it is refused.
+    let merged = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: merged-{namespace}, <<: {{namespace: kube-system}}}}\n"
+    );
+    let reference = pipeline.put_artifact("merged.yaml", merged.as_bytes());
+    let spec = kube_job(
+        "kubernetes.manifest.apply",
+        json!({"namespace": namespace, "manifests_artifact": reference}),
+        json!({}),
+    );
+    pipeline.submit(&spec).await;
+    let (status, category, message, _) = pipeline.ended(&spec, WAIT).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("policy")),
+        "{message}"
+    );
+    assert!(message.contains("kube-system"), "{message}");
+    let name = format!("merged-{namespace}");
+    assert!(
+        cluster::get(&stack.admin, "kube-system", &configmaps(), &name)
+            .await
+            .is_none()
+    );
+    // An alias bomb: 1.5 MiB anchored, aliased 500,000 times (3.5 MB of
+    // text, 750 GB expanded) is refused by what it expands to, the runner's
+    // memory held, and the runner serves on (the jobs below).
+    let mut bomb = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: bomb}}\ndata: {{a: &a {}}}\nbinaryData: [",
+        "b".repeat(3 << 19)
+    );
+    bomb.push_str(&vec!["*a"; 500_000].join(","));
+    bomb.push_str("]\n");
+    let reference = pipeline.put_artifact("bomb.yaml", bomb.as_bytes());
+    let spec = kube_job(
+        "kubernetes.manifest.apply",
+        json!({"namespace": namespace, "manifests_artifact": reference}),
+        json!({}),
+    );
+    pipeline.submit(&spec).await;
+    let (status, category, message, _) = pipeline.ended(&spec, WAIT).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("contract")),
+        "{message}"
+    );
+    assert!(message.contains("expands to more than"), "{message}");
+    let peak = std::fs::read_to_string(format!("/proc/{}/status", pipeline.pid(2)))
+        .unwrap()
+        .lines()
+        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .map(|kib| kib.trim().trim_end_matches(" kB").parse::<u64>().unwrap())
+        .unwrap();
+    eprintln!(
+        "the kubernetes runner's peak RSS after the alias bomb: {} MiB",
+        peak / 1024
+    );
+    assert!(peak < 512 * 1024, "peak RSS {peak} KiB");
+
     // A kubeconfig as the credentials: its user, the operator's endpoint.
     let mut through_kubeconfig = kube_job(
         "kubernetes.resource.read",

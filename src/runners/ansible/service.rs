@@ -22,6 +22,8 @@ const CALLBACK: &str = include_str!("execplane_events.py");
 const EVENTS_ARTIFACT: &str = "ansible-events.jsonl";
 /// The most of `ansible-inventory --list` read.
 const MAX_INVENTORY_JSON: usize = 8 * 1024 * 1024;
+/// The most an inventory's YAML may expand to, aliases expanded.
+const MAX_INVENTORY_EXPANDED: usize = 8 * 1024 * 1024;
 /// The most of ansible-playbook's stderr a failure message quotes.
 const MAX_STDERR_QUOTED: usize = 2048;
 /// How often the event stream is read while the playbook runs.
@@ -561,8 +563,18 @@ impl AnsibleRunner {
             }
             None => generated_inventory(&plan.hosts),
         };
-        if serde_yaml::from_str::<serde_yaml::Mapping>(&inventory).is_ok() {
-            layout.inventory = root.join("inventory.yml");
+        // Read bounded by what its aliases expand to: the runner holds
+        // every attempt, and an inventory is the tenant's text.
+        match crate::runner::yaml::document(inventory.as_bytes(), MAX_INVENTORY_EXPANDED) {
+            Ok(read) if read.is_object() => layout.inventory = root.join("inventory.yml"),
+            Err(error) if error.too_large => {
+                return Err(ExecutionOutcome::failed(
+                    FailureCategory::Contract,
+                    format!("inputs.inventory: {error}"),
+                    None,
+                ))
+            }
+            _ => {}
         }
         write_file(&layout.inventory, &inventory)?;
         let (mut known_hosts, mut pins) = (String::new(), String::new());

@@ -2,11 +2,14 @@
 //! diff summary of an object before and after a call, a named condition's
 //! state, and whether a rollout is complete.
 
-use serde::Deserialize;
 use serde_json::{Map, Value};
 
 /// The most documents one manifests file holds.
 pub const MAX_DOCUMENTS: usize = 500;
+
+/// How many times its own size a manifests file may expand to, aliases
+/// expanded (of at least 1 MiB).
+const EXPANSION: usize = 4;
 
 /// The most changed field paths one object reports.
 pub const MAX_CHANGED_FIELDS: usize = 100;
@@ -108,9 +111,12 @@ fn join(parent: &str, key: &str) -> String {
 /// empty documents skipped and `List`s expanded into their items.
 pub fn documents(bytes: &[u8]) -> Result<Vec<Value>, String> {
     let mut manifests = Vec::new();
-    for (index, document) in serde_yaml::Deserializer::from_slice(bytes).enumerate() {
-        let value =
-            Value::deserialize(document).map_err(|error| format!("document {index}: {error}"))?;
+    // Aliases expanded, merge keys applied, as helm and the API server
+    // read them, and never more than a few times the text (docs/SECURITY.md).
+    let max_expanded = bytes.len().max(1 << 20).saturating_mul(EXPANSION);
+    let read =
+        crate::runner::yaml::documents(bytes, max_expanded).map_err(|error| error.message)?;
+    for (index, value) in read.into_iter().enumerate() {
         match value {
             Value::Null => {}
             Value::Object(_) => flatten(value, 0, &mut manifests)

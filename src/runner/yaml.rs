@@ -1,0 +1,343 @@
+//! Tenant YAML read as the tools read it, bounded by what it expands to
+//! (docs/SECURITY.md, "Content the runner reads before the tool does").
+//!
+//! Two ways a second parse of our own differed from what helm and the
+//! API server read: an alias is expanded wherever it is used, so a few
+//! megabytes with one anchored string aliased many times expand to
+//! gigabytes before any check (the YAML parser's alias limit counts
+//! replays, not bytes); and a merge key (`<<`) adds the keys of the
+//! mapping it names, which a plain reader keeps as one key called `<<`,
+//! so `metadata: {name: x, <<: {namespace: kube-system}}` looked like an
+//! object without a namespace. Here every node a document expands to is
+//! charged against a budget as it is built (the read stops at the first
+//! byte over it), and merge keys are applied as go-yaml (which helm and
+//! `sigs.k8s.io/yaml` use) applies them: the mapping's own keys win, then
+//! the merged mappings in the order given. A merge this reader might read
+//! differently from the tools (a merged mapping with a merge key of its
+//! own, a merge of something that is not a mapping) is refused.
+
+use std::cell::Cell;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Value};
+
+/// What a node costs besides its text: a document of many small nodes is
+/// bounded as one of few large strings is.
+const NODE_COST: usize = 16;
+
+/// The merge key.
+const MERGE: &str = "<<";
+
+/// The documents of a YAML stream (JSON is YAML), each with its aliases
+/// expanded and its merge keys applied, all of them together at most
+/// `max_expanded` bytes (strings' bytes and [`NODE_COST`] per node).
+pub fn documents(bytes: &[u8], max_expanded: usize) -> Result<Vec<Value>, YamlError> {
+    let budget = Budget {
+        left: Cell::new(max_expanded),
+        max: max_expanded,
+        exceeded: Cell::new(false),
+    };
+    let mut documents = Vec::new();
+    for (index, document) in serde_yaml::Deserializer::from_slice(bytes).enumerate() {
+        let mut value = Node(&budget)
+            .deserialize(document)
+            .map_err(|error| YamlError {
+                message: format!("document {index}: {error}"),
+                too_large: budget.exceeded.get(),
+            })?;
+        merge(&mut value, 0).map_err(|problem| YamlError {
+            message: format!("document {index}: {problem}"),
+            too_large: false,
+        })?;
+        documents.push(value);
+    }
+    Ok(documents)
+}
+
+/// Why YAML was not read.
+#[derive(Debug)]
+pub struct YamlError {
+    pub message: String,
+    /// It expanded past its bound (else: not YAML the tools would read
+    /// as this reader does).
+    pub too_large: bool,
+}
+
+impl fmt::Display for YamlError {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// One YAML document, as [`documents`] reads it: an empty stream is
+/// `null`, more than one document is refused.
+pub fn document(bytes: &[u8], max_expanded: usize) -> Result<Value, YamlError> {
+    let mut read = documents(bytes, max_expanded)?;
+    match read.len() {
+        0 => Ok(Value::Null),
+        1 => Ok(read.remove(0)),
+        count => Err(YamlError {
+            message: format!("{count} documents where one was expected"),
+            too_large: false,
+        }),
+    }
+}
+
+struct Budget {
+    left: Cell<usize>,
+    max: usize,
+    exceeded: Cell<bool>,
+}
+
+impl Budget {
+    fn charge<E: de::Error>(&self, bytes: usize) -> Result<(), E> {
+        let cost = bytes.saturating_add(NODE_COST);
+        match self.left.get().checked_sub(cost) {
+            Some(left) => {
+                self.left.set(left);
+                Ok(())
+            }
+            None => {
+                self.exceeded.set(true);
+                Err(E::custom(format_args!(
+                    "expands to more than {} bytes (aliases expanded); refused before it is held",
+                    self.max
+                )))
+            }
+        }
+    }
+}
+
+/// A node, charged as it is built.
+struct Node<'a>(&'a Budget);
+
+impl<'de> DeserializeSeed<'de> for Node<'_> {
+    type Value = Value;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Node<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a YAML node")
+    }
+
+    fn visit_bool<E: de::Error>(self, value: bool) -> Result<Value, E> {
+        self.0.charge(0)?;
+        Ok(Value::Bool(value))
+    }
+
+    fn visit_i64<E: de::Error>(self, value: i64) -> Result<Value, E> {
+        self.0.charge(0)?;
+        Ok(value.into())
+    }
+
+    fn visit_u64<E: de::Error>(self, value: u64) -> Result<Value, E> {
+        self.0.charge(0)?;
+        Ok(value.into())
+    }
+
+    fn visit_f64<E: de::Error>(self, value: f64) -> Result<Value, E> {
+        self.0.charge(0)?;
+        Ok(serde_json::Number::from_f64(value).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<Value, E> {
+        self.0.charge(value.len())?;
+        Ok(Value::String(value.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, value: String) -> Result<Value, E> {
+        self.0.charge(value.len())?;
+        Ok(Value::String(value))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Value, E> {
+        self.0.charge(0)?;
+        Ok(Value::Null)
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Value, E> {
+        self.visit_unit()
+    }
+
+    fn visit_some<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        self.deserialize(deserializer)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        self.0.charge(0)?;
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(Node(self.0))? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        self.0.charge(0)?;
+        let mut object = Map::new();
+        while let Some(key) = map.next_key_seed(Key(self.0))? {
+            let value = map.next_value_seed(Node(self.0))?;
+            if object.contains_key(&key) {
+                return Err(de::Error::custom(format_args!(
+                    "duplicate key `{}`",
+                    crate::contract::limits::loggable(&key.chars().take(64).collect::<String>())
+                )));
+            }
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
+    }
+}
+
+/// A mapping's key: text, charged.
+struct Key<'a>(&'a Budget);
+
+impl<'de> DeserializeSeed<'de> for Key<'_> {
+    type Value = String;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, deserializer: D) -> Result<String, D::Error> {
+        deserializer.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key<'_> {
+    type Value = String;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string key")
+    }
+
+    fn visit_str<E: de::Error>(self, value: &str) -> Result<String, E> {
+        self.0.charge(value.len())?;
+        Ok(value.to_owned())
+    }
+
+    fn visit_string<E: de::Error>(self, value: String) -> Result<String, E> {
+        self.0.charge(value.len())?;
+        Ok(value)
+    }
+}
+
+/// Applies the merge keys of `value` and everything in it, as go-yaml
+/// does; refuses a merge it might read differently.
+fn merge(value: &mut Value, depth: usize) -> Result<(), String> {
+    // serde_yaml refuses deeper documents before this.
+    if depth > 256 {
+        return Err("nested too deep".into());
+    }
+    match value {
+        Value::Object(object) => {
+            if let Some(merged) = object.remove(MERGE) {
+                let sources = match merged {
+                    Value::Object(source) => vec![source],
+                    Value::Array(items) => items
+                        .into_iter()
+                        .map(|item| match item {
+                            Value::Object(source) => Ok(source),
+                            _ => Err("a merge key (`<<`) lists something that is not a mapping"),
+                        })
+                        .collect::<Result<_, _>>()?,
+                    _ => {
+                        return Err(
+                            "a merge key (`<<`) names something that is not a mapping".into()
+                        )
+                    }
+                };
+                for source in sources {
+                    if source.contains_key(MERGE) {
+                        return Err(
+                            "a merge key (`<<`) names a mapping with a merge key of its own".into(),
+                        );
+                    }
+                    for (key, item) in source {
+                        object.entry(key).or_insert(item);
+                    }
+                }
+            }
+            for item in object.values_mut() {
+                merge(item, depth + 1)?;
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                merge(item, depth + 1)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn merge_keys_are_applied_as_the_tools_apply_them() {
+        let text = "base: &base {namespace: kube-system, name: base}\n\
+                    one:\n  name: x\n  <<: *base\n\
+                    two:\n  <<: [{a: 1}, {a: 2, b: 2}]\n  b: 3\n";
+        let read = document(text.as_bytes(), 1 << 20).unwrap();
+        assert_eq!(
+            read["one"],
+            json!({"name": "x", "namespace": "kube-system"})
+        );
+        assert_eq!(read["two"], json!({"a": 1, "b": 3}));
+        // The manifest a plain reader saw as having no namespace.
+        let hidden = document(
+            b"metadata: {name: x, <<: {namespace: kube-system}}",
+            1 << 20,
+        )
+        .unwrap();
+        assert_eq!(hidden["metadata"]["namespace"], "kube-system");
+    }
+
+    #[test]
+    fn merges_that_could_read_differently_are_refused() {
+        for text in [
+            "a: {<<: 3}",
+            "a: {<<: [1]}",
+            "a: {<<: {<<: {namespace: kube-system}}}",
+        ] {
+            assert!(document(text.as_bytes(), 1 << 20).is_err(), "{text}");
+        }
+        let duplicate = document(b"a: 1\na: 2\n", 1 << 20).unwrap_err();
+        assert!(duplicate.message.contains("duplicate") && !duplicate.too_large);
+    }
+
+    #[test]
+    fn an_alias_bomb_is_refused_by_what_it_expands_to() {
+        // One 64 KiB string aliased 1,000 times: 64 KiB of text, 64 MiB
+        // expanded.
+        let mut text = format!("a: &a {}\nb: [", "x".repeat(64 * 1024));
+        text.push_str(&vec!["*a"; 1000].join(", "));
+        text.push_str("]\n");
+        let error = document(text.as_bytes(), 4 << 20).unwrap_err();
+        assert!(error.too_large, "{error}");
+        assert!(
+            error.message.contains("expands to more than 4194304 bytes"),
+            "{error}"
+        );
+        // Many small nodes count too.
+        let nodes = format!(
+            "a: &a [{}]\nb: [{}]\n",
+            vec!["1"; 1000].join(","),
+            vec!["*a"; 1000].join(",")
+        );
+        assert!(document(nodes.as_bytes(), 4 << 20).unwrap_err().too_large);
+        // What fits is read whole, every document.
+        let fine = documents(b"a: &a {x: 1}\nb: *a\n---\nc: 2\n", 1 << 20).unwrap();
+        assert_eq!(
+            fine,
+            vec![json!({"a": {"x": 1}, "b": {"x": 1}}), json!({"c": 2})]
+        );
+    }
+}
