@@ -205,17 +205,71 @@ pub fn is_full(path: &Path) -> bool {
 }
 
 /// Gives everything under `root` (itself included) to `uid`, never
-/// following a link. Only between two tool runs: no process of the uid is
-/// alive to swap a directory for a link meanwhile.
+/// following a link: each directory is opened by its handle, relative to
+/// its parent's, with `O_NOFOLLOW`, so a tool that swaps a directory for a
+/// link meanwhile (another attempt's, in a shared writable path) makes
+/// this fail, not chown what the link names. Refuses trees deeper than
+/// [`MAX_GIVE_DEPTH`].
 pub fn give(root: &Path, uid: u32) -> std::io::Result<()> {
-    std::os::unix::fs::lchown(root, Some(uid), Some(uid))?;
-    let metadata = std::fs::symlink_metadata(root)?;
-    if metadata.is_dir() {
-        for entry in std::fs::read_dir(root)? {
-            give(&entry?.path(), uid)?;
+    match rustix::fs::open(root, dir_flags(), rustix::fs::Mode::empty()) {
+        Ok(dir) => {
+            let ids = owner(uid);
+            rustix::fs::fchown(&dir, ids.0, ids.1)?;
+            give_entries(&dir, uid, 0)
+        }
+        // A file or a link: changed itself, never what it names.
+        Err(rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP) => {
+            std::os::unix::fs::lchown(root, Some(uid), Some(uid))
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// How deep [`give`] goes: a tool can make a chain of directories far
+/// deeper than any real tree, and the walk must not exhaust the stack.
+pub const MAX_GIVE_DEPTH: usize = 128;
+
+fn give_entries(dir: &rustix::fd::OwnedFd, uid: u32, depth: usize) -> std::io::Result<()> {
+    use rustix::fs::{AtFlags, Mode};
+    if depth >= MAX_GIVE_DEPTH {
+        return Err(std::io::Error::other(format!(
+            "a directory tree deeper than {MAX_GIVE_DEPTH} levels"
+        )));
+    }
+    let ids = owner(uid);
+    for entry in rustix::fs::Dir::read_from(dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_bytes() == b"." || name.to_bytes() == b".." {
+            continue;
+        }
+        match rustix::fs::openat(dir, name, dir_flags(), Mode::empty()) {
+            Ok(child) => {
+                rustix::fs::fchown(&child, ids.0, ids.1)?;
+                give_entries(&child, uid, depth + 1)?;
+            }
+            // A file or a link: changed itself, never what it names.
+            Err(rustix::io::Errno::NOTDIR | rustix::io::Errno::LOOP) => {
+                rustix::fs::chownat(dir, name, ids.0, ids.1, AtFlags::SYMLINK_NOFOLLOW)?
+            }
+            Err(error) => return Err(error.into()),
         }
     }
     Ok(())
+}
+
+/// A directory opened to walk it: never through a link, never blocking
+/// (a FIFO), never inherited.
+fn dir_flags() -> rustix::fs::OFlags {
+    use rustix::fs::OFlags;
+    OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC
+}
+
+fn owner(uid: u32) -> (Option<rustix::fs::Uid>, Option<rustix::fs::Gid>) {
+    (
+        Some(rustix::fs::Uid::from_raw(uid)),
+        Some(rustix::fs::Gid::from_raw(uid)),
+    )
 }
 
 /// The `/etc` files a tool may read: name resolution, certificates, the
@@ -525,6 +579,42 @@ pub async fn check(tools: &super::tool::ToolSettings) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn give_changes_the_tree_and_never_what_a_link_names() {
+        use std::os::unix::fs::MetadataExt;
+        let root =
+            std::env::temp_dir().join(format!("execplane-give-{}", uuid::Uuid::new_v4().simple()));
+        let outside = root.with_extension("outside");
+        std::fs::create_dir_all(root.join("a/b")).unwrap();
+        std::fs::write(root.join("a/b/file"), "x").unwrap();
+        std::fs::write(&outside, "host file").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("a/link")).unwrap();
+        std::os::unix::fs::symlink(std::env::temp_dir(), root.join("dirlink")).unwrap();
+        let uid = 1_900_000_777;
+        let before = std::fs::metadata(&outside).unwrap().uid();
+        let tmp_owner = std::fs::metadata(std::env::temp_dir()).unwrap().uid();
+        give(&root, uid).unwrap();
+        for path in ["", "a", "a/b", "a/b/file", "a/link", "dirlink"] {
+            let owner = std::fs::symlink_metadata(root.join(path)).unwrap().uid();
+            assert_eq!(owner, uid, "{path}");
+        }
+        assert_eq!(std::fs::metadata(&outside).unwrap().uid(), before);
+        assert_eq!(
+            std::fs::metadata(std::env::temp_dir()).unwrap().uid(),
+            tmp_owner
+        );
+        // A chain deeper than the walk goes is refused, not followed to
+        // the end of the stack.
+        let mut deep = root.join("deep");
+        for _ in 0..MAX_GIVE_DEPTH + 1 {
+            deep = deep.join("d");
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        assert!(give(&root, uid).is_err());
+        std::fs::remove_dir_all(&root).unwrap();
+        std::fs::remove_file(&outside).unwrap();
+    }
 
     #[test]
     fn the_view_is_the_system_read_only_and_the_workdir_read_write() {
