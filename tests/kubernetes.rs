@@ -113,6 +113,25 @@ fn credentials(cluster_name: &str) -> Value {
     json!({"name": cluster_name, "credentials": {"$secret": "kube"}})
 }
 
+/// `kubernetes.manifest.apply` of `text` stored as the manifests artifact
+/// `name` in `namespace`, followed to its end: status, category, message.
+async fn apply_file(
+    pipeline: &Pipeline,
+    namespace: &str,
+    name: &str,
+    text: &str,
+) -> (String, Option<String>, String) {
+    let reference = pipeline.put_artifact(name, text.as_bytes());
+    let spec = kube_job(
+        "kubernetes.manifest.apply",
+        json!({"namespace": namespace, "manifests_artifact": reference}),
+        json!({}),
+    );
+    pipeline.submit(&spec).await;
+    let (status, category, message, _) = pipeline.ended(&spec, WAIT).await;
+    (status, category, message)
+}
+
 fn kube_job(operation: &str, mut inputs: Value, extra: Value) -> JobSpec {
     if inputs.get("cluster").is_none() {
         inputs["cluster"] = credentials("local");
@@ -291,28 +310,15 @@ async fn apply_reports_refs_and_diffs_reapply_is_a_no_op_and_gates_hold(pool: Pg
          apiVersion: v1\nkind: Namespace\nmetadata: {{name: {namespace}-sneaky}}\n"
     );
     let odd = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: n, namespace: 'team-a-x#'}\n";
-    let odd = pipeline.put_artifact("odd.yaml", odd.as_bytes());
-    let odd = kube_job(
-        "kubernetes.manifest.apply",
-        json!({"namespace": namespace, "manifests_artifact": odd}),
-        json!({}),
-    );
-    pipeline.submit(&odd).await;
-    let (status, category, message, _) = pipeline.ended(&odd, WAIT).await;
+    let (status, category, message) = apply_file(pipeline, namespace, "odd.yaml", odd).await;
     assert_eq!(
         (status.as_str(), category.as_deref()),
         ("failed", Some("contract")),
         "{message}"
     );
     assert!(message.contains("metadata.namespace"), "{message}");
-    let reference = pipeline.put_artifact("manifests.yaml", cluster_scoped.as_bytes());
-    let sneaky = kube_job(
-        "kubernetes.manifest.apply",
-        json!({"namespace": namespace, "manifests_artifact": reference}),
-        json!({}),
-    );
-    pipeline.submit(&sneaky).await;
-    let (status, category, message, _) = pipeline.ended(&sneaky, WAIT).await;
+    let (status, category, message) =
+        apply_file(pipeline, namespace, "manifests.yaml", &cluster_scoped).await;
     assert_eq!(
         (status.as_str(), category.as_deref()),
         ("failed", Some("policy")),
@@ -331,14 +337,7 @@ async fn apply_reports_refs_and_diffs_reapply_is_a_no_op_and_gates_hold(pool: Pg
     let merged = format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: merged-{namespace}, <<: {{namespace: kube-system}}}}\n"
     );
-    let reference = pipeline.put_artifact("merged.yaml", merged.as_bytes());
-    let spec = kube_job(
-        "kubernetes.manifest.apply",
-        json!({"namespace": namespace, "manifests_artifact": reference}),
-        json!({}),
-    );
-    pipeline.submit(&spec).await;
-    let (status, category, message, _) = pipeline.ended(&spec, WAIT).await;
+    let (status, category, message) = apply_file(pipeline, namespace, "merged.yaml", &merged).await;
     assert_eq!(
         (status.as_str(), category.as_deref()),
         ("failed", Some("policy")),
@@ -360,14 +359,7 @@ async fn apply_reports_refs_and_diffs_reapply_is_a_no_op_and_gates_hold(pool: Pg
     );
     bomb.push_str(&vec!["*a"; 500_000].join(","));
     bomb.push_str("]\n");
-    let reference = pipeline.put_artifact("bomb.yaml", bomb.as_bytes());
-    let spec = kube_job(
-        "kubernetes.manifest.apply",
-        json!({"namespace": namespace, "manifests_artifact": reference}),
-        json!({}),
-    );
-    pipeline.submit(&spec).await;
-    let (status, category, message, _) = pipeline.ended(&spec, WAIT).await;
+    let (status, category, message) = apply_file(pipeline, namespace, "bomb.yaml", &bomb).await;
     assert_eq!(
         (status.as_str(), category.as_deref()),
         ("failed", Some("contract")),
