@@ -12,7 +12,8 @@ cd "$ROOT"
 ensure_build_deps
 apt_install cmake libcurl4-openssl-dev zlib1g-dev libssl-dev
 # Every tool runs in a sandbox built by bubblewrap (docs/SECURITY.md).
-apt_install bubblewrap util-linux
+# nftables keeps the sandbox's uids off the platform's endpoints.
+apt_install bubblewrap util-linux nftables
 ensure_rust
 "$ROOT/scripts/postgres.sh"
 "$ROOT/scripts/tansu.sh"
@@ -28,6 +29,9 @@ export EXECPLANE_TOFU_PROVIDER_MIRROR="${EXECPLANE_TOFU_PROVIDER_MIRROR:-$STACK_
 export EXECPLANE_TOFU_STATE_DIR="${EXECPLANE_TOFU_STATE_DIR:-$STACK_DIR/opentofu/state}"
 export EXECPLANE_DATABASE_URL="${EXECPLANE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/execplane}"
 export EXECPLANE_KAFKA_BROKERS="${EXECPLANE_KAFKA_BROKERS:-127.0.0.1:9092}"
+# No tool reaches the local cluster's etcd (its datastore, beneath the API
+# server's authorisation), nor a cloud's metadata service.
+export EXECPLANE_SANDBOX_DENY="${EXECPLANE_SANDBOX_DENY:-169.254.0.0/16,fd00:ec2::254,127.0.0.1:2379,127.0.0.1:2380}"
 export EXECPLANE_TOPIC_PREFIX="${EXECPLANE_TOPIC_PREFIX:-demo.}"
 export EXECPLANE_ARTIFACT_DIR="${EXECPLANE_ARTIFACT_DIR:-$STACK_DIR/artifacts}"
 

@@ -35,3 +35,21 @@ if [ "$(psql -h 127.0.0.1 -U postgres -d postgres -Atqc "select 1 from pg_databa
   psql -h 127.0.0.1 -U postgres -d postgres -qc 'create database execplane' >/dev/null
 fi
 log "Postgres ready on 127.0.0.1:5432"
+
+# A second server on 5433 stands for a tenant's OpenTofu state backend: a
+# server of its own, which tools may reach, while the platform's database
+# on 5432 they may not (docs/SECURITY.md, "Network").
+STATE_PORT=5433
+version="$(ls /etc/postgresql | sort -V | tail -1)"
+if [ ! -d "/etc/postgresql/$version/tfstate" ]; then
+  log "creating the state-backend Postgres cluster on $STATE_PORT"
+  as_root pg_createcluster "$version" tfstate -p "$STATE_PORT" >/dev/null
+  hba="/etc/postgresql/$version/tfstate/pg_hba.conf"
+  as_root sed -i '1i # execplane local stack: trust loopback TCP\nhost all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
+fi
+if ! port_open "$STATE_PORT"; then
+  log "starting the state-backend Postgres"
+  as_root pg_ctlcluster --skip-systemctl-redirect "$version" tfstate start
+  wait_port "$STATE_PORT" 30 "Postgres (state backend)"
+fi
+log "Postgres (state backend) ready on 127.0.0.1:$STATE_PORT"

@@ -8,7 +8,8 @@ ensure_build_deps
 apt_install cmake libcurl4-openssl-dev zlib1g-dev libssl-dev
 # Every tool runs in a sandbox built by bubblewrap, with rlimits set by
 # util-linux's prlimit (docs/SECURITY.md).
-apt_install bubblewrap util-linux
+# nftables keeps the sandbox's uids off the platform's endpoints.
+apt_install bubblewrap util-linux nftables
 # The ingress tests drive executors written in Python (standard library only).
 command -v python3 >/dev/null 2>&1 || apt_install python3
 ensure_rust
@@ -27,6 +28,12 @@ ensure_rust
 export DATABASE_URL="${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres}"
 export EXECPLANE_DATABASE_URL="${EXECPLANE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/execplane}"
 export EXECPLANE_KAFKA_BROKERS="${EXECPLANE_KAFKA_BROKERS:-127.0.0.1:9092}"
+# No tool reaches the local cluster's etcd (its datastore, beneath the API
+# server's authorisation), nor a cloud's metadata service.
+export EXECPLANE_SANDBOX_DENY="${EXECPLANE_SANDBOX_DENY:-169.254.0.0/16,fd00:ec2::254,127.0.0.1:2379,127.0.0.1:2380}"
+# The opentofu tests keep state in a Postgres of its own (scripts/postgres.sh):
+# a state backend is the tenant's, never the platform's database.
+export EXECPLANE_TEST_STATE_DATABASE_URL="${EXECPLANE_TEST_STATE_DATABASE_URL:-postgres://postgres@127.0.0.1:5433/postgres}"
 # The secrets tests administer OpenBao with the root token scripts/openbao.sh made.
 export EXECPLANE_TEST_VAULT_ADDR="${EXECPLANE_TEST_VAULT_ADDR:-http://127.0.0.1:8200}"
 export EXECPLANE_TEST_VAULT_TOKEN_FILE="${EXECPLANE_TEST_VAULT_TOKEN_FILE:-$STACK_DIR/openbao-root-token}"

@@ -125,6 +125,13 @@ pub enum Command {
         #[arg(last = true, required = true)]
         command: Vec<std::ffi::OsString>,
     },
+    /// Internal: run inside a tool sandbox at start, lists the addresses it
+    /// can connect to, exit 1 when any (docs/SECURITY.md, "Network"). Not
+    /// for operators.
+    #[command(hide = true)]
+    SandboxReach {
+        addresses: Vec<std::net::SocketAddr>,
+    },
     /// Internal: OpenSSH's `KnownHostsCommand` for nodes pinned by host-key
     /// fingerprint (docs/OPERATIONS.md, "SSH"). Not for operators.
     #[command(hide = true)]
@@ -303,6 +310,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    if let Command::SandboxReach { addresses } = &cli.command {
+        return Ok(crate::runner::sandbox::egress::reach(addresses));
+    }
     let config = match Config::load(cli.config.as_deref()) {
         Ok(config) => config,
         Err(error) => {
@@ -407,7 +417,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             Ok(crate::runner::tool::shim::run(&options, &command))
         }
-        Command::KnownHost { .. } => unreachable!("answered before the configuration is read"),
+        Command::KnownHost { .. } | Command::SandboxReach { .. } => {
+            unreachable!("answered before the configuration is read")
+        }
     }
 }
 

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::contract::DurationMs;
+use crate::runner::sandbox::egress::Destination;
 pub use crate::secrets::Secret;
 
 pub use crate::telemetry::{LogFormat, TelemetrySettings};
@@ -141,6 +142,10 @@ pub struct RunnerSettings {
     pub sandbox_open_files: u32,
     /// `EXECPLANE_SANDBOX_DISK_MIB`: the size of an attempt's working directory (a tmpfs).
     pub sandbox_disk_mib: u32,
+    /// `EXECPLANE_SANDBOX_NETWORK`: `guarded` (the host's network, but not the platform's endpoints nor the deny list) or `host` (all of it).
+    pub sandbox_network: String,
+    /// `EXECPLANE_SANDBOX_DENY`: more destinations no tool may reach (`host:port`, `[v6]:port`, CIDR), comma-separated.
+    pub sandbox_deny: String,
 }
 
 impl Default for RunnerSettings {
@@ -163,6 +168,9 @@ impl Default for RunnerSettings {
             sandbox_cpu_seconds: 3600,
             sandbox_open_files: 4096,
             sandbox_disk_mib: 1024,
+            sandbox_network: "guarded".into(),
+            // Cloud metadata services: credentials of the host's own.
+            sandbox_deny: "169.254.0.0/16,fd00:ec2::254".into(),
         }
     }
 }
@@ -625,6 +633,8 @@ settings! {
     "EXECPLANE_SANDBOX_CPU_SECONDS" => runner.sandbox_cpu_seconds;
     "EXECPLANE_SANDBOX_OPEN_FILES" => runner.sandbox_open_files;
     "EXECPLANE_SANDBOX_DISK_MIB" => runner.sandbox_disk_mib;
+    "EXECPLANE_SANDBOX_NETWORK" => runner.sandbox_network;
+    "EXECPLANE_SANDBOX_DENY" => runner.sandbox_deny;
     "EXECPLANE_INBOX_RETENTION" => dispatcher.inbox_retention;
     "EXECPLANE_CALLBACK_MAX_ATTEMPTS" => dispatcher.callback_max_attempts;
     "EXECPLANE_VERIFY_PROBES" => verification.probes;
@@ -804,6 +814,15 @@ impl Config {
                 "EXECPLANE_SANDBOX: `{}` is neither `on` nor `off`",
                 self.runner.sandbox.trim()
             ));
+        }
+        if !matches!(self.runner.sandbox_network.trim(), "guarded" | "host") {
+            problems.push(format!(
+                "EXECPLANE_SANDBOX_NETWORK: `{}` is neither `guarded` nor `host`",
+                self.runner.sandbox_network.trim()
+            ));
+        }
+        if let Err(message) = self.sandbox_deny() {
+            problems.push(format!("EXECPLANE_SANDBOX_DENY: {message}"));
         }
         for path in self.sandbox_read_only() {
             if !path.is_absolute() {
@@ -1070,7 +1089,7 @@ impl Config {
     /// Where tool processes run (the supervisor is this very binary) and
     /// the sandbox they run in.
     pub fn tools(&self) -> crate::runner::tool::ToolSettings {
-        use crate::runner::sandbox::{Limits, SandboxSettings};
+        use crate::runner::sandbox::{Limits, Network, SandboxSettings};
         let defaults = crate::runner::tool::ToolSettings::default();
         let runner = &self.runner;
         let work_dir = runner.work_dir.trim();
@@ -1095,10 +1114,78 @@ impl Config {
                     open_files: runner.sandbox_open_files.into(),
                     disk_bytes: mib(runner.sandbox_disk_mib),
                 },
+                network: if runner.sandbox_network.trim() == "host" {
+                    Network::Host
+                } else {
+                    let mut deny = self.platform_endpoints();
+                    // Checked by the validation pass.
+                    deny.extend(self.sandbox_deny().unwrap_or_default());
+                    Network::Guarded {
+                        deny,
+                        nft: crate::runner::sandbox::egress::NFT.into(),
+                    }
+                },
                 ..SandboxSettings::default()
             },
             ..defaults
         }
+    }
+
+    fn sandbox_deny(&self) -> Result<Vec<Destination>, String> {
+        self.runner
+            .sandbox_deny
+            .split(',')
+            .map(str::trim)
+            .filter(|entry| !entry.is_empty())
+            .map(Destination::parse)
+            .collect()
+    }
+
+    /// The platform's own endpoints this configuration names, which no
+    /// tool may reach (docs/SECURITY.md, "Network"): the brokers, the
+    /// database, the secret store, the artifact storage, the ingress and
+    /// the metrics listener. Only hosts and ports: never a URL's
+    /// credentials.
+    fn platform_endpoints(&self) -> Vec<Destination> {
+        let mut found = Vec::new();
+        let mut url = |text: &str, default_port: u16| {
+            if let Ok(url) = url::Url::parse(text.trim()) {
+                if let Some(host) = url.host_str().filter(|host| !host.is_empty()) {
+                    let host = host.trim_start_matches('[').trim_end_matches(']');
+                    let port = url.port_or_known_default().unwrap_or(default_port);
+                    found.push(Destination::Endpoint {
+                        host: host.to_owned(),
+                        port,
+                    });
+                }
+            }
+        };
+        url(&self.database.url, 5432);
+        url(&self.vault.addr, 8200);
+        url(&self.s3.endpoint, 443);
+        let mut endpoint = |text: &str| {
+            if let Ok(destination @ Destination::Endpoint { .. }) = Destination::parse(text) {
+                found.push(destination);
+            }
+        };
+        for broker in self.kafka.brokers.split(',').map(str::trim) {
+            match broker.rsplit_once(':') {
+                Some((_, port)) if port.parse::<u16>().is_ok() => endpoint(broker),
+                // librdkafka's default port.
+                _ if !broker.is_empty() => endpoint(&format!("{broker}:9092")),
+                _ => {}
+            }
+        }
+        endpoint(&self.telemetry.metrics_addr);
+        let bind = self.ingress.bind.trim();
+        let bind = if bind.contains(':') {
+            format!("[{bind}]")
+        } else {
+            bind.to_owned()
+        };
+        endpoint(&format!("{bind}:{}", self.ingress.http_port));
+        endpoint(&format!("{bind}:{}", self.ingress.tcp_port));
+        found
     }
 
     fn sandbox_read_only(&self) -> Vec<PathBuf> {
@@ -1280,6 +1367,8 @@ mod tests {
             | "EXECPLANE_SANDBOX_BWRAP"
             | "EXECPLANE_SANDBOX_READ_ONLY" => Some("/var/lib/execplane-sample".into()),
             "EXECPLANE_SANDBOX" => Some("off".into()),
+            "EXECPLANE_SANDBOX_NETWORK" => Some("host".into()),
+            "EXECPLANE_SANDBOX_DENY" => Some("10.0.0.0/8,db.internal:5432".into()),
             "EXECPLANE_SANDBOX_UID_BASE" => Some("2000000000".into()),
             _ => None,
         };

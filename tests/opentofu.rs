@@ -199,22 +199,31 @@ fn random(length: usize) -> String {
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postgres(pool: PgPool) {
-    // The state lives in this test's own database, reached as a role whose
+    // The state lives in a database of this test's own on the state
+    // backend's server (never the platform's), reached as a role whose
     // password is only in OpenBao.
-    let database: String = sqlx::query_scalar("SELECT current_database()")
-        .fetch_one(&pool)
+    let server = std::env::var("EXECPLANE_TEST_STATE_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5433/postgres".into());
+    let admin = PgPool::connect(&server)
         .await
-        .unwrap();
+        .expect("the state backend's Postgres");
+    let database = format!("tfstate_{}", random(8));
     let role = format!("tf_{}", random(8));
     let password = random(32);
-    sqlx::query(&format!(
-        "CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{password}'"
-    ))
-    .execute(&pool)
-    .await
-    .unwrap();
-    let conn_str =
-        format!("postgres://{role}:{password}@127.0.0.1:5432/{database}?sslmode=disable");
+    for statement in [
+        format!("CREATE DATABASE {database}"),
+        format!("CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{password}'"),
+    ] {
+        sqlx::query(&statement).execute(&admin).await.unwrap();
+    }
+    let mut address = url::Url::parse(&server).unwrap();
+    address.set_path(&database);
+    let state_db = PgPool::connect(address.as_str()).await.unwrap();
+    let (host, port) = (
+        address.host_str().unwrap().to_owned(),
+        address.port().unwrap_or(5432),
+    );
+    let conn_str = format!("postgres://{role}:{password}@{host}:{port}/{database}?sslmode=disable");
     let provider_token = format!("ptok-{}", random(28));
     let bao = Bao::new();
     let stack = stack(&pool, &bao).await;
@@ -316,7 +325,7 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
     assert_eq!(marked.3, provider_token.len(), "{output:?}");
     // The state is in Postgres, in the schema the JobSpec named.
     let states: i64 = sqlx::query_scalar("SELECT count(*) FROM network_state.states")
-        .fetch_one(&pool)
+        .fetch_one(&state_db)
         .await
         .unwrap();
     assert!(states >= 1);
@@ -408,13 +417,13 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
         )
         .await;
     }
-    sqlx::query("DROP SCHEMA network_state CASCADE")
-        .execute(&pool)
-        .await
-        .unwrap();
-    let _ = sqlx::query(&format!("DROP ROLE {role}"))
-        .execute(&pool)
-        .await;
+    state_db.close().await;
+    for statement in [
+        format!("DROP DATABASE {database} WITH (FORCE)"),
+        format!("DROP ROLE {role}"),
+    ] {
+        sqlx::query(&statement).execute(&admin).await.unwrap();
+    }
 }
 
 /// The provisioner's marks in one attempt's output: `(start|end, run,

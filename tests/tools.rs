@@ -462,7 +462,14 @@ fn uid_of(pid: i32) -> u32 {
 /// nor the host's secrets, and can write nothing but its own work.
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn a_tool_reaches_nothing_but_its_own_work(pool: PgPool) {
-    let (pipeline, runner) = pipeline_with_probe(&pool, "stubborn,prober", &[]).await;
+    // The operator's deny list: OpenBao and the cluster's etcd.
+    let deny = "169.254.0.0/16,127.0.0.1:8200,127.0.0.1:2379";
+    let (pipeline, runner) = pipeline_with_probe(
+        &pool,
+        "stubborn,prober",
+        &[("EXECPLANE_SANDBOX_DENY", deny)],
+    )
+    .await;
     pipeline.wait_runners(1).await;
     // The first tenant's tool holds a key in its working directory.
     let token = uuid::Uuid::new_v4().simple().to_string();
@@ -502,9 +509,21 @@ async fn a_tool_reaches_nothing_but_its_own_work(pool: PgPool) {
         format!("/tmp/../../usr/lib/{planted}"),
         workdir.join(&planted).display().to_string(),
     ];
+    // The platform's own endpoints (the broker, the database, at any
+    // address of this host) and the deny list are out of reach; the
+    // cluster's API server, which tools need, is not.
+    let refused = [
+        pipeline.brokers.clone(),
+        "127.0.0.1:5432".into(),
+        "127.0.0.2:5432".into(),
+        "127.0.0.1:8200".into(),
+        "127.0.0.1:2379".into(),
+    ];
+    let allowed = "127.0.0.1:6443".to_owned();
+    let connect: Vec<String> = refused.iter().chain([&allowed]).cloned().collect();
     let look = job(
         "verify.custom.probe",
-        json!({"probe_id": "prober", "args": {"mode": "look", "peek": peek, "poke": poke}}),
+        json!({"probe_id": "prober", "args": {"mode": "look", "peek": peek, "poke": poke, "connect": connect}}),
         json!({"retry": {"max_attempts": 1}}),
     );
     pipeline.submit(&look).await;
@@ -530,6 +549,13 @@ async fn a_tool_reaches_nothing_but_its_own_work(pool: PgPool) {
     for (path, outcome) in seen["poke"].as_object().unwrap() {
         assert_ne!(outcome, "ok", "{path} was writable: {seen}");
     }
+    for address in &refused {
+        assert_eq!(
+            seen["connect"][address], "ECONNREFUSED",
+            "{address}: {seen}"
+        );
+    }
+    assert_eq!(seen["connect"][&allowed], "ok", "{seen}");
     for path in &poke {
         let path = std::path::Path::new(path);
         assert!(!path.exists(), "{} was planted", path.display());
@@ -587,4 +613,24 @@ async fn a_tool_over_a_limit_fails_alone_naming_it(pool: PgPool) {
     pipeline.submit(&after).await;
     let (status, _, message, _) = pipeline.ended(&after, WAIT).await;
     assert_eq!(status, "succeeded", "{message}");
+}
+
+/// A runner whose tools' network cannot be guarded as configured serves
+/// nothing: it exits at start, saying why, before it announces itself.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_runner_that_cannot_guard_the_tools_network_refuses_to_start(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    let runner = pipeline.spawn(
+        &["runner", "verification"],
+        &[("EXECPLANE_SANDBOX_DENY", "no-such-host.invalid:443")],
+    );
+    let status = pipeline
+        .wait_exit(runner, Duration::from_secs(60))
+        .expect("the runner exits");
+    assert!(!status.success());
+    let log = pipeline.log(runner);
+    assert!(
+        log.contains("cannot guard the tools' network: cannot resolve `no-such-host.invalid`"),
+        "{log}"
+    );
 }

@@ -20,11 +20,16 @@
 //!   a size-limited tmpfs mounted on the working directory, and output by
 //!   the attempt's budget (`tool::OutputBudget`).
 //!
-//! The network is the host's: tools reach nodes, API servers and state
-//! backends as the runner does.
+//! The network is the host's, less the platform's own endpoints and the
+//! operator's deny list ([`egress`]); a tool that needs no network runs
+//! with none.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+
+pub mod egress;
+
+pub use egress::Network;
 
 /// How tools are sandboxed; defaults are in the README.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,6 +53,8 @@ pub struct SandboxSettings {
     pub read_only: Vec<PathBuf>,
     /// The limits of each tool.
     pub limits: Limits,
+    /// What tools may reach over the network.
+    pub network: Network,
 }
 
 impl Default for SandboxSettings {
@@ -61,6 +68,7 @@ impl Default for SandboxSettings {
             lock_dir: PathBuf::from("/run/execplane/sandbox-uids"),
             read_only: Vec::new(),
             limits: Limits::default(),
+            network: Network::default(),
         }
     }
 }
@@ -315,6 +323,9 @@ pub struct View {
     /// Host paths seen read-write, at the same path (given to the uid
     /// before the run).
     pub writable: Vec<PathBuf>,
+    /// No network at all: a namespace of its own with nothing but
+    /// loopback.
+    pub offline: bool,
 }
 
 /// The files of the sandbox's own `/etc/passwd` and `/etc/group`, kept in
@@ -359,6 +370,9 @@ pub fn bwrap_args(workdir: &Path, accounts: &(PathBuf, PathBuf), view: &View) ->
         "/usr".as_ref(),
         "/usr".as_ref(),
     ]);
+    if view.offline {
+        push(&["--unshare-net".as_ref()]);
+    }
     for dir in SYSTEM {
         match std::fs::read_link(dir) {
             Ok(target) => push(&["--symlink".as_ref(), target.as_os_str(), dir.as_ref()]),
@@ -531,16 +545,91 @@ impl Drop for Cgroups {
 }
 
 /// Checks that the sandbox can be built here, by running `/bin/true` in
-/// it: a runner that cannot build it refuses to start, unless the operator
-/// turned it off (`EXECPLANE_SANDBOX=off`), which is logged.
+/// it, then guards the tools' network and checks that a sandboxed process
+/// reaches none of the platform's endpoints: a runner that cannot do all
+/// that refuses to start, unless the operator turned the sandbox off
+/// (`EXECPLANE_SANDBOX=off`) or left the network open
+/// (`EXECPLANE_SANDBOX_NETWORK=host`), which is logged.
 pub async fn check(tools: &super::tool::ToolSettings) -> Result<(), String> {
-    if !tools.sandbox.enabled {
+    let sandbox = &tools.sandbox;
+    if !sandbox.enabled {
         tracing::warn!(
             "tools run unsandboxed (EXECPLANE_SANDBOX=off): as this runner's own user, able to read every attempt's files and the runner's credentials; run this only on a host that serves one tenant"
         );
         return Ok(());
     }
     let fix = "install bubblewrap, run the runner as root on a host with user namespaces and the cgroup v1 memory and pids controllers, or set EXECPLANE_SANDBOX=off for a host that serves one tenant";
+    let (exit, said) = run_checked(tools, super::tool::ToolCommand::new("/bin/true"))
+        .await
+        .map_err(|error| format!("cannot build the tool sandbox: {error}; {fix}"))?;
+    if !exit.success() {
+        return Err(format!(
+            "cannot build the tool sandbox: /bin/true in it ended {:?}/{:?}: {said}; {fix}",
+            exit.code, exit.signal
+        ));
+    }
+    let Network::Guarded { deny, nft } = &sandbox.network else {
+        tracing::warn!(
+            "tools share the host's whole network (EXECPLANE_SANDBOX_NETWORK=host): they reach the broker, the database and the secret store as the runner does"
+        );
+        tracing::info!(
+            uid_base = sandbox.uid_base,
+            "tools run sandboxed: own uid, namespaces and limits"
+        );
+        return Ok(());
+    };
+    let fix = "install nftables (the runner, as root, installs a table of its own), or set EXECPLANE_SANDBOX_NETWORK=host for a host whose firewall already keeps the sandbox's uids off these endpoints";
+    let rules = egress::Rules::resolve(deny)
+        .await
+        .map_err(|error| format!("cannot guard the tools' network: {error}"))?;
+    let last = sandbox
+        .uid_base
+        .saturating_add(sandbox.uid_count.saturating_sub(1));
+    let table = egress::table_name(sandbox.uid_base);
+    egress::install(
+        nft,
+        sandbox.uid_base,
+        &rules.script(&table, sandbox.uid_base, last),
+    )
+    .await
+    .map_err(|error| format!("cannot guard the tools' network: {error}; {fix}"))?;
+    let probes = rules.probes();
+    let reach = super::tool::ToolCommand::new(&tools.shim)
+        .arg("sandbox-reach")
+        .args(probes.iter().map(ToString::to_string));
+    let (exit, said) = run_checked(tools, reach)
+        .await
+        .map_err(|error| format!("cannot check the tools' network: {error}"))?;
+    if exit.code == Some(1) && !exit.stdout.is_empty() {
+        let reached = String::from_utf8_lossy(&exit.stdout)
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Err(format!(
+            "the tools' network is not guarded: a sandboxed process reached {reached}; {fix}"
+        ));
+    }
+    if !exit.success() {
+        return Err(format!(
+            "cannot check the tools' network: the probe ended {:?}/{:?}: {said}",
+            exit.code, exit.signal
+        ));
+    }
+    tracing::info!(
+        uid_base = sandbox.uid_base,
+        table = %table,
+        refused = probes.len(),
+        "tools run sandboxed: own uid, namespaces and limits; the platform's endpoints and the deny list out of reach"
+    );
+    Ok(())
+}
+
+/// Runs `command` in a sandbox of `tools`: its exit and what it said
+/// (stderr and the log), or why it could not be run.
+async fn run_checked(
+    tools: &super::tool::ToolSettings,
+    command: super::tool::ToolCommand,
+) -> Result<(super::tool::ToolExit, String), String> {
     let (progress, _) = tokio::sync::mpsc::unbounded_channel();
     let (log, mut logged) = tokio::sync::mpsc::unbounded_channel();
     let context = super::ExecutionContext::new(Default::default(), progress, log)
@@ -548,32 +637,18 @@ pub async fn check(tools: &super::tool::ToolSettings) -> Result<(), String> {
             std::sync::Arc::new(tools.clone()),
             std::time::Duration::from_secs(1),
         )
-        .with_deadline(tokio::time::Instant::now() + std::time::Duration::from_secs(20));
-    let workdir = super::tool::Workdir::for_tools(tools)
-        .map_err(|error| format!("cannot build the tool sandbox: {error}; {fix}"))?;
-    let command = super::tool::ToolCommand::new("/bin/true")
-        .base_env(&workdir)
-        .capture(4096);
+        .with_deadline(tokio::time::Instant::now() + std::time::Duration::from_secs(60));
+    let workdir = super::tool::Workdir::for_tools(tools).map_err(|error| error.to_string())?;
+    let command = command.base_env(&workdir).capture(4096);
     let exit = super::tool::run(&context, &workdir, command)
         .await
-        .map_err(|error| format!("cannot build the tool sandbox: {error}; {fix}"))?;
-    if exit.success() {
-        tracing::info!(
-            uid_base = tools.sandbox.uid_base,
-            "tools run sandboxed: own uid, namespaces and limits"
-        );
-        return Ok(());
-    }
+        .map_err(|error| error.to_string())?;
     let mut said = String::from_utf8_lossy(&exit.stderr).trim().to_owned();
     while let Ok((_, text)) = logged.try_recv() {
         said.push_str(&text);
     }
-    Err(format!(
-        "cannot build the tool sandbox: /bin/true in it ended {:?}/{:?}: {}; {fix}",
-        exit.code,
-        exit.signal,
-        crate::contract::limits::tail(said.trim(), 1024)
-    ))
+    let said = crate::contract::limits::tail(said.trim(), 1024).to_owned();
+    Ok((exit, said))
 }
 
 #[cfg(test)]
@@ -623,9 +698,10 @@ mod tests {
             PathBuf::from("/w/abc/.execplane/passwd"),
             PathBuf::from("/w/abc/.execplane/group"),
         );
-        let view = View {
+        let mut view = View {
             read_only: vec![PathBuf::from("/opt/tool")],
             writable: vec![PathBuf::from("/var/state/x")],
+            offline: false,
         };
         let args: Vec<String> = bwrap_args(workdir, &accounts, &view)
             .into_iter()
@@ -649,6 +725,11 @@ mod tests {
         assert!(!args.iter().any(|arg| arg == "/etc" || arg == "/root"));
         assert!(joined.find("/tmp").unwrap() < joined.find("--bind /w/abc /w/abc").unwrap());
         assert_eq!(args.last().unwrap(), "--");
+        // The host's network unless the tool needs none.
+        assert!(!args.iter().any(|arg| arg == "--unshare-net"));
+        view.offline = true;
+        let offline = bwrap_args(workdir, &accounts, &view);
+        assert!(offline.iter().any(|arg| arg == "--unshare-net"));
     }
 
     #[test]

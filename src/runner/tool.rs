@@ -318,6 +318,13 @@ impl ToolCommand {
         self
     }
 
+    /// The tool needs no network: sandboxed, it runs in a network
+    /// namespace of its own with nothing but loopback.
+    pub fn offline(mut self) -> Self {
+        self.view.offline = true;
+        self
+    }
+
     /// Also keeps the first `limit` bytes of stdout and the last `limit`
     /// bytes of stderr, as read (before masking), in [`ToolExit::stdout`]
     /// and [`ToolExit::stderr`]: what a runner parses (facts, a status) and

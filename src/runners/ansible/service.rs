@@ -709,6 +709,8 @@ impl AnsibleRunner {
     ) -> Result<ReadInventory, ExecutionOutcome> {
         let command = self
             .ansible_command("ansible-inventory", layout, workdir)
+            // Reading an inventory (yaml and ini only) needs no network.
+            .offline()
             .capture(MAX_INVENTORY_JSON)
             .args([
                 format!("--inventory={}", layout.inventory.display()),

@@ -450,7 +450,10 @@ impl Run<'_> {
         ];
         self.context
             .progress(format!("helm template {release}"), None);
-        let exit = self.helm_data("helm template", self.command(&args)).await?;
+        // Rendering needs no cluster and no network (the chart is here).
+        let exit = self
+            .helm_data("helm template", self.command(&args).offline())
+            .await?;
         let rendered = String::from_utf8_lossy(&exit.stdout).into_owned();
         self.manifests(&rendered).await?;
         Ok(format!(

@@ -1,0 +1,363 @@
+//! What a sandboxed tool may reach over the network (docs/SECURITY.md,
+//! "Network"). Tools share the host's network: they reach nodes, API
+//! servers, state backends and provider APIs as the runner would. What
+//! they must never reach is the platform itself — the broker, the
+//! database, the secret store, the artifact storage, the ingress — nor
+//! the operator's deny list (a cloud's metadata service by default).
+//!
+//! The runner installs that as a firewall table of its own (nftables),
+//! matching the sockets of the sandbox's uid pool: every tool process runs
+//! as a pool uid (`super::Identity`), so the rule holds for every process
+//! it starts and for no other process on the host. A destination that is
+//! one of this machine's own addresses is refused at every local address
+//! (the service answers on `127.0.0.2` as well as on `127.0.0.1`). Tools
+//! that need no network at all run in an empty network namespace instead
+//! (`ToolCommand::offline`).
+//!
+//! Names are resolved once, at start: a broker that moves to a new
+//! address is guarded again when the runner restarts.
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+/// One entry of a deny list.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Destination {
+    /// `host:port` (`[v6]:port`): that port at every address `host`
+    /// resolves to, and at every address of this machine when one of them
+    /// is its own.
+    Endpoint { host: String, port: u16 },
+    /// A CIDR, or one address: every port.
+    Net(IpNet),
+}
+
+impl Destination {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if let Ok(net) = text.parse::<IpNet>() {
+            return Ok(Self::Net(net));
+        }
+        if let Ok(address) = text.parse::<IpAddr>() {
+            return Ok(Self::Net(address.into()));
+        }
+        let bad = || format!("`{text}` is neither host:port, [v6]:port, a CIDR nor an address");
+        let (host, port) = text.rsplit_once(':').ok_or_else(bad)?;
+        let host = host
+            .strip_prefix('[')
+            .and_then(|host| host.strip_suffix(']'))
+            .unwrap_or(host);
+        let port: u16 = port.parse().map_err(|_| bad())?;
+        if host.is_empty() || host.contains(':') && host.parse::<IpAddr>().is_err() || port == 0 {
+            return Err(bad());
+        }
+        Ok(Self::Endpoint {
+            host: host.to_owned(),
+            port,
+        })
+    }
+}
+
+/// How the tools' network is held.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Network {
+    /// `EXECPLANE_SANDBOX_NETWORK=guarded` (default): the host's network
+    /// but none of `deny`, by a firewall table on the pool's uids.
+    Guarded {
+        /// The platform's own endpoints, then the operator's list.
+        deny: Vec<Destination>,
+        /// The nftables CLI that installs the table.
+        nft: std::path::PathBuf,
+    },
+    /// `EXECPLANE_SANDBOX_NETWORK=host`: the host's network, all of it
+    /// (said loudly at start).
+    Host,
+}
+
+/// Debian's nftables CLI.
+pub const NFT: &str = "/usr/sbin/nft";
+
+impl Default for Network {
+    fn default() -> Self {
+        Self::Guarded {
+            deny: Vec::new(),
+            nft: NFT.into(),
+        }
+    }
+}
+
+/// The deny list, resolved to addresses.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Rules {
+    /// Ports refused at every address of this machine.
+    local_ports: BTreeSet<u16>,
+    /// Ports refused at one remote address.
+    endpoints: BTreeSet<(IpAddr, u16)>,
+    /// Networks refused whole.
+    nets: BTreeSet<IpNet>,
+}
+
+/// How long resolving one name may take at start.
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+impl Rules {
+    /// Resolves every endpoint of `deny`; a name that does not resolve is
+    /// an error (a guard on nothing would pass unnoticed).
+    pub async fn resolve(deny: &[Destination]) -> Result<Self, String> {
+        let mut rules = Self::default();
+        for destination in deny {
+            match destination {
+                Destination::Net(net) => {
+                    rules.nets.insert(*net);
+                }
+                Destination::Endpoint { host, port } => {
+                    let found = tokio::time::timeout(
+                        RESOLVE_TIMEOUT,
+                        tokio::net::lookup_host((host.as_str(), *port)),
+                    )
+                    .await
+                    .map_err(|_| format!("resolving `{host}` took over {RESOLVE_TIMEOUT:?}"))?
+                    .map_err(|error| format!("cannot resolve `{host}`: {error}"))?;
+                    for address in found {
+                        rules.add(address);
+                    }
+                }
+            }
+        }
+        Ok(rules)
+    }
+
+    fn add(&mut self, address: SocketAddr) {
+        let ip = address.ip();
+        if is_own(ip) {
+            self.local_ports.insert(address.port());
+        } else {
+            self.endpoints.insert((ip, address.port()));
+        }
+    }
+
+    /// The nftables script that replaces `table` with these rules for the
+    /// sockets of uids `first..=last`.
+    pub fn script(&self, table: &str, first: u32, last: u32) -> String {
+        let ports = |ports: &mut dyn Iterator<Item = u16>| {
+            ports
+                .map(|port| port.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        let mut rules = vec![format!("meta skuid != {first}-{last} accept")];
+        if !self.local_ports.is_empty() {
+            rules.push(format!(
+                "fib daddr type local meta l4proto {{ tcp, udp }} th dport {{ {} }} reject",
+                ports(&mut self.local_ports.iter().copied())
+            ));
+        }
+        for (ip, port) in &self.endpoints {
+            let family = if ip.is_ipv4() { "ip" } else { "ip6" };
+            rules.push(format!(
+                "{family} daddr {ip} meta l4proto {{ tcp, udp }} th dport {port} reject"
+            ));
+        }
+        for net in &self.nets {
+            let family = if matches!(net, IpNet::V4(_)) {
+                "ip"
+            } else {
+                "ip6"
+            };
+            rules.push(format!("{family} daddr {net} reject"));
+        }
+        let body: String = rules.iter().map(|rule| format!("\t\t{rule}\n")).collect();
+        // Declaring the table first makes the delete succeed on a host
+        // that has none yet; the whole script is one transaction.
+        format!(
+            "table inet {table}\ndelete table inet {table}\ntable inet {table} {{\n\tchain output {{\n\t\ttype filter hook output priority filter; policy accept;\n{body}\t}}\n}}\n"
+        )
+    }
+
+    /// One address per refused TCP endpoint, for the start-up probe.
+    pub fn probes(&self) -> Vec<SocketAddr> {
+        let local = self
+            .local_ports
+            .iter()
+            .map(|port| SocketAddr::new(Ipv4Addr::LOCALHOST.into(), *port));
+        let remote = self
+            .endpoints
+            .iter()
+            .map(|(ip, port)| SocketAddr::new(*ip, *port));
+        local.chain(remote).collect()
+    }
+}
+
+/// Whether `ip` is this machine's own: loopback, unspecified, or an
+/// address a socket can bind here.
+fn is_own(ip: IpAddr) -> bool {
+    ip.is_loopback()
+        || ip.is_unspecified()
+        || std::net::UdpSocket::bind(SocketAddr::new(ip, 0)).is_ok()
+}
+
+/// The prefix of the tables of the pool that starts at `uid_base`.
+fn table_prefix(uid_base: u32) -> String {
+    format!("execplane_sandbox_{uid_base}_")
+}
+
+/// This process's table for the pool that starts at `uid_base`. One per
+/// runner process: a refusal in any table at the hook is final, so the
+/// tables of several runners on one host add up to every deny list of
+/// them, and none replaces another's.
+pub fn table_name(uid_base: u32) -> String {
+    format!("{}{}", table_prefix(uid_base), std::process::id())
+}
+
+/// Runs the nftables CLI with `script` on its stdin; its stdout.
+async fn nft(nft: &Path, args: &[&str], script: &str) -> Result<String, String> {
+    use tokio::io::AsyncWriteExt;
+    let mut child = tokio::process::Command::new(nft)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|error| format!("cannot run {}: {error}", nft.display()))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(script.as_bytes())
+            .await
+            .map_err(|error| format!("writing to {}: {error}", nft.display()))?;
+    }
+    let output = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output())
+        .await
+        .map_err(|_| format!("{} did not finish in 30 s", nft.display()))?
+        .map_err(|error| format!("{}: {error}", nft.display()))?;
+    if output.status.success() {
+        return Ok(String::from_utf8_lossy(&output.stdout).into_owned());
+    }
+    Err(format!(
+        "{} {}: {}",
+        nft.display(),
+        args.join(" "),
+        crate::contract::limits::tail(String::from_utf8_lossy(&output.stderr).trim(), 1024)
+    ))
+}
+
+/// Installs `script` (this process's table of the pool at `uid_base`),
+/// and removes the tables of the same pool that runners no longer alive
+/// left behind.
+pub async fn install(path: &Path, uid_base: u32, script: &str) -> Result<(), String> {
+    nft(path, &["-f", "-"], script).await?;
+    let listed = nft(path, &["list", "tables"], "").await?;
+    let prefix = table_prefix(uid_base);
+    let stale: String = listed
+        .lines()
+        .filter_map(|line| line.trim().strip_prefix("table inet "))
+        .filter(|table| {
+            table
+                .strip_prefix(&prefix)
+                .and_then(|pid| pid.parse::<u32>().ok())
+                .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        })
+        .map(|table| format!("delete table inet {table}\n"))
+        .collect();
+    if !stale.is_empty() {
+        // Another runner may have removed them first.
+        if let Err(error) = nft(path, &["-f", "-"], &stale).await {
+            tracing::debug!(%error, "removing the sandbox tables of runners gone");
+        }
+    }
+    Ok(())
+}
+
+/// `execplane sandbox-reach ADDR...`, run inside a sandbox by the start-up
+/// check: the addresses it could connect to, one per line; exit 1 when
+/// there is any.
+pub fn reach(addresses: &[SocketAddr]) -> std::process::ExitCode {
+    let reached: Vec<&SocketAddr> = addresses
+        .iter()
+        .filter(|address| {
+            std::net::TcpStream::connect_timeout(address, Duration::from_secs(2)).is_ok()
+        })
+        .collect();
+    for address in &reached {
+        println!("{address}");
+    }
+    if reached.is_empty() {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_parse_as_endpoints_networks_or_errors() {
+        let endpoint = |host: &str, port| Destination::Endpoint {
+            host: host.into(),
+            port,
+        };
+        assert_eq!(
+            Destination::parse("kafka-0.example:9093").unwrap(),
+            endpoint("kafka-0.example", 9093)
+        );
+        assert_eq!(
+            Destination::parse("[::1]:5432").unwrap(),
+            endpoint("::1", 5432)
+        );
+        assert_eq!(
+            Destination::parse("169.254.0.0/16").unwrap(),
+            Destination::Net("169.254.0.0/16".parse().unwrap())
+        );
+        assert_eq!(
+            Destination::parse("10.1.2.3").unwrap(),
+            Destination::Net("10.1.2.3/32".parse().unwrap())
+        );
+        for bad in [
+            "",
+            "host",
+            "host:",
+            "host:0",
+            "host:http",
+            ":80",
+            "fe80::1::2:80",
+        ] {
+            assert!(Destination::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[tokio::test]
+    async fn own_addresses_are_refused_at_every_local_address() {
+        let deny = [
+            Destination::parse("127.0.0.1:9092").unwrap(),
+            Destination::parse("0.0.0.0:8080").unwrap(),
+            Destination::parse("192.0.2.7:443").unwrap(),
+            Destination::parse("169.254.0.0/16").unwrap(),
+            Destination::parse("fd00::/8").unwrap(),
+        ];
+        let rules = Rules::resolve(&deny).await.unwrap();
+        let script = rules.script("execplane_sandbox_7", 7, 8);
+        for expected in [
+            "table inet execplane_sandbox_7\ndelete table inet execplane_sandbox_7\n",
+            "meta skuid != 7-8 accept",
+            "fib daddr type local meta l4proto { tcp, udp } th dport { 8080, 9092 } reject",
+            "ip daddr 192.0.2.7 meta l4proto { tcp, udp } th dport 443 reject",
+            "ip daddr 169.254.0.0/16 reject",
+            "ip6 daddr fd00::/8 reject",
+        ] {
+            assert!(script.contains(expected), "{expected} not in\n{script}");
+        }
+        assert_eq!(
+            rules.probes(),
+            [
+                "127.0.0.1:8080".parse().unwrap(),
+                "127.0.0.1:9092".parse().unwrap(),
+                "192.0.2.7:443".parse().unwrap()
+            ]
+        );
+    }
+}
