@@ -654,6 +654,49 @@ async fn rollouts_wait_for_the_new_generation_and_every_operation_runs(pool: PgP
     assert_eq!(read["resource_version"], patched["resource_version"]);
     assert_eq!(read["object"]["metadata"]["labels"]["tier"], "backend");
     assert!(read["object"]["metadata"].get("managedFields").is_none());
+
+    // A Secret as `kubectl apply` leaves it: its values in `data` and again
+    // in the last-applied annotation. A read shows them in neither.
+    let value = format!("pw-{}", uuid::Uuid::new_v4().simple());
+    let secret = json!({"apiVersion": "v1", "kind": "Secret",
+                        "metadata": {"name": "db", "namespace": namespace},
+                        "stringData": {"password": value}});
+    let mut stored = secret.clone();
+    stored["metadata"]["annotations"] =
+        json!({"kubectl.kubernetes.io/last-applied-configuration": secret.to_string()});
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
+        kube::Api::namespaced(stack.admin.clone(), namespace);
+    secrets
+        .create(
+            &Default::default(),
+            &serde_json::from_value(stored).unwrap(),
+        )
+        .await
+        .unwrap();
+    let read = kube_job(
+        "kubernetes.resource.read",
+        json!({"namespace": namespace, "object": {"api_version": "v1", "kind": "Secret", "name": "db"}}),
+        json!({}),
+    );
+    pipeline.submit(&read).await;
+    let (status, _, message, result) = pipeline.ended(&read, WAIT).await;
+    assert_eq!(status, "succeeded", "{message}");
+    let shown = &objects(&result)[0]["object"];
+    assert_eq!(shown["data"]["password"], "[redacted]", "{shown}");
+    let annotation =
+        &shown["metadata"]["annotations"]["kubectl.kubernetes.io/last-applied-configuration"];
+    assert!(
+        annotation.as_str().unwrap().contains("[redacted]"),
+        "{shown}"
+    );
+    common::leaks::assert_secret_nowhere(
+        pipeline,
+        &pool,
+        &value,
+        execplane::contract::RunnerType::Kubernetes,
+        &pipeline.dir,
+    )
+    .await;
     kubelet.1.abort();
 }
 

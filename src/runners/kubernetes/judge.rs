@@ -14,11 +14,11 @@ const EXPANSION: usize = 4;
 /// The most changed field paths one object reports.
 pub const MAX_CHANGED_FIELDS: usize = 100;
 
+/// `kubectl apply`'s copy of what it applied, the whole object.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// Annotations the API server or a controller writes, never the manifest.
-const VOLATILE_ANNOTATIONS: [&str; 2] = [
-    "kubectl.kubernetes.io/last-applied-configuration",
-    "deployment.kubernetes.io/revision",
-];
+const VOLATILE_ANNOTATIONS: [&str; 2] = [LAST_APPLIED, "deployment.kubernetes.io/revision"];
 
 /// The fields of an object a write can change, for comparison: its
 /// status (a controller's, never an apply's) and the server's bookkeeping
@@ -178,22 +178,48 @@ pub fn applied_by(object: &Value, manager: &str) -> Option<Value> {
 }
 
 /// `object` as a result may carry it: a Secret's values (`data`,
-/// `stringData`) replaced by `[redacted]`, its keys kept. A Secret read
-/// from the cluster was never resolved by execplane, so no masker knows
-/// its values; they must not reach the event log.
+/// `stringData`) replaced by `[redacted]`, its keys kept, wherever they
+/// appear: `kubectl apply` keeps the whole applied Secret, values and
+/// all, in its last-applied annotation, which is redacted the same way
+/// (or replaced whole when it is not JSON). A Secret read from the cluster
+/// was never resolved by execplane, so no masker knows its values; they
+/// must not reach the event log.
 pub fn redacted(mut object: Value) -> Value {
     let is_secret = object.get("kind").and_then(Value::as_str) == Some("Secret")
         && object.get("apiVersion").and_then(Value::as_str) == Some("v1");
-    if is_secret {
-        for field in ["data", "stringData"] {
-            if let Some(Value::Object(values)) = object.get_mut(field) {
-                for value in values.values_mut() {
-                    *value = Value::String("[redacted]".into());
-                }
+    if !is_secret {
+        return object;
+    }
+    redact_values(&mut object);
+    if let Some(Value::Object(annotations)) = object.pointer_mut("/metadata/annotations") {
+        for (name, value) in annotations.iter_mut() {
+            if name != LAST_APPLIED {
+                continue;
             }
+            let applied = value
+                .as_str()
+                .and_then(|text| serde_json::from_str::<Value>(text).ok())
+                .filter(Value::is_object);
+            *value = Value::String(match applied {
+                Some(mut applied) => {
+                    redact_values(&mut applied);
+                    applied.to_string()
+                }
+                None => "[redacted]".into(),
+            });
         }
     }
     object
+}
+
+fn redact_values(secret: &mut Value) {
+    for field in ["data", "stringData"] {
+        if let Some(Value::Object(values)) = secret.get_mut(field) {
+            for value in values.values_mut() {
+                *value = Value::String("[redacted]".into());
+            }
+        }
+    }
 }
 
 /// A condition to wait for: its type and the status that satisfies it.
@@ -537,6 +563,32 @@ mod tests {
         let shown = redacted(secret);
         assert_eq!(shown["data"]["password"], "[redacted]");
         assert_eq!(shown["stringData"]["token"], "[redacted]");
+        // kubectl apply's copy of the Secret, and one that is not JSON.
+        let applied = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+                             "data": {"password": "aHVudGVyMg=="}})
+        .to_string();
+        for (annotation, expected) in [
+            (
+                applied,
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s"},
+                             "data": {"password": "[redacted]"}})
+                .to_string(),
+            ),
+            ("password: aHVudGVyMg==".to_owned(), "[redacted]".to_owned()),
+        ] {
+            let secret = json!({"apiVersion": "v1", "kind": "Secret", "data": {"password": "aHVudGVyMg=="},
+                                "metadata": {"annotations": {
+                                    "kubectl.kubernetes.io/last-applied-configuration": annotation,
+                                    "team": "a"}}});
+            let shown = redacted(secret);
+            let annotations = &shown["metadata"]["annotations"];
+            assert_eq!(
+                annotations["kubectl.kubernetes.io/last-applied-configuration"],
+                expected.as_str()
+            );
+            assert_eq!(annotations["team"], "a");
+            assert!(!shown.to_string().contains("aHVudGVyMg"), "{shown}");
+        }
         let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "v"}});
         assert_eq!(redacted(config.clone()), config);
     }
