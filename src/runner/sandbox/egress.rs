@@ -51,7 +51,7 @@ impl Destination {
             .and_then(|host| host.strip_suffix(']'))
             .unwrap_or(host);
         let port: u16 = port.parse().map_err(|_| bad())?;
-        if host.is_empty() || host.contains(':') && host.parse::<IpAddr>().is_err() || port == 0 {
+        if host.is_empty() || (host.contains(':') && host.parse::<IpAddr>().is_err()) || port == 0 {
             return Err(bad());
         }
         Ok(Self::Endpoint {
