@@ -86,7 +86,7 @@ pub fn derive(spec: &JobSpec) -> Vec<(KeyKind, String)> {
         add(KeyKind::Node, node_name(target));
     }
     if let Ok(inputs) = OperationInputs::parse(spec.operation, &spec.inputs) {
-        for (kind, name) in input_keys(&inputs) {
+        for (kind, name) in input_keys(&spec.tenant, &inputs) {
             add(kind, name);
         }
     }
@@ -103,7 +103,7 @@ fn node_name(target: &Target) -> String {
 }
 
 /// The keys the operation's own inputs name (besides its targets).
-fn input_keys(inputs: &OperationInputs) -> Vec<(KeyKind, String)> {
+fn input_keys(tenant: &str, inputs: &OperationInputs) -> Vec<(KeyKind, String)> {
     use OperationInputs as I;
     let namespace = |cluster: &ClusterRef, namespace: &str| {
         vec![(KeyKind::Namespace, format!("{}/{namespace}", cluster.name))]
@@ -136,8 +136,8 @@ fn input_keys(inputs: &OperationInputs) -> Vec<(KeyKind, String)> {
         I::OpentofuPlan(module)
         | I::OpentofuDestroy(module)
         | I::OpentofuOutput(module)
-        | I::OpentofuStateInspect(module) => workspace(module),
-        I::OpentofuApply(apply) => workspace(&apply.module),
+        | I::OpentofuStateInspect(module) => workspace(tenant, module),
+        I::OpentofuApply(apply) => workspace(tenant, &apply.module),
         // Rendering touches nothing; ssh and verification act on targets.
         I::HelmTemplate(_)
         | I::SshCommandRun(_)
@@ -163,11 +163,14 @@ fn inventory(inventory: &Option<InventoryRef>) -> Vec<(KeyKind, String)> {
         .unwrap_or_default()
 }
 
-fn workspace(module: &TofuModule) -> Vec<(KeyKind, String)> {
+/// A state is the tenant's own (its local state directory is per tenant,
+/// its backend the tenant's): the key names the tenant, so no other tenant
+/// can queue work on it and stall it.
+fn workspace(tenant: &str, module: &TofuModule) -> Vec<(KeyKind, String)> {
     vec![(
         KeyKind::Workspace,
         format!(
-            "{}/{}/{}",
+            "{tenant}/{}/{}/{}",
             module.package.name,
             module.path.as_deref().unwrap_or("."),
             module.workspace.as_deref().unwrap_or("default")
@@ -248,11 +251,15 @@ mod tests {
             vec![(KeyKind::Namespace, "namespace:prod/web".to_owned())]
         );
         let module = json!({"package": {"name": "net", "version": "1"}, "workspace": "blue"});
-        let tofu = derive(&spec(Operation::OpentofuPlan, module, vec![]));
+        let tofu = derive(&spec(Operation::OpentofuPlan, module.clone(), vec![]));
         assert_eq!(
             tofu,
-            vec![(KeyKind::Workspace, "workspace:net/./blue".to_owned())]
+            vec![(KeyKind::Workspace, "workspace:t/net/./blue".to_owned())]
         );
+        // Another tenant's same module and workspace is another state.
+        let mut other = spec(Operation::OpentofuPlan, module, vec![]);
+        other.tenant = "u".into();
+        assert_ne!(derive(&other), tofu);
     }
 
     #[test]
