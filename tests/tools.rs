@@ -462,12 +462,16 @@ fn uid_of(pid: i32) -> u32 {
 /// nor the host's secrets, and can write nothing but its own work.
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn a_tool_reaches_nothing_but_its_own_work(pool: PgPool) {
-    // The operator's deny list: OpenBao and the cluster's etcd.
-    let deny = "169.254.0.0/16,127.0.0.1:8200,127.0.0.1:2379";
+    // A service on every address of this host (the stack's own listen on
+    // 127.0.0.1 only), named in the operator's deny list by one of them,
+    // with OpenBao and the cluster's etcd.
+    let everywhere = std::net::TcpListener::bind("[::]:0").unwrap();
+    let port = everywhere.local_addr().unwrap().port();
+    let deny = format!("169.254.0.0/16,127.0.0.1:8200,127.0.0.1:2379,127.0.0.1:{port}");
     let (pipeline, runner) = pipeline_with_probe(
         &pool,
         "stubborn,prober",
-        &[("EXECPLANE_SANDBOX_DENY", deny)],
+        &[("EXECPLANE_SANDBOX_DENY", deny.as_str())],
     )
     .await;
     pipeline.wait_runners(1).await;
@@ -515,9 +519,12 @@ async fn a_tool_reaches_nothing_but_its_own_work(pool: PgPool) {
     let refused = [
         pipeline.brokers.clone(),
         "127.0.0.1:5432".into(),
-        "127.0.0.2:5432".into(),
         "127.0.0.1:8200".into(),
         "127.0.0.1:2379".into(),
+        // Refused at every local address, not the one named only.
+        format!("127.0.0.2:{port}"),
+        format!("[::1]:{port}"),
+        format!("[::ffff:127.0.0.3]:{port}"),
     ];
     let allowed = "127.0.0.1:6443".to_owned();
     let connect: Vec<String> = refused.iter().chain([&allowed]).cloned().collect();
@@ -556,6 +563,7 @@ async fn a_tool_reaches_nothing_but_its_own_work(pool: PgPool) {
         );
     }
     assert_eq!(seen["connect"][&allowed], "ok", "{seen}");
+    drop(everywhere);
     for path in &poke {
         let path = std::path::Path::new(path);
         assert!(!path.exists(), "{} was planted", path.display());
