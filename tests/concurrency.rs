@@ -17,7 +17,7 @@ const WAIT: Duration = Duration::from_secs(90);
 
 /// The operator serializes each node, and counts the (idempotent) custom
 /// probe among the operations that take target keys.
-const POLICY: &str = "concurrency:\n  limits: {node: 1}\n  operations: [verify.custom.probe]\n";
+const POLICY: &str = "concurrency:\n  limits: {node: 1}\n  operations: [verify.custom.probe]\ndefaults:\n  ssh: {nodes: [node-a, node-b]}\n";
 
 /// The first `waiting_for` entry of a queued attempt, as the API shows it.
 async fn queued_wait(pool: &PgPool, store: &execplane::store::Store) -> serde_json::Value {

@@ -186,6 +186,18 @@ fn one_per_rule() -> Vec<(JobSpec, &'static str)> {
             "tenants.team-a.ssh.nodes",
         ),
         (
+            // Every operation's targets take node keys, so a tenant names
+            // only its own nodes, whatever it runs (a probe naming
+            // team-a's node would hold team-a's node key).
+            as_tenant(
+                "team-b",
+                "verify.tcp.connect",
+                json!({"host": "127.0.0.1", "port": 5432}),
+                json!({"targets": [{"kind": "node", "id": "node-1"}]}),
+            ),
+            "tenants.team-b.ssh.nodes",
+        ),
+        (
             as_tenant(
                 "team-a",
                 "opentofu.plan",

@@ -251,6 +251,18 @@ fn package_and_node_cases() -> Vec<(JobSpec, &'static str)> {
             "tenants.team-a.ssh.nodes",
         ),
         (
+            // Every operation's targets take node keys, so a tenant names
+            // only its own nodes, whatever it runs (a probe naming
+            // team-a's node would hold team-a's node key).
+            spec(
+                "team-b",
+                "verify.tcp.connect",
+                json!({"host": "127.0.0.1", "port": 5432}),
+                json!({"targets": [{"kind": "node", "id": "node-1"}]}),
+            ),
+            "tenants.team-b.ssh.nodes",
+        ),
+        (
             spec(
                 "team-a",
                 "opentofu.plan",

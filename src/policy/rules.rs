@@ -159,7 +159,8 @@ pub struct SshRules {
     /// Template ids from the operator's `ssh_templates`.
     #[serde(default)]
     pub templates: Vec<String>,
-    /// The nodes it may reach: target ids, host names or CIDRs.
+    /// The nodes it may name in `targets` (any operation: each takes a
+    /// `node:` key) and so reach: target ids, host names or CIDRs.
     #[serde(default)]
     pub nodes: Vec<String>,
 }
@@ -479,14 +480,11 @@ impl Check<'_> {
             | I::VerifyPostgresReady(_)
             | I::VerifyCustomProbe(_) => {}
         }
-        // The nodes a tenant may reach bound ansible's targets too: they
-        // are the only hosts its inventories may connect to.
-        if matches!(
-            self.spec.operation.runner_type(),
-            crate::contract::RunnerType::Ssh | crate::contract::RunnerType::Ansible
-        ) {
-            self.ssh_nodes();
-        }
+        // Every operation's targets: ssh and ansible connect to them (an
+        // inventory may reach no other host), and every target takes a
+        // `node:` key, so a tenant naming another tenant's node could hold
+        // that node's key and stall its work (docs/SECURITY.md).
+        self.nodes();
     }
 
     fn playbook(&mut self, playbook: &crate::contract::inputs::AnsiblePlaybook) {
@@ -780,12 +778,12 @@ impl Check<'_> {
         }
     }
 
-    fn ssh_nodes(&mut self) {
+    fn nodes(&mut self) {
         let spec = self.spec;
         for (index, target) in spec.targets.iter().enumerate() {
             if !self.node_allowed(target) {
                 let message = format!(
-                    "tenant `{}` may not reach node `{}`",
+                    "tenant `{}` may not name node `{}` as a target",
                     spec.tenant, target.id
                 );
                 self.refuse(format!("targets[{index}]"), "ssh.nodes", message);
