@@ -54,7 +54,7 @@ chmod 755 "$NODE/svc.sh"
 tar -czf "$OUT/package.tar.gz" -C "$ROOT/examples/ansible/package" --owner=0 --group=0 --numeric-owner .
 PACKAGE="$("$BIN" artifacts put "$OUT/package.tar.gz")" || die "storing the demo package failed"
 printf 'uploaded by the ssh.file.upload example\n' >"$OUT/payload.txt"
-PAYLOAD="$("$BIN" artifacts put "$OUT/payload.txt")" || die "storing the upload payload failed"
+PAYLOAD="$("$BIN" artifacts put --tenant team-a "$OUT/payload.txt")" || die "storing the upload payload failed"
 HELM="${EXECPLANE_HELM_BIN:-$STACK_DIR/helm/bin/helm}"
 [ -x "$HELM" ] || die "no helm at $HELM: run scripts/helm.sh first"
 HOME="$OUT" "$HELM" package "$ROOT/examples/helm/chart/demo" -d "$OUT" >/dev/null || die "packaging the demo chart failed"

@@ -155,6 +155,12 @@ pub enum ArtifactsCommand {
     /// (`sha256:<hex>`), which a JobSpec names as `{"artifact": "..."}`.
     Put {
         file: PathBuf,
+        /// A tenant whose jobs may name it (repeat, or comma-separate, for
+        /// several). Without one, only a digest the operator's policy
+        /// approves (an ansible package, an OpenTofu module, a chart) can
+        /// be read.
+        #[arg(long = "tenant", value_delimiter = ',')]
+        tenants: Vec<String>,
         #[arg(long)]
         json: bool,
     },
@@ -375,9 +381,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         },
         Command::Executors(command) => executors(&connect(&config).await?, command).await,
         // Storage only: no database needed.
-        Command::Artifacts(ArtifactsCommand::Put { file, json }) => {
-            artifacts_put(&config, &file, json).await
-        }
+        Command::Artifacts(ArtifactsCommand::Put {
+            file,
+            tenants,
+            json,
+        }) => artifacts_put(&config, &file, &tenants, json).await,
         Command::Artifacts(command) => artifacts(&config, &connect(&config).await?, command).await,
         Command::Topology(TopologyCommand::Apply) => roles::topology_apply(&config).await,
         Command::Submit {
@@ -423,13 +431,23 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-/// `artifacts put`: exit 0 and the reference; 2 for a file too large.
+/// `artifacts put`: exit 0 and the reference; 2 for a file too large or a
+/// tenant name no JobSpec could carry.
 async fn artifacts_put(
     config: &Config,
     file: &std::path::Path,
+    tenants: &[String],
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     use crate::artifacts::inputs::MAX_INPUT_BYTES;
+    for tenant in tenants {
+        let mut problems = Vec::new();
+        crate::contract::limits::check_identifier("--tenant", tenant, &mut problems);
+        if let Some(problem) = problems.first() {
+            eprintln!("{problem}");
+            return Ok(ExitCode::from(2));
+        }
+    }
     let size = std::fs::metadata(file)
         .with_context(|| format!("reading {}", file.display()))?
         .len();
@@ -445,10 +463,15 @@ async fn artifacts_put(
     let reference = crate::artifacts::inputs::put(&storage, &bytes)
         .await
         .map_err(anyhow::Error::msg)?;
+    for tenant in tenants {
+        crate::artifacts::inputs::bind(&storage, &reference, tenant)
+            .await
+            .with_context(|| format!("binding {reference} to tenant `{tenant}`"))?;
+    }
     if json {
         println!(
             "{}",
-            serde_json::json!({"artifact": reference.to_string(), "size": bytes.len()})
+            serde_json::json!({"artifact": reference.to_string(), "size": bytes.len(), "tenants": tenants})
         );
     } else {
         println!("{reference}");
@@ -464,7 +487,11 @@ async fn artifacts(
     use crate::artifacts::ArtifactStorage;
     let storage = crate::artifacts::Storage::open(&config.storage());
     match command {
-        ArtifactsCommand::Put { file, json } => artifacts_put(config, &file, json).await,
+        ArtifactsCommand::Put {
+            file,
+            tenants,
+            json,
+        } => artifacts_put(config, &file, &tenants, json).await,
         ArtifactsCommand::List { attempt, json } => {
             let rows = store.artifacts_of(attempt).await?;
             if json {

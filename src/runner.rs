@@ -54,6 +54,8 @@ pub struct ExecutionContext {
     deadline: Option<tokio::time::Instant>,
     /// Where input artifacts are read from and outputs stored.
     storage: Option<std::sync::Arc<crate::artifacts::Storage>>,
+    /// The tenant whose inputs the attempt may read (`with_tenant`).
+    tenant: String,
     /// The attempt's stored outputs (none outside an attempt).
     outputs: Option<outputs::Outputs>,
     /// The output bytes the attempt's tools may still log, all runs
@@ -75,6 +77,7 @@ impl ExecutionContext {
             stop_grace: Duration::from_secs(2),
             deadline: None,
             storage: None,
+            tenant: String::new(),
             outputs: None,
             output_budget: std::sync::Arc::new(tool::OutputBudget::new(tool::MAX_OUTPUT_BYTES)),
         }
@@ -119,6 +122,58 @@ impl ExecutionContext {
 
     pub fn storage(&self) -> Option<&crate::artifacts::Storage> {
         self.storage.as_deref()
+    }
+
+    /// The tenant the attempt runs for: the only one whose stored inputs
+    /// [`Self::fetch_input`] reads.
+    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = tenant.into();
+        self
+    }
+
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
+    /// A requester's input artifact, checked against its digest and refused
+    /// (`policy`) unless it was stored for this attempt's tenant
+    /// (`artifacts::inputs::fetch_for`).
+    pub async fn fetch_input(
+        &self,
+        reference: &crate::artifacts::inputs::InputRef,
+    ) -> Result<Vec<u8>, crate::artifacts::inputs::InputError> {
+        self.fetch(reference, Some(&self.tenant)).await
+    }
+
+    /// Content the operator's policy approved by digest for the tenant (an
+    /// ansible package, an OpenTofu module, a chart), checked against it:
+    /// the approval is its binding to the tenant, re-checked by the SDK
+    /// before the executor runs.
+    pub async fn fetch_approved(
+        &self,
+        reference: &crate::artifacts::inputs::InputRef,
+    ) -> Result<Vec<u8>, crate::artifacts::inputs::InputError> {
+        self.fetch(reference, None).await
+    }
+
+    async fn fetch(
+        &self,
+        reference: &crate::artifacts::inputs::InputRef,
+        tenant: Option<&str>,
+    ) -> Result<Vec<u8>, crate::artifacts::inputs::InputError> {
+        use crate::artifacts::inputs;
+        let Some(storage) = self.storage() else {
+            return Err(inputs::InputError::Storage {
+                reference: reference.clone(),
+                source: crate::artifacts::StorageError::Io(std::io::Error::other(
+                    "this runner has no artifact storage configured",
+                )),
+            });
+        };
+        match tenant {
+            Some(tenant) => inputs::fetch_for(storage, reference, tenant).await,
+            None => inputs::fetch(storage, reference).await,
+        }
     }
 
     /// Where and how tool processes run, and the grace a stopped one gets.

@@ -238,13 +238,16 @@ async fn a_runner_killed_mid_tool_takes_its_tool_with_it(pool: PgPool) {
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
-async fn a_probe_reads_an_input_artifact_by_digest_and_a_wrong_one_fails_as_contract(pool: PgPool) {
+async fn a_probe_reads_its_tenants_input_artifact_by_digest_and_a_wrong_one_is_refused(
+    pool: PgPool,
+) {
     let (pipeline, _) = pipeline_with_probe(&pool, "reader", &[]).await;
     let storage = pipeline.dir.join("artifacts");
     let inventory = pipeline.dir.join("inventory.ini");
     std::fs::write(&inventory, "[web]\nweb-1.example.com\n").unwrap();
     let put = Command::new(env!("CARGO_BIN_EXE_execplane"))
-        .args(["artifacts", "put", inventory.to_str().unwrap()])
+        .args(["artifacts", "put", "--tenant", "team-a"])
+        .arg(&inventory)
         .env("EXECPLANE_ARTIFACT_DIR", &storage)
         .output()
         .unwrap();
@@ -268,7 +271,10 @@ async fn a_probe_reads_an_input_artifact_by_digest_and_a_wrong_one_fails_as_cont
     // Produced past every edge that validates: intake refuses it.
     let mut malformed = reader(&reference);
     malformed.inputs["args"]["file"] = json!({"artifact": "sha256:not-hex"});
-    for spec in [&good, &absent, &malformed] {
+    // Another tenant that learnt the digest (digests travel in events).
+    let mut stranger = reader(&reference);
+    stranger.tenant = "team-b".into();
+    for spec in [&good, &absent, &malformed, &stranger] {
         pipeline.submit(spec).await;
     }
     let ended = |job_id: String| {
@@ -309,6 +315,18 @@ async fn a_probe_reads_an_input_artifact_by_digest_and_a_wrong_one_fails_as_cont
         "{message}"
     );
     assert!(message.contains("inputs.args.file"), "{message}");
+    pipeline.wait_done(&stranger.job_id, WAIT).await;
+    let (status, category, message) = ended(stranger.job_id.clone()).await;
+    let message = message.unwrap_or_default();
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("policy")),
+        "{message}"
+    );
+    assert!(
+        message.contains("inputs.args.file") && message.contains("not stored for tenant `team-b`"),
+        "{message}"
+    );
 
     // Content changed in storage behind the reference: refused, naming both digests.
     std::fs::write(
@@ -345,7 +363,7 @@ async fn a_file_a_tool_writes_becomes_a_checksummed_output_artifact_in_the_manif
     std::fs::write(&input, "[web]\nweb-1\nweb-2\n").unwrap();
     let put = common::execplane_with(
         &pool,
-        &["artifacts", "put", input.to_str().unwrap()],
+        &["artifacts", "put", "--tenant", "team-a", input.to_str().unwrap()],
         &storage_env,
     );
     assert!(put.status.success(), "{put:?}");

@@ -5,6 +5,14 @@
 //! Runners fetch them from storage (never from the store) and check the
 //! digest: a missing object or different content fails the attempt as
 //! `contract`, naming the reference.
+//!
+//! Content is bound to the tenants it was stored for (`artifacts put
+//! --tenant`, or the attempt of the tenant that made it, such as a plan):
+//! a requester's input is read only through [`fetch_for`], which refuses
+//! (`policy`) another tenant's content, whose digest may have travelled
+//! in events. Content the operator's policy approves by digest for the
+//! tenant (an ansible package, an OpenTofu module, a chart) is read with
+//! [`fetch`]: the approval is the binding (docs/SECURITY.md).
 
 use super::{ArtifactStorage, StorageError};
 pub use crate::contract::artifact_ref::{reference_in, references_in, InputRef};
@@ -23,6 +31,10 @@ pub enum InputError {
         reference: InputRef,
         actual: InputRef,
     },
+    #[error(
+        "input artifact {reference} is not stored for tenant `{tenant}` (store it with `execplane artifacts put --tenant {tenant}`)"
+    )]
+    NotTheTenants { reference: InputRef, tenant: String },
     #[error("{0}")]
     Malformed(String),
     #[error("input artifact {reference} is larger than {MAX_INPUT_BYTES} bytes")]
@@ -38,6 +50,7 @@ impl InputError {
     pub fn category(&self) -> crate::contract::FailureCategory {
         match self {
             InputError::Storage { .. } => crate::contract::FailureCategory::Infrastructure,
+            InputError::NotTheTenants { .. } => crate::contract::FailureCategory::Policy,
             _ => crate::contract::FailureCategory::Contract,
         }
     }
@@ -60,7 +73,40 @@ pub async fn put<S: ArtifactStorage>(storage: &S, bytes: &[u8]) -> Result<InputR
     Ok(reference)
 }
 
-/// Reads an input and checks that its content is the one it names.
+/// Binds stored content to `tenant`: [`fetch_for`] that tenant reads it.
+pub async fn bind<S: ArtifactStorage>(
+    storage: &S,
+    reference: &InputRef,
+    tenant: &str,
+) -> Result<(), StorageError> {
+    storage.put(&reference.tenant_key(tenant), b"").await
+}
+
+/// [`fetch`] of a requester's input for `tenant`: refused when the content
+/// was not stored for that tenant. A missing or altered object is named as
+/// such first (the requester's mistake, `contract`).
+pub async fn fetch_for<S: ArtifactStorage>(
+    storage: &S,
+    reference: &InputRef,
+    tenant: &str,
+) -> Result<Vec<u8>, InputError> {
+    let bytes = fetch(storage, reference).await?;
+    match storage.get(&reference.tenant_key(tenant)).await {
+        Ok(_) => Ok(bytes),
+        Err(StorageError::NotFound(_)) => Err(InputError::NotTheTenants {
+            reference: reference.clone(),
+            tenant: tenant.to_owned(),
+        }),
+        Err(source) => Err(InputError::Storage {
+            reference: reference.clone(),
+            source,
+        }),
+    }
+}
+
+/// Reads an input and checks that its content is the one it names. Only
+/// for content the operator's policy approved by digest; a requester's
+/// input goes through [`fetch_for`].
 pub async fn fetch<S: ArtifactStorage>(
     storage: &S,
     reference: &InputRef,
@@ -125,6 +171,29 @@ mod tests {
             "{tampered}"
         );
         assert!(matches!(tampered, InputError::Mismatch { .. }));
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_requesters_input_is_read_only_for_the_tenants_it_was_stored_for() {
+        let root = std::env::temp_dir().join(format!("execplane-inputs-{}", uuid::Uuid::new_v4()));
+        let storage = super::super::LocalDir::new(&root);
+        let reference = put(&storage, b"state").await.unwrap();
+        bind(&storage, &reference, "team-a").await.unwrap();
+        assert_eq!(fetch_for(&storage, &reference, "team-a").await.unwrap(), b"state");
+        for other in ["team-b", "team-a/..", "team%2Da", ""] {
+            let refused = fetch_for(&storage, &reference, other).await.unwrap_err();
+            assert!(matches!(refused, InputError::NotTheTenants { .. }), "{other}: {refused}");
+            assert_eq!(refused.category(), crate::contract::FailureCategory::Policy);
+        }
+        // Names that differ only where a path could hide them differ in their keys.
+        assert_ne!(reference.tenant_key("a/b"), reference.tenant_key("a%2Fb"));
+        assert_ne!(reference.tenant_key("a.b"), reference.tenant_key("a%2Eb"));
+        assert!(!reference.tenant_key("../x").contains(".."));
+        // Never stored at all: the requester's mistake, as before.
+        let absent = InputRef::of(b"never stored");
+        let missing = fetch_for(&storage, &absent, "team-a").await.unwrap_err();
+        assert!(matches!(missing, InputError::Missing(_)), "{missing}");
         std::fs::remove_dir_all(root).unwrap();
     }
 

@@ -406,6 +406,7 @@ async fn supervise<E: Executor>(
         .with_outputs(outputs)
         .with_tools(settings.tools.clone(), settings.stop_grace)
         .with_storage(settings.storage.clone())
+        .with_tenant(assignment.spec.tenant.clone())
         .with_deadline(tokio::time::Instant::now() + start_to_close);
     let execution = executor.execute(assignment, context);
     tokio::pin!(execution);

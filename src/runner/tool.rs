@@ -167,24 +167,33 @@ impl Workdir {
 }
 
 impl Workdir {
-    /// Fetches an input artifact into `inputs/` of the directory, read-only
-    /// (0400), after checking its content against its digest.
+    /// Fetches a requester's input artifact into `inputs/` of the
+    /// directory, read-only (0400), after checking its content against its
+    /// digest and that it was stored for the attempt's tenant
+    /// ([`ExecutionContext::fetch_input`]).
     pub async fn fetch_input(
         &self,
         context: &ExecutionContext,
         reference: &InputRef,
     ) -> Result<PathBuf, InputError> {
+        let bytes = context.fetch_input(reference).await?;
+        self.write_input(reference, &bytes)
+    }
+
+    /// [`Self::fetch_input`] of content the operator's policy approved by
+    /// digest ([`ExecutionContext::fetch_approved`]).
+    pub async fn fetch_approved(
+        &self,
+        context: &ExecutionContext,
+        reference: &InputRef,
+    ) -> Result<PathBuf, InputError> {
+        let bytes = context.fetch_approved(reference).await?;
+        self.write_input(reference, &bytes)
+    }
+
+    fn write_input(&self, reference: &InputRef, bytes: &[u8]) -> Result<PathBuf, InputError> {
         use std::io::Write;
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-        let Some(storage) = context.storage() else {
-            return Err(InputError::Storage {
-                reference: reference.clone(),
-                source: crate::artifacts::StorageError::Io(std::io::Error::other(
-                    "this runner has no artifact storage configured",
-                )),
-            });
-        };
-        let bytes = crate::artifacts::inputs::fetch(storage, reference).await?;
         let local = |source: std::io::Error| InputError::Storage {
             reference: reference.clone(),
             source: source.into(),
@@ -203,7 +212,7 @@ impl Workdir {
                 .mode(0o400)
                 .open(&path)
                 .map_err(local)?;
-            file.write_all(&bytes).map_err(local)?;
+            file.write_all(bytes).map_err(local)?;
         }
         Ok(path)
     }

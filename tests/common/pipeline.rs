@@ -461,15 +461,15 @@ impl Pipeline {
         )
     }
 
-    /// `execplane artifacts put` of `bytes` into this pipeline's artifact
-    /// storage: the `sha256:` reference.
+    /// `execplane artifacts put --tenant team-a` (the tenant of [`job`]) of
+    /// `bytes` into this pipeline's artifact storage: the `sha256:` reference.
     pub fn put_artifact(&self, name: &str, bytes: &[u8]) -> String {
         let file = self.dir.join(name);
         std::fs::write(&file, bytes).unwrap();
         let storage = self.dir.join("artifacts");
         let put = super::execplane_with(
             &self.pool,
-            &["artifacts", "put", file.to_str().unwrap()],
+            &["artifacts", "put", "--tenant", "team-a", file.to_str().unwrap()],
             &[("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap())],
         );
         assert!(put.status.success(), "{put:?}");

@@ -24,13 +24,9 @@ pub async fn fetch_and_unpack(
 ) -> Result<(), crate::runner::tool::ToolFailure> {
     use crate::contract::FailureCategory;
     use crate::runner::tool::ToolFailure;
-    let Some(storage) = context.storage() else {
-        return Err(ToolFailure::new(
-            FailureCategory::Infrastructure,
-            "inputs.package: this runner has no artifact storage configured",
-        ));
-    };
-    let archive = crate::artifacts::inputs::fetch(storage, reference)
+    // Approved by digest in the tenant's policy (the SDK checked it).
+    let archive = context
+        .fetch_approved(reference)
         .await
         .map_err(|error| ToolFailure::new(error.category(), format!("inputs.package: {error}")))?;
     unpack(&archive, root).map_err(|problem| {

@@ -352,7 +352,7 @@ impl Run<'_> {
             };
             return self
                 .workdir
-                .fetch_input(self.context, reference)
+                .fetch_approved(self.context, reference)
                 .await
                 .map_err(|error| Failure::new(error.category(), format!("inputs.chart: {error}")));
         }

@@ -467,17 +467,11 @@ impl Session<'_> {
                     crate::artifacts::inputs::InputRef::parse(reference).map_err(|message| {
                         Failure::contract(format!("inputs.manifests_artifact: {message}"))
                     })?;
-                let Some(storage) = self.context.storage() else {
-                    return Err(Failure::new(
-                        FailureCategory::Infrastructure,
-                        "inputs.manifests_artifact: this runner has no artifact storage configured",
-                    ));
-                };
                 let fetched = tokio::select! {
                     _ = self.context.cancel.cancelled() => {
                         return Err(Failure::new(FailureCategory::Cancelled, "inputs.manifests_artifact: stopped"));
                     }
-                    fetched = crate::artifacts::inputs::fetch(storage, &reference) => fetched,
+                    fetched = self.context.fetch_input(&reference) => fetched,
                 };
                 let bytes = fetched.map_err(|error| {
                     Failure::new(

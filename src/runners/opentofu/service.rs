@@ -584,6 +584,10 @@ impl Run<'_> {
         let reference = crate::artifacts::inputs::put(storage, &bytes)
             .await
             .map_err(|error| infrastructure(format!("storing the plan: {error}")))?;
+        // The plan holds the prior state: only this tenant's apply reads it.
+        crate::artifacts::inputs::bind(storage, &reference, tenant)
+            .await
+            .map_err(|error| infrastructure(format!("storing the plan: {error}")))?;
         let record = serde_json::to_vec(&provenance(tenant, module)).unwrap_or_default();
         storage
             .put(&provenance_key(&reference), &record)
