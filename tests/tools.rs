@@ -363,7 +363,13 @@ async fn a_file_a_tool_writes_becomes_a_checksummed_output_artifact_in_the_manif
     std::fs::write(&input, "[web]\nweb-1\nweb-2\n").unwrap();
     let put = common::execplane_with(
         &pool,
-        &["artifacts", "put", "--tenant", "team-a", input.to_str().unwrap()],
+        &[
+            "artifacts",
+            "put",
+            "--tenant",
+            "team-a",
+            input.to_str().unwrap(),
+        ],
         &storage_env,
     );
     assert!(put.status.success(), "{put:?}");

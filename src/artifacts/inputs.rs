@@ -180,10 +180,16 @@ mod tests {
         let storage = super::super::LocalDir::new(&root);
         let reference = put(&storage, b"state").await.unwrap();
         bind(&storage, &reference, "team-a").await.unwrap();
-        assert_eq!(fetch_for(&storage, &reference, "team-a").await.unwrap(), b"state");
+        assert_eq!(
+            fetch_for(&storage, &reference, "team-a").await.unwrap(),
+            b"state"
+        );
         for other in ["team-b", "team-a/..", "team%2Da", ""] {
             let refused = fetch_for(&storage, &reference, other).await.unwrap_err();
-            assert!(matches!(refused, InputError::NotTheTenants { .. }), "{other}: {refused}");
+            assert!(
+                matches!(refused, InputError::NotTheTenants { .. }),
+                "{other}: {refused}"
+            );
             assert_eq!(refused.category(), crate::contract::FailureCategory::Policy);
         }
         // Names that differ only where a path could hide them differ in their keys.
