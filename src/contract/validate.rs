@@ -570,7 +570,7 @@ pub fn looks_secret(name: &str) -> bool {
         .chars()
         .filter(|character| character.is_alphanumeric())
         .collect();
-    const CONTAINED: [&str; 16] = [
+    const CONTAINED: [&str; 19] = [
         "password",
         "passwd",
         "passphrase",
@@ -580,6 +580,9 @@ pub fn looks_secret(name: &str) -> bool {
         "credential",
         "apikey",
         "authorization",
+        "authorisation",
+        "authenticat",
+        "subscriptionkey",
         "accesskey",
         "cookie",
         "bearer",
@@ -588,7 +591,7 @@ pub fn looks_secret(name: &str) -> bool {
         "clientkey",
         "encryptionkey",
     ];
-    const WORDS: [&str; 6] = ["pwd", "pw", "pass", "auth", "sig", "psk"];
+    const WORDS: [&str; 7] = ["pwd", "pw", "pass", "auth", "sig", "psk", "jwt"];
     CONTAINED.iter().any(|needle| squeezed.contains(needle))
         || normalized
             .split(|character: char| !character.is_alphanumeric())
@@ -1017,6 +1020,30 @@ mod tests {
             (
                 json!({"inputs": {"url": url, "headers": {"pwd": "hunter2"}}}),
                 "inputs.headers.pwd",
+            ),
+            (
+                json!({"inputs": {"url": url, "headers": {"Proxy-Authorisation": "Basic dTpw"}}}),
+                "inputs.headers.Proxy-Authorisation",
+            ),
+            (
+                json!({"inputs": {"url": url, "headers": {"Proxy-Authorization": "Basic dTpw"}}}),
+                "inputs.headers.Proxy-Authorization",
+            ),
+            (
+                json!({"inputs": {"url": url, "headers": {"X-Authentication": "abc"}}}),
+                "inputs.headers.X-Authentication",
+            ),
+            (
+                json!({"inputs": {"url": url, "headers": {"Ocp-Apim-Subscription-Key": "abc"}}}),
+                "inputs.headers.Ocp-Apim-Subscription-Key",
+            ),
+            (
+                json!({"inputs": {"url": url, "headers": {"X-JWT": "abc"}}}),
+                "inputs.headers.X-JWT",
+            ),
+            (
+                json!({"inputs": {"url": url, "headers": {"Author\u{200b}isation": "abc"}}}),
+                "inputs.headers.Author\u{200b}isation",
             ),
             (
                 json!({"inputs": {"url": url, "headers": {"aws_access_key_id": "x"}}}),
