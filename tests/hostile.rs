@@ -247,24 +247,67 @@ async fn connections_and_partial_frames_are_bounded(pool: PgPool) {
     )
     .await;
 
-    // A global cap, whatever the source address: 12 idle connections from
-    // 12 loopback addresses, and the 13th is closed at once.
+    // A global cap, whatever the source address. Strangers holding it
+    // (12 idle connections from 12 loopback addresses, no key) do not keep
+    // an executor out: each newcomer closes the oldest stranger, and an
+    // executor that authenticates is never the one closed.
+    // (TCP strangers: only the 30 s read timeout would close them.)
     let mut held: Vec<TcpStream> = (0..12)
-        .map(|index| connect_from([127, 0, 0, 10 + index], ingress.http).unwrap())
+        .map(|index| {
+            let stream = connect_from([127, 0, 0, 10 + index], ingress.tcp).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            stream
+        })
         .collect();
     std::thread::sleep(Duration::from_millis(300));
-    let mut over = connect_from([127, 0, 0, 40], ingress.http).unwrap();
+    let mut executor = authenticated(connect_from([127, 0, 0, 40], ingress.tcp).unwrap(), 40);
+    assert!(
+        closed_within(&mut held[0], Duration::from_secs(2)),
+        "the oldest stranger was not closed to make room"
+    );
+    assert!(
+        !closed_within(&mut held[1], Duration::from_millis(200)),
+        "more than the oldest stranger was closed"
+    );
+    let flood: Vec<TcpStream> = (0..11u8)
+        .map(|index| {
+            let stream = connect_from([127, 0, 0, 60 + index], ingress.http).unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            stream
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !closed_within(&mut executor, Duration::from_millis(300)),
+        "a flood of strangers closed an authenticated executor"
+    );
+    drop((executor, flood));
+    held.clear();
+    std::thread::sleep(Duration::from_millis(300));
+    // When every open connection has authenticated, the next is closed at
+    // accept; the cap is the process's, so TCP is refused too.
+    let mut executors: Vec<TcpStream> = (0..12u8)
+        .map(|index| {
+            authenticated(
+                connect_from([127, 0, 0, 80 + index], ingress.tcp).unwrap(),
+                index,
+            )
+        })
+        .collect();
+    let mut over = connect_from([127, 0, 0, 41], ingress.http).unwrap();
     assert!(
         closed_within(&mut over, Duration::from_secs(2)),
-        "the 13th connection stayed open"
+        "a connection past a cap of authenticated ones stayed open"
     );
-    // The cap is the process's, not a listener's: TCP is refused too.
-    let mut over_tcp = connect_from([127, 0, 0, 41], ingress.tcp).unwrap();
+    let mut over_tcp = connect_from([127, 0, 0, 42], ingress.tcp).unwrap();
     assert!(
         closed_within(&mut over_tcp, Duration::from_secs(2)),
         "a TCP connection past the cap stayed open"
     );
-    held.clear();
+    for stream in &mut executors {
+        assert!(!closed_within(stream, Duration::from_millis(50)));
+    }
+    executors.clear();
     std::thread::sleep(Duration::from_millis(300));
 
     // A header trickled a byte at a time is cut at the header timeout
@@ -306,18 +349,10 @@ async fn connections_and_partial_frames_are_bounded(pool: PgPool) {
     // hold 900 KB each; the fourth would pass 3,000,000 bytes and is closed.
     let mut partial = Vec::new();
     for index in 0..4u8 {
-        let mut stream = connect_from([127, 0, 0, 50 + index], ingress.tcp).unwrap();
-        stream
-            .write_all(&frame(&json!({"op": "auth", "id": 1, "body": {"key": INGRESS_KEY, "executor_id": format!("exec-{index}")}})))
-            .unwrap();
-        let mut header = [0u8; 4];
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .unwrap();
-        stream.read_exact(&mut header).unwrap();
-        let mut body = vec![0u8; u32::from_be_bytes(header) as usize];
-        stream.read_exact(&mut body).unwrap();
-        assert!(String::from_utf8_lossy(&body).contains("\"ok\":true"));
+        let mut stream = authenticated(
+            connect_from([127, 0, 0, 50 + index], ingress.tcp).unwrap(),
+            index,
+        );
         stream.write_all(&1_000_000u32.to_be_bytes()).unwrap();
         stream.write_all(&vec![b' '; 900_000]).unwrap();
         partial.push(stream);
@@ -337,6 +372,22 @@ async fn connections_and_partial_frames_are_bounded(pool: PgPool) {
             "within the budget stays open"
         );
     }
+}
+
+/// `stream` after a TCP `auth` frame with the ingress key was answered ok.
+fn authenticated(mut stream: TcpStream, index: u8) -> TcpStream {
+    stream
+        .write_all(&frame(&json!({"op": "auth", "id": 1, "body": {"key": INGRESS_KEY, "executor_id": format!("exec-{index}")}})))
+        .unwrap();
+    let mut header = [0u8; 4];
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    stream.read_exact(&mut header).unwrap();
+    let mut body = vec![0u8; u32::from_be_bytes(header) as usize];
+    stream.read_exact(&mut body).unwrap();
+    assert!(String::from_utf8_lossy(&body).contains("\"ok\":true"));
+    stream
 }
 
 /// Transactions committed in the test's database so far.

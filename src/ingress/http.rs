@@ -67,27 +67,72 @@ pub struct PeerLimits {
 struct OpenConnections {
     by_peer: HashMap<IpAddr, usize>,
     total: usize,
+    next_id: u64,
+    /// Connections that have not yet presented a key, oldest first: at
+    /// the global cap the oldest is closed to make room, so clients
+    /// without a key never hold the cap against executors that have one.
+    unauthenticated: std::collections::BTreeMap<u64, (IpAddr, CancellationToken)>,
 }
 
-/// Holds one connection's place; released on drop.
+impl OpenConnections {
+    fn release(&mut self, address: IpAddr) {
+        self.total = self.total.saturating_sub(1);
+        if let Some(count) = self.by_peer.get_mut(&address) {
+            *count -= 1;
+            if *count == 0 {
+                self.by_peer.remove(&address);
+            }
+        }
+    }
+}
+
+/// Holds one connection's place; released on drop (or when the
+/// connection is closed to make room, [`PeerSlot::evicted`]).
 pub struct PeerSlot {
     address: IpAddr,
+    handle: SlotHandle,
+    evicted: CancellationToken,
+}
+
+/// What a request on a connection uses to mark it authenticated.
+#[derive(Clone, Debug)]
+pub struct SlotHandle {
+    id: u64,
     open: Arc<Mutex<OpenConnections>>,
+}
+
+impl SlotHandle {
+    /// The connection presented a valid key: it is never closed to make
+    /// room. Idempotent.
+    pub fn authenticated(&self) {
+        lock(&self.open).unauthenticated.remove(&self.id);
+    }
+}
+
+fn lock(open: &Mutex<OpenConnections>) -> std::sync::MutexGuard<'_, OpenConnections> {
+    open.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl PeerSlot {
+    pub fn handle(&self) -> SlotHandle {
+        self.handle.clone()
+    }
+
+    /// Cancelled when the connection was closed to make room for another:
+    /// its place is already released, and it must stop at once.
+    pub fn evicted(&self) -> CancellationToken {
+        self.evicted.clone()
+    }
 }
 
 impl Drop for PeerSlot {
     fn drop(&mut self) {
-        let mut open = self
-            .open
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        open.total = open.total.saturating_sub(1);
-        if let Some(count) = open.by_peer.get_mut(&self.address) {
-            *count -= 1;
-            if *count == 0 {
-                open.by_peer.remove(&self.address);
-            }
+        if self.evicted.is_cancelled() {
+            return;
         }
+        let mut open = lock(&self.handle.open);
+        open.unauthenticated.remove(&self.handle.id);
+        open.release(self.address);
     }
 }
 
@@ -102,26 +147,39 @@ impl PeerLimits {
         }
     }
 
-    /// A slot for one more connection from `address`, if it and the whole
-    /// listener have one left.
+    /// A slot for one more connection from `address`, if it has one left
+    /// and the whole listener has one, or can make one by closing its
+    /// oldest connection that has not presented a key.
     pub fn acquire(&self, address: IpAddr) -> Option<PeerSlot> {
         let address = super::net::normalize(address);
-        let mut open = self
-            .open
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut open = lock(&self.open);
+        if open.by_peer.get(&address).copied().unwrap_or(0) >= self.max {
+            return None;
+        }
         if open.total >= self.max_total {
-            return None;
+            let (_, (oldest, evicted)) = open.unauthenticated.pop_first()?;
+            // Cancelled under the lock, so its Drop releases nothing twice.
+            evicted.cancel();
+            open.release(oldest);
+            crate::telemetry::metrics::ingress_connection_evicted();
+            // The per-peer count may have been freed for this very address.
+            if open.by_peer.get(&address).copied().unwrap_or(0) >= self.max {
+                return None;
+            }
         }
-        let count = open.by_peer.entry(address).or_insert(0);
-        if *count >= self.max {
-            return None;
-        }
-        *count += 1;
+        *open.by_peer.entry(address).or_insert(0) += 1;
         open.total += 1;
+        let id = open.next_id;
+        open.next_id += 1;
+        let evicted = CancellationToken::new();
+        open.unauthenticated.insert(id, (address, evicted.clone()));
         Some(PeerSlot {
             address,
-            open: self.open.clone(),
+            handle: SlotHandle {
+                id,
+                open: self.open.clone(),
+            },
+            evicted,
         })
     }
 }
@@ -249,6 +307,7 @@ pub async fn serve(
             warn!(%peer, "connection over the connection limits closed");
             continue;
         };
+        let (handle, evicted) = (slot.handle(), slot.evicted());
         let _ = stream.set_nodelay(true);
         let idle = ingress.config.idle_timeout;
         let stream = GuardedStream {
@@ -262,6 +321,7 @@ pub async fn serve(
                 app.clone(),
                 move |mut request: Request<hyper::body::Incoming>| {
                     request.extensions_mut().insert(ConnectInfo(Peer(peer)));
+                    request.extensions_mut().insert(handle.clone());
                     request
                 },
             ));
@@ -278,6 +338,8 @@ pub async fn serve(
             tokio::pin!(connection);
             tokio::select! {
                 _ = connection.as_mut() => {}
+                // Closed to make room: it never presented a key.
+                _ = evicted.cancelled() => {}
                 _ = shutdown.cancelled() => {
                     // Finish the request in flight, take no new one.
                     connection.as_mut().graceful_shutdown();
@@ -432,7 +494,11 @@ fn admit(ingress: &Ingress, client: IpAddr, request: &mut Request) -> Result<(),
             crate::telemetry::metrics::ingress_auth_refused("key_wrong");
             return Err(IngressError::Unauthorized);
         }
-        Some(_) => {}
+        Some(_) => {
+            if let Some(slot) = request.extensions().get::<SlotHandle>() {
+                slot.authenticated();
+            }
+        }
     }
     if matches!(needs(request.uri().path()), Needs::ExecutorKey) {
         let executor_id = request

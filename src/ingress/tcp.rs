@@ -42,8 +42,12 @@ pub async fn serve(ingress: Arc<Ingress>, listener: TcpListener, shutdown: Cance
         };
         let (ingress, shutdown) = (ingress.clone(), shutdown.clone());
         connections.spawn(async move {
-            let _slot = slot;
-            connection(ingress, stream, peer, shutdown).await;
+            let evicted = slot.evicted();
+            tokio::select! {
+                _ = connection(ingress, stream, peer, &slot, shutdown) => {}
+                // Closed to make room: it never authenticated.
+                _ = evicted.cancelled() => {}
+            }
         });
     }
     connections.shutdown().await;
@@ -126,6 +130,7 @@ async fn connection(
     ingress: Arc<Ingress>,
     mut stream: TcpStream,
     peer: SocketAddr,
+    slot: &super::http::PeerSlot,
     shutdown: CancellationToken,
 ) {
     let _ = stream.set_nodelay(true);
@@ -172,6 +177,7 @@ async fn connection(
                 Ok(reply) => {
                     if caller.is_some() {
                         decoder.set_max(ingress.config.max_frame);
+                        slot.handle().authenticated();
                     }
                     if write(&mut stream, &reply).await.is_err() {
                         return;

@@ -36,6 +36,7 @@ pub const INGRESS_REQUEST_SECONDS: &str = "execplane_ingress_request_seconds";
 pub const INGRESS_AUTH_REFUSALS: &str = "execplane_ingress_auth_refusals_total";
 pub const INGRESS_CONNECTIONS_REFUSED: &str = "execplane_ingress_connections_refused_total";
 pub const INGRESS_CONNECTIONS_TIMED_OUT: &str = "execplane_ingress_connections_timed_out_total";
+pub const INGRESS_CONNECTIONS_EVICTED: &str = "execplane_ingress_connections_evicted_total";
 pub const INGRESS_SESSIONS: &str = "execplane_ingress_executor_sessions";
 pub const INGRESS_WORK_HANDED: &str = "execplane_ingress_work_handed_total";
 pub const CONSUMER_LAG: &str = "execplane_consumer_lag_records";
@@ -74,6 +75,11 @@ fn describe_ingress() {
         INGRESS_CONNECTIONS_REFUSED,
         Unit::Count,
         "connections closed at accept for exceeding the per-peer limit, by transport"
+    );
+    describe_counter!(
+        INGRESS_CONNECTIONS_EVICTED,
+        Unit::Count,
+        "connections that had presented no key, closed at the global cap to make room for a new one"
     );
     describe_counter!(
         INGRESS_CONNECTIONS_TIMED_OUT,
@@ -401,6 +407,10 @@ pub fn ingress_refused(reason: &'static str) {
 
 pub fn ingress_connection_refused(transport: &'static str) {
     counter!(INGRESS_CONNECTIONS_REFUSED, "transport" => transport).increment(1);
+}
+
+pub fn ingress_connection_evicted() {
+    counter!(INGRESS_CONNECTIONS_EVICTED).increment(1);
 }
 
 pub fn ingress_connection_timed_out(transport: &'static str) {
