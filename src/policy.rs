@@ -13,7 +13,8 @@
 //! secret_prefixes = ["*/{tenant}/"]
 //! [defaults.destinations]
 //! allow = []   # CIDRs or host names; empty: everything not denied
-//! deny = ["169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128", "metadata.google.internal"]
+//! allow_private = []   # loopback and private networks that may be reached
+//! deny = []    # on top of link-local and cloud metadata, always denied
 //!
 //! [tenants.team-a]
 //! secret_prefixes = ["secret/team-a/", "secret/shared/"]
@@ -22,6 +23,11 @@
 //!
 //! A tenant's section replaces the defaults field by field; the default
 //! deny list (link-local and cloud metadata addresses) is always kept.
+//! Loopback and private networks ([`PRIVATE_NETWORKS`]: where the
+//! platform's own services and the host's listeners live) are refused
+//! unless `allow_private` lists them, or an `allow` entry lies inside one
+//! (`10.20.0.0/16` above; `0.0.0.0/0` is the internet, not them), or an
+//! `allow` name resolves to them.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -54,6 +60,22 @@ pub const ALWAYS_DENIED: [&str; 5] = [
     "metadata.google.internal",
 ];
 
+/// Loopback, private, shared (RFC 6598), benchmarking, unspecified and
+/// unique-local networks: refused to probes and callbacks unless the
+/// tenant's `destinations` allow them by name (docs/SECURITY.md).
+pub const PRIVATE_NETWORKS: [&str; 10] = [
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+    "198.18.0.0/15",
+    "::/128",
+    "::1/128",
+    "fc00::/7",
+];
+
 /// One tenant's rules (or the defaults), as written in the file.
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
@@ -78,6 +100,10 @@ pub struct TenantRules {
 pub struct DestinationRules {
     #[serde(default)]
     pub allow: Vec<String>,
+    /// Loopback and private networks (of [`PRIVATE_NETWORKS`]) that may be
+    /// reached, on top of `allow`.
+    #[serde(default)]
+    pub allow_private: Vec<String>,
     #[serde(default)]
     pub deny: Vec<String>,
 }
@@ -185,24 +211,93 @@ fn canonical(address: IpAddr) -> IpAddr {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DestinationPolicy {
     allow: Destinations,
+    /// The private networks it may reach: `allow_private`, and the `allow`
+    /// networks that lie inside one of [`PRIVATE_NETWORKS`].
+    allow_private: Destinations,
     deny: Destinations,
 }
 
+/// Whether `address` is in one of [`PRIVATE_NETWORKS`].
+fn is_private(address: IpAddr) -> bool {
+    private_networks()
+        .iter()
+        .any(|network| network.contains(&canonical(address)))
+}
+
+fn private_networks() -> &'static [IpNet] {
+    static NETWORKS: std::sync::OnceLock<Vec<IpNet>> = std::sync::OnceLock::new();
+    NETWORKS.get_or_init(|| {
+        PRIVATE_NETWORKS
+            .iter()
+            .map(|entry| {
+                entry
+                    .parse()
+                    .unwrap_or_else(|_| unreachable!("built-in network {entry} parses"))
+            })
+            .collect()
+    })
+}
+
 impl DestinationPolicy {
+    fn new(
+        rules: &DestinationRules,
+        deny: &[String],
+        field: &str,
+        problems: &mut Vec<String>,
+    ) -> Self {
+        let allow = Destinations::parse(&rules.allow, &format!("{field}.allow"), problems);
+        let mut allow_private = Destinations::parse(
+            &rules.allow_private,
+            &format!("{field}.allow_private"),
+            problems,
+        );
+        for network in &allow_private.networks {
+            if !private_networks()
+                .iter()
+                .any(|private| private.contains(network))
+            {
+                problems.push(format!(
+                    "{field}.allow_private: `{network}` is not inside a loopback or private network (list it under `allow`)"
+                ));
+            }
+        }
+        allow_private
+            .networks
+            .extend(allow.networks.iter().filter(|network| {
+                private_networks()
+                    .iter()
+                    .any(|private| private.contains(*network))
+            }));
+        Self {
+            allow,
+            allow_private,
+            deny: Destinations::parse(deny, &format!("{field}.deny"), problems),
+        }
+    }
+
     /// Whether a connection to `address` (resolved from `host`, when there
     /// was a name) is allowed; the error says which rule refused it.
     pub fn check(&self, host: Option<&str>, address: IpAddr) -> Result<(), String> {
         let address = canonical(address);
-        if self.deny.contains_ip(address) || host.is_some_and(|host| self.deny.contains_host(host))
-        {
+        let named = |list: &Destinations| host.is_some_and(|host| list.contains_host(host));
+        if self.deny.contains_ip(address) || named(&self.deny) {
             return Err(format!(
                 "destination {address} is denied by the operator's policy"
             ));
         }
-        if self.allow.is_empty()
-            || self.allow.contains_ip(address)
-            || host.is_some_and(|host| self.allow.contains_host(host))
-        {
+        if is_private(address) {
+            return if self.allow_private.contains_ip(address)
+                || named(&self.allow)
+                || named(&self.allow_private)
+            {
+                Ok(())
+            } else {
+                Err(format!(
+                    "destination {address} is a loopback or private address, reachable only where the operator's policy lists it (`destinations.allow_private`)"
+                ))
+            };
+        }
+        if self.allow.is_empty() || self.allow.contains_ip(address) || named(&self.allow) {
             return Ok(());
         }
         Err(format!(
@@ -420,18 +515,12 @@ impl OperatorPolicy {
         TenantPolicy {
             operations,
             secret_prefixes,
-            destinations: DestinationPolicy {
-                allow: Destinations::parse(
-                    &destinations.allow,
-                    &format!("tenant {tenant}: destinations.allow"),
-                    problems,
-                ),
-                deny: Destinations::parse(
-                    &deny,
-                    &format!("tenant {tenant}: destinations.deny"),
-                    problems,
-                ),
-            },
+            destinations: DestinationPolicy::new(
+                &destinations,
+                &deny,
+                &format!("tenant {tenant}: destinations"),
+                problems,
+            ),
         }
     }
 
@@ -743,10 +832,30 @@ mod tests {
         assert!(
             team_b.secret_allowed("secret", "team-b/x") && !team_b.secret_allowed("kv", "team-b/x")
         );
-        // team-b: the default deny list; everything else allowed.
+        // team-b: the default deny list; everything else public allowed,
+        // nothing loopback or private in any spelling.
         assert!(team_b.destinations.check(None, ip("10.1.2.3")).is_err());
         assert!(team_b.destinations.check(None, ip("192.0.2.1")).is_ok());
         assert!(team_b.destinations.check_name("internal.example").is_err());
+        for private in [
+            "127.0.0.1",
+            "127.1.2.3",
+            "::1",
+            "::ffff:127.0.0.1",
+            "0.0.0.0",
+            "::",
+            "172.20.0.1",
+            "192.168.1.1",
+            "100.64.0.1",
+            "fd12::1",
+        ] {
+            let refused = team_b.destinations.check(None, ip(private)).unwrap_err();
+            assert!(refused.contains("allow_private"), "{private}: {refused}");
+        }
+        assert!(team_b
+            .destinations
+            .check(Some("localhost"), ip("127.0.0.1"))
+            .is_err());
         // team-a: an allow list, by address or by name.
         assert!(team_a.destinations.check(None, ip("127.0.0.1")).is_ok());
         assert!(team_a
@@ -770,6 +879,50 @@ mod tests {
                 .check_name("metadata.google.internal.")
                 .is_err());
         }
+    }
+
+    #[test]
+    fn private_networks_open_only_where_the_operator_names_them() {
+        let policy = OperatorPolicy::from_yaml(
+            r#"
+            tenants:
+              open:
+                destinations: {allow_private: ["127.0.0.1/32", "db.internal"]}
+              listed:
+                destinations: {allow: ["10.20.0.0/16", "api.example.com", "192.0.2.0/24"]}
+              world:
+                destinations: {allow: ["0.0.0.0/0", "::/0"]}
+            "#,
+        )
+        .unwrap();
+        let open = policy.tenant("open").destinations;
+        assert!(open.check(None, ip("127.0.0.1")).is_ok());
+        assert!(open.check(None, ip("127.0.0.2")).is_err());
+        assert!(open.check(Some("db.internal"), ip("10.9.9.9")).is_ok());
+        // allow_private adds to an empty allow list: public stays open.
+        assert!(open.check(None, ip("192.0.2.1")).is_ok());
+        // Metadata stays denied whatever is allowed.
+        assert!(open.check(None, ip("169.254.169.254")).is_err());
+        let listed = policy.tenant("listed").destinations;
+        assert!(listed.check(None, ip("10.20.3.4")).is_ok());
+        assert!(listed.check(None, ip("10.21.3.4")).is_err());
+        assert!(listed
+            .check(Some("api.example.com"), ip("10.1.1.1"))
+            .is_ok());
+        assert!(listed.check(None, ip("192.0.2.7")).is_ok());
+        // The whole internet is not the private networks.
+        let world = policy.tenant("world").destinations;
+        assert!(world.check(None, ip("198.51.100.1")).is_ok());
+        for private in ["127.0.0.1", "10.0.0.1", "::1", "fd00::1"] {
+            assert!(world.check(None, ip(private)).is_err(), "{private}");
+        }
+        // allow_private is for private networks only.
+        let problems = OperatorPolicy::from_yaml(
+            "tenants:\n  a:\n    destinations: {allow_private: [\"0.0.0.0/0\", \"8.8.8.8\"]}\n",
+        )
+        .unwrap_err();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[0].contains("allow_private"), "{problems:?}");
     }
 
     #[test]

@@ -774,9 +774,11 @@ async fn submit_follows_a_job_to_its_end_and_a_draining_runner_hands_back_what_i
         let url = pipeline.url.clone();
         let prefix = pipeline.prefix.clone();
         let brokers = pipeline.brokers.clone();
+        let policy = pipeline.loopback_policy();
         tokio::task::spawn_blocking(move || {
             std::process::Command::new(env!("CARGO_BIN_EXE_execplane"))
                 .args(["submit", path.to_str().unwrap(), "--timeout", "60s"])
+                .env("EXECPLANE_POLICY_FILE", policy)
                 .env("EXECPLANE_DATABASE_URL", url)
                 .env("EXECPLANE_TOPIC_PREFIX", prefix)
                 .env("EXECPLANE_KAFKA_BROKERS", brokers)
@@ -865,6 +867,7 @@ async fn submitting_a_command_that_already_ran_reports_its_outcome_at_once(pool:
     let started = std::time::Instant::now();
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_execplane"))
         .args(["submit", path.to_str().unwrap(), "--timeout", "60s"])
+        .env("EXECPLANE_POLICY_FILE", pipeline.loopback_policy())
         .env("EXECPLANE_DATABASE_URL", &pipeline.url)
         .env("EXECPLANE_TOPIC_PREFIX", &pipeline.prefix)
         .env("EXECPLANE_KAFKA_BROKERS", &pipeline.brokers)

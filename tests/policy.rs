@@ -1,5 +1,7 @@
 //! The operator's destination policy and the probes' bounds, through real
 //! role processes: link-local and metadata addresses are refused at intake,
+//! loopback and private ones unless the policy lists them (a literal at
+//! intake, a name once resolved),
 //! a redirect into a denied address is refused by the runner after its
 //! first hop, a callback to a denied address is never sent, and a huge
 //! response does not grow the runner.
@@ -16,13 +18,15 @@ use sqlx::PgPool;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-/// A policy file denying 127.0.0.2 (a loopback address the tests can
-/// listen on) to every tenant; everything else is the defaults.
+/// A policy file letting every tenant reach 127.0.0.1 (where the tests'
+/// servers listen) and denying 127.0.0.2 (another loopback address the
+/// tests can listen on); tenant `closed` has the defaults: no loopback or
+/// private address at all.
 fn policy_file(pipeline: &Pipeline) -> String {
     let path = pipeline.dir.join("policy.toml");
     std::fs::write(
         &path,
-        "[defaults.destinations]\ndeny = [\"127.0.0.2/32\"]\n",
+        "[defaults.destinations]\nallow_private = [\"127.0.0.1/32\"]\ndeny = [\"127.0.0.2/32\"]\n\n[tenants.closed.destinations]\n",
     )
     .unwrap();
     path.display().to_string()
@@ -89,9 +93,71 @@ async fn probes_and_callbacks_reach_only_what_the_operator_allows(pool: PgPool) 
         json!({"host": "127.0.0.1", "port": 5432}),
         json!({"callback": {"url": denied.url("/callback")}}),
     );
-    for spec in [&metadata, &direct, &redirect, &callback] {
+    // By default nothing on loopback or a private network: the runner's
+    // own metrics, the database, the ingress. A literal is refused at
+    // intake, as a probe or a callback; a name when it resolves.
+    let inside = Server::start_on("127.0.0.1", Arc::new(|_: &Received| Reply::Status(200))).await;
+    let closed = |operation: &str, inputs: serde_json::Value, extra: serde_json::Value| {
+        let mut spec = job(operation, inputs, extra);
+        spec.tenant = "closed".into();
+        spec
+    };
+    let database = closed(
+        "verify.tcp.connect",
+        json!({"host": "127.0.0.1", "port": 5432}),
+        json!({}),
+    );
+    let mapped = closed(
+        "verify.http.endpoint",
+        json!({"url": format!("http://[::ffff:127.0.0.1]:{}/metrics", inside.port)}),
+        json!({}),
+    );
+    let private_callback = closed(
+        "verify.tcp.connect",
+        json!({"host": "192.0.2.1", "port": 9}),
+        json!({"callback": {"url": inside.url("/callback")}}),
+    );
+    let by_name = closed(
+        "verify.http.endpoint",
+        json!({"url": format!("http://localhost:{}/metrics", inside.port), "expect": {"status": 200}}),
+        json!({"retry": {"max_attempts": 1}}),
+    );
+    for spec in [
+        &metadata,
+        &direct,
+        &redirect,
+        &callback,
+        &database,
+        &mapped,
+        &private_callback,
+        &by_name,
+    ] {
         pipeline.submit(spec).await;
     }
+    for spec in [&database, &mapped, &private_callback] {
+        pipeline.wait_done(&spec.job_id, WAIT).await;
+        let (status, category, message, _) = result(&pool, &spec.job_id).await;
+        assert_eq!(
+            (status.as_str(), category.as_deref()),
+            ("rejected", Some("policy")),
+            "{}: {message}",
+            spec.job_id
+        );
+        assert!(message.contains("allow_private"), "{message}");
+    }
+    pipeline.wait_done(&by_name.job_id, WAIT).await;
+    let (status, category, message, _) = result(&pool, &by_name.job_id).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("policy")),
+        "{message}"
+    );
+    assert!(message.contains("loopback or private"), "{message}");
+    assert!(
+        inside.requests().is_empty(),
+        "a closed tenant reached loopback: {:?}",
+        inside.requests()
+    );
     for spec in [&metadata, &direct, &callback] {
         let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
         assert_eq!(

@@ -509,7 +509,11 @@ async fn a_tenant_cannot_name_another_tenants_secret(pool: PgPool) {
     tokio::time::sleep(Duration::from_secs(2)).await; // its runner's presence lapses
     let mut second = Pipeline::new(&pool).await;
     let lax = second.dir.join("lax.toml");
-    std::fs::write(&lax, "[tenants.team-a]\nsecret_prefixes = [\"*/\"]\n").unwrap();
+    std::fs::write(
+        &lax,
+        "[defaults]\ndestinations = { allow_private = [\"127.0.0.0/8\"] }\n[tenants.team-a]\nsecret_prefixes = [\"*/\"]\n",
+    )
+    .unwrap();
     let lax = lax.display().to_string();
     second.spawn(&["dispatcher"], &[("EXECPLANE_POLICY_FILE", lax.as_str())]);
     second.spawn(&["relay"], &[]);

@@ -13,7 +13,7 @@ fn good() -> Value {
         "tenant": "team-a",
         "requested_by": "control-plane",
         "operation": "verify.http.endpoint",
-        "inputs": {"url": "http://127.0.0.1:8080/health", "expect": {"status": 200}},
+        "inputs": {"url": "http://app.example.com:8080/health", "expect": {"status": 200}},
         // Under the tenant's own prefix: `validate` applies the operator's
         // policy (the defaults here) as intake does.
         "secret_refs": [{"name": "api", "mount": "secret", "path": "team-a/api", "key": "token"}]

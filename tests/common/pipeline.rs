@@ -18,6 +18,13 @@ use serde_json::{json, Value};
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
+/// The policy every pipeline's processes run under unless a test sets its
+/// own: the defaults, but the test stack's services and the tests' own
+/// servers all listen on loopback, which probes and callbacks reach only
+/// by the operator's leave (`destinations.allow_private`).
+pub const LOOPBACK_POLICY: &str =
+    "defaults:\n  destinations:\n    allow_private: [\"127.0.0.0/8\", \"::1\"]\n";
+
 pub struct Pipeline {
     pub url: String,
     pub prefix: String,
@@ -75,6 +82,8 @@ impl Pipeline {
             .expect("topology applies");
         let dir = std::env::temp_dir().join(format!("execplane-{}", prefix.trim_end_matches('.')));
         std::fs::create_dir_all(&dir).unwrap();
+        let policy = dir.join("loopback-policy.yaml"); // Self::loopback_policy
+        std::fs::write(&policy, LOOPBACK_POLICY).unwrap();
         Self {
             url: super::database_url(pool),
             producer: kafka.producer().unwrap(),
@@ -84,7 +93,7 @@ impl Pipeline {
             dir,
             pool: pool.clone(),
             children: Vec::new(),
-            env: Vec::new(),
+            env: vec![("EXECPLANE_POLICY_FILE".into(), policy.display().to_string())],
         }
     }
 
@@ -97,11 +106,17 @@ impl Pipeline {
             .map(|(family, id)| format!("{}={id}", family.file_stem()))
             .collect();
         pipeline.kafka.codec = execplane::codec::Codec::confluent(ids.iter().copied().collect());
-        pipeline.env = vec![
+        pipeline.env.extend([
             ("EXECPLANE_AVRO_FRAMING".into(), "confluent".into()),
             ("EXECPLANE_CONFLUENT_SCHEMA_IDS".into(), list.join(",")),
-        ];
+        ]);
         pipeline
+    }
+
+    /// The policy file of [`LOOPBACK_POLICY`], for a process this pipeline
+    /// does not spawn (a CLI run checks the policy too).
+    pub fn loopback_policy(&self) -> PathBuf {
+        self.dir.join("loopback-policy.yaml")
     }
 
     /// Sets a variable on every process this pipeline spawns from now on.
@@ -469,7 +484,13 @@ impl Pipeline {
         let storage = self.dir.join("artifacts");
         let put = super::execplane_with(
             &self.pool,
-            &["artifacts", "put", "--tenant", "team-a", file.to_str().unwrap()],
+            &[
+                "artifacts",
+                "put",
+                "--tenant",
+                "team-a",
+                file.to_str().unwrap(),
+            ],
             &[("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap())],
         );
         assert!(put.status.success(), "{put:?}");
