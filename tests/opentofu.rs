@@ -61,13 +61,30 @@ resource "null_resource" "greeting" {
 }
 output "greeting" { value = var.greeting }
 output "resource_id" { value = null_resource.greeting.id }
+module "tags" { source = "../tags" }
+output "owner" { value = module.tags.owner }
+"#;
+
+/// A child module of the package, called by a `../` source.
+const TAGS: &str = r#"output "owner" { value = "team-a" }"#;
+
+/// A module of the same approved package whose child module lives
+/// elsewhere: the approved digest would not cover the code that runs.
+const FETCHER: &str = r#"
+module "remote" { source = "git::https://example.com/modules.git" }
 "#;
 
 /// The module as a package: `network/` of a gzipped tar.
 fn package(dir: &Path) -> Vec<u8> {
     let root = dir.join("module-src");
-    std::fs::create_dir_all(root.join("network")).unwrap();
-    std::fs::write(root.join("network/main.tf"), MODULE).unwrap();
+    for (path, text) in [
+        ("network/main.tf", MODULE),
+        ("tags/main.tf", TAGS),
+        ("fetcher/main.tf", FETCHER),
+    ] {
+        std::fs::create_dir_all(root.join(path).parent().unwrap()).unwrap();
+        std::fs::write(root.join(path), text).unwrap();
+    }
     let archive = dir.join("module.tar.gz");
     let status = std::process::Command::new("tar")
         .args([
@@ -250,6 +267,22 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
     assert_eq!(result["workspace"], "blue");
     assert_eq!(result["backend"], "pg");
 
+    // A child module from outside the package: never fetched, refused.
+    let mut fetcher = module.clone();
+    fetcher["path"] = json!("fetcher");
+    let (status, category, message, _) = stack
+        .run(&stack.job("opentofu.plan", fetcher, json!({})))
+        .await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("policy")),
+        "{message}"
+    );
+    assert!(
+        message.contains("child modules come only from inside the approved package"),
+        "{message}"
+    );
+
     let apply = |approved: &str| {
         let mut inputs = module.clone();
         inputs["plan_artifact"] = json!(artifact);
@@ -303,6 +336,10 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
     let (status, _, message, result) = stack.run(&approved).await;
     assert_eq!(status, "succeeded", "{message}");
     assert_eq!(result["outputs"]["greeting"]["value"], "hello", "{result}");
+    assert_eq!(
+        result["outputs"]["owner"]["value"], "team-a",
+        "the package's own child module ran: {result}"
+    );
     let resources = result["resources"].as_array().unwrap();
     assert_eq!(resources.len(), 1, "{result}");
     assert_eq!(resources[0]["address"], "null_resource.greeting");
@@ -336,6 +373,41 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
         (status.as_str(), category.as_deref()),
         ("failed", Some("contract")),
         "{message}"
+    );
+
+    // A plan that replaces the resource destroys it: approved, it is still
+    // refused without `policy.elevated`, before the CLI applies anything.
+    let mut replacing = module.clone();
+    replacing["variables"]["run"] = json!("2");
+    let (status, _, message, result) = stack
+        .run(&stack.job("opentofu.plan", replacing.clone(), json!({})))
+        .await;
+    assert_eq!(status, "succeeded", "{message}");
+    assert_eq!(result["plan"]["destroy"], 1, "{result}");
+    let destroying = result["plan"]["artifact"].as_str().unwrap().to_owned();
+    replacing["plan_artifact"] = json!(destroying);
+    let mut spec = stack.job(
+        "opentofu.apply",
+        replacing,
+        json!({"policy": {"approved_plan_digest": destroying}}),
+    );
+    spec.policy.approved_plan_digest = Some(destroying.clone());
+    let (status, category, message, _) = stack.run(&spec).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("policy")),
+        "{message}"
+    );
+    assert!(
+        message.contains("destroys 1 resource") && message.contains("policy.elevated"),
+        "{message}"
+    );
+    let output = stack.pipeline.tool_output().await;
+    assert!(
+        output
+            .get(&attempt_of(&spec).to_string())
+            .is_none_or(|text| marks(text).is_empty()),
+        "the refused plan was applied"
     );
 
     let (status, _, message, result) = stack
@@ -462,7 +534,8 @@ async fn applies_on_one_workspace_never_overlap_and_a_killed_runner_leaves_one_u
         stack.job(
             "opentofu.apply",
             stack.module(variables, json!({})),
-            json!({"policy": {"explicit_command": true}, "retry": retry}),
+            // Each run replaces the resource: a destroy, so elevated.
+            json!({"policy": {"explicit_command": true, "elevated": true}, "retry": retry}),
         )
     };
     // Two applies at once on one workspace (the local backend).

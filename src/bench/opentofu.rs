@@ -89,7 +89,7 @@ pub async fn run(args: &TofuBenchArgs) -> anyhow::Result<ExitCode> {
     std::fs::write(
         &policy_file,
         format!(
-            "tenants:\n  bench:\n    operations: [\"opentofu.*\"]\n    grants: [explicit_command]\n    opentofu:\n      modules: [\"{package}\"]\n"
+            "tenants:\n  bench:\n    operations: [\"opentofu.*\"]\n    grants: [explicit_command, elevated]\n    opentofu:\n      modules: [\"{package}\"]\n"
         ),
     )?;
     let policy = crate::policy::SharedPolicy::from_file(&policy_file)
@@ -159,7 +159,8 @@ pub async fn run(args: &TofuBenchArgs) -> anyhow::Result<ExitCode> {
             "operation": "opentofu.apply",
             "inputs": {"package": {"name": "bench", "version": "1", "digest": package.to_string()},
                        "variables": {"greeting": format!("run-{run}")}},
-            "policy": {"explicit_command": true},
+            // Each run replaces the resource (a destroy): elevated.
+            "policy": {"explicit_command": true, "elevated": true},
         });
         let spec = crate::contract::validate_jobspec(&value)
             .map_err(|problems| anyhow::anyhow!("the bench JobSpec: {problems}"))?;

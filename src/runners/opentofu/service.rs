@@ -162,7 +162,10 @@ impl Executor for TofuRunner {
             run.prepare(&spec.tenant, module, spec.operation).await?;
             match spec.operation {
                 Operation::OpentofuPlan => run.plan(&spec.tenant, module).await,
-                Operation::OpentofuApply => run.apply(plan_artifact.as_ref()).await,
+                Operation::OpentofuApply => {
+                    run.apply(plan_artifact.as_ref(), spec.policy.elevated)
+                        .await
+                }
                 Operation::OpentofuDestroy => run.destroy().await,
                 _ => run.inspect(spec.operation).await,
             }
@@ -352,11 +355,19 @@ impl Run<'_> {
         std::fs::write(self.workdir.path().join("variables.tfvars.json"), variables)
             .map_err(|error| infrastructure(format!("cannot write the variables: {error}")))?;
         self.context.progress("tofu init", None);
+        self.install_modules(&root).await?;
         // -reconfigure: a `.terraform` the package brought is not the
-        // backend this run uses.
+        // backend this run uses. -get=false: the modules are the ones
+        // installed and checked above, nothing fetched now.
         self.cli(
             "init",
-            &["init", "-input=false", "-no-color", "-reconfigure"],
+            &[
+                "init",
+                "-input=false",
+                "-no-color",
+                "-reconfigure",
+                "-get=false",
+            ],
         )
         .await?;
         let workspace = self.report.workspace.clone();
@@ -491,6 +502,74 @@ impl Run<'_> {
             .args(args.iter().copied())
     }
 
+    /// Child modules come only from inside the approved package (whose
+    /// digest is what was approved): the CLI installs them with no network
+    /// and no backend, so a registry, git or HTTP source cannot be
+    /// fetched, then every module its manifest records must have a local
+    /// source (`./`, `../`) and a directory inside the package.
+    async fn install_modules(&self, package_root: &std::path::Path) -> Result<(), Failure> {
+        let command = self
+            .command(&["init", "-backend=false", "-input=false", "-no-color"])
+            .capture(MAX_DIAGNOSTICS_CAPTURE)
+            .offline();
+        if let Err(failure) = self.run_cli("init (modules)", command).await {
+            let remote = [
+                "remote module registry",
+                "Failed to download module",
+                "Could not download module",
+                "Failed to retrieve available versions for module",
+            ];
+            if remote.iter().any(|words| failure.message.contains(words)) {
+                return Err(Failure::new(
+                    FailureCategory::Policy,
+                    format!("inputs.package: child modules come only from inside the approved package (a `./` or `../` source), never fetched: {}", failure.message),
+                ));
+            }
+            return Err(failure);
+        }
+        let manifest = self.workdir.path().join("tfdata/modules/modules.json");
+        let modules = match std::fs::read(&manifest) {
+            Ok(bytes) => serde_json::from_slice::<Value>(&bytes).map_err(|error| {
+                Failure::new(
+                    FailureCategory::RunnerError,
+                    format!("the CLI's module manifest: {error}"),
+                )
+            })?,
+            // No module calls, no manifest.
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(error) => {
+                return Err(infrastructure(format!(
+                    "cannot read the CLI's module manifest: {error}"
+                )))
+            }
+        };
+        let root = package_root
+            .canonicalize()
+            .map_err(|error| infrastructure(format!("the package's directory: {error}")))?;
+        for entry in modules["Modules"].as_array().into_iter().flatten() {
+            let key = entry["Key"].as_str().unwrap_or_default();
+            if key.is_empty() {
+                continue;
+            }
+            let source = entry["Source"].as_str().unwrap_or_default();
+            let dir = self
+                .module_dir
+                .join(entry["Dir"].as_str().unwrap_or_default());
+            let inside = dir.canonicalize().is_ok_and(|dir| dir.starts_with(&root));
+            if !(source.starts_with("./") || source.starts_with("../")) || !inside {
+                return Err(Failure::new(
+                    FailureCategory::Policy,
+                    format!(
+                        "inputs.package: module `{}` comes from `{}`, not from inside the approved package (a `./` or `../` source)",
+                        crate::contract::limits::loggable(key),
+                        crate::contract::limits::loggable(source)
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Runs the CLI, its output logged.
     async fn cli(&self, what: &str, args: &[&str]) -> Result<ToolExit, Failure> {
         let command = self.command(args).capture(MAX_DIAGNOSTICS_CAPTURE);
@@ -544,6 +623,23 @@ impl Run<'_> {
         )
     }
 
+    /// The summary of the saved plan at `path`, as the CLI reads it
+    /// (`show -json`, never logged: it holds the state's values).
+    async fn show(&mut self, path: &std::path::Path) -> Result<TofuPlan, Failure> {
+        let path = path.display().to_string();
+        let shown = self
+            .cli_data("tofu show", &["show", "-json", "-no-color", &path])
+            .await?;
+        let shown: Value = serde_json::from_slice(&shown).map_err(|error| {
+            Failure::new(
+                FailureCategory::RunnerError,
+                format!("the plan's JSON: {error}"),
+            )
+        })?;
+        self.report.cli_version = shown["terraform_version"].as_str().map(str::to_owned);
+        Ok(summary(&shown))
+    }
+
     /// `opentofu.plan`: the saved plan, stored by its digest (the reference
     /// an apply names) and as the output `plan.tfplan`, with its summary.
     async fn plan(&mut self, tenant: &str, module: &TofuModule) -> Result<String, Failure> {
@@ -556,25 +652,7 @@ impl Run<'_> {
             &["plan", "-input=false", "-no-color", &lock, &vars, &out],
         )
         .await?;
-        let shown = self
-            .cli_data(
-                "tofu show",
-                &[
-                    "show",
-                    "-json",
-                    "-no-color",
-                    &plan_path.display().to_string(),
-                ],
-            )
-            .await?;
-        let shown: Value = serde_json::from_slice(&shown).map_err(|error| {
-            Failure::new(
-                FailureCategory::RunnerError,
-                format!("the plan's JSON: {error}"),
-            )
-        })?;
-        let mut plan = summary(&shown);
-        self.report.cli_version = shown["terraform_version"].as_str().map(str::to_owned);
+        let mut plan = self.show(&plan_path).await?;
         let bytes = std::fs::read(&plan_path)
             .map_err(|error| infrastructure(format!("cannot read the saved plan: {error}")))?;
         let storage = self
@@ -655,32 +733,61 @@ impl Run<'_> {
     }
 
     /// `opentofu.apply`: the approved plan artifact (fetched and checked
-    /// against its digest), or under an explicit operation policy a fresh
-    /// plan applied at once; then the state it left.
-    async fn apply(&mut self, plan_artifact: Option<&InputRef>) -> Result<String, Failure> {
-        match plan_artifact {
+    /// against its digest), or under an explicit operation policy a plan
+    /// made there and then; either applied as saved, once its summary is
+    /// read: a plan that destroys anything (a replacement too) needs
+    /// `policy.elevated` exactly as `opentofu.destroy` does. Then the state
+    /// it left.
+    async fn apply(
+        &mut self,
+        plan_artifact: Option<&InputRef>,
+        elevated: bool,
+    ) -> Result<String, Failure> {
+        let (plan_path, plan) = match plan_artifact {
             Some(reference) => {
-                let plan = self
+                let path = self
                     .workdir
                     .fetch_input(self.context, reference)
                     .await
                     .map_err(|error| {
                         Failure::new(error.category(), format!("inputs.plan_artifact: {error}"))
                     })?;
-                let (lock, plan) = (self.lock_timeout(), plan.display().to_string());
-                self.context.progress("tofu apply", None);
+                let mut plan = self.show(&path).await?;
+                plan.artifact = Some(reference.to_string());
+                (path, plan)
+            }
+            None => {
+                let path = self.workdir.path().join("apply.tfplan");
+                let out = format!("-out={}", path.display());
+                let (lock, vars) = (self.lock_timeout(), self.var_file());
+                self.context.progress("tofu plan", None);
                 self.cli(
-                    "tofu apply",
-                    &["apply", "-input=false", "-no-color", &lock, &plan],
+                    "tofu plan",
+                    &["plan", "-input=false", "-no-color", &lock, &vars, &out],
                 )
                 .await?;
-                self.report.plan = Some(TofuPlan {
-                    artifact: Some(reference.to_string()),
-                    ..TofuPlan::default()
-                });
+                let plan = self.show(&path).await?;
+                (path, plan)
             }
-            None => self.auto_approved("apply").await?,
+        };
+        if plan.destroy > 0 && !elevated {
+            let destroys = plan.destroy;
+            self.report.plan = Some(plan);
+            return Err(Failure::new(
+                FailureCategory::Policy,
+                format!(
+                    "the plan destroys {destroys} resource(s) (a replacement destroys one): applying it needs `policy.elevated: true`, as opentofu.destroy does"
+                ),
+            ));
         }
+        let (lock, path) = (self.lock_timeout(), plan_path.display().to_string());
+        self.context.progress("tofu apply", None);
+        self.cli(
+            "tofu apply",
+            &["apply", "-input=false", "-no-color", &lock, &path],
+        )
+        .await?;
+        self.report.plan = Some(plan);
         self.read_state().await?;
         Ok(format!(
             "applied: {} resource(s), {} output(s)",
@@ -691,29 +798,22 @@ impl Run<'_> {
 
     /// `opentofu.destroy` (elevated): every resource of the state destroyed.
     async fn destroy(&mut self) -> Result<String, Failure> {
-        self.auto_approved("destroy").await?;
-        self.read_state().await?;
-        Ok(format!(
-            "destroyed: {} resource(s) left",
-            self.report.resources.len()
-        ))
-    }
-
-    /// `apply` or `destroy` of the module with the JobSpec's variables, as
-    /// planned there and then (no saved plan).
-    async fn auto_approved(&self, verb: &str) -> Result<(), Failure> {
         let (lock, vars) = (self.lock_timeout(), self.var_file());
-        let what = format!("tofu {verb}");
-        self.context.progress(what.clone(), None);
+        self.context.progress("tofu destroy", None);
         let args = [
-            verb,
+            "destroy",
             "-input=false",
             "-no-color",
             "-auto-approve",
             &lock,
             &vars,
         ];
-        self.cli(&what, &args).await.map(drop)
+        self.cli("tofu destroy", &args).await?;
+        self.read_state().await?;
+        Ok(format!(
+            "destroyed: {} resource(s) left",
+            self.report.resources.len()
+        ))
     }
 
     /// `opentofu.output` and `opentofu.state.inspect`: what the state holds.
