@@ -48,6 +48,13 @@ fn chart(dir: &std::path::Path) -> Vec<u8> {
         "{{- if .Values.elsewhere }}\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: stray\n  namespace: {{ .Values.elsewhere }}\n{{- end }}\n",
     )
     .unwrap();
+    // Placed by the dice, with a fresh token each render: what is
+    // installed must be what was checked, never a second render.
+    std::fs::write(
+        root.join("templates/roll.yaml"),
+        "{{- if .Values.roll }}\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-roll\n  namespace: {{ if eq (randInt 0 2) 0 }}{{ .Release.Namespace }}{{ else }}kube-system{{ end }}\ndata:\n  token: {{ randAlphaNum 24 | quote }}\n{{- end }}\n",
+    )
+    .unwrap();
     std::fs::write(
         root.join("templates/NOTES.txt"),
         "{{ .Release.Name }} says {{ .Values.greeting }}.\n",
@@ -257,6 +264,36 @@ async fn a_release_goes_through_its_life_with_revisions_and_rendered_manifests(p
     assert_eq!(status, "succeeded", "{message}");
     assert_eq!(result["revision"], 3, "{result}");
     assert_eq!(greeting(&admin, &namespace).await.as_deref(), Some("one"));
+
+    // A chart whose every render differs: eight installs, each either
+    // refused (the checked render was outside) or installed as checked;
+    // never an object in kube-system.
+    let configmaps = resource("v1", "ConfigMap", "configmaps");
+    for index in 0..8 {
+        let name = format!("roll-{index}");
+        let mut inputs = release("dice");
+        inputs["release"] = json!(name);
+        inputs["values"]["roll"] = json!(true);
+        let (status, category, message, result) =
+            run(helm_job("helm.install", inputs, json!({}))).await;
+        let placed = cluster::get(&admin, &namespace, &configmaps, &format!("{name}-roll")).await;
+        match (status.as_str(), category.as_deref()) {
+            ("succeeded", _) => {
+                assert!(placed.is_some(), "{name}: installed, but not here: {result}");
+            }
+            ("failed", Some("policy")) => {
+                assert!(message.contains("kube-system"), "{message}");
+                assert!(placed.is_none(), "{name}: refused, yet installed");
+            }
+            other => panic!("{name}: {other:?}: {message}"),
+        }
+        assert!(
+            cluster::get(&admin, "kube-system", &configmaps, &format!("{name}-roll"))
+                .await
+                .is_none(),
+            "{name}: a render that was never checked was installed in kube-system"
+        );
+    }
 
     // An untrusted chart: another digest than the policy's.
     let mut untrusted = release("x");

@@ -95,6 +95,10 @@ pub struct HelmRules {
     /// or lie under one), or `sha256:` chart digests.
     #[serde(default)]
     pub chart_sources: Vec<String>,
+    /// Whether a chart's `lookup` reads the cluster (with the tenant's own
+    /// credential) when it is rendered; off, `lookup` finds nothing.
+    #[serde(default)]
+    pub lookup: bool,
 }
 
 impl HelmRules {

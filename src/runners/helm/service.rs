@@ -497,26 +497,44 @@ impl Run<'_> {
         if !cluster_wide {
             args.push("--skip-crds");
         }
-        // What the release would make, rendered by the API server's dry
-        // run exactly as the real call renders it (lookups, capabilities,
-        // upgrade or install) and checked against the tenant's policy
-        // before helm changes anything: a chart (or a value) must not place
-        // an object outside the tenant's namespaces or scope.
+        // Rendered once (a dry run, as the real call renders: upgrade or
+        // install, the cluster's capabilities; `lookup` only where the
+        // operator allows it), judged against the tenant's policy, and then
+        // exactly that render installed: the chart handed to helm is the
+        // checked render frozen, so `randInt`, `now` or `lookup` cannot make
+        // the install differ from what was checked.
         let timeout = self.timeout();
+        let dry_run = if rules.helm.lookup {
+            "--dry-run=server"
+        } else {
+            "--dry-run=client"
+        };
         let mut dry = args.clone();
         dry.extend([
             "--namespace",
             release.namespace.as_str(),
-            "--dry-run=server",
+            dry_run,
             "--output",
             "json",
             "--timeout",
             &timeout,
         ]);
         let rendered = self.helm_data("helm dry run", self.command(&dry)).await?;
-        let rendered = release_objects(&rendered.stdout)?;
-        self.check_objects(rendered.as_bytes(), &release.namespace, rules)
+        let rendered: Value = serde_json::from_slice(&rendered.stdout).map_err(|error| {
+            Failure::new(
+                FailureCategory::RunnerError,
+                format!("helm printed no release: {error}"),
+            )
+        })?;
+        let objects = release_objects(&rendered);
+        self.check_objects(objects.as_bytes(), &release.namespace, rules)
             .await?;
+        let frozen = self
+            .freeze(&archive, &rendered, &objects, cluster_wide)
+            .await?
+            .display()
+            .to_string();
+        args[2] = frozen.as_str();
         if release.wait {
             args.push("--wait");
         }
@@ -526,6 +544,61 @@ impl Run<'_> {
         self.context
             .progress(format!("helm {verb} {}", release.release), None);
         self.act(&args, &release.namespace, true).await
+    }
+
+    /// The checked render as a chart of its own: the original's metadata
+    /// (its dependencies rendered in), one template that emits the render
+    /// verbatim (`.Files.Get` output is not rendered again), the rendered
+    /// notes, and the chart's CRDs where they will be installed. Hooks are
+    /// documents of the render, recognised again by their annotations.
+    async fn freeze(
+        &self,
+        archive: &str,
+        rendered: &Value,
+        objects: &str,
+        cluster_wide: bool,
+    ) -> Result<PathBuf, Failure> {
+        let dir = self.workdir.path().join("frozen");
+        let local = |error: std::io::Error| {
+            Failure::new(
+                FailureCategory::Infrastructure,
+                format!("writing the checked render as a chart: {error}"),
+            )
+        };
+        let mut metadata = rendered["chart"]["metadata"].clone();
+        let Some(fields) = metadata.as_object_mut() else {
+            return Err(Failure::new(
+                FailureCategory::RunnerError,
+                "helm's dry run printed no chart metadata",
+            ));
+        };
+        fields.remove("dependencies");
+        for sub in ["templates", "rendered", "crds"] {
+            std::fs::create_dir_all(dir.join(sub)).map_err(local)?;
+        }
+        // JSON is YAML.
+        std::fs::write(dir.join("Chart.yaml"), metadata.to_string()).map_err(local)?;
+        std::fs::write(dir.join("rendered/manifest.yaml"), objects).map_err(local)?;
+        std::fs::write(
+            dir.join("templates/rendered.yaml"),
+            "{{ .Files.Get \"rendered/manifest.yaml\" }}\n",
+        )
+        .map_err(local)?;
+        if let Some(notes) = rendered["info"]["notes"].as_str().filter(|notes| !notes.is_empty()) {
+            std::fs::write(dir.join("rendered/NOTES.txt"), notes).map_err(local)?;
+            std::fs::write(
+                dir.join("templates/NOTES.txt"),
+                "{{ .Files.Get \"rendered/NOTES.txt\" }}",
+            )
+            .map_err(local)?;
+        }
+        if cluster_wide {
+            let crds = self
+                .helm_data("helm show crds", self.command(&["show", "crds", archive]).offline())
+                .await?;
+            std::fs::write(dir.join("crds/crds.yaml"), &crds.stdout).map_err(local)?;
+        }
+        Ok(dir)
     }
 
     /// A helm command on the cluster, then the release's status (when it
@@ -837,13 +910,7 @@ impl Run<'_> {
 
 /// A release's objects as helm's `--output json` gives them: its manifest
 /// and every hook's, one YAML stream.
-fn release_objects(json: &[u8]) -> Result<String, Failure> {
-    let release: Value = serde_json::from_slice(json).map_err(|error| {
-        Failure::new(
-            FailureCategory::RunnerError,
-            format!("helm printed no release: {error}"),
-        )
-    })?;
+fn release_objects(release: &Value) -> String {
     let mut stream = release["manifest"].as_str().unwrap_or_default().to_owned();
     for hook in release["hooks"].as_array().into_iter().flatten() {
         if let Some(manifest) = hook["manifest"].as_str() {
@@ -851,7 +918,7 @@ fn release_objects(json: &[u8]) -> Result<String, Failure> {
             stream.push_str(manifest);
         }
     }
-    Ok(stream)
+    stream
 }
 
 #[cfg(test)]
