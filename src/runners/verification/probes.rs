@@ -591,6 +591,9 @@ mod tests {
     use crate::policy::OperatorPolicy;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+    /// The defaults, but the tests' servers listen on loopback.
+    const LOOPBACK: &str = "[defaults.destinations]\nallow_private = [\"127.0.0.0/8\"]\n";
+
     fn bounds(policy: &str, max_body_bytes: usize) -> Bounds {
         Bounds {
             destinations: OperatorPolicy::from_toml(policy)
@@ -635,7 +638,7 @@ mod tests {
         .await;
         let url = format!("http://127.0.0.1:{port}/");
         let client = reqwest::Client::new();
-        let open = bounds("", 1 << 20);
+        let open = bounds(LOOPBACK, 1 << 20);
         let sample = http(
             url.clone(),
             serde_json::json!({"status": 200, "body_contains": "needle"}),
@@ -647,7 +650,7 @@ mod tests {
         let capped = super::http(
             &client,
             &sample,
-            &bounds("", 1000),
+            &bounds(LOOPBACK, 1000),
             Duration::from_secs(5),
             1,
         )
@@ -690,7 +693,7 @@ mod tests {
     #[tokio::test]
     async fn tcp_tells_an_answer_from_a_closed_port() {
         let port = serve(Vec::new()).await;
-        let open = bounds("", 1 << 20);
+        let open = bounds(LOOPBACK, 1 << 20);
         let reached = super::tcp(
             &VerifyTcp {
                 host: "127.0.0.1".into(),
