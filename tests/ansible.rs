@@ -701,3 +701,189 @@ async fn the_ssh_and_ansible_examples_run_to_the_end_the_readme_gives_them(pool:
         let _ = std::process::Command::new("kill").arg(pid.trim()).status();
     }
 }
+
+/// A package whose play runs a task on the controller: it says which uid
+/// it runs as, which working directories it can see under the work root,
+/// and whether it can read the runner's environment.
+const CONTROLLER_PLAY: &str = r#"- name: a task on the controller
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: look around the runner's host
+      ansible.builtin.shell: |
+        echo "start=$(date +%s%N)"
+        echo "uid=$(id -u)"
+        echo "home=$HOME"
+        echo "visible=$(ls -A '{{ work_root }}' 2>/dev/null | tr '\n' ' ')"
+        if cat /proc/{{ runner_pid }}/environ >/dev/null 2>&1; then echo environ=read; else echo environ=denied; fi
+        sleep 4
+        echo "end=$(date +%s%N)"
+      delegate_to: localhost
+      register: seen
+    - name: report it
+      ansible.builtin.debug:
+        msg: "{{ seen.stdout_lines }}"
+"#;
+
+/// `key=value` of the controller task's report in `output`.
+fn reported(output: &str, key: &str) -> String {
+    let needle = format!("{key}=");
+    let at = output
+        .find(&needle)
+        .unwrap_or_else(|| panic!("no {key} in {output}"));
+    output[at + needle.len()..]
+        .split(['"', '\n', ','])
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn controller_tasks_run_only_where_allowed_and_then_only_inside_the_attempts_sandbox(
+    pool: PgPool,
+) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    let archive = {
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(CONTROLLER_PLAY.len() as u64);
+        header.set_mode(0o644);
+        builder
+            .append_data(&mut header, "local.yml", CONTROLLER_PLAY.as_bytes())
+            .unwrap();
+        builder.into_inner().unwrap()
+    };
+    let package = pipeline.put_artifact("controller.tar", &archive);
+    // team-a and team-b may run it on the controller; team-c may not.
+    let tenant = |name: &str, controller: bool, node: &str| {
+        format!(
+            "  {name}:\n    operations: [\"ansible.*\"]\n    secret_prefixes: [\"secret/{name}/\"]\n    ansible:\n      packages:\n        - digest: {package}\n          playbooks: [local.yml]\n          controller: {controller}\n    ssh:\n      nodes: [\"{node}\"]\n"
+        )
+    };
+    let policy = format!(
+        "tenants:\n{}{}{}",
+        tenant("team-a", true, "127.0.0.1"),
+        tenant("team-b", true, "localhost"),
+        tenant("team-c", false, "127.0.0.1"),
+    );
+    let policy_file = pipeline.dir.join("policy.yaml");
+    std::fs::write(&policy_file, policy).unwrap();
+    pipeline.set_env("EXECPLANE_POLICY_FILE", policy_file.to_str().unwrap());
+    let bao = Bao::new();
+    for name in ["team-a", "team-b", "team-c"] {
+        bao.put(
+            &format!("{name}/ssh"),
+            json!({"private_key": sshd::user_key()}),
+        )
+        .await;
+    }
+    let bin = std::env::var("EXECPLANE_ANSIBLE_BIN_DIR").unwrap_or_else(|_| {
+        common::stack_dir()
+            .join("ansible/bin")
+            .display()
+            .to_string()
+    });
+    pipeline.spawn(&["dispatcher"], &[]);
+    pipeline.spawn(&["relay"], &[]);
+    let runner = pipeline.spawn(
+        &["runner", "ansible"],
+        &[
+            ("EXECPLANE_VAULT_ADDR", bao.address.as_str()),
+            ("EXECPLANE_VAULT_TOKEN", bao.root.as_str()),
+            ("EXECPLANE_ANSIBLE_BIN_DIR", bin.as_str()),
+            ("EXECPLANE_RUNNER_CAPACITY", "4"),
+        ],
+    );
+    pipeline.wait_runners(1).await;
+    let runner_pid = pipeline.pid(runner);
+    let work_root = std::env::temp_dir().join("execplane-work");
+    let spec = |tenant: &str, address: &str| {
+        let mut spec = job(
+            "ansible.playbook.run",
+            json!({
+                "package": {"name": "controller", "version": "1", "digest": package},
+                "playbook": "local.yml",
+                "user": "exectest",
+                "private_key": {"$secret": "ssh_key"},
+                "extra_vars": {"work_root": work_root, "runner_pid": runner_pid.to_string()},
+            }),
+            json!({
+                "targets": [node("one", address, 2222)],
+                "secret_refs": [{"name": "ssh_key", "mount": "secret", "path": format!("{tenant}/ssh"), "key": "private_key"}],
+                "retry": {"max_attempts": 1}
+            }),
+        );
+        spec.tenant = tenant.into();
+        spec
+    };
+
+    // Not allowed for team-c: refused before ansible starts.
+    let refused = spec("team-c", "127.0.0.1");
+    pipeline.submit(&refused).await;
+    let (status, category, message, _) = pipeline.ended(&refused, WAIT).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("policy")),
+        "{message}"
+    );
+    assert!(
+        message.contains("delegate_to") && message.contains("controller: true"),
+        "{message}"
+    );
+
+    // Allowed for team-a and team-b, both at once: each runs as a uid of
+    // its own (not the runner's), sees no other attempt's directory, and
+    // cannot read the runner's environment.
+    let (a, b) = (spec("team-a", "127.0.0.1"), spec("team-b", "localhost"));
+    pipeline.submit(&a).await;
+    pipeline.submit(&b).await;
+    for spec in [&a, &b] {
+        let (status, _, message, _) = pipeline.ended(spec, WAIT).await;
+        assert_eq!(status, "succeeded", "{}: {message}", spec.tenant);
+    }
+    let output = pipeline.tool_output().await;
+    let mut seen = Vec::new();
+    for spec in [&a, &b] {
+        let id: uuid::Uuid =
+            sqlx::query_scalar("SELECT attempt_id FROM attempts WHERE job_id = $1")
+                .bind(&spec.job_id)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        seen.push(output[&id.to_string()].clone());
+    }
+    let (seen_a, seen_b) = (seen[0].clone(), seen[1].clone());
+    let runner_uid = rustix::process::getuid().as_raw().to_string();
+    let (uid_a, uid_b) = (reported(&seen_a, "uid"), reported(&seen_b, "uid"));
+    assert_ne!(uid_a, runner_uid, "{seen_a}");
+    assert_ne!(uid_b, runner_uid, "{seen_b}");
+    assert_ne!(uid_a, uid_b, "two attempts shared a uid");
+    for (seen, other) in [(&seen_a, &seen_b), (&seen_b, &seen_a)] {
+        assert_eq!(reported(seen, "environ"), "denied", "{seen}");
+        let own = reported(seen, "home");
+        let other_home = reported(other, "home");
+        let visible = reported(seen, "visible");
+        let other_dir = std::path::Path::new(&other_home)
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            !visible.contains(&other_dir),
+            "{own} saw the other attempt's {other_dir}: {visible}"
+        );
+    }
+    // They overlapped: each was running while the other was.
+    let span = |seen: &str| -> (u128, u128) {
+        (
+            reported(seen, "start").parse().unwrap(),
+            reported(seen, "end").parse().unwrap(),
+        )
+    };
+    let (span_a, span_b) = (span(&seen_a), span(&seen_b));
+    assert!(
+        span_a.0 < span_b.1 && span_b.0 < span_a.1,
+        "the two attempts did not run at once: {span_a:?} {span_b:?}"
+    );
+}

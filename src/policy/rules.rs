@@ -148,6 +148,12 @@ pub struct AnsiblePackage {
     pub playbooks: Vec<String>,
     #[serde(default)]
     pub roles: Vec<String>,
+    /// Whether its plays may run code on the controller (the runner's host,
+    /// in the attempt's sandbox): `delegate_to: localhost`, `local_action`,
+    /// `connection: local`, plays on localhost, lookups of files and
+    /// programs, plugin directories. Default: refused before ansible runs.
+    #[serde(default)]
+    pub controller: bool,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]

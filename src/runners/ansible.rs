@@ -21,9 +21,12 @@
 //! from the JobSpec, an inventory artifact may not choose the connection
 //! (`ansible_connection`, ssh arguments, executables, key files), and
 //! every inventory host must be one of the JobSpec's targets, whose host
-//! keys are the only ones accepted.
+//! keys are the only ones accepted. A package runs nothing on the
+//! controller (local tasks, plays on localhost, controller lookups,
+//! plugins: `controller`) unless the operator allows it for that package.
 
 mod config;
+mod controller;
 pub mod events;
 pub mod package;
 mod service;

@@ -78,10 +78,22 @@ impl Executor for AnsibleRunner {
                 .collect();
             return ExecutionOutcome::failed(FailureCategory::Policy, problems.join("; "), None);
         }
-        let plan = match plan(spec.operation, &inputs, &spec.targets) {
+        let mut plan = match plan(spec.operation, &inputs, &spec.targets) {
             Ok(plan) => plan,
             Err(refusal) => return refusal,
         };
+        plan.controller = plan.package.as_ref().is_some_and(|package| {
+            let digest = package.to_string();
+            self.config
+                .policy
+                .current()
+                .tenant(&spec.tenant)
+                .operations
+                .ansible
+                .packages
+                .iter()
+                .any(|approved| approved.digest == digest && approved.controller)
+        });
         let workdir = match Workdir::for_tools(context.tools()) {
             Ok(workdir) => workdir,
             Err(error) => {
@@ -109,6 +121,8 @@ struct Plan {
     user: String,
     private_key: String,
     hosts: Vec<Host>,
+    /// The operator lets the package run code on the controller.
+    controller: bool,
 }
 
 /// What runs.
@@ -251,6 +265,7 @@ fn plan(
         user,
         private_key,
         hosts,
+        controller: false,
     })
 }
 
@@ -518,6 +533,15 @@ impl AnsibleRunner {
                 .map_err(|failure| {
                     ExecutionOutcome::failed(failure.category, failure.message, None)
                 })?;
+            if !plan.controller {
+                if let Some(why) = super::controller::refusal(&layout.package) {
+                    return Err(ExecutionOutcome::failed(
+                        FailureCategory::Policy,
+                        format!("inputs.package: {why} (allowed only where the operator's policy gives the package `controller: true`)"),
+                        None,
+                    ));
+                }
+            }
         } else {
             std::fs::create_dir_all(&layout.package).map_err(|error| {
                 infrastructure(format!("cannot create the package directory: {error}"))

@@ -1,0 +1,389 @@
+//! What an approved package may not do unless the operator allows it for
+//! that package (`controller: true` in its `ansible.packages` entry): run
+//! code on the controller, the runner's host (in the attempt's sandbox),
+//! rather than on the nodes. Checked on the unpacked package, every file
+//! of it, before ansible starts (docs/SECURITY.md, "Content the runner
+//! reads before the tool does"):
+//!
+//! - plugin directories (`*_plugins`, `plugins`, `collections`): action,
+//!   lookup, filter, callback and connection plugins run in the
+//!   controller's Python; `library` and `module_utils` (modules, run on
+//!   the nodes) are allowed;
+//! - in every YAML file: `delegate_to` localhost (or a template),
+//!   `local_action`, a `connection` other than ssh, `ansible_connection`,
+//!   plays on localhost (or on templated hosts), `add_host`, a `with_`
+//!   loop or an include of anything but a package-relative path, and a
+//!   `src` outside the package;
+//! - in every file's templates (`{{ }}`, `{% %}`): a `lookup`/`query` of a
+//!   plugin that reads the controller (`pipe`, `file`, `env`, `url`, ...)
+//!   or of a name that is not a literal, and any `__` (Python internals:
+//!   ansible's Jinja is not sandboxed).
+//!
+//! A second reading of what ansible will read, so it errs on the side of
+//! refusing: a file that is not YAML is scanned as text only, and YAML
+//! anywhere in the package is read whether a playbook includes it or not.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+/// Lookup (and `with_`) plugins that only transform what they are given.
+const PURE_LOOKUPS: [&str; 12] = [
+    "items",
+    "list",
+    "dict",
+    "indexed_items",
+    "sequence",
+    "subelements",
+    "together",
+    "nested",
+    "cartesian",
+    "flattened",
+    "random_choice",
+    "vars",
+];
+
+/// Keys that name a file of the package to read.
+const INCLUDES: [&str; 7] = [
+    "import_playbook",
+    "include_tasks",
+    "import_tasks",
+    "include",
+    "include_vars",
+    "vars_files",
+    "src",
+];
+
+/// The most a package's YAML file may expand to (as for inventories).
+const MAX_EXPANDED: usize = 8 * 1024 * 1024;
+
+/// The first controller-side construct in the package at `root`, named
+/// with its file: why the package may not run as it is.
+pub fn refusal(root: &Path) -> Option<String> {
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            return Some(format!("cannot read {}", shown(root, &dir)));
+        };
+        let mut entries: Vec<_> = entries.flatten().collect();
+        entries.sort_by_key(|entry| entry.file_name());
+        for entry in entries {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                if name.ends_with("_plugins") || name == "plugins" || name == "collections" {
+                    return Some(format!(
+                        "`{}`: plugins run on the controller",
+                        shown(root, &path)
+                    ));
+                }
+                pending.push(path);
+            } else if kind.is_file() {
+                if let Some(why) = file_refusal(&path) {
+                    return Some(format!("`{}`: {why}", shown(root, &path)));
+                }
+            }
+        }
+    }
+    None
+}
+
+fn shown(root: &Path, path: &Path) -> String {
+    let relative = path.strip_prefix(root).unwrap_or(path);
+    crate::contract::limits::loggable(&relative.display().to_string())
+}
+
+fn file_refusal(path: &Path) -> Option<String> {
+    let bytes = std::fs::read(path).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    // Ansible evaluates bare expressions (`when`, `that`, `loop`) as
+    // templates too, so a file's whole text is read, not only its `{{ }}`;
+    // a Python file (a module, run on the nodes) only where it templates.
+    let python = path.extension().is_some_and(|extension| extension == "py");
+    let found = if python {
+        blocks(&text).find_map(text_refusal)
+    } else {
+        text_refusal(&text)
+    };
+    if let Some(why) = found {
+        return Some(why);
+    }
+    let yaml = path
+        .extension()
+        .and_then(|extension| extension.to_str())
+        .is_some_and(|extension| matches!(extension, "yml" | "yaml" | "json"));
+    if !yaml {
+        return None;
+    }
+    match crate::runner::yaml::documents(&bytes, MAX_EXPANDED) {
+        Ok(documents) => documents
+            .iter()
+            .find_map(|document| value_refusal(document, None)),
+        Err(error) => Some(format!("not YAML ansible can be held to: {error}")),
+    }
+}
+
+/// Every `{{ }}` and `{% %}` block of `text`.
+fn blocks(text: &str) -> impl Iterator<Item = &str> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        let start = [rest.find("{{"), rest.find("{%")]
+            .into_iter()
+            .flatten()
+            .min()?;
+        let close = if rest[start..].starts_with("{{") {
+            "}}"
+        } else {
+            "%}"
+        };
+        let body = &rest[start + 2..];
+        let end = body.find(close).unwrap_or(body.len());
+        rest = &body[end.min(body.len())..];
+        Some(&body[..end])
+    })
+}
+
+/// Python internals a template can climb through (ansible's Jinja is not
+/// sandboxed), and the filter that reaches them by a computed name.
+const INTERNALS: [&str; 10] = [
+    "__class__",
+    "__mro__",
+    "__subclasses__",
+    "__globals__",
+    "__builtins__",
+    "__import__",
+    "__init__",
+    "__dict__",
+    "__getattribute__",
+    "attr(",
+];
+
+fn text_refusal(text: &str) -> Option<String> {
+    if let Some(name) = INTERNALS.iter().find(|name| text.contains(*name)) {
+        return Some(format!("a template reaches Python internals (`{name}`)"));
+    }
+    lookup_refusal(text)
+}
+
+/// A `lookup(`, `query(` or `q(` whose plugin is not a literal pure one.
+fn lookup_refusal(block: &str) -> Option<String> {
+    let bytes = block.as_bytes();
+    for call in ["lookup", "query", "q"] {
+        let mut from = 0;
+        while let Some(found) = block[from..].find(call) {
+            let at = from + found;
+            from = at + call.len();
+            let before = at.checked_sub(1).map(|index| bytes[index]);
+            if before.is_some_and(|byte| byte.is_ascii_alphanumeric() || byte == b'_') {
+                continue;
+            }
+            let after = block[from..].trim_start();
+            let Some(arguments) = after.strip_prefix('(') else {
+                continue;
+            };
+            let arguments = arguments.trim_start();
+            // A literal: one quoted name, then the next argument or the end.
+            let plugin = arguments
+                .strip_prefix(['\'', '"'])
+                .and_then(|quoted| {
+                    let quote = arguments.as_bytes()[0] as char;
+                    quoted.split_once(quote)
+                })
+                .filter(|(_, rest)| rest.trim_start().starts_with([',', ')']))
+                .map(|(name, _)| name.rsplit('.').next().unwrap_or(name));
+            match plugin {
+                Some(name) if PURE_LOOKUPS.contains(&name) => {}
+                Some(name) => {
+                    return Some(format!(
+                        "`{call}('{}')` reads the controller",
+                        crate::contract::limits::loggable(name)
+                    ))
+                }
+                None => return Some(format!("`{call}(` of a plugin that is not a literal name")),
+            }
+        }
+    }
+    None
+}
+
+fn is_local(host: &str) -> bool {
+    let host = host.trim().to_ascii_lowercase();
+    host == "localhost"
+        || host.starts_with("localhost.")
+        || host.starts_with("127.")
+        || host == "::1"
+        || host.contains("{{")
+        || host.contains("{%")
+}
+
+/// A package-relative path: no absolute path, no `..`, no template.
+fn is_package_relative(path: &str) -> bool {
+    !path.starts_with('/')
+        && !path.starts_with('~')
+        && !path.contains("{{")
+        && !path.contains("{%")
+        && !path.split(['/', '\\']).any(|segment| segment == "..")
+}
+
+fn strings(value: &Value) -> Vec<&str> {
+    match value {
+        Value::String(text) => vec![text.as_str()],
+        Value::Array(items) => items.iter().flat_map(strings).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The first refusal in a YAML value: its keys, and its strings as ansible
+/// reads them (escapes decoded).
+fn value_refusal(value: &Value, key: Option<&str>) -> Option<String> {
+    match value {
+        Value::Object(object) => object.iter().find_map(|(key, child)| {
+            text_refusal(key)
+                .or_else(|| key_refusal(key, child))
+                .or_else(|| value_refusal(child, Some(key)))
+        }),
+        Value::Array(items) => items.iter().find_map(|item| value_refusal(item, key)),
+        Value::String(text) => text_refusal(text),
+        _ => None,
+    }
+}
+
+fn key_refusal(key: &str, value: &Value) -> Option<String> {
+    let bare = key.rsplit('.').next().unwrap_or(key);
+    let refuse = |what: &str| Some(format!("{what} runs on the controller"));
+    match bare {
+        "local_action" => refuse("`local_action`"),
+        "add_host" => refuse("`add_host` (it can make a host local)"),
+        "ansible_connection" => refuse("`ansible_connection`"),
+        "delegate_to" if strings(value).iter().any(|host| is_local(host)) => {
+            refuse("`delegate_to` localhost (or a template)")
+        }
+        "connection"
+            if strings(value)
+                .iter()
+                .any(|kind| !matches!(*kind, "ssh" | "smart")) =>
+        {
+            refuse("a `connection` other than ssh")
+        }
+        "hosts"
+            if strings(value).iter().any(|hosts| {
+                is_local(hosts)
+                    || hosts
+                        .split([',', ':', '&', '!'])
+                        .any(|host| is_local(host.trim()))
+            }) =>
+        {
+            refuse("a play on localhost (or on templated hosts)")
+        }
+        _ if bare.starts_with("with_") && !PURE_LOOKUPS.contains(&&bare[5..]) => Some(format!(
+            "`{}` reads the controller",
+            crate::contract::limits::loggable(key)
+        )),
+        _ if INCLUDES.contains(&key) || INCLUDES.contains(&bare) => strings(value)
+            .into_iter()
+            .find(|path| !is_package_relative(path))
+            .map(|path| {
+                format!(
+                    "`{}: {}` reads outside the package",
+                    crate::contract::limits::loggable(key),
+                    crate::contract::limits::loggable(path)
+                )
+            }),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn package(files: &[(&str, &str)]) -> std::path::PathBuf {
+        let root = std::env::temp_dir().join(format!(
+            "execplane-controller-{}",
+            uuid::Uuid::new_v4().simple()
+        ));
+        for (path, text) in files {
+            let file = root.join(path);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(file, text).unwrap();
+        }
+        root
+    }
+
+    fn refused(files: &[(&str, &str)]) -> Option<String> {
+        let root = package(files);
+        let why = refusal(&root);
+        std::fs::remove_dir_all(root).unwrap();
+        why
+    }
+
+    #[test]
+    fn plays_on_the_nodes_pass() {
+        let site = r#"- hosts: all
+  gather_facts: false
+  vars_files: [vars/common.yml]
+  tasks:
+    - ansible.builtin.copy:
+        src: files/motd
+        dest: "{{ motd_dir }}/{{ inventory_hostname }}.motd"
+    - ansible.builtin.debug:
+        msg: "{{ item }} {{ lookup('ansible.builtin.vars', 'motd_dir') }}"
+      loop: "{{ query('items', [1, 2]) }}"
+      with_items: [a]
+    - ansible.builtin.command: uptime
+      delegate_to: "db-1"
+      connection: ssh
+    - ansible.builtin.include_tasks: tasks/more.yml
+"#;
+        let files = [
+            ("site.yml", site),
+            ("vars/common.yml", "motd_dir: /etc/motd.d\n"),
+            ("library/my_module.py", "print('runs on the node')\n"),
+            ("templates/motd.j2", "{{ inventory_hostname }}\n"),
+        ];
+        assert_eq!(refused(&files), None);
+    }
+
+    #[test]
+    fn every_way_onto_the_controller_is_refused() {
+        let task = |body: &str| format!("- hosts: all\n  tasks:\n    - {body}\n");
+        let cases = [
+            ("site.yml", task("ansible.builtin.shell: id\n      delegate_to: localhost"), "delegate_to"),
+            ("site.yml", task("ansible.builtin.shell: id\n      delegate_to: 127.0.0.1"), "delegate_to"),
+            ("site.yml", task("ansible.builtin.shell: id\n      delegate_to: \"{{ where }}\""), "delegate_to"),
+            ("site.yml", task("local_action: ansible.builtin.shell id"), "local_action"),
+            ("site.yml", task("ansible.builtin.shell: id\n      connection: local"), "connection"),
+            ("site.yml", "- hosts: localhost\n  tasks: []\n".into(), "localhost"),
+            ("site.yml", "- hosts: \"{{ target }}\"\n  tasks: []\n".into(), "localhost"),
+            ("site.yml", "- hosts: web:localhost\n  tasks: []\n".into(), "localhost"),
+            ("site.yml", "- hosts: all\n  vars: {ansible_connection: local}\n".into(), "ansible_connection"),
+            ("site.yml", task("ansible.builtin.add_host: {name: x}"), "add_host"),
+            ("site.yml", task("ansible.builtin.debug: {msg: \"{{ lookup('pipe', 'id') }}\"}"), "pipe"),
+            ("site.yml", task("ansible.builtin.debug: {msg: \"{{ lookup( \\\"file\\\" , '/etc/shadow') }}\"}"), "lookup("),
+            ("site.yml", task("ansible.builtin.debug: {msg: \"{\\x7b lookup('pipe', 'id') }}\"}"), "pipe"),
+            ("site.yml", task("ansible.builtin.debug: {msg: x}\n      when: lookup('pipe', 'id') == 'x'"), "pipe"),
+            ("site.yml", task("ansible.builtin.debug: {msg: \"{{ {'a': {'b': 1}} | attr('_' ~ '_class__') }}\"}"), "attr("),
+            ("site.yml", "- hosts: \"::1\"\n  tasks: []\n".into(), "localhost"),
+            ("site.yml", task("ansible.builtin.debug: {msg: \"{{ q('env', 'HOME') }}\"}"), "env"),
+            ("site.yml", task("ansible.builtin.debug: {msg: \"{{ lookup('pi' ~ 'pe', 'id') }}\"}"), "literal"),
+            ("site.yml", task("ansible.builtin.debug: {msg: \"{{ ''.__class__ }}\"}"), "__class__"),
+            ("site.yml", task("ansible.builtin.debug: {msg: x}\n      with_file: [/etc/passwd]"), "with_file"),
+            ("site.yml", task("ansible.builtin.copy: {src: /etc/shadow, dest: /tmp/x}"), "outside"),
+            ("site.yml", task("ansible.builtin.copy: {src: ../../secrets/key, dest: /tmp/x}"), "outside"),
+            ("site.yml", task("ansible.builtin.include_tasks: /srv/other/tasks.yml"), "outside"),
+            ("site.yml", "- ansible.builtin.import_playbook: ../../x.yml\n".into(), "outside"),
+            ("templates/motd.j2", "{% set x = lookup('pipe', 'id') %}".into(), "pipe"),
+            ("filter_plugins/evil.py", "def filters(): pass\n".into(), "plugins"),
+            ("roles/r/action_plugins/evil.py", "x = 1\n".into(), "plugins"),
+            ("collections/ansible_collections/a/b/plugins/x.py", "x = 1\n".into(), "plugins"),
+        ];
+        for (path, text, expected) in cases {
+            let why = refused(&[(path, text.as_str())])
+                .unwrap_or_else(|| panic!("not refused: {path}: {text}"));
+            assert!(why.contains(expected), "{text}: {why}");
+        }
+    }
+}
