@@ -279,7 +279,10 @@ async fn a_release_goes_through_its_life_with_revisions_and_rendered_manifests(p
         let placed = cluster::get(&admin, &namespace, &configmaps, &format!("{name}-roll")).await;
         match (status.as_str(), category.as_deref()) {
             ("succeeded", _) => {
-                assert!(placed.is_some(), "{name}: installed, but not here: {result}");
+                assert!(
+                    placed.is_some(),
+                    "{name}: installed, but not here: {result}"
+                );
             }
             ("failed", Some("policy")) => {
                 assert!(message.contains("kube-system"), "{message}");

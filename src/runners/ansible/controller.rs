@@ -119,9 +119,7 @@ fn file_refusal(path: &Path) -> Option<String> {
         return None;
     }
     match crate::runner::yaml::documents(&bytes, MAX_EXPANDED) {
-        Ok(documents) => documents
-            .iter()
-            .find_map(|document| value_refusal(document, None)),
+        Ok(documents) => documents.iter().find_map(value_refusal),
         Err(error) => Some(format!("not YAML ansible can be held to: {error}")),
     }
 }
@@ -238,14 +236,14 @@ fn strings(value: &Value) -> Vec<&str> {
 
 /// The first refusal in a YAML value: its keys, and its strings as ansible
 /// reads them (escapes decoded).
-fn value_refusal(value: &Value, key: Option<&str>) -> Option<String> {
+fn value_refusal(value: &Value) -> Option<String> {
     match value {
         Value::Object(object) => object.iter().find_map(|(key, child)| {
             text_refusal(key)
                 .or_else(|| key_refusal(key, child))
-                .or_else(|| value_refusal(child, Some(key)))
+                .or_else(|| value_refusal(child))
         }),
-        Value::Array(items) => items.iter().find_map(|item| value_refusal(item, key)),
+        Value::Array(items) => items.iter().find_map(value_refusal),
         Value::String(text) => text_refusal(text),
         _ => None,
     }

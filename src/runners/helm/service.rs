@@ -584,7 +584,10 @@ impl Run<'_> {
             "{{ .Files.Get \"rendered/manifest.yaml\" }}\n",
         )
         .map_err(local)?;
-        if let Some(notes) = rendered["info"]["notes"].as_str().filter(|notes| !notes.is_empty()) {
+        if let Some(notes) = rendered["info"]["notes"]
+            .as_str()
+            .filter(|notes| !notes.is_empty())
+        {
             std::fs::write(dir.join("rendered/NOTES.txt"), notes).map_err(local)?;
             std::fs::write(
                 dir.join("templates/NOTES.txt"),
@@ -594,7 +597,10 @@ impl Run<'_> {
         }
         if cluster_wide {
             let crds = self
-                .helm_data("helm show crds", self.command(&["show", "crds", archive]).offline())
+                .helm_data(
+                    "helm show crds",
+                    self.command(&["show", "crds", archive]).offline(),
+                )
                 .await?;
             std::fs::write(dir.join("crds/crds.yaml"), &crds.stdout).map_err(local)?;
         }
