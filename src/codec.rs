@@ -21,6 +21,7 @@ pub use framing::{
 };
 pub use records::{
     ArtifactRecord, AttemptEventRecord, CancelAttemptRecord, CommandKind, CommandRecord, EventType,
-    JobSpecRecord, LogChunkRecord, LogStream, Presence, PresenceRecord, PresenceStatus, ReportType,
-    ResultRecord, RetentionClass, RunnerEventRecord, TerminalStatus, WorkRecord, WorkType,
+    Isolation, JobSpecRecord, LogChunkRecord, LogStream, Presence, PresenceRecord, PresenceStatus,
+    ReportType, ResultRecord, RetentionClass, RunnerEventRecord, TerminalStatus, WorkRecord,
+    WorkType,
 };

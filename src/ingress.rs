@@ -379,12 +379,24 @@ impl Ingress {
         Ok(())
     }
 
-    /// `/readyz`: Postgres and the broker both answer.
-    pub async fn ready(&self) -> Result<(), String> {
+    /// `/readyz`: Postgres and the broker both answer. The warnings: the
+    /// runner instances whose tools run without the whole sandbox (the
+    /// operator's choice, said wherever an operator looks).
+    pub async fn ready(&self) -> Result<Vec<String>, String> {
         self.store
             .ping()
             .await
             .map_err(|error| format!("postgres: {error}"))?;
+        let warnings = self
+            .store
+            .weakly_isolated_instances()
+            .await
+            .map_err(|error| format!("postgres: {error}"))?
+            .into_iter()
+            .map(|(instance, runner_type, isolation)| {
+                format!("runner instance {instance} ({runner_type}) runs its tools {isolation}")
+            })
+            .collect();
         let producer = self.producer.clone();
         tokio::task::spawn_blocking(move || {
             use rdkafka::producer::Producer;
@@ -395,7 +407,8 @@ impl Ingress {
                 .map_err(|error| format!("broker: {error}"))
         })
         .await
-        .map_err(|error| format!("broker check: {error}"))?
+        .map_err(|error| format!("broker check: {error}"))??;
+        Ok(warnings)
     }
 
     /// `/metrics`: this process's metrics, then the dispatcher's when it

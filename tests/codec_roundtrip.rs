@@ -342,7 +342,7 @@ const FASTAVRO_FINGERPRINTS: [(Family, &str, &str); 8] = [
     (Family::LogChunk, "7fbd3e6c576040ce", "7fbd3e6c576040ce"),
     (Family::Result, "82b536f5207f4b71", "82b536f5207f4b71"),
     (Family::RunnerEvent, "53077da007d4be96", "113fa3d628a5028a"),
-    (Family::Presence, "5e96024fb84cdc25", "d7c26a14c9aa5626"),
+    (Family::Presence, "6cfb83b3a795588f", "d7c26a14c9aa5626"),
     (Family::WorkItem, "40aed7f57f22cac7", "40aed7f57f22cac7"),
 ];
 

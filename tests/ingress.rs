@@ -963,3 +963,31 @@ fn the_ingress_refuses_to_start_without_its_keys_and_says_why() {
         "a key was printed"
     );
 }
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn an_unsandboxed_runner_is_said_so_in_its_presence_and_in_readyz(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    let ingress = start(&mut pipeline, &["ingress"], &[]).await;
+    pipeline.spawn(&["dispatcher"], &[]);
+    pipeline.spawn(&["runner", "verification"], &[]);
+    pipeline.spawn(&["runner", "verification"], &[("EXECPLANE_SANDBOX", "off")]);
+    pipeline.wait_runners(2).await;
+    let isolation: Vec<String> =
+        sqlx::query_scalar("SELECT isolation FROM runner_instances ORDER BY isolation")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(isolation, ["sandboxed", "unsandboxed"]);
+    let response = reqwest::get(ingress.url("/readyz")).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let body = response.text().await.unwrap();
+    let warnings: Vec<&str> = body
+        .lines()
+        .filter(|line| line.starts_with("warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{body}");
+    assert!(
+        warnings[0].contains("(verification) runs its tools unsandboxed"),
+        "{body}"
+    );
+}

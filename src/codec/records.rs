@@ -912,6 +912,39 @@ pub struct PresenceRecord {
     pub status: PresenceStatus,
     pub started_at: UnixMillis,
     pub sent_at: UnixMillis,
+    /// How the instance runs its tools ([`Isolation::as_str`]); `unknown`
+    /// from releases before 0.3.
+    #[serde(default = "unknown_isolation")]
+    pub isolation: String,
+}
+
+fn unknown_isolation() -> String {
+    "unknown".into()
+}
+
+/// How a runner instance runs its tools, as its presence says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isolation {
+    /// A uid, mount and pid namespaces of each attempt's own; the network
+    /// guarded.
+    Sandboxed,
+    /// The sandbox without the network guard (`EXECPLANE_SANDBOX_NETWORK=host`).
+    HostNetwork,
+    /// As the runner's own user (`EXECPLANE_SANDBOX=off`).
+    Unsandboxed,
+    /// An ingress executor: on its own host, out of execplane's hands.
+    Remote,
+}
+
+impl Isolation {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Isolation::Sandboxed => "sandboxed",
+            Isolation::HostNetwork => "sandboxed, host network",
+            Isolation::Unsandboxed => "unsandboxed",
+            Isolation::Remote => "remote",
+        }
+    }
 }
 
 /// What an instance says of itself, for [`PresenceRecord::new`].
@@ -927,6 +960,7 @@ pub struct Presence<'a> {
     pub in_flight: u32,
     pub work_partition: i32,
     pub started_at: UnixMillis,
+    pub isolation: Isolation,
 }
 
 impl PresenceRecord {
@@ -957,6 +991,7 @@ impl PresenceRecord {
             status,
             started_at: presence.started_at,
             sent_at,
+            isolation: presence.isolation.as_str().to_owned(),
         }
     }
 }

@@ -245,6 +245,7 @@ impl Ingress {
                 in_flight: 0,
                 work_partition: session.partition,
                 started_at: session.started_at,
+                isolation: crate::codec::Isolation::Remote,
             },
             status,
             chrono::Utc::now().timestamp_millis(),

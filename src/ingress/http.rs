@@ -547,7 +547,13 @@ fn caller(request_caller: Option<axum::Extension<Caller>>) -> Result<Caller, Ing
 
 async fn readyz(State(ingress): State<Arc<Ingress>>) -> Response {
     match ingress.ready().await {
-        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+        Ok(warnings) => {
+            let mut body = String::from("ready\n");
+            for warning in warnings {
+                body.push_str(&format!("warning: {warning}\n"));
+            }
+            (StatusCode::OK, body).into_response()
+        }
         Err(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("not ready: {why}\n"),

@@ -409,6 +409,7 @@ impl Presence {
                 in_flight: self.in_flight.load(Ordering::SeqCst),
                 work_partition: self.partition,
                 started_at: self.started_at,
+                isolation: self.config.tools.sandbox.isolation(),
             },
             status,
             chrono::Utc::now().timestamp_millis(),

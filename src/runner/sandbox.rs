@@ -57,6 +57,18 @@ pub struct SandboxSettings {
     pub network: Network,
 }
 
+impl SandboxSettings {
+    /// What the instance's presence says of how it runs tools.
+    pub fn isolation(&self) -> crate::codec::Isolation {
+        use crate::codec::Isolation;
+        match (self.enabled, &self.network) {
+            (false, _) => Isolation::Unsandboxed,
+            (true, Network::Host) => Isolation::HostNetwork,
+            (true, _) => Isolation::Sandboxed,
+        }
+    }
+}
+
 impl Default for SandboxSettings {
     fn default() -> Self {
         Self {

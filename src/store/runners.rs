@@ -40,6 +40,20 @@ impl Store {
         Ok((inbox, instances))
     }
 
+    /// The instances not stopped whose tools run without the whole sandbox
+    /// (`unsandboxed`, `sandboxed, host network`): (instance, type, isolation).
+    pub async fn weakly_isolated_instances(
+        &self,
+    ) -> Result<Vec<(String, String, String)>, StoreError> {
+        Ok(sqlx::query_as(
+            "SELECT instance_id, runner_type, isolation FROM runner_instances
+             WHERE status <> 'stopped' AND isolation IN ('unsandboxed', 'sandboxed, host network')
+             ORDER BY instance_id",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     /// Upserts presence records; an older record never overwrites a newer one.
     pub async fn upsert_presence(&self, records: &[PresenceRecord]) -> Result<(), StoreError> {
         if records.is_empty() {
@@ -80,6 +94,7 @@ impl Store {
                         PresenceStatus::Stopped => "stopped",
                     },
                     "work_partition": record.work_partition,
+                    "isolation": record.isolation,
                 })
             })
             .collect();
