@@ -860,17 +860,23 @@ async fn pump(
             continue;
         };
         let granted = budget.take(read);
-        if granted < read && !told {
-            told = true;
-            context.log(
-                stream,
-                "\n[execplane: output over the tool's bound is dropped from here]\n",
-            );
-        }
         carry.extend_from_slice(&buffer[..granted]);
         let text = take_text(&mut carry);
         if !text.is_empty() {
             context.log(stream, text);
+        }
+        // Said on the runner's own stream, after the last bytes logged: the
+        // cut stream ends there, so its masker masks a value cut in two
+        // rather than releasing its head (`StreamMasker::finish`).
+        if granted < read && !told {
+            told = true;
+            context.log(
+                LogStream::Runner,
+                format!(
+                    "[execplane: {} output over the attempt's bound is dropped from here]\n",
+                    format!("{stream:?}").to_lowercase()
+                ),
+            );
         }
     }
     if let (Some(stream), false) = (stream, carry.is_empty()) {

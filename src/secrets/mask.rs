@@ -175,10 +175,19 @@ impl StreamMasker {
         out
     }
 
-    /// Whatever was held back, masked: the stream has ended.
+    /// Whatever was held back, masked: the stream has ended. A tail held
+    /// back as the beginning of a form that never came (the output cut at
+    /// its bound, the tool killed mid-write) may be the head of a secret:
+    /// it is masked whole, never released.
     pub fn finish(&mut self) -> String {
         let rest = std::mem::take(&mut self.pending);
-        self.masker.mask(&rest)
+        let (mut out, consumed) = self.masker.scan(&rest, true);
+        let tail = &rest[consumed..];
+        if !tail.is_empty() {
+            let masked = self.masker.mask(tail);
+            out.push_str(if masked == tail { MASK } else { &masked });
+        }
+        out
     }
 }
 
@@ -224,6 +233,12 @@ mod tests {
         out.push_str(&stream.push("ing season"));
         out.push_str(&stream.finish());
         assert_eq!(out, "hunting season");
+        // Cut short (the output's bound, a killed tool): what could be the
+        // head of the value is masked, never released.
+        let mut stream = StreamMasker::new(Masker::new(["hunter2-secret"]));
+        let mut out = stream.push("password: hunter2-se");
+        out.push_str(&stream.finish());
+        assert_eq!(out, format!("password: {MASK}"));
     }
 
     proptest! {
