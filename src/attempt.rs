@@ -19,7 +19,7 @@ pub use decide::{decide, Rejection};
 pub use fencing::{lease_refusal, LeaseFacts};
 pub use ids::{attempt_id_for, event_id_for, lease_id_for};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
@@ -69,7 +69,19 @@ pub struct Attempt {
     pub fenced_reports: u32,
     /// Set once the HTTP callback was delivered (true) or given up (false).
     pub callback_delivered: Option<bool>,
+    /// An `opentofu.plan` attempt's approvals (`plan_approved` events).
+    #[serde(default)]
+    pub plan_approval: Option<PlanApproval>,
     pub last_seq: u64,
+}
+
+/// Who approved an `opentofu.plan` attempt's saved plan for applying.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanApproval {
+    /// `sha256:<hex>` of the saved plan.
+    pub digest: String,
+    /// The approvers, in the order they approved.
+    pub approved_by: Vec<String>,
 }
 
 impl Attempt {
@@ -112,6 +124,7 @@ impl Attempt {
             retry_attempt_id: None,
             fenced_reports: 0,
             callback_delivered: None,
+            plan_approval: None,
             last_seq: 1,
         }
     }
@@ -195,6 +208,11 @@ pub struct JobState {
     /// attempt missing here is not known to be free, and the grant is
     /// refused.
     pub key_holders: BTreeMap<String, u32>,
+    /// For an ExecuteJob of an `opentofu.apply` naming an approved plan:
+    /// the digests of its tenant's plans that have an approval, read by the
+    /// store. A digest missing here is not approved, and the job is
+    /// rejected (`policy`).
+    pub approved_plans: BTreeSet<String>,
 }
 
 impl JobState {
@@ -429,6 +447,26 @@ fn apply_body(
             if current.is_terminal() {
                 next.updated_at = current.updated_at;
             }
+        }
+        EventBody::PlanApproved {
+            plan_digest,
+            approved_by,
+            ..
+        } => {
+            if current.status != AttemptStatus::Succeeded {
+                return Err(fail("a plan approved whose attempt did not succeed"));
+            }
+            let approval = next.plan_approval.get_or_insert_with(|| PlanApproval {
+                digest: plan_digest.clone(),
+                approved_by: Vec::new(),
+            });
+            if approval.digest != *plan_digest {
+                return Err(fail("an approval of another plan than the attempt's"));
+            }
+            if !approval.approved_by.contains(approved_by) {
+                approval.approved_by.push(approved_by.clone());
+            }
+            next.updated_at = current.updated_at;
         }
         EventBody::Finished {
             outcome,

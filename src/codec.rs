@@ -20,8 +20,8 @@ pub use framing::{
     can_read, fingerprint, legacy_fingerprint, Codec, CodecError, Family, Framing, RegistryIds,
 };
 pub use records::{
-    ArtifactRecord, AttemptEventRecord, CancelAttemptRecord, CommandKind, CommandRecord, EventType,
-    Isolation, JobSpecRecord, LogChunkRecord, LogStream, Presence, PresenceRecord, PresenceStatus,
-    ReportType, ResultRecord, RetentionClass, RunnerEventRecord, TerminalStatus, WorkRecord,
-    WorkType,
+    ApprovePlanRecord, ArtifactRecord, AttemptEventRecord, CancelAttemptRecord, CommandKind,
+    CommandRecord, EventType, Isolation, JobSpecRecord, LogChunkRecord, LogStream, Presence,
+    PresenceRecord, PresenceStatus, ReportType, ResultRecord, RetentionClass, RunnerEventRecord,
+    TerminalStatus, WorkRecord, WorkType,
 };

@@ -68,6 +68,7 @@ async fn nul_records_straight_to_kafka_are_isolated_and_shutdown_still_works(poo
         issued_at: chrono::Utc::now().timestamp_millis(),
         execute: Some(record),
         cancel: None,
+        approve: None,
     };
     let codec = pipeline.kafka.codec.clone();
     pipeline

@@ -395,6 +395,33 @@ async fn the_execute_api_runs_a_job_streams_its_events_and_cancels(pool: PgPool)
     assert_eq!(body.as_array().unwrap().len(), 5);
     assert_eq!(body[0]["body"]["type"], "created");
 
+    // An approval names a plan: a probe's attempt has none to approve, a
+    // malformed digest is refused with its path, nothing is produced.
+    let approve_url = ingress.url(&format!("/v1/attempts/{attempt_id}/approve"));
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    for (body, expected) in [
+        (
+            json!({"plan_digest": digest, "approved_by": "reviewer"}),
+            409,
+        ),
+        (
+            json!({"plan_digest": "sha256:nope", "approved_by": "reviewer"}),
+            400,
+        ),
+        (json!({"plan_digest": digest}), 400),
+    ] {
+        let (status, reply) = call(
+            reqwest::Method::POST,
+            &approve_url,
+            Some(API_KEY),
+            None,
+            &[],
+            Some(serde_json::to_vec(&body).unwrap()),
+        )
+        .await;
+        assert_eq!(status, expected, "{body}: {reply}");
+    }
+
     // Cancel a hanging probe through the API; a second cancel is a conflict.
     let hang = job(
         "verify.custom.probe",

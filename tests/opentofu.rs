@@ -112,6 +112,7 @@ tenants:
       modules: ["{digest}"]
       backends: [local, pg]
       env: [PROVIDER_TOKEN]
+      approvers: [reviewer, pipeline-test]
 "#
     )
 }
@@ -204,6 +205,24 @@ impl Stack {
     }
 }
 
+/// The plan attempt's approval once one is recorded.
+async fn approve_wait(pool: &PgPool, attempt_id: uuid::Uuid) -> Value {
+    let deadline = std::time::Instant::now() + WAIT;
+    while std::time::Instant::now() < deadline {
+        let approval: Option<Value> =
+            sqlx::query_scalar("SELECT plan_approval FROM attempts WHERE attempt_id = $1")
+                .bind(attempt_id)
+                .fetch_one(pool)
+                .await
+                .unwrap();
+        if let Some(approval) = approval {
+            return approval;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("attempt {attempt_id}'s plan was never approved");
+}
+
 fn random(length: usize) -> String {
     uuid::Uuid::new_v4()
         .simple()
@@ -250,9 +269,8 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
         json!({"type": "pg", "conn_str": {"$secret": "state"}, "schema_name": "network_state"});
     let module = stack.module(variables, pg);
 
-    let (status, _, message, result) = stack
-        .run(&stack.job("opentofu.plan", module.clone(), json!({})))
-        .await;
+    let plan_spec = stack.job("opentofu.plan", module.clone(), json!({}));
+    let (status, _, message, result) = stack.run(&plan_spec).await;
     assert_eq!(status, "succeeded", "{message}");
     let plan = &result["plan"];
     assert_eq!(
@@ -294,6 +312,35 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
         spec.policy.approved_plan_digest = Some(approved.to_owned());
         spec
     };
+
+    // A digest the requester vouches for itself is no approval: refused at
+    // intake until an ApprovePlan approves it.
+    let (status, category, message, _) = stack.run(&apply(&artifact)).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("rejected", Some("policy")),
+        "{message}"
+    );
+    assert!(message.contains("has no approval"), "{message}");
+    // Approvals, in order on one partition: the plan's own requester
+    // (four eyes: refused), someone the policy does not name (refused),
+    // then a reviewer. Only the reviewer's is in the plan attempt's log.
+    let planned = stack.pipeline.attempts(&plan_spec.job_id).await[0].0;
+    for who in ["pipeline-test", "stranger", "reviewer"] {
+        stack
+            .pipeline
+            .approve(planned, &artifact, "team-a", who)
+            .await;
+    }
+    let approval = approve_wait(&pool, planned).await;
+    assert_eq!(approval["approved_by"], json!(["reviewer"]), "{approval}");
+    assert_eq!(approval["digest"], json!(artifact));
+    let kinds = stack.pipeline.events_of(planned).await;
+    assert_eq!(
+        kinds.last().map(String::as_str),
+        Some("plan_approved"),
+        "{kinds:?}"
+    );
     // Another digest approved: refused at intake, nothing runs.
     let other = format!("sha256:{}", "ab".repeat(32));
     let (status, category, message, _) = stack.run(&apply(&other)).await;
@@ -315,13 +362,10 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
     let (status, category, message, _) = stack.run(&spec).await;
     assert_eq!(
         (status.as_str(), category.as_deref()),
-        ("failed", Some("policy")),
+        ("rejected", Some("policy")),
         "{message}"
     );
-    assert!(
-        message.contains("is not a plan an opentofu.plan made"),
-        "{message}"
-    );
+    assert!(message.contains("has no approval"), "{message}");
     let mut elsewhere = apply(&artifact);
     elsewhere.inputs["workspace"] = json!("green");
     let (status, category, message, _) = stack.run(&elsewhere).await;
@@ -379,12 +423,17 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
     // refused without `policy.elevated`, before the CLI applies anything.
     let mut replacing = module.clone();
     replacing["variables"]["run"] = json!("2");
-    let (status, _, message, result) = stack
-        .run(&stack.job("opentofu.plan", replacing.clone(), json!({})))
-        .await;
+    let replan = stack.job("opentofu.plan", replacing.clone(), json!({}));
+    let (status, _, message, result) = stack.run(&replan).await;
     assert_eq!(status, "succeeded", "{message}");
     assert_eq!(result["plan"]["destroy"], 1, "{result}");
     let destroying = result["plan"]["artifact"].as_str().unwrap().to_owned();
+    let replanned = stack.pipeline.attempts(&replan.job_id).await[0].0;
+    stack
+        .pipeline
+        .approve(replanned, &destroying, "team-a", "reviewer")
+        .await;
+    approve_wait(&pool, replanned).await;
     replacing["plan_artifact"] = json!(destroying);
     let mut spec = stack.job(
         "opentofu.apply",

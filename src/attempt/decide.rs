@@ -52,6 +52,8 @@ pub enum Rejection {
     },
     #[error("attempt {attempt_id} holds target key `{key}` when leased, and nobody read who holds it now; not leased")]
     TargetKeyUnread { attempt_id: Uuid, key: String },
+    #[error("attempt {attempt_id}'s plan cannot be approved: {reason}")]
+    PlanNotApprovable { attempt_id: Uuid, reason: String },
     #[error("a lease needs a runner instance id")]
     NoRunnerInstance,
     #[error("attempt {attempt_id} has not ended; a callback outcome needs a terminal state")]
@@ -116,6 +118,22 @@ pub fn decide(
             }
             decide_execute(&mut emit, spec, policy_digest.clone(), target_keys);
         }
+        Input::ApprovePlan {
+            command_id,
+            plan_attempt_id,
+            plan_digest,
+            tenant,
+            approved_by,
+            self_approve,
+        } => decide_approve(
+            &mut emit,
+            *command_id,
+            *plan_attempt_id,
+            plan_digest,
+            tenant,
+            approved_by,
+            *self_approve,
+        )?,
         Input::ExecuteInvalid {
             command_id,
             job_id,
@@ -166,13 +184,45 @@ pub fn decide(
     Ok(emit.events)
 }
 
-/// The first attempt of a new job, available at once.
+/// The first attempt of a new job, available at once; an apply naming a
+/// plan no ApprovePlan approved is rejected (`policy`) instead.
 fn decide_execute(
     emit: &mut Emitter<'_>,
     spec: &crate::contract::JobSpec,
     policy_digest: Option<String>,
     target_keys: &[crate::contract::TargetKey],
 ) {
+    let unapproved = match &spec.policy.approved_plan_digest {
+        Some(digest)
+            if spec.operation == crate::contract::Operation::OpentofuApply
+                && !emit.job.approved_plans.contains(digest) =>
+        {
+            Some(digest)
+        }
+        _ => None,
+    };
+    if let Some(digest) = unapproved {
+        emit.push(
+            attempt_id_for(spec.command_id, 1),
+            &spec.job_id,
+            EventBody::Rejected {
+                command_id: spec.command_id,
+                attempt_no: 1,
+                tenant: spec.tenant.clone(),
+                operation: spec.operation.as_str().to_owned(),
+                category: FailureCategory::Policy,
+                problems: vec![crate::contract::Problem::new(
+                    "policy.approved_plan_digest",
+                    format!(
+                        "plan {digest} has no approval for tenant `{}`: an ApprovePlan command by one of the tenant's `opentofu.approvers` approves it (`POST /v1/attempts/<plan attempt>/approve`)",
+                        spec.tenant
+                    ),
+                )],
+                policy_digest,
+            },
+        );
+        return;
+    }
     emit.push(
         attempt_id_for(spec.command_id, 1),
         &spec.job_id,
@@ -186,6 +236,80 @@ fn decide_execute(
             target_keys: target_keys.to_vec(),
         },
     );
+}
+
+/// An approval of the saved plan of a succeeded `opentofu.plan` attempt of
+/// `tenant` whose result names `plan_digest`, by someone other than the
+/// plan's requester unless `self_approve`. Approving again is a no-op.
+fn decide_approve(
+    emit: &mut Emitter<'_>,
+    command_id: Uuid,
+    plan_attempt_id: Uuid,
+    plan_digest: &str,
+    tenant: &str,
+    approved_by: &str,
+    self_approve: bool,
+) -> Result<(), Rejection> {
+    let attempt = emit
+        .job
+        .attempt(plan_attempt_id)
+        .ok_or(Rejection::UnknownAttempt(plan_attempt_id))?;
+    let refuse = |reason: String| Rejection::PlanNotApprovable {
+        attempt_id: plan_attempt_id,
+        reason,
+    };
+    if attempt.tenant != tenant {
+        // Said as if there were no such attempt: ids do not leak tenants.
+        return Err(Rejection::UnknownAttempt(plan_attempt_id));
+    }
+    if attempt.operation != crate::contract::Operation::OpentofuPlan.as_str() {
+        return Err(refuse(format!(
+            "it is an `{}`, not an opentofu.plan",
+            attempt.operation
+        )));
+    }
+    if attempt.status != AttemptStatus::Succeeded {
+        return Err(refuse(format!(
+            "it is {}, not succeeded",
+            attempt.status.as_str()
+        )));
+    }
+    let made = attempt
+        .result_json
+        .as_deref()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+        .and_then(|result| result["plan"]["artifact"].as_str().map(str::to_owned));
+    if made.as_deref() != Some(plan_digest) {
+        return Err(refuse(format!("its saved plan is not {plan_digest}")));
+    }
+    let requester = attempt
+        .spec
+        .as_ref()
+        .map(|spec| spec.requested_by.as_str())
+        .unwrap_or_default();
+    if requester == approved_by && !self_approve {
+        return Err(refuse(format!(
+            "`{approved_by}` requested the plan, and approves it too: a plan needs another's approval unless the operator's policy lets the tenant approve its own (`opentofu.self_approve`)"
+        )));
+    }
+    if attempt
+        .plan_approval
+        .as_ref()
+        .is_some_and(|approval| approval.approved_by.iter().any(|who| who == approved_by))
+    {
+        return Ok(());
+    }
+    let job_id = attempt.job_id.clone();
+    emit.push(
+        plan_attempt_id,
+        &job_id,
+        EventBody::PlanApproved {
+            command_id,
+            plan_digest: plan_digest.to_owned(),
+            approved_by: approved_by.to_owned(),
+        },
+    );
+    Ok(())
 }
 
 /// A lease for a queued attempt whose backoff has passed: the job's next

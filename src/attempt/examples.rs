@@ -500,3 +500,85 @@ fn a_grant_needs_room_on_every_key_as_the_store_read_it() {
         "an ended attempt holds nothing"
     );
 }
+
+#[test]
+fn a_plan_is_approved_by_another_and_only_an_approved_plan_is_applied() {
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let mut story = Story::new(Operation::OpentofuPlan, 1);
+    story.grant(1, "tofu-1");
+    story.report(1, 1, "tofu-1", ReportBody::Started);
+    story.report(
+        1,
+        1,
+        "tofu-1",
+        ReportBody::Finished {
+            outcome: ReportedOutcome::Succeeded,
+            category: None,
+            message: "planned".into(),
+            result_json: Some(serde_json::json!({"plan": {"artifact": digest}}).to_string()),
+            outputs: Vec::new(),
+        },
+    );
+    let approve = |approved_by: &str, plan_digest: &str, tenant: &str, self_approve: bool| {
+        Input::ApprovePlan {
+            command_id: Uuid::from_u128(90),
+            plan_attempt_id: attempt_id_for(Uuid::from_u128(7), 1),
+            plan_digest: plan_digest.into(),
+            tenant: tenant.into(),
+            approved_by: approved_by.into(),
+            self_approve,
+        }
+    };
+    // The plan's own requester: four eyes, unless the policy allows it.
+    assert!(matches!(
+        story.decide(&approve("examples", &digest, "team-a", false)),
+        Err(Rejection::PlanNotApprovable { .. })
+    ));
+    // Another plan than the attempt saved, or another tenant's attempt.
+    let other = format!("sha256:{}", "cd".repeat(32));
+    assert!(matches!(
+        story.decide(&approve("reviewer", &other, "team-a", false)),
+        Err(Rejection::PlanNotApprovable { .. })
+    ));
+    assert!(matches!(
+        story.decide(&approve("reviewer", &digest, "team-b", false)),
+        Err(Rejection::UnknownAttempt(_))
+    ));
+    let events = story.ok(&approve("reviewer", &digest, "team-a", false));
+    assert_eq!(kinds(&events), ["plan_approved"]);
+    assert!(story
+        .ok(&approve("reviewer", &digest, "team-a", false))
+        .is_empty());
+    let self_approved = story.ok(&approve("examples", &digest, "team-a", true));
+    assert_eq!(kinds(&self_approved), ["plan_approved"]);
+    let attempt = story.job.attempt(story.attempt_id(1)).unwrap();
+    assert_eq!(attempt.status, AttemptStatus::Succeeded);
+    assert_eq!(
+        attempt.plan_approval.as_ref().unwrap().approved_by,
+        ["reviewer", "examples"]
+    );
+
+    // An apply naming the digest: rejected (policy) without an approval
+    // of its tenant in view, created with one.
+    let mut apply = spec(Operation::OpentofuApply, 1);
+    apply.command_id = Uuid::from_u128(8);
+    apply.job_id = "apply-8".into();
+    apply.policy.approved_plan_digest = Some(digest.clone());
+    let execute = Input::Execute {
+        policy_digest: Some(POLICY.into()),
+        spec: Box::new(apply),
+        target_keys: Vec::new(),
+    };
+    let mut job = JobState::default();
+    let refused = decide(&job, &execute, T0).unwrap();
+    let EventBody::Rejected {
+        category, problems, ..
+    } = &refused[0].body
+    else {
+        panic!("{refused:?}")
+    };
+    assert_eq!(*category, FailureCategory::Policy);
+    assert_eq!(problems[0].path, "policy.approved_plan_digest");
+    job.approved_plans.insert(digest);
+    assert_eq!(kinds(&decide(&job, &execute, T0).unwrap()), ["created"]);
+}

@@ -259,6 +259,18 @@ impl JobSpecRecord {
 pub enum CommandKind {
     ExecuteJob,
     CancelAttempt,
+    ApprovePlan,
+}
+
+/// An ApprovePlan command: the saved plan `plan_digest` of the
+/// `opentofu.plan` attempt `plan_attempt_id` of `tenant` may be applied,
+/// approved by `approved_by`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ApprovePlanRecord {
+    pub plan_attempt_id: String,
+    pub plan_digest: String,
+    pub tenant: String,
+    pub approved_by: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -277,6 +289,9 @@ pub struct CommandRecord {
     pub issued_at: UnixMillis,
     pub execute: Option<JobSpecRecord>,
     pub cancel: Option<CancelAttemptRecord>,
+    /// An ApprovePlan's (since 0.3).
+    #[serde(default)]
+    pub approve: Option<ApprovePlanRecord>,
 }
 
 impl CommandRecord {
@@ -288,6 +303,7 @@ impl CommandRecord {
             issued_at,
             execute: Some(JobSpecRecord::from(spec)),
             cancel: None,
+            approve: None,
         }
     }
 
@@ -311,6 +327,19 @@ impl CommandRecord {
                 requested_by,
                 grace_ms,
             }),
+            approve: None,
+        }
+    }
+
+    /// An ApprovePlan command.
+    pub fn approve(command_id: Uuid, approval: ApprovePlanRecord, issued_at: UnixMillis) -> Self {
+        Self {
+            command_id: command_id.to_string(),
+            kind: CommandKind::ApprovePlan,
+            issued_at,
+            execute: None,
+            cancel: None,
+            approve: Some(approval),
         }
     }
 }
@@ -330,6 +359,7 @@ pub enum EventType {
     ReportFenced,
     Finished,
     CallbackRecorded,
+    PlanApproved,
 }
 
 impl EventType {
@@ -345,6 +375,7 @@ impl EventType {
             EventBody::ReportFenced { .. } => EventType::ReportFenced,
             EventBody::Finished { .. } => EventType::Finished,
             EventBody::CallbackRecorded { .. } => EventType::CallbackRecorded,
+            EventBody::PlanApproved { .. } => EventType::PlanApproved,
         }
     }
 }
@@ -406,6 +437,9 @@ pub struct AttemptEventRecord {
     pub outputs: Vec<OutputArtifact>,
     /// `created`: the target keys the attempt holds while leased (since 0.2).
     pub target_keys: Vec<TargetKeyRecord>,
+    /// `plan_approved`: the saved plan's digest (since 0.3).
+    #[serde(default)]
+    pub plan_digest: Option<String>,
 }
 
 /// One target key of a `created` event and how many attempts may hold it.
@@ -582,6 +616,15 @@ impl From<&AttemptEvent> for AttemptEventRecord {
                 record.error = error.clone();
                 record.idempotency_key = Some(idempotency_key.clone());
             }
+            EventBody::PlanApproved {
+                command_id,
+                plan_digest,
+                approved_by,
+            } => {
+                record.command_id = Some(command_id.to_string());
+                record.plan_digest = Some(plan_digest.clone());
+                record.requested_by = Some(approved_by.clone());
+            }
         }
         record
     }
@@ -693,6 +736,11 @@ impl TryFrom<AttemptEventRecord> for AttemptEvent {
                 error: record.error.clone(),
                 idempotency_key: text(&record.idempotency_key, "idempotency_key")?,
             },
+            EventType::PlanApproved => EventBody::PlanApproved {
+                command_id: uuid(&text(&record.command_id, "command_id")?, "command_id")?,
+                plan_digest: text(&record.plan_digest, "plan_digest")?,
+                approved_by: text(&record.requested_by, "requested_by")?,
+            },
         };
         Ok(AttemptEvent {
             event_id: uuid(&record.event_id, "event_id")?,
@@ -719,6 +767,7 @@ fn event_type_name(kind: EventType) -> &'static str {
         EventType::ReportFenced => name::REPORT_FENCED,
         EventType::Finished => name::FINISHED,
         EventType::CallbackRecorded => name::CALLBACK_RECORDED,
+        EventType::PlanApproved => name::PLAN_APPROVED,
     }
 }
 

@@ -222,6 +222,15 @@ pub enum EventBody {
         error: Option<String>,
         idempotency_key: String,
     },
+    /// An `opentofu.plan` attempt's saved plan was approved for applying
+    /// (an ApprovePlan command), by someone other than its requester unless
+    /// the operator lets the tenant approve its own. Bookkeeping: follows
+    /// the terminal event (docs/ARCHITECTURE.md, "Plan approvals").
+    PlanApproved {
+        command_id: Uuid,
+        plan_digest: String,
+        approved_by: String,
+    },
     /// The terminal event (with `Rejected`): exactly one per attempt.
     Finished {
         outcome: TerminalOutcome,
@@ -255,6 +264,7 @@ impl EventBody {
             EventBody::ReportFenced { .. } => kind::REPORT_FENCED,
             EventBody::Finished { .. } => kind::FINISHED,
             EventBody::CallbackRecorded { .. } => kind::CALLBACK_RECORDED,
+            EventBody::PlanApproved { .. } => kind::PLAN_APPROVED,
         }
     }
 
@@ -269,7 +279,9 @@ impl EventBody {
     pub fn is_bookkeeping(&self) -> bool {
         matches!(
             self,
-            EventBody::ReportFenced { .. } | EventBody::CallbackRecorded { .. }
+            EventBody::ReportFenced { .. }
+                | EventBody::CallbackRecorded { .. }
+                | EventBody::PlanApproved { .. }
         )
     }
 }
@@ -367,6 +379,19 @@ pub enum Input {
         reason: String,
         requested_by: String,
         grace: DurationMs,
+    },
+    /// An ApprovePlan command: the saved plan `plan_digest` of the
+    /// `opentofu.plan` attempt `plan_attempt_id` may be applied. The
+    /// operator's policy was checked at intake (the approver is one of the
+    /// tenant's `opentofu.approvers`); `self_approve` says whether the
+    /// plan's own requester may be the approver.
+    ApprovePlan {
+        command_id: Uuid,
+        plan_attempt_id: Uuid,
+        plan_digest: String,
+        tenant: String,
+        approved_by: String,
+        self_approve: bool,
     },
     /// The callback worker's verdict on the terminal state's HTTP callback.
     CallbackOutcome {
@@ -556,6 +581,11 @@ impl AttemptEvent {
                 let verdict = if *delivered { "delivered" } else { "given up" };
                 format!("callback to {url} {verdict} after {attempts} attempt(s){status}{error}")
             }
+            EventBody::PlanApproved {
+                plan_digest,
+                approved_by,
+                ..
+            } => format!("plan {plan_digest} approved by {approved_by}"),
             EventBody::Finished {
                 outcome,
                 category,
@@ -593,4 +623,5 @@ pub mod event_kind {
     pub const REPORT_FENCED: &str = "report_fenced";
     pub const FINISHED: &str = "finished";
     pub const CALLBACK_RECORDED: &str = "callback_recorded";
+    pub const PLAN_APPROVED: &str = "plan_approved";
 }

@@ -235,6 +235,7 @@ async fn handle(context: &Context<'_>, batch: &[OwnedMessage]) -> Handled {
                 Rejection::JobIdTaken { .. }
                 | Rejection::CommandIdReused { .. }
                 | Rejection::InputIdReused { .. }
+                | Rejection::PlanNotApprovable { .. }
                 | Rejection::UnknownAttempt(_) => Some(rejection.to_string()),
                 _ => {
                     debug!(input = %envelope.input_id, %rejection, "input refused");
@@ -361,6 +362,10 @@ fn decode_command(config: &DispatcherConfig, record: CommandRecord) -> Decoded {
             Some(cancel) => decode_cancel(config, cancel),
             None => Err("a cancel_attempt command without `cancel`".into()),
         },
+        CommandKind::ApprovePlan => match record.approve {
+            Some(approval) => decode_approve(config, command_id, approval),
+            None => Err("an approve_plan command without `approve`".into()),
+        },
     };
     match input {
         Ok(input) => Decoded::Input(InputEnvelope {
@@ -469,6 +474,50 @@ fn decode_cancel(
         reason: cancel.reason,
         requested_by: cancel.requested_by,
         grace,
+    })
+}
+
+/// An ApprovePlan, within the operator's policy: the approver is one of
+/// the tenant's `opentofu.approvers`. Refused, it is dead-lettered with
+/// why (an approval is no attempt to reject).
+fn decode_approve(
+    config: &DispatcherConfig,
+    command_id: Uuid,
+    approval: crate::codec::ApprovePlanRecord,
+) -> Result<Input, String> {
+    let Ok(plan_attempt_id) = Uuid::parse_str(&approval.plan_attempt_id) else {
+        return Err(Problem::new("approve.plan_attempt_id", "not a UUID").to_string());
+    };
+    let mut problems = Vec::new();
+    if let Err(message) = crate::contract::artifact_ref::InputRef::parse(&approval.plan_digest) {
+        problems.push(Problem::new("approve.plan_digest", message));
+    }
+    limits::check_identifier("approve.tenant", &approval.tenant, &mut problems);
+    limits::check_identifier("approve.approved_by", &approval.approved_by, &mut problems);
+    if !problems.is_empty() {
+        return Err(Problems(problems).to_string());
+    }
+    let rules = config
+        .policy
+        .current()
+        .tenant(&approval.tenant)
+        .operations
+        .opentofu;
+    if !rules.may_approve(&approval.approved_by) {
+        return Err(format!(
+            "policy: `{}` may not approve tenant `{}`'s plans (operator policy rule `tenants.{}.opentofu.approvers`)",
+            limits::loggable(&approval.approved_by),
+            limits::loggable(&approval.tenant),
+            limits::loggable(&approval.tenant),
+        ));
+    }
+    Ok(Input::ApprovePlan {
+        command_id,
+        plan_attempt_id,
+        plan_digest: approval.plan_digest,
+        tenant: approval.tenant,
+        approved_by: approval.approved_by,
+        self_approve: rules.self_approve,
     })
 }
 

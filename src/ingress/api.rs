@@ -36,6 +36,22 @@ pub struct CancelAccepted {
     pub command_id: Uuid,
 }
 
+/// `POST /v1/attempts/{id}/approve` body: the plan the approver looked at
+/// (its digest) and who they are.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApproveRequest {
+    pub plan_digest: String,
+    pub approved_by: String,
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ApprovalAccepted {
+    pub attempt_id: Uuid,
+    pub plan_digest: String,
+    pub command_id: Uuid,
+}
+
 /// One line of an attempt's timeline.
 pub fn timeline_entry(event: &AttemptEvent) -> serde_json::Value {
     json!({
@@ -144,6 +160,108 @@ impl Ingress {
         .await?;
         Ok(CancelAccepted {
             attempt_id,
+            command_id,
+        })
+    }
+
+    /// Checks an approval as intake will (the attempt a succeeded
+    /// `opentofu.plan` whose saved plan is `plan_digest`, the approver one
+    /// of its tenant's `opentofu.approvers`, and not its requester unless
+    /// the tenant may approve its own) and produces an ApprovePlan command
+    /// keyed by the plan's job. Intake decides again; this answers at once.
+    pub async fn approve(
+        &self,
+        attempt_id: Uuid,
+        request: ApproveRequest,
+        traceparent: Option<&str>,
+    ) -> Result<ApprovalAccepted, IngressError> {
+        use crate::contract::Problem;
+        let mut problems = Vec::new();
+        if let Err(message) = crate::contract::artifact_ref::InputRef::parse(&request.plan_digest) {
+            problems.push(Problem::new("plan_digest", message));
+        }
+        crate::contract::limits::check_identifier(
+            "approved_by",
+            &request.approved_by,
+            &mut problems,
+        );
+        if !problems.is_empty() {
+            return Err(IngressError::BadRequest(problems));
+        }
+        let Some(attempt) = self.store.attempt_json(attempt_id).await? else {
+            return Err(IngressError::NotFound(format!("attempt {attempt_id}")));
+        };
+        let text = |field: &str| attempt[field].as_str().unwrap_or_default().to_owned();
+        let (tenant, job_id) = (text("tenant"), text("job_id"));
+        let conflict = |why: String| {
+            Err(IngressError::Conflict(format!(
+                "attempt {attempt_id}'s plan cannot be approved: {why}"
+            )))
+        };
+        if text("operation") != "opentofu.plan" {
+            return conflict(format!(
+                "it is an `{}`, not an opentofu.plan",
+                text("operation")
+            ));
+        }
+        if text("status") != "succeeded" {
+            return conflict(format!("it is {}, not succeeded", text("status")));
+        }
+        let made = serde_json::from_str::<serde_json::Value>(&text("result_json"))
+            .ok()
+            .and_then(|result| result["plan"]["artifact"].as_str().map(str::to_owned));
+        if made.as_deref() != Some(request.plan_digest.as_str()) {
+            return conflict(format!("its saved plan is not {}", request.plan_digest));
+        }
+        let rules = self
+            .config
+            .policy
+            .current()
+            .tenant(&tenant)
+            .operations
+            .opentofu;
+        if !rules.may_approve(&request.approved_by) {
+            return Err(IngressError::PolicyProblems(vec![Problem::new(
+                "approved_by",
+                format!(
+                    "`{}` may not approve tenant `{tenant}`'s plans (operator policy rule `tenants.{tenant}.opentofu.approvers`)",
+                    request.approved_by
+                ),
+            )]));
+        }
+        let job = self.store.job_json(&job_id).await?.unwrap_or_default();
+        let requester = job["job"]["spec"]["requested_by"]
+            .as_str()
+            .unwrap_or_default();
+        if requester == request.approved_by && !rules.self_approve {
+            return Err(IngressError::PolicyProblems(vec![Problem::new(
+                "approved_by",
+                format!(
+                    "`{requester}` requested the plan: it needs another's approval (operator policy rule `tenants.{tenant}.opentofu.self_approve`)"
+                ),
+            )]));
+        }
+        let command_id = Uuid::new_v4();
+        let command = CommandRecord::approve(
+            command_id,
+            crate::codec::ApprovePlanRecord {
+                plan_attempt_id: attempt_id.to_string(),
+                plan_digest: request.plan_digest.clone(),
+                tenant,
+                approved_by: request.approved_by,
+            },
+            chrono::Utc::now().timestamp_millis(),
+        );
+        self.produce_command(
+            &job_id,
+            &command,
+            "io.execplane.command.approve_plan",
+            traceparent,
+        )
+        .await?;
+        Ok(ApprovalAccepted {
+            attempt_id,
+            plan_digest: request.plan_digest,
             command_id,
         })
     }

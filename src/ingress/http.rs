@@ -365,7 +365,7 @@ pub async fn serve(
 
 /// Every route, as (method, path); `docs/openapi.yaml` documents exactly
 /// these (a unit test holds it to that).
-pub const ROUTES: [(&str, &str); 12] = [
+pub const ROUTES: [(&str, &str); 13] = [
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
@@ -378,6 +378,7 @@ pub const ROUTES: [(&str, &str); 12] = [
     ("get", "/v1/attempts/{attempt_id}"),
     ("get", "/v1/attempts/{attempt_id}/events"),
     ("post", "/v1/attempts/{attempt_id}/cancel"),
+    ("post", "/v1/attempts/{attempt_id}/approve"),
 ];
 
 pub fn router(ingress: Arc<Ingress>) -> Router {
@@ -395,6 +396,7 @@ pub fn router(ingress: Arc<Ingress>) -> Router {
         .route(ROUTES[9].1, get(attempt))
         .route(ROUTES[10].1, get(events))
         .route(ROUTES[11].1, post(cancel))
+        .route(ROUTES[12].1, post(approve))
         .fallback(|| async { IngressError::NotFound("route".into()) })
         .layer(axum::middleware::from_fn_with_state(ingress.clone(), guard))
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
@@ -649,6 +651,21 @@ async fn cancel(
     };
     let accepted = ingress
         .cancel(attempt_id, request, traceparent(&headers))
+        .await?;
+    Ok((StatusCode::ACCEPTED, Json(accepted)))
+}
+
+async fn approve(
+    State(ingress): State<Arc<Ingress>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    raw: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<super::api::ApprovalAccepted>), IngressError> {
+    let attempt_id = attempt_id(&id)?;
+    let request: super::api::ApproveRequest =
+        protocol::parse(&body(raw)?).map_err(IngressError::BadRequest)?;
+    let accepted = ingress
+        .approve(attempt_id, request, traceparent(&headers))
         .await?;
     Ok((StatusCode::ACCEPTED, Json(accepted)))
 }

@@ -189,6 +189,24 @@ pub struct TofuRules {
     /// (`inputs.env`), by exact name. Default: none.
     #[serde(default)]
     pub env: Vec<String>,
+    /// Who may approve the tenant's plans for applying (an ApprovePlan's
+    /// `approved_by`, exact; `*` anyone). Default: nobody, so no plan is
+    /// applied by its digest.
+    #[serde(default)]
+    pub approvers: Vec<String>,
+    /// Whether a plan's own requester may approve it. Default: no (four
+    /// eyes).
+    #[serde(default)]
+    pub self_approve: bool,
+}
+
+impl TofuRules {
+    /// Whether `who` may approve the tenant's plans.
+    pub fn may_approve(&self, who: &str) -> bool {
+        self.approvers
+            .iter()
+            .any(|approver| approver == "*" || approver == who)
+    }
 }
 
 fn local_backend() -> Vec<String> {
@@ -201,6 +219,8 @@ impl Default for TofuRules {
             modules: Vec::new(),
             backends: local_backend(),
             env: Vec::new(),
+            approvers: Vec::new(),
+            self_approve: false,
         }
     }
 }

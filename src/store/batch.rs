@@ -247,6 +247,9 @@ fn attempt_key(input: &Input) -> Option<Uuid> {
         | Input::TimerFired { attempt_id, .. }
         | Input::Cancel { attempt_id, .. }
         | Input::CallbackOutcome { attempt_id, .. } => Some(*attempt_id),
+        Input::ApprovePlan {
+            plan_attempt_id, ..
+        } => Some(*plan_attempt_id),
         Input::Report(report) => Some(report.attempt_id),
         // Exhaustive on purpose: a new input must say how it is routed.
         Input::Execute { .. } | Input::ExecuteInvalid { .. } => None,
@@ -260,6 +263,14 @@ fn subject(input: &Input) -> Option<String> {
         Input::Execute { spec, .. } => Some(format!("job `{}`", spec.job_id)),
         Input::ExecuteInvalid { job_id, .. } => Some(format!("job `{job_id}`")),
         Input::Cancel { attempt_id, .. } => Some(format!("a cancel of attempt {attempt_id}")),
+        Input::ApprovePlan {
+            plan_attempt_id,
+            plan_digest,
+            approved_by,
+            ..
+        } => Some(format!(
+            "an approval of plan {plan_digest} of attempt {plan_attempt_id} by {approved_by}"
+        )),
         _ => None,
     }
 }
@@ -400,6 +411,9 @@ struct BatchContext {
     /// How many attempts hold each target key a grant of the batch needs,
     /// read under the keys' locks and kept current as the batch grants.
     key_holders: BTreeMap<String, u32>,
+    /// The (tenant, digest) of every approved plan an apply of the batch
+    /// names (docs/ARCHITECTURE.md, "Plan approvals").
+    approved_plans: BTreeSet<(String, String)>,
 }
 
 impl BatchContext {
@@ -470,12 +484,38 @@ impl BatchContext {
             .flat_map(|attempt| attempt.target_keys.iter().map(|key| key.key.clone()))
             .collect();
         let key_holders = lock_target_keys(conn, &granted_keys).await?;
+        let named_plans: Vec<String> = fresh_inputs()
+            .filter_map(|envelope| match &envelope.input {
+                Input::Execute { spec, .. }
+                    if spec.operation == crate::contract::Operation::OpentofuApply =>
+                {
+                    spec.policy.approved_plan_digest.clone()
+                }
+                _ => None,
+            })
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let approved_plans = if named_plans.is_empty() {
+            BTreeSet::new()
+        } else {
+            sqlx::query_as(
+                "SELECT tenant, plan_approval->>'digest' FROM attempts
+                 WHERE plan_approval IS NOT NULL AND plan_approval->>'digest' = ANY($1)",
+            )
+            .bind(&named_plans)
+            .fetch_all(&mut *conn)
+            .await?
+            .into_iter()
+            .collect()
+        };
         Ok(Self {
             working: loaded.jobs.clone(),
             loaded,
             attempt_jobs,
             command_owner,
             key_holders,
+            approved_plans,
         })
     }
 
@@ -513,9 +553,19 @@ impl BatchContext {
             .iter()
             .filter_map(|key| Some((key.key.clone(), *self.key_holders.get(&key.key)?)))
             .collect();
+        // An apply sees its tenant's approved plans (and only an apply).
+        if let Input::Execute { spec, .. } = &envelope.input {
+            state.approved_plans = self
+                .approved_plans
+                .iter()
+                .filter(|(tenant, _)| *tenant == spec.tenant)
+                .map(|(_, digest)| digest.clone())
+                .collect();
+        }
         let decided = decide(state, &envelope.input, now);
         state.command_owner = None;
         state.key_holders.clear();
+        state.approved_plans.clear();
         match decided {
             Ok(decided) => {
                 state.apply_all(&decided)?;
@@ -528,6 +578,16 @@ impl BatchContext {
                     self.command_owner
                         .entry(first.command_id)
                         .or_insert_with(|| job_id.clone());
+                }
+                // An apply later in the batch sees this approval.
+                if let Input::ApprovePlan {
+                    tenant,
+                    plan_digest,
+                    ..
+                } = &envelope.input
+                {
+                    self.approved_plans
+                        .insert((tenant.clone(), plan_digest.clone()));
                 }
                 let outcome = InputOutcome::Applied {
                     events: decided.len(),

@@ -279,6 +279,29 @@ impl Pipeline {
         self.produce(topics::COMMANDS, "cancel", &payload).await;
     }
 
+    /// An ApprovePlan command on the command topic: `approved_by` approves
+    /// the saved plan `plan_digest` of `tenant`'s plan attempt.
+    pub async fn approve(
+        &self,
+        plan_attempt_id: Uuid,
+        plan_digest: &str,
+        tenant: &str,
+        approved_by: &str,
+    ) {
+        let record = CommandRecord::approve(
+            Uuid::new_v4(),
+            execplane::codec::ApprovePlanRecord {
+                plan_attempt_id: plan_attempt_id.to_string(),
+                plan_digest: plan_digest.into(),
+                tenant: tenant.into(),
+                approved_by: approved_by.into(),
+            },
+            chrono::Utc::now().timestamp_millis(),
+        );
+        let payload = self.kafka.codec.encode(Family::Command, &record).unwrap();
+        self.produce(topics::COMMANDS, "approve", &payload).await;
+    }
+
     pub async fn produce(&self, topic: &str, key: &str, payload: &[u8]) {
         let topic = self.kafka.topic(topic);
         self.producer
