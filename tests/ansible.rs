@@ -116,6 +116,16 @@ fn package() -> Vec<u8> {
     gz.finish().unwrap()
 }
 
+/// The stack's ansible-core (scripts/ansible.sh), or the one configured.
+fn ansible_bin() -> String {
+    std::env::var("EXECPLANE_ANSIBLE_BIN_DIR").unwrap_or_else(|_| {
+        common::stack_dir()
+            .join("ansible/bin")
+            .display()
+            .to_string()
+    })
+}
+
 fn node(id: &str, address: &str, port: u16) -> Value {
     json!({"kind": "node", "id": id, "address": address,
            "attributes": {"port": port.to_string(), "host_key": host_key()}})
@@ -162,12 +172,7 @@ tenants:
     bao.put("team-a/ssh", json!({"private_key": sshd::user_key()}))
         .await;
     bao.put("team-a/app", json!({"token": token})).await;
-    let bin = std::env::var("EXECPLANE_ANSIBLE_BIN_DIR").unwrap_or_else(|_| {
-        common::stack_dir()
-            .join("ansible/bin")
-            .display()
-            .to_string()
-    });
+    let bin = ansible_bin();
     pipeline.spawn(&["dispatcher"], &[]);
     pipeline.spawn(&["relay"], &[]);
     pipeline.spawn(
@@ -660,12 +665,7 @@ async fn the_ssh_and_ansible_examples_run_to_the_end_the_readme_gives_them(pool:
     let bao = Bao::new();
     bao.put("team-a/ssh", json!({"private_key": sshd::user_key()}))
         .await;
-    let bin = std::env::var("EXECPLANE_ANSIBLE_BIN_DIR").unwrap_or_else(|_| {
-        common::stack_dir()
-            .join("ansible/bin")
-            .display()
-            .to_string()
-    });
+    let bin = ansible_bin();
     let vault = [
         ("EXECPLANE_VAULT_ADDR", bao.address.as_str()),
         ("EXECPLANE_VAULT_TOKEN", bao.root.as_str()),
@@ -778,12 +778,7 @@ async fn controller_tasks_run_only_where_allowed_and_then_only_inside_the_attemp
         )
         .await;
     }
-    let bin = std::env::var("EXECPLANE_ANSIBLE_BIN_DIR").unwrap_or_else(|_| {
-        common::stack_dir()
-            .join("ansible/bin")
-            .display()
-            .to_string()
-    });
+    let bin = ansible_bin();
     pipeline.spawn(&["dispatcher"], &[]);
     pipeline.spawn(&["relay"], &[]);
     let runner = pipeline.spawn(

@@ -400,12 +400,14 @@ async fn the_execute_api_runs_a_job_streams_its_events_and_cancels(pool: PgPool)
     let approve_url = ingress.url(&format!("/v1/attempts/{attempt_id}/approve"));
     let digest = format!("sha256:{}", "ab".repeat(32));
     for (body, expected) in [
+        // One of team-a's approvers in the example policy, but no plan.
+        (json!({"plan_digest": digest, "approved_by": "alice"}), 409),
         (
-            json!({"plan_digest": digest, "approved_by": "reviewer"}),
-            409,
+            json!({"plan_digest": digest, "approved_by": "mallory"}),
+            403,
         ),
         (
-            json!({"plan_digest": "sha256:nope", "approved_by": "reviewer"}),
+            json!({"plan_digest": "sha256:nope", "approved_by": "alice"}),
             400,
         ),
         (json!({"plan_digest": digest}), 400),

@@ -238,9 +238,51 @@ fn decide_execute(
     );
 }
 
+/// What is asked of an approval, from the attempt it names.
+pub struct ApprovalAsked<'a> {
+    pub operation: &'a str,
+    pub status: AttemptStatus,
+    pub result_json: Option<&'a str>,
+    /// The plan's `requested_by`.
+    pub requester: &'a str,
+    pub plan_digest: &'a str,
+    pub approved_by: &'a str,
+    /// The operator lets the tenant approve its own plans.
+    pub self_approve: bool,
+}
+
+/// Why the approval may not be recorded, or `None`: the attempt is a
+/// succeeded `opentofu.plan` whose result names `plan_digest`, and the
+/// approver is not the plan's requester unless `self_approve`. The one
+/// rule, for intake's decision and the execute API's answer.
+pub fn approval_refusal(asked: &ApprovalAsked<'_>) -> Option<String> {
+    if asked.operation != crate::contract::Operation::OpentofuPlan.as_str() {
+        return Some(format!(
+            "it is an `{}`, not an opentofu.plan",
+            asked.operation
+        ));
+    }
+    if asked.status != AttemptStatus::Succeeded {
+        return Some(format!("it is {}, not succeeded", asked.status.as_str()));
+    }
+    let made = asked
+        .result_json
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
+        .and_then(|result| result["plan"]["artifact"].as_str().map(str::to_owned));
+    if made.as_deref() != Some(asked.plan_digest) {
+        return Some(format!("its saved plan is not {}", asked.plan_digest));
+    }
+    if asked.requester == asked.approved_by && !asked.self_approve {
+        return Some(format!(
+            "`{}` requested the plan, and approves it too: a plan needs another's approval unless the operator's policy lets the tenant approve its own (`opentofu.self_approve`)",
+            asked.approved_by
+        ));
+    }
+    None
+}
+
 /// An approval of the saved plan of a succeeded `opentofu.plan` attempt of
-/// `tenant` whose result names `plan_digest`, by someone other than the
-/// plan's requester unless `self_approve`. Approving again is a no-op.
+/// `tenant` ([`approval_refusal`]). Approving again is a no-op.
 fn decide_approve(
     emit: &mut Emitter<'_>,
     command_id: Uuid,
@@ -254,43 +296,28 @@ fn decide_approve(
         .job
         .attempt(plan_attempt_id)
         .ok_or(Rejection::UnknownAttempt(plan_attempt_id))?;
-    let refuse = |reason: String| Rejection::PlanNotApprovable {
-        attempt_id: plan_attempt_id,
-        reason,
-    };
     if attempt.tenant != tenant {
         // Said as if there were no such attempt: ids do not leak tenants.
         return Err(Rejection::UnknownAttempt(plan_attempt_id));
     }
-    if attempt.operation != crate::contract::Operation::OpentofuPlan.as_str() {
-        return Err(refuse(format!(
-            "it is an `{}`, not an opentofu.plan",
-            attempt.operation
-        )));
-    }
-    if attempt.status != AttemptStatus::Succeeded {
-        return Err(refuse(format!(
-            "it is {}, not succeeded",
-            attempt.status.as_str()
-        )));
-    }
-    let made = attempt
-        .result_json
-        .as_deref()
-        .and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok())
-        .and_then(|result| result["plan"]["artifact"].as_str().map(str::to_owned));
-    if made.as_deref() != Some(plan_digest) {
-        return Err(refuse(format!("its saved plan is not {plan_digest}")));
-    }
-    let requester = attempt
-        .spec
-        .as_ref()
-        .map(|spec| spec.requested_by.as_str())
-        .unwrap_or_default();
-    if requester == approved_by && !self_approve {
-        return Err(refuse(format!(
-            "`{approved_by}` requested the plan, and approves it too: a plan needs another's approval unless the operator's policy lets the tenant approve its own (`opentofu.self_approve`)"
-        )));
+    let asked = ApprovalAsked {
+        operation: &attempt.operation,
+        status: attempt.status,
+        result_json: attempt.result_json.as_deref(),
+        requester: attempt
+            .spec
+            .as_ref()
+            .map(|spec| spec.requested_by.as_str())
+            .unwrap_or_default(),
+        plan_digest,
+        approved_by,
+        self_approve,
+    };
+    if let Some(reason) = approval_refusal(&asked) {
+        return Err(Rejection::PlanNotApprovable {
+            attempt_id: plan_attempt_id,
+            reason,
+        });
     }
     if attempt
         .plan_approval

@@ -193,26 +193,6 @@ impl Ingress {
         };
         let text = |field: &str| attempt[field].as_str().unwrap_or_default().to_owned();
         let (tenant, job_id) = (text("tenant"), text("job_id"));
-        let conflict = |why: String| {
-            Err(IngressError::Conflict(format!(
-                "attempt {attempt_id}'s plan cannot be approved: {why}"
-            )))
-        };
-        if text("operation") != "opentofu.plan" {
-            return conflict(format!(
-                "it is an `{}`, not an opentofu.plan",
-                text("operation")
-            ));
-        }
-        if text("status") != "succeeded" {
-            return conflict(format!("it is {}, not succeeded", text("status")));
-        }
-        let made = serde_json::from_str::<serde_json::Value>(&text("result_json"))
-            .ok()
-            .and_then(|result| result["plan"]["artifact"].as_str().map(str::to_owned));
-        if made.as_deref() != Some(request.plan_digest.as_str()) {
-            return conflict(format!("its saved plan is not {}", request.plan_digest));
-        }
         let rules = self
             .config
             .policy
@@ -230,16 +210,23 @@ impl Ingress {
             )]));
         }
         let job = self.store.job_json(&job_id).await?.unwrap_or_default();
-        let requester = job["job"]["spec"]["requested_by"]
-            .as_str()
-            .unwrap_or_default();
-        if requester == request.approved_by && !rules.self_approve {
-            return Err(IngressError::PolicyProblems(vec![Problem::new(
-                "approved_by",
-                format!(
-                    "`{requester}` requested the plan: it needs another's approval (operator policy rule `tenants.{tenant}.opentofu.self_approve`)"
-                ),
-            )]));
+        let (operation, result_json) = (text("operation"), text("result_json"));
+        let asked = crate::attempt::ApprovalAsked {
+            operation: &operation,
+            status: crate::contract::AttemptStatus::parse(&text("status"))
+                .unwrap_or(crate::contract::AttemptStatus::Queued),
+            result_json: Some(&result_json),
+            requester: job["job"]["spec"]["requested_by"]
+                .as_str()
+                .unwrap_or_default(),
+            plan_digest: &request.plan_digest,
+            approved_by: &request.approved_by,
+            self_approve: rules.self_approve,
+        };
+        if let Some(reason) = crate::attempt::approval_refusal(&asked) {
+            return Err(IngressError::Conflict(format!(
+                "attempt {attempt_id}'s plan cannot be approved: {reason}"
+            )));
         }
         let command_id = Uuid::new_v4();
         let command = CommandRecord::approve(
