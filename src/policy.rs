@@ -63,7 +63,9 @@ pub const ALWAYS_DENIED: [&str; 5] = [
 /// Loopback, private, shared (RFC 6598), benchmarking, unspecified and
 /// unique-local networks: refused to probes and callbacks unless the
 /// tenant's `destinations` allow them by name (docs/SECURITY.md).
-pub const PRIVATE_NETWORKS: [&str; 10] = [
+pub const PRIVATE_NETWORKS: [&str; 11] = [
+    // NAT64 for local use (RFC 8215): what it embeds is the operator's.
+    "64:ff9b:1::/48",
     "0.0.0.0/8",
     "10.0.0.0/8",
     "100.64.0.0/10",
@@ -196,14 +198,33 @@ fn is_host_name(text: &str) -> bool {
         })
 }
 
-/// `::ffff:a.b.c.d` is `a.b.c.d`, so a mapped address cannot slip past a v4 rule.
+/// An IPv6 address that carries an IPv4 one is judged as that IPv4
+/// address, so no spelling slips past a v4 rule: mapped `::ffff:a.b.c.d`,
+/// translated `::ffff:0:a.b.c.d`, compatible `::a.b.c.d`, NAT64
+/// `64:ff9b::a.b.c.d` (a gateway there reaches the v4 address, private ones
+/// too) and 6to4 `2002:aabb:ccdd::`.
 fn canonical(address: IpAddr) -> IpAddr {
     match address {
-        IpAddr::V6(v6) => v6
-            .to_ipv4_mapped()
-            .map(IpAddr::V4)
-            .unwrap_or(IpAddr::V6(v6)),
+        IpAddr::V6(v6) => embedded_v4(v6).map(IpAddr::V4).unwrap_or(IpAddr::V6(v6)),
         v4 => v4,
+    }
+}
+
+fn embedded_v4(v6: std::net::Ipv6Addr) -> Option<std::net::Ipv4Addr> {
+    let (segments, octets) = (v6.segments(), v6.octets());
+    let tail = || std::net::Ipv4Addr::new(octets[12], octets[13], octets[14], octets[15]);
+    if let Some(v4) = v6.to_ipv4_mapped() {
+        return Some(v4);
+    }
+    match segments {
+        // `::` and `::1` are v6 addresses of their own.
+        [0, 0, 0, 0, 0, 0, 0, 0 | 1] => None,
+        [0, 0, 0, 0, 0, 0, _, _] | [0, 0, 0, 0, 0xffff, 0, _, _] => Some(tail()),
+        [0x64, 0xff9b, 0, 0, 0, 0, _, _] => Some(tail()),
+        [0x2002, ..] => Some(std::net::Ipv4Addr::new(
+            octets[2], octets[3], octets[4], octets[5],
+        )),
+        _ => None,
     }
 }
 
@@ -836,6 +857,11 @@ mod tests {
         // nothing loopback or private in any spelling.
         assert!(team_b.destinations.check(None, ip("10.1.2.3")).is_err());
         assert!(team_b.destinations.check(None, ip("192.0.2.1")).is_ok());
+        assert!(team_b
+            .destinations
+            .check(None, ip("64:ff9b::c000:201"))
+            .is_ok());
+        assert!(team_b.destinations.check(None, ip("2001:db8::1")).is_ok());
         assert!(team_b.destinations.check_name("internal.example").is_err());
         for private in [
             "127.0.0.1",
@@ -848,6 +874,11 @@ mod tests {
             "192.168.1.1",
             "100.64.0.1",
             "fd12::1",
+            "64:ff9b::c0a8:101",
+            "64:ff9b:1::1",
+            "::7f00:1",
+            "::ffff:0:c0a8:101",
+            "2002:c0a8:101::",
         ] {
             let refused = team_b.destinations.check(None, ip(private)).unwrap_err();
             assert!(refused.contains("allow_private"), "{private}: {refused}");
