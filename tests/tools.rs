@@ -292,18 +292,20 @@ async fn a_probe_reads_its_tenants_input_artifact_by_digest_and_a_wrong_one_is_r
     pipeline.wait_done(&good.job_id, WAIT).await;
     let (status, _, message) = ended(good.job_id.clone()).await;
     assert_eq!(status, "succeeded", "{message:?}");
+    // Never stored: the same answer as another tenant's content, so it
+    // tells no one what others stored.
     pipeline.wait_done(&absent.job_id, WAIT).await;
     let (status, category, message) = ended(absent.job_id.clone()).await;
     let message = message.unwrap_or_default();
     assert_eq!(
         (status.as_str(), category.as_deref()),
-        ("failed", Some("contract")),
+        ("failed", Some("policy")),
         "{message}"
     );
     assert!(
         message.contains("inputs.args.file")
             && message.contains(&"0".repeat(64))
-            && message.contains("not in storage"),
+            && message.contains("not stored for tenant `team-a`"),
         "{message}"
     );
     pipeline.wait_done(&malformed.job_id, WAIT).await;

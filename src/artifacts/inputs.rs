@@ -82,17 +82,17 @@ pub async fn bind<S: ArtifactStorage>(
     storage.put(&reference.tenant_key(tenant), b"").await
 }
 
-/// [`fetch`] of a requester's input for `tenant`: refused when the content
-/// was not stored for that tenant. A missing or altered object is named as
-/// such first (the requester's mistake, `contract`).
+/// [`fetch`] of a requester's input for `tenant`: refused (`policy`) when
+/// the content was not stored for that tenant, whether or not anyone else
+/// stored it (the answer says nothing of other tenants' content), before
+/// the content is read.
 pub async fn fetch_for<S: ArtifactStorage>(
     storage: &S,
     reference: &InputRef,
     tenant: &str,
 ) -> Result<Vec<u8>, InputError> {
-    let bytes = fetch(storage, reference).await?;
     match storage.get(&reference.tenant_key(tenant)).await {
-        Ok(_) => Ok(bytes),
+        Ok(_) => fetch(storage, reference).await,
         Err(StorageError::NotFound(_)) => Err(InputError::NotTheTenants {
             reference: reference.clone(),
             tenant: tenant.to_owned(),
@@ -196,10 +196,14 @@ mod tests {
         assert_ne!(reference.tenant_key("a/b"), reference.tenant_key("a%2Fb"));
         assert_ne!(reference.tenant_key("a.b"), reference.tenant_key("a%2Eb"));
         assert!(!reference.tenant_key("../x").contains(".."));
-        // Never stored at all: the requester's mistake, as before.
+        // Never stored at all: the same answer as another tenant's, so the
+        // answer reveals nothing of what others stored.
         let absent = InputRef::of(b"never stored");
         let missing = fetch_for(&storage, &absent, "team-a").await.unwrap_err();
-        assert!(matches!(missing, InputError::Missing(_)), "{missing}");
+        assert!(
+            matches!(missing, InputError::NotTheTenants { .. }),
+            "{missing}"
+        );
         std::fs::remove_dir_all(root).unwrap();
     }
 
