@@ -44,14 +44,25 @@ const PURE_LOOKUPS: [&str; 12] = [
 ];
 
 /// Keys that name a file of the package to read.
-const INCLUDES: [&str; 7] = [
+const INCLUDES: [&str; 17] = [
     "import_playbook",
     "include_tasks",
     "import_tasks",
     "include",
     "include_vars",
     "vars_files",
+    "include_role",
+    "import_role",
+    "roles",
     "src",
+    "file",
+    "dir",
+    // Modules that copy a controller file to the node.
+    "copy",
+    "template",
+    "script",
+    "unarchive",
+    "assemble",
 ];
 
 /// The most a package's YAML file may expand to (as for inventories).
@@ -111,16 +122,17 @@ fn file_refusal(path: &Path) -> Option<String> {
     if let Some(why) = found {
         return Some(why);
     }
-    let yaml = path
+    // Ansible reads YAML whatever a file is called (`group_vars/all`, a
+    // role's `tasks/main`, `include_tasks: t.txt`): every file that reads
+    // as YAML is held to the rules; one named as YAML must read.
+    let named_yaml = path
         .extension()
         .and_then(|extension| extension.to_str())
         .is_some_and(|extension| matches!(extension, "yml" | "yaml" | "json"));
-    if !yaml {
-        return None;
-    }
     match crate::runner::yaml::documents(&bytes, MAX_EXPANDED) {
         Ok(documents) => documents.iter().find_map(value_refusal),
-        Err(error) => Some(format!("not YAML ansible can be held to: {error}")),
+        Err(error) if named_yaml => Some(format!("not YAML ansible can be held to: {error}")),
+        Err(_) => None,
     }
 }
 
@@ -159,11 +171,43 @@ const INTERNALS: [&str; 10] = [
     "attr(",
 ];
 
+/// Names that, inside a template, hand out a lookup plugin or a way into
+/// Python without a literal call to look for (`{% set f = lookup %}`,
+/// `(lookup)(...)`, `lipsum.__globals__` spelled by concatenation).
+const TEMPLATE_WORDS: [&str; 7] = ["lookup", "query", "q", "lipsum", "cycler", "joiner", "self"];
+
 fn text_refusal(text: &str) -> Option<String> {
     if let Some(name) = INTERNALS.iter().find(|name| text.contains(*name)) {
         return Some(format!("a template reaches Python internals (`{name}`)"));
     }
-    lookup_refusal(text)
+    lookup_refusal(text).or_else(|| blocks(text).find_map(word_refusal))
+}
+
+/// A [`TEMPLATE_WORDS`] name used in a template other than as a literal
+/// call of a pure lookup (which [`lookup_refusal`] has let pass).
+fn word_refusal(block: &str) -> Option<String> {
+    let bytes = block.as_bytes();
+    let word = |byte: u8| byte.is_ascii_alphanumeric() || byte == b'_';
+    let mut at = 0;
+    while at < bytes.len() {
+        if !word(bytes[at]) || (at > 0 && (word(bytes[at - 1]) || bytes[at - 1] == b'.')) {
+            at += 1;
+            continue;
+        }
+        let end = (at..bytes.len())
+            .find(|&index| !word(bytes[index]))
+            .unwrap_or(bytes.len());
+        let name = &block[at..end];
+        let called = block[end..].trim_start().starts_with('(');
+        let is_lookup = matches!(name, "lookup" | "query" | "q");
+        if TEMPLATE_WORDS.contains(&name) && !(is_lookup && called) {
+            return Some(format!(
+                "a template uses `{name}` other than as a call of a pure lookup"
+            ));
+        }
+        at = end;
+    }
+    None
 }
 
 /// A `lookup(`, `query(` or `q(` whose plugin is not a literal pure one.
@@ -208,7 +252,9 @@ fn lookup_refusal(block: &str) -> Option<String> {
 }
 
 fn is_local(host: &str) -> bool {
+    // `localhost[0]`: ansible drops the subscript before it matches.
     let host = host.trim().to_ascii_lowercase();
+    let host = host.split('[').next().unwrap_or_default();
     host == "localhost"
         || host.starts_with("localhost.")
         || host.starts_with("127.")
@@ -249,13 +295,58 @@ fn value_refusal(value: &Value) -> Option<String> {
     }
 }
 
+/// Paths a value names for ansible to read on the controller: the string
+/// (or each of a list), the `file`, `dir`, `src` and `name` of a mapping,
+/// and the `src=`, `file=`, `dir=` of a free-form `k=v` string.
+fn paths(value: &Value) -> Vec<&str> {
+    match value {
+        Value::Object(object) => ["file", "dir", "src", "name", "role"]
+            .iter()
+            .filter_map(|field| object.get(*field))
+            .flat_map(strings)
+            .collect(),
+        Value::Array(items) => items.iter().flat_map(paths).collect(),
+        Value::String(text) => {
+            let mut found: Vec<&str> = text
+                .split_whitespace()
+                .filter_map(|token| token.split_once('='))
+                .filter(|(name, _)| matches!(*name, "src" | "file" | "dir"))
+                .map(|(_, path)| path.trim_matches(['"', '\'']))
+                .collect();
+            if !text.contains('=') {
+                found.extend(text.split_whitespace().next());
+            }
+            found
+        }
+        _ => Vec::new(),
+    }
+}
+
 fn key_refusal(key: &str, value: &Value) -> Option<String> {
     let bare = key.rsplit('.').next().unwrap_or(key);
     let refuse = |what: &str| Some(format!("{what} runs on the controller"));
+    if key.contains("{{") || key.contains("{%") {
+        return refuse("a templated key (`set_fact` of any variable)");
+    }
+    if bare.to_ascii_lowercase().starts_with("ansible_") {
+        return Some(format!(
+            "`{}`: how ansible connects, escalates or runs is the runner's, not the package's",
+            crate::contract::limits::loggable(key)
+        ));
+    }
+    if let Some(found) = value.as_str().and_then(|text| {
+        text.split_whitespace()
+            .filter_map(|token| token.split_once('='))
+            .find(|(name, _)| name.to_ascii_lowercase().starts_with("ansible_"))
+    }) {
+        return Some(format!(
+            "`{}`: how ansible connects is the runner's, not the package's",
+            crate::contract::limits::loggable(found.0)
+        ));
+    }
     match bare {
         "local_action" => refuse("`local_action`"),
         "add_host" => refuse("`add_host` (it can make a host local)"),
-        "ansible_connection" => refuse("`ansible_connection`"),
         "delegate_to" if strings(value).iter().any(|host| is_local(host)) => {
             refuse("`delegate_to` localhost (or a template)")
         }
@@ -280,7 +371,7 @@ fn key_refusal(key: &str, value: &Value) -> Option<String> {
             "`{}` reads the controller",
             crate::contract::limits::loggable(key)
         )),
-        _ if INCLUDES.contains(&key) || INCLUDES.contains(&bare) => strings(value)
+        _ if INCLUDES.contains(&key) || INCLUDES.contains(&bare) => paths(value)
             .into_iter()
             .find(|path| !is_package_relative(path))
             .map(|path| {
@@ -377,6 +468,21 @@ mod tests {
             ("filter_plugins/evil.py", "def filters(): pass\n".into(), "plugins"),
             ("roles/r/action_plugins/evil.py", "x = 1\n".into(), "plugins"),
             ("collections/ansible_collections/a/b/plugins/x.py", "x = 1\n".into(), "plugins"),
+            // What a review found past the first version of this check.
+            ("group_vars/all", "ansible_connection: local\n".into(), "ansible_connection"),
+            ("tasks.txt", "- ansible.builtin.shell: id\n  delegate_to: localhost\n".into(), "delegate_to"),
+            ("site.yml", "- hosts: all\n  vars: {ansible_ssh_common_args: \"-o ProxyCommand='sh -c id'\"}\n".into(), "ansible_ssh_common_args"),
+            ("site.yml", task("ansible.builtin.debug: {msg: \"{{ (lookup)('pipe', 'id') }}\"}"), "lookup"),
+            ("site.yml", task("ansible.builtin.debug: {msg: \"{% set f = lookup %}{{ f('pipe', 'id') }}\"}"), "lookup"),
+            ("site.yml", task("ansible.builtin.debug: {msg: \"{{ lipsum['_' ~ '_globals__'] }}\"}"), "lipsum"),
+            ("site.yml", task("ansible.builtin.set_fact: {\"{{ 'ansible_' ~ 'connection' }}\": local}"), "templated key"),
+            ("site.yml", "- hosts: \"localhost[0]\"\n  tasks: []\n".into(), "localhost"),
+            ("site.yml", task("ansible.builtin.include_tasks: {file: /abs.yml}"), "outside"),
+            ("site.yml", task("ansible.builtin.include_vars: {dir: /etc}"), "outside"),
+            ("site.yml", task("ansible.builtin.copy: \"src=/etc/shadow dest=/tmp/x\""), "outside"),
+            ("site.yml", task("ansible.builtin.script: /etc/x"), "outside"),
+            ("site.yml", "- hosts: all\n  roles: [/abs/role]\n".into(), "outside"),
+            ("site.yml", task("ansible.builtin.command: \"ls ansible_connection=local\""), "ansible_connection"),
         ];
         for (path, text, expected) in cases {
             let why = refused(&[(path, text.as_str())])

@@ -685,6 +685,10 @@ impl AnsibleRunner {
         let env_root = self.config.bin_dir.parent().unwrap_or(&self.config.bin_dir);
         ToolCommand::new(self.config.bin_dir.join(program))
             .read_only(env_root)
+            // Checked before ansible started (`controller`): nothing the
+            // play does (a `fetch`, a `copy` to the controller) may change
+            // what ansible reads of it afterwards.
+            .read_only(&layout.package)
             .base_env(workdir)
             .env("PATH", format!("{bin}:/usr/local/bin:/usr/bin:/bin"))
             .env("ANSIBLE_CONFIG", layout.config.display().to_string())
