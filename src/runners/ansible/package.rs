@@ -37,16 +37,55 @@ pub async fn fetch_and_unpack(
     })
 }
 
+/// The largest GNU long name or link, or pax extended header, of an entry:
+/// the tar reader holds one whole in memory before it hands out the entry.
+pub const MAX_EXTENDED_HEADER: u64 = 64 * 1024;
+
+fn reader(archive: &[u8]) -> Box<dyn Read + '_> {
+    if archive.starts_with(&[0x1f, 0x8b]) {
+        Box::new(flate2::read::GzDecoder::new(archive))
+    } else {
+        Box::new(archive)
+    }
+}
+
+/// Reads the archive's headers as they are written (long names and pax
+/// headers as entries of their own, their bodies skipped, never held) and
+/// refuses one that would make the reader hold more than
+/// [`MAX_EXTENDED_HEADER`], or more entries than a package may have.
+fn extended_headers_bounded(archive: &[u8]) -> Result<(), String> {
+    let mut tar = tar::Archive::new(reader(archive));
+    let entries = tar
+        .entries()
+        .map_err(|error| format!("not a tar archive: {error}"))?
+        .raw(true);
+    for (index, entry) in entries.enumerate() {
+        let entry = entry.map_err(|error| format!("a damaged entry: {error}"))?;
+        // Each entry may bring a long name, a long link and a pax header.
+        if index >= MAX_ENTRIES * 4 {
+            return Err(format!("more than {MAX_ENTRIES} entries"));
+        }
+        let kind = entry.header().entry_type();
+        let extended = kind.is_gnu_longname()
+            || kind.is_gnu_longlink()
+            || kind.is_pax_local_extensions()
+            || kind.is_pax_global_extensions();
+        if extended && entry.size() > MAX_EXTENDED_HEADER {
+            return Err(format!(
+                "entry {index}: an extended header (long name or pax) of {} bytes; at most {MAX_EXTENDED_HEADER}",
+                entry.size()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Unpacks `archive` into `root` (created). The problem, naming the entry,
 /// when the package cannot be unpacked as it is.
 pub fn unpack(archive: &[u8], root: &Path) -> Result<(), String> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    let reader: Box<dyn Read + '_> = if archive.starts_with(&[0x1f, 0x8b]) {
-        Box::new(flate2::read::GzDecoder::new(archive))
-    } else {
-        Box::new(archive)
-    };
-    let mut tar = tar::Archive::new(reader);
+    extended_headers_bounded(archive)?;
+    let mut tar = tar::Archive::new(reader(archive));
     let make_dir = |path: &Path| {
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -192,6 +231,32 @@ mod tests {
             assert!(error.contains(says), "{error}");
         }
         assert!(unpack(b"not an archive at all, just some bytes that are long enough to read a header from; tar headers are 512 bytes", &scratch()).is_err());
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn a_long_name_or_pax_header_is_bounded_before_it_is_read() {
+        use tar::EntryType as E;
+        // A 64 MiB "long name": the tar reader would hold it whole.
+        let huge = vec![b'a'; 64 * 1024 * 1024];
+        for kind in [E::GNULongName, E::GNULongLink, E::XHeader, E::XGlobalHeader] {
+            let mut entries = vec![("././@LongLink", kind, huge.as_slice())];
+            entries.push(("site.yml", E::Regular, b"- hosts: all\n"));
+            let error = unpack(&archive(&entries), &scratch()).unwrap_err();
+            assert!(error.contains("extended header"), "{kind:?}: {error}");
+        }
+        // A long name of a plain size still unpacks.
+        let root = scratch();
+        let name = format!("{}/site.yml", "d".repeat(200));
+        let mut builder = tar::Builder::new(Vec::new());
+        let mut header = tar::Header::new_gnu();
+        header.set_size(3);
+        header.set_mode(0o644);
+        builder
+            .append_data(&mut header, &name, &b"[]\n"[..])
+            .unwrap();
+        unpack(&builder.into_inner().unwrap(), &root).unwrap();
+        assert!(root.join(&name).is_file());
         std::fs::remove_dir_all(root).unwrap();
     }
 
