@@ -277,54 +277,41 @@ async fn a_probe_reads_its_tenants_input_artifact_by_digest_and_a_wrong_one_is_r
     for spec in [&good, &absent, &malformed, &stranger] {
         pipeline.submit(spec).await;
     }
-    let ended = |job_id: String| {
-        let pool = pool.clone();
+    // The job's end as (status, category), and its message.
+    let ended = |spec: execplane::contract::JobSpec| {
+        let (pool, pipeline) = (pool.clone(), &pipeline);
         async move {
-            sqlx::query_as::<_, (String, Option<String>, Option<String>)>(
-                "SELECT status, failure_category, message FROM attempts WHERE job_id = $1",
-            )
-            .bind(job_id)
-            .fetch_one(&pool)
-            .await
-            .unwrap()
+            pipeline.wait_done(&spec.job_id, WAIT).await;
+            let (status, category, message) =
+                sqlx::query_as::<_, (String, Option<String>, Option<String>)>(
+                    "SELECT status, failure_category, message FROM attempts WHERE job_id = $1",
+                )
+                .bind(&spec.job_id)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            ((status, category), message.unwrap_or_default())
         }
     };
-    pipeline.wait_done(&good.job_id, WAIT).await;
-    let (status, _, message) = ended(good.job_id.clone()).await;
-    assert_eq!(status, "succeeded", "{message:?}");
+    let end =
+        |status: &str, category: Option<&str>| (status.to_owned(), category.map(str::to_owned));
+    let (outcome, message) = ended(good).await;
+    assert_eq!(outcome, end("succeeded", None), "{message}");
     // Never stored: the same answer as another tenant's content, so it
     // tells no one what others stored.
-    pipeline.wait_done(&absent.job_id, WAIT).await;
-    let (status, category, message) = ended(absent.job_id.clone()).await;
-    let message = message.unwrap_or_default();
-    assert_eq!(
-        (status.as_str(), category.as_deref()),
-        ("failed", Some("policy")),
-        "{message}"
-    );
+    let (outcome, message) = ended(absent).await;
+    assert_eq!(outcome, end("failed", Some("policy")), "{message}");
     assert!(
         message.contains("inputs.args.file")
             && message.contains(&"0".repeat(64))
             && message.contains("not stored for tenant `team-a`"),
         "{message}"
     );
-    pipeline.wait_done(&malformed.job_id, WAIT).await;
-    let (status, category, message) = ended(malformed.job_id.clone()).await;
-    let message = message.unwrap_or_default();
-    assert_eq!(
-        (status.as_str(), category.as_deref()),
-        ("rejected", Some("contract")),
-        "{message}"
-    );
+    let (outcome, message) = ended(malformed).await;
+    assert_eq!(outcome, end("rejected", Some("contract")), "{message}");
     assert!(message.contains("inputs.args.file"), "{message}");
-    pipeline.wait_done(&stranger.job_id, WAIT).await;
-    let (status, category, message) = ended(stranger.job_id.clone()).await;
-    let message = message.unwrap_or_default();
-    assert_eq!(
-        (status.as_str(), category.as_deref()),
-        ("failed", Some("policy")),
-        "{message}"
-    );
+    let (outcome, message) = ended(stranger).await;
+    assert_eq!(outcome, end("failed", Some("policy")), "{message}");
     assert!(
         message.contains("inputs.args.file") && message.contains("not stored for tenant `team-b`"),
         "{message}"
@@ -338,14 +325,8 @@ async fn a_probe_reads_its_tenants_input_artifact_by_digest_and_a_wrong_one_is_r
     .unwrap();
     let tampered = reader(&reference);
     pipeline.submit(&tampered).await;
-    pipeline.wait_done(&tampered.job_id, WAIT).await;
-    let (status, category, message) = ended(tampered.job_id.clone()).await;
-    let message = message.unwrap_or_default();
-    assert_eq!(
-        (status.as_str(), category.as_deref()),
-        ("failed", Some("contract")),
-        "{message}"
-    );
+    let (outcome, message) = ended(tampered).await;
+    assert_eq!(outcome, end("failed", Some("contract")), "{message}");
     assert!(
         message.contains(&reference) && message.contains("digest is"),
         "{message}"
