@@ -102,6 +102,20 @@ pub fn refusal(root: &Path) -> Option<String> {
     None
 }
 
+/// Every `key: value` of `text` as written on its lines (block or flow
+/// style, quoted or not), held to [`key_refusal`].
+fn line_refusal(text: &str) -> Option<String> {
+    static PAIR: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let pair = PAIR.get_or_init(|| {
+        regex::Regex::new(r#"(?m)(?:^|[\s{,\-\[])["']?([A-Za-z_][A-Za-z0-9_.]*)["']?[ \t]*:(?:[ \t]+|$)([^\n,}#]*)"#)
+            .unwrap_or_else(|error| unreachable!("the key pattern compiles: {error}"))
+    });
+    pair.captures_iter(text).find_map(|found| {
+        let value = found[2].trim().trim_matches(['"', '\'']);
+        key_refusal(&found[1], &Value::String(value.to_owned()))
+    })
+}
+
 fn shown(root: &Path, path: &Path) -> String {
     let relative = path.strip_prefix(root).unwrap_or(path);
     crate::contract::limits::loggable(&relative.display().to_string())
@@ -131,7 +145,15 @@ fn file_refusal(path: &Path) -> Option<String> {
         .is_some_and(|extension| matches!(extension, "yml" | "yaml" | "json"));
     match crate::runner::yaml::documents(&bytes, MAX_EXPANDED) {
         Ok(documents) => documents.iter().find_map(value_refusal),
-        Err(error) if named_yaml => Some(format!("not YAML ansible can be held to: {error}")),
+        // Refused by the bound (an alias bomb), or named as YAML: ansible's
+        // own loader would read what this one would not.
+        Err(error) if named_yaml || error.too_large => {
+            Some(format!("not YAML ansible can be held to: {error}"))
+        }
+        // Not YAML to this reader (a duplicate key, a construct it reads
+        // otherwise, or no YAML at all): its `key: value` lines are held to
+        // the same rules, in case ansible's loader reads it as YAML.
+        Err(_) if !python => line_refusal(&text),
         Err(_) => None,
     }
 }
@@ -436,6 +458,20 @@ mod tests {
         assert_eq!(refused(&files), None);
     }
 
+    /// A few KiB that expand to gigabytes: each level aliases the one
+    /// before it eight times.
+    fn bomb() -> String {
+        let mut text = format!("l0: &l0 [{}]\n", "xxxxxxxx,".repeat(100));
+        for level in 1..10 {
+            let previous = format!("*l{}", level - 1);
+            text.push_str(&format!(
+                "l{level}: &l{level} [{}]\n",
+                vec![previous; 8].join(", ")
+            ));
+        }
+        text
+    }
+
     #[test]
     fn every_way_onto_the_controller_is_refused() {
         let task = |body: &str| format!("- hosts: all\n  tasks:\n    - {body}\n");
@@ -483,6 +519,11 @@ mod tests {
             ("site.yml", task("ansible.builtin.script: /etc/x"), "outside"),
             ("site.yml", "- hosts: all\n  roles: [/abs/role]\n".into(), "outside"),
             ("site.yml", task("ansible.builtin.command: \"ls ansible_connection=local\""), "ansible_connection"),
+            // Past this reader, not past ansible's: a duplicate key (PyYAML
+            // keeps the last), and an alias bomb in a file not named YAML.
+            ("group_vars/all", "x: 1\nx: 2\nansible_connection: local\n".into(), "ansible_connection"),
+            ("tasks/main", "- hosts: all\n- hosts: all\n  hosts: localhost\n".into(), "localhost"),
+            ("vars/bomb", bomb(), "not YAML"),
         ];
         for (path, text, expected) in cases {
             let why = refused(&[(path, text.as_str())])
