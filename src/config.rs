@@ -955,24 +955,14 @@ impl Config {
     }
 
     fn detector_names(&self) -> Vec<String> {
-        self.artifacts
-            .detectors
-            .split(',')
-            .map(str::trim)
-            .filter(|name| !name.is_empty())
+        entries(&self.artifacts.detectors)
             .map(str::to_owned)
             .collect()
     }
 
     fn runner_pool(&self) -> Result<std::collections::BTreeMap<String, String>, String> {
         let mut pool = std::collections::BTreeMap::new();
-        for pair in self
-            .runner
-            .pool
-            .split(',')
-            .map(str::trim)
-            .filter(|pair| !pair.is_empty())
-        {
+        for pair in entries(&self.runner.pool) {
             let (key, value) = pair
                 .split_once('=')
                 .ok_or_else(|| format!("EXECPLANE_RUNNER_POOL: `{pair}` is not key=value"))?;
@@ -1002,11 +992,7 @@ impl Config {
             list: &str,
         ) -> Result<std::collections::HashMap<Family, u32>, String> {
             let mut ids = std::collections::HashMap::new();
-            for pair in list
-                .split(',')
-                .map(str::trim)
-                .filter(|pair| !pair.is_empty())
-            {
+            for pair in entries(list) {
                 let parsed = pair.split_once('=').and_then(|(stem, id)| {
                     Some((
                         Family::from_file_stem(stem.trim())?,
@@ -1132,11 +1118,7 @@ impl Config {
     }
 
     fn sandbox_deny(&self) -> Result<Vec<Destination>, String> {
-        self.runner
-            .sandbox_deny
-            .split(',')
-            .map(str::trim)
-            .filter(|entry| !entry.is_empty())
+        entries(&self.runner.sandbox_deny)
             .map(Destination::parse)
             .collect()
     }
@@ -1189,11 +1171,7 @@ impl Config {
     }
 
     fn sandbox_read_only(&self) -> Vec<PathBuf> {
-        self.runner
-            .sandbox_read_only
-            .split(',')
-            .map(str::trim)
-            .filter(|path| !path.is_empty())
+        entries(&self.runner.sandbox_read_only)
             .map(PathBuf::from)
             .collect()
     }
@@ -1311,12 +1289,7 @@ impl Config {
 
     pub fn verification(&self) -> crate::runners::verification::VerificationConfig {
         crate::runners::verification::VerificationConfig {
-            allowed_probes: self
-                .verification
-                .probes
-                .split(',')
-                .map(str::trim)
-                .filter(|probe| !probe.is_empty())
+            allowed_probes: entries(&self.verification.probes)
                 .map(str::to_owned)
                 .collect(),
             max_timeout: self.verification.max_timeout.as_std(),
@@ -1329,6 +1302,13 @@ impl Config {
             ..Default::default()
         }
     }
+}
+
+/// The entries of a comma-separated setting, trimmed, empty ones dropped.
+fn entries(list: &str) -> impl Iterator<Item = &str> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|entry| !entry.is_empty())
 }
 
 #[cfg(test)]

@@ -285,13 +285,13 @@ fn is_local(host: &str) -> bool {
         || host.contains("{%")
 }
 
-/// A package-relative path: no absolute path, no `..`, no template.
+/// A package-relative path (`package::clean_relative`: no absolute path,
+/// no `..`), neither a home directory nor a template.
 fn is_package_relative(path: &str) -> bool {
-    !path.starts_with('/')
-        && !path.starts_with('~')
+    !path.starts_with('~')
         && !path.contains("{{")
         && !path.contains("{%")
-        && !path.split(['/', '\\']).any(|segment| segment == "..")
+        && super::package::clean_relative(Path::new(path)).is_some()
 }
 
 fn strings(value: &Value) -> Vec<&str> {
