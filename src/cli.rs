@@ -143,6 +143,14 @@ pub enum Command {
         #[arg(allow_hyphen_values = true)]
         key: String,
     },
+    /// Internal: the ssh client the ansible runner gives ansible
+    /// (docs/SECURITY.md, "Ansible packages"). Not for operators.
+    #[command(hide = true)]
+    AnsibleSsh {
+        /// ssh's arguments, the remote command last.
+        #[arg(last = true)]
+        args: Vec<std::ffi::OsString>,
+    },
 }
 
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
@@ -316,6 +324,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    if let Command::AnsibleSsh { args } = &cli.command {
+        return Ok(crate::runners::ansible::ssh_client::run(args));
+    }
     if let Command::SandboxReach { addresses } = &cli.command {
         return Ok(crate::runner::sandbox::egress::reach(addresses));
     }
@@ -425,7 +436,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             Ok(crate::runner::tool::shim::run(&options, &command))
         }
-        Command::KnownHost { .. } | Command::SandboxReach { .. } => {
+        Command::KnownHost { .. } | Command::AnsibleSsh { .. } | Command::SandboxReach { .. } => {
             unreachable!("answered before the configuration is read")
         }
     }

@@ -66,9 +66,8 @@ const PACKAGE: [(&str, &str); 6] = [
   hosts: one
   gather_facts: false
   tasks:
-    - name: wait a long time
-      ansible.builtin.pause:
-        seconds: 300
+    - name: wait a long time on the node
+      ansible.builtin.command: sleep 30071
 "#,
     ),
     (
@@ -510,6 +509,24 @@ async fn inventory_validation_names_the_bad_group_and_the_unreachable_host(pool:
     assert_eq!(result["unreachable_hosts"], json!(["ghost"]));
 }
 
+/// Whether a process on this host (the runner's and the node's) runs
+/// exactly `argv`.
+fn running(argv: &[&str]) -> bool {
+    let wanted: Vec<u8> = argv
+        .iter()
+        .flat_map(|word| [word.as_bytes(), b"\0"].concat())
+        .collect();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(Result::ok)
+        .any(|entry| {
+            std::fs::read(entry.path().join("cmdline")).is_ok_and(|cmdline| cmdline == wanted)
+        })
+}
+
+/// The task of `playbooks/slow.yml`, as the node runs it.
+const SLOW_TASK: [&str; 2] = ["sleep", "30071"];
+
 /// Whether an ansible-playbook process runs `playbook` (the runner is on
 /// this host).
 fn playing(playbook: &str) -> bool {
@@ -535,8 +552,8 @@ async fn a_cancel_stops_ansible_and_a_killed_runner_leaves_the_attempt_unknown(p
         .await;
     stack
         .pipeline
-        .wait("the playbook to run", WAIT, || async {
-            playing("slow.yml")
+        .wait("the task to run on the node", WAIT, || async {
+            running(&SLOW_TASK)
         })
         .await;
     stack.pipeline.cancel(attempt, 5_000).await;
@@ -546,6 +563,16 @@ async fn a_cancel_stops_ansible_and_a_killed_runner_leaves_the_attempt_unknown(p
     // The grace is 2 s: SIGINT, then SIGKILL.
     assert!(!playing("slow.yml"));
     assert!(started.elapsed() < Duration::from_secs(30));
+    // The node's watchdog gives the task 5 s between SIGTERM and SIGKILL;
+    // this task ends at SIGTERM.
+    stack
+        .pipeline
+        .wait(
+            "the task to stop on the node",
+            Duration::from_secs(8),
+            || async { !running(&SLOW_TASK) },
+        )
+        .await;
 
     let mut spec = stack.playbook("ansible.playbook.run", "playbooks/slow.yml", json!({}));
     spec.retry.max_attempts = 3;
@@ -556,17 +583,17 @@ async fn a_cancel_stops_ansible_and_a_killed_runner_leaves_the_attempt_unknown(p
         .await;
     stack
         .pipeline
-        .wait("the playbook to run", WAIT, || async {
-            playing("slow.yml")
+        .wait("the task to run on the node", WAIT, || async {
+            running(&SLOW_TASK)
         })
         .await;
     stack.pipeline.signal(ANSIBLE_RUNNER, "KILL");
     stack
         .pipeline
         .wait(
-            "ansible to be gone with its runner",
-            Duration::from_secs(10),
-            || async { !playing("slow.yml") },
+            "ansible and its task to be gone with its runner",
+            Duration::from_secs(15),
+            || async { !playing("slow.yml") && !running(&SLOW_TASK) },
         )
         .await;
     let attempts = stack.pipeline.wait_done(&spec.job_id, WAIT).await;

@@ -30,6 +30,7 @@ mod controller;
 pub mod events;
 pub mod package;
 mod service;
+pub mod ssh_client;
 
 pub use config::AnsibleConfig;
 pub use service::AnsibleRunner;

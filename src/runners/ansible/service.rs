@@ -616,6 +616,20 @@ impl AnsibleRunner {
             infrastructure(format!("cannot create the callback directory: {error}"))
         })?;
         write_file(&callbacks.join("execplane_events.py"), CALLBACK)?;
+        // ansible's ssh client: OpenSSH's, with each command under the
+        // node's framed watchdog (`ssh_client`).
+        let ssh_client = write_file(
+            &root.join("ssh"),
+            &format!(
+                "#!/bin/sh\nexec {} ansible-ssh -- \"$@\"\n",
+                crate::runners::ssh::remote::quote(&context.tools().shim.to_string_lossy())
+            ),
+        )?;
+        std::fs::set_permissions(
+            &ssh_client,
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .map_err(|error| infrastructure(format!("cannot make the ssh client runnable: {error}")))?;
         let ssh_args = [
             "-F /dev/null".to_owned(),
             format!("-o UserKnownHostsFile=\"{}\"", known_hosts_file.display()),
@@ -666,8 +680,10 @@ impl AnsibleRunner {
              unparsed_is_failed = True\n\
              \n\
              [ssh_connection]\n\
+             ssh_executable = {ssh_client}\n\
              ssh_args = {ssh_args}\n\
              pipelining = True\n",
+            ssh_client = ssh_client.display(),
             callbacks = callbacks.display(),
             roles = layout.package.join("roles").display(),
             root = root.display(),
