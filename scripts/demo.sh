@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Brings up the local stack (Postgres, Tansu; OpenBao, sshd, ansible-core and
+# Brings up the local stack (Postgres, Apache Kafka; OpenBao, sshd, ansible-core and
 # a Kubernetes API, helm and OpenTofu for the ssh,
 # ansible, kubernetes, helm and opentofu examples), starts
 # `execplane serve`, runs the example job end to end with `execplane
@@ -16,7 +16,7 @@ apt_install cmake libcurl4-openssl-dev zlib1g-dev libssl-dev
 apt_install bubblewrap util-linux nftables
 ensure_rust
 "$ROOT/scripts/postgres.sh"
-"$ROOT/scripts/tansu.sh"
+"$ROOT/scripts/kafka.sh"
 "$ROOT/scripts/openbao.sh"
 "$ROOT/scripts/sshd.sh"
 "$ROOT/scripts/ansible.sh"

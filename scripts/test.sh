@@ -4,7 +4,8 @@ source "$(dirname "$0")/lib.sh"
 cd "$ROOT"
 
 ensure_build_deps
-# rdkafka builds a current librdkafka (Debian's 2.0.2 cannot talk to Tansu).
+# rdkafka builds a current librdkafka, with OpenSSL for TLS and SCRAM
+# (Debian's librdkafka 2.0.2 is too old).
 apt_install cmake libcurl4-openssl-dev zlib1g-dev libssl-dev
 # Every tool runs in a sandbox built by bubblewrap, with rlimits set by
 # util-linux's prlimit (docs/SECURITY.md).
@@ -14,7 +15,7 @@ apt_install bubblewrap util-linux nftables
 command -v python3 >/dev/null 2>&1 || apt_install python3
 ensure_rust
 "$ROOT/scripts/postgres.sh"
-"$ROOT/scripts/tansu.sh"
+"$ROOT/scripts/kafka.sh"
 "$ROOT/scripts/openbao.sh"
 "$ROOT/scripts/garage.sh"
 "$ROOT/scripts/sshd.sh"

@@ -61,7 +61,7 @@ impl Default for KafkaSettings {
         Self {
             brokers: defaults::KAFKA_BROKERS.to_owned(),
             topic_prefix: String::new(),
-            fetch_wait_ms: 5,
+            fetch_wait_ms: 100,
             avro_framing: "single-object".into(),
             confluent_schema_ids: String::new(),
             confluent_previous_schema_ids: String::new(),

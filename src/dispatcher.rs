@@ -134,16 +134,23 @@ pub async fn run(
         shutdown.clone(),
     ));
     info!("dispatcher running");
+    // Each task as it ends: one that fails stops the others at once, rather
+    // than when the tasks before it in some order end.
+    let mut names = vec![
+        "intake",
+        "presence",
+        "maintenance",
+        "placement",
+        "sweeper",
+        "callbacks",
+    ];
+    let mut tasks = vec![intake, presence, maintenance, placement, sweeper, callbacks];
     let mut first_error = None;
-    for (name, task) in [
-        ("intake", intake),
-        ("presence", presence),
-        ("maintenance", maintenance),
-        ("placement", placement),
-        ("sweeper", sweeper),
-        ("callbacks", callbacks),
-    ] {
-        match task.await {
+    while !tasks.is_empty() {
+        let (ended, index, rest) = futures_util::future::select_all(tasks).await;
+        let name = names.remove(index);
+        tasks = rest;
+        match ended {
             Ok(Ok(())) => {}
             Ok(Err(error)) => {
                 error!(task = name, %error, "dispatcher task failed");

@@ -1,4 +1,4 @@
-//! Kafka: client settings that suit Tansu, the shared work-partition
+//! Kafka: client settings, the shared work-partition
 //! function, CloudEvents headers, topology and the outbox relay.
 
 pub mod relay;
@@ -19,7 +19,7 @@ pub struct KafkaConfig {
     pub brokers: String,
     /// Prefixes every topic name (`EXECPLANE_TOPIC_PREFIX`).
     pub topic_prefix: String,
-    /// `fetch.wait.max.ms`: Tansu sleeps in fetch, so keep it small.
+    /// `fetch.wait.max.ms`: how long an idle fetch waits on the broker.
     pub fetch_wait_ms: u32,
     /// How records are framed and read (`EXECPLANE_AVRO_FRAMING` and the
     /// registry ids): built once from the configuration.
@@ -119,18 +119,53 @@ impl KafkaConfig {
     /// no group: it reads what is published from now on.
     pub fn consumer_from_the_end(&self, topic: &str) -> Result<StreamConsumer, KafkaError> {
         let consumer: StreamConsumer = self.assigned_consumer()?;
-        let mut assignment = rdkafka::TopicPartitionList::new();
-        for partition in 0..partition_count(&consumer, topic)? {
-            let (_, high) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))?;
-            assignment.add_partition_offset(topic, partition, rdkafka::Offset::Offset(high))?;
-        }
-        consumer.assign(&assignment)?;
+        consumer.assign(&at_the_end(&consumer, topic)?)?;
         Ok(consumer)
     }
 
     pub fn admin(&self) -> Result<AdminClient<DefaultClientContext>, KafkaError> {
         Ok(self.base().create()?)
     }
+}
+
+/// Runs `attempt` (a broker call) until it succeeds, backing off from
+/// 100 ms to 5 s and saying each time what it waits for; `None` once
+/// `shutdown` fires first. A broker that is down, or a topic whose leader
+/// is not elected yet (just created, or its broker lost), is waited for:
+/// a role never exits on it by itself.
+pub async fn until_ok<T>(
+    what: &str,
+    shutdown: &tokio_util::sync::CancellationToken,
+    mut attempt: impl FnMut() -> Result<T, KafkaError>,
+) -> Option<T> {
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        match attempt() {
+            Ok(value) => return Some(value),
+            Err(error) => {
+                tracing::warn!(%error, retry_in = ?backoff, "waiting for the broker: {what}");
+            }
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// Every partition of `topic` at its high watermark: what a consumer that
+/// reads only what is published from now on is assigned.
+pub fn at_the_end<C: Consumer>(
+    consumer: &C,
+    topic: &str,
+) -> Result<rdkafka::TopicPartitionList, KafkaError> {
+    let mut assignment = rdkafka::TopicPartitionList::new();
+    for partition in 0..partition_count(consumer, topic)? {
+        let (_, high) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))?;
+        assignment.add_partition_offset(topic, partition, rdkafka::Offset::Offset(high))?;
+    }
+    Ok(assignment)
 }
 
 /// The number of partitions of `topic`, from the broker's metadata.

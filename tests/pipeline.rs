@@ -1,4 +1,4 @@
-//! The Kafka pipeline end to end on the real stack: Tansu, Postgres, and
+//! The Kafka pipeline end to end on the real stack: Apache Kafka, Postgres, and
 //! `execplane` role processes (dispatcher, relay, verification runners).
 
 mod common;
@@ -659,46 +659,22 @@ async fn a_dispatcher_killed_mid_batch_loses_nothing_and_the_published_log_folds
 /// A broker of this test's own whose advertised address is a proxy, so that
 /// every client's connections (bootstrap and after) go through it.
 struct OwnBroker {
-    child: std::process::Child,
+    // Dropped after the proxy: fields drop in order.
     proxy: common::proxy::Proxy,
-}
-
-impl Drop for OwnBroker {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    closed_port()
+    _cluster: common::kafka::Cluster,
 }
 
 async fn own_broker() -> OwnBroker {
-    let broker_port = free_port();
-    let proxy_port = free_port();
-    let child = std::process::Command::new("tansu")
-        .args([
-            "broker",
-            "--listener-url",
-            &format!("tcp://127.0.0.1:{broker_port}"),
-            "--advertised-listener-url",
-            &format!("tcp://127.0.0.1:{proxy_port}"),
-            "--storage-engine",
-            "memory://tansu/",
-        ])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("tansu is installed by scripts/tansu.sh");
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", broker_port)).is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    let proxy_port = closed_port();
+    let cluster =
+        tokio::task::spawn_blocking(move || common::kafka::Cluster::start(1, Some(proxy_port)))
+            .await
+            .unwrap();
+    let proxy = common::proxy::Proxy::start_on(proxy_port, cluster.client_port(1));
+    OwnBroker {
+        proxy,
+        _cluster: cluster,
     }
-    let proxy = common::proxy::Proxy::start_on(proxy_port, broker_port);
-    OwnBroker { child, proxy }
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
@@ -889,7 +865,7 @@ async fn submitting_a_command_that_already_ran_reports_its_outcome_at_once(pool:
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn the_dispatcher_serves_prometheus_metrics(pool: PgPool) {
     let mut pipeline = Pipeline::new(&pool).await;
-    let port = free_port().to_string();
+    let port = closed_port().to_string();
     let address = format!("127.0.0.1:{port}");
     pipeline.spawn(
         &["dispatcher"],

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::OwnedMessage;
 use rdkafka::producer::FutureProducer;
-use rdkafka::{Message, Offset, TopicPartitionList};
+use rdkafka::Message;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -115,16 +115,14 @@ pub(super) async fn presence(
 ) -> Result<(), DispatcherError> {
     let topic = kafka.topic(topics::RUNNER_PRESENCE);
     let consumer: StreamConsumer = kafka.assigned_consumer()?;
-    let partitions = crate::kafka::partition_count(&consumer, &topic)?;
-    let mut assignment = TopicPartitionList::new();
-    for partition in 0..partitions {
-        let (_, high) = consumer
-            .fetch_watermarks(&topic, partition, Duration::from_secs(10))
-            .map_err(crate::kafka::KafkaError::from)?;
-        assignment
-            .add_partition_offset(&topic, partition, Offset::Offset(high))
-            .map_err(crate::kafka::KafkaError::from)?;
-    }
+    let Some(assignment) =
+        crate::kafka::until_ok("the presence topic's partitions", &shutdown, || {
+            crate::kafka::at_the_end(&consumer, &topic)
+        })
+        .await
+    else {
+        return Ok(());
+    };
     consumer
         .assign(&assignment)
         .map_err(crate::kafka::KafkaError::from)?;

@@ -183,7 +183,8 @@ mod tests {
     #[test]
     fn every_retention_is_explicit() {
         // -1 means "forever" to Kafka and "delete everything" to Tansu's
-        // sqlite engine: the published log must not depend on which.
+        // sqlite engine: the published log must not depend on a broker's
+        // reading of it.
         for spec in super::declared().unwrap() {
             assert!(
                 spec.retention_ms >= 24 * 3600 * 1000,

@@ -92,7 +92,11 @@ pub async fn run_instance<E: Executor>(
     shutdown: CancellationToken,
     ready: Option<tokio::sync::oneshot::Sender<InstanceHandle>>,
 ) -> Result<(), KafkaError> {
-    let (mut instance, consumer) = Instance::start(kafka, config, executor).await?;
+    let Some((mut instance, consumer)) =
+        Instance::start(kafka, config, executor, &shutdown).await?
+    else {
+        return Ok(());
+    };
     if let Some(ready) = ready {
         let _ = ready.send(InstanceHandle {
             instance_id: instance.instance_id.clone(),
@@ -153,14 +157,25 @@ impl<E: Executor> Instance<E> {
         kafka: KafkaConfig,
         config: RunnerConfig,
         executor: Arc<E>,
-    ) -> Result<(Self, StreamConsumer), KafkaError> {
+        shutdown: &CancellationToken,
+    ) -> Result<Option<(Self, StreamConsumer)>, KafkaError> {
         let runner_type = executor.runner_type();
         let instance_id = format!("{}-{}", runner_type.as_str(), Uuid::new_v4().simple());
         let topic = kafka.topic(&topics::work(runner_type));
         let consumer: StreamConsumer = kafka.assigned_consumer()?;
-        let partitions = partition_count(&consumer, &topic)?;
-        let partition = work_partition(&instance_id, partitions);
-        let (_, high) = consumer.fetch_watermarks(&topic, partition, Duration::from_secs(10))?;
+        // A broker that is down is waited for: the instance starts reading
+        // once it answers, or ends with the shutdown.
+        let Some((partition, high)) =
+            crate::kafka::until_ok("the work partition", shutdown, || {
+                let partition = work_partition(&instance_id, partition_count(&consumer, &topic)?);
+                let (_, high) =
+                    consumer.fetch_watermarks(&topic, partition, Duration::from_secs(10))?;
+                Ok((partition, high))
+            })
+            .await
+        else {
+            return Ok(None);
+        };
         let mut assignment = TopicPartitionList::new();
         assignment.add_partition_offset(&topic, partition, Offset::Offset(high))?;
         consumer.assign(&assignment)?;
@@ -203,7 +218,7 @@ impl<E: Executor> Instance<E> {
             stop_all: CancellationToken::new(),
             drain_until: None,
         };
-        Ok((instance, consumer))
+        Ok(Some((instance, consumer)))
     }
 
     /// Shutdown asked: announce `draining`, take no new work, let running

@@ -402,6 +402,7 @@ pub mod bao;
 pub mod examples;
 pub mod http;
 pub mod ingress;
+pub mod kafka;
 pub mod kube;
 pub mod leaks;
 pub mod leases;

@@ -1,5 +1,5 @@
 //! A real pipeline for one test: its own database (from `#[sqlx::test]`),
-//! its own topic prefix and consumer group on the local Tansu broker, and
+//! its own topic prefix and consumer group on the stack's Kafka broker, and
 //! `execplane` role processes it can kill, stop and restart.
 
 use std::collections::BTreeMap;
