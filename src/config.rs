@@ -15,6 +15,87 @@ pub use crate::secrets::Secret;
 
 pub use crate::telemetry::{LogFormat, TelemetrySettings};
 
+/// The prefix of pass-through librdkafka properties in the environment.
+pub const KAFKA_PROPERTY_PREFIX: &str = "EXECPLANE_KAFKA_PROPERTY_";
+
+/// `SOCKET_KEEPALIVE_ENABLE` → `socket.keepalive.enable`; `__` is `_`.
+fn kafka_property_name(variable: &str) -> String {
+    variable
+        .to_ascii_lowercase()
+        .split("__")
+        .map(|part| part.replace('_', "."))
+        .collect::<Vec<_>>()
+        .join("_")
+}
+
+/// librdkafka properties execplane relies on (docs/ARCHITECTURE.md,
+/// "Kafka clients"): a pass-through of one is refused.
+const KAFKA_RESERVED: &[(&str, &str)] = &[
+    ("bootstrap.servers", "set EXECPLANE_KAFKA_BROKERS"),
+    ("metadata.broker.list", "set EXECPLANE_KAFKA_BROKERS"),
+    ("enable.idempotence", "every producer is idempotent"),
+    ("acks", "every producer waits for all in-sync replicas"),
+    (
+        "request.required.acks",
+        "every producer waits for all in-sync replicas",
+    ),
+    (
+        "max.in.flight.requests.per.connection",
+        "idempotence bounds it",
+    ),
+    ("max.in.flight", "idempotence bounds it"),
+    (
+        "enable.auto.commit",
+        "offsets are committed after a batch is decided",
+    ),
+    (
+        "enable.auto.offset.store",
+        "offsets are committed after a batch is decided",
+    ),
+    (
+        "auto.offset.reset",
+        "each consumer's starting point is part of its design",
+    ),
+    (
+        "group.id",
+        "set EXECPLANE_DISPATCHER_GROUP or EXECPLANE_ARTIFACT_GROUP",
+    ),
+    (
+        "transactional.id",
+        "execplane's producers are not transactional",
+    ),
+    (
+        "message.timeout.ms",
+        "the relay's takeover rule counts on its own",
+    ),
+    (
+        "delivery.timeout.ms",
+        "the relay's takeover rule counts on its own",
+    ),
+    (
+        "isolation.level",
+        "consumers read committed records as they are",
+    ),
+];
+
+/// librdkafka properties that have a setting of their own.
+const KAFKA_OWN_SETTINGS: &[(&str, &str)] = &[
+    ("security.protocol", "EXECPLANE_KAFKA_SECURITY_PROTOCOL"),
+    ("ssl.ca.location", "EXECPLANE_KAFKA_SSL_CA_FILE"),
+    ("ssl.certificate.location", "EXECPLANE_KAFKA_SSL_CERT_FILE"),
+    ("ssl.key.location", "EXECPLANE_KAFKA_SSL_KEY_FILE"),
+    ("ssl.key.password", "EXECPLANE_KAFKA_SSL_KEY_PASSWORD"),
+    (
+        "ssl.endpoint.identification.algorithm",
+        "EXECPLANE_KAFKA_SSL_VERIFY_HOSTNAME",
+    ),
+    ("sasl.mechanism", "EXECPLANE_KAFKA_SASL_MECHANISM"),
+    ("sasl.mechanisms", "EXECPLANE_KAFKA_SASL_MECHANISM"),
+    ("sasl.username", "EXECPLANE_KAFKA_SASL_USERNAME"),
+    ("sasl.password", "EXECPLANE_KAFKA_SASL_PASSWORD"),
+    ("fetch.wait.max.ms", "EXECPLANE_KAFKA_FETCH_WAIT_MS"),
+];
+
 /// Defaults shared with other modules.
 pub mod defaults {
     pub const DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/execplane";
@@ -54,6 +135,36 @@ pub struct KafkaSettings {
     pub confluent_schema_ids: String,
     /// `EXECPLANE_CONFLUENT_PREVIOUS_SCHEMA_IDS`: `family=id,...` of the previous release's.
     pub confluent_previous_schema_ids: String,
+    /// `EXECPLANE_KAFKA_SECURITY_PROTOCOL`: `plaintext`, `ssl`,
+    /// `sasl_plaintext` or `sasl_ssl`.
+    pub security_protocol: String,
+    /// `EXECPLANE_KAFKA_SSL_CA_FILE`: the PEM CAs the brokers' certificates
+    /// are checked against (empty: the system's).
+    pub ssl_ca_file: String,
+    /// `EXECPLANE_KAFKA_SSL_CERT_FILE`: this client's PEM certificate (mutual TLS).
+    pub ssl_cert_file: String,
+    /// `EXECPLANE_KAFKA_SSL_KEY_FILE`: its PEM private key.
+    pub ssl_key_file: String,
+    /// `EXECPLANE_KAFKA_SSL_KEY_PASSWORD`: the key's password, if it has one.
+    pub ssl_key_password: Secret,
+    /// `EXECPLANE_KAFKA_SSL_KEY_PASSWORD_FILE`: the same, read from a file.
+    pub ssl_key_password_file: String,
+    /// `EXECPLANE_KAFKA_SSL_VERIFY_HOSTNAME`: the broker's name must match
+    /// its certificate.
+    pub ssl_verify_hostname: bool,
+    /// `EXECPLANE_KAFKA_SASL_MECHANISM`: `PLAIN`, `SCRAM-SHA-256` or `SCRAM-SHA-512`.
+    pub sasl_mechanism: String,
+    /// `EXECPLANE_KAFKA_SASL_USERNAME`.
+    pub sasl_username: String,
+    /// `EXECPLANE_KAFKA_SASL_PASSWORD`.
+    pub sasl_password: Secret,
+    /// `EXECPLANE_KAFKA_SASL_PASSWORD_FILE`: the password read from a file
+    /// (a mounted secret); its last line break is not part of it.
+    pub sasl_password_file: String,
+    /// Any other librdkafka property: `EXECPLANE_KAFKA_PROPERTY_<NAME>`
+    /// (`_` for `.`, `__` for `_`) or the file's `[kafka_properties]`
+    /// table; values are kept as secrets (never shown).
+    pub properties: Vec<(String, Secret)>,
 }
 
 impl Default for KafkaSettings {
@@ -65,6 +176,18 @@ impl Default for KafkaSettings {
             avro_framing: "single-object".into(),
             confluent_schema_ids: String::new(),
             confluent_previous_schema_ids: String::new(),
+            security_protocol: "plaintext".into(),
+            ssl_ca_file: String::new(),
+            ssl_cert_file: String::new(),
+            ssl_key_file: String::new(),
+            ssl_key_password: Secret::default(),
+            ssl_key_password_file: String::new(),
+            ssl_verify_hostname: true,
+            sasl_mechanism: String::new(),
+            sasl_username: String::new(),
+            sasl_password: Secret::default(),
+            sasl_password_file: String::new(),
+            properties: Vec::new(),
         }
     }
 }
@@ -610,6 +733,17 @@ settings! {
     "EXECPLANE_AVRO_FRAMING" => kafka.avro_framing;
     "EXECPLANE_CONFLUENT_SCHEMA_IDS" => kafka.confluent_schema_ids;
     "EXECPLANE_CONFLUENT_PREVIOUS_SCHEMA_IDS" => kafka.confluent_previous_schema_ids;
+    "EXECPLANE_KAFKA_SECURITY_PROTOCOL" => kafka.security_protocol;
+    "EXECPLANE_KAFKA_SSL_CA_FILE" => kafka.ssl_ca_file;
+    "EXECPLANE_KAFKA_SSL_CERT_FILE" => kafka.ssl_cert_file;
+    "EXECPLANE_KAFKA_SSL_KEY_FILE" => kafka.ssl_key_file;
+    "EXECPLANE_KAFKA_SSL_KEY_PASSWORD" => kafka.ssl_key_password;
+    "EXECPLANE_KAFKA_SSL_KEY_PASSWORD_FILE" => kafka.ssl_key_password_file;
+    "EXECPLANE_KAFKA_SSL_VERIFY_HOSTNAME" => kafka.ssl_verify_hostname;
+    "EXECPLANE_KAFKA_SASL_MECHANISM" => kafka.sasl_mechanism;
+    "EXECPLANE_KAFKA_SASL_USERNAME" => kafka.sasl_username;
+    "EXECPLANE_KAFKA_SASL_PASSWORD" => kafka.sasl_password;
+    "EXECPLANE_KAFKA_SASL_PASSWORD_FILE" => kafka.sasl_password_file;
     "EXECPLANE_DISPATCHER_GROUP" => dispatcher.group;
     "EXECPLANE_DISPATCHER_MAX_BATCH" => dispatcher.max_batch;
     "EXECPLANE_DISPATCHER_BATCH_WINDOW" => dispatcher.batch_window;
@@ -713,13 +847,26 @@ impl Config {
     /// Loads the file (when given, or named by `EXECPLANE_CONFIG`) and the
     /// environment.
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
-        Self::load_from(file, |name| std::env::var(name).ok())
+        let properties: Vec<(String, String)> = std::env::vars()
+            .filter(|(name, _)| name.starts_with(KAFKA_PROPERTY_PREFIX))
+            .collect();
+        Self::load_with(file, |name| std::env::var(name).ok(), &properties)
     }
 
     /// As [`Config::load`], with the environment passed in (for tests).
     pub fn load_from(
         file: Option<&Path>,
         env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
+        Self::load_with(file, env, &[])
+    }
+
+    /// As [`Config::load_from`], with the environment's
+    /// `EXECPLANE_KAFKA_PROPERTY_*` variables (name, value) too.
+    pub fn load_with(
+        file: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+        kafka_properties: &[(String, String)],
     ) -> Result<Self, ConfigError> {
         let mut config = Config::default();
         let mut problems = Vec::new();
@@ -742,6 +889,10 @@ impl Config {
                 }
             }
         }
+        for (variable, value) in kafka_properties {
+            let name = kafka_property_name(&variable[KAFKA_PROPERTY_PREFIX.len()..]);
+            config.set_kafka_property(name, value, variable, &mut problems);
+        }
         config.check(&mut problems);
         if problems.is_empty() {
             Ok(config)
@@ -761,6 +912,10 @@ impl Config {
             }
         };
         for (key, value) in table {
+            if key == "kafka_properties" {
+                self.apply_kafka_properties(path, value, problems);
+                continue;
+            }
             let Some(setting) = SETTINGS.iter().find(|setting| setting.file_key() == key) else {
                 problems.push(format!(
                     "config file {}: unknown key `{key}`",
@@ -791,8 +946,81 @@ impl Config {
         }
     }
 
+    /// The file's `[kafka_properties]` table: librdkafka property names,
+    /// string, number or boolean values.
+    fn apply_kafka_properties(
+        &mut self,
+        path: &Path,
+        value: toml::Value,
+        problems: &mut Vec<String>,
+    ) {
+        let toml::Value::Table(table) = value else {
+            problems.push(format!(
+                "config file {}: `kafka_properties` must be a table",
+                path.display()
+            ));
+            return;
+        };
+        for (name, value) in table {
+            let text = match value {
+                toml::Value::String(text) => text,
+                toml::Value::Integer(number) => number.to_string(),
+                toml::Value::Boolean(flag) => flag.to_string(),
+                other => {
+                    problems.push(format!(
+                        "config file {}: kafka_properties.`{name}` must be a string, number or boolean, not {}",
+                        path.display(),
+                        other.type_str()
+                    ));
+                    continue;
+                }
+            };
+            let origin = format!("config file {}: kafka_properties", path.display());
+            self.set_kafka_property(name, &text, &origin, problems);
+        }
+    }
+
+    /// One pass-through librdkafka property, unless execplane relies on it
+    /// or it has a setting of its own.
+    fn set_kafka_property(
+        &mut self,
+        name: String,
+        value: &str,
+        origin: &str,
+        problems: &mut Vec<String>,
+    ) {
+        if let Some((_, why)) = KAFKA_RESERVED
+            .iter()
+            .find(|(reserved, _)| *reserved == name)
+        {
+            problems.push(format!("{origin}: `{name}` cannot be overridden: {why}"));
+            return;
+        }
+        if let Some((_, setting)) = KAFKA_OWN_SETTINGS.iter().find(|(own, _)| *own == name) {
+            problems.push(format!(
+                "{origin}: `{name}` has a setting of its own: use {setting}"
+            ));
+            return;
+        }
+        let valid = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '_');
+        if !valid {
+            problems.push(format!(
+                "{origin}: `{name}` is not a librdkafka property name"
+            ));
+            return;
+        }
+        self.kafka
+            .properties
+            .retain(|(existing, _)| *existing != name);
+        self.kafka.properties.push((name, Secret::new(value)));
+    }
+
     /// The one validation pass: every rule across settings, every problem.
     fn check(&mut self, problems: &mut Vec<String>) {
+        self.check_kafka_security(problems);
         if let Err(message) = self.codec() {
             problems.push(message);
         }
@@ -981,6 +1209,134 @@ impl Config {
             fetch_wait_ms: self.kafka.fetch_wait_ms,
             // Checked by the validation pass.
             codec: self.codec().unwrap_or_default(),
+            properties: self.kafka_client_properties(),
+        }
+    }
+
+    /// The librdkafka properties of the security settings, then the
+    /// pass-through ones.
+    fn kafka_client_properties(&self) -> Vec<(String, Secret)> {
+        let kafka = &self.kafka;
+        let mut properties = vec![(
+            "security.protocol".to_owned(),
+            Secret::new(kafka.security_protocol.trim().to_ascii_lowercase()),
+        )];
+        let mut set = |name: &str, value: &str| {
+            if !value.trim().is_empty() {
+                properties.push((name.to_owned(), Secret::new(value.trim())));
+            }
+        };
+        set("ssl.ca.location", &kafka.ssl_ca_file);
+        set("ssl.certificate.location", &kafka.ssl_cert_file);
+        set("ssl.key.location", &kafka.ssl_key_file);
+        set("ssl.key.password", kafka.ssl_key_password.expose());
+        set(
+            "ssl.endpoint.identification.algorithm",
+            if kafka.ssl_verify_hostname {
+                "https"
+            } else {
+                "none"
+            },
+        );
+        set("sasl.mechanism", &kafka.sasl_mechanism);
+        set("sasl.username", &kafka.sasl_username);
+        set("sasl.password", kafka.sasl_password.expose());
+        properties.extend(kafka.properties.iter().cloned());
+        properties
+    }
+
+    /// The security settings agree with each other, and the files they
+    /// name can be read; a password file is read here.
+    fn check_kafka_security(&mut self, problems: &mut Vec<String>) {
+        let kafka = &mut self.kafka;
+        let protocol = kafka.security_protocol.trim().to_ascii_lowercase();
+        let (tls, sasl) = match protocol.as_str() {
+            "plaintext" => (false, false),
+            "ssl" => (true, false),
+            "sasl_plaintext" => (false, true),
+            "sasl_ssl" => (true, true),
+            other => {
+                problems.push(format!(
+                    "EXECPLANE_KAFKA_SECURITY_PROTOCOL: `{other}` is not one of plaintext, ssl, sasl_plaintext, sasl_ssl"
+                ));
+                return;
+            }
+        };
+        for (variable, file, secret) in [
+            (
+                "EXECPLANE_KAFKA_SASL_PASSWORD_FILE",
+                &kafka.sasl_password_file,
+                &mut kafka.sasl_password,
+            ),
+            (
+                "EXECPLANE_KAFKA_SSL_KEY_PASSWORD_FILE",
+                &kafka.ssl_key_password_file,
+                &mut kafka.ssl_key_password,
+            ),
+        ] {
+            if file.trim().is_empty() {
+                continue;
+            }
+            if !secret.is_empty() {
+                problems.push(format!(
+                    "{variable}: the password is set directly too; set one of them"
+                ));
+                continue;
+            }
+            match std::fs::read_to_string(file.trim()) {
+                Ok(text) => {
+                    *secret = Secret::new(
+                        text.strip_suffix('\n')
+                            .unwrap_or(&text)
+                            .trim_end_matches('\r'),
+                    )
+                }
+                Err(error) => {
+                    problems.push(format!("{variable}: cannot read {}: {error}", file.trim()))
+                }
+            }
+        }
+        for (variable, file) in [
+            ("EXECPLANE_KAFKA_SSL_CA_FILE", &kafka.ssl_ca_file),
+            ("EXECPLANE_KAFKA_SSL_CERT_FILE", &kafka.ssl_cert_file),
+            ("EXECPLANE_KAFKA_SSL_KEY_FILE", &kafka.ssl_key_file),
+        ] {
+            if file.trim().is_empty() {
+                continue;
+            }
+            if !tls {
+                problems.push(format!("{variable}: set, but EXECPLANE_KAFKA_SECURITY_PROTOCOL is `{protocol}` (no TLS)"));
+            } else if let Err(error) = std::fs::File::open(file.trim()) {
+                problems.push(format!("{variable}: cannot read {}: {error}", file.trim()));
+            }
+        }
+        if kafka.ssl_cert_file.trim().is_empty() != kafka.ssl_key_file.trim().is_empty() {
+            problems.push(
+                "EXECPLANE_KAFKA_SSL_CERT_FILE and EXECPLANE_KAFKA_SSL_KEY_FILE go together".into(),
+            );
+        }
+        let mechanism = kafka.sasl_mechanism.trim();
+        if sasl {
+            if !matches!(mechanism, "PLAIN" | "SCRAM-SHA-256" | "SCRAM-SHA-512") {
+                problems.push(format!(
+                    "EXECPLANE_KAFKA_SASL_MECHANISM: `{mechanism}` is not one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (required with `{protocol}`)"
+                ));
+            }
+            if kafka.sasl_username.trim().is_empty() || kafka.sasl_password.is_empty() {
+                problems.push(format!(
+                    "EXECPLANE_KAFKA_SASL_USERNAME and EXECPLANE_KAFKA_SASL_PASSWORD (or _FILE) are required with `{protocol}`"
+                ));
+            }
+            if mechanism == "PLAIN" && !tls {
+                tracing::warn!("SASL PLAIN without TLS sends the Kafka password in the clear");
+            }
+        } else if !mechanism.is_empty()
+            || !kafka.sasl_username.trim().is_empty()
+            || !kafka.sasl_password.is_empty()
+        {
+            problems.push(format!(
+                "EXECPLANE_KAFKA_SASL_*: set, but EXECPLANE_KAFKA_SECURITY_PROTOCOL is `{protocol}` (no SASL)"
+            ));
         }
     }
 
@@ -1350,7 +1706,29 @@ mod tests {
             "EXECPLANE_SANDBOX_NETWORK" => Some("host".into()),
             "EXECPLANE_SANDBOX_DENY" => Some("10.0.0.0/8,db.internal:5432".into()),
             "EXECPLANE_SANDBOX_UID_BASE" => Some("2000000000".into()),
+            "EXECPLANE_KAFKA_SECURITY_PROTOCOL" => Some("ssl".into()),
+            "EXECPLANE_KAFKA_SSL_CA_FILE"
+            | "EXECPLANE_KAFKA_SSL_CERT_FILE"
+            | "EXECPLANE_KAFKA_SSL_KEY_FILE"
+            | "EXECPLANE_KAFKA_SSL_KEY_PASSWORD_FILE" => Some(policy.display().to_string()),
+            "EXECPLANE_KAFKA_SASL_PASSWORD_FILE" => {
+                Some(policy.with_extension("password").display().to_string())
+            }
+            "EXECPLANE_KAFKA_SSL_VERIFY_HOSTNAME" => Some("false".into()),
+            "EXECPLANE_KAFKA_SASL_MECHANISM" => Some("SCRAM-SHA-256".into()),
             _ => None,
+        };
+        let sasl = |except: &str| -> Vec<(&'static str, String)> {
+            [
+                ("EXECPLANE_KAFKA_SECURITY_PROTOCOL", "sasl_plaintext"),
+                ("EXECPLANE_KAFKA_SASL_MECHANISM", "PLAIN"),
+                ("EXECPLANE_KAFKA_SASL_USERNAME", "someone"),
+                ("EXECPLANE_KAFKA_SASL_PASSWORD", "pw"),
+            ]
+            .into_iter()
+            .filter(|(name, _)| *name != except)
+            .map(|(name, value)| (name, value.to_owned()))
+            .collect()
         };
         let partners = match setting.name {
             "EXECPLANE_S3_ENDPOINT" => vec![
@@ -1361,6 +1739,24 @@ mod tests {
             "EXECPLANE_AVRO_FRAMING" => {
                 vec![("EXECPLANE_CONFLUENT_SCHEMA_IDS", all_ids.to_owned())]
             }
+            "EXECPLANE_KAFKA_SSL_CA_FILE" => {
+                vec![("EXECPLANE_KAFKA_SECURITY_PROTOCOL", "ssl".to_owned())]
+            }
+            "EXECPLANE_KAFKA_SSL_CERT_FILE" => vec![
+                ("EXECPLANE_KAFKA_SECURITY_PROTOCOL", "ssl".to_owned()),
+                ("EXECPLANE_KAFKA_SSL_KEY_FILE", policy.display().to_string()),
+            ],
+            "EXECPLANE_KAFKA_SSL_KEY_FILE" => vec![
+                ("EXECPLANE_KAFKA_SECURITY_PROTOCOL", "ssl".to_owned()),
+                (
+                    "EXECPLANE_KAFKA_SSL_CERT_FILE",
+                    policy.display().to_string(),
+                ),
+            ],
+            "EXECPLANE_KAFKA_SASL_MECHANISM"
+            | "EXECPLANE_KAFKA_SASL_USERNAME"
+            | "EXECPLANE_KAFKA_SASL_PASSWORD" => sasl(setting.name),
+            "EXECPLANE_KAFKA_SASL_PASSWORD_FILE" => sasl("EXECPLANE_KAFKA_SASL_PASSWORD"),
             _ => Vec::new(),
         };
         if let Some(value) = special {
@@ -1381,6 +1777,7 @@ mod tests {
         let policy =
             std::env::temp_dir().join(format!("execplane-policy-{}.toml", std::process::id()));
         std::fs::write(&policy, "").unwrap();
+        std::fs::write(policy.with_extension("password"), "pw\n").unwrap();
         for setting in SETTINGS {
             let (value, partners) = sample(setting, &policy);
             let expected = {
@@ -1480,6 +1877,129 @@ mod tests {
             );
         }
         assert_eq!(problems.len(), 9, "{problems:#?}");
+    }
+
+    #[test]
+    fn kafka_properties_pass_through_except_the_ones_execplane_relies_on() {
+        let dir =
+            std::env::temp_dir().join(format!("execplane-config-kafka-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("kafka.toml");
+        std::fs::write(
+            &path,
+            "[kafka_properties]\n\"socket.send.buffer.bytes\" = 1048576\n\"statistics.interval.ms\" = \"0\"\n",
+        )
+        .unwrap();
+        let properties = [
+            ("EXECPLANE_KAFKA_PROPERTY_SOCKET_KEEPALIVE_ENABLE", "false"),
+            ("EXECPLANE_KAFKA_PROPERTY_LOG__LEVEL", "6"),
+        ]
+        .map(|(name, value)| (name.to_owned(), value.to_owned()));
+        let config = Config::load_with(Some(&path), |_| None, &properties).unwrap();
+        let kafka = config.kafka();
+        let names: Vec<&str> = kafka
+            .properties
+            .iter()
+            .map(|(name, _)| name.as_str())
+            .collect();
+        for name in [
+            "socket.send.buffer.bytes",
+            "statistics.interval.ms",
+            "socket.keepalive.enable",
+            "log_level",
+        ] {
+            assert!(names.contains(&name), "{name} in {names:?}");
+        }
+        // Shown nowhere: the configuration's Debug has no value of them.
+        assert!(!format!("{kafka:?}").contains("1048576"), "{kafka:?}");
+
+        let refused = [
+            ("EXECPLANE_KAFKA_PROPERTY_ACKS", "1"),
+            ("EXECPLANE_KAFKA_PROPERTY_ENABLE_IDEMPOTENCE", "false"),
+            ("EXECPLANE_KAFKA_PROPERTY_ENABLE_AUTO_COMMIT", "true"),
+            ("EXECPLANE_KAFKA_PROPERTY_SASL_PASSWORD", "x"),
+            ("EXECPLANE_KAFKA_PROPERTY_BAD-NAME", "x"),
+        ]
+        .map(|(name, value)| (name.to_owned(), value.to_owned()));
+        let error = Config::load_with(None, |_| None, &refused).unwrap_err();
+        let ConfigError::Invalid(problems) = &error else {
+            panic!("{error}");
+        };
+        for expected in [
+            "`acks` cannot be overridden",
+            "`enable.idempotence` cannot be overridden",
+            "`enable.auto.commit` cannot be overridden",
+            "use EXECPLANE_KAFKA_SASL_PASSWORD",
+            "not a librdkafka property name",
+        ] {
+            assert!(
+                problems.iter().any(|problem| problem.contains(expected)),
+                "{expected} missing from {problems:#?}"
+            );
+        }
+        assert_eq!(problems.len(), 5, "{problems:#?}");
+    }
+
+    #[test]
+    fn kafka_security_settings_are_checked_together() {
+        let error = load(
+            &[
+                ("EXECPLANE_KAFKA_SECURITY_PROTOCOL", "sasl_ssl"),
+                ("EXECPLANE_KAFKA_SASL_MECHANISM", "GSSAPI"),
+                ("EXECPLANE_KAFKA_SSL_CA_FILE", "/nonexistent/ca.pem"),
+                (
+                    "EXECPLANE_KAFKA_SASL_PASSWORD_FILE",
+                    "/nonexistent/password",
+                ),
+            ],
+            None,
+        )
+        .unwrap_err();
+        let ConfigError::Invalid(problems) = &error else {
+            panic!("{error}");
+        };
+        for expected in [
+            "EXECPLANE_KAFKA_SASL_MECHANISM: `GSSAPI`",
+            "EXECPLANE_KAFKA_SSL_CA_FILE: cannot read /nonexistent/ca.pem",
+            "EXECPLANE_KAFKA_SASL_PASSWORD_FILE: cannot read /nonexistent/password",
+            "EXECPLANE_KAFKA_SASL_USERNAME and EXECPLANE_KAFKA_SASL_PASSWORD (or _FILE) are required",
+        ] {
+            assert!(problems.iter().any(|problem| problem.contains(expected)), "{expected} missing from {problems:#?}");
+        }
+        let error = load(
+            &[
+                ("EXECPLANE_KAFKA_SASL_USERNAME", "someone"),
+                ("EXECPLANE_KAFKA_SECURITY_PROTOCOL", "tls"),
+            ],
+            None,
+        )
+        .unwrap_err();
+        assert!(error.to_string().contains("`tls` is not one of"), "{error}");
+        let config = load(
+            &[
+                ("EXECPLANE_KAFKA_SECURITY_PROTOCOL", "SASL_PLAINTEXT"),
+                ("EXECPLANE_KAFKA_SASL_MECHANISM", "SCRAM-SHA-256"),
+                ("EXECPLANE_KAFKA_SASL_USERNAME", "execplane"),
+                ("EXECPLANE_KAFKA_SASL_PASSWORD", "pw-value-9"),
+            ],
+            None,
+        )
+        .unwrap();
+        let kafka = config.kafka();
+        let property = |name: &str| {
+            kafka
+                .properties
+                .iter()
+                .find(|(property, _)| property == name)
+                .map(|(_, value)| value.expose().to_owned())
+        };
+        assert_eq!(
+            property("security.protocol").as_deref(),
+            Some("sasl_plaintext")
+        );
+        assert_eq!(property("sasl.mechanism").as_deref(), Some("SCRAM-SHA-256"));
+        assert_eq!(property("sasl.password").as_deref(), Some("pw-value-9"));
+        assert!(!format!("{config:?}").contains("pw-value-9"));
     }
 
     #[test]

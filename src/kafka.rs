@@ -24,6 +24,9 @@ pub struct KafkaConfig {
     /// How records are framed and read (`EXECPLANE_AVRO_FRAMING` and the
     /// registry ids): built once from the configuration.
     pub codec: crate::codec::Codec,
+    /// librdkafka properties of the operator's (security, pass-through),
+    /// set on every client after execplane's own; values never shown.
+    pub properties: Vec<(String, crate::secrets::Secret)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +37,8 @@ pub enum KafkaError {
     NoPartitions(String),
     #[error("topology: {0}")]
     Topology(String),
+    #[error("the broker refused this client: {0} (check EXECPLANE_KAFKA_SECURITY_PROTOCOL, EXECPLANE_KAFKA_SASL_* and EXECPLANE_KAFKA_SSL_*)")]
+    Refused(String),
 }
 
 impl KafkaConfig {
@@ -52,6 +57,9 @@ impl KafkaConfig {
             .set("reconnect.backoff.ms", "50")
             .set("reconnect.backoff.max.ms", "1000")
             .set("log_level", "3");
+        for (name, value) in &self.properties {
+            config.set(name, value.expose());
+        }
         config
     }
 
@@ -127,6 +135,118 @@ impl KafkaConfig {
         Ok(self.base().create()?)
     }
 }
+
+/// Waits until the brokers answer this client (a metadata request),
+/// backing off from 100 ms to 5 s: `Ok(false)` when `shutdown` fires first.
+/// A broker that refuses the client (its credentials, its TLS) is an
+/// error at once, with librdkafka's reason: waiting would not mend it.
+pub async fn reach(
+    kafka: &KafkaConfig,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> Result<bool, KafkaError> {
+    let watch = RefusalWatch::default();
+    let client: std::sync::Arc<rdkafka::consumer::BaseConsumer<RefusalWatch>> =
+        std::sync::Arc::new(kafka.base().create_with_context(watch.clone())?);
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let probe = client.clone();
+        let answer = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(false),
+            answer = tokio::task::spawn_blocking(move || {
+                let answer = probe.fetch_metadata(None, Duration::from_secs(5));
+                // librdkafka's errors and log lines come through the client's
+                // queue: served here, they reach the watch and the log.
+                let _ = rdkafka::consumer::BaseConsumer::poll(&probe, Duration::ZERO);
+                answer
+            }) => answer,
+        };
+        let error = match answer {
+            Ok(Ok(_)) => return Ok(true),
+            Ok(Err(error)) => error.to_string(),
+            Err(join) => join.to_string(),
+        };
+        if let Some(reason) = watch.refusal() {
+            return Err(KafkaError::Refused(reason));
+        }
+        tracing::warn!(%error, brokers = %kafka.brokers, retry_in = ?backoff, "waiting for the broker");
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(false),
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+}
+
+/// A client context that remembers the broker's refusal (authentication,
+/// TLS) among librdkafka's errors, and logs them all as the default does.
+#[derive(Clone, Default)]
+struct RefusalWatch(std::sync::Arc<std::sync::Mutex<Option<String>>>);
+
+impl RefusalWatch {
+    fn refusal(&self) -> Option<String> {
+        self.0.lock().ok().and_then(|refusal| refusal.clone())
+    }
+}
+
+impl RefusalWatch {
+    fn refused(&self, reason: String) {
+        if let Ok(mut refusal) = self.0.lock() {
+            refusal.get_or_insert(reason);
+        }
+    }
+}
+
+impl rdkafka::ClientContext for RefusalWatch {
+    /// As the default context logs, and a connection's failure that says
+    /// the broker refused the client counts at once (the error event for
+    /// it comes only after librdkafka's retries).
+    fn log(&self, level: rdkafka::config::RDKafkaLogLevel, facility: &str, message: &str) {
+        use rdkafka::config::RDKafkaLogLevel;
+        const REFUSALS: [&str; 3] = [
+            "SASL authentication error",
+            "SSL handshake failed",
+            "certificate verify failed",
+        ];
+        if REFUSALS.iter().any(|refusal| message.contains(refusal)) {
+            self.refused(message.to_owned());
+        }
+        match level {
+            RDKafkaLogLevel::Emerg
+            | RDKafkaLogLevel::Alert
+            | RDKafkaLogLevel::Critical
+            | RDKafkaLogLevel::Error => {
+                tracing::error!(target: "librdkafka", "librdkafka: {facility} {message}")
+            }
+            RDKafkaLogLevel::Warning => {
+                tracing::warn!(target: "librdkafka", "librdkafka: {facility} {message}")
+            }
+            RDKafkaLogLevel::Notice | RDKafkaLogLevel::Info => {
+                tracing::info!(target: "librdkafka", "librdkafka: {facility} {message}")
+            }
+            RDKafkaLogLevel::Debug => {
+                tracing::debug!(target: "librdkafka", "librdkafka: {facility} {message}")
+            }
+        }
+    }
+
+    fn error(&self, error: rdkafka::error::KafkaError, reason: &str) {
+        use rdkafka::types::RDKafkaErrorCode;
+        let refused = matches!(
+            error.rdkafka_error_code(),
+            Some(
+                RDKafkaErrorCode::Authentication
+                    | RDKafkaErrorCode::SSL
+                    | RDKafkaErrorCode::SaslAuthenticationFailed
+            )
+        );
+        if refused {
+            self.refused(format!("{error}: {reason}"));
+        }
+        tracing::error!(target: "librdkafka", "librdkafka: {error}: {reason}");
+    }
+}
+
+impl rdkafka::consumer::ConsumerContext for RefusalWatch {}
 
 /// Runs `attempt` (a broker call) until it succeeds, backing off from
 /// 100 ms to 5 s and saying each time what it waits for; `None` once

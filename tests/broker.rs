@@ -37,6 +37,7 @@ async fn a_restarted_durable_broker_still_holds_the_whole_published_log() {
         topic_prefix: "durable.".into(),
         fetch_wait_ms: 5,
         codec: Default::default(),
+        properties: Vec::new(),
     };
     execplane::kafka::topology::apply(&kafka)
         .await
@@ -66,4 +67,92 @@ async fn a_restarted_durable_broker_still_holds_the_whole_published_log() {
         "the published log after a broker restart (logs in {})",
         broker.dir.display()
     );
+}
+
+/// The stack broker's TLS + SASL listener (scripts/kafka.sh) with the
+/// stack's CA and user, and the password `password`.
+fn secure_settings(mechanism: &str, password: &str) -> Vec<(&'static str, String)> {
+    let tls = common::stack_dir().join("kafka/tls");
+    vec![
+        ("EXECPLANE_KAFKA_BROKERS", "127.0.0.1:9094".to_owned()),
+        ("EXECPLANE_KAFKA_SECURITY_PROTOCOL", "sasl_ssl".to_owned()),
+        (
+            "EXECPLANE_KAFKA_SSL_CA_FILE",
+            tls.join("ca.pem").display().to_string(),
+        ),
+        ("EXECPLANE_KAFKA_SASL_MECHANISM", mechanism.to_owned()),
+        ("EXECPLANE_KAFKA_SASL_USERNAME", "execplane".to_owned()),
+        ("EXECPLANE_KAFKA_SASL_PASSWORD", password.to_owned()),
+    ]
+}
+
+fn stack_password() -> String {
+    std::fs::read_to_string(common::stack_dir().join("kafka/tls/client-password"))
+        .expect("scripts/kafka.sh wrote the secure listener's password")
+        .trim()
+        .to_owned()
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_job_runs_end_to_end_over_tls_and_scram(pool: sqlx::PgPool) {
+    let mut settings = secure_settings("SCRAM-SHA-512", "");
+    // By file, as a mounted secret is given.
+    settings.retain(|(name, _)| *name != "EXECPLANE_KAFKA_SASL_PASSWORD");
+    let file = std::env::temp_dir().join(format!("kafka-password-{}", uuid::Uuid::new_v4()));
+    std::fs::write(&file, format!("{}\n", stack_password())).unwrap();
+    settings.push((
+        "EXECPLANE_KAFKA_SASL_PASSWORD_FILE",
+        file.display().to_string(),
+    ));
+    let mut pipeline = common::pipeline::Pipeline::with_settings(&pool, &settings).await;
+    pipeline.start_roles(1);
+    pipeline.wait_runners(1).await;
+    let spec = common::pipeline::job(
+        "verify.tcp.connect",
+        serde_json::json!({"host": "127.0.0.1", "port": 5432}),
+        serde_json::json!({}),
+    );
+    pipeline.submit(&spec).await;
+    let attempts = pipeline
+        .wait_done(&spec.job_id, Duration::from_secs(60))
+        .await;
+    assert_eq!(attempts.last().unwrap().1, "succeeded", "{attempts:?}");
+    let _ = std::fs::remove_file(file);
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_wrong_password_stops_a_role_at_start_naming_the_cause(pool: sqlx::PgPool) {
+    for mechanism in ["SCRAM-SHA-256", "PLAIN"] {
+        let started = std::time::Instant::now();
+        let out = tokio::task::spawn_blocking({
+            let settings = secure_settings(mechanism, "not-the-password");
+            let url = common::database_url(&pool);
+            move || {
+                std::process::Command::new(env!("CARGO_BIN_EXE_execplane"))
+                    .arg("dispatcher")
+                    .envs(settings)
+                    .env("EXECPLANE_DATABASE_URL", url)
+                    .env("EXECPLANE_TOPIC_PREFIX", "wrong-password.")
+                    .env("EXECPLANE_METRICS_ADDR", "")
+                    .stdin(std::process::Stdio::null())
+                    .output()
+                    .unwrap()
+            }
+        })
+        .await
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{mechanism}: {stderr}");
+        assert!(
+            stderr.contains("the broker refused this client")
+                && stderr.to_ascii_lowercase().contains("authentication"),
+            "{mechanism}: {stderr}"
+        );
+        assert!(!stderr.contains("not-the-password"), "{stderr}");
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{mechanism}: {:?}",
+            started.elapsed()
+        );
+    }
 }

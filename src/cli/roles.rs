@@ -149,10 +149,20 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
             )
         })?
         .with_codec(kafka.codec.clone());
+    let signal = on_signal();
+    // A broker that is down is waited for (SIGTERM still stops the wait);
+    // one that refuses this client's credentials or TLS is an error now.
+    match crate::kafka::reach(&kafka, &signal).await {
+        Ok(true) => {}
+        Ok(false) => return Ok(ExitCode::SUCCESS),
+        Err(error) => {
+            eprintln!("error: {error}");
+            return Ok(ExitCode::from(2));
+        }
+    }
     if prepare {
         prepare_stack(&store, &kafka).await?;
     }
-    let signal = on_signal();
     let runners_stop = CancellationToken::new();
     let core_stop = CancellationToken::new();
     let policy = config.policy.loaded.clone();

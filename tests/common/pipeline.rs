@@ -70,13 +70,41 @@ impl Pipeline {
     }
 
     pub async fn with_brokers(pool: &PgPool, brokers: String) -> Self {
-        let prefix = format!("t{}.", &Uuid::new_v4().simple().to_string()[..12]);
         let kafka = KafkaConfig {
-            brokers: brokers.clone(),
-            topic_prefix: prefix.clone(),
+            brokers,
+            topic_prefix: String::new(),
             fetch_wait_ms: 5,
             codec: Default::default(),
+            properties: Vec::new(),
         };
+        Self::with_client(pool, kafka, Vec::new()).await
+    }
+
+    /// A pipeline whose processes, and this harness, are Kafka clients of
+    /// these settings (`EXECPLANE_KAFKA_*` variables and their values).
+    pub async fn with_settings(pool: &PgPool, settings: &[(&str, String)]) -> Self {
+        let settings: Vec<(String, String)> = settings
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), value.clone()))
+            .collect();
+        let config = execplane::config::Config::load_from(None, |name| {
+            settings
+                .iter()
+                .find(|(setting, _)| setting == name)
+                .map(|(_, value)| value.clone())
+        })
+        .expect("the Kafka settings load");
+        Self::with_client(pool, config.kafka(), settings).await
+    }
+
+    async fn with_client(
+        pool: &PgPool,
+        mut kafka: KafkaConfig,
+        env: Vec<(String, String)>,
+    ) -> Self {
+        let prefix = format!("t{}.", &Uuid::new_v4().simple().to_string()[..12]);
+        kafka.topic_prefix = prefix.clone();
+        let brokers = kafka.brokers.clone();
         execplane::kafka::topology::apply(&kafka)
             .await
             .expect("topology applies");
@@ -93,7 +121,10 @@ impl Pipeline {
             dir,
             pool: pool.clone(),
             children: Vec::new(),
-            env: vec![("EXECPLANE_POLICY_FILE".into(), policy.display().to_string())],
+            env: [("EXECPLANE_POLICY_FILE".into(), policy.display().to_string())]
+                .into_iter()
+                .chain(env)
+                .collect(),
         }
     }
 
