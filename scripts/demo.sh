@@ -29,6 +29,8 @@ export EXECPLANE_TOFU_PROVIDER_MIRROR="${EXECPLANE_TOFU_PROVIDER_MIRROR:-$STACK_
 export EXECPLANE_TOFU_STATE_DIR="${EXECPLANE_TOFU_STATE_DIR:-$STACK_DIR/opentofu/state}"
 export EXECPLANE_DATABASE_URL="${EXECPLANE_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/execplane}"
 export EXECPLANE_KAFKA_BROKERS="${EXECPLANE_KAFKA_BROKERS:-127.0.0.1:9092}"
+# The stack has one broker: topics get one replica, not the topology's 3.
+export EXECPLANE_TOPIC_REPLICATION_FACTOR="${EXECPLANE_TOPIC_REPLICATION_FACTOR:-1}"
 # No tool reaches the local cluster's etcd (its datastore, beneath the API
 # server's authorisation), nor a cloud's metadata service.
 export EXECPLANE_SANDBOX_DENY="${EXECPLANE_SANDBOX_DENY:-169.254.0.0/16,fd00:ec2::254,127.0.0.1:2379,127.0.0.1:2380}"

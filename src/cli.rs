@@ -220,8 +220,14 @@ pub enum ExecutorsCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum TopologyCommand {
-    /// Create missing topics from topology/topics.yaml, report drift; never delete.
-    Apply,
+    /// Create missing topics from topology/topics.yaml, report drift; never
+    /// delete or reconfigure.
+    Apply {
+        /// Change nothing: name the missing topics and the drift; exit 1
+        /// when there is either.
+        #[arg(long)]
+        check: bool,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -398,7 +404,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             json,
         }) => artifacts_put(&config, &file, &tenants, json).await,
         Command::Artifacts(command) => artifacts(&config, &connect(&config).await?, command).await,
-        Command::Topology(TopologyCommand::Apply) => roles::topology_apply(&config).await,
+        Command::Topology(TopologyCommand::Apply { check }) => {
+            roles::topology_apply(&config, check).await
+        }
         Command::Submit {
             file,
             timeout,

@@ -127,6 +127,9 @@ pub struct KafkaSettings {
     pub brokers: String,
     /// `EXECPLANE_TOPIC_PREFIX`: prefixes every topic name.
     pub topic_prefix: String,
+    /// `EXECPLANE_TOPIC_REPLICATION_FACTOR`: replicas of created topics
+    /// instead of the topology's (0: the topology's).
+    pub topic_replication_factor: u16,
     /// `EXECPLANE_KAFKA_FETCH_WAIT_MS`: consumers' `fetch.wait.max.ms`.
     pub fetch_wait_ms: u32,
     /// `EXECPLANE_AVRO_FRAMING`: `single-object` or `confluent`.
@@ -172,6 +175,7 @@ impl Default for KafkaSettings {
         Self {
             brokers: defaults::KAFKA_BROKERS.to_owned(),
             topic_prefix: String::new(),
+            topic_replication_factor: 0,
             fetch_wait_ms: 100,
             avro_framing: "single-object".into(),
             confluent_schema_ids: String::new(),
@@ -729,6 +733,7 @@ settings! {
     "EXECPLANE_DATABASE_MAX_CONNECTIONS" => database.max_connections;
     "EXECPLANE_KAFKA_BROKERS" => kafka.brokers;
     "EXECPLANE_TOPIC_PREFIX" => kafka.topic_prefix;
+    "EXECPLANE_TOPIC_REPLICATION_FACTOR" => kafka.topic_replication_factor;
     "EXECPLANE_KAFKA_FETCH_WAIT_MS" => kafka.fetch_wait_ms;
     "EXECPLANE_AVRO_FRAMING" => kafka.avro_framing;
     "EXECPLANE_CONFLUENT_SCHEMA_IDS" => kafka.confluent_schema_ids;
@@ -1210,6 +1215,10 @@ impl Config {
             // Checked by the validation pass.
             codec: self.codec().unwrap_or_default(),
             properties: self.kafka_client_properties(),
+            replication_factor: match self.kafka.topic_replication_factor {
+                0 => None,
+                factor => Some(i32::from(factor)),
+            },
         }
     }
 

@@ -27,6 +27,9 @@ pub struct KafkaConfig {
     /// librdkafka properties of the operator's (security, pass-through),
     /// set on every client after execplane's own; values never shown.
     pub properties: Vec<(String, crate::secrets::Secret)>,
+    /// `EXECPLANE_TOPIC_REPLICATION_FACTOR`: topics are created with this
+    /// many replicas instead of the topology's.
+    pub replication_factor: Option<i32>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -38,6 +38,7 @@ async fn a_restarted_durable_broker_still_holds_the_whole_published_log() {
         fetch_wait_ms: 5,
         codec: Default::default(),
         properties: Vec::new(),
+        replication_factor: Some(1),
     };
     execplane::kafka::topology::apply(&kafka)
         .await
@@ -155,4 +156,67 @@ async fn a_wrong_password_stops_a_role_at_start_naming_the_cause(pool: sqlx::PgP
             started.elapsed()
         );
     }
+}
+
+/// On three brokers the log topics get the topology's replication (3
+/// replicas, `min.insync.replicas` 2); `topology apply --check` changes
+/// nothing and names a live topic that differs from the declaration.
+#[tokio::test]
+async fn topics_get_the_topologys_replication_and_check_names_drift() {
+    let cluster = tokio::task::spawn_blocking(|| common::kafka::Cluster::start(3, None))
+        .await
+        .unwrap();
+    let kafka = KafkaConfig {
+        brokers: cluster.bootstrap(),
+        topic_prefix: "replicated.".into(),
+        fetch_wait_ms: 100,
+        codec: Default::default(),
+        properties: Vec::new(),
+        replication_factor: None,
+    };
+    // The cluster's controllers elect a leader first.
+    let mut report = None;
+    for _ in 0..60 {
+        match execplane::kafka::topology::apply(&kafka).await {
+            Ok(applied) => {
+                report = Some(applied);
+                break;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    let report = report.expect("the topology applies on three brokers");
+    assert!(!report.created.is_empty());
+    let report = execplane::kafka::topology::check(&kafka).await.unwrap();
+    assert!(
+        report.created.is_empty() && report.drift.is_empty(),
+        "{report:?}"
+    );
+
+    let check = |factor: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_execplane"))
+            .args(["topology", "apply", "--check"])
+            .env("EXECPLANE_KAFKA_BROKERS", cluster.bootstrap())
+            .env("EXECPLANE_TOPIC_PREFIX", "replicated.")
+            .env("EXECPLANE_TOPIC_REPLICATION_FACTOR", factor)
+            .env("EXECPLANE_LOG", "warn")
+            .output()
+            .unwrap()
+    };
+    let out = check("0");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let out = check("2");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("replicated.exec.attempt-events.v1: 3 replicas on the broker, 2 declared"),
+        "{stdout}"
+    );
+    // Nothing changed: the declared check is clean again.
+    assert_eq!(check("0").status.code(), Some(0));
 }

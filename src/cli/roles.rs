@@ -404,16 +404,24 @@ fn flatten(result: Result<anyhow::Result<()>, tokio::task::JoinError>) -> anyhow
     }
 }
 
-pub async fn topology_apply(config: &Config) -> anyhow::Result<ExitCode> {
-    let report = topology::apply(&config.kafka()).await?;
+pub async fn topology_apply(config: &Config, check: bool) -> anyhow::Result<ExitCode> {
+    let kafka = config.kafka();
+    let report = if check {
+        topology::check(&kafka).await?
+    } else {
+        topology::apply(&kafka).await?
+    };
     for name in &report.created {
-        println!("created {name}");
+        println!("{} {name}", if check { "missing" } else { "created" });
     }
     for name in &report.present {
         println!("present {name}");
     }
     for drift in &report.drift {
         println!("drift   {drift}");
+    }
+    if check && !(report.created.is_empty() && report.drift.is_empty()) {
+        return Ok(ExitCode::from(1));
     }
     Ok(ExitCode::SUCCESS)
 }

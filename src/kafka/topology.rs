@@ -15,8 +15,20 @@ pub const TOPICS_YAML: &str = include_str!("../../topology/topics.yaml");
 
 #[derive(Debug, Deserialize)]
 struct TopologyFile {
-    topics: Vec<TopicSpec>,
+    replication_factor: i32,
+    min_insync_replicas: i32,
+    topics: Vec<DeclaredTopic>,
     work_topics: WorkTopics,
+}
+
+#[derive(Debug, Deserialize)]
+struct DeclaredTopic {
+    name: String,
+    partitions: i32,
+    retention_ms: i64,
+    cleanup_policy: String,
+    replication_factor: Option<i32>,
+    min_insync_replicas: Option<i32>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -34,13 +46,37 @@ pub struct TopicSpec {
     pub partitions: i32,
     pub retention_ms: i64,
     pub cleanup_policy: String,
+    pub replication_factor: i32,
+    pub min_insync_replicas: i32,
+}
+
+impl TopicSpec {
+    /// The replication it is created with: the declared factor, or the
+    /// operator's override; `min.insync.replicas` at most the factor.
+    pub fn replication(&self, factor_override: Option<i32>) -> (i32, i32) {
+        let factor = factor_override.unwrap_or(self.replication_factor).max(1);
+        (factor, self.min_insync_replicas.clamp(1, factor))
+    }
 }
 
 /// Every declared topic, the work topics expanded.
 pub fn declared() -> Result<Vec<TopicSpec>, KafkaError> {
     let file: TopologyFile = serde_yaml::from_str(TOPICS_YAML)
         .map_err(|error| KafkaError::Topology(format!("topology/topics.yaml: {error}")))?;
-    let mut specs = file.topics;
+    let mut specs: Vec<TopicSpec> = file
+        .topics
+        .into_iter()
+        .map(|topic| TopicSpec {
+            name: topic.name,
+            partitions: topic.partitions,
+            retention_ms: topic.retention_ms,
+            cleanup_policy: topic.cleanup_policy,
+            replication_factor: topic.replication_factor.unwrap_or(file.replication_factor),
+            min_insync_replicas: topic
+                .min_insync_replicas
+                .unwrap_or(file.min_insync_replicas),
+        })
+        .collect();
     for name in &file.work_topics.types {
         let runner: RunnerType = name.parse().map_err(KafkaError::Topology)?;
         specs.push(TopicSpec {
@@ -48,6 +84,8 @@ pub fn declared() -> Result<Vec<TopicSpec>, KafkaError> {
             partitions: file.work_topics.partitions,
             retention_ms: file.work_topics.retention_ms,
             cleanup_policy: file.work_topics.cleanup_policy.clone(),
+            replication_factor: file.replication_factor,
+            min_insync_replicas: file.min_insync_replicas,
         });
     }
     Ok(specs)
@@ -63,8 +101,19 @@ pub struct ApplyReport {
 }
 
 /// Creates the missing topics (with the prefix), reports drift in partition
-/// counts; never deletes or shrinks anything.
+/// counts, replication and configuration; never deletes, shrinks or
+/// reconfigures anything.
 pub async fn apply(kafka: &KafkaConfig) -> Result<ApplyReport, KafkaError> {
+    apply_or_check(kafka, true).await
+}
+
+/// What [`apply`] would do, doing nothing: the missing topics (in
+/// `created`, as to be created) and the drift.
+pub async fn check(kafka: &KafkaConfig) -> Result<ApplyReport, KafkaError> {
+    apply_or_check(kafka, false).await
+}
+
+async fn apply_or_check(kafka: &KafkaConfig, create: bool) -> Result<ApplyReport, KafkaError> {
     let specs = declared()?;
     let admin = kafka.admin()?;
     let probe = kafka.assigned_consumer()?;
@@ -83,25 +132,51 @@ pub async fn apply(kafka: &KafkaConfig) -> Result<ApplyReport, KafkaError> {
                         spec.partitions
                     ));
                 }
+                let (factor, _) = spec.replication(kafka.replication_factor);
+                let replicas = existing
+                    .partitions()
+                    .iter()
+                    .map(|partition| partition.replicas().len() as i32)
+                    .min()
+                    .unwrap_or(0);
+                if replicas != factor {
+                    report.drift.push(format!(
+                        "{name}: {replicas} replicas on the broker, {factor} declared"
+                    ));
+                }
                 report.present.push(name.clone());
                 present.push((name, spec.clone()));
             }
             _ => missing.push((name, spec.clone())),
         }
     }
-    report.drift.extend(config_drift(&admin, &present).await);
+    report
+        .drift
+        .extend(config_drift(&admin, &present, kafka.replication_factor).await);
+    if !create {
+        report.created = missing.into_iter().map(|(name, _)| name).collect();
+        return Ok(report);
+    }
     if !missing.is_empty() {
-        let retention: Vec<String> = missing
+        let settings: Vec<(i32, String, String)> = missing
             .iter()
-            .map(|(_, spec)| spec.retention_ms.to_string())
+            .map(|(_, spec)| {
+                let (factor, min_insync) = spec.replication(kafka.replication_factor);
+                (
+                    factor,
+                    spec.retention_ms.to_string(),
+                    min_insync.to_string(),
+                )
+            })
             .collect();
         let new_topics: Vec<NewTopic<'_>> = missing
             .iter()
-            .zip(&retention)
-            .map(|((name, spec), retention)| {
-                NewTopic::new(name, spec.partitions, TopicReplication::Fixed(1))
+            .zip(&settings)
+            .map(|((name, spec), (factor, retention, min_insync))| {
+                NewTopic::new(name, spec.partitions, TopicReplication::Fixed(*factor))
                     .set("cleanup.policy", &spec.cleanup_policy)
                     .set("retention.ms", retention)
+                    .set("min.insync.replicas", min_insync)
             })
             .collect();
         let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
@@ -137,6 +212,7 @@ pub async fn apply(kafka: &KafkaConfig) -> Result<ApplyReport, KafkaError> {
 async fn config_drift(
     admin: &rdkafka::admin::AdminClient<rdkafka::client::DefaultClientContext>,
     present: &[(String, TopicSpec)],
+    factor_override: Option<i32>,
 ) -> Vec<String> {
     use rdkafka::admin::{ConfigResourceResult, ResourceSpecifier};
     if present.is_empty() {
@@ -163,6 +239,14 @@ async fn config_drift(
                 drift.push(format!(
                     "{name}: retention.ms is {retention} on the broker, {} declared",
                     spec.retention_ms
+                ));
+            }
+        }
+        let (_, min_insync) = spec.replication(factor_override);
+        if let Some(found) = value("min.insync.replicas") {
+            if found != min_insync.to_string() {
+                drift.push(format!(
+                    "{name}: min.insync.replicas is {found} on the broker, {min_insync} declared"
                 ));
             }
         }

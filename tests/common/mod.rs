@@ -410,3 +410,13 @@ pub mod pipeline;
 pub mod prometheus;
 pub mod proxy;
 pub mod sshd;
+
+/// The replicas of the topics a test creates on the stack's broker
+/// (`EXECPLANE_TOPIC_REPLICATION_FACTOR`, which the test command sets to
+/// its one broker's 1).
+pub fn replication_factor() -> Option<i32> {
+    std::env::var("EXECPLANE_TOPIC_REPLICATION_FACTOR")
+        .ok()
+        .and_then(|factor| factor.parse().ok())
+        .filter(|factor| *factor > 0)
+}

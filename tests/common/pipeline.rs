@@ -76,6 +76,7 @@ impl Pipeline {
             fetch_wait_ms: 5,
             codec: Default::default(),
             properties: Vec::new(),
+            replication_factor: super::replication_factor(),
         };
         Self::with_client(pool, kafka, Vec::new()).await
     }
@@ -104,6 +105,7 @@ impl Pipeline {
     ) -> Self {
         let prefix = format!("t{}.", &Uuid::new_v4().simple().to_string()[..12]);
         kafka.topic_prefix = prefix.clone();
+        kafka.replication_factor = kafka.replication_factor.or(super::replication_factor());
         let brokers = kafka.brokers.clone();
         execplane::kafka::topology::apply(&kafka)
             .await
