@@ -15,6 +15,18 @@ pub use crate::secrets::Secret;
 
 pub use crate::telemetry::{LogFormat, TelemetrySettings};
 
+/// A scalar of the configuration file as the text a setting reads; else
+/// the kind of value it is.
+fn toml_text(value: toml::Value) -> Result<String, &'static str> {
+    match value {
+        toml::Value::String(text) => Ok(text),
+        toml::Value::Integer(number) => Ok(number.to_string()),
+        toml::Value::Boolean(flag) => Ok(flag.to_string()),
+        toml::Value::Float(number) => Ok(number.to_string()),
+        other => Err(other.type_str()),
+    }
+}
+
 /// The prefix of pass-through librdkafka properties in the environment.
 pub const KAFKA_PROPERTY_PREFIX: &str = "EXECPLANE_KAFKA_PROPERTY_";
 
@@ -928,16 +940,12 @@ impl Config {
                 ));
                 continue;
             };
-            let text = match value {
-                toml::Value::String(text) => text,
-                toml::Value::Integer(number) => number.to_string(),
-                toml::Value::Boolean(flag) => flag.to_string(),
-                toml::Value::Float(number) => number.to_string(),
-                other => {
+            let text = match toml_text(value) {
+                Ok(text) => text,
+                Err(kind) => {
                     problems.push(format!(
-                        "config file {}: `{key}` must be a string, number or boolean, not {}",
+                        "config file {}: `{key}` must be a string, number or boolean, not {kind}",
                         path.display(),
-                        other.type_str()
                     ));
                     continue;
                 }
@@ -967,15 +975,12 @@ impl Config {
             return;
         };
         for (name, value) in table {
-            let text = match value {
-                toml::Value::String(text) => text,
-                toml::Value::Integer(number) => number.to_string(),
-                toml::Value::Boolean(flag) => flag.to_string(),
-                other => {
+            let text = match toml_text(value) {
+                Ok(text) => text,
+                Err(kind) => {
                     problems.push(format!(
-                        "config file {}: kafka_properties.`{name}` must be a string, number or boolean, not {}",
+                        "config file {}: kafka_properties.`{name}` must be a string, number or boolean, not {kind}",
                         path.display(),
-                        other.type_str()
                     ));
                     continue;
                 }
