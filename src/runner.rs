@@ -13,6 +13,7 @@ mod attempt;
 mod fence;
 mod instance;
 pub mod outputs;
+pub mod preflight;
 pub mod sandbox;
 pub mod tool;
 pub mod yaml;
@@ -277,6 +278,12 @@ pub trait Executor: Send + Sync + 'static {
     /// Capabilities this runner offers placement.
     fn capabilities(&self) -> Vec<String> {
         Vec::new()
+    }
+    /// Checked once before the runner announces anything
+    /// ([`preflight`]): why this host cannot run its operations (its tool
+    /// missing, too old, not answering), else nothing.
+    fn preflight(&self) -> impl Future<Output = Result<(), String>> + Send {
+        async { Ok(()) }
     }
     fn execute(
         &self,

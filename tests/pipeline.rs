@@ -970,3 +970,55 @@ async fn every_example_runs_to_the_end_the_readme_gives_it(pool: PgPool) {
         assert_eq!(&attempts.last().unwrap().1, end, "{path}: {attempts:?}");
     }
 }
+
+/// A runner whose tool is missing announces nothing: on its own it stops
+/// at start naming the tool; under `serve` it is left out, loudly, and the
+/// runners that can run serve on.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_runner_whose_tool_is_missing_serves_no_job_that_needs_it(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    pipeline.spawn(&["dispatcher"], &[("EXECPLANE_METRICS_ADDR", "")]);
+    let helm = pipeline.spawn(
+        &["runner", "helm"],
+        &[
+            ("EXECPLANE_HELM_BIN", "/nonexistent/helm"),
+            ("EXECPLANE_METRICS_ADDR", ""),
+        ],
+    );
+    let status = pipeline
+        .wait_exit(helm, Duration::from_secs(60))
+        .expect("the runner stops at start");
+    assert!(!status.success());
+    let log = strip_ansi(&pipeline.log(helm));
+    assert!(
+        log.contains("the helm runner cannot run its tool: cannot run /nonexistent/helm"),
+        "{log}"
+    );
+
+    let serve = pipeline.spawn(
+        &["serve"],
+        &[
+            ("EXECPLANE_TOFU_BIN", "/nonexistent/tofu"),
+            ("EXECPLANE_METRICS_ADDR", ""),
+            ("EXECPLANE_RUNNER_CAPACITY", "2"),
+        ],
+    );
+    pipeline.wait_runners(1).await;
+    // Every runner that announced itself did so before this settles.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let types: Vec<String> = sqlx::query_scalar(
+        "SELECT DISTINCT runner_type FROM runner_instances WHERE status = 'ready' ORDER BY 1",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(types.contains(&"verification".to_owned()), "{types:?}");
+    assert!(!types.contains(&"opentofu".to_owned()), "{types:?}");
+    // The stack's helm answers: this serve's helm runner is there.
+    assert!(types.contains(&"helm".to_owned()), "{types:?}");
+    let log = strip_ansi(&pipeline.log(serve));
+    assert!(
+        log.contains("runner disabled") && log.contains("/nonexistent/tofu"),
+        "{log}"
+    );
+}

@@ -171,7 +171,8 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
     // replaces it for all of them.
     tokio::spawn(policy.watch(core_stop.clone()));
     let mut core = spawn_core(config, roles, ingress_config, &store, &kafka, &core_stop)?;
-    let mut runners = spawn_runners(config, roles, &kafka, &runners_stop).await?;
+    // `serve` runs what it can; `runner <type>` only what it was asked to.
+    let mut runners = spawn_runners(config, roles, &kafka, &runners_stop, prepare).await?;
     info!(?roles, "execplane running");
 
     let mut failure = None;
@@ -281,6 +282,7 @@ async fn spawn_runners(
     roles: Roles,
     kafka: &crate::kafka::KafkaConfig,
     stop: &CancellationToken,
+    lenient: bool,
 ) -> anyhow::Result<Tasks> {
     let mut runners = Tasks::new();
     if !roles.verification_runner
@@ -307,14 +309,29 @@ async fn spawn_runners(
         vault.keep_alive(stop.clone());
         settings.secrets = Some(vault);
     }
-    // One instance per runner type this process runs, all alike.
-    fn spawn<E: crate::runner::Executor>(
+    // One instance per runner type this process runs, all alike, each
+    // only once its tool answers (`runner::preflight`). A runner of its own
+    // that cannot run its tool is an error; under `serve` it is left out,
+    // loudly, and the other roles go on.
+    async fn spawn<E: crate::runner::Executor>(
         runners: &mut Tasks,
         kafka: &crate::kafka::KafkaConfig,
         settings: &crate::runner::RunnerConfig,
         executor: E,
         stop: &CancellationToken,
-    ) {
+        lenient: bool,
+    ) -> anyhow::Result<()> {
+        let runner = executor.runner_type();
+        if let Err(reason) = executor.preflight().await {
+            if !lenient {
+                anyhow::bail!(
+                    "the {} runner cannot run its tool: {reason}",
+                    runner.as_str()
+                );
+            }
+            tracing::error!(runner = runner.as_str(), %reason, "runner disabled: it cannot run its tool, so it announces nothing and serves no job");
+            return Ok(());
+        }
         let task = crate::runner::run_instance(
             kafka.clone(),
             settings.clone(),
@@ -323,30 +340,31 @@ async fn spawn_runners(
             None,
         );
         runners.spawn(async move { task.await.map_err(anyhow::Error::from) });
+        Ok(())
     }
     if roles.verification_runner {
         let executor = VerificationRunner::new(config.verification());
-        spawn(&mut runners, kafka, &settings, executor, stop);
+        spawn(&mut runners, kafka, &settings, executor, stop, lenient).await?;
     }
     if roles.ssh_runner {
         let executor = crate::runners::ssh::SshRunner::new(config.ssh());
-        spawn(&mut runners, kafka, &settings, executor, stop);
+        spawn(&mut runners, kafka, &settings, executor, stop, lenient).await?;
     }
     if roles.ansible_runner {
         let executor = crate::runners::ansible::AnsibleRunner::new(config.ansible());
-        spawn(&mut runners, kafka, &settings, executor, stop);
+        spawn(&mut runners, kafka, &settings, executor, stop, lenient).await?;
     }
     if roles.kubernetes_runner {
         let executor = crate::runners::kubernetes::KubernetesRunner::new(config.kubernetes());
-        spawn(&mut runners, kafka, &settings, executor, stop);
+        spawn(&mut runners, kafka, &settings, executor, stop, lenient).await?;
     }
     if roles.helm_runner {
         let executor = crate::runners::helm::HelmRunner::new(config.helm());
-        spawn(&mut runners, kafka, &settings, executor, stop);
+        spawn(&mut runners, kafka, &settings, executor, stop, lenient).await?;
     }
     if roles.opentofu_runner {
         let executor = crate::runners::opentofu::TofuRunner::new(config.opentofu());
-        spawn(&mut runners, kafka, &settings, executor, stop);
+        spawn(&mut runners, kafka, &settings, executor, stop, lenient).await?;
     }
     Ok(runners)
 }

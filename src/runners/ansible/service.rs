@@ -58,6 +58,32 @@ impl Executor for AnsibleRunner {
         Operation::implemented_by(RunnerType::Ansible).collect()
     }
 
+    async fn preflight(&self) -> Result<(), String> {
+        use crate::runner::preflight::{answer, tool_version};
+        let bin = &self.config.bin_dir;
+        tool_version(
+            "ansible-core",
+            &bin.join("ansible-playbook"),
+            &["--version"],
+            "[core ",
+            (2, 14),
+            3,
+        )
+        .await?;
+        answer(&bin.join("ansible-inventory"), &["--version"]).await?;
+        // Its connection: OpenSSH's client (KnownHostsCommand needs 8.5).
+        tool_version(
+            "OpenSSH",
+            Path::new("ssh"),
+            &["-V"],
+            "OpenSSH_",
+            (8, 5),
+            100,
+        )
+        .await?;
+        Ok(())
+    }
+
     fn capabilities(&self) -> Vec<String> {
         vec!["ansible".into(), "ssh".into()]
     }

@@ -49,6 +49,13 @@ impl Executor for HelmRunner {
         vec!["helm".into()]
     }
 
+    async fn preflight(&self) -> Result<(), String> {
+        let helm = &self.config.helm;
+        crate::runner::preflight::tool_version("helm", helm, &["version", "--short"], "", (3, 8), 4)
+            .await
+            .map(|_| ())
+    }
+
     async fn execute(&self, assignment: Assignment, context: ExecutionContext) -> ExecutionOutcome {
         let spec = &assignment.spec;
         let inputs = match OperationInputs::parse(spec.operation, &spec.inputs) {

@@ -61,6 +61,20 @@ impl Executor for TofuRunner {
         Operation::implemented_by(RunnerType::Opentofu).collect()
     }
 
+    async fn preflight(&self) -> Result<(), String> {
+        // OpenTofu, or Terraform (the same CLI), 1.x.
+        let cli = &self.config.cli;
+        let text = crate::runner::preflight::answer(cli, &["version"]).await?;
+        let marker = if text.contains("OpenTofu v") {
+            "OpenTofu "
+        } else {
+            "Terraform "
+        };
+        crate::runner::preflight::tool_version("the CLI", cli, &["version"], marker, (1, 0), 2)
+            .await
+            .map(|_| ())
+    }
+
     fn capabilities(&self) -> Vec<String> {
         vec!["opentofu".into()]
     }
