@@ -49,6 +49,10 @@ pub enum Command {
     Operations {
         #[arg(long)]
         json: bool,
+        /// Also how many live runner instances serve each operation (reads
+        /// the database's presence).
+        #[arg(long)]
+        live: bool,
     },
     /// The operator's policy.
     #[command(subcommand)]
@@ -349,7 +353,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Validate { file, json } => {
             validate::run(&file, json, &config.policy.loaded.current())
         }
-        Command::Operations { json } => operations::run(json),
+        Command::Operations { json, live: false } => operations::run(json),
+        Command::Operations { json, live: true } => {
+            let store = connect(&config).await?;
+            let live = store
+                .live_operations(config.dispatcher.presence_ttl.as_std())
+                .await?;
+            operations::live(json, &live)
+        }
         Command::Policy(PolicyCommand::Check { file, json }) => validate::policy(&file, json),
         Command::Migrate => {
             let store = connect(&config).await?;

@@ -1021,4 +1021,25 @@ async fn a_runner_whose_tool_is_missing_serves_no_job_that_needs_it(pool: PgPool
         log.contains("runner disabled") && log.contains("/nonexistent/tofu"),
         "{log}"
     );
+    // `execplane operations --live`: which operations a live runner serves.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_execplane"))
+        .args(["operations", "--live", "--json"])
+        .env("EXECPLANE_DATABASE_URL", &pipeline.url)
+        .env("EXECPLANE_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let live = |name: &str| {
+        rows.iter()
+            .find(|row| row["operation"] == name)
+            .map(|row| row["live_runners"].as_i64().unwrap())
+            .unwrap()
+    };
+    assert_eq!(live("opentofu.plan"), 0, "{rows:?}");
+    assert!(live("verify.tcp.connect") >= 1, "{rows:?}");
 }

@@ -26,6 +26,42 @@ pub fn run(json: bool) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// The catalog with the live runner instances that serve each operation
+/// (`--live`): an operation no live runner serves waits for one.
+pub fn live(json: bool, live: &std::collections::HashMap<String, i64>) -> anyhow::Result<ExitCode> {
+    let served = |operation: &Operation| live.get(operation.as_str()).copied().unwrap_or(0);
+    if json {
+        let rows: Vec<serde_json::Value> = Operation::ALL
+            .iter()
+            .map(|operation| {
+                serde_json::json!({
+                    "operation": operation.as_str(),
+                    "runner_type": operation.runner_type().as_str(),
+                    "implemented": operation.is_implemented(),
+                    "live_runners": served(operation),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else {
+        println!("| operation | runner type | implemented | live runners |\n|---|---|---|---|");
+        for operation in Operation::ALL {
+            println!(
+                "| `{}` | {} | {} | {} |",
+                operation.as_str(),
+                operation.runner_type(),
+                if operation.is_implemented() {
+                    "yes"
+                } else {
+                    "no"
+                },
+                served(operation)
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 /// One row per operation, in the contract's order.
 pub fn table() -> String {
     let yes_no = |flag: bool| if flag { "yes" } else { "no" };

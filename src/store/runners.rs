@@ -54,6 +54,24 @@ impl Store {
         .await?)
     }
 
+    /// How many ready runner instances, seen within `ttl`, announce each
+    /// operation.
+    pub async fn live_operations(
+        &self,
+        ttl: std::time::Duration,
+    ) -> Result<std::collections::HashMap<String, i64>, StoreError> {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT operation, count(*) FROM runner_instances, \
+             jsonb_array_elements_text(operations) AS operation \
+             WHERE status = 'ready' AND last_seen_at > now() - make_interval(secs => $1) \
+             GROUP BY operation",
+        )
+        .bind(ttl.as_secs_f64())
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows.into_iter().collect())
+    }
+
     /// Upserts presence records; an older record never overwrites a newer one.
     pub async fn upsert_presence(&self, records: &[PresenceRecord]) -> Result<(), StoreError> {
         if records.is_empty() {
