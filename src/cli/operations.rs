@@ -8,18 +8,7 @@ use crate::contract::Operation;
 /// The catalog as a Markdown table (what the README shows), or as JSON.
 pub fn run(json: bool) -> anyhow::Result<ExitCode> {
     if json {
-        let rows: Vec<serde_json::Value> = Operation::ALL
-            .iter()
-            .map(|operation| {
-                serde_json::json!({
-                    "operation": operation.as_str(),
-                    "runner_type": operation.runner_type().as_str(),
-                    "idempotent": operation.is_idempotent(),
-                    "implemented": operation.is_implemented(),
-                })
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        println!("{}", serde_json::to_string_pretty(&json_rows(None))?);
     } else {
         print!("{}", table());
     }
@@ -31,18 +20,7 @@ pub fn run(json: bool) -> anyhow::Result<ExitCode> {
 pub fn live(json: bool, live: &std::collections::HashMap<String, i64>) -> anyhow::Result<ExitCode> {
     let served = |operation: &Operation| live.get(operation.as_str()).copied().unwrap_or(0);
     if json {
-        let rows: Vec<serde_json::Value> = Operation::ALL
-            .iter()
-            .map(|operation| {
-                serde_json::json!({
-                    "operation": operation.as_str(),
-                    "runner_type": operation.runner_type().as_str(),
-                    "implemented": operation.is_implemented(),
-                    "live_runners": served(operation),
-                })
-            })
-            .collect();
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        println!("{}", serde_json::to_string_pretty(&json_rows(Some(live)))?);
     } else {
         println!("| operation | runner type | implemented | live runners |\n|---|---|---|---|");
         for operation in Operation::ALL {
@@ -60,6 +38,25 @@ pub fn live(json: bool, live: &std::collections::HashMap<String, i64>) -> anyhow
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The catalog as JSON rows, with `live_runners` when `live` is given.
+fn json_rows(live: Option<&std::collections::HashMap<String, i64>>) -> Vec<serde_json::Value> {
+    Operation::ALL
+        .iter()
+        .map(|operation| {
+            let mut row = serde_json::json!({
+                "operation": operation.as_str(),
+                "runner_type": operation.runner_type().as_str(),
+                "idempotent": operation.is_idempotent(),
+                "implemented": operation.is_implemented(),
+            });
+            if let Some(live) = live {
+                row["live_runners"] = live.get(operation.as_str()).copied().unwrap_or(0).into();
+            }
+            row
+        })
+        .collect()
 }
 
 /// One row per operation, in the contract's order.

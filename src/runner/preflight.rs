@@ -72,18 +72,22 @@ pub fn version_after(text: &str, marker: &str) -> Option<(u64, u64, u64)> {
     Some((major, minor, patch))
 }
 
-/// `tool` at `program` answers `args` with a version (after `marker`) of
-/// at least `at_least` and below major version `below`.
+/// `tool` at `program` answers `args` with a version (after the first of
+/// `markers` it prints) of at least `at_least` and below major version
+/// `below`.
 pub async fn tool_version(
     tool: &str,
     program: &Path,
     args: &[&str],
-    marker: &str,
+    markers: &[&str],
     at_least: (u64, u64),
     below: u64,
 ) -> Result<(u64, u64, u64), String> {
     let text = answer(program, args).await?;
-    let Some(version) = version_after(&text, marker) else {
+    let Some(version) = markers
+        .iter()
+        .find_map(|marker| version_after(&text, marker))
+    else {
         return Err(format!(
             "{tool} at {} reports no version: {}",
             program.display(),
@@ -132,7 +136,7 @@ mod tests {
             "helm",
             Path::new("/nonexistent/helm"),
             &["version"],
-            "",
+            &[""],
             (3, 8),
             4,
         )
@@ -147,7 +151,7 @@ mod tests {
             "helm",
             Path::new("/bin/sh"),
             &["-c", "echo v2.9.0"],
-            "",
+            &[""],
             (3, 8),
             4,
         )

@@ -65,7 +65,7 @@ impl Executor for AnsibleRunner {
             "ansible-core",
             &bin.join("ansible-playbook"),
             &["--version"],
-            "[core ",
+            &["[core "],
             (2, 14),
             3,
         )
@@ -76,7 +76,7 @@ impl Executor for AnsibleRunner {
             "OpenSSH",
             Path::new("ssh"),
             &["-V"],
-            "OpenSSH_",
+            &["OpenSSH_"],
             (8, 5),
             100,
         )

@@ -51,9 +51,16 @@ impl Executor for HelmRunner {
 
     async fn preflight(&self) -> Result<(), String> {
         let helm = &self.config.helm;
-        crate::runner::preflight::tool_version("helm", helm, &["version", "--short"], "", (3, 8), 4)
-            .await
-            .map(|_| ())
+        crate::runner::preflight::tool_version(
+            "helm",
+            helm,
+            &["version", "--short"],
+            &[""],
+            (3, 8),
+            4,
+        )
+        .await
+        .map(|_| ())
     }
 
     async fn execute(&self, assignment: Assignment, context: ExecutionContext) -> ExecutionOutcome {

@@ -63,14 +63,9 @@ impl Executor for TofuRunner {
 
     async fn preflight(&self) -> Result<(), String> {
         // OpenTofu, or Terraform (the same CLI), 1.x.
+        let markers = ["OpenTofu ", "Terraform "];
         let cli = &self.config.cli;
-        let text = crate::runner::preflight::answer(cli, &["version"]).await?;
-        let marker = if text.contains("OpenTofu v") {
-            "OpenTofu "
-        } else {
-            "Terraform "
-        };
-        crate::runner::preflight::tool_version("the CLI", cli, &["version"], marker, (1, 0), 2)
+        crate::runner::preflight::tool_version("the CLI", cli, &["version"], &markers, (1, 0), 2)
             .await
             .map(|_| ())
     }

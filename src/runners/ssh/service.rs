@@ -51,7 +51,7 @@ impl Executor for SshRunner {
     async fn preflight(&self) -> Result<(), String> {
         // OpenSSH's client (KnownHostsCommand needs 8.5) and its sftp.
         let ssh = std::path::Path::new("ssh");
-        crate::runner::preflight::tool_version("OpenSSH", ssh, &["-V"], "OpenSSH_", (8, 5), 100)
+        crate::runner::preflight::tool_version("OpenSSH", ssh, &["-V"], &["OpenSSH_"], (8, 5), 100)
             .await?;
         crate::runner::preflight::on_path("sftp").map(|_| ())
     }
