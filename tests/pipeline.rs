@@ -1043,3 +1043,89 @@ async fn a_runner_whose_tool_is_missing_serves_no_job_that_needs_it(pool: PgPool
     assert_eq!(live("opentofu.plan"), 0, "{rows:?}");
     assert!(live("verify.tcp.connect") >= 1, "{rows:?}");
 }
+
+/// A forged presence record (anyone who may produce to the presence topic)
+/// with a NUL in a text or half a megabyte of it is skipped, and a good record
+/// beside it in the same batch is stored all the same.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_forged_presence_record_is_skipped_and_the_good_one_beside_it_stored(pool: PgPool) {
+    use execplane::codec::{Isolation, Presence, PresenceRecord, PresenceStatus};
+    let mut pipeline = Pipeline::new(&pool).await;
+    pipeline.spawn(&["dispatcher"], &[("EXECPLANE_METRICS_ADDR", "")]);
+    let pool_labels = std::collections::BTreeMap::new();
+    let announce = |instance: &str| {
+        let presence = Presence {
+            runner_instance: instance,
+            runner_type: "verification",
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            pool: &pool_labels,
+            capabilities: &[],
+            operations: &["verify.tcp.connect".to_owned()],
+            capacity: 1,
+            in_flight: 0,
+            work_partition: 0,
+            started_at: chrono::Utc::now().timestamp_millis(),
+            isolation: Isolation::Sandboxed,
+        };
+        PresenceRecord::new(
+            &presence,
+            PresenceStatus::Ready,
+            chrono::Utc::now().timestamp_millis(),
+        )
+    };
+    let mut nul = announce("verification-forged-nul");
+    nul.version = "0.1\u{0}".into();
+    let mut huge = announce("verification-forged-huge");
+    huge.isolation = "x".repeat(500_000);
+    let encode = |record: &PresenceRecord| {
+        let payload = pipeline
+            .kafka
+            .codec
+            .encode(Family::Presence, record)
+            .unwrap();
+        (record.runner_instance.clone(), payload)
+    };
+    let stored = |instance: String| {
+        let pool = pool.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>(
+                "SELECT count(*) FROM runner_instances WHERE instance_id = $1",
+            )
+            .bind(instance)
+            .fetch_one(&pool)
+            .await
+            .unwrap()
+                == 1
+        }
+    };
+    // Each forged record goes out together with a good one, so that the
+    // two arrive in one batch; again, until the good one is stored (the
+    // dispatcher reads presence from the end once it is up). A batch that
+    // failed whole would never store it.
+    for (forged, good) in [
+        (&nul, "verification-good-1"),
+        (&huge, "verification-good-2"),
+    ] {
+        let (forged_key, forged_payload) = encode(forged);
+        let (good_key, good_payload) = encode(&announce(good));
+        let deadline = std::time::Instant::now() + WAIT;
+        while !stored(good.to_owned()).await {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{good}, sent beside {forged_key}, was never stored"
+            );
+            tokio::join!(
+                pipeline.produce(topics::RUNNER_PRESENCE, &forged_key, &forged_payload),
+                pipeline.produce(topics::RUNNER_PRESENCE, &good_key, &good_payload),
+            );
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
+    let forged: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM runner_instances WHERE instance_id LIKE 'verification-forged-%'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(forged, 0);
+}

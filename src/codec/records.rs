@@ -1045,6 +1045,68 @@ impl PresenceRecord {
     }
 }
 
+/// The most a presence record may hold: it comes from the presence topic
+/// (anyone who may produce there) and is stored as it is.
+pub mod presence_bounds {
+    pub const NAME: usize = 128;
+    pub const VERSION: usize = 64;
+    pub const LABELS: usize = 32;
+    pub const LABEL_KEY: usize = 63;
+    pub const LABEL_VALUE: usize = 256;
+    pub const LIST: usize = 256;
+    pub const LIST_ITEM: usize = 128;
+}
+
+impl PresenceRecord {
+    /// Why this record cannot be stored, if it cannot: a text over its
+    /// bound or with a control character (Postgres refuses NUL, and a row
+    /// that fails fails its whole batch), too many labels, capabilities
+    /// or operations, or a negative number.
+    pub fn problem(&self) -> Option<String> {
+        use presence_bounds::*;
+        fn text(field: &str, value: &str, max: usize) -> Result<(), String> {
+            if value.len() > max {
+                return Err(format!("{field} is over {max} bytes"));
+            }
+            if value.chars().any(char::is_control) {
+                return Err(format!("{field} holds a control character"));
+            }
+            Ok(())
+        }
+        fn list(field: &str, values: &[String]) -> Result<(), String> {
+            if values.len() > LIST {
+                return Err(format!("{field} has over {LIST} entries"));
+            }
+            values
+                .iter()
+                .try_for_each(|value| text(field, value, LIST_ITEM))
+        }
+        let check = || -> Result<(), String> {
+            if self.runner_instance.is_empty() {
+                return Err("runner_instance is empty".into());
+            }
+            text("runner_instance", &self.runner_instance, NAME)?;
+            text("runner_type", &self.runner_type, NAME)?;
+            text("version", &self.version, VERSION)?;
+            text("isolation", &self.isolation, NAME)?;
+            if self.pool.len() > LABELS {
+                return Err(format!("pool has over {LABELS} labels"));
+            }
+            for label in &self.pool {
+                text("pool label", &label.key, LABEL_KEY)?;
+                text("pool label value", &label.value, LABEL_VALUE)?;
+            }
+            list("capabilities", &self.capabilities)?;
+            list("operations", &self.operations)?;
+            if self.capacity < 0 || self.in_flight < 0 || self.work_partition < 0 {
+                return Err("capacity, in_flight and work_partition are never negative".into());
+            }
+            Ok(())
+        };
+        check().err()
+    }
+}
+
 /// Which output a log chunk carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -1113,4 +1175,62 @@ pub struct ArtifactRecord {
     pub retention_class: RetentionClass,
     pub uri: String,
     pub created_at: UnixMillis,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn announced() -> PresenceRecord {
+        let pool = BTreeMap::from([("zone".to_owned(), "dmz".to_owned())]);
+        let operations: Vec<String> =
+            crate::contract::Operation::implemented_by(crate::contract::RunnerType::Verification)
+                .map(|operation| operation.as_str().to_owned())
+                .collect();
+        let presence = Presence {
+            runner_instance: "verification-0b6c9f0e4d2a4c7e9a1f3b5d7e9f1a2b",
+            runner_type: "verification",
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            pool: &pool,
+            capabilities: &["http".to_owned(), "tcp".to_owned()],
+            operations: &operations,
+            capacity: 16,
+            in_flight: 3,
+            work_partition: 2,
+            started_at: 1,
+            isolation: Isolation::HostNetwork,
+        };
+        PresenceRecord::new(&presence, PresenceStatus::Ready, 2)
+    }
+
+    #[test]
+    fn what_a_runner_announces_is_storable_and_a_forged_record_is_not() {
+        assert_eq!(announced().problem(), None);
+        let mut nul = announced();
+        nul.version = "1.0\u{0}".into();
+        assert_eq!(
+            nul.problem().as_deref(),
+            Some("version holds a control character")
+        );
+        let mut long = announced();
+        long.isolation = "x".repeat(10_000);
+        assert!(long.problem().unwrap().contains("isolation is over"));
+        let mut labels = announced();
+        labels.pool = (0..100)
+            .map(|index| Label {
+                key: format!("k{index}"),
+                value: String::new(),
+            })
+            .collect();
+        assert!(labels.problem().unwrap().contains("over 32 labels"));
+        let mut operations = announced();
+        operations.operations = vec!["verify.tcp.connect".into(); 10_000];
+        assert!(operations
+            .problem()
+            .unwrap()
+            .contains("operations has over"));
+        let mut negative = announced();
+        negative.capacity = -1;
+        assert!(negative.problem().is_some());
+    }
 }

@@ -137,7 +137,13 @@ pub(super) async fn presence(
             .filter_map(|message| {
                 let decoded = message.payload().map(|payload| codec.decode::<PresenceRecord>(Family::Presence, payload));
                 match decoded {
-                    Some(Ok(record)) => Some(record),
+                    Some(Ok(record)) => match record.problem() {
+                        None => Some(record),
+                        Some(problem) => {
+                            warn!(%problem, offset = message.offset(), "presence record out of bounds skipped");
+                            None
+                        }
+                    },
                     Some(Err(error)) => {
                         warn!(%error, offset = message.offset(), "undecodable presence record skipped");
                         None
