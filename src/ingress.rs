@@ -379,24 +379,28 @@ impl Ingress {
         Ok(())
     }
 
-    /// `/readyz`: Postgres and the broker both answer. The warnings: the
-    /// runner instances whose tools run without the whole sandbox (the
+    /// `/readyz`: this process's roles are up (`telemetry::health`), and
+    /// Postgres and the broker both answer. The warnings: the process's
+    /// own (a runner left out), and the runner instances whose tools run without the whole sandbox (the
     /// operator's choice, said wherever an operator looks).
     pub async fn ready(&self) -> Result<Vec<String>, String> {
+        // The process's own conditions first (its roles, its runners).
+        let mut warnings =
+            crate::telemetry::health::report().map_err(|failing| failing.join("; "))?;
         self.store
             .ping()
             .await
             .map_err(|error| format!("postgres: {error}"))?;
-        let warnings = self
-            .store
-            .weakly_isolated_instances()
-            .await
-            .map_err(|error| format!("postgres: {error}"))?
-            .into_iter()
-            .map(|(instance, runner_type, isolation)| {
-                format!("runner instance {instance} ({runner_type}) runs its tools {isolation}")
-            })
-            .collect();
+        warnings.extend(
+            self.store
+                .weakly_isolated_instances()
+                .await
+                .map_err(|error| format!("postgres: {error}"))?
+                .into_iter()
+                .map(|(instance, runner_type, isolation)| {
+                    format!("runner instance {instance} ({runner_type}) runs its tools {isolation}")
+                }),
+        );
         let producer = self.producer.clone();
         tokio::task::spawn_blocking(move || {
             use rdkafka::producer::Producer;

@@ -139,38 +139,71 @@ impl KafkaConfig {
     }
 }
 
+/// The health condition (`/readyz`) the brokers' answers set.
+pub const BROKERS_CONDITION: &str = "kafka";
+
+/// How often, once reached, the brokers are asked again for `/readyz`.
+const WATCH_INTERVAL: Duration = Duration::from_secs(5);
+
+/// One metadata request of `client`, off the runtime's threads, with its
+/// queue served so librdkafka's errors reach the client's context.
+/// Only `topic`'s metadata is asked for: a production cluster's whole
+/// metadata is large.
+async fn ask(
+    client: &std::sync::Arc<rdkafka::consumer::BaseConsumer<RefusalWatch>>,
+    topic: &str,
+    timeout: Duration,
+) -> Result<(), String> {
+    let (probe, topic) = (client.clone(), topic.to_owned());
+    let answer = tokio::task::spawn_blocking(move || {
+        let answer = probe.fetch_metadata(Some(&topic), timeout);
+        let _ = rdkafka::consumer::BaseConsumer::poll(&probe, Duration::ZERO);
+        answer
+    })
+    .await;
+    match answer {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(join) => Err(join.to_string()),
+    }
+}
+
 /// Waits until the brokers answer this client (a metadata request),
 /// backing off from 100 ms to 5 s: `Ok(false)` when `shutdown` fires first.
 /// A broker that refuses the client (its credentials, its TLS) is an
 /// error at once, with librdkafka's reason: waiting would not mend it.
+/// Meanwhile, and afterwards until `shutdown` (the brokers asked again
+/// every few seconds), `/readyz` says whether they answer.
 pub async fn reach(
     kafka: &KafkaConfig,
     shutdown: &tokio_util::sync::CancellationToken,
 ) -> Result<bool, KafkaError> {
+    use crate::telemetry::health;
     let watch = RefusalWatch::default();
     let client: std::sync::Arc<rdkafka::consumer::BaseConsumer<RefusalWatch>> =
         std::sync::Arc::new(kafka.base().create_with_context(watch.clone())?);
+    health::not_ready(
+        BROKERS_CONDITION,
+        format!("connecting to the brokers at {}", kafka.brokers),
+    );
+    let topic = kafka.topic(crate::contract::topics::COMMANDS);
     let mut backoff = Duration::from_millis(100);
     loop {
-        let probe = client.clone();
         let answer = tokio::select! {
             _ = shutdown.cancelled() => return Ok(false),
-            answer = tokio::task::spawn_blocking(move || {
-                let answer = probe.fetch_metadata(None, Duration::from_secs(5));
-                // librdkafka's errors and log lines come through the client's
-                // queue: served here, they reach the watch and the log.
-                let _ = rdkafka::consumer::BaseConsumer::poll(&probe, Duration::ZERO);
-                answer
-            }) => answer,
+            answer = ask(&client, &topic, Duration::from_secs(5)) => answer,
         };
         let error = match answer {
-            Ok(Ok(_)) => return Ok(true),
-            Ok(Err(error)) => error.to_string(),
-            Err(join) => join.to_string(),
+            Ok(()) => break,
+            Err(error) => error,
         };
         if let Some(reason) = watch.refusal() {
             return Err(KafkaError::Refused(reason));
         }
+        health::not_ready(
+            BROKERS_CONDITION,
+            format!("waiting for the brokers at {}: {error}", kafka.brokers),
+        );
         tracing::warn!(%error, brokers = %kafka.brokers, retry_in = ?backoff, "waiting for the broker");
         tokio::select! {
             _ = shutdown.cancelled() => return Ok(false),
@@ -178,6 +211,25 @@ pub async fn reach(
         }
         backoff = (backoff * 2).min(Duration::from_secs(5));
     }
+    health::ready(BROKERS_CONDITION);
+    let (brokers, shutdown) = (kafka.brokers.clone(), shutdown.clone());
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = tokio::time::sleep(WATCH_INTERVAL) => {}
+            }
+            // Short: a probe in flight holds the process's exit that long.
+            match ask(&client, &topic, Duration::from_secs(2)).await {
+                Ok(()) => health::ready(BROKERS_CONDITION),
+                Err(error) => health::not_ready(
+                    BROKERS_CONDITION,
+                    format!("the brokers at {brokers} do not answer: {error}"),
+                ),
+            }
+        }
+    });
+    Ok(true)
 }
 
 /// A client context that remembers the broker's refusal (authentication,

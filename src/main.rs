@@ -32,7 +32,11 @@ fn main() -> ExitCode {
             return ExitCode::from(70);
         }
     };
-    match runtime.block_on(execplane::cli::run(cli)) {
+    let outcome = runtime.block_on(execplane::cli::run(cli));
+    // A blocking call still in flight (a metadata request to a broker that
+    // is away, say) holds the exit this long at most, not until it ends.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match outcome {
         Ok(code) => code,
         Err(error) => {
             eprintln!("error: {error:#}");

@@ -1,5 +1,6 @@
 //! Logs (tracing) and metrics (Prometheus), set up once per process.
 
+pub mod health;
 pub mod metrics;
 
 use tracing_subscriber::EnvFilter;
@@ -18,7 +19,8 @@ pub struct TelemetrySettings {
     pub log: String,
     /// `EXECPLANE_LOG_FORMAT`: `text` or `json`.
     pub log_format: LogFormat,
-    /// `EXECPLANE_METRICS_ADDR`: where long-running roles serve `/metrics`; empty: off.
+    /// `EXECPLANE_METRICS_ADDR`: where long-running roles serve `/metrics`,
+    /// `/healthz` and `/readyz`; empty: off.
     pub metrics_addr: String,
 }
 

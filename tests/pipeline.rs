@@ -1003,15 +1003,30 @@ async fn a_runner_whose_tool_is_missing_serves_no_job_that_needs_it(pool: PgPool
             ("EXECPLANE_RUNNER_CAPACITY", "2"),
         ],
     );
-    pipeline.wait_runners(1).await;
-    // Every runner that announced itself did so before this settles.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let types: Vec<String> = sqlx::query_scalar(
-        "SELECT DISTINCT runner_type FROM runner_instances WHERE status = 'ready' ORDER BY 1",
-    )
-    .fetch_all(&pool)
-    .await
-    .unwrap();
+    // The runners' checks run at once and end in any order: wait until the
+    // missing tool is named and the helm runner (whose tool the stack has)
+    // is up, on a cold machine too.
+    let ready_types = || async {
+        sqlx::query_scalar::<_, String>(
+            "SELECT DISTINCT runner_type FROM runner_instances WHERE status = 'ready' ORDER BY 1",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+    };
+    pipeline
+        .wait(
+            "the verification and helm runners up, and the opentofu one left out",
+            Duration::from_secs(120),
+            || async {
+                let types = ready_types().await;
+                types.contains(&"verification".to_owned())
+                    && types.contains(&"helm".to_owned())
+                    && strip_ansi(&pipeline.log(serve)).contains("/nonexistent/tofu")
+            },
+        )
+        .await;
+    let types = ready_types().await;
     assert!(types.contains(&"verification".to_owned()), "{types:?}");
     assert!(!types.contains(&"opentofu".to_owned()), "{types:?}");
     // The stack's helm answers: this serve's helm runner is there.

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
@@ -16,6 +17,7 @@ use crate::kafka::relay::{self, RelayConfig};
 use crate::kafka::topology;
 use crate::runners::verification::VerificationRunner;
 use crate::store::Store;
+use crate::telemetry::health;
 
 /// Which roles a process runs.
 #[derive(Clone, Copy, Debug, Default)]
@@ -119,6 +121,10 @@ fn on_signal() -> CancellationToken {
     token
 }
 
+/// The health condition of the roles as a whole: up once every role and
+/// runner of this process was started, down again when it stops.
+const STARTED: &str = "roles";
+
 pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result<ExitCode> {
     // Checked before anything starts: the ingress never runs without keys.
     let ingress_config = if roles.ingress {
@@ -138,6 +144,7 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
     } else {
         None
     };
+    health::not_ready(STARTED, "starting");
     crate::telemetry::metrics::init(config.telemetry.metrics_addr.trim().parse().ok());
     let kafka = config.kafka();
     let store = Store::connect(&config.database.url, config.database.max_connections, None)
@@ -174,6 +181,7 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
     // `serve` runs what it can; `runner <type>` only what it was asked to.
     let mut runners = spawn_runners(config, roles, &kafka, &runners_stop, prepare).await?;
     info!(?roles, "execplane running");
+    health::ready(STARTED);
 
     let mut failure = None;
     tokio::select! {
@@ -181,6 +189,7 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
         Some(result) = core.join_next(), if !core.is_empty() => { failure = flatten(result).err(); }
         Some(result) = runners.join_next(), if !runners.is_empty() => { failure = flatten(result).err(); }
     }
+    health::not_ready(STARTED, "stopping");
     // Runners first: they drain and report; then the core decides and
     // publishes what those reports caused.
     runners_stop.cancel();
@@ -310,17 +319,59 @@ async fn spawn_runners(
         settings.secrets = Some(vault);
     }
     // One instance per runner type this process runs, all alike, each
-    // only once its tool answers (`runner::preflight`). A runner of its own
+    // only once its tool answers (`runner::preflight`). The checks run at
+    // once, so a slow tool delays no other runner. A runner of its own
     // that cannot run its tool is an error; under `serve` it is left out,
     // loudly, and the other roles go on.
-    async fn spawn<E: crate::runner::Executor>(
-        runners: &mut Tasks,
-        kafka: &crate::kafka::KafkaConfig,
-        settings: &crate::runner::RunnerConfig,
-        executor: E,
-        stop: &CancellationToken,
-        lenient: bool,
-    ) -> anyhow::Result<()> {
+    let mut checks: Vec<Checked> = Vec::new();
+    if roles.verification_runner {
+        let executor = VerificationRunner::new(config.verification());
+        checks.push(checked(kafka, &settings, executor, stop, lenient));
+    }
+    if roles.ssh_runner {
+        let executor = crate::runners::ssh::SshRunner::new(config.ssh());
+        checks.push(checked(kafka, &settings, executor, stop, lenient));
+    }
+    if roles.ansible_runner {
+        let executor = crate::runners::ansible::AnsibleRunner::new(config.ansible());
+        checks.push(checked(kafka, &settings, executor, stop, lenient));
+    }
+    if roles.kubernetes_runner {
+        let executor = crate::runners::kubernetes::KubernetesRunner::new(config.kubernetes());
+        checks.push(checked(kafka, &settings, executor, stop, lenient));
+    }
+    if roles.helm_runner {
+        let executor = crate::runners::helm::HelmRunner::new(config.helm());
+        checks.push(checked(kafka, &settings, executor, stop, lenient));
+    }
+    if roles.opentofu_runner {
+        let executor = crate::runners::opentofu::TofuRunner::new(config.opentofu());
+        checks.push(checked(kafka, &settings, executor, stop, lenient));
+    }
+    for instance in futures_util::future::try_join_all(checks)
+        .await?
+        .into_iter()
+        .flatten()
+    {
+        runners.spawn(instance);
+    }
+    Ok(runners)
+}
+
+/// A runner instance ready to run, or none when `serve` left its runner
+/// out; an error when a runner of its own cannot run its tool.
+type Checked = BoxFuture<'static, anyhow::Result<Option<BoxFuture<'static, anyhow::Result<()>>>>>;
+
+/// Checks `executor`'s tool, then gives the instance that runs it.
+fn checked<E: crate::runner::Executor>(
+    kafka: &crate::kafka::KafkaConfig,
+    settings: &crate::runner::RunnerConfig,
+    executor: E,
+    stop: &CancellationToken,
+    lenient: bool,
+) -> Checked {
+    let (kafka, settings, stop) = (kafka.clone(), settings.clone(), stop.clone());
+    Box::pin(async move {
         let runner = executor.runner_type();
         if let Err(reason) = executor.preflight().await {
             if !lenient {
@@ -330,43 +381,19 @@ async fn spawn_runners(
                 );
             }
             tracing::error!(runner = runner.as_str(), %reason, "runner disabled: it cannot run its tool, so it announces nothing and serves no job");
-            return Ok(());
+            health::warning(
+                &format!("{} runner", runner.as_str()),
+                format!("disabled, it cannot run its tool: {reason}"),
+            );
+            return Ok(None);
         }
-        let task = crate::runner::run_instance(
-            kafka.clone(),
-            settings.clone(),
-            Arc::new(executor),
-            stop.clone(),
-            None,
-        );
-        runners.spawn(async move { task.await.map_err(anyhow::Error::from) });
-        Ok(())
-    }
-    if roles.verification_runner {
-        let executor = VerificationRunner::new(config.verification());
-        spawn(&mut runners, kafka, &settings, executor, stop, lenient).await?;
-    }
-    if roles.ssh_runner {
-        let executor = crate::runners::ssh::SshRunner::new(config.ssh());
-        spawn(&mut runners, kafka, &settings, executor, stop, lenient).await?;
-    }
-    if roles.ansible_runner {
-        let executor = crate::runners::ansible::AnsibleRunner::new(config.ansible());
-        spawn(&mut runners, kafka, &settings, executor, stop, lenient).await?;
-    }
-    if roles.kubernetes_runner {
-        let executor = crate::runners::kubernetes::KubernetesRunner::new(config.kubernetes());
-        spawn(&mut runners, kafka, &settings, executor, stop, lenient).await?;
-    }
-    if roles.helm_runner {
-        let executor = crate::runners::helm::HelmRunner::new(config.helm());
-        spawn(&mut runners, kafka, &settings, executor, stop, lenient).await?;
-    }
-    if roles.opentofu_runner {
-        let executor = crate::runners::opentofu::TofuRunner::new(config.opentofu());
-        spawn(&mut runners, kafka, &settings, executor, stop, lenient).await?;
-    }
-    Ok(runners)
+        let instance: BoxFuture<'static, anyhow::Result<()>> = Box::pin(async move {
+            crate::runner::run_instance(kafka, settings, Arc::new(executor), stop, None)
+                .await
+                .map_err(anyhow::Error::from)
+        });
+        Ok(Some(instance))
+    })
 }
 
 /// The longest a shutdown waits for the final reports to be decided and
@@ -380,16 +407,19 @@ async fn settle(store: &Store, kafka: &crate::kafka::KafkaConfig, roles: Roles, 
     let since = chrono::Utc::now().timestamp_millis();
     let deadline = tokio::time::Instant::now() + bound;
     let topic = kafka.topic(crate::contract::topics::RUNNER_EVENTS);
+    // Within the bound too: a broker that is away answers no metadata.
     let partitions = {
         let (kafka, topic) = (kafka.clone(), topic.clone());
-        tokio::task::spawn_blocking(move || {
+        let lookup = tokio::task::spawn_blocking(move || {
             let consumer = kafka.assigned_consumer().ok()?;
             crate::kafka::partition_count(&consumer, &topic).ok()
-        })
-        .await
-        .ok()
-        .flatten()
-        .unwrap_or(1)
+        });
+        tokio::time::timeout_at(deadline, lookup)
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .flatten()
+            .unwrap_or(1)
     };
     loop {
         let decided = !roles.dispatcher

@@ -16,6 +16,7 @@ use super::{Assignment, Executor, RunnerConfig};
 use crate::codec::{Family, PresenceRecord, PresenceStatus, WorkRecord, WorkType};
 use crate::contract::topics;
 use crate::kafka::{partition_count, work_partition, KafkaConfig, KafkaError};
+use crate::telemetry::health;
 
 /// What the caller can see of a running instance.
 #[derive(Clone, Debug)]
@@ -150,6 +151,14 @@ struct Instance<E: Executor> {
     drain_until: Option<tokio::time::Instant>,
 }
 
+/// The longest a presence record's delivery is waited for.
+const PRESENCE_DELIVERY: Duration = Duration::from_secs(3);
+
+/// The health condition (`/readyz`) of this process's `runner_type` runner.
+fn condition(runner_type: crate::contract::RunnerType) -> String {
+    format!("{} runner", runner_type.as_str())
+}
+
 impl<E: Executor> Instance<E> {
     /// A fresh instance id; its partition assigned at the high watermark
     /// BEFORE presence is announced, so nothing addressed to it is missed.
@@ -163,6 +172,8 @@ impl<E: Executor> Instance<E> {
         let instance_id = format!("{}-{}", runner_type.as_str(), Uuid::new_v4().simple());
         let topic = kafka.topic(&topics::work(runner_type));
         let consumer: StreamConsumer = kafka.assigned_consumer()?;
+        let condition = condition(runner_type);
+        health::not_ready(&condition, "finding its work partition");
         // A broker that is down is waited for: the instance starts reading
         // once it answers, or ends with the shutdown.
         let Some((partition, high)) =
@@ -199,6 +210,7 @@ impl<E: Executor> Instance<E> {
             in_flight: Arc::new(AtomicU32::new(0)),
         };
         presence.send(PresenceStatus::Ready).await;
+        health::ready(&condition);
         let presence_stop = CancellationToken::new();
         let presence_task = Some(presence.clone().keep_announcing(presence_stop.clone()));
         let instance = Self {
@@ -225,6 +237,7 @@ impl<E: Executor> Instance<E> {
     /// attempts finish until the drain timeout.
     async fn begin_drain(&mut self) {
         info!(parent: &self.span, running = self.tasks.len(), "draining");
+        health::not_ready(&condition(self.executor.runner_type()), "draining");
         self.drain_until = Some(tokio::time::Instant::now() + self.config.drain_timeout);
         self.stop_announcing().await;
         self.presence.send(PresenceStatus::Draining).await;
@@ -443,8 +456,22 @@ impl Presence {
                 "execplane/runner",
                 None,
             ));
-        if let Err((error, _)) = self.producer.send(record, Duration::from_secs(5)).await {
-            warn!(runner_instance = %self.instance_id, %error, "presence not delivered");
+        // Presence is soft state, and a broker that is away must not hold
+        // a drain or a stop: the delivery is waited for a few seconds at
+        // most (librdkafka keeps trying in the background).
+        match tokio::time::timeout(
+            PRESENCE_DELIVERY,
+            self.producer.send(record, Duration::from_secs(5)),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err((error, _))) => {
+                warn!(runner_instance = %self.instance_id, %error, "presence not delivered");
+            }
+            Err(_) => {
+                warn!(runner_instance = %self.instance_id, "presence not delivered within {PRESENCE_DELIVERY:?}");
+            }
         }
     }
 }

@@ -206,7 +206,8 @@ fn describe_runners() {
 static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
 
 /// Installs the Prometheus recorder (once per process) and, when `listen`
-/// is given, serves `/metrics` there. A port already taken (several roles
+/// is given, serves `/metrics`, `/healthz` (the process answers) and
+/// `/readyz` ([`super::health`]) there. A port already taken (several roles
 /// on one machine) logs a warning instead of failing the process: the
 /// metrics are still recorded, and the ingress serves them too.
 pub fn init(listen: Option<SocketAddr>) {
@@ -237,19 +238,25 @@ pub fn init(listen: Option<SocketAddr>) {
                 return;
             }
         };
-        tracing::info!(%address, "metrics on /metrics");
-        let app = axum::Router::new().route(
-            "/metrics",
-            axum::routing::get(|| async {
-                (
-                    [(
-                        axum::http::header::CONTENT_TYPE,
-                        "text/plain; version=0.0.4; charset=utf-8",
-                    )],
-                    render(),
-                )
-            }),
-        );
+        tracing::info!(%address, "metrics on /metrics, health on /healthz and /readyz");
+        let app = axum::Router::new()
+            .route(
+                "/metrics",
+                axum::routing::get(|| async {
+                    (
+                        [(
+                            axum::http::header::CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8",
+                        )],
+                        render(),
+                    )
+                }),
+            )
+            .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+            .route(
+                "/readyz",
+                axum::routing::get(|| async { super::health::readyz() }),
+            );
         if let Err(error) = axum::serve(listener, app).await {
             tracing::warn!(%error, "metrics endpoint stopped");
         }
