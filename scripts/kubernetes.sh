@@ -5,6 +5,8 @@
 # deployment, namespace, garbagecollector, serviceaccount controllers).
 # There is no scheduler and no kubelet: pods never run; a test that needs a
 # ready rollout patches pod status as a kubelet would.
+# Privileged pods are allowed, as in kubeadm and most distributions: the
+# chart of execplane itself (deploy/helm) runs its runners privileged.
 #
 # No registry here ships kube-apiserver, so it is built from Debian
 # bookworm's `kubernetes` source package (1.20.2, which carries its vendor
@@ -111,6 +113,7 @@ if ! port_open "$PORT"; then
     --service-account-issuer=https://kubernetes.default.svc --service-account-key-file="$DIR/sa.pub" \
     --service-account-signing-key-file="$DIR/sa.key" --service-cluster-ip-range=10.96.0.0/24 \
     --endpoint-reconciler-type=none --enable-priority-and-fairness=false \
+    --allow-privileged=true \
     >"$DIR/apiserver.log" 2>&1 &
   wait_port "$PORT" 60 "kube-apiserver"
 fi
