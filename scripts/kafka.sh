@@ -214,10 +214,10 @@ PROPERTIES
 
 if [ -n "$only" ]; then
   start_node "$only"
-  wait_port "$((port + only - 1))" 60 "Kafka node $only"
+  wait_port "$((port + only - 1))" 180 "Kafka node $only"
   exit 0
 fi
 for n in $(seq 1 "$brokers"); do start_node "$n"; done
-for n in $(seq 1 "$brokers"); do wait_port "$((port + n - 1))" 60 "Kafka node $n"; done
+for n in $(seq 1 "$brokers"); do wait_port "$((port + n - 1))" 180 "Kafka node $n"; done
 [ "$secure" -eq 0 ] || wait_port "$((port + 2))" 60 "Kafka's secure listener"
 log "Kafka ready on $bootstrap (logs: $dir/node-*/broker.log)"

@@ -381,8 +381,9 @@ impl Ingress {
 
     /// `/readyz`: this process's roles are up (`telemetry::health`), and
     /// Postgres and the broker both answer. The warnings: the process's
-    /// own (a runner left out), and the runner instances whose tools run without the whole sandbox (the
-    /// operator's choice, said wherever an operator looks).
+    /// own (a runner left out), and the runner instances whose tools run
+    /// without the whole sandbox (the operator's choice, said wherever an
+    /// operator looks).
     pub async fn ready(&self) -> Result<Vec<String>, String> {
         // The process's own conditions first (its roles, its runners).
         let mut warnings =

@@ -29,7 +29,7 @@ use crate::codec::LogStream;
 use crate::contract::{FailureCategory, JobSpec, Operation, ReportedOutcome, RunnerType};
 
 pub use fence::{LeaseGuard, Stopping};
-pub use instance::{run_instance, InstanceHandle};
+pub use instance::{condition, run_instance, InstanceHandle};
 
 /// One unit of work handed to an executor.
 #[derive(Clone, Debug)]

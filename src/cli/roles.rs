@@ -382,7 +382,7 @@ fn checked<E: crate::runner::Executor>(
             }
             tracing::error!(runner = runner.as_str(), %reason, "runner disabled: it cannot run its tool, so it announces nothing and serves no job");
             health::warning(
-                &format!("{} runner", runner.as_str()),
+                &crate::runner::condition(runner),
                 format!("disabled, it cannot run its tool: {reason}"),
             );
             return Ok(None);

@@ -1047,7 +1047,7 @@ impl PresenceRecord {
 
 /// The most a presence record may hold: it comes from the presence topic
 /// (anyone who may produce there) and is stored as it is.
-pub mod presence_bounds {
+mod presence_bounds {
     pub const NAME: usize = 128;
     pub const VERSION: usize = 64;
     pub const LABELS: usize = 32;

@@ -154,8 +154,9 @@ struct Instance<E: Executor> {
 /// The longest a presence record's delivery is waited for.
 const PRESENCE_DELIVERY: Duration = Duration::from_secs(3);
 
-/// The health condition (`/readyz`) of this process's `runner_type` runner.
-fn condition(runner_type: crate::contract::RunnerType) -> String {
+/// The health condition (`/readyz`) of this process's `runner_type` runner:
+/// set here while it runs, and by `serve` when it leaves the runner out.
+pub fn condition(runner_type: crate::contract::RunnerType) -> String {
     format!("{} runner", runner_type.as_str())
 }
 
