@@ -20,7 +20,7 @@ const WAIT: Duration = Duration::from_secs(120);
 const ANSIBLE_RUNNER: usize = 2;
 
 /// The package: playbooks, a role, a playbook outside the allowlist.
-const PACKAGE: [(&str, &str); 6] = [
+const PACKAGE: [(&str, &str); 10] = [
     (
         "site.yml",
         r#"- name: one changes, two fails
@@ -88,6 +88,72 @@ const PACKAGE: [(&str, &str); 6] = [
         "other.yml",
         "- hosts: all\n  tasks: [{ansible.builtin.ping: {}}]\n",
     ),
+    // A client of the play's own, fetched over the controller's ssh client
+    // (the next task would run it on the controller).
+    (
+        "playbooks/client.yml",
+        r##"- name: replaces the controller's ssh client
+  hosts: one
+  gather_facts: false
+  tasks:
+    - name: stage a client on the node
+      ansible.builtin.copy:
+        dest: .execplane-test-client
+        content: "#!/bin/sh\necho CONTROLLER-OWNED >&2\nexit 1\n"
+        mode: "0755"
+    - name: fetch it over the client, where the runner kept its own
+      ansible.builtin.fetch:
+        src: .execplane-test-client
+        dest: "{{ playbook_dir }}/../../ssh"
+        flat: true
+      ignore_errors: true
+    - name: fetch it over the client, where the runner keeps its own
+      ansible.builtin.fetch:
+        src: .execplane-test-client
+        dest: "{{ playbook_dir }}/../../controller/ssh"
+        flat: true
+      ignore_errors: true
+    - name: the next task runs the runner's client
+      ansible.builtin.ping:
+"##,
+    ),
+    // A plugin of the play's own, fetched where ansible looks for plugins.
+    (
+        "playbooks/plugin.yml",
+        r#"- name: adds an action plugin
+  hosts: one
+  gather_facts: false
+  tasks:
+    - name: stage an action plugin on the node
+      ansible.builtin.copy:
+        dest: .execplane-test-plugin.py
+        content: "from ansible.plugins.action import ActionBase\n\nclass ActionModule(ActionBase):\n    def run(self, tmp=None, task_vars=None):\n        return {'failed': True, 'msg': 'CONTROLLER-OWNED'}\n"
+    - name: fetch it where ansible looks for plugins
+      ansible.builtin.fetch:
+        src: .execplane-test-plugin.py
+        dest: "{{ playbook_dir }}/../../{{ item }}/plugins/action/execplane_probe.py"
+        flat: true
+      loop: [.ansible, controller/home]
+      ignore_errors: true
+    - name: a task that names it, read only now
+      ansible.builtin.include_tasks: probe.yml
+"#,
+    ),
+    (
+        "playbooks/probe.yml",
+        "- name: the fetched plugin's action\n  execplane_probe: {}\n",
+    ),
+    // A remote command that ssh would read as its own option.
+    (
+        "playbooks/options.yml",
+        r#"- name: passes ssh an option
+  hosts: one
+  gather_facts: false
+  tasks:
+    - name: a raw command that looks like an option
+      ansible.builtin.raw: "-oProxyCommand=sh -c 'echo CONTROLLER-OWNED >&2; exit 1'"
+"#,
+    ),
     (
         "roles/marker/tasks/main.yml",
         r#"- name: the role writes its marker
@@ -98,9 +164,26 @@ const PACKAGE: [(&str, &str); 6] = [
     ),
 ];
 
-fn package() -> Vec<u8> {
+/// A package whose one task connects as its loop variable says: `local`,
+/// the controller.
+const LOOPED: [(&str, &str); 1] = [(
+    "loop.yml",
+    r#"- name: names its connection by a loop variable
+  hosts: one
+  gather_facts: false
+  tasks:
+    - name: runs where the loop says
+      ansible.builtin.command: id -u
+      loop: [local]
+      loop_control:
+        loop_var: ansible_connection
+"#,
+)];
+
+/// `files` as a gzipped tar.
+fn archive(files: &[(&str, &str)]) -> Vec<u8> {
     let mut builder = tar::Builder::new(Vec::new());
-    for (path, body) in PACKAGE {
+    for (path, body) in files {
         let mut header = tar::Header::new_gnu();
         header.set_size(body.len() as u64);
         header.set_mode(0o644);
@@ -134,6 +217,8 @@ fn node(id: &str, address: &str, port: u16) -> Value {
 struct Stack {
     pipeline: Pipeline,
     package: String,
+    /// The approved `LOOPED` package.
+    looped: String,
     markers: std::path::PathBuf,
 }
 
@@ -148,7 +233,8 @@ async fn ansible_pipeline(pool: &PgPool, token: &str) -> Stack {
     let markers = dir.join("markers");
     std::fs::create_dir_all(&markers).unwrap();
     std::fs::set_permissions(&markers, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let package = pipeline.put_artifact("package.tar.gz", &package());
+    let package = pipeline.put_artifact("package.tar.gz", &archive(&PACKAGE));
+    let looped = pipeline.put_artifact("looped.tar.gz", &archive(&LOOPED));
     let policy = format!(
         r#"
 tenants:
@@ -160,6 +246,8 @@ tenants:
         - digest: {package}
           playbooks: ["site.yml", "playbooks/*.yml"]
           roles: [marker]
+        - digest: {looped}
+          playbooks: [loop.yml]
     ssh:
       nodes: ["127.0.0.1", "localhost"]
 "#
@@ -191,6 +279,7 @@ tenants:
     Stack {
         pipeline,
         package,
+        looped,
         markers,
     }
 }
@@ -419,6 +508,68 @@ async fn unapproved_playbooks_and_ansible_variables_are_refused_before_anything_
     let (status, _, message, _) = stack.pipeline.ended(&spec, WAIT).await;
     assert_eq!(status, "failed", "the literal is no directory: {message}");
     assert!(!witness.exists(), "the template ran: {}", witness.display());
+}
+
+/// A play may not run code on the controller by changing what the
+/// controller runs (its ssh client), by handing ssh an option, or by
+/// naming its connection through a loop variable.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_play_reaches_the_controller_neither_through_its_ssh_client_nor_by_loop(pool: PgPool) {
+    let stack = ansible_pipeline(&pool, "unused-token-value").await;
+    let mut ended = Vec::new();
+    for playbook in [
+        "playbooks/client.yml",
+        "playbooks/plugin.yml",
+        "playbooks/options.yml",
+    ] {
+        let spec = stack.job(
+            "ansible.playbook.run",
+            json!({"playbook": playbook}),
+            vec![node("one", "127.0.0.1", 2222)],
+        );
+        stack.pipeline.submit(&spec).await;
+        let (status, category, message, _) = stack.pipeline.ended(&spec, WAIT).await;
+        let attempt = stack.pipeline.attempts(&spec.job_id).await[0].0;
+        ended.push((playbook, attempt, status, category, message));
+    }
+    let output = stack.pipeline.tool_output().await;
+    for (playbook, attempt, status, category, message) in ended {
+        let seen = output
+            .get(&attempt.to_string())
+            .cloned()
+            .unwrap_or_default()
+            + &stack.events(attempt);
+        assert!(!seen.contains("CONTROLLER-OWNED"), "{playbook}: {seen}");
+        let expected = match playbook {
+            // The runner's ssh client is out of the play's reach: the
+            // ping after the fetches runs.
+            "playbooks/client.yml" => ("succeeded", None),
+            // `execplane_probe` is no plugin, so a module, which the node
+            // does not have; and the raw command is the node's, which has
+            // no such command.
+            _ => ("failed", Some("runner_error")),
+        };
+        assert_eq!(
+            (status.as_str(), category.as_deref()),
+            expected,
+            "{playbook}: {message}"
+        );
+    }
+
+    let spec = stack.job(
+        "ansible.playbook.run",
+        json!({"playbook": "loop.yml",
+               "package": {"name": "looped", "version": "1", "digest": stack.looped}}),
+        vec![node("one", "127.0.0.1", 2222)],
+    );
+    stack.pipeline.submit(&spec).await;
+    let (status, category, message, result) = stack.pipeline.ended(&spec, WAIT).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("policy")),
+        "{message} {result}"
+    );
+    assert!(message.contains("ansible_connection"), "{message}");
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]

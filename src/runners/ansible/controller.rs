@@ -366,6 +366,28 @@ fn key_refusal(key: &str, value: &Value) -> Option<String> {
             crate::contract::limits::loggable(found.0)
         ));
     }
+    // A name the task assigns: `loop_var: ansible_connection` with
+    // `loop: [local]` connects each item locally.
+    let names_ansible = |name: &&str| name.trim().to_ascii_lowercase().starts_with("ansible_");
+    let assigned = match bare {
+        "loop_var" | "index_var" | "register" => strings(value).into_iter().find(names_ansible),
+        "vars_prompt" => match value {
+            Value::Array(prompts) => prompts
+                .iter()
+                .filter_map(|prompt| prompt.get("name"))
+                .flat_map(strings)
+                .find(names_ansible),
+            _ => None,
+        },
+        _ => None,
+    };
+    if let Some(name) = assigned {
+        return Some(format!(
+            "`{}: {}`: how ansible connects, escalates or runs is the runner's, not the package's",
+            crate::contract::limits::loggable(key),
+            crate::contract::limits::loggable(name)
+        ));
+    }
     match bare {
         "local_action" => refuse("`local_action`"),
         "add_host" => refuse("`add_host` (it can make a host local)"),
@@ -524,6 +546,11 @@ mod tests {
             ("group_vars/all", "x: 1\nx: 2\nansible_connection: local\n".into(), "ansible_connection"),
             ("tasks/main", "- hosts: all\n- hosts: all\n  hosts: localhost\n".into(), "localhost"),
             ("vars/bomb", bomb(), "not YAML"),
+            // A name the task assigns (a hostile review).
+            ("site.yml", task("ansible.builtin.command: id\n      loop: [local]\n      loop_control: {loop_var: ansible_connection}"), "ansible_connection"),
+            ("site.yml", task("ansible.builtin.command: id\n      loop: [0]\n      loop_control: {index_var: ansible_port}"), "ansible_port"),
+            ("site.yml", task("ansible.builtin.command: id\n      register: ansible_become"), "ansible_become"),
+            ("site.yml", "- hosts: all\n  vars_prompt: [{name: ansible_connection, default: local}]\n".into(), "ansible_connection"),
         ];
         for (path, text, expected) in cases {
             let why = refused(&[(path, text.as_str())])

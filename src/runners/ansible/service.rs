@@ -347,6 +347,11 @@ fn host(index: usize, target: &Target) -> Result<Host, ExecutionOutcome> {
 /// The files of one run in its working directory.
 struct Layout {
     package: PathBuf,
+    /// What ansible reads of the runner's while it runs (its configuration,
+    /// inventory, ssh client, known hosts, callback, plugin home):
+    /// read-only to it, so a play's `fetch` to the controller cannot change
+    /// the client it runs next or add a plugin it loads later.
+    controller: PathBuf,
     inventory: PathBuf,
     events: PathBuf,
     config: PathBuf,
@@ -411,7 +416,7 @@ impl AnsibleRunner {
                     "hosts": "all",
                     "roles": [{"role": role}],
                 }]);
-                write_file(&workdir.path().join("role.yml"), &written.to_string())?
+                write_file(&layout.controller.join("role.yml"), &written.to_string())?
             }
             Entry::Validate => {
                 let written = json!([{
@@ -420,7 +425,10 @@ impl AnsibleRunner {
                     "gather_facts": false,
                     "tasks": [{"name": "ping", "ansible.builtin.ping": {}}],
                 }]);
-                write_file(&workdir.path().join("validate.yml"), &written.to_string())?
+                write_file(
+                    &layout.controller.join("validate.yml"),
+                    &written.to_string(),
+                )?
             }
         };
         let mut args: Vec<String> = vec![
@@ -537,12 +545,17 @@ impl AnsibleRunner {
         context: &ExecutionContext,
     ) -> Result<Layout, ExecutionOutcome> {
         let root = workdir.path();
+        let controller = root.join("controller");
+        std::fs::create_dir_all(controller.join("home")).map_err(|error| {
+            infrastructure(format!("cannot create the controller directory: {error}"))
+        })?;
         let mut layout = Layout {
             package: root.join("package"),
+            controller: controller.clone(),
             // Named after its parser: the yaml plugin reads only `.yml`.
-            inventory: root.join("inventory.ini"),
+            inventory: controller.join("inventory.ini"),
             events: root.join("events.jsonl"),
-            config: root.join("ansible.cfg"),
+            config: controller.join("ansible.cfg"),
             key: workdir
                 .secret_file("identity", &plan.private_key)
                 .map_err(|error| infrastructure(format!("cannot write the key file: {error}")))?,
@@ -616,7 +629,7 @@ impl AnsibleRunner {
         // Read bounded by what its aliases expand to: the runner holds
         // every attempt, and an inventory is the tenant's text.
         match crate::runner::yaml::document(inventory.as_bytes(), MAX_INVENTORY_EXPANDED) {
-            Ok(read) if read.is_object() => layout.inventory = root.join("inventory.yml"),
+            Ok(read) if read.is_object() => layout.inventory = controller.join("inventory.yml"),
             Err(error) if error.too_large => {
                 return Err(ExecutionOutcome::failed(
                     FailureCategory::Contract,
@@ -635,9 +648,9 @@ impl AnsibleRunner {
                 HostKey::Fingerprint(pin) => pins.push_str(&format!("{entry} {pin}\n")),
             }
         }
-        let known_hosts_file = write_file(&root.join("known_hosts"), &known_hosts)?;
-        let pins_file = write_file(&root.join("pins"), &pins)?;
-        let callbacks = root.join("callbacks");
+        let known_hosts_file = write_file(&controller.join("known_hosts"), &known_hosts)?;
+        let pins_file = write_file(&controller.join("pins"), &pins)?;
+        let callbacks = controller.join("callbacks");
         std::fs::create_dir_all(&callbacks).map_err(|error| {
             infrastructure(format!("cannot create the callback directory: {error}"))
         })?;
@@ -645,7 +658,7 @@ impl AnsibleRunner {
         // ansible's ssh client: OpenSSH's, with each command under the
         // node's framed watchdog (`ssh_client`).
         let ssh_client = write_file(
-            &root.join("ssh"),
+            &controller.join("ssh"),
             &format!(
                 "#!/bin/sh\nexec {} ansible-ssh -- \"$@\"\n",
                 crate::runners::ssh::remote::quote(&context.tools().shim.to_string_lossy())
@@ -708,7 +721,8 @@ impl AnsibleRunner {
              [ssh_connection]\n\
              ssh_executable = {ssh_client}\n\
              ssh_args = {ssh_args}\n\
-             pipelining = True\n",
+             pipelining = True\n\
+             usetty = False\n",
             ssh_client = ssh_client.display(),
             callbacks = callbacks.display(),
             roles = layout.package.join("roles").display(),
@@ -721,7 +735,6 @@ impl AnsibleRunner {
     /// ansible's `program` from the configured directory, in the runner's
     /// environment and configuration.
     fn ansible_command(&self, program: &str, layout: &Layout, workdir: &Workdir) -> ToolCommand {
-        let root = workdir.path().display().to_string();
         let bin = self.config.bin_dir.display().to_string();
         // A virtualenv's `bin`: the sandboxed tool sees the whole env.
         let env_root = self.config.bin_dir.parent().unwrap_or(&self.config.bin_dir);
@@ -731,10 +744,17 @@ impl AnsibleRunner {
             // play does (a `fetch`, a `copy` to the controller) may change
             // what ansible reads of it afterwards.
             .read_only(&layout.package)
+            .read_only(&layout.controller)
             .base_env(workdir)
             .env("PATH", format!("{bin}:/usr/local/bin:/usr/bin:/bin"))
             .env("ANSIBLE_CONFIG", layout.config.display().to_string())
-            .env("ANSIBLE_HOME", format!("{root}/.ansible"))
+            // Where ansible looks for plugins and collections of the
+            // user's: empty, and read-only with the rest of `controller`.
+            .env(
+                "ANSIBLE_HOME",
+                layout.controller.join("home").display().to_string(),
+            )
+            .env("PYTHONNOUSERSITE", "1")
             .env(
                 "EXECPLANE_ANSIBLE_EVENTS",
                 layout.events.display().to_string(),

@@ -1,7 +1,7 @@
 //! The ssh client ansible runs (`execplane ansible-ssh -- ARGS...`, its
-//! `ssh_executable`): OpenSSH's `ssh` with the same arguments, except that a
-//! command sent without a terminal runs under the node's framed watchdog
-//! (docs/SECURITY.md, "Ansible packages"), so that it ends with its client.
+//! `ssh_executable`): OpenSSH's `ssh` with the same arguments, except that
+//! the command runs under the node's framed watchdog (docs/SECURITY.md,
+//! "Ansible packages"), so that it ends with its client.
 //!
 //! ansible pipelines a module into its interpreter's stdin and closes it,
 //! so the end of the session's stdin cannot say that the client is gone,
@@ -11,13 +11,16 @@
 //! death kills ansible's process group (this client and its `ssh` in it),
 //! the node reads end of file and stops what the command started.
 //!
-//! A command with a terminal (`-tt`, which ansible asks for when it sends
-//! no data) is left as it is: sshd hangs up its terminal when the client
-//! goes, which stops it. So is a control command (`-O`).
+//! Every command runs so, and only as a command: the runner's
+//! configuration asks for no terminal (`usetty = False`), a `-t`/`-tt`
+//! is dropped all the same, and the host is put after `--`, so a remote
+//! command that reads like an option (`raw: -oProxyCommand=...`) is sent
+//! to the node rather than read by ssh (which takes options after the host
+//! too). A control command (`-O`) is refused: the runner's ssh shares no
+//! connection.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
-use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitCode, Stdio};
 
 use crate::runners::ssh::remote;
@@ -29,31 +32,32 @@ const SSH_ERROR: u8 = 255;
 /// One read of ansible's data, framed as it is.
 const FRAME_BYTES: usize = 64 * 1024;
 
-/// Runs ssh with `args` (ansible's, the remote command last).
+/// Runs ssh with `args`: ansible's options, then the host, then the
+/// remote command.
 pub fn run(args: &[OsString]) -> ExitCode {
-    let terminal = args
-        .iter()
-        .any(|arg| arg == "-tt" || arg == "-t" || arg == "-O");
-    let (Some(command), false) = (args.last(), terminal || args.len() < 2) else {
-        let error = Command::new("ssh").args(args).exec();
-        eprintln!("execplane ansible-ssh: cannot run ssh: {error}");
-        return ExitCode::from(SSH_ERROR);
+    let refuse = |why: &str| {
+        eprintln!("execplane ansible-ssh: {why}");
+        ExitCode::from(SSH_ERROR)
     };
+    let [options @ .., host, command] = args else {
+        return refuse("no host and remote command");
+    };
+    if options.iter().any(|arg| arg == "-O") {
+        return refuse("a control command (-O) is not run: no connection is shared");
+    }
     let Some(command) = command.to_str() else {
-        eprintln!("execplane ansible-ssh: the remote command is not UTF-8");
-        return ExitCode::from(SSH_ERROR);
+        return refuse("the remote command is not UTF-8");
     };
     let mut ssh = match Command::new("ssh")
-        .args(&args[..args.len() - 1])
+        .args(options.iter().filter(|arg| *arg != "-t" && *arg != "-tt"))
+        .arg("--")
+        .arg(host)
         .arg(remote::framed_command_line(command))
         .stdin(Stdio::piped())
         .spawn()
     {
         Ok(ssh) => ssh,
-        Err(error) => {
-            eprintln!("execplane ansible-ssh: cannot run ssh: {error}");
-            return ExitCode::from(SSH_ERROR);
-        }
+        Err(error) => return refuse(&format!("cannot run ssh: {error}")),
     };
     let mut session = ssh.stdin.take().expect("stdin is piped");
     std::thread::spawn(move || {
