@@ -44,9 +44,10 @@ exec 3<&-; wait \"$c\"; s=$?; kill \"$w\" 2>/dev/null; exit \"$s\"";
 /// waited on to its end, which stops the session's whole process group
 /// (everything the command started that did not leave it: ansible's module
 /// and what it runs). Fixed text: the only requester-given word is the
-/// quoted command after it.
+/// quoted command after it. Past POSIX it needs `mktemp -d` and `head -c`
+/// (GNU coreutils, busybox, the BSDs).
 const FRAMED_WATCHDOG: &str = "exec 3<&0 </dev/null; \
-d=$(mktemp -d) && mkfifo \"$d/i\" || exit 255; \
+d=$(mktemp -d) || exit 255; mkfifo \"$d/i\" || { rm -rf \"$d\"; exit 255; }; \
 sh -c \"$1\" <\"$d/i\" 3<&- & c=$!; \
 { while IFS= read -r n && [ \"$n\" -gt 0 ]; do head -c \"$n\"; done >\"$d/i\"; \
 rm -rf \"$d\"; while IFS= read -r _; do :; done; \
