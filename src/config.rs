@@ -1642,8 +1642,8 @@ impl Config {
     }
 
     /// How every role that reads a cluster connects to it.
-    fn kubernetes_client(&self) -> crate::runners::kubernetes::ClientSettings {
-        crate::runners::kubernetes::ClientSettings {
+    fn kubernetes_client(&self) -> crate::runner::kit::kube::ClientSettings {
+        crate::runner::kit::kube::ClientSettings {
             connect_timeout: self.kubernetes.connect_timeout.as_std(),
             request_timeout: self.kubernetes.request_timeout.as_std(),
         }

@@ -12,6 +12,7 @@
 mod attempt;
 mod fence;
 mod instance;
+pub mod kit;
 pub mod outputs;
 pub mod preflight;
 pub mod sandbox;

@@ -5,7 +5,6 @@
 pub mod ansible;
 pub mod helm;
 pub mod kubernetes;
-pub mod node;
 pub mod opentofu;
 pub mod ssh;
 pub mod verification;

@@ -208,10 +208,9 @@ async fn ensure_namespace(
     let endpoint = current
         .cluster("bench")
         .context("the bench policy names its cluster")?;
-    let credentials = crate::runners::kubernetes::Credentials::Token(token.to_owned());
-    let settings = crate::runners::kubernetes::ClientSettings::default();
-    let client =
-        crate::runners::kubernetes::cluster::client("bench", endpoint, &credentials, settings)?;
+    let credentials = crate::runner::kit::kube::Credentials::Token(token.to_owned());
+    let settings = crate::runner::kit::kube::ClientSettings::default();
+    let client = crate::runner::kit::kube::client("bench", endpoint, &credentials, settings)?;
     let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
     let object: k8s_openapi::api::core::v1::Namespace =
         serde_json::from_value(json!({"metadata": {"name": namespace}}))?;

@@ -28,7 +28,6 @@
 mod config;
 mod controller;
 pub mod events;
-pub mod package;
 mod service;
 pub mod ssh_client;
 

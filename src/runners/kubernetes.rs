@@ -8,18 +8,15 @@
 //! namespace, cluster-scoped kinds only where allowed, and a delete only
 //! with the destructive flag. Credentials come only from Vault
 //! (`inputs.cluster.credentials`); the endpoint and its CAs only from the
-//! operator's `clusters` table (`cluster`).
+//! operator's `clusters` table (`runner::kit::kube`).
 //!
 //! Every object touched is reported with its uid and resourceVersion and a
 //! diff summary (the live object before against the API server's answer),
 //! with the cluster's events about it; `wait` and `rollout.status` report
-//! the history of what they waited for (`judge`).
+//! the history of what they waited for (`runner::kit::kube::judge`).
 
-pub(crate) mod cluster;
 mod config;
-pub mod judge;
 mod service;
 
-pub use cluster::{ClientSettings, Credentials};
 pub use config::KubernetesConfig;
 pub use service::KubernetesRunner;

@@ -2,7 +2,7 @@
 //! policy: a program, typed arguments, a sudo policy) run on the JobSpec's
 //! nodes. There is no generic shell: a JobSpec names a template and gives
 //! typed values, and the command line the node receives is built from the
-//! template's argument vector by construction (`remote`).
+//! template's argument vector by construction (`runner::kit::remote`).
 //!
 //! It drives the system OpenSSH client (`ssh`) as a supervised tool
 //! process rather than linking an SSH library such as `russh`: OpenSSH is
@@ -24,7 +24,6 @@
 //! without one is refused before anything connects.
 
 mod config;
-pub mod remote;
 mod service;
 
 pub use config::SshConfig;

@@ -291,7 +291,7 @@ fn is_package_relative(path: &str) -> bool {
     !path.starts_with('~')
         && !path.contains("{{")
         && !path.contains("{%")
-        && super::package::clean_relative(Path::new(path)).is_some()
+        && crate::runner::kit::package::clean_relative(Path::new(path)).is_some()
 }
 
 fn strings(value: &Value) -> Vec<&str> {

@@ -6,15 +6,16 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::events::Summary;
-use super::{package, AnsibleConfig};
+use super::AnsibleConfig;
 use crate::artifacts::inputs::InputRef;
 use crate::contract::inputs::{InventoryRef, OperationInputs, PackageRef, Vars};
 use crate::contract::results::{AnsibleResult, InventoryReport};
 use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType, Target};
 use crate::policy::ssh::HostKey;
+use crate::runner::kit::node::{self, Binding};
+use crate::runner::kit::package;
 use crate::runner::tool::{self, StopCause, ToolCommand, ToolExit, Workdir};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
-use crate::runners::node::{self, Binding};
 
 /// The event callback, written into each attempt's working directory.
 const CALLBACK: &str = include_str!("execplane_events.py");
@@ -661,7 +662,7 @@ impl AnsibleRunner {
             &controller.join("ssh"),
             &format!(
                 "#!/bin/sh\nexec {} ansible-ssh -- \"$@\"\n",
-                crate::runners::ssh::remote::quote(&context.tools().shim.to_string_lossy())
+                crate::runner::kit::remote::quote(&context.tools().shim.to_string_lossy())
             ),
         )?;
         std::fs::set_permissions(

@@ -6,7 +6,7 @@
 //! ansible pipelines a module into its interpreter's stdin and closes it,
 //! so the end of the session's stdin cannot say that the client is gone,
 //! as it does for the ssh runner. This client frames what ansible writes
-//! (`runners::ssh::remote::frame`), as it comes, then holds the session's
+//! (`runner::kit::remote::frame`), as it comes, then holds the session's
 //! stdin open until it exits: when a cancel, the deadline or the runner's
 //! death kills ansible's process group (this client and its `ssh` in it),
 //! the node reads end of file and stops what the command started.
@@ -23,7 +23,7 @@ use std::ffi::OsString;
 use std::io::{Read, Write};
 use std::process::{Command, ExitCode, Stdio};
 
-use crate::runners::ssh::remote;
+use crate::runner::kit::remote;
 
 /// What ssh exits with when it cannot connect; ansible reads it as
 /// "unreachable".

@@ -10,7 +10,7 @@ pub struct HelmConfig {
     pub policy: crate::policy::SharedPolicy,
     /// How the runner reads the cluster itself (discovery, to check the
     /// objects a chart renders before helm installs them).
-    pub kubernetes: crate::runners::kubernetes::ClientSettings,
+    pub kubernetes: crate::runner::kit::kube::ClientSettings,
 }
 
 impl Default for HelmConfig {
@@ -18,7 +18,7 @@ impl Default for HelmConfig {
         Self {
             helm: PathBuf::from("/usr/local/bin/helm"),
             policy: crate::policy::SharedPolicy::default(),
-            kubernetes: crate::runners::kubernetes::ClientSettings::default(),
+            kubernetes: crate::runner::kit::kube::ClientSettings::default(),
         }
     }
 }

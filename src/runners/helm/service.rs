@@ -9,9 +9,9 @@ use crate::contract::inputs::{ChartRef, ClusterRef, OperationInputs, Vars};
 use crate::contract::limits::head;
 use crate::contract::results::{HelmObject, HelmResult, HelmTestRun};
 use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType};
+use crate::runner::kit::kube::{self as cluster, judge, Credentials};
 use crate::runner::tool::{self, ToolCommand, ToolExit, ToolFailure as Failure, Workdir};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
-use crate::runners::kubernetes::{cluster, judge, Credentials};
 
 /// The most of helm's output kept to read (a status with its manifest, a
 /// rendered chart).
@@ -822,7 +822,7 @@ impl Run<'_> {
                 format!("the rendered chart: {problem}"),
             )
         })?;
-        let mut kinds = crate::runners::kubernetes::cluster::Kinds::default();
+        let mut kinds = crate::runner::kit::kube::Kinds::default();
         for (index, object) in documents.iter().enumerate() {
             let field = format!("chart object {index}");
             let mut problems = Vec::new();

@@ -6,7 +6,7 @@ pub struct KubernetesConfig {
     /// `EXECPLANE_KUBERNETES_CONNECT_TIMEOUT` and
     /// `EXECPLANE_KUBERNETES_REQUEST_TIMEOUT`: how long a connection to an
     /// API server, and one request, may take.
-    pub client: super::ClientSettings,
+    pub client: crate::runner::kit::kube::ClientSettings,
     /// `EXECPLANE_KUBERNETES_POLL_INTERVAL`: how often `wait` and
     /// `rollout.status` look at their object.
     pub poll_interval: Duration,
@@ -18,7 +18,7 @@ pub struct KubernetesConfig {
 impl Default for KubernetesConfig {
     fn default() -> Self {
         Self {
-            client: super::ClientSettings::default(),
+            client: crate::runner::kit::kube::ClientSettings::default(),
             poll_interval: Duration::from_millis(500),
             policy: crate::policy::SharedPolicy::default(),
         }

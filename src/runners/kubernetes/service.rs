@@ -8,8 +8,6 @@ use kube::api::{
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::cluster::{self, Kinds};
-use super::judge::{self, Observation, Rollout, WantedCondition};
 use super::KubernetesConfig;
 use crate::contract::inputs::{
     ClusterRef, KubernetesApply, KubernetesDelete, KubernetesObject, KubernetesPatch,
@@ -21,6 +19,8 @@ use crate::contract::results::{
 };
 use crate::contract::{FailureCategory, Operation, RunnerType};
 use crate::policy::OperationRules;
+use crate::runner::kit::kube::judge::{self, Observation, Rollout, WantedCondition};
+use crate::runner::kit::kube::{self as cluster, Kinds};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
 
 /// The largest manifests file an apply reads (YAML aliases can multiply

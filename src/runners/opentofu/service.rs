@@ -14,9 +14,9 @@ use crate::contract::results::{
 };
 use crate::contract::tofu_inputs;
 use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType};
+use crate::runner::kit::package;
 use crate::runner::tool::{self, ToolCommand, ToolExit, ToolFailure as Failure, Workdir};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
-use crate::runners::ansible::package;
 
 /// The most of the CLI's JSON kept to read (a plan, a state).
 const MAX_CAPTURE: usize = 32 * 1024 * 1024;

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{remote, SshConfig};
+use super::SshConfig;
 use crate::artifacts::inputs::InputRef;
 use crate::contract::inputs::{OperationInputs, Vars};
 use crate::contract::results::{
@@ -14,9 +14,10 @@ use crate::contract::results::{
 use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType, Target};
 use crate::policy::ssh::{ArgKind, HostKey};
 use crate::policy::{SshTemplate, Sudo};
+use crate::runner::kit::node::{self, Binding};
+use crate::runner::kit::remote;
 use crate::runner::tool::{self, StopCause, ToolCommand, ToolExit, Workdir};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
-use crate::runners::node::{self, Binding};
 
 /// Where sudo is on a node.
 const SUDO: &str = "/usr/bin/sudo";

@@ -11,8 +11,8 @@ use serde_json::json;
 use super::probes::{Assertion, Sample};
 use crate::contract::inputs::{VerifyCapability, VerifyKubernetesCondition};
 use crate::policy::OperationRules;
-use crate::runners::kubernetes::cluster::Kinds;
-use crate::runners::kubernetes::judge::{self, WantedCondition};
+use crate::runner::kit::kube::judge::{self, WantedCondition};
+use crate::runner::kit::kube::Kinds;
 
 /// The most of an API server's message a sample quotes.
 const MAX_MESSAGE: usize = 1024;

@@ -24,7 +24,7 @@ pub struct VerificationConfig {
     pub policy: crate::policy::SharedPolicy,
     /// How the Kubernetes probes talk to a cluster (the kubernetes
     /// runner's settings).
-    pub kubernetes: crate::runners::kubernetes::ClientSettings,
+    pub kubernetes: crate::runner::kit::kube::ClientSettings,
 }
 
 impl Default for VerificationConfig {
@@ -39,7 +39,7 @@ impl Default for VerificationConfig {
             max_body_bytes: 1024 * 1024,
             probe_dir: None,
             policy: crate::policy::SharedPolicy::default(),
-            kubernetes: crate::runners::kubernetes::ClientSettings::default(),
+            kubernetes: crate::runner::kit::kube::ClientSettings::default(),
         }
     }
 }

@@ -178,7 +178,7 @@ impl VerificationRunner {
         }
         let cluster_ref = match &inputs {
             OperationInputs::VerifyKubernetesCondition(condition) => {
-                crate::runners::kubernetes::judge::WantedCondition::parse(&condition.condition)
+                crate::runner::kit::kube::judge::WantedCondition::parse(&condition.condition)
                     .map_err(|problem| refuse(format!("inputs.condition: {problem}")))?;
                 Some(&condition.cluster)
             }
@@ -191,12 +191,11 @@ impl VerificationRunner {
         };
         let cluster = match cluster_ref {
             Some(cluster_ref) => {
-                let client = crate::runners::kubernetes::cluster::connect(
-                    &policy,
-                    cluster_ref,
-                    self.config.kubernetes,
-                )
-                .map_err(|(category, message)| ExecutionOutcome::failed(category, message, None))?;
+                let client =
+                    crate::runner::kit::kube::connect(&policy, cluster_ref, self.config.kubernetes)
+                        .map_err(|(category, message)| {
+                            ExecutionOutcome::failed(category, message, None)
+                        })?;
                 Some((client, policy.tenant(&spec.tenant).operations))
             }
             None => None,

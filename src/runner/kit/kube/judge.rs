@@ -1,4 +1,5 @@
-//! The kubernetes runner's pure rules, unit-tested without a cluster: the
+//! The pure rules of a cluster's objects (the kubernetes runner's, helm's
+//! and the verification probes'), unit-tested without a cluster: the
 //! diff summary of an object before and after a call, a named condition's
 //! state, and whether a rollout is complete.
 

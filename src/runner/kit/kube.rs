@@ -11,6 +11,8 @@
 //! by name. No message here quotes the credentials or a parser's view of
 //! them.
 
+pub mod judge;
+
 use std::collections::HashMap;
 use std::time::Duration;
 
