@@ -16,6 +16,7 @@ use clap::{Parser, Subcommand};
 use uuid::Uuid;
 
 use crate::config::Config;
+use crate::contract::RunnerType;
 use crate::store::Store;
 
 #[derive(Debug, Parser)]
@@ -393,16 +394,13 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::ArtifactWorker => roles::run(&config, roles::Roles::ARTIFACT_WORKER, false).await,
         Command::Dispatcher => roles::run(&config, roles::Roles::DISPATCHER, false).await,
         Command::Relay => roles::run(&config, roles::Roles::RELAY, false).await,
-        Command::Runner { runner_type } => match runner_type.as_str() {
-            "verification" => roles::run(&config, roles::Roles::VERIFICATION_RUNNER, false).await,
-            "ssh" => roles::run(&config, roles::Roles::SSH_RUNNER, false).await,
-            "ansible" => roles::run(&config, roles::Roles::ANSIBLE_RUNNER, false).await,
-            "kubernetes" => roles::run(&config, roles::Roles::KUBERNETES_RUNNER, false).await,
-            "helm" => roles::run(&config, roles::Roles::HELM_RUNNER, false).await,
-            "opentofu" => roles::run(&config, roles::Roles::OPENTOFU_RUNNER, false).await,
-            other => {
+        Command::Runner { runner_type } => match runner_type.parse::<RunnerType>() {
+            Ok(runner) => roles::run(&config, roles::Roles::runner(runner), false).await,
+            Err(_) => {
+                let available: Vec<&str> = RunnerType::ALL.iter().map(|r| r.as_str()).collect();
                 eprintln!(
-                    "error: no runner `{other}` in this build (available: verification, ssh, ansible, kubernetes, helm, opentofu)"
+                    "error: no runner `{runner_type}` in this build (available: {})",
+                    available.join(", ")
                 );
                 Ok(ExitCode::from(2))
             }

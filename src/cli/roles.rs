@@ -13,9 +13,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::info;
 
 use crate::config::Config;
+use crate::contract::RunnerType;
 use crate::kafka::relay::{self, RelayConfig};
 use crate::kafka::topology;
-use crate::runners::verification::VerificationRunner;
 use crate::store::Store;
 use crate::telemetry::health;
 
@@ -24,26 +24,34 @@ use crate::telemetry::health;
 pub struct Roles {
     pub dispatcher: bool,
     pub relay: bool,
-    pub verification_runner: bool,
-    pub ssh_runner: bool,
-    pub ansible_runner: bool,
-    pub kubernetes_runner: bool,
-    pub helm_runner: bool,
-    pub opentofu_runner: bool,
+    pub runners: RunnerSet,
     pub ingress: bool,
     pub artifact_worker: bool,
+}
+
+/// The runner types a process runs (`executor` makes each).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunnerSet(u8);
+
+impl RunnerSet {
+    pub const ALL: RunnerSet = RunnerSet((1 << RunnerType::ALL.len()) - 1);
+
+    pub const fn one(runner: RunnerType) -> Self {
+        RunnerSet(1 << runner as u8)
+    }
+
+    pub fn iter(self) -> impl Iterator<Item = RunnerType> {
+        RunnerType::ALL
+            .into_iter()
+            .filter(move |runner| self.0 & Self::one(*runner).0 != 0)
+    }
 }
 
 impl Roles {
     const NONE: Roles = Roles {
         dispatcher: false,
         relay: false,
-        verification_runner: false,
-        ssh_runner: false,
-        ansible_runner: false,
-        kubernetes_runner: false,
-        helm_runner: false,
-        opentofu_runner: false,
+        runners: RunnerSet(0),
         ingress: false,
         artifact_worker: false,
     };
@@ -55,30 +63,6 @@ impl Roles {
         relay: true,
         ..Self::NONE
     };
-    pub const VERIFICATION_RUNNER: Roles = Roles {
-        verification_runner: true,
-        ..Self::NONE
-    };
-    pub const SSH_RUNNER: Roles = Roles {
-        ssh_runner: true,
-        ..Self::NONE
-    };
-    pub const ANSIBLE_RUNNER: Roles = Roles {
-        ansible_runner: true,
-        ..Self::NONE
-    };
-    pub const KUBERNETES_RUNNER: Roles = Roles {
-        kubernetes_runner: true,
-        ..Self::NONE
-    };
-    pub const HELM_RUNNER: Roles = Roles {
-        helm_runner: true,
-        ..Self::NONE
-    };
-    pub const OPENTOFU_RUNNER: Roles = Roles {
-        opentofu_runner: true,
-        ..Self::NONE
-    };
     pub const INGRESS: Roles = Roles {
         ingress: true,
         ..Self::NONE
@@ -88,20 +72,51 @@ impl Roles {
         ..Self::NONE
     };
 
+    /// `runner <type>`: that runner alone.
+    pub const fn runner(runner: RunnerType) -> Self {
+        Roles {
+            runners: RunnerSet::one(runner),
+            ..Self::NONE
+        }
+    }
+
     /// `serve`: every role, the ingress only when a key is configured.
     pub fn serve(config: &Config) -> Self {
         Roles {
             dispatcher: true,
             relay: true,
-            verification_runner: true,
-            ssh_runner: true,
-            ansible_runner: true,
-            kubernetes_runner: true,
-            helm_runner: true,
-            opentofu_runner: true,
+            runners: RunnerSet::ALL,
             ingress: !config.ingress.key.is_empty() || !config.ingress.api_key.is_empty(),
             artifact_worker: true,
         }
+    }
+}
+
+/// The registry of runners: the executor of each type, from its settings.
+/// A type without one here does not compile.
+fn executor(
+    runner: RunnerType,
+    config: &Config,
+    kafka: &crate::kafka::KafkaConfig,
+    settings: &crate::runner::RunnerConfig,
+    stop: &CancellationToken,
+    lenient: bool,
+) -> Checked {
+    use crate::runners::*;
+    macro_rules! checked {
+        ($executor:expr) => {
+            checked(kafka, settings, $executor, stop, lenient)
+        };
+    }
+    match runner {
+        RunnerType::Verification => {
+            checked!(verification::VerificationRunner::new(config.verification()))
+        }
+        RunnerType::Ssh => checked!(ssh::SshRunner::new(config.ssh())),
+        RunnerType::Ansible => checked!(ansible::AnsibleRunner::new(config.ansible())),
+        RunnerType::Kubernetes => checked!(kubernetes::KubernetesRunner::new(config.kubernetes())),
+        RunnerType::Helm => checked!(helm::HelmRunner::new(config.helm())),
+        RunnerType::Opentofu => checked!(opentofu::TofuRunner::new(config.opentofu())),
     }
 }
 
@@ -294,13 +309,7 @@ async fn spawn_runners(
     lenient: bool,
 ) -> anyhow::Result<Tasks> {
     let mut runners = Tasks::new();
-    if !roles.verification_runner
-        && !roles.ssh_runner
-        && !roles.ansible_runner
-        && !roles.kubernetes_runner
-        && !roles.helm_runner
-        && !roles.opentofu_runner
-    {
+    if roles.runners == RunnerSet::default() {
         return Ok(runners);
     }
     let mut settings = config.runner();
@@ -323,31 +332,10 @@ async fn spawn_runners(
     // once, so a slow tool delays no other runner. A runner of its own
     // that cannot run its tool is an error; under `serve` it is left out,
     // loudly, and the other roles go on.
-    let mut checks: Vec<Checked> = Vec::new();
-    if roles.verification_runner {
-        let executor = VerificationRunner::new(config.verification());
-        checks.push(checked(kafka, &settings, executor, stop, lenient));
-    }
-    if roles.ssh_runner {
-        let executor = crate::runners::ssh::SshRunner::new(config.ssh());
-        checks.push(checked(kafka, &settings, executor, stop, lenient));
-    }
-    if roles.ansible_runner {
-        let executor = crate::runners::ansible::AnsibleRunner::new(config.ansible());
-        checks.push(checked(kafka, &settings, executor, stop, lenient));
-    }
-    if roles.kubernetes_runner {
-        let executor = crate::runners::kubernetes::KubernetesRunner::new(config.kubernetes());
-        checks.push(checked(kafka, &settings, executor, stop, lenient));
-    }
-    if roles.helm_runner {
-        let executor = crate::runners::helm::HelmRunner::new(config.helm());
-        checks.push(checked(kafka, &settings, executor, stop, lenient));
-    }
-    if roles.opentofu_runner {
-        let executor = crate::runners::opentofu::TofuRunner::new(config.opentofu());
-        checks.push(checked(kafka, &settings, executor, stop, lenient));
-    }
+    let checks = roles
+        .runners
+        .iter()
+        .map(|runner| executor(runner, config, kafka, &settings, stop, lenient));
     for instance in futures_util::future::try_join_all(checks)
         .await?
         .into_iter()
