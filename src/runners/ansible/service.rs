@@ -370,30 +370,7 @@ impl AnsibleRunner {
         context: &ExecutionContext,
     ) -> Result<ExecutionOutcome, ExecutionOutcome> {
         let layout = self.lay_out(plan, workdir, context).await?;
-        let mut report = AnsibleResult {
-            operation: plan.operation.as_str().to_owned(),
-            package: plan.package.as_ref().map(ToString::to_string),
-            playbook: match &plan.entry {
-                Entry::Playbook(path) => Some(path.clone()),
-                _ => None,
-            },
-            role: match &plan.entry {
-                Entry::Role(role) => Some(role.clone()),
-                _ => None,
-            },
-            check_mode: plan.check_mode,
-            exit_code: None,
-            recap: BTreeMap::new(),
-            changed_hosts: Vec::new(),
-            failed_hosts: Vec::new(),
-            unreachable_hosts: Vec::new(),
-            facts: BTreeMap::new(),
-            evidence: Vec::new(),
-            events_artifact: None,
-            tasks: 0,
-            inventory: None,
-            problems: Vec::new(),
-        };
+        let mut report = started(plan);
         // An inventory the runner did not write is read by ansible first:
         // its hosts must be the targets, its connection the runner's.
         if plan.inventory.artifact.is_some() || matches!(plan.entry, Entry::Validate) {
@@ -409,6 +386,59 @@ impl AnsibleRunner {
                 ));
             }
         }
+        let command = self.playbook_command(plan, &layout, workdir)?;
+        context.progress(described(plan), Some(0));
+        let (exit, summary) = self.watch(command, &layout.events, workdir, context).await;
+        report.fold(&summary);
+        let stored = store_events(&layout, &exit, context).await;
+        if stored.is_ok() && layout.events.exists() {
+            report.events_artifact = Some(EVENTS_ARTIFACT.to_owned());
+        }
+        let exit = match exit {
+            Ok(exit) => exit,
+            Err(error) => return Ok(infrastructure(error.to_string())),
+        };
+        report.exit_code = exit.code;
+        if let Entry::Validate = plan.entry {
+            for host in &report.unreachable_hosts {
+                let message = summary
+                    .unreachable_messages
+                    .get(host)
+                    .map(|message| one_line(message))
+                    .unwrap_or_default();
+                report
+                    .problems
+                    .push(format!("host `{host}` is unreachable: {message}"));
+            }
+        }
+        let value = serde_json::to_value(&report).unwrap_or(Value::Null);
+        if let Some(cause) = exit.stopped {
+            return Ok(match cause {
+                StopCause::Stopped => {
+                    ExecutionOutcome::failed(FailureCategory::Cancelled, "stopped", Some(value))
+                }
+                StopCause::Deadline => ExecutionOutcome::failed(
+                    FailureCategory::Timeout,
+                    "stopped at the start-to-close deadline",
+                    Some(value),
+                ),
+            });
+        }
+        if let Err((category, message)) = stored {
+            return Ok(ExecutionOutcome::failed(category, message, Some(value)));
+        }
+        Ok(outcome(plan, &report, &exit, value))
+    }
+
+    /// `ansible-playbook` on the plan's playbook (or the one written for
+    /// its role or reachability check) with the runner's inventory, key
+    /// and variables.
+    fn playbook_command(
+        &self,
+        plan: &Plan,
+        layout: &Layout,
+        workdir: &Workdir,
+    ) -> Result<ToolCommand, ExecutionOutcome> {
         let playbook = match &plan.entry {
             Entry::Playbook(path) => layout.package.join(path),
             Entry::Role(role) => {
@@ -449,92 +479,10 @@ impl AnsibleRunner {
         }
         args.push("--".to_owned());
         args.push(playbook.display().to_string());
-        let command = self
-            .ansible_command("ansible-playbook", &layout, workdir)
+        Ok(self
+            .ansible_command("ansible-playbook", layout, workdir)
             .capture(MAX_STDERR_QUOTED)
-            .args(args);
-        context.progress(
-            format!(
-                "{} on {} host(s){}",
-                match &plan.entry {
-                    Entry::Playbook(path) => format!("playbook {path}"),
-                    Entry::Role(role) => format!("role {role}"),
-                    Entry::Validate => "reachability check".to_owned(),
-                },
-                plan.hosts.len(),
-                if plan.check_mode {
-                    " in check mode"
-                } else {
-                    ""
-                }
-            ),
-            Some(0),
-        );
-        let (exit, summary) = self.watch(command, &layout.events, workdir, context).await;
-        report.tasks = summary.tasks;
-        report.recap = summary.recap();
-        let (changed, failed, unreachable) = summary.hosts();
-        report.changed_hosts = changed;
-        report.failed_hosts = failed;
-        report.unreachable_hosts = unreachable;
-        report.facts = summary.facts.clone();
-        report.evidence = summary.evidence.clone();
-        // The event stream is mandatory: an attempt without it proves
-        // nothing. Ansible loads the callback after it parsed the playbook,
-        // so one that failed before (a syntax error) wrote none: its own
-        // error is the message then.
-        let exited_badly = exit.as_ref().map_or(true, |exit| exit.code != Some(0));
-        let stored = if layout.events.exists() {
-            context
-                .store_output(&layout.events, EVENTS_ARTIFACT, RetentionClass::Evidence)
-                .await
-                .map(|_| ())
-                .map_err(|error| (error.category(), error.to_string()))
-        } else if exited_badly {
-            Ok(())
-        } else {
-            Err((
-                FailureCategory::RunnerError,
-                "ansible-playbook wrote no event stream".to_owned(),
-            ))
-        };
-        if stored.is_ok() && layout.events.exists() {
-            report.events_artifact = Some(EVENTS_ARTIFACT.to_owned());
-        }
-        let exit = match exit {
-            Ok(exit) => exit,
-            Err(error) => return Ok(infrastructure(error.to_string())),
-        };
-        report.exit_code = exit.code;
-        if let Entry::Validate = plan.entry {
-            for host in &report.unreachable_hosts {
-                let message = summary
-                    .unreachable_messages
-                    .get(host)
-                    .map(|message| one_line(message))
-                    .unwrap_or_default();
-                report
-                    .problems
-                    .push(format!("host `{host}` is unreachable: {message}"));
-            }
-        }
-        let value = serde_json::to_value(&report).unwrap_or(Value::Null);
-        if let Some(cause) = exit.stopped {
-            return Ok(match cause {
-                StopCause::Stopped => {
-                    ExecutionOutcome::failed(FailureCategory::Cancelled, "stopped", Some(value))
-                }
-                StopCause::Deadline => ExecutionOutcome::failed(
-                    FailureCategory::Timeout,
-                    "stopped at the start-to-close deadline",
-                    Some(value),
-                ),
-            });
-        }
-        if let Err((category, message)) = stored {
-            return Ok(ExecutionOutcome::failed(category, message, Some(value)));
-        }
-        Ok(outcome(plan, &report, &exit, value))
+            .args(args))
     }
 
     /// The package unpacked, the inventory, the configuration, the
@@ -567,80 +515,22 @@ impl AnsibleRunner {
                 )
                 .map_err(|error| infrastructure(format!("cannot write the variables: {error}")))?,
         };
-        if let Some(reference) = &plan.package {
-            package::fetch_and_unpack(context, reference, &layout.package)
-                .await
-                .map_err(|failure| {
-                    ExecutionOutcome::failed(failure.category, failure.message, None)
-                })?;
-            if !plan.controller {
-                if let Some(why) = super::controller::refusal(&layout.package) {
-                    return Err(ExecutionOutcome::failed(
-                        FailureCategory::Policy,
-                        format!("inputs.package: {why} (allowed only where the operator's policy gives the package `controller: true`)"),
-                        None,
-                    ));
-                }
-            }
-        } else {
-            std::fs::create_dir_all(&layout.package).map_err(|error| {
-                infrastructure(format!("cannot create the package directory: {error}"))
-            })?;
-        }
-        match &plan.entry {
-            Entry::Playbook(path) => {
-                let file = layout.package.join(path);
-                let is_file = std::fs::symlink_metadata(&file).is_ok_and(|meta| meta.is_file());
-                if !is_file {
-                    return Err(refuse(format!(
-                        "inputs.playbook: the package has no playbook `{path}`"
-                    )));
-                }
-            }
-            Entry::Role(role) => {
-                let dir = layout.package.join("roles").join(role);
-                if !std::fs::symlink_metadata(&dir).is_ok_and(|meta| meta.is_dir()) {
-                    return Err(refuse(format!(
-                        "inputs.role: the package has no role `roles/{role}`"
-                    )));
-                }
-            }
-            Entry::Validate => {}
-        }
-        let inventory = match &plan.inventory.artifact {
-            Some(reference) => {
-                let reference = InputRef::parse(reference)
-                    .map_err(|message| refuse(format!("inputs.inventory.artifact: {message}")))?;
-                let fetched = workdir
-                    .fetch_input(context, &reference)
-                    .await
-                    .map_err(|error| {
-                        ExecutionOutcome::failed(
-                            error.category(),
-                            format!("inputs.inventory.artifact: {error}"),
-                            None,
-                        )
-                    })?;
-                std::fs::read_to_string(&fetched).map_err(|_| {
-                    refuse("inputs.inventory.artifact: not a text file (an INI or YAML inventory)")
-                })?
-            }
-            None => generated_inventory(&plan.hosts),
-        };
-        // Read bounded by what its aliases expand to: the runner holds
-        // every attempt, and an inventory is the tenant's text.
-        match crate::runner::yaml::document(inventory.as_bytes(), MAX_INVENTORY_EXPANDED) {
-            Ok(read) if read.is_object() => layout.inventory = controller.join("inventory.yml"),
-            Err(error) if error.too_large => {
-                return Err(ExecutionOutcome::failed(
-                    FailureCategory::Contract,
-                    format!("inputs.inventory: {error}"),
-                    None,
-                ))
-            }
-            _ => {}
-        }
-        write_file(&layout.inventory, &inventory)?;
+        unpack(plan, &layout, context).await?;
+        check_entry(plan, &layout)?;
+        write_inventory(plan, &mut layout, workdir, context).await?;
+        self.write_configuration(plan, &layout, workdir, context)?;
+        Ok(layout)
+    }
+
+    /// The configuration, ssh client, known hosts and callback ansible
+    /// runs with, in the read-only `controller` directory.
+    fn write_configuration(
+        &self,
+        plan: &Plan,
+        layout: &Layout,
+        workdir: &Workdir,
+        context: &ExecutionContext,
+    ) -> Result<(), ExecutionOutcome> {
         let (mut known_hosts, mut pins) = (String::new(), String::new());
         for host in &plan.hosts {
             let entry = host.binding.known_hosts_entry();
@@ -649,9 +539,9 @@ impl AnsibleRunner {
                 HostKey::Fingerprint(pin) => pins.push_str(&format!("{entry} {pin}\n")),
             }
         }
-        let known_hosts_file = write_file(&controller.join("known_hosts"), &known_hosts)?;
-        let pins_file = write_file(&controller.join("pins"), &pins)?;
-        let callbacks = controller.join("callbacks");
+        let known_hosts_file = write_file(&layout.controller.join("known_hosts"), &known_hosts)?;
+        let pins_file = write_file(&layout.controller.join("pins"), &pins)?;
+        let callbacks = layout.controller.join("callbacks");
         std::fs::create_dir_all(&callbacks).map_err(|error| {
             infrastructure(format!("cannot create the callback directory: {error}"))
         })?;
@@ -659,7 +549,7 @@ impl AnsibleRunner {
         // ansible's ssh client: OpenSSH's, with each command under the
         // node's framed watchdog (`ssh_client`).
         let ssh_client = write_file(
-            &controller.join("ssh"),
+            &layout.controller.join("ssh"),
             &format!(
                 "#!/bin/sh\nexec {} ansible-ssh -- \"$@\"\n",
                 crate::runner::kit::remote::quote(&context.tools().shim.to_string_lossy())
@@ -670,38 +560,11 @@ impl AnsibleRunner {
             std::os::unix::fs::PermissionsExt::from_mode(0o755),
         )
         .map_err(|error| infrastructure(format!("cannot make the ssh client runnable: {error}")))?;
-        let ssh_args = [
-            "-F /dev/null".to_owned(),
-            format!("-o UserKnownHostsFile=\"{}\"", known_hosts_file.display()),
-            "-o GlobalKnownHostsFile=/dev/null".to_owned(),
-            "-o StrictHostKeyChecking=yes".to_owned(),
-            "-o UpdateHostKeys=no".to_owned(),
-            "-o IdentitiesOnly=yes".to_owned(),
-            "-o IdentityAgent=none".to_owned(),
-            "-o BatchMode=yes".to_owned(),
-            "-o ControlMaster=no".to_owned(),
-            "-o ControlPath=none".to_owned(),
-            "-o ForwardAgent=no".to_owned(),
-            "-o ClearAllForwardings=yes".to_owned(),
-            format!(
-                "-o ConnectTimeout={}",
-                self.config.connect_timeout.as_secs().max(1)
-            ),
-            "-o ServerAliveInterval=5".to_owned(),
-            "-o ServerAliveCountMax=3".to_owned(),
-        ]
-        .join(" ");
-        // Nodes pinned by fingerprint: the key a node offers is accepted
-        // only when it hashes to its pin (`execplane known-host`).
-        let ssh_args = if pins.is_empty() {
-            ssh_args
-        } else {
-            format!(
-                "{ssh_args} -o \"KnownHostsCommand={} known-host {} %H %t %K\"",
-                context.tools().shim.display(),
-                pins_file.display()
-            )
-        };
+        let ssh_args = self.ssh_args(
+            &known_hosts_file,
+            (!pins.is_empty()).then_some(pins_file.as_path()),
+            context,
+        );
         let config = format!(
             "[defaults]\n\
              host_key_checking = True\n\
@@ -727,10 +590,239 @@ impl AnsibleRunner {
             ssh_client = ssh_client.display(),
             callbacks = callbacks.display(),
             roles = layout.package.join("roles").display(),
-            root = root.display(),
+            root = workdir.path().display(),
         );
         write_file(&layout.config, &config)?;
-        Ok(layout)
+        Ok(())
+    }
+}
+
+/// The approved package, unpacked and (unless the operator lets it
+/// run on the controller) checked before ansible reads it.
+async fn unpack(
+    plan: &Plan,
+    layout: &Layout,
+    context: &ExecutionContext,
+) -> Result<(), ExecutionOutcome> {
+    if let Some(reference) = &plan.package {
+        package::fetch_and_unpack(context, reference, &layout.package)
+            .await
+            .map_err(|failure| ExecutionOutcome::failed(failure.category, failure.message, None))?;
+        if !plan.controller {
+            if let Some(why) = super::controller::refusal(&layout.package) {
+                return Err(ExecutionOutcome::failed(
+                    FailureCategory::Policy,
+                    format!("inputs.package: {why} (allowed only where the operator's policy gives the package `controller: true`)"),
+                    None,
+                ));
+            }
+        }
+    } else {
+        std::fs::create_dir_all(&layout.package).map_err(|error| {
+            infrastructure(format!("cannot create the package directory: {error}"))
+        })?;
+    }
+    Ok(())
+}
+
+/// The result before ansible ran: what the plan names.
+fn started(plan: &Plan) -> AnsibleResult {
+    AnsibleResult {
+        operation: plan.operation.as_str().to_owned(),
+        package: plan.package.as_ref().map(ToString::to_string),
+        playbook: match &plan.entry {
+            Entry::Playbook(path) => Some(path.clone()),
+            _ => None,
+        },
+        role: match &plan.entry {
+            Entry::Role(role) => Some(role.clone()),
+            _ => None,
+        },
+        check_mode: plan.check_mode,
+        exit_code: None,
+        recap: BTreeMap::new(),
+        changed_hosts: Vec::new(),
+        failed_hosts: Vec::new(),
+        unreachable_hosts: Vec::new(),
+        facts: BTreeMap::new(),
+        evidence: Vec::new(),
+        events_artifact: None,
+        tasks: 0,
+        inventory: None,
+        problems: Vec::new(),
+    }
+}
+
+/// The progress line of the plan's start.
+fn described(plan: &Plan) -> String {
+    format!(
+        "{} on {} host(s){}",
+        match &plan.entry {
+            Entry::Playbook(path) => format!("playbook {path}"),
+            Entry::Role(role) => format!("role {role}"),
+            Entry::Validate => "reachability check".to_owned(),
+        },
+        plan.hosts.len(),
+        if plan.check_mode {
+            " in check mode"
+        } else {
+            ""
+        }
+    )
+}
+
+impl AnsibleResult {
+    /// What the event stream says of the run.
+    fn fold(&mut self, summary: &Summary) {
+        self.tasks = summary.tasks;
+        self.recap = summary.recap();
+        let (changed, failed, unreachable) = summary.hosts();
+        self.changed_hosts = changed;
+        self.failed_hosts = failed;
+        self.unreachable_hosts = unreachable;
+        self.facts = summary.facts.clone();
+        self.evidence = summary.evidence.clone();
+    }
+}
+
+/// The event stream stored as evidence; its absence is a failure only
+/// when ansible-playbook exited well.
+async fn store_events(
+    layout: &Layout,
+    exit: &Result<ToolExit, tool::ToolError>,
+    context: &ExecutionContext,
+) -> Result<(), (FailureCategory, String)> {
+    // The event stream is mandatory: an attempt without it proves
+    // nothing. Ansible loads the callback after it parsed the playbook,
+    // so one that failed before (a syntax error) wrote none: its own
+    // error is the message then.
+    let exited_badly = exit.as_ref().map_or(true, |exit| exit.code != Some(0));
+    if layout.events.exists() {
+        context
+            .store_output(&layout.events, EVENTS_ARTIFACT, RetentionClass::Evidence)
+            .await
+            .map(|_| ())
+            .map_err(|error| (error.category(), error.to_string()))
+    } else if exited_badly {
+        Ok(())
+    } else {
+        Err((
+            FailureCategory::RunnerError,
+            "ansible-playbook wrote no event stream".to_owned(),
+        ))
+    }
+}
+
+/// The playbook or role the plan names is in the package.
+fn check_entry(plan: &Plan, layout: &Layout) -> Result<(), ExecutionOutcome> {
+    match &plan.entry {
+        Entry::Playbook(path) => {
+            let file = layout.package.join(path);
+            let is_file = std::fs::symlink_metadata(&file).is_ok_and(|meta| meta.is_file());
+            if !is_file {
+                return Err(refuse(format!(
+                    "inputs.playbook: the package has no playbook `{path}`"
+                )));
+            }
+        }
+        Entry::Role(role) => {
+            let dir = layout.package.join("roles").join(role);
+            if !std::fs::symlink_metadata(&dir).is_ok_and(|meta| meta.is_dir()) {
+                return Err(refuse(format!(
+                    "inputs.role: the package has no role `roles/{role}`"
+                )));
+            }
+        }
+        Entry::Validate => {}
+    }
+    Ok(())
+}
+
+/// The inventory artifact, or the one made of the targets, written where
+/// ansible reads it (`.yml` when it is YAML), read bounded first.
+async fn write_inventory(
+    plan: &Plan,
+    layout: &mut Layout,
+    workdir: &Workdir,
+    context: &ExecutionContext,
+) -> Result<(), ExecutionOutcome> {
+    let inventory = match &plan.inventory.artifact {
+        Some(reference) => {
+            let reference = InputRef::parse(reference)
+                .map_err(|message| refuse(format!("inputs.inventory.artifact: {message}")))?;
+            let fetched = workdir
+                .fetch_input(context, &reference)
+                .await
+                .map_err(|error| {
+                    ExecutionOutcome::failed(
+                        error.category(),
+                        format!("inputs.inventory.artifact: {error}"),
+                        None,
+                    )
+                })?;
+            std::fs::read_to_string(&fetched).map_err(|_| {
+                refuse("inputs.inventory.artifact: not a text file (an INI or YAML inventory)")
+            })?
+        }
+        None => generated_inventory(&plan.hosts),
+    };
+    // Read bounded by what its aliases expand to: the runner holds
+    // every attempt, and an inventory is the tenant's text.
+    match crate::runner::yaml::document(inventory.as_bytes(), MAX_INVENTORY_EXPANDED) {
+        Ok(read) if read.is_object() => layout.inventory = layout.controller.join("inventory.yml"),
+        Err(error) if error.too_large => {
+            return Err(ExecutionOutcome::failed(
+                FailureCategory::Contract,
+                format!("inputs.inventory: {error}"),
+                None,
+            ))
+        }
+        _ => {}
+    }
+    write_file(&layout.inventory, &inventory)?;
+    Ok(())
+}
+
+impl AnsibleRunner {
+    /// ssh's arguments: no configuration, agent, forwarding or shared
+    /// connection; only the targets' host keys (or their pins).
+    fn ssh_args(
+        &self,
+        known_hosts: &Path,
+        pins: Option<&Path>,
+        context: &ExecutionContext,
+    ) -> String {
+        let ssh_args = [
+            "-F /dev/null".to_owned(),
+            format!("-o UserKnownHostsFile=\"{}\"", known_hosts.display()),
+            "-o GlobalKnownHostsFile=/dev/null".to_owned(),
+            "-o StrictHostKeyChecking=yes".to_owned(),
+            "-o UpdateHostKeys=no".to_owned(),
+            "-o IdentitiesOnly=yes".to_owned(),
+            "-o IdentityAgent=none".to_owned(),
+            "-o BatchMode=yes".to_owned(),
+            "-o ControlMaster=no".to_owned(),
+            "-o ControlPath=none".to_owned(),
+            "-o ForwardAgent=no".to_owned(),
+            "-o ClearAllForwardings=yes".to_owned(),
+            format!(
+                "-o ConnectTimeout={}",
+                self.config.connect_timeout.as_secs().max(1)
+            ),
+            "-o ServerAliveInterval=5".to_owned(),
+            "-o ServerAliveCountMax=3".to_owned(),
+        ]
+        .join(" ");
+        // Nodes pinned by fingerprint: the key a node offers is accepted
+        // only when it hashes to its pin (`execplane known-host`).
+        match pins {
+            None => ssh_args,
+            Some(pins) => format!(
+                "{ssh_args} -o \"KnownHostsCommand={} known-host {} %H %t %K\"",
+                context.tools().shim.display(),
+                pins.display()
+            ),
+        }
     }
 
     /// ansible's `program` from the configured directory, in the runner's
