@@ -152,6 +152,10 @@ pub enum Command {
     /// (docs/SECURITY.md, "Ansible packages"). Not for operators.
     #[command(hide = true)]
     AnsibleSsh {
+        /// The attempt's targets, an `address port` line each: the only
+        /// places ssh may connect to.
+        #[arg(long)]
+        targets: std::path::PathBuf,
         /// ssh's arguments, the remote command last.
         #[arg(last = true)]
         args: Vec<std::ffi::OsString>,
@@ -335,8 +339,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    if let Command::AnsibleSsh { args } = &cli.command {
-        return Ok(crate::runners::ansible::ssh_client::run(args));
+    if let Command::AnsibleSsh { targets, args } = &cli.command {
+        return Ok(crate::runners::ansible::ssh_client::run(targets, args));
     }
     if let Command::SandboxReach { addresses } = &cli.command {
         return Ok(crate::runner::sandbox::egress::reach(addresses));

@@ -20,7 +20,7 @@ const WAIT: Duration = Duration::from_secs(120);
 const ANSIBLE_RUNNER: usize = 2;
 
 /// The package: playbooks, a role, a playbook outside the allowlist.
-const PACKAGE: [(&str, &str); 10] = [
+const PACKAGE: [(&str, &str); 12] = [
     (
         "site.yml",
         r#"- name: one changes, two fails
@@ -139,6 +139,40 @@ const PACKAGE: [(&str, &str); 10] = [
       ansible.builtin.include_tasks: probe.yml
 "#,
     ),
+    // A host outside the inventory, at the port of the runner host's
+    // database.
+    (
+        "playbooks/scan.yml",
+        r#"- name: connects where its targets are not
+  hosts: one
+  gather_facts: false
+  tasks:
+    - name: a host and port of the play's own
+      ansible.builtin.ping:
+      delegate_to: 0.0.0.0
+      port: 5432
+"#,
+    ),
+    // A role fetched into the working directory, where ansible's last
+    // search for a role by name (its current directory) would find it.
+    (
+        "roles/stager/tasks/main.yml",
+        r#"- name: stage a role's tasks on the node
+  ansible.builtin.copy:
+    dest: .execplane-test-stage.yml
+    content: "- name: staged\n  ansible.builtin.shell: echo CONTROLLER-$(echo OWNED)\n  delegate_to: localhost\n"
+- name: fetch them where a role is looked for
+  ansible.builtin.fetch:
+    src: .execplane-test-stage.yml
+    dest: "{{ playbook_dir }}/../{{ item }}/tasks/main.yml"
+    flat: true
+  loop: [stage, controller/stage]
+  ignore_errors: true
+- name: include a role the package does not have
+  ansible.builtin.include_role:
+    name: stage
+"#,
+    ),
     (
         "playbooks/probe.yml",
         "- name: the fetched plugin's action\n  execplane_probe: {}\n",
@@ -245,7 +279,7 @@ tenants:
       packages:
         - digest: {package}
           playbooks: ["site.yml", "playbooks/*.yml"]
-          roles: [marker]
+          roles: [marker, stager]
         - digest: {looped}
           playbooks: [loop.yml]
     ssh:
@@ -521,12 +555,18 @@ async fn a_play_reaches_the_controller_neither_through_its_ssh_client_nor_by_loo
         "playbooks/client.yml",
         "playbooks/plugin.yml",
         "playbooks/options.yml",
+        "playbooks/scan.yml",
+        "roles/stager",
     ] {
-        let spec = stack.job(
-            "ansible.playbook.run",
-            json!({"playbook": playbook}),
-            vec![node("one", "127.0.0.1", 2222)],
-        );
+        let inputs = match playbook.strip_prefix("roles/") {
+            Some(role) => json!({"role": role}),
+            None => json!({"playbook": playbook}),
+        };
+        let operation = match playbook.starts_with("roles/") {
+            true => "ansible.role.run",
+            false => "ansible.playbook.run",
+        };
+        let spec = stack.job(operation, inputs, vec![node("one", "127.0.0.1", 2222)]);
         stack.pipeline.submit(&spec).await;
         let (status, category, message, _) = stack.pipeline.ended(&spec, WAIT).await;
         let attempt = stack.pipeline.attempts(&spec.job_id).await[0].0;
@@ -544,9 +584,17 @@ async fn a_play_reaches_the_controller_neither_through_its_ssh_client_nor_by_loo
             // The runner's ssh client is out of the play's reach: the
             // ping after the fetches runs.
             "playbooks/client.yml" => ("succeeded", None),
+            // The runner's ssh client connects to the targets only.
+            "playbooks/scan.yml" => {
+                assert!(
+                    seen.contains("0.0.0.0 port 5432 is not one of the attempt's targets"),
+                    "{seen}"
+                );
+                ("failed", Some("target_unreachable"))
+            }
             // `execplane_probe` is no plugin, so a module, which the node
-            // does not have; and the raw command is the node's, which has
-            // no such command.
+            // does not have; the raw command is the node's, which has no
+            // such command; the staged file is in no place ansible looks.
             _ => ("failed", Some("runner_error")),
         };
         assert_eq!(

@@ -338,6 +338,8 @@ pub struct View {
     /// No network at all: a namespace of its own with nothing but
     /// loopback.
     pub offline: bool,
+    /// Where the tool starts, if not its working directory.
+    pub directory: Option<PathBuf>,
 }
 
 /// The files of the sandbox's own `/etc/passwd` and `/etc/group`, kept in
@@ -434,7 +436,7 @@ pub fn bwrap_args(workdir: &Path, accounts: &(PathBuf, PathBuf), view: &View) ->
         "--remount-ro".as_ref(),
         "/".as_ref(),
         "--chdir".as_ref(),
-        workdir.as_os_str(),
+        view.directory.as_deref().unwrap_or(workdir).as_os_str(),
         "--".as_ref(),
     ]);
     args
@@ -714,6 +716,7 @@ mod tests {
             read_only: vec![PathBuf::from("/opt/tool")],
             writable: vec![PathBuf::from("/var/state/x")],
             offline: false,
+            directory: None,
         };
         let args: Vec<String> = bwrap_args(workdir, &accounts, &view)
             .into_iter()
@@ -742,6 +745,17 @@ mod tests {
         view.offline = true;
         let offline = bwrap_args(workdir, &accounts, &view);
         assert!(offline.iter().any(|arg| arg == "--unshare-net"));
+        // Started where the runner says.
+        view.directory = Some(PathBuf::from("/w/abc/controller"));
+        let elsewhere = bwrap_args(workdir, &accounts, &view)
+            .into_iter()
+            .map(|arg| arg.into_string().unwrap())
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(
+            elsewhere.contains("--chdir /w/abc/controller --"),
+            "{elsewhere}"
+        );
     }
 
     #[test]

@@ -327,6 +327,13 @@ impl ToolCommand {
         self
     }
 
+    /// The tool starts in `directory` (a path it sees) rather than its
+    /// working directory.
+    pub fn current_dir(mut self, directory: impl Into<PathBuf>) -> Self {
+        self.view.directory = Some(directory.into());
+        self
+    }
+
     /// The tool needs no network: sandboxed, it runs in a network
     /// namespace of its own with nothing but loopback.
     pub fn offline(mut self) -> Self {
@@ -566,7 +573,7 @@ pub async fn run(
         .args(&command.args)
         .env_clear()
         .envs(command.env.iter().map(|(key, value)| (key, value)))
-        .current_dir(workdir.path())
+        .current_dir(command.view.directory.as_deref().unwrap_or(workdir.path()))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

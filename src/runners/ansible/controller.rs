@@ -286,9 +286,11 @@ fn is_local(host: &str) -> bool {
 }
 
 /// A package-relative path (`package::clean_relative`: no absolute path,
-/// no `..`), neither a home directory nor a template.
+/// no `..`), neither a home directory, an environment variable (ansible
+/// expands `$HOME` in a role's name) nor a template.
 fn is_package_relative(path: &str) -> bool {
     !path.starts_with('~')
+        && !path.contains('$')
         && !path.contains("{{")
         && !path.contains("{%")
         && crate::runner::kit::package::clean_relative(Path::new(path)).is_some()
@@ -371,6 +373,13 @@ fn key_refusal(key: &str, value: &Value) -> Option<String> {
     let names_ansible = |name: &&str| name.trim().to_ascii_lowercase().starts_with("ansible_");
     let assigned = match bare {
         "loop_var" | "index_var" | "register" => strings(value).into_iter().find(names_ansible),
+        // `include_vars: {file: x.yml, name: ansible_...}`.
+        "include_vars" => value
+            .get("name")
+            .map(strings)
+            .unwrap_or_default()
+            .into_iter()
+            .find(names_ansible),
         "vars_prompt" => match value {
             Value::Array(prompts) => prompts
                 .iter()
@@ -551,6 +560,9 @@ mod tests {
             ("site.yml", task("ansible.builtin.command: id\n      loop: [0]\n      loop_control: {index_var: ansible_port}"), "ansible_port"),
             ("site.yml", task("ansible.builtin.command: id\n      register: ansible_become"), "ansible_become"),
             ("site.yml", "- hosts: all\n  vars_prompt: [{name: ansible_connection, default: local}]\n".into(), "ansible_connection"),
+            ("site.yml", task("ansible.builtin.include_vars: {file: v.yml, name: ansible_become}"), "ansible_become"),
+            ("site.yml", task("ansible.builtin.include_role: {name: \"$HOME/stage\"}"), "outside"),
+            ("site.yml", task("ansible.builtin.include_tasks: $HOME/stage.yml"), "outside"),
         ];
         for (path, text, expected) in cases {
             let why = refused(&[(path, text.as_str())])

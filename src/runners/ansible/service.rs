@@ -539,6 +539,12 @@ impl AnsibleRunner {
                 HostKey::Fingerprint(pin) => pins.push_str(&format!("{entry} {pin}\n")),
             }
         }
+        let targets: String = plan
+            .hosts
+            .iter()
+            .map(|host| format!("{} {}\n", host.binding.address, host.binding.port))
+            .collect();
+        let targets = write_file(&layout.controller.join("targets"), &targets)?;
         let known_hosts_file = write_file(&layout.controller.join("known_hosts"), &known_hosts)?;
         let pins_file = write_file(&layout.controller.join("pins"), &pins)?;
         let callbacks = layout.controller.join("callbacks");
@@ -551,8 +557,9 @@ impl AnsibleRunner {
         let ssh_client = write_file(
             &layout.controller.join("ssh"),
             &format!(
-                "#!/bin/sh\nexec {} ansible-ssh -- \"$@\"\n",
-                crate::runner::kit::remote::quote(&context.tools().shim.to_string_lossy())
+                "#!/bin/sh\nexec {} ansible-ssh --targets {} -- \"$@\"\n",
+                crate::runner::kit::remote::quote(&context.tools().shim.to_string_lossy()),
+                crate::runner::kit::remote::quote(&targets.to_string_lossy()),
             ),
         )?;
         std::fs::set_permissions(
@@ -586,7 +593,8 @@ impl AnsibleRunner {
              ssh_executable = {ssh_client}\n\
              ssh_args = {ssh_args}\n\
              pipelining = True\n\
-             usetty = False\n",
+             usetty = False\n\
+             transfer_method = piped\n",
             ssh_client = ssh_client.display(),
             callbacks = callbacks.display(),
             roles = layout.package.join("roles").display(),
@@ -838,7 +846,12 @@ impl AnsibleRunner {
             // what ansible reads of it afterwards.
             .read_only(&layout.package)
             .read_only(&layout.controller)
+            // Started there, at home there: a path ansible resolves from
+            // its current or home directory (a role's include of a file
+            // the role lacks, a role name) finds nothing a play fetched.
+            .current_dir(&layout.controller)
             .base_env(workdir)
+            .env("HOME", layout.controller.join("home").display().to_string())
             .env("PATH", format!("{bin}:/usr/local/bin:/usr/bin:/bin"))
             .env("ANSIBLE_CONFIG", layout.config.display().to_string())
             // Where ansible looks for plugins and collections of the

@@ -17,10 +17,16 @@
 //! command that reads like an option (`raw: -oProxyCommand=...`) is sent
 //! to the node rather than read by ssh (which takes options after the host
 //! too). A control command (`-O`) is refused: the runner's ssh shares no
-//! connection.
+//! connection. And it connects only to the attempt's targets, each at its
+//! port: a task's `delegate_to` a host outside the inventory (with a
+//! `port`) is refused here rather than reaching, and so probing, any
+//! address the runner's host can route to; so are the options that would
+//! send ssh elsewhere (`ProxyCommand`, `ProxyJump`, `Hostname`, `-J`,
+//! `-W`) or run a command on the controller (`LocalCommand`).
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
+use std::path::Path;
 use std::process::{Command, ExitCode, Stdio};
 
 use crate::runner::kit::remote;
@@ -32,9 +38,23 @@ const SSH_ERROR: u8 = 255;
 /// One read of ansible's data, framed as it is.
 const FRAME_BYTES: usize = 64 * 1024;
 
-/// Runs ssh with `args`: ansible's options, then the host, then the
-/// remote command.
-pub fn run(args: &[OsString]) -> ExitCode {
+/// ssh's options that take a value (its `getopt` string).
+const WITH_VALUE: &str = "bceilmopBDEFIJLOPQRSwW";
+
+/// `-o` options that would send ssh elsewhere than the host it is given,
+/// or run a command on the controller.
+const REFUSED: [&str; 6] = [
+    "proxycommand",
+    "proxyjump",
+    "hostname",
+    "localcommand",
+    "permitlocalcommand",
+    "remotecommand",
+];
+
+/// Runs ssh with `args` (ansible's options, then the host, then the
+/// remote command) when the host and port are one of `targets`' lines.
+pub fn run(targets: &Path, args: &[OsString]) -> ExitCode {
     let refuse = |why: &str| {
         eprintln!("execplane ansible-ssh: {why}");
         ExitCode::from(SSH_ERROR)
@@ -42,12 +62,24 @@ pub fn run(args: &[OsString]) -> ExitCode {
     let [options @ .., host, command] = args else {
         return refuse("no host and remote command");
     };
-    if options.iter().any(|arg| arg == "-O") {
-        return refuse("a control command (-O) is not run: no connection is shared");
-    }
-    let Some(command) = command.to_str() else {
-        return refuse("the remote command is not UTF-8");
+    let port = match port(options) {
+        Ok(port) => port,
+        Err(why) => return refuse(&why),
     };
+    let (Some(host), Some(command)) = (host.to_str(), command.to_str()) else {
+        return refuse("the host or the remote command is not UTF-8");
+    };
+    let allowed = match std::fs::read_to_string(targets) {
+        Ok(allowed) => allowed,
+        Err(error) => return refuse(&format!("cannot read the attempt's targets: {error}")),
+    };
+    let target = format!("{host} {port}");
+    if !allowed.lines().any(|line| line == target) {
+        return refuse(&format!(
+            "{} port {port} is not one of the attempt's targets",
+            crate::contract::limits::loggable(host)
+        ));
+    }
     let mut ssh = match Command::new("ssh")
         .args(options.iter().filter(|arg| *arg != "-t" && *arg != "-tt"))
         .arg("--")
@@ -89,6 +121,104 @@ pub fn run(args: &[OsString]) -> ExitCode {
         Err(error) => {
             eprintln!("execplane ansible-ssh: cannot wait for ssh: {error}");
             ExitCode::from(SSH_ERROR)
+        }
+    }
+}
+
+/// The port `options` connect to, read as ssh reads them (the first of
+/// `-p` and `-o Port` wins; 22 without either), or why they may not run.
+fn port(options: &[OsString]) -> Result<u16, String> {
+    let mut port: Option<u16> = None;
+    let mut set_port = |value: &str| -> Result<(), String> {
+        let value = value.trim().trim_matches('"');
+        let parsed = value.parse().map_err(|_| {
+            format!(
+                "`{}` is not a port",
+                crate::contract::limits::loggable(value)
+            )
+        })?;
+        port.get_or_insert(parsed);
+        Ok(())
+    };
+    let mut args = options.iter();
+    while let Some(arg) = args.next() {
+        let arg = arg.to_str().ok_or("an option that is not UTF-8")?;
+        let flags = arg
+            .strip_prefix('-')
+            .filter(|flags| !flags.is_empty() && *flags != "-")
+            .ok_or_else(|| {
+                format!(
+                    "`{}` before the host",
+                    crate::contract::limits::loggable(arg)
+                )
+            })?;
+        for (at, flag) in flags.char_indices() {
+            match flag {
+                'O' => {
+                    return Err("a control command (-O) is not run: no connection is shared".into())
+                }
+                'J' | 'W' => return Err(format!("-{flag} would connect elsewhere")),
+                _ if !WITH_VALUE.contains(flag) => continue,
+                _ => {}
+            }
+            let rest = &flags[at + flag.len_utf8()..];
+            let value = if rest.is_empty() {
+                args.next()
+                    .and_then(|value| value.to_str())
+                    .ok_or_else(|| format!("-{flag} without a value"))?
+            } else {
+                rest
+            };
+            if flag == 'p' {
+                set_port(value)?;
+            } else if flag == 'o' {
+                let (key, setting) = value.split_once(['=', ' ', '\t']).unwrap_or((value, ""));
+                let key = key.trim().to_ascii_lowercase();
+                if REFUSED.contains(&key.as_str()) {
+                    return Err(format!("the ssh option {key} is not the play's to set"));
+                }
+                if key == "port" {
+                    set_port(setting)?;
+                }
+            }
+            break;
+        }
+    }
+    Ok(port.unwrap_or(22))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(args: &[&str]) -> Result<u16, String> {
+        port(&args.iter().map(OsString::from).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn the_port_is_the_one_ssh_would_use_and_a_way_elsewhere_is_refused() {
+        assert_eq!(
+            read(&["-F", "/dev/null", "-C", "-o", "ControlMaster=no"]),
+            Ok(22)
+        );
+        assert_eq!(read(&["-o", "Port=2222", "-o", "User=\"x\""]), Ok(2222));
+        // The first wins, as in ssh; a value is never read as an option.
+        assert_eq!(read(&["-p2200", "-o", "Port=2222"]), Ok(2200));
+        assert_eq!(read(&["-i", "-p", "-oPort 2201"]), Ok(2201));
+        for refused in [
+            &["-o", "ProxyCommand=sh -c id"][..],
+            &["-oProxyJump=x"],
+            &["-o", "HostName 10.0.0.5"],
+            &["-o", "LocalCommand=id"],
+            &["-J", "x"],
+            &["-W", "x:1"],
+            &["-O", "exit"],
+            &["-vO", "exit"],
+            &["stray"],
+            &["-o", "Port=x"],
+            &["-o"],
+        ] {
+            assert!(read(refused).is_err(), "{refused:?}");
         }
     }
 }
