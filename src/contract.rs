@@ -13,6 +13,7 @@ pub mod kube_names;
 pub mod limits;
 mod operation;
 pub mod outputs;
+mod problem;
 pub mod results;
 pub mod secret_shapes;
 pub mod target_keys;

@@ -5,7 +5,9 @@
 //! holds one is ever accepted: one such record would otherwise fail every
 //! transaction it is in.
 
-use super::validate::Problem;
+use std::path::{Component, Path};
+
+use super::problem::Problem;
 use super::{ReportBody, RunnerReport};
 
 /// Longest identifier (job id, tenant, requested_by, runner instance), in characters.
@@ -247,4 +249,23 @@ mod tests {
         assert_eq!(loggable("a\nb\u{1b}[0m"), "a\\nb\\u{1b}[0m");
         assert_eq!(loggable("plain ✓"), "plain ✓");
     }
+}
+
+/// `path` names a file inside a package: not empty, relative, no `..`.
+pub(crate) fn is_safe_relative(path: &str) -> Result<(), &'static str> {
+    if path.trim().is_empty() {
+        return Err("must not be empty");
+    }
+    let candidate = Path::new(path);
+    if candidate.is_absolute() || path.starts_with('/') || path.starts_with('\\') {
+        return Err("must be relative to the package root, not absolute");
+    }
+    if candidate
+        .components()
+        .any(|component| matches!(component, Component::ParentDir))
+        || path.split(['/', '\\']).any(|part| part == "..")
+    {
+        return Err("must not contain `..`");
+    }
+    Ok(())
 }

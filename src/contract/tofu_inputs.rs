@@ -100,7 +100,7 @@ fn is_template(text: &str) -> bool {
 /// Every problem of one module's inputs.
 pub fn module_problems(module: &TofuModule, problems: &mut Vec<Problem>) {
     if let Some(path) = &module.path {
-        if let Err(message) = super::validate::is_safe_relative(path) {
+        if let Err(message) = super::limits::is_safe_relative(path) {
             problems.push(Problem::new("inputs.path", message));
         }
     }

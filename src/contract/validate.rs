@@ -2,8 +2,6 @@
 //! each with a field path, so a control plane can fix a spec in one round.
 
 use std::collections::BTreeSet;
-use std::fmt;
-use std::path::{Component, Path};
 
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
@@ -14,48 +12,7 @@ use super::{JobSpec, Operation, RetryPolicy, Timeouts};
 /// The largest JobSpec accepted, in bytes of JSON.
 pub const MAX_JOBSPEC_BYTES: usize = 256 * 1024;
 
-/// One thing wrong with a JobSpec, at a field path such as
-/// `inputs.headers.authorization` or `timeouts.heartbeat`.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Problem {
-    pub path: String,
-    pub message: String,
-}
-
-impl Problem {
-    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            path: path.into(),
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_empty() {
-            write!(formatter, "(jobspec): {}", self.message)
-        } else {
-            write!(formatter, "{}: {}", self.path, self.message)
-        }
-    }
-}
-
-/// Every problem found in one JobSpec. Never empty.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Problems(pub Vec<Problem>);
-
-impl fmt::Display for Problems {
-    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(formatter, "{} problem(s) in the jobspec:", self.0.len())?;
-        for problem in &self.0 {
-            write!(formatter, "\n  - {problem}")?;
-        }
-        Ok(())
-    }
-}
-
-impl std::error::Error for Problems {}
+pub use super::problem::{Problem, Problems};
 
 /// Parses and validates a JobSpec from its JSON bytes.
 pub fn validate_jobspec_bytes(bytes: &[u8]) -> Result<JobSpec, Problems> {
@@ -702,30 +659,12 @@ fn scan_secrets(
     }
 }
 
-pub(crate) fn is_safe_relative(path: &str) -> Result<(), &'static str> {
-    if path.trim().is_empty() {
-        return Err("must not be empty");
-    }
-    let candidate = Path::new(path);
-    if candidate.is_absolute() || path.starts_with('/') || path.starts_with('\\') {
-        return Err("must be relative to the package root, not absolute");
-    }
-    if candidate
-        .components()
-        .any(|component| matches!(component, Component::ParentDir))
-        || path.split(['/', '\\']).any(|part| part == "..")
-    {
-        return Err("must not contain `..`");
-    }
-    Ok(())
-}
-
 fn check_operation_inputs(inputs: &OperationInputs, problems: &mut Vec<Problem>) {
     use OperationInputs as I;
     problems.extend(super::kube_names::problems_of(inputs));
     problems.extend(super::tofu_inputs::problems_of(inputs));
     let mut relative = |path: &str, value: &str| {
-        if let Err(message) = is_safe_relative(value) {
+        if let Err(message) = super::limits::is_safe_relative(value) {
             problems.push(Problem::new(path, message));
         }
     };
