@@ -335,7 +335,12 @@ impl Stack {
                     {"name": "ssh_key", "mount": "secret", "path": "team-a/ssh", "key": "private_key"},
                     {"name": "token", "mount": "secret", "path": "team-a/app", "key": "token"}
                 ],
-                "retry": {"max_attempts": 1}
+                "retry": {"max_attempts": 1},
+                // ansible-playbook's start takes both cores for a moment;
+                // two such tests at once once stretched the lease
+                // extension's round trip past the 1.2 s a 4 s lease leaves.
+                "timeouts": {"schedule_to_start": "20s", "start_to_close": "30s",
+                             "heartbeat": "8s", "schedule_to_close": "60s"}
             }),
         )
     }
