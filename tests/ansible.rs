@@ -214,6 +214,21 @@ const LOOPED: [(&str, &str); 1] = [(
 "#,
 )];
 
+/// A package that names a variable by a template: `ansible_connection`,
+/// known only as it runs.
+const TEMPLATED: [(&str, &str); 1] = [(
+    "play.yml",
+    r#"- name: names its connection by a template
+  hosts: one
+  gather_facts: false
+  tasks:
+    - name: a fact whose name is a template
+      ansible.builtin.set_fact: "{{ 'ansible_' ~ 'connection' }}=local"
+    - name: runs where that fact says
+      ansible.builtin.command: id -u
+"#,
+)];
+
 /// `files` as a gzipped tar.
 fn archive(files: &[(&str, &str)]) -> Vec<u8> {
     let mut builder = tar::Builder::new(Vec::new());
@@ -251,8 +266,9 @@ fn node(id: &str, address: &str, port: u16) -> Value {
 struct Stack {
     pipeline: Pipeline,
     package: String,
-    /// The approved `LOOPED` package.
+    /// The approved `LOOPED` and `TEMPLATED` packages.
     looped: String,
+    templated: String,
     markers: std::path::PathBuf,
 }
 
@@ -269,6 +285,7 @@ async fn ansible_pipeline(pool: &PgPool, token: &str) -> Stack {
     std::fs::set_permissions(&markers, std::fs::Permissions::from_mode(0o777)).unwrap();
     let package = pipeline.put_artifact("package.tar.gz", &archive(&PACKAGE));
     let looped = pipeline.put_artifact("looped.tar.gz", &archive(&LOOPED));
+    let templated = pipeline.put_artifact("templated.tar.gz", &archive(&TEMPLATED));
     let policy = format!(
         r#"
 tenants:
@@ -282,6 +299,8 @@ tenants:
           roles: [marker, stager]
         - digest: {looped}
           playbooks: [loop.yml]
+        - digest: {templated}
+          playbooks: [play.yml]
     ssh:
       nodes: ["127.0.0.1", "localhost"]
 "#
@@ -314,6 +333,7 @@ tenants:
         pipeline,
         package,
         looped,
+        templated,
         markers,
     }
 }
@@ -609,20 +629,25 @@ async fn a_play_reaches_the_controller_neither_through_its_ssh_client_nor_by_loo
         );
     }
 
-    let spec = stack.job(
-        "ansible.playbook.run",
-        json!({"playbook": "loop.yml",
-               "package": {"name": "looped", "version": "1", "digest": stack.looped}}),
-        vec![node("one", "127.0.0.1", 2222)],
-    );
-    stack.pipeline.submit(&spec).await;
-    let (status, category, message, result) = stack.pipeline.ended(&spec, WAIT).await;
-    assert_eq!(
-        (status.as_str(), category.as_deref()),
-        ("failed", Some("policy")),
-        "{message} {result}"
-    );
-    assert!(message.contains("ansible_connection"), "{message}");
+    for (playbook, digest, named) in [
+        ("loop.yml", &stack.looped, "ansible_connection"),
+        ("play.yml", &stack.templated, "set_fact"),
+    ] {
+        let spec = stack.job(
+            "ansible.playbook.run",
+            json!({"playbook": playbook,
+                   "package": {"name": "hostile", "version": "1", "digest": digest}}),
+            vec![node("one", "127.0.0.1", 2222)],
+        );
+        stack.pipeline.submit(&spec).await;
+        let (status, category, message, result) = stack.pipeline.ended(&spec, WAIT).await;
+        assert_eq!(
+            (status.as_str(), category.as_deref()),
+            ("failed", Some("policy")),
+            "{playbook}: {message} {result}"
+        );
+        assert!(message.contains(named), "{message}");
+    }
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]

@@ -368,9 +368,43 @@ fn key_refusal(key: &str, value: &Value) -> Option<String> {
             crate::contract::limits::loggable(found.0)
         ));
     }
+    // Names and parameters known only as the task runs: a `k=v` whose key
+    // is a template (`set_fact: "{{ 'ansible_' ~ 'connection' }}=local"`),
+    // `args` or a variable-setting action given as a template (a dict of
+    // names), a module's free-form template (its parameters, a `src` among
+    // them).
+    if let Some(text) = value.as_str() {
+        let templated = |token: &str| {
+            token.contains("{{")
+                || token.contains("{%")
+                || token.contains("}}")
+                || token.contains("%}")
+        };
+        let key_templated = text
+            .split_whitespace()
+            .filter_map(|token| token.split_once('='))
+            .any(|(name, _)| templated(name));
+        let free_templated = text
+            .split_whitespace()
+            .filter(|token| !token.contains('='))
+            .any(templated);
+        let sets_names = matches!(bare, "set_fact" | "set_stats" | "args");
+        let reads_paths =
+            INCLUDES.contains(&bare) && !matches!(bare, "src" | "file" | "dir" | "roles");
+        if key_templated || (sets_names && templated(text)) || (reads_paths && free_templated) {
+            return refuse(&format!(
+                "`{}` given as a template (names or parameters known only as it runs)",
+                crate::contract::limits::loggable(key)
+            ));
+        }
+    }
     // A name the task assigns: `loop_var: ansible_connection` with
-    // `loop: [local]` connects each item locally.
-    let names_ansible = |name: &&str| name.trim().to_ascii_lowercase().starts_with("ansible_");
+    // `loop: [local]` connects each item locally; a template could spell
+    // it.
+    let names_ansible = |name: &&str| {
+        let name = name.trim();
+        name.to_ascii_lowercase().starts_with("ansible_") || !super::service::is_variable_name(name)
+    };
     let assigned = match bare {
         "loop_var" | "index_var" | "register" => strings(value).into_iter().find(names_ansible),
         // `include_vars: {file: x.yml, name: ansible_...}`.
@@ -563,6 +597,12 @@ mod tests {
             ("site.yml", task("ansible.builtin.include_vars: {file: v.yml, name: ansible_become}"), "ansible_become"),
             ("site.yml", task("ansible.builtin.include_role: {name: \"$HOME/stage\"}"), "outside"),
             ("site.yml", task("ansible.builtin.include_tasks: $HOME/stage.yml"), "outside"),
+            // Names known only as the task runs (a second hostile review).
+            ("site.yml", task("ansible.builtin.set_fact: \"{{ 'ansible_' ~ 'connection' }}=local\""), "template"),
+            ("site.yml", task("ansible.builtin.set_fact: \"{{ {'ansible_connection': 'local'} }}\""), "template"),
+            ("site.yml", task("ansible.builtin.copy:\n      args: \"{{ {'src': '/etc/shadow', 'dest': '/tmp/x'} }}\""), "template"),
+            ("site.yml", task("ansible.builtin.copy: \"{{ dict(src='/etc/shadow', dest='/tmp/x') }}\""), "template"),
+            ("site.yml", task("ansible.builtin.command: id\n      loop: [local]\n      loop_control: {loop_var: \"{{ 'ansible_connection' }}\"}"), "loop_var"),
         ];
         for (path, text, expected) in cases {
             let why = refused(&[(path, text.as_str())])

@@ -35,16 +35,24 @@ SET_FACT = ("ansible.builtin.set_fact", "set_fact")
 MAX_TEXT = 16 * 1024
 
 
-def bounded(value):
+# The most items of one list or mapping, and the deepest nesting, kept.
+MAX_ITEMS = 1000
+MAX_DEPTH = 32
+
+
+def bounded(value, depth=0):
     if isinstance(value, str):
         return value if len(value) <= MAX_TEXT else value[:MAX_TEXT] + "...[truncated]"
+    if depth >= MAX_DEPTH:
+        return "...[too deep]"
     if isinstance(value, dict):
-        return {str(key): bounded(item) for key, item in value.items()}
+        items = list(value.items())[:MAX_ITEMS]
+        return {str(key)[:MAX_TEXT]: bounded(item, depth + 1) for key, item in items}
     if isinstance(value, (list, tuple)):
-        return [bounded(item) for item in value[:1000]]
+        return [bounded(item, depth + 1) for item in value[:MAX_ITEMS]]
     if value is None or isinstance(value, (bool, int, float)):
         return value
-    return bounded(str(value))
+    return bounded(str(value), depth)
 
 
 class CallbackModule(CallbackBase):

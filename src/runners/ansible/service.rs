@@ -1103,32 +1103,59 @@ fn check_inventory(listed: &Value, targets: &[Host]) -> ReadInventory {
 struct Stream {
     offset: u64,
     partial: Vec<u8>,
+    /// A line over [`MAX_EVENT_LINE`] is being skipped to its end.
+    skipping: bool,
 }
+
+/// The longest event line read; a longer one is skipped.
+const MAX_EVENT_LINE: usize = 16 * 1024 * 1024;
+
+/// The most of the event stream read: the file is in the play's working
+/// directory, so the play can write it too.
+const MAX_EVENTS_READ: u64 = 256 * 1024 * 1024;
 
 impl Stream {
     /// Reads what was appended since the last read; a progress event for
     /// each task that started.
     /// Returns the bytes read.
     fn read(&mut self, path: &Path, summary: &mut Summary, context: &ExecutionContext) -> usize {
-        let Ok(mut file) = std::fs::File::open(path) else {
+        use std::os::unix::fs::OpenOptionsExt;
+        // A regular file, never what a link names (the runner reads it
+        // outside the sandbox), and never past its bound.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(i32::try_from(rustix::fs::OFlags::NOFOLLOW.bits()).unwrap_or(0))
+            .open(path);
+        let Ok(mut file) = file else {
             return 0;
         };
-        if file.seek(SeekFrom::Start(self.offset)).is_err() {
+        let left = MAX_EVENTS_READ.saturating_sub(self.offset);
+        if left == 0
+            || !file.metadata().is_ok_and(|meta| meta.is_file())
+            || file.seek(SeekFrom::Start(self.offset)).is_err()
+        {
             return 0;
         }
         let mut fresh = Vec::new();
-        let Ok(read) = file.take(4 * 1024 * 1024).read_to_end(&mut fresh) else {
+        let Ok(read) = file.take(left.min(4 * 1024 * 1024)).read_to_end(&mut fresh) else {
             return 0;
         };
         self.offset += read as u64;
         self.partial.extend_from_slice(&fresh);
         while let Some(end) = self.partial.iter().position(|byte| *byte == b'\n') {
             let line: Vec<u8> = self.partial.drain(..=end).collect();
+            if std::mem::take(&mut self.skipping) {
+                continue;
+            }
             let text = String::from_utf8_lossy(&line[..line.len() - 1]);
             if summary.line(&text) {
                 let task = summary.current_task.clone().unwrap_or_default();
                 context.progress(format!("task {}: {task}", summary.tasks), None);
             }
+        }
+        if self.partial.len() > MAX_EVENT_LINE {
+            self.partial.clear();
+            self.skipping = true;
         }
         read
     }
@@ -1276,7 +1303,7 @@ fn write_file(path: &Path, text: &str) -> Result<PathBuf, ExecutionOutcome> {
 }
 
 /// `[A-Za-z_][A-Za-z0-9_]*`: what ansible takes as a variable name.
-fn is_variable_name(text: &str) -> bool {
+pub(super) fn is_variable_name(text: &str) -> bool {
     let mut chars = text.chars();
     chars
         .next()

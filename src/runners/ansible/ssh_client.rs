@@ -20,9 +20,10 @@
 //! connection. And it connects only to the attempt's targets, each at its
 //! port: a task's `delegate_to` a host outside the inventory (with a
 //! `port`) is refused here rather than reaching, and so probing, any
-//! address the runner's host can route to; so are the options that would
-//! send ssh elsewhere (`ProxyCommand`, `ProxyJump`, `Hostname`, `-J`,
-//! `-W`) or run a command on the controller (`LocalCommand`).
+//! address the runner's host can route to; so is any option but those the
+//! runner and ansible pass, since others could send ssh elsewhere
+//! (`ProxyCommand`, `Hostname`, `-J`) or run or load code on the
+//! controller (`LocalCommand`, `PKCS11Provider`, a second `-F`).
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -38,18 +39,32 @@ const SSH_ERROR: u8 = 255;
 /// One read of ansible's data, framed as it is.
 const FRAME_BYTES: usize = 64 * 1024;
 
-/// ssh's options that take a value (its `getopt` string).
-const WITH_VALUE: &str = "bceilmopBDEFIJLOPQRSwW";
-
-/// `-o` options that would send ssh elsewhere than the host it is given,
-/// or run a command on the controller.
-const REFUSED: [&str; 6] = [
-    "proxycommand",
-    "proxyjump",
-    "hostname",
-    "localcommand",
-    "permitlocalcommand",
-    "remotecommand",
+/// The `-o` options the runner's configuration and ansible's ssh plugin
+/// pass; any other (`ProxyCommand`, `LocalCommand`, `PKCS11Provider`,
+/// `Hostname`, a forwarding, ...) could send ssh elsewhere or run or load
+/// code on the controller, and is refused.
+const OPTIONS: [&str; 21] = [
+    "batchmode",
+    "clearallforwardings",
+    "connecttimeout",
+    "controlmaster",
+    "controlpath",
+    "forwardagent",
+    "globalknownhostsfile",
+    "identitiesonly",
+    "identityagent",
+    "identityfile",
+    "kbdinteractiveauthentication",
+    "knownhostscommand",
+    "passwordauthentication",
+    "port",
+    "preferredauthentications",
+    "serveralivecountmax",
+    "serveraliveinterval",
+    "stricthostkeychecking",
+    "updatehostkeys",
+    "user",
+    "userknownhostsfile",
 ];
 
 /// Runs ssh with `args` (ansible's options, then the host, then the
@@ -126,20 +141,12 @@ pub fn run(targets: &Path, args: &[OsString]) -> ExitCode {
 }
 
 /// The port `options` connect to, read as ssh reads them (the first of
-/// `-p` and `-o Port` wins; 22 without either), or why they may not run.
+/// `-p` and `-o Port` wins; 22 without either), or why they may not run:
+/// an option that is not one of [`OPTIONS`], a flag other than `-F` (once),
+/// `-C`, `-q` and `-v`, a second `KnownHostsCommand`.
 fn port(options: &[OsString]) -> Result<u16, String> {
     let mut port: Option<u16> = None;
-    let mut set_port = |value: &str| -> Result<(), String> {
-        let value = value.trim().trim_matches('"');
-        let parsed = value.parse().map_err(|_| {
-            format!(
-                "`{}` is not a port",
-                crate::contract::limits::loggable(value)
-            )
-        })?;
-        port.get_or_insert(parsed);
-        Ok(())
-    };
+    let (mut configs, mut commands) = (0, 0);
     let mut args = options.iter();
     while let Some(arg) = args.next() {
         let arg = arg.to_str().ok_or("an option that is not UTF-8")?;
@@ -154,12 +161,9 @@ fn port(options: &[OsString]) -> Result<u16, String> {
             })?;
         for (at, flag) in flags.char_indices() {
             match flag {
-                'O' => {
-                    return Err("a control command (-O) is not run: no connection is shared".into())
-                }
-                'J' | 'W' => return Err(format!("-{flag} would connect elsewhere")),
-                _ if !WITH_VALUE.contains(flag) => continue,
-                _ => {}
+                'C' | 'q' | 'v' => continue,
+                'F' | 'o' | 'p' => {}
+                _ => return Err(format!("-{flag} is not run")),
             }
             let rest = &flags[at + flag.len_utf8()..];
             let value = if rest.is_empty() {
@@ -169,17 +173,40 @@ fn port(options: &[OsString]) -> Result<u16, String> {
             } else {
                 rest
             };
-            if flag == 'p' {
-                set_port(value)?;
-            } else if flag == 'o' {
-                let (key, setting) = value.split_once(['=', ' ', '\t']).unwrap_or((value, ""));
-                let key = key.trim().to_ascii_lowercase();
-                if REFUSED.contains(&key.as_str()) {
-                    return Err(format!("the ssh option {key} is not the play's to set"));
+            let (key, setting) = match flag {
+                'p' => ("port".to_owned(), value),
+                'F' => {
+                    configs += 1;
+                    if configs > 1 {
+                        return Err("a second configuration file (-F) is not read".into());
+                    }
+                    break;
                 }
-                if key == "port" {
-                    set_port(setting)?;
+                _ => {
+                    let (key, setting) = value.split_once(['=', ' ', '\t']).unwrap_or((value, ""));
+                    (key.trim().to_ascii_lowercase(), setting)
                 }
+            };
+            if !OPTIONS.contains(&key.as_str()) {
+                return Err(format!(
+                    "the ssh option {} is not the play's to set",
+                    crate::contract::limits::loggable(&key)
+                ));
+            }
+            if key == "knownhostscommand" {
+                commands += 1;
+                if commands > 1 {
+                    return Err("a second KnownHostsCommand is not run".into());
+                }
+            }
+            if key == "port" && port.is_none() {
+                let setting = setting.trim().trim_matches('"');
+                port = Some(setting.parse().map_err(|_| {
+                    format!(
+                        "`{}` is not a port",
+                        crate::contract::limits::loggable(setting)
+                    )
+                })?);
             }
             break;
         }
@@ -204,9 +231,16 @@ mod tests {
         assert_eq!(read(&["-o", "Port=2222", "-o", "User=\"x\""]), Ok(2222));
         // The first wins, as in ssh; a value is never read as an option.
         assert_eq!(read(&["-p2200", "-o", "Port=2222"]), Ok(2200));
-        assert_eq!(read(&["-i", "-p", "-oPort 2201"]), Ok(2201));
+        assert_eq!(read(&["-F", "-p", "-oPort 2201"]), Ok(2201));
         for refused in [
             &["-o", "ProxyCommand=sh -c id"][..],
+            &["-o", "PKCS11Provider=/tmp/x.so"],
+            &["-o", "KnownHostsCommand=a", "-o", "KnownHostsCommand=b"],
+            &["-F", "/dev/null", "-F", "/tmp/config"],
+            &["-E", "/tmp/log"],
+            &["-f"],
+            &["-L", "1:x:2"],
+            &["-S", "/tmp/socket"],
             &["-oProxyJump=x"],
             &["-o", "HostName 10.0.0.5"],
             &["-o", "LocalCommand=id"],
