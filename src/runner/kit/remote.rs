@@ -44,8 +44,9 @@ exec 3<&-; wait \"$c\"; s=$?; kill \"$w\" 2>/dev/null; exit \"$s\"";
 /// waited on to its end, which stops the session's whole process group
 /// (everything the command started that did not leave it: ansible's module
 /// and what it runs). Fixed text: the only requester-given word is the
-/// quoted command after it. Past POSIX it needs `mktemp -d` and `head -c`
-/// (GNU coreutils, busybox, the BSDs).
+/// quoted command after it. Past POSIX it needs `mktemp -d` and GNU
+/// coreutils' `head -c`, which reads exactly the frame (busybox's and the
+/// BSDs' read ahead through stdio and would swallow the next frame).
 const FRAMED_WATCHDOG: &str = "exec 3<&0 </dev/null; \
 d=$(mktemp -d) || exit 255; mkfifo \"$d/i\" || { rm -rf \"$d\"; exit 255; }; \
 sh -c \"$1\" <\"$d/i\" 3<&- & c=$!; \
