@@ -48,14 +48,7 @@ impl Executor for VerificationRunner {
     }
 
     fn operations(&self) -> Vec<Operation> {
-        vec![
-            Operation::VerifyHttpEndpoint,
-            Operation::VerifyTcpConnect,
-            Operation::VerifyKubernetesCondition,
-            Operation::VerifyPostgresReady,
-            Operation::VerifyResourceCapability,
-            Operation::VerifyCustomProbe,
-        ]
+        Operation::implemented_by(RunnerType::Verification).collect()
     }
 
     fn capabilities(&self) -> Vec<String> {
