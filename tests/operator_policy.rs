@@ -12,8 +12,7 @@ use std::time::Duration;
 
 use common::http::{Received, Reply, Server};
 use common::pipeline::{job, Pipeline};
-use execplane::codec::{Family, JobSpecRecord, RunnerEventRecord, WorkRecord, WorkType};
-use execplane::contract::{topics, FailureCategory, JobSpec, ReportBody};
+use execplane::contract::{FailureCategory, JobSpec, ReportBody, RunnerType};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 use sqlx::PgPool;
@@ -228,68 +227,6 @@ async fn refusal(pool: &PgPool, job_id: &str) -> (String, Option<String>, String
     .unwrap()
 }
 
-/// A work record for `instance`, straight onto its partition: a lease the
-/// dispatcher never granted, for a JobSpec its policy would refuse.
-async fn inject_work(pipeline: &Pipeline, instance: &str, spec: &JobSpec) -> Uuid {
-    let attempt_id = Uuid::new_v4();
-    let record = WorkRecord {
-        record_id: Uuid::new_v4().to_string(),
-        runner_instance: instance.to_owned(),
-        kind: WorkType::WorkItem,
-        attempt_id: attempt_id.to_string(),
-        job_id: spec.job_id.clone(),
-        attempt_no: 1,
-        lease_id: Uuid::new_v4().to_string(),
-        lease_epoch: 1,
-        expires_at: Some(chrono::Utc::now().timestamp_millis() + 30_000),
-        spec: Some(JobSpecRecord::from(spec)),
-        reason: None,
-    };
-    let topic = topics::work(execplane::contract::RunnerType::Verification);
-    let partition = execplane::kafka::work_partition(instance, pipeline.partitions(&topic));
-    let payload = pipeline
-        .kafka
-        .codec
-        .encode(Family::WorkItem, &record)
-        .unwrap();
-    pipeline
-        .produce_to(&topic, partition, instance, &payload)
-        .await;
-    attempt_id
-}
-
-/// The runner's final report for `attempt_id`, once it is on the topic.
-async fn final_report(pipeline: &Pipeline, attempt_id: Uuid) -> ReportBody {
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        for message in pipeline.consume_all(topics::RUNNER_EVENTS).await {
-            use rdkafka::Message;
-            let Some(payload) = message.payload() else {
-                continue;
-            };
-            let Ok(record) = pipeline
-                .kafka
-                .codec
-                .decode::<RunnerEventRecord>(Family::RunnerEvent, payload)
-            else {
-                continue;
-            };
-            let Ok(report) = record.to_report() else {
-                continue;
-            };
-            if report.attempt_id == attempt_id && matches!(report.body, ReportBody::Finished { .. })
-            {
-                return report.body;
-            }
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no final report for {attempt_id}"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-}
-
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn the_operator_policy_binds_at_intake_in_the_runner_and_after_a_reload(pool: PgPool) {
     let mut pipeline = Pipeline::new(&pool).await;
@@ -354,10 +291,12 @@ async fn the_operator_policy_binds_at_intake_in_the_runner_and_after_a_reload(po
         json!({"url": listener.url("/injected"), "expect": {"status": 200}}),
         json!({}),
     );
-    let attempt_id = inject_work(&pipeline, &instance, &injected).await;
+    let attempt_id = pipeline
+        .inject_work(RunnerType::Verification, &instance, &injected)
+        .await;
     let ReportBody::Finished {
         category, message, ..
-    } = final_report(&pipeline, attempt_id).await
+    } = pipeline.final_report(attempt_id, WAIT).await
     else {
         unreachable!()
     };

@@ -6,15 +6,17 @@
 //! Checked here: each type has its work topic, its name in the API, and
 //! operations in the catalog; started by `serve` on the real stack, each
 //! type's instance comes up, announces exactly the catalog's operations for
-//! its type and runs its tools in the sandbox.
+//! its type, runs its tools in the sandbox, and refuses as `contract` a
+//! work item of another type's operation put straight on its partition.
 
 mod common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::pipeline::Pipeline;
-use execplane::contract::{Operation, RunnerType};
+use common::pipeline::{job, Pipeline};
+use execplane::contract::{FailureCategory, Operation, ReportBody, RunnerType};
+use serde_json::json;
 use sqlx::PgPool;
 
 fn types() -> BTreeSet<String> {
@@ -75,9 +77,9 @@ async fn every_runner_type_serves_its_catalog_in_the_sandbox(pool: PgPool) {
         ],
     );
     let rows = || async {
-        sqlx::query_as::<_, (String, serde_json::Value, String, i32)>(
-            "SELECT runner_type, operations, isolation, capacity FROM runner_instances \
-             WHERE status = 'ready' ORDER BY runner_type",
+        sqlx::query_as::<_, (String, serde_json::Value, String, i32, String)>(
+            "SELECT runner_type, operations, isolation, capacity, instance_id \
+             FROM runner_instances WHERE status = 'ready' ORDER BY runner_type",
         )
         .fetch_all(&pool)
         .await
@@ -93,11 +95,47 @@ async fn every_runner_type_serves_its_catalog_in_the_sandbox(pool: PgPool) {
             },
         )
         .await;
-    for (runner_type, operations, isolation, capacity) in rows().await {
+    let mut injected = Vec::new();
+    for (runner_type, operations, isolation, capacity, instance) in rows().await {
         let runner: RunnerType = runner_type.parse().unwrap();
         let announced: BTreeSet<String> = serde_json::from_value(operations).unwrap();
         assert_eq!(announced, catalog(runner), "{runner}");
         assert_eq!(isolation, "sandboxed", "{runner}");
         assert_eq!(capacity, 2, "{runner}");
+        // Another type's operation, on this instance's partition.
+        let foreign = match runner {
+            RunnerType::Verification => job(
+                "opentofu.plan",
+                json!({"package": {"name": "net", "version": "1",
+                                   "digest": format!("sha256:{}", "0".repeat(64))}}),
+                json!({}),
+            ),
+            _ => job(
+                "verify.tcp.connect",
+                json!({"host": "127.0.0.1", "port": 9}),
+                json!({}),
+            ),
+        };
+        let attempt = pipeline.inject_work(runner, &instance, &foreign).await;
+        injected.push((runner, foreign.operation, attempt));
+    }
+    for (runner, operation, attempt) in injected {
+        match pipeline
+            .final_report(attempt, Duration::from_secs(60))
+            .await
+        {
+            ReportBody::Finished {
+                category, message, ..
+            } => {
+                assert_eq!(
+                    category,
+                    Some(FailureCategory::Contract),
+                    "{runner}: {message:?}"
+                );
+                let expected = format!("the {runner} runner does not run {operation}");
+                assert_eq!(message, expected, "{runner}");
+            }
+            other => panic!("{runner}: {other:?}"),
+        }
     }
 }

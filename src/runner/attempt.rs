@@ -283,6 +283,26 @@ pub(super) async fn run_attempt<E: Executor>(
         .trace
         .as_ref()
         .map(|trace| trace.traceparent.clone());
+    // An operation this runner does not run (a record misrouted or forged
+    // onto its partition): refused before anything of it is resolved, and
+    // never handed to the executor.
+    if !executor.operations().contains(&operation) {
+        warn!(%operation, "an operation this runner does not run; refused");
+        let reporter = reporter.for_attempt(traceparent, Default::default());
+        reporter.post(attempt_id, epoch, ReportBody::Started);
+        let refused = ExecutionOutcome::failed(
+            crate::contract::FailureCategory::Contract,
+            format!(
+                "the {} runner does not run {operation}",
+                executor.runner_type()
+            ),
+            None,
+        );
+        reporter
+            .send_final(attempt_id, epoch, finished(refused, Vec::new()))
+            .await;
+        return;
+    }
     // Secrets are resolved here, at execution time, and live in memory only
     // (in the inputs the executor reads); every report masks them.
     let resolved = resolve(&mut assignment, &settings).await;

@@ -7,8 +7,10 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use execplane::codec::{CommandRecord, Family};
-use execplane::contract::{topics, validate_jobspec, JobSpec};
+use execplane::codec::{
+    CommandRecord, Family, JobSpecRecord, RunnerEventRecord, WorkRecord, WorkType,
+};
+use execplane::contract::{topics, validate_jobspec, JobSpec, ReportBody, RunnerType};
 use execplane::kafka::KafkaConfig;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::OwnedMessage;
@@ -345,6 +347,63 @@ impl Pipeline {
             .await
             .map_err(|(error, _)| error)
             .expect("produce");
+    }
+
+    /// A work record for `instance` of `runner`, straight onto its partition: a lease the
+    /// dispatcher never granted, for a JobSpec its policy would refuse.
+    pub async fn inject_work(&self, runner: RunnerType, instance: &str, spec: &JobSpec) -> Uuid {
+        let attempt_id = Uuid::new_v4();
+        let record = WorkRecord {
+            record_id: Uuid::new_v4().to_string(),
+            runner_instance: instance.to_owned(),
+            kind: WorkType::WorkItem,
+            attempt_id: attempt_id.to_string(),
+            job_id: spec.job_id.clone(),
+            attempt_no: 1,
+            lease_id: Uuid::new_v4().to_string(),
+            lease_epoch: 1,
+            expires_at: Some(chrono::Utc::now().timestamp_millis() + 30_000),
+            spec: Some(JobSpecRecord::from(spec)),
+            reason: None,
+        };
+        let topic = topics::work(runner);
+        let partition = execplane::kafka::work_partition(instance, self.partitions(&topic));
+        let payload = self.kafka.codec.encode(Family::WorkItem, &record).unwrap();
+        self.produce_to(&topic, partition, instance, &payload).await;
+        attempt_id
+    }
+
+    /// The runner's final report for `attempt_id`, once it is on the topic.
+    pub async fn final_report(&self, attempt_id: Uuid, wait: Duration) -> ReportBody {
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            for message in self.consume_all(topics::RUNNER_EVENTS).await {
+                use rdkafka::Message;
+                let Some(payload) = message.payload() else {
+                    continue;
+                };
+                let Ok(record) = self
+                    .kafka
+                    .codec
+                    .decode::<RunnerEventRecord>(Family::RunnerEvent, payload)
+                else {
+                    continue;
+                };
+                let Ok(report) = record.to_report() else {
+                    continue;
+                };
+                if report.attempt_id == attempt_id
+                    && matches!(report.body, ReportBody::Finished { .. })
+                {
+                    return report.body;
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no final report for {attempt_id}"
+            );
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 
     /// Produces to one partition, past every partitioner: what a record
