@@ -229,6 +229,22 @@ const TEMPLATED: [(&str, &str); 1] = [(
 "#,
 )];
 
+/// The same, its name hidden by a Jinja comment (`{##}`), which ansible
+/// renders to nothing.
+const COMMENTED: [(&str, &str); 1] = [(
+    "play.yml",
+    r#"- name: names its connection behind a comment
+  hosts: one
+  gather_facts: false
+  tasks:
+    - name: a fact whose name has a comment in it
+      ansible.builtin.set_fact:
+        "{##}ansible_connection": local
+    - name: runs where that fact says
+      ansible.builtin.command: id -u
+"#,
+)];
+
 /// `files` as a gzipped tar.
 fn archive(files: &[(&str, &str)]) -> Vec<u8> {
     let mut builder = tar::Builder::new(Vec::new());
@@ -266,9 +282,10 @@ fn node(id: &str, address: &str, port: u16) -> Value {
 struct Stack {
     pipeline: Pipeline,
     package: String,
-    /// The approved `LOOPED` and `TEMPLATED` packages.
+    /// The approved `LOOPED`, `TEMPLATED` and `COMMENTED` packages.
     looped: String,
     templated: String,
+    commented: String,
     markers: std::path::PathBuf,
 }
 
@@ -286,6 +303,7 @@ async fn ansible_pipeline(pool: &PgPool, token: &str) -> Stack {
     let package = pipeline.put_artifact("package.tar.gz", &archive(&PACKAGE));
     let looped = pipeline.put_artifact("looped.tar.gz", &archive(&LOOPED));
     let templated = pipeline.put_artifact("templated.tar.gz", &archive(&TEMPLATED));
+    let commented = pipeline.put_artifact("commented.tar.gz", &archive(&COMMENTED));
     let policy = format!(
         r#"
 tenants:
@@ -300,6 +318,8 @@ tenants:
         - digest: {looped}
           playbooks: [loop.yml]
         - digest: {templated}
+          playbooks: [play.yml]
+        - digest: {commented}
           playbooks: [play.yml]
     ssh:
       nodes: ["127.0.0.1", "localhost"]
@@ -334,6 +354,7 @@ tenants:
         package,
         looped,
         templated,
+        commented,
         markers,
     }
 }
@@ -632,6 +653,7 @@ async fn a_play_reaches_the_controller_neither_through_its_ssh_client_nor_by_loo
     for (playbook, digest, named) in [
         ("loop.yml", &stack.looped, "ansible_connection"),
         ("play.yml", &stack.templated, "set_fact"),
+        ("play.yml", &stack.commented, "templated key"),
     ] {
         let spec = stack.job(
             "ansible.playbook.run",

@@ -198,9 +198,22 @@ const INTERNALS: [&str; 10] = [
 /// `(lookup)(...)`, `lipsum.__globals__` spelled by concatenation).
 const TEMPLATE_WORDS: [&str; 7] = ["lookup", "query", "q", "lipsum", "cycler", "joiner", "self"];
 
+/// What makes ansible render a string: `{{`, `{%`, or a comment's `{#`
+/// (which renders to nothing, so `local{##}host` is `localhost`).
+const TEMPLATE_MARKS: [&str; 3] = ["{{", "{%", "{#"];
+
+fn is_template(text: &str) -> bool {
+    TEMPLATE_MARKS.iter().any(|mark| text.contains(mark))
+}
+
 fn text_refusal(text: &str) -> Option<String> {
     if let Some(name) = INTERNALS.iter().find(|name| text.contains(*name)) {
         return Some(format!("a template reaches Python internals (`{name}`)"));
+    }
+    // A template's header that sets Jinja's own options, its delimiters
+    // among them: blocks this reader would not see.
+    if text.contains("#jinja2:") {
+        return Some("a template sets Jinja's own options (`#jinja2:`)".into());
     }
     lookup_refusal(text).or_else(|| blocks(text).find_map(word_refusal))
 }
@@ -281,8 +294,7 @@ fn is_local(host: &str) -> bool {
         || host.starts_with("localhost.")
         || host.starts_with("127.")
         || host == "::1"
-        || host.contains("{{")
-        || host.contains("{%")
+        || is_template(host)
 }
 
 /// A package-relative path (`package::clean_relative`: no absolute path,
@@ -291,8 +303,7 @@ fn is_local(host: &str) -> bool {
 fn is_package_relative(path: &str) -> bool {
     !path.starts_with('~')
         && !path.contains('$')
-        && !path.contains("{{")
-        && !path.contains("{%")
+        && !is_template(path)
         && crate::runner::kit::package::clean_relative(Path::new(path)).is_some()
 }
 
@@ -349,7 +360,7 @@ fn paths(value: &Value) -> Vec<&str> {
 fn key_refusal(key: &str, value: &Value) -> Option<String> {
     let bare = key.rsplit('.').next().unwrap_or(key);
     let refuse = |what: &str| Some(format!("{what} runs on the controller"));
-    if key.contains("{{") || key.contains("{%") {
+    if is_template(key) {
         return refuse("a templated key (`set_fact` of any variable)");
     }
     if bare.to_ascii_lowercase().starts_with("ansible_") {
@@ -375,10 +386,7 @@ fn key_refusal(key: &str, value: &Value) -> Option<String> {
     // them).
     if let Some(text) = value.as_str() {
         let templated = |token: &str| {
-            token.contains("{{")
-                || token.contains("{%")
-                || token.contains("}}")
-                || token.contains("%}")
+            is_template(token) || ["}}", "%}", "#}"].iter().any(|mark| token.contains(mark))
         };
         let key_templated = text
             .split_whitespace()
@@ -603,6 +611,14 @@ mod tests {
             ("site.yml", task("ansible.builtin.copy:\n      args: \"{{ {'src': '/etc/shadow', 'dest': '/tmp/x'} }}\""), "template"),
             ("site.yml", task("ansible.builtin.copy: \"{{ dict(src='/etc/shadow', dest='/tmp/x') }}\""), "template"),
             ("site.yml", task("ansible.builtin.command: id\n      loop: [local]\n      loop_control: {loop_var: \"{{ 'ansible_connection' }}\"}"), "loop_var"),
+            // A comment is a template too (a fourth hostile review).
+            ("site.yml", task("ansible.builtin.set_fact:\n        \"{##}ansible_connection\": local"), "templated key"),
+            ("site.yml", task("ansible.builtin.set_fact: \"{##}ansible_connection=local\""), "template"),
+            ("site.yml", task("ansible.builtin.shell: id\n      delegate_to: \"local{##}host\""), "delegate_to"),
+            ("site.yml", "- hosts: \"local{##}host\"\n  tasks: []\n".into(), "localhost"),
+            ("site.yml", task("ansible.builtin.copy: {src: \"{##}/etc/passwd\", dest: /tmp/x}"), "outside"),
+            ("site.yml", task("ansible.builtin.include_tasks: \"{##}/srv/other/t.yml\""), "template"),
+            ("site.yml", task("ansible.builtin.debug:\n        msg: \"#jinja2:variable_start_string:'[[',variable_end_string:']]'\\n[[ 1 ]]{##}\""), "jinja2"),
         ];
         for (path, text, expected) in cases {
             let why = refused(&[(path, text.as_str())])
