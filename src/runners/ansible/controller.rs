@@ -379,65 +379,10 @@ fn key_refusal(key: &str, value: &Value) -> Option<String> {
             crate::contract::limits::loggable(found.0)
         ));
     }
-    // Names and parameters known only as the task runs: a `k=v` whose key
-    // is a template (`set_fact: "{{ 'ansible_' ~ 'connection' }}=local"`),
-    // `args` or a variable-setting action given as a template (a dict of
-    // names), a module's free-form template (its parameters, a `src` among
-    // them).
-    if let Some(text) = value.as_str() {
-        let templated = |token: &str| {
-            is_template(token) || ["}}", "%}", "#}"].iter().any(|mark| token.contains(mark))
-        };
-        let key_templated = text
-            .split_whitespace()
-            .filter_map(|token| token.split_once('='))
-            .any(|(name, _)| templated(name));
-        let free_templated = text
-            .split_whitespace()
-            .filter(|token| !token.contains('='))
-            .any(templated);
-        let sets_names = matches!(bare, "set_fact" | "set_stats" | "args");
-        let reads_paths =
-            INCLUDES.contains(&bare) && !matches!(bare, "src" | "file" | "dir" | "roles");
-        if key_templated || (sets_names && templated(text)) || (reads_paths && free_templated) {
-            return refuse(&format!(
-                "`{}` given as a template (names or parameters known only as it runs)",
-                crate::contract::limits::loggable(key)
-            ));
-        }
-    }
-    // A name the task assigns: `loop_var: ansible_connection` with
-    // `loop: [local]` connects each item locally; a template could spell
-    // it.
-    let names_ansible = |name: &&str| {
-        let name = name.trim();
-        name.to_ascii_lowercase().starts_with("ansible_") || !super::service::is_variable_name(name)
-    };
-    let assigned = match bare {
-        "loop_var" | "index_var" | "register" => strings(value).into_iter().find(names_ansible),
-        // `include_vars: {file: x.yml, name: ansible_...}`.
-        "include_vars" => value
-            .get("name")
-            .map(strings)
-            .unwrap_or_default()
-            .into_iter()
-            .find(names_ansible),
-        "vars_prompt" => match value {
-            Value::Array(prompts) => prompts
-                .iter()
-                .filter_map(|prompt| prompt.get("name"))
-                .flat_map(strings)
-                .find(names_ansible),
-            _ => None,
-        },
-        _ => None,
-    };
-    if let Some(name) = assigned {
-        return Some(format!(
-            "`{}: {}`: how ansible connects, escalates or runs is the runner's, not the package's",
-            crate::contract::limits::loggable(key),
-            crate::contract::limits::loggable(name)
-        ));
+    if let Some(why) =
+        runtime_name_refusal(key, bare, value).or_else(|| assigned_refusal(key, bare, value))
+    {
+        return Some(why);
     }
     match bare {
         "local_action" => refuse("`local_action`"),
@@ -478,6 +423,74 @@ fn key_refusal(key: &str, value: &Value) -> Option<String> {
             }),
         _ => None,
     }
+}
+
+/// Names and parameters known only as the task runs: a `k=v` whose key is
+/// a template (`set_fact: "{{ 'ansible_' ~ 'connection' }}=local"`), `args`
+/// or a variable-setting action given as a template (a dict of names), a
+/// module's free-form template (its parameters, a `src` among them).
+fn runtime_name_refusal(key: &str, bare: &str, value: &Value) -> Option<String> {
+    if let Some(text) = value.as_str() {
+        let templated = |token: &str| {
+            is_template(token) || ["}}", "%}", "#}"].iter().any(|mark| token.contains(mark))
+        };
+        let key_templated = text
+            .split_whitespace()
+            .filter_map(|token| token.split_once('='))
+            .any(|(name, _)| templated(name));
+        let free_templated = text
+            .split_whitespace()
+            .filter(|token| !token.contains('='))
+            .any(templated);
+        let sets_names = matches!(bare, "set_fact" | "set_stats" | "args");
+        let reads_paths =
+            INCLUDES.contains(&bare) && !matches!(bare, "src" | "file" | "dir" | "roles");
+        if key_templated || (sets_names && templated(text)) || (reads_paths && free_templated) {
+            return Some(format!(
+                "`{}` given as a template (names or parameters known only as it runs) runs on the controller",
+                crate::contract::limits::loggable(key)
+            ));
+        }
+    }
+    None
+}
+
+/// A name the task assigns that is not a plain name, or is one of
+/// ansible's own.
+fn assigned_refusal(key: &str, bare: &str, value: &Value) -> Option<String> {
+    // A name the task assigns: `loop_var: ansible_connection` with
+    // `loop: [local]` connects each item locally; a template could spell
+    // it.
+    let names_ansible = |name: &&str| {
+        let name = name.trim();
+        name.to_ascii_lowercase().starts_with("ansible_") || !super::service::is_variable_name(name)
+    };
+    let assigned = match bare {
+        "loop_var" | "index_var" | "register" => strings(value).into_iter().find(names_ansible),
+        // `include_vars: {file: x.yml, name: ansible_...}`.
+        "include_vars" => value
+            .get("name")
+            .map(strings)
+            .unwrap_or_default()
+            .into_iter()
+            .find(names_ansible),
+        "vars_prompt" => match value {
+            Value::Array(prompts) => prompts
+                .iter()
+                .filter_map(|prompt| prompt.get("name"))
+                .flat_map(strings)
+                .find(names_ansible),
+            _ => None,
+        },
+        _ => None,
+    };
+    assigned.map(|name| {
+        format!(
+            "`{}: {}`: how ansible connects, escalates or runs is the runner's, not the package's",
+            crate::contract::limits::loggable(key),
+            crate::contract::limits::loggable(name)
+        )
+    })
 }
 
 #[cfg(test)]

@@ -239,38 +239,7 @@ fn plan(
             "inputs.inventory: exactly one of `artifact` (an inventory artifact) and `from_targets: true`",
         ));
     }
-    for name in vars.keys() {
-        if !is_variable_name(name) {
-            return Err(refuse(format!(
-                "inputs: `{name}` is not an ansible variable name"
-            )));
-        }
-        if name.starts_with("ansible_") {
-            return Err(ExecutionOutcome::failed(
-                FailureCategory::Policy,
-                format!("inputs: `{name}`: ansible's own variables (connection, become, interpreter) come from the operator's bindings, not the JobSpec"),
-                None,
-            ));
-        }
-    }
-    if let Some(limit) = &limit {
-        let fine = !limit.is_empty()
-            && limit.len() <= 256
-            && !limit.starts_with('-')
-            && limit
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_.:,*!&-".contains(c));
-        if !fine {
-            return Err(refuse(format!(
-                "inputs.limit: `{limit}` is not a host pattern (letters, digits, `_.:,*!&-`)"
-            )));
-        }
-    }
-    for tag in &tags {
-        if !is_role_name(tag) {
-            return Err(refuse(format!("inputs.tags: `{tag}` is not a tag")));
-        }
-    }
+    check_selection(&vars, limit.as_deref(), &tags)?;
     let (user, private_key) = node::login(user.as_deref(), key.as_ref()).map_err(refuse)?;
     if targets.is_empty() {
         return Err(refuse("targets: the nodes to run on are required"));
@@ -294,6 +263,48 @@ fn plan(
         hosts,
         controller: false,
     })
+}
+
+/// The JobSpec's variables, `limit` and `tags`: names ansible reads as
+/// such, and none of ansible's own variables.
+fn check_selection(
+    vars: &Vars,
+    limit: Option<&str>,
+    tags: &[String],
+) -> Result<(), ExecutionOutcome> {
+    for name in vars.keys() {
+        if !is_variable_name(name) {
+            return Err(refuse(format!(
+                "inputs: `{name}` is not an ansible variable name"
+            )));
+        }
+        if name.starts_with("ansible_") {
+            return Err(ExecutionOutcome::failed(
+                FailureCategory::Policy,
+                format!("inputs: `{name}`: ansible's own variables (connection, become, interpreter) come from the operator's bindings, not the JobSpec"),
+                None,
+            ));
+        }
+    }
+    if let Some(limit) = limit {
+        let fine = !limit.is_empty()
+            && limit.len() <= 256
+            && !limit.starts_with('-')
+            && limit
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_.:,*!&-".contains(c));
+        if !fine {
+            return Err(refuse(format!(
+                "inputs.limit: `{limit}` is not a host pattern (letters, digits, `_.:,*!&-`)"
+            )));
+        }
+    }
+    for tag in tags {
+        if !is_role_name(tag) {
+            return Err(refuse(format!("inputs.tags: `{tag}` is not a tag")));
+        }
+    }
+    Ok(())
 }
 
 /// The package's digest, as the artifact to fetch.
@@ -962,11 +973,48 @@ struct ReadInventory {
 /// its children), each host's connection checked against the targets.
 fn check_inventory(listed: &Value, targets: &[Host]) -> ReadInventory {
     let empty = serde_json::Map::new();
-    let groups = listed.as_object().unwrap_or(&empty);
     let hostvars = listed
         .pointer("/_meta/hostvars")
         .and_then(Value::as_object)
         .unwrap_or(&empty);
+    let (report, group_names, problems) = read_groups(listed);
+    let mut refusals = Vec::new();
+    // Names as ansible read them (a YAML escape such as `\x7b` already
+    // decoded): ansible renders a host's name where it renders its
+    // variables, on the runner host.
+    for (kind, name) in group_names
+        .iter()
+        .map(|name| ("group", name))
+        .chain(report.hosts.iter().map(|name| ("host", name)))
+    {
+        if marked(name) {
+            refusals.push(format!(
+                "{kind} `{}`: its name holds a Jinja template (`{{{{`, `{{%` or `{{#`); an inventory's names are data",
+                loggable(name)
+            ));
+        }
+    }
+    for host in &report.hosts {
+        let vars = hostvars
+            .get(host)
+            .and_then(Value::as_object)
+            .unwrap_or(&empty);
+        refusals.extend(host_refusals(host, vars, targets));
+    }
+    ReadInventory {
+        report,
+        problems,
+        refusal: (!refusals.is_empty())
+            .then(|| format!("inputs.inventory: {}", refusals.join("; "))),
+    }
+}
+
+/// The groups and hosts of an inventory as `ansible-inventory --list`
+/// gives them, every group ansible knows with its members (children's
+/// included), and what is wrong with a group.
+fn read_groups(listed: &Value) -> (InventoryReport, BTreeSet<String>, Vec<String>) {
+    let empty = serde_json::Map::new();
+    let groups = listed.as_object().unwrap_or(&empty);
     let names = |group: &str, key: &str| -> Vec<String> {
         groups
             .get(group)
@@ -1027,75 +1075,58 @@ fn check_inventory(listed: &Value, targets: &[Host]) -> ReadInventory {
                 .insert(group.clone(), hosts.into_iter().collect());
         }
     }
-    report.hosts = all.iter().cloned().collect();
+    report.hosts = all.into_iter().collect();
+    (report, group_names, problems)
+}
+
+/// Why the inventory's `host` (with its `vars`) may not run: an
+/// `ansible_*` variable of the runner's, a template in a value, an address
+/// and port that is not one of the targets'.
+fn host_refusals(
+    host: &str,
+    vars: &serde_json::Map<String, Value>,
+    targets: &[Host],
+) -> Vec<String> {
     let mut refusals = Vec::new();
-    // Names as ansible read them (a YAML escape such as `\x7b` already
-    // decoded): ansible renders a host's name where it renders its
-    // variables, on the runner host.
-    for (kind, name) in group_names
-        .iter()
-        .map(|name| ("group", name))
-        .chain(all.iter().map(|name| ("host", name)))
-    {
-        if marked(name) {
+    for (name, value) in vars {
+        let allowed = INVENTORY_ANSIBLE_VARS.contains(&name.as_str())
+            && (name != "ansible_connection"
+                || matches!(value.as_str(), Some("ssh" | "ansible.builtin.ssh")));
+        if name.starts_with("ansible_") && !allowed {
             refusals.push(format!(
-                "{kind} `{}`: its name holds a Jinja template (`{{{{`, `{{%` or `{{#`); an inventory's names are data",
+                "host `{}` sets `{}`: how ansible connects, escalates and runs is the runner's and the package's, not the inventory's",
+                loggable(host),
+                loggable(name)
+            ));
+        }
+        if marked(name) || holds_template(value) {
+            refusals.push(format!(
+                "host `{}`: variable `{}` holds a Jinja template (`{{{{`, `{{%` or `{{#`); an inventory's values are data",
+                loggable(host),
                 loggable(name)
             ));
         }
     }
-    for host in &all {
-        let vars = hostvars
-            .get(host)
-            .and_then(Value::as_object)
-            .unwrap_or(&empty);
-        for (name, value) in vars {
-            let allowed = INVENTORY_ANSIBLE_VARS.contains(&name.as_str())
-                && (name != "ansible_connection"
-                    || matches!(value.as_str(), Some("ssh" | "ansible.builtin.ssh")));
-            if name.starts_with("ansible_") && !allowed {
-                refusals.push(format!(
-                    "host `{}` sets `{}`: how ansible connects, escalates and runs is the runner's and the package's, not the inventory's",
-                    loggable(host),
-                    loggable(name)
-                ));
-            }
-            if marked(name) || holds_template(value) {
-                refusals.push(format!(
-                    "host `{}`: variable `{}` holds a Jinja template (`{{{{`, `{{%` or `{{#`); an inventory's values are data",
-                    loggable(host),
-                    loggable(name)
-                ));
-            }
-        }
-        let address = vars
-            .get("ansible_host")
-            .and_then(Value::as_str)
-            .unwrap_or(host);
-        let port = match vars.get("ansible_port") {
-            None => Some(22),
-            Some(Value::Number(number)) => {
-                number.as_u64().and_then(|port| u16::try_from(port).ok())
-            }
-            Some(Value::String(text)) => text.parse().ok(),
-            Some(_) => None,
-        };
-        let bound = targets
-            .iter()
-            .any(|target| target.binding.address == address && Some(target.binding.port) == port);
-        if !bound {
-            refusals.push(format!(
-                "host `{host}` ({address}:{}) is not one of the JobSpec's targets: ansible connects only to bound nodes",
-                port.map_or("?".to_owned(), |port| port.to_string())
-            ));
-        }
+    let address = vars
+        .get("ansible_host")
+        .and_then(Value::as_str)
+        .unwrap_or(host);
+    let port = match vars.get("ansible_port") {
+        None => Some(22),
+        Some(Value::Number(number)) => number.as_u64().and_then(|port| u16::try_from(port).ok()),
+        Some(Value::String(text)) => text.parse().ok(),
+        Some(_) => None,
+    };
+    let bound = targets
+        .iter()
+        .any(|target| target.binding.address == address && Some(target.binding.port) == port);
+    if !bound {
+        refusals.push(format!(
+            "host `{host}` ({address}:{}) is not one of the JobSpec's targets: ansible connects only to bound nodes",
+            port.map_or("?".to_owned(), |port| port.to_string())
+        ));
     }
-    ReadInventory {
-        report,
-        problems,
-        refusal: (!refusals.is_empty())
-            .then(|| format!("inputs.inventory: {}", refusals.join("; "))),
-    }
+    refusals
 }
 
 /// The event stream read so far: the offset and a line not yet complete.
