@@ -143,7 +143,7 @@ pub fn run(targets: &Path, args: &[OsString]) -> ExitCode {
 /// The port `options` connect to, read as ssh reads them (the first of
 /// `-p` and `-o Port` wins; 22 without either), or why they may not run:
 /// an option that is not one of [`OPTIONS`], a flag other than `-F` (once),
-/// `-C`, `-q` and `-v`, a second `KnownHostsCommand`.
+/// `-C`, `-q`, `-t` and `-v`, a second `KnownHostsCommand`.
 fn port(options: &[OsString]) -> Result<u16, String> {
     let mut port: Option<u16> = None;
     let (mut configs, mut commands) = (0, 0);
@@ -161,7 +161,8 @@ fn port(options: &[OsString]) -> Result<u16, String> {
             })?;
         for (at, flag) in flags.char_indices() {
             match flag {
-                'C' | 'q' | 'v' => continue,
+                // `-t` is dropped from what ssh is given.
+                'C' | 'q' | 't' | 'v' => continue,
                 'F' | 'o' | 'p' => {}
                 _ => return Err(format!("-{flag} is not run")),
             }
@@ -229,6 +230,7 @@ mod tests {
             Ok(22)
         );
         assert_eq!(read(&["-o", "Port=2222", "-o", "User=\"x\""]), Ok(2222));
+        assert_eq!(read(&["-tt", "-o", "Port=2222"]), Ok(2222));
         // The first wins, as in ssh; a value is never read as an option.
         assert_eq!(read(&["-p2200", "-o", "Port=2222"]), Ok(2200));
         assert_eq!(read(&["-F", "-p", "-oPort 2201"]), Ok(2201));
