@@ -198,52 +198,36 @@ const PACKAGE: [(&str, &str); 12] = [
     ),
 ];
 
-/// A package whose one task connects as its loop variable says: `local`,
-/// the controller.
-const LOOPED: [(&str, &str); 1] = [(
-    "loop.yml",
-    r#"- name: names its connection by a loop variable
-  hosts: one
-  gather_facts: false
-  tasks:
-    - name: runs where the loop says
-      ansible.builtin.command: id -u
+/// Packages that each name `ansible_connection: local` (the controller)
+/// in a way a check reading names as written would miss, and a word the
+/// refusal names: each package's `play.yml` runs these tasks on `one`.
+const HOSTILE: [(&str, &str); 3] = [
+    // A loop variable.
+    (
+        r#"    - ansible.builtin.command: id -u
       loop: [local]
       loop_control:
         loop_var: ansible_connection
 "#,
-)];
-
-/// A package that names a variable by a template: `ansible_connection`,
-/// known only as it runs.
-const TEMPLATED: [(&str, &str); 1] = [(
-    "play.yml",
-    r#"- name: names its connection by a template
-  hosts: one
-  gather_facts: false
-  tasks:
-    - name: a fact whose name is a template
-      ansible.builtin.set_fact: "{{ 'ansible_' ~ 'connection' }}=local"
-    - name: runs where that fact says
-      ansible.builtin.command: id -u
+        "ansible_connection",
+    ),
+    // A fact whose name is a template, known only as it runs.
+    (
+        r#"    - ansible.builtin.set_fact: "{{ 'ansible_' ~ 'connection' }}=local"
+    - ansible.builtin.command: id -u
 "#,
-)];
-
-/// The same, its name hidden by a Jinja comment (`{##}`), which ansible
-/// renders to nothing.
-const COMMENTED: [(&str, &str); 1] = [(
-    "play.yml",
-    r#"- name: names its connection behind a comment
-  hosts: one
-  gather_facts: false
-  tasks:
-    - name: a fact whose name has a comment in it
-      ansible.builtin.set_fact:
+        "set_fact",
+    ),
+    // A fact whose name hides behind a Jinja comment, which ansible
+    // renders to nothing.
+    (
+        r#"    - ansible.builtin.set_fact:
         "{##}ansible_connection": local
-    - name: runs where that fact says
-      ansible.builtin.command: id -u
+    - ansible.builtin.command: id -u
 "#,
-)];
+        "templated key",
+    ),
+];
 
 /// `files` as a gzipped tar.
 fn archive(files: &[(&str, &str)]) -> Vec<u8> {
@@ -282,10 +266,8 @@ fn node(id: &str, address: &str, port: u16) -> Value {
 struct Stack {
     pipeline: Pipeline,
     package: String,
-    /// The approved `LOOPED`, `TEMPLATED` and `COMMENTED` packages.
-    looped: String,
-    templated: String,
-    commented: String,
+    /// The approved `HOSTILE` packages' digests, in its order.
+    hostile: Vec<String>,
     markers: std::path::PathBuf,
 }
 
@@ -301,9 +283,21 @@ async fn ansible_pipeline(pool: &PgPool, token: &str) -> Stack {
     std::fs::create_dir_all(&markers).unwrap();
     std::fs::set_permissions(&markers, std::fs::Permissions::from_mode(0o777)).unwrap();
     let package = pipeline.put_artifact("package.tar.gz", &archive(&PACKAGE));
-    let looped = pipeline.put_artifact("looped.tar.gz", &archive(&LOOPED));
-    let templated = pipeline.put_artifact("templated.tar.gz", &archive(&TEMPLATED));
-    let commented = pipeline.put_artifact("commented.tar.gz", &archive(&COMMENTED));
+    let hostile: Vec<String> = HOSTILE
+        .iter()
+        .enumerate()
+        .map(|(index, (tasks, _))| {
+            let play = format!("- hosts: one\n  gather_facts: false\n  tasks:\n{tasks}");
+            pipeline.put_artifact(
+                &format!("hostile-{index}.tar.gz"),
+                &archive(&[("play.yml", &play)]),
+            )
+        })
+        .collect();
+    let hostile_entries: String = hostile
+        .iter()
+        .map(|digest| format!("        - digest: {digest}\n          playbooks: [play.yml]\n"))
+        .collect();
     let policy = format!(
         r#"
 tenants:
@@ -315,13 +309,7 @@ tenants:
         - digest: {package}
           playbooks: ["site.yml", "playbooks/*.yml"]
           roles: [marker, stager]
-        - digest: {looped}
-          playbooks: [loop.yml]
-        - digest: {templated}
-          playbooks: [play.yml]
-        - digest: {commented}
-          playbooks: [play.yml]
-    ssh:
+{hostile_entries}    ssh:
       nodes: ["127.0.0.1", "localhost"]
 "#
     );
@@ -352,9 +340,7 @@ tenants:
     Stack {
         pipeline,
         package,
-        looped,
-        templated,
-        commented,
+        hostile,
         markers,
     }
 }
@@ -650,14 +636,10 @@ async fn a_play_reaches_the_controller_neither_through_its_ssh_client_nor_by_loo
         );
     }
 
-    for (playbook, digest, named) in [
-        ("loop.yml", &stack.looped, "ansible_connection"),
-        ("play.yml", &stack.templated, "set_fact"),
-        ("play.yml", &stack.commented, "templated key"),
-    ] {
+    for (digest, (_, named)) in stack.hostile.iter().zip(HOSTILE) {
         let spec = stack.job(
             "ansible.playbook.run",
-            json!({"playbook": playbook,
+            json!({"playbook": "play.yml",
                    "package": {"name": "hostile", "version": "1", "digest": digest}}),
             vec![node("one", "127.0.0.1", 2222)],
         );
@@ -666,7 +648,7 @@ async fn a_play_reaches_the_controller_neither_through_its_ssh_client_nor_by_loo
         assert_eq!(
             (status.as_str(), category.as_deref()),
             ("failed", Some("policy")),
-            "{playbook}: {message} {result}"
+            "{named}: {message} {result}"
         );
         assert!(message.contains(named), "{message}");
     }
