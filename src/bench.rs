@@ -42,6 +42,7 @@ impl ScratchSchema {
 /// succeed.
 pub(crate) async fn time_attempt<E: Executor>(
     executor: &E,
+    policy: &crate::policy::SharedPolicy,
     spec: crate::contract::JobSpec,
     prepare: impl FnOnce(uuid::Uuid, ExecutionContext) -> ExecutionContext,
 ) -> anyhow::Result<std::time::Duration> {
@@ -52,6 +53,17 @@ pub(crate) async fn time_attempt<E: Executor>(
         attempt_id,
         ExecutionContext::new(tokio_util::sync::CancellationToken::new(), progress, log),
     );
+    // Admitted as the runner SDK admits it: the policy, then the inputs.
+    let policy = policy.current();
+    let refused = policy.check_jobspec(&spec);
+    anyhow::ensure!(
+        refused.is_empty(),
+        "the bench policy refuses it: {}",
+        crate::contract::Problems(refused)
+    );
+    let inputs = crate::runner::admit::<E::Inputs>(&spec, executor.runner_type())
+        .map_err(|refused| anyhow::anyhow!("inputs refused: {}", refused.message))?;
+    let context = context.with_policy(policy);
     let started = std::time::Instant::now();
     let assignment = Assignment {
         attempt_id,
@@ -60,7 +72,7 @@ pub(crate) async fn time_attempt<E: Executor>(
         lease_epoch: 1,
         spec,
     };
-    let outcome = executor.execute(assignment, context).await;
+    let outcome = executor.execute(assignment, inputs, context).await;
     let took = started.elapsed();
     anyhow::ensure!(
         outcome.category.is_none(),

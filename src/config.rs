@@ -1611,7 +1611,6 @@ impl Config {
             client: self.ssh.client.trim().into(),
             connect_timeout: self.ssh.connect_timeout.as_std(),
             sftp_client: self.ssh.sftp_client.trim().into(),
-            policy: self.policy.loaded.clone(),
         }
     }
 
@@ -1619,14 +1618,12 @@ impl Config {
         crate::runners::ansible::AnsibleConfig {
             bin_dir: self.ansible.bin_dir.trim().into(),
             connect_timeout: self.ssh.connect_timeout.as_std(),
-            policy: self.policy.loaded.clone(),
         }
     }
 
     pub fn helm(&self) -> crate::runners::helm::HelmConfig {
         crate::runners::helm::HelmConfig {
             helm: self.helm.bin.trim().into(),
-            policy: self.policy.loaded.clone(),
             kubernetes: self.kubernetes_client(),
         }
     }
@@ -1637,7 +1634,6 @@ impl Config {
             cli: self.opentofu.bin.trim().into(),
             provider_mirror: (!mirror.is_empty()).then(|| mirror.into()),
             state_dir: self.opentofu.state_dir.trim().into(),
-            policy: self.policy.loaded.clone(),
         }
     }
 
@@ -1653,7 +1649,6 @@ impl Config {
         crate::runners::kubernetes::KubernetesConfig {
             client: self.kubernetes_client(),
             poll_interval: self.kubernetes.poll_interval.as_std(),
-            policy: self.policy.loaded.clone(),
         }
     }
 
@@ -1667,7 +1662,6 @@ impl Config {
             probe_dir: Some(self.verification.probe_dir.trim())
                 .filter(|dir| !dir.is_empty())
                 .map(Into::into),
-            policy: self.policy.loaded.clone(),
             kubernetes: self.kubernetes_client(),
             ..Default::default()
         }

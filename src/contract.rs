@@ -12,6 +12,7 @@ mod jobspec;
 pub mod kube_names;
 pub mod limits;
 mod operation;
+pub mod ops;
 pub mod outputs;
 mod problem;
 pub mod results;
@@ -32,9 +33,11 @@ pub use jobspec::{
     Timeouts, TraceContext,
 };
 pub use operation::{Operation, RunnerType};
+pub use ops::RunnerInputs;
 pub use outputs::{OutputArtifact, RetentionClass};
 pub use target_keys::TargetKey;
 pub use validate::{
-    flag_problems, validate_jobspec, validate_jobspec_bytes, Problem, Problems, MAX_JOBSPEC_BYTES,
+    flag_problems, input_problems, validate_jobspec, validate_jobspec_bytes, Problem, Problems,
+    MAX_JOBSPEC_BYTES,
 };
 pub use validate::{is_traceparent, looks_secret};

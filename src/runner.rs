@@ -27,8 +27,11 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::codec::LogStream;
-use crate::contract::{FailureCategory, JobSpec, Operation, ReportedOutcome, RunnerType};
+use crate::contract::{
+    FailureCategory, JobSpec, Operation, ReportedOutcome, RunnerInputs, RunnerType,
+};
 
+pub(crate) use attempt::admit;
 pub use fence::{LeaseGuard, Stopping};
 pub use instance::{condition, run_instance, InstanceHandle};
 
@@ -63,6 +66,8 @@ pub struct ExecutionContext {
     /// The output bytes the attempt's tools may still log, all runs
     /// together.
     output_budget: std::sync::Arc<tool::OutputBudget>,
+    /// The operator's policy the SDK checked the attempt against.
+    policy: std::sync::Arc<crate::policy::OperatorPolicy>,
 }
 
 impl ExecutionContext {
@@ -82,7 +87,20 @@ impl ExecutionContext {
             tenant: String::new(),
             outputs: None,
             output_budget: std::sync::Arc::new(tool::OutputBudget::new(tool::MAX_OUTPUT_BYTES)),
+            policy: crate::policy::SharedPolicy::default().current(),
         }
+    }
+
+    /// The operator's policy as the SDK checked the attempt against it: a
+    /// runner reads the policy here, never a newer one, so what it acts on
+    /// is what was checked.
+    pub fn with_policy(mut self, policy: std::sync::Arc<crate::policy::OperatorPolicy>) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    pub fn policy(&self) -> &crate::policy::OperatorPolicy {
+        &self.policy
     }
 
     /// The attempt whose outputs `store_output` stores, and the masker
@@ -271,11 +289,19 @@ impl ExecutionOutcome {
 
 /// A typed runner's one job.
 pub trait Executor: Send + Sync + 'static {
+    /// The inputs of its operations. The SDK parses a JobSpec's inputs once,
+    /// after its secrets resolve, checks them as intake did (the
+    /// contract's input checks and flag gates) and hands `execute` the
+    /// typed value: an executor never parses, and never repeats those
+    /// checks.
+    type Inputs: RunnerInputs;
     fn runner_type(&self) -> RunnerType;
     /// The operations this executor runs, announced with its presence:
     /// placement grants an attempt only to an instance that lists its
     /// operation.
-    fn operations(&self) -> Vec<Operation>;
+    fn operations(&self) -> Vec<Operation> {
+        Self::Inputs::OPERATIONS.to_vec()
+    }
     /// Capabilities this runner offers placement.
     fn capabilities(&self) -> Vec<String> {
         Vec::new()
@@ -289,6 +315,7 @@ pub trait Executor: Send + Sync + 'static {
     fn execute(
         &self,
         assignment: Assignment,
+        inputs: Self::Inputs,
         context: ExecutionContext,
     ) -> impl Future<Output = ExecutionOutcome> + Send;
 }

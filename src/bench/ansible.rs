@@ -123,7 +123,6 @@ pub async fn run(config: &Config, args: &AnsibleBenchArgs) -> anyhow::Result<Exi
     let runner = AnsibleRunner::new(AnsibleConfig {
         bin_dir: bin_dir.clone(),
         connect_timeout: Duration::from_secs(10),
-        policy,
     });
     let tools = Arc::new(crate::runner::tool::ToolSettings {
         work_root: scratch.join("work"),
@@ -168,7 +167,7 @@ pub async fn run(config: &Config, args: &AnsibleBenchArgs) -> anyhow::Result<Exi
             .map_err(|problems| anyhow::anyhow!("the bench JobSpec: {problems}"))?;
         // What the runner SDK does with a resolved secret.
         spec.inputs["private_key"] = json!(key);
-        let took = super::time_attempt(&runner, spec, |attempt_id, context| {
+        let took = super::time_attempt(&runner, &policy, spec, |attempt_id, context| {
             super::tool_context(context, attempt_id, &storage, &tools)
         })
         .await?;

@@ -88,7 +88,6 @@ pub async fn run(args: &KubernetesBenchArgs) -> anyhow::Result<ExitCode> {
         .map_err(|problems| anyhow::anyhow!("the bench policy: {}", problems.join("; ")))?;
     ensure_namespace(&policy, &token, namespace).await?;
     let runner = KubernetesRunner::new(KubernetesConfig {
-        policy,
         ..KubernetesConfig::default()
     });
 
@@ -156,7 +155,7 @@ pub async fn run(args: &KubernetesBenchArgs) -> anyhow::Result<ExitCode> {
             .map_err(|problems| anyhow::anyhow!("the bench JobSpec: {problems}"))?;
         // What the runner SDK does with a resolved secret.
         spec.inputs["cluster"]["credentials"] = json!(token);
-        let took = super::time_attempt(&runner, spec, |_, context| {
+        let took = super::time_attempt(&runner, &policy, spec, |_, context| {
             context.with_deadline(tokio::time::Instant::now() + Duration::from_secs(60))
         })
         .await?;

@@ -98,7 +98,6 @@ pub async fn run(args: &TofuBenchArgs) -> anyhow::Result<ExitCode> {
         cli: cli.clone(),
         provider_mirror: Some(mirror.clone()),
         state_dir: scratch.join("states"),
-        policy,
     });
     let tools = Arc::new(crate::runner::tool::ToolSettings {
         work_root: scratch.join("work"),
@@ -164,7 +163,7 @@ pub async fn run(args: &TofuBenchArgs) -> anyhow::Result<ExitCode> {
         });
         let spec = crate::contract::validate_jobspec(&value)
             .map_err(|problems| anyhow::anyhow!("the bench JobSpec: {problems}"))?;
-        let took = super::time_attempt(&runner, spec, |attempt_id, context| {
+        let took = super::time_attempt(&runner, &policy, spec, |attempt_id, context| {
             super::tool_context(context, attempt_id, &storage, &tools)
                 .with_deadline(tokio::time::Instant::now() + Duration::from_secs(120))
         })

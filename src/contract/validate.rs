@@ -801,6 +801,15 @@ fn is_plan_digest(digest: &str) -> bool {
 /// only of the approved plan or explicit): checked at intake, and again by
 /// the runners before they act, on a JobSpec that may have come past the
 /// dispatcher.
+/// What intake checks of typed inputs beyond their shape (names that
+/// become request paths, relative paths, exactly-one-of fields, ...); the
+/// runner SDK checks them again where they run.
+pub fn input_problems(inputs: &OperationInputs) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    check_operation_inputs(inputs, &mut problems);
+    problems
+}
+
 pub fn flag_problems(spec: &super::JobSpec) -> Vec<Problem> {
     let mut problems = Vec::new();
     check_policy(

@@ -13,7 +13,10 @@ use uuid::Uuid;
 use super::fence::{LeaseGuard, Stopping};
 use super::{heartbeat_period, Assignment, ExecutionContext, ExecutionOutcome, Executor};
 use crate::codec::{Codec, Family, LogChunkRecord, LogStream, RunnerEventRecord};
-use crate::contract::{topics, FailureCategory, ReportBody, RunnerReport};
+use crate::contract::{
+    topics, FailureCategory, JobSpec, OperationInputs, Problem, ReportBody, RunnerInputs,
+    RunnerReport, RunnerType,
+};
 use crate::kafka::KafkaConfig;
 use crate::secrets::{Masker, StreamMasker, Vault};
 
@@ -305,7 +308,8 @@ pub(super) async fn run_attempt<E: Executor>(
     }
     // Secrets are resolved here, at execution time, and live in memory only
     // (in the inputs the executor reads); every report masks them.
-    let resolved = resolve(&mut assignment, &settings).await;
+    let policy = settings.policy.current();
+    let resolved = resolve(&mut assignment, &policy, settings.secrets.as_deref()).await;
     let masker = resolved
         .as_ref()
         .map(|resolved| resolved.masker.clone())
@@ -321,13 +325,27 @@ pub(super) async fn run_attempt<E: Executor>(
             .await;
         return;
     }
+    let inputs = match admit::<E::Inputs>(&assignment.spec, executor.runner_type()) {
+        Ok(inputs) => inputs,
+        Err(refused) => {
+            warn!(category = ?refused.category, "inputs refused");
+            reporter
+                .send_final(attempt_id, epoch, finished(refused, Vec::new()))
+                .await;
+            return;
+        }
+    };
     let outputs = super::outputs::Outputs::new(attempt_id, masker.clone());
     let mut logs = OutputStreams::new(masker);
     let Some(outcome) = supervise(
         executor,
         &reporter,
         &mut logs,
-        assignment,
+        Admitted {
+            assignment,
+            inputs,
+            policy,
+        },
         signals,
         &settings,
         outputs.clone(),
@@ -383,20 +401,78 @@ fn finished(
     }
 }
 
+/// What the SDK hands the executor once every check passed.
+struct Admitted<I> {
+    assignment: Assignment,
+    inputs: I,
+    /// The policy the attempt was checked against.
+    policy: Arc<crate::policy::OperatorPolicy>,
+}
+
+/// The inputs as the executor gets them: parsed once, from the JobSpec as
+/// it is now (secrets resolved), checked as intake checked them (the
+/// contract's input checks, then its flag gates), and narrowed to the
+/// runner's operations. The failure to report otherwise.
+pub(crate) fn admit<I: RunnerInputs>(
+    spec: &JobSpec,
+    runner: RunnerType,
+) -> Result<I, ExecutionOutcome> {
+    let refused = |category, problems: Vec<Problem>| {
+        let problems: Vec<String> = problems.iter().map(Problem::to_string).collect();
+        Err(ExecutionOutcome::failed(
+            category,
+            problems.join("; "),
+            None,
+        ))
+    };
+    let inputs = match OperationInputs::parse(spec.operation, &spec.inputs) {
+        Ok(inputs) => inputs,
+        Err((path, message)) => {
+            return refused(
+                FailureCategory::Contract,
+                vec![Problem::new(
+                    if path.is_empty() {
+                        "inputs".to_owned()
+                    } else {
+                        format!("inputs.{path}")
+                    },
+                    message,
+                )],
+            )
+        }
+    };
+    let problems = crate::contract::input_problems(&inputs);
+    if !problems.is_empty() {
+        return refused(FailureCategory::Contract, problems);
+    }
+    let problems = crate::contract::flag_problems(spec);
+    if !problems.is_empty() {
+        return refused(FailureCategory::Policy, problems);
+    }
+    I::try_from(inputs).map_err(|_| {
+        ExecutionOutcome::failed(
+            FailureCategory::Contract,
+            format!("the {runner} runner does not run {}", spec.operation),
+            None,
+        )
+    })
+}
+
 /// The operator's policy first (a secret outside the tenant's prefixes is
 /// never even asked for: the dispatcher checked at intake; this runner's
 /// policy file is what binds it), then the secrets into the inputs.
 async fn resolve(
     assignment: &mut Assignment,
-    settings: &AttemptSettings,
+    policy: &crate::policy::OperatorPolicy,
+    secrets: Option<&Vault>,
 ) -> Result<crate::secrets::Resolved, crate::secrets::SecretError> {
-    let refused = settings.policy.current().check_jobspec(&assignment.spec);
+    let refused = policy.check_jobspec(&assignment.spec);
     if !refused.is_empty() {
         return Err(crate::secrets::SecretError::Policy(
             crate::contract::Problems(refused).to_string(),
         ));
     }
-    crate::secrets::resolve_inputs(&mut assignment.spec, settings.secrets.as_deref()).await
+    crate::secrets::resolve_inputs(&mut assignment.spec, secrets).await
 }
 
 /// Runs the executor under the lease: heartbeats, progress and output as
@@ -406,7 +482,7 @@ async fn supervise<E: Executor>(
     executor: Arc<E>,
     reporter: &Reporter,
     logs: &mut OutputStreams,
-    assignment: Assignment,
+    admitted: Admitted<E::Inputs>,
     signals: Signals,
     settings: &AttemptSettings,
     outputs: super::outputs::Outputs,
@@ -416,6 +492,11 @@ async fn supervise<E: Executor>(
         mut stops,
         stop_all,
     } = signals;
+    let Admitted {
+        assignment,
+        inputs,
+        policy,
+    } = admitted;
     let (attempt_id, epoch) = (assignment.attempt_id, assignment.lease_epoch);
     let ttl = assignment.spec.timeouts.heartbeat.as_std();
     let cancel = CancellationToken::new();
@@ -427,8 +508,9 @@ async fn supervise<E: Executor>(
         .with_tools(settings.tools.clone(), settings.stop_grace)
         .with_storage(settings.storage.clone())
         .with_tenant(assignment.spec.tenant.clone())
+        .with_policy(policy)
         .with_deadline(tokio::time::Instant::now() + start_to_close);
-    let execution = executor.execute(assignment, context);
+    let execution = executor.execute(assignment, inputs, context);
     tokio::pin!(execution);
     let mut guard = LeaseGuard::new(ttl, *lease.borrow());
     let mut heartbeat = tokio::time::interval(heartbeat_period(ttl));
@@ -633,5 +715,109 @@ mod storable_tests {
         assert_eq!(storable("a\u{1b}[31mb".into()), "a\\u{1b}[31mb");
         let long = storable("é".repeat(MAX_MESSAGE_BYTES));
         assert!(long.len() <= MAX_MESSAGE_BYTES && long.ends_with(" [...]"));
+    }
+}
+
+#[cfg(test)]
+mod admit_tests {
+    use serde_json::{json, Value};
+
+    use super::admit;
+    use crate::contract::inputs::{KubernetesInputs, TofuInputs};
+    use crate::contract::{FailureCategory, JobSpec, RunnerType};
+
+    fn spec(operation: &str, policy: Value, inputs: Value) -> JobSpec {
+        crate::contract::validate_jobspec(&json!({
+            "command_id": uuid::Uuid::new_v4().to_string(),
+            "job_id": "gates", "tenant": "team-a", "requested_by": "test",
+            "operation": operation, "inputs": inputs, "policy": policy,
+        }))
+        .unwrap()
+    }
+
+    /// An apply of another plan than the approved one, or a destroy that
+    /// is not elevated, never reaches the executor: the contract's flag
+    /// gates refuse it as `policy`. The same JobSpecs are refused at
+    /// intake; a work record produced past the dispatcher meets this check.
+    #[test]
+    fn the_flag_gates_refuse_before_the_executor_runs() {
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        let module = json!({"package": {"name": "m", "version": "1", "digest": digest}});
+        let mut apply_inputs = module.clone();
+        apply_inputs["plan_artifact"] = json!(digest);
+        let mut other = spec(
+            "opentofu.apply",
+            json!({"approved_plan_digest": digest}),
+            apply_inputs,
+        );
+        other.policy.approved_plan_digest = Some(format!("sha256:{}", "cd".repeat(32)));
+        let mut unelevated = spec("opentofu.destroy", json!({"elevated": true}), module);
+        unelevated.policy.elevated = false;
+        for (spec, expected) in [(other, "not the approved plan"), (unelevated, "elevated")] {
+            let outcome = admit::<TofuInputs>(&spec, RunnerType::Opentofu).unwrap_err();
+            assert_eq!(
+                outcome.category,
+                Some(FailureCategory::Policy),
+                "{}",
+                outcome.message
+            );
+            assert!(outcome.message.contains(expected), "{}", outcome.message);
+        }
+    }
+
+    /// Inputs that intake would refuse (here a name no API path may hold,
+    /// written into the record past intake) are refused as `contract`, and
+    /// an operation of another runner as `contract` too, naming it.
+    #[test]
+    fn inputs_are_checked_as_intake_checks_them_and_narrowed_to_the_runner() {
+        let cluster = json!({"name": "c", "credentials": {"$secret": "k"}});
+        let read = |name: &str| {
+            let mut spec: JobSpec = crate::contract::validate_jobspec(&json!({
+                "command_id": uuid::Uuid::new_v4().to_string(),
+                "job_id": "read", "tenant": "team-a", "requested_by": "test",
+                "operation": "kubernetes.resource.read",
+                "inputs": {"cluster": cluster, "namespace": "n",
+                           "object": {"api_version": "v1", "kind": "ConfigMap", "name": "ok"}},
+                "secret_refs": [{"name": "k", "mount": "secret", "path": "c", "key": "token"}],
+            }))
+            .unwrap();
+            spec.inputs["object"]["name"] = json!(name);
+            spec.inputs["cluster"]["credentials"] = json!("resolved");
+            spec
+        };
+        assert!(admit::<KubernetesInputs>(&read("ok"), RunnerType::Kubernetes).is_ok());
+        let bad =
+            admit::<KubernetesInputs>(&read("../../secrets"), RunnerType::Kubernetes).unwrap_err();
+        assert_eq!(
+            bad.category,
+            Some(FailureCategory::Contract),
+            "{}",
+            bad.message
+        );
+        assert!(
+            bad.message.contains("inputs.object.name"),
+            "{}",
+            bad.message
+        );
+        let mut unparsed = read("ok");
+        unparsed.inputs["object"]["kind"] = json!(7);
+        let bad = admit::<KubernetesInputs>(&unparsed, RunnerType::Kubernetes).unwrap_err();
+        assert_eq!(
+            bad.category,
+            Some(FailureCategory::Contract),
+            "{}",
+            bad.message
+        );
+        assert!(
+            bad.message.starts_with("inputs.object.kind"),
+            "{}",
+            bad.message
+        );
+        let other = admit::<TofuInputs>(&read("ok"), RunnerType::Opentofu).unwrap_err();
+        assert_eq!(other.category, Some(FailureCategory::Contract));
+        assert_eq!(
+            other.message,
+            "the opentofu runner does not run kubernetes.resource.read"
+        );
     }
 }

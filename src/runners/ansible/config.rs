@@ -8,8 +8,6 @@ pub struct AnsibleConfig {
     pub bin_dir: PathBuf,
     /// `EXECPLANE_SSH_CONNECT_TIMEOUT`: the longest one connection may take.
     pub connect_timeout: Duration,
-    /// The operator's policy: the approved packages, checked again here.
-    pub policy: crate::policy::SharedPolicy,
 }
 
 impl Default for AnsibleConfig {
@@ -17,7 +15,6 @@ impl Default for AnsibleConfig {
         Self {
             bin_dir: PathBuf::from("/usr/bin"),
             connect_timeout: Duration::from_secs(10),
-            policy: crate::policy::SharedPolicy::default(),
         }
     }
 }

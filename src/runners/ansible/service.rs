@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use super::events::Summary;
 use super::AnsibleConfig;
 use crate::artifacts::inputs::InputRef;
-use crate::contract::inputs::{InventoryRef, OperationInputs, PackageRef, Vars};
+use crate::contract::inputs::{AnsibleInputs, InventoryRef, PackageRef, Vars};
 use crate::contract::results::{AnsibleResult, InventoryReport};
 use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType, Target};
 use crate::policy::ssh::HostKey;
@@ -51,12 +51,10 @@ impl AnsibleRunner {
 }
 
 impl Executor for AnsibleRunner {
+    type Inputs = AnsibleInputs;
+
     fn runner_type(&self) -> RunnerType {
         RunnerType::Ansible
-    }
-
-    fn operations(&self) -> Vec<Operation> {
-        Operation::implemented_by(RunnerType::Ansible).collect()
     }
 
     async fn preflight(&self) -> Result<(), String> {
@@ -89,31 +87,21 @@ impl Executor for AnsibleRunner {
         vec!["ansible".into(), "ssh".into()]
     }
 
-    async fn execute(&self, assignment: Assignment, context: ExecutionContext) -> ExecutionOutcome {
+    async fn execute(
+        &self,
+        assignment: Assignment,
+        inputs: AnsibleInputs,
+        context: ExecutionContext,
+    ) -> ExecutionOutcome {
         let spec = &assignment.spec;
-        let inputs = match OperationInputs::parse(spec.operation, &spec.inputs) {
-            Ok(inputs) => inputs,
-            Err((path, message)) => return refuse(format!("inputs.{path}: {message}")),
-        };
-        // Checked at intake; checked again where it runs, against the
-        // policy in force now.
-        let problems = self.config.policy.current().check_jobspec(spec);
-        if !problems.is_empty() {
-            let problems: Vec<String> = problems
-                .iter()
-                .map(|problem| format!("{}: {}", problem.path, problem.message))
-                .collect();
-            return ExecutionOutcome::failed(FailureCategory::Policy, problems.join("; "), None);
-        }
         let mut plan = match plan(spec.operation, &inputs, &spec.targets) {
             Ok(plan) => plan,
             Err(refusal) => return refusal,
         };
         plan.controller = plan.package.as_ref().is_some_and(|package| {
             let digest = package.to_string();
-            self.config
-                .policy
-                .current()
+            context
+                .policy()
                 .tenant(&spec.tenant)
                 .operations
                 .ansible
@@ -171,10 +159,10 @@ struct Host {
 
 fn plan(
     operation: Operation,
-    inputs: &OperationInputs,
+    inputs: &AnsibleInputs,
     targets: &[Target],
 ) -> Result<Plan, ExecutionOutcome> {
-    use OperationInputs as I;
+    use AnsibleInputs as I;
     let (package, entry, inventory, vars, limit, tags, user, key) = match inputs {
         I::AnsiblePlaybookRun(p) | I::AnsibleCheckModeRun(p) => {
             if !package::is_package_path(&p.playbook) {
@@ -222,7 +210,6 @@ fn plan(
             &v.user,
             &v.private_key,
         ),
-        _ => return Err(refuse("this operation is not run by the ansible runner")),
     };
     let package = package.map(package_ref).transpose()?;
     if matches!(entry, Entry::Playbook(_) | Entry::Role(_)) && package.is_none() {

@@ -5,9 +5,6 @@ use std::path::PathBuf;
 pub struct HelmConfig {
     /// `EXECPLANE_HELM_BIN`: the helm 3 CLI.
     pub helm: PathBuf,
-    /// The operator's policy: the cluster catalogue, the tenant's clusters
-    /// and namespaces and its trusted chart sources, checked again here.
-    pub policy: crate::policy::SharedPolicy,
     /// How the runner reads the cluster itself (discovery, to check the
     /// objects a chart renders before helm installs them).
     pub kubernetes: crate::runner::kit::kube::ClientSettings,
@@ -17,7 +14,6 @@ impl Default for HelmConfig {
     fn default() -> Self {
         Self {
             helm: PathBuf::from("/usr/local/bin/helm"),
-            policy: crate::policy::SharedPolicy::default(),
             kubernetes: crate::runner::kit::kube::ClientSettings::default(),
         }
     }

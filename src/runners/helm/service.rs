@@ -5,10 +5,10 @@ use serde_json::{json, Value};
 
 use super::HelmConfig;
 use crate::artifacts::inputs::InputRef;
-use crate::contract::inputs::{ChartRef, ClusterRef, OperationInputs, Vars};
+use crate::contract::inputs::{ChartRef, ClusterRef, HelmInputs, HelmInputs as I, Vars};
 use crate::contract::limits::head;
 use crate::contract::results::{HelmObject, HelmResult, HelmTestRun};
-use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType};
+use crate::contract::{FailureCategory, RetentionClass, RunnerType};
 use crate::runner::kit::kube::{self as cluster, judge, Credentials};
 use crate::runner::tool::{self, ToolCommand, ToolExit, ToolFailure as Failure, Workdir};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
@@ -37,12 +37,10 @@ impl HelmRunner {
 }
 
 impl Executor for HelmRunner {
+    type Inputs = HelmInputs;
+
     fn runner_type(&self) -> RunnerType {
         RunnerType::Helm
-    }
-
-    fn operations(&self) -> Vec<Operation> {
-        Operation::implemented_by(RunnerType::Helm).collect()
     }
 
     fn capabilities(&self) -> Vec<String> {
@@ -63,29 +61,12 @@ impl Executor for HelmRunner {
         .map(|_| ())
     }
 
-    async fn execute(&self, assignment: Assignment, context: ExecutionContext) -> ExecutionOutcome {
-        let spec = &assignment.spec;
-        let inputs = match OperationInputs::parse(spec.operation, &spec.inputs) {
-            Ok(inputs) => inputs,
-            Err((path, message)) => {
-                return failed(
-                    FailureCategory::Contract,
-                    format!("inputs.{path}: {message}"),
-                )
-            }
-        };
-        if let Some(problem) = crate::contract::kube_names::problems_of(&inputs).first() {
-            return failed(
-                FailureCategory::Contract,
-                format!("{}: {}", problem.path, problem.message),
-            );
-        }
-        if let Some(problem) = crate::contract::flag_problems(spec).first() {
-            return failed(
-                FailureCategory::Policy,
-                format!("{}: {}", problem.path, problem.message),
-            );
-        }
+    async fn execute(
+        &self,
+        assignment: Assignment,
+        inputs: HelmInputs,
+        context: ExecutionContext,
+    ) -> ExecutionOutcome {
         let workdir = match Workdir::for_tools(context.tools()) {
             Ok(workdir) => workdir,
             Err(error) => {
@@ -95,8 +76,8 @@ impl Executor for HelmRunner {
                 )
             }
         };
-        let policy = self.config.policy.current();
-        let rules = policy.tenant(&spec.tenant).operations;
+        let policy = context.policy();
+        let rules = policy.tenant(&assignment.spec.tenant).operations;
         let mut run = Run {
             helm: &self.config.helm,
             workdir: &workdir,
@@ -106,86 +87,13 @@ impl Executor for HelmRunner {
             report: HelmResult::default(),
         };
         if let Some(cluster_ref) = cluster_of(&inputs) {
-            match cluster::connect(&policy, cluster_ref, self.config.kubernetes) {
-                Ok(client) => run.cluster = Some((cluster_ref.name.clone(), client)),
-                Err((category, message)) => return failed(category, message),
-            }
-            let identified = cluster::identify(&policy, cluster_ref);
-            let written = identified.and_then(|(endpoint, credentials)| {
-                kubeconfig(&workdir, cluster_ref, endpoint, &credentials)
-                    .map_err(|error| (FailureCategory::Infrastructure, error))
-            });
-            match written {
-                Ok(path) => run.kubeconfig = Some(path),
-                Err((category, message)) => return failed(category, message),
+            if let Err((category, message)) =
+                run.connect(policy, cluster_ref, self.config.kubernetes)
+            {
+                return failed(category, message);
             }
         }
-        drop(policy);
-        let done = match &inputs {
-            OperationInputs::HelmTemplate(template) => {
-                run.report.release = template.release.clone();
-                run.report.namespace = template.namespace.clone();
-                run.template(
-                    &rules.helm,
-                    &template.chart,
-                    &template.values,
-                    &template.namespace,
-                )
-                .await
-            }
-            OperationInputs::HelmInstall(release) | OperationInputs::HelmUpgrade(release) => {
-                run.report.release = release.release.clone();
-                run.report.namespace = release.namespace.clone();
-                let verb = if spec.operation == Operation::HelmInstall {
-                    "install"
-                } else {
-                    "upgrade"
-                };
-                run.deploy(verb, &rules, release).await
-            }
-            OperationInputs::HelmRollback(rollback) => {
-                run.report.release = rollback.release.clone();
-                run.report.namespace = rollback.namespace.clone();
-                let revision = rollback.revision.to_string();
-                let args = ["rollback", &rollback.release, &revision, "--wait"];
-                // What it goes back to, and what it replaces.
-                let checked = async {
-                    run.check_release(&rollback.namespace, Some(rollback.revision), &rules)
-                        .await?;
-                    run.check_release(&rollback.namespace, None, &rules).await
-                };
-                match checked.await {
-                    Ok(()) => run.act(&args, &rollback.namespace, true).await,
-                    Err(failure) => Err(failure),
-                }
-            }
-            OperationInputs::HelmUninstall(release) => {
-                run.report.release = release.release.clone();
-                run.report.namespace = release.namespace.clone();
-                match run.check_release(&release.namespace, None, &rules).await {
-                    Ok(()) => run
-                        .act(&["uninstall", &release.release], &release.namespace, false)
-                        .await
-                        .map(|_| {
-                            run.report.status = Some("uninstalled".into());
-                            format!("release `{}` uninstalled", release.release)
-                        }),
-                    Err(failure) => Err(failure),
-                }
-            }
-            OperationInputs::HelmTest(release) => {
-                run.report.release = release.release.clone();
-                run.report.namespace = release.namespace.clone();
-                match run.check_release(&release.namespace, None, &rules).await {
-                    Ok(()) => run.test(&release.release, &release.namespace).await,
-                    Err(failure) => Err(failure),
-                }
-            }
-            _ => Err(Failure::new(
-                FailureCategory::Contract,
-                "this operation is not run by the helm runner",
-            )),
-        };
+        let done = run.perform(&inputs, &rules).await;
         let report = serde_json::to_value(&run.report).unwrap_or(Value::Null);
         match done {
             Ok(message) => ExecutionOutcome::succeeded(message, report),
@@ -200,13 +108,12 @@ fn failed(category: FailureCategory, message: impl Into<String>) -> ExecutionOut
     ExecutionOutcome::failed(category, message, None)
 }
 
-fn cluster_of(inputs: &OperationInputs) -> Option<&ClusterRef> {
-    use OperationInputs as I;
+fn cluster_of(inputs: &HelmInputs) -> Option<&ClusterRef> {
     match inputs {
         I::HelmInstall(release) | I::HelmUpgrade(release) => Some(&release.cluster),
         I::HelmRollback(rollback) => Some(&rollback.cluster),
         I::HelmUninstall(release) | I::HelmTest(release) => Some(&release.cluster),
-        _ => None,
+        I::HelmTemplate(_) => None,
     }
 }
 
@@ -267,6 +174,70 @@ struct Run<'a> {
 }
 
 impl Run<'_> {
+    /// A client of the cluster for the runner's own checks, and the
+    /// kubeconfig helm reads.
+    fn connect(
+        &mut self,
+        policy: &crate::policy::OperatorPolicy,
+        cluster_ref: &ClusterRef,
+        settings: cluster::ClientSettings,
+    ) -> Result<(), (FailureCategory, String)> {
+        let client = cluster::connect(policy, cluster_ref, settings)?;
+        self.cluster = Some((cluster_ref.name.clone(), client));
+        let (endpoint, credentials) = cluster::identify(policy, cluster_ref)?;
+        let path = kubeconfig(self.workdir, cluster_ref, endpoint, &credentials)
+            .map_err(|error| (FailureCategory::Infrastructure, error))?;
+        self.kubeconfig = Some(path);
+        Ok(())
+    }
+
+    /// The operation, its release and namespace in the report first.
+    async fn perform(
+        &mut self,
+        inputs: &HelmInputs,
+        rules: &crate::policy::OperationRules,
+    ) -> Result<String, Failure> {
+        let (release, namespace) = match inputs {
+            I::HelmTemplate(template) => (&template.release, &template.namespace),
+            I::HelmInstall(release) | I::HelmUpgrade(release) => {
+                (&release.release, &release.namespace)
+            }
+            I::HelmRollback(rollback) => (&rollback.release, &rollback.namespace),
+            I::HelmUninstall(release) | I::HelmTest(release) => {
+                (&release.release, &release.namespace)
+            }
+        };
+        self.report.release = release.clone();
+        self.report.namespace = namespace.clone();
+        match inputs {
+            I::HelmTemplate(template) => {
+                let (chart, values) = (&template.chart, &template.values);
+                self.template(&rules.helm, chart, values, namespace).await
+            }
+            I::HelmInstall(release) => self.deploy("install", rules, release).await,
+            I::HelmUpgrade(release) => self.deploy("upgrade", rules, release).await,
+            I::HelmRollback(rollback) => {
+                let revision = rollback.revision.to_string();
+                // What it goes back to, and what it replaces.
+                self.check_release(namespace, Some(rollback.revision), rules)
+                    .await?;
+                self.check_release(namespace, None, rules).await?;
+                let args = ["rollback", release, &revision, "--wait"];
+                self.act(&args, namespace, true).await
+            }
+            I::HelmUninstall(_) => {
+                self.check_release(namespace, None, rules).await?;
+                self.act(&["uninstall", release], namespace, false).await?;
+                self.report.status = Some("uninstalled".into());
+                Ok(format!("release `{release}` uninstalled"))
+            }
+            I::HelmTest(_) => {
+                self.check_release(namespace, None, rules).await?;
+                self.test(release, namespace).await
+            }
+        }
+    }
+
     /// helm with the runner's environment: its home, cache, configuration,
     /// data and plugin directories inside the working directory (no plugin
     /// or repository of the host's), the attempt's kubeconfig.
@@ -944,6 +915,7 @@ fn release_objects(release: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contract::Operation;
 
     #[test]
     fn it_runs_exactly_the_catalog_s_helm_operations() {

@@ -10,9 +10,6 @@ pub struct KubernetesConfig {
     /// `EXECPLANE_KUBERNETES_POLL_INTERVAL`: how often `wait` and
     /// `rollout.status` look at their object.
     pub poll_interval: Duration,
-    /// The operator's policy: the cluster catalogue and the tenant's
-    /// clusters, namespaces and scope, checked again here before each call.
-    pub policy: crate::policy::SharedPolicy,
 }
 
 impl Default for KubernetesConfig {
@@ -20,7 +17,6 @@ impl Default for KubernetesConfig {
         Self {
             client: crate::runner::kit::kube::ClientSettings::default(),
             poll_interval: Duration::from_millis(500),
-            policy: crate::policy::SharedPolicy::default(),
         }
     }
 }

@@ -10,14 +10,14 @@ use serde_json::Value;
 
 use super::KubernetesConfig;
 use crate::contract::inputs::{
-    ClusterRef, KubernetesApply, KubernetesDelete, KubernetesObject, KubernetesPatch,
-    KubernetesWait, ObjectRef, OperationInputs, PatchType,
+    ClusterRef, KubernetesApply, KubernetesDelete, KubernetesInputs as I, KubernetesInputs,
+    KubernetesObject, KubernetesPatch, KubernetesWait, ObjectRef, PatchType,
 };
 use crate::contract::results::{
     ConditionObservation, KubernetesEvent, KubernetesObjectResult, KubernetesResult,
     KubernetesWaitEvidence,
 };
-use crate::contract::{FailureCategory, Operation, RunnerType};
+use crate::contract::{FailureCategory, RunnerType};
 use crate::policy::OperationRules;
 use crate::runner::kit::kube::judge::{self, Observation, Rollout, WantedCondition};
 use crate::runner::kit::kube::{self as cluster, Kinds};
@@ -55,41 +55,25 @@ impl KubernetesRunner {
 }
 
 impl Executor for KubernetesRunner {
+    type Inputs = KubernetesInputs;
+
     fn runner_type(&self) -> RunnerType {
         RunnerType::Kubernetes
-    }
-
-    fn operations(&self) -> Vec<Operation> {
-        Operation::implemented_by(RunnerType::Kubernetes).collect()
     }
 
     fn capabilities(&self) -> Vec<String> {
         vec!["kubernetes".into(), "server-side-apply".into()]
     }
 
-    async fn execute(&self, assignment: Assignment, context: ExecutionContext) -> ExecutionOutcome {
-        let spec = &assignment.spec;
-        let inputs = match OperationInputs::parse(spec.operation, &spec.inputs) {
-            Ok(inputs) => inputs,
-            Err((path, message)) => {
-                return Failure::contract(format!("inputs.{path}: {message}")).outcome(None)
-            }
-        };
-        // Every name that becomes part of a request path, checked again.
-        if let Some(problem) = crate::contract::kube_names::problems_of(&inputs).first() {
-            return Failure::contract(format!("{}: {}", problem.path, problem.message))
-                .outcome(None);
-        }
-        // The contract's own gate, checked again before any call.
-        if let Some(problem) = crate::contract::flag_problems(spec).first() {
-            return Failure::policy(format!("{}: {}", problem.path, problem.message)).outcome(None);
-        }
-        let Some(cluster_ref) = cluster_of(&inputs) else {
-            return Failure::contract("this operation is not run by the kubernetes runner")
-                .outcome(None);
-        };
-        let policy = self.config.policy.current();
-        let client = match cluster::connect(&policy, cluster_ref, self.config.client) {
+    async fn execute(
+        &self,
+        assignment: Assignment,
+        inputs: KubernetesInputs,
+        context: ExecutionContext,
+    ) -> ExecutionOutcome {
+        let cluster_ref = cluster_of(&inputs);
+        let policy = context.policy();
+        let client = match cluster::connect(policy, cluster_ref, self.config.client) {
             Ok(client) => client,
             Err((category, message)) => return Failure::new(category, message).outcome(None),
         };
@@ -97,7 +81,7 @@ impl Executor for KubernetesRunner {
             cluster: cluster_ref.name.clone(),
             client,
             kinds: Kinds::default(),
-            rules: policy.tenant(&spec.tenant).operations,
+            rules: policy.tenant(&assignment.spec.tenant).operations,
             context: &context,
             poll_interval: self.config.poll_interval,
             report: KubernetesResult {
@@ -105,17 +89,13 @@ impl Executor for KubernetesRunner {
                 ..KubernetesResult::default()
             },
         };
-        drop(policy);
         let done = match &inputs {
-            OperationInputs::KubernetesManifestApply(apply) => session.apply(apply).await,
-            OperationInputs::KubernetesManifestDelete(delete) => session.delete(delete).await,
-            OperationInputs::KubernetesWait(wait) => session.wait(wait).await,
-            OperationInputs::KubernetesRolloutStatus(object) => session.rollout(object).await,
-            OperationInputs::KubernetesResourcePatch(patch) => session.patch(patch).await,
-            OperationInputs::KubernetesResourceRead(object) => session.read(object).await,
-            _ => Err(Failure::contract(
-                "this operation is not run by the kubernetes runner",
-            )),
+            I::KubernetesManifestApply(apply) => session.apply(apply).await,
+            I::KubernetesManifestDelete(delete) => session.delete(delete).await,
+            I::KubernetesWait(wait) => session.wait(wait).await,
+            I::KubernetesRolloutStatus(object) => session.rollout(object).await,
+            I::KubernetesResourcePatch(patch) => session.patch(patch).await,
+            I::KubernetesResourceRead(object) => session.read(object).await,
         };
         session.snapshot_events().await;
         let report = serde_json::to_value(&session.report).ok();
@@ -126,16 +106,14 @@ impl Executor for KubernetesRunner {
     }
 }
 
-fn cluster_of(inputs: &OperationInputs) -> Option<&ClusterRef> {
-    use OperationInputs as I;
-    Some(match inputs {
+fn cluster_of(inputs: &KubernetesInputs) -> &ClusterRef {
+    match inputs {
         I::KubernetesManifestApply(apply) => &apply.cluster,
         I::KubernetesManifestDelete(delete) => &delete.cluster,
         I::KubernetesWait(wait) => &wait.cluster,
         I::KubernetesRolloutStatus(object) | I::KubernetesResourceRead(object) => &object.cluster,
         I::KubernetesResourcePatch(patch) => &patch.cluster,
-        _ => return None,
-    })
+    }
 }
 
 /// Why an operation failed: its category and what happened.

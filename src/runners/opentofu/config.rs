@@ -12,8 +12,6 @@ pub struct TofuConfig {
     /// `EXECPLANE_TOFU_STATE_DIR`: where the `local` backend's states live,
     /// one directory per tenant and module.
     pub state_dir: PathBuf,
-    /// The operator's policy, checked again before the CLI runs.
-    pub policy: crate::policy::SharedPolicy,
 }
 
 impl Default for TofuConfig {
@@ -22,7 +20,6 @@ impl Default for TofuConfig {
             cli: PathBuf::from("/usr/local/bin/tofu"),
             provider_mirror: None,
             state_dir: PathBuf::from("/var/lib/execplane/opentofu-state"),
-            policy: crate::policy::SharedPolicy::default(),
         }
     }
 }

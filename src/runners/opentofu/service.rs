@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 use super::TofuConfig;
 use crate::artifacts::inputs::InputRef;
 use crate::artifacts::ArtifactStorage;
-use crate::contract::inputs::{OperationInputs, TofuModule};
+use crate::contract::inputs::{TofuInputs, TofuInputs as I, TofuModule};
 use crate::contract::results::{
     TofuChange, TofuOutput, TofuPlan, TofuResource, TofuResult, TofuStateVersion,
 };
@@ -53,12 +53,10 @@ impl TofuRunner {
 }
 
 impl Executor for TofuRunner {
+    type Inputs = TofuInputs;
+
     fn runner_type(&self) -> RunnerType {
         RunnerType::Opentofu
-    }
-
-    fn operations(&self) -> Vec<Operation> {
-        Operation::implemented_by(RunnerType::Opentofu).collect()
     }
 
     async fn preflight(&self) -> Result<(), String> {
@@ -74,46 +72,19 @@ impl Executor for TofuRunner {
         vec!["opentofu".into()]
     }
 
-    async fn execute(&self, assignment: Assignment, context: ExecutionContext) -> ExecutionOutcome {
+    async fn execute(
+        &self,
+        assignment: Assignment,
+        inputs: TofuInputs,
+        context: ExecutionContext,
+    ) -> ExecutionOutcome {
         let spec = &assignment.spec;
-        let inputs = match OperationInputs::parse(spec.operation, &spec.inputs) {
-            Ok(inputs) => inputs,
-            Err((path, message)) => {
-                return failed(
-                    FailureCategory::Contract,
-                    format!("inputs.{path}: {message}"),
-                )
-            }
-        };
-        // The contract's gates first, checked again here: an apply of a
-        // plan other than the approved one, or a destroy that is not
-        // elevated, never gets as far as fetching anything. (The operator's
-        // policy was checked by the runner SDK before secrets were
-        // resolved.)
-        if let Some(problem) = crate::contract::flag_problems(spec).first() {
-            return failed(
-                FailureCategory::Policy,
-                format!("{}: {}", problem.path, problem.message),
-            );
-        }
-        if let Some(problem) = tofu_inputs::problems_of(&inputs).first() {
-            return failed(
-                FailureCategory::Contract,
-                format!("{}: {}", problem.path, problem.message),
-            );
-        }
         let (module, plan_artifact) = match &inputs {
-            OperationInputs::OpentofuPlan(module)
-            | OperationInputs::OpentofuDestroy(module)
-            | OperationInputs::OpentofuOutput(module)
-            | OperationInputs::OpentofuStateInspect(module) => (module, None),
-            OperationInputs::OpentofuApply(apply) => (&apply.module, apply.plan_artifact.as_ref()),
-            _ => {
-                return failed(
-                    FailureCategory::Contract,
-                    "this operation is not run by the opentofu runner",
-                )
-            }
+            I::OpentofuPlan(module)
+            | I::OpentofuDestroy(module)
+            | I::OpentofuOutput(module)
+            | I::OpentofuStateInspect(module) => (module, None),
+            I::OpentofuApply(apply) => (&apply.module, apply.plan_artifact.as_ref()),
         };
         let plan_artifact = match plan_artifact.map(|text| InputRef::parse(text)).transpose() {
             Ok(reference) => reference,
@@ -124,27 +95,9 @@ impl Executor for TofuRunner {
                 )
             }
         };
-        let workdir = match Workdir::for_tools(context.tools()) {
-            Ok(workdir) => workdir,
-            Err(error) => {
-                return failed(
-                    FailureCategory::Infrastructure,
-                    format!("no working directory for the CLI: {error}"),
-                )
-            }
-        };
-        // Sandboxed, the CLI's /tmp is its own and its path short.
-        let sockets = match context.tools().sandbox.enabled {
-            true => None,
-            false => match socket_dir() {
-                Ok(sockets) => Some(sockets),
-                Err(error) => {
-                    return failed(
-                        FailureCategory::Infrastructure,
-                        format!("no temporary directory for the CLI: {error}"),
-                    )
-                }
-            },
+        let (workdir, sockets) = match directories(&context) {
+            Ok(directories) => directories,
+            Err(refused) => return refused,
         };
         let mut run = Run {
             config: &self.config,
@@ -169,14 +122,16 @@ impl Executor for TofuRunner {
                     .await?;
             }
             run.prepare(&spec.tenant, module, spec.operation).await?;
-            match spec.operation {
-                Operation::OpentofuPlan => run.plan(&spec.tenant, module).await,
-                Operation::OpentofuApply => {
+            match &inputs {
+                I::OpentofuPlan(_) => run.plan(&spec.tenant, module).await,
+                I::OpentofuApply(_) => {
                     run.apply(plan_artifact.as_ref(), spec.policy.elevated)
                         .await
                 }
-                Operation::OpentofuDestroy => run.destroy().await,
-                _ => run.inspect(spec.operation).await,
+                I::OpentofuDestroy(_) => run.destroy().await,
+                I::OpentofuOutput(_) | I::OpentofuStateInspect(_) => {
+                    run.inspect(spec.operation).await
+                }
             }
         }
         .await;
@@ -188,6 +143,27 @@ impl Executor for TofuRunner {
             }
         }
     }
+}
+
+/// The attempt's working directory, and (unsandboxed) a directory for the
+/// CLI's sockets; sandboxed, the CLI's /tmp is its own and its path short.
+fn directories(context: &ExecutionContext) -> Result<(Workdir, Option<Workdir>), ExecutionOutcome> {
+    let workdir = Workdir::for_tools(context.tools()).map_err(|error| {
+        failed(
+            FailureCategory::Infrastructure,
+            format!("no working directory for the CLI: {error}"),
+        )
+    })?;
+    if context.tools().sandbox.enabled {
+        return Ok((workdir, None));
+    }
+    let sockets = socket_dir().map_err(|error| {
+        failed(
+            FailureCategory::Infrastructure,
+            format!("no temporary directory for the CLI: {error}"),
+        )
+    })?;
+    Ok((workdir, Some(sockets)))
 }
 
 /// A fresh 0700 directory under [`SOCKET_ROOT`], once the root is checked
@@ -1074,60 +1050,6 @@ mod tests {
         let catalog: Vec<Operation> = Operation::implemented_by(RunnerType::Opentofu).collect();
         assert_eq!(announced, catalog);
         assert_eq!(catalog.len(), 5);
-    }
-
-    /// An apply of another plan than the approved one, or a destroy that
-    /// is not elevated, never reaches the CLI (here one that does not
-    /// exist) nor fetches anything (there is no storage): the policy
-    /// refuses it first. The same JobSpecs are refused at intake; a work
-    /// record produced past the dispatcher meets this check.
-    #[tokio::test]
-    async fn the_gates_refuse_before_anything_is_fetched_or_run() {
-        let runner = TofuRunner::new(TofuConfig {
-            cli: "/nonexistent/tofu".into(),
-            ..TofuConfig::default()
-        });
-        let digest = format!("sha256:{}", "ab".repeat(32));
-        let module = json!({"package": {"name": "m", "version": "1", "digest": digest}});
-        let spec = |operation: &str, policy: Value, inputs: Value| {
-            crate::contract::validate_jobspec(&json!({
-                "command_id": uuid::Uuid::new_v4().to_string(),
-                "job_id": "gates", "tenant": "team-a", "requested_by": "test",
-                "operation": operation, "inputs": inputs, "policy": policy,
-            }))
-            .unwrap()
-        };
-        let mut apply_inputs = module.clone();
-        apply_inputs["plan_artifact"] = json!(digest);
-        let mut other = spec(
-            "opentofu.apply",
-            json!({"approved_plan_digest": digest}),
-            apply_inputs,
-        );
-        other.policy.approved_plan_digest = Some(format!("sha256:{}", "cd".repeat(32)));
-        let mut unelevated = spec("opentofu.destroy", json!({"elevated": true}), module);
-        unelevated.policy.elevated = false;
-        for (spec, expected) in [(other, "not the approved plan"), (unelevated, "elevated")] {
-            let (progress, _progress) = tokio::sync::mpsc::unbounded_channel();
-            let (log, _log) = tokio::sync::mpsc::unbounded_channel();
-            let context =
-                ExecutionContext::new(tokio_util::sync::CancellationToken::new(), progress, log);
-            let assignment = Assignment {
-                attempt_id: uuid::Uuid::new_v4(),
-                job_id: spec.job_id.clone(),
-                attempt_no: 1,
-                lease_epoch: 1,
-                spec,
-            };
-            let outcome = runner.execute(assignment, context).await;
-            assert_eq!(
-                outcome.category,
-                Some(FailureCategory::Policy),
-                "{}",
-                outcome.message
-            );
-            assert!(outcome.message.contains(expected), "{}", outcome.message);
-        }
     }
 
     #[test]

@@ -9,8 +9,6 @@ pub struct SshConfig {
     pub connect_timeout: Duration,
     /// `EXECPLANE_SFTP_CLIENT`: the OpenSSH sftp client (file transfers).
     pub sftp_client: PathBuf,
-    /// The operator's policy: the templates, checked again here.
-    pub policy: crate::policy::SharedPolicy,
 }
 
 impl Default for SshConfig {
@@ -19,7 +17,6 @@ impl Default for SshConfig {
             client: PathBuf::from("/usr/bin/ssh"),
             connect_timeout: Duration::from_secs(10),
             sftp_client: PathBuf::from("/usr/bin/sftp"),
-            policy: crate::policy::SharedPolicy::default(),
         }
     }
 }

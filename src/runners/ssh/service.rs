@@ -6,14 +6,14 @@ use serde_json::Value;
 
 use super::SshConfig;
 use crate::artifacts::inputs::InputRef;
-use crate::contract::inputs::{OperationInputs, Vars};
+use crate::contract::inputs::{SshInputs, SshInputs as I, Vars};
 use crate::contract::results::{
     SshCommandResult, SshFactsNode, SshFactsResult, SshNodeResult, SshServiceNode,
     SshServiceResult, SshTransferNode, SshTransferResult,
 };
-use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType, Target};
+use crate::contract::{FailureCategory, RetentionClass, RunnerType, Target};
 use crate::policy::ssh::{ArgKind, HostKey};
-use crate::policy::{SshTemplate, Sudo};
+use crate::policy::{OperatorPolicy, SshTemplate, Sudo};
 use crate::runner::kit::node::{self, Binding};
 use crate::runner::kit::remote;
 use crate::runner::tool::{self, StopCause, ToolCommand, ToolExit, Workdir};
@@ -45,6 +45,8 @@ impl SshRunner {
 }
 
 impl Executor for SshRunner {
+    type Inputs = SshInputs;
+
     fn runner_type(&self) -> RunnerType {
         RunnerType::Ssh
     }
@@ -57,21 +59,18 @@ impl Executor for SshRunner {
         crate::runner::preflight::on_path("sftp").map(|_| ())
     }
 
-    fn operations(&self) -> Vec<Operation> {
-        Operation::implemented_by(RunnerType::Ssh).collect()
-    }
-
     fn capabilities(&self) -> Vec<String> {
         vec!["ssh".into(), "sftp".into()]
     }
 
-    async fn execute(&self, assignment: Assignment, context: ExecutionContext) -> ExecutionOutcome {
+    async fn execute(
+        &self,
+        assignment: Assignment,
+        inputs: SshInputs,
+        context: ExecutionContext,
+    ) -> ExecutionOutcome {
         let spec = &assignment.spec;
-        let inputs = match OperationInputs::parse(spec.operation, &spec.inputs) {
-            Ok(inputs) => inputs,
-            Err((path, message)) => return refuse(format!("inputs.{path}: {message}")),
-        };
-        let plan = match self.plan(spec.operation, &inputs, &spec.targets) {
+        let plan = match Self::plan(context.policy(), &inputs, &spec.targets) {
             Ok(plan) => plan,
             Err(refusal) => return refusal,
         };
@@ -167,23 +166,19 @@ struct Session<'a> {
 impl SshRunner {
     /// The template, its argument vector, the login and every node's host
     /// key: a JobSpec that lacks one is refused before any connection is
-    /// made.
+    /// made. The template is the one the SDK checked the inputs against.
     fn plan(
-        &self,
-        operation: Operation,
-        inputs: &OperationInputs,
+        policy: &OperatorPolicy,
+        inputs: &SshInputs,
         targets: &[Target],
     ) -> Result<Plan, ExecutionOutcome> {
-        use OperationInputs as I;
         let (template_id, user, private_key) = match inputs {
             I::SshCommandRun(c) => (&c.template_id, &c.user, &c.private_key),
             I::SshFileUpload(u) => (&u.template_id, &u.user, &u.private_key),
             I::SshFileDownload(d) => (&d.template_id, &d.user, &d.private_key),
             I::SshServiceRestart(r) => (&r.template_id, &r.user, &r.private_key),
             I::SshSystemFactCollect(f) => (&f.template_id, &f.user, &f.private_key),
-            _ => return Err(refuse("this operation is not run by the ssh runner")),
         };
-        let policy = self.config.policy.current();
         let Some(template) = policy.ssh_template(template_id) else {
             return Err(ExecutionOutcome::failed(
                 FailureCategory::Policy,
@@ -193,16 +188,6 @@ impl SshRunner {
                 None,
             ));
         };
-        if template.operation != operation.as_str() {
-            return Err(ExecutionOutcome::failed(
-                FailureCategory::Policy,
-                format!(
-                    "inputs.template_id: `{template_id}` serves {}, not {operation}",
-                    template.operation
-                ),
-                None,
-            ));
-        }
         let (argv, sudo_as, work) = work(template, inputs)?;
         let (user, private_key) =
             node::login(user.as_deref(), private_key.as_ref()).map_err(refuse)?;
@@ -918,50 +903,33 @@ impl Report {
 }
 
 /// What the operation does with the template: its argument vector (sudo
-/// first when the template says so), the sudo user, and the work. Every
-/// value is checked against the template's type here, where it becomes a
-/// word, although the runner SDK checked it already.
+/// first when the template says so), the sudo user, and the work. The
+/// values were checked against the template's types by the runner SDK
+/// (`docs/POLICY.md`); what is checked here is the runner's own: a field
+/// is a template argument of the type the operation needs, a mode is a
+/// plain one, a fact one this runner collects.
 fn work(
     template: &SshTemplate,
-    inputs: &OperationInputs,
+    inputs: &SshInputs,
 ) -> Result<(Vec<String>, Option<String>, Work), ExecutionOutcome> {
-    use OperationInputs as I;
     let policy = |message: String| ExecutionOutcome::failed(FailureCategory::Policy, message, None);
-    let check = |values: &Vars| {
-        let problems = template.check_args(values);
-        if problems.is_empty() {
-            Ok(())
-        } else {
-            Err(policy(format!("inputs: {}", problems.join("; "))))
-        }
-    };
     let one = |name: &str, value: &str| Vars::from([(name.to_owned(), Value::from(value))]);
     // A transfer's or service's field is the template's argument of its name.
-    let field = |name: &str, kind: ArgKind, value: &str| {
+    let field = |name: &str, kind: ArgKind| {
         match template.arg(name) {
-            Some(spec) if spec.kind == kind => {}
-            _ => {
-                return Err(policy(format!(
-                    "inputs.template_id: the template declares no `{name}` argument of type {kind:?} for inputs.{name}",
-                )))
-            }
-        }
-        check(&one(name, value))
+        Some(spec) if spec.kind == kind => Ok(()),
+        _ => Err(policy(format!(
+            "inputs.template_id: the template declares no `{name}` argument of type {kind:?} for inputs.{name}",
+        ))),
+    }
     };
     Ok(match inputs {
         I::SshCommandRun(command) => {
-            check(&command.args)?;
-            if command.sudo && template.sudo == Sudo::None {
-                return Err(policy(format!(
-                    "inputs.sudo: template `{}` does not run through sudo",
-                    command.template_id
-                )));
-            }
             let (argv, sudo_as) = argv(template, &template.fixed_args, &command.args);
             (argv, sudo_as, Work::Command)
         }
         I::SshFileUpload(upload) => {
-            field("destination", ArgKind::Path, &upload.destination)?;
+            field("destination", ArgKind::Path)?;
             let source = InputRef::parse(&upload.source_artifact)
                 .map_err(|message| refuse(format!("inputs.source_artifact: {message}")))?;
             let mode = match upload.mode.as_deref() {
@@ -978,13 +946,13 @@ fn work(
             (argv, sudo_as, Work::Upload { source, path, mode })
         }
         I::SshFileDownload(download) => {
-            field("path", ArgKind::Path, &download.path)?;
+            field("path", ArgKind::Path)?;
             let (argv, sudo_as) = argv(template, &template.fixed_args, &Vars::new());
             let path = download.path.clone();
             (argv, sudo_as, Work::Download { path })
         }
         I::SshServiceRestart(restart) => {
-            field("service", ArgKind::Enum, &restart.service)?;
+            field("service", ArgKind::Enum)?;
             if template.status_args.is_empty() {
                 return Err(policy(format!(
                     "inputs.template_id: template `{}` has no `status_args`: a restart reports the service's status",
@@ -1021,16 +989,11 @@ fn work(
                         FACTS.join(", ")
                     )));
                 }
-                if let Some(spec) = declared {
-                    spec.check(&Value::from(fact.as_str()))
-                        .map_err(|problem| policy(format!("inputs.facts: {problem}")))?;
-                }
             }
             let uname = ["-s", "-n", "-r", "-m"].map(str::to_owned);
             let (argv, sudo_as) = argv(template, &uname, &Vars::new());
             (argv, sudo_as, Work::Facts { wanted })
         }
-        _ => return Err(refuse("this operation is not run by the ssh runner")),
     })
 }
 

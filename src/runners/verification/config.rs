@@ -20,8 +20,6 @@ pub struct VerificationConfig {
     /// `EXECPLANE_VERIFY_PROBE_DIR`: an allowlisted custom probe id that is
     /// not built in runs `<dir>/<id>` as a tool process.
     pub probe_dir: Option<std::path::PathBuf>,
-    /// The operator's policy: where each tenant's probes may connect.
-    pub policy: crate::policy::SharedPolicy,
     /// How the Kubernetes probes talk to a cluster (the kubernetes
     /// runner's settings).
     pub kubernetes: crate::runner::kit::kube::ClientSettings,
@@ -38,7 +36,6 @@ impl Default for VerificationConfig {
             max_timeout: Duration::from_secs(60),
             max_body_bytes: 1024 * 1024,
             probe_dir: None,
-            policy: crate::policy::SharedPolicy::default(),
             kubernetes: crate::runner::kit::kube::ClientSettings::default(),
         }
     }

@@ -2,8 +2,8 @@ use std::time::Duration;
 
 use super::probes::{self, Bounds, Sample};
 use super::VerificationConfig;
-use crate::contract::inputs::OperationInputs;
-use crate::contract::{FailureCategory, Operation, RunnerType};
+use crate::contract::inputs::{VerifyInputs, VerifyInputs as I};
+use crate::contract::{FailureCategory, RunnerType};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
 
 /// Redirects an HTTP probe follows, each hop checked against the policy.
@@ -43,12 +43,10 @@ impl VerificationRunner {
 }
 
 impl Executor for VerificationRunner {
+    type Inputs = VerifyInputs;
+
     fn runner_type(&self) -> RunnerType {
         RunnerType::Verification
-    }
-
-    fn operations(&self) -> Vec<Operation> {
-        Operation::implemented_by(RunnerType::Verification).collect()
     }
 
     fn capabilities(&self) -> Vec<String> {
@@ -61,8 +59,14 @@ impl Executor for VerificationRunner {
         ]
     }
 
-    async fn execute(&self, assignment: Assignment, context: ExecutionContext) -> ExecutionOutcome {
-        let mut prepared = match self.prepare(&assignment.spec) {
+    async fn execute(
+        &self,
+        assignment: Assignment,
+        inputs: VerifyInputs,
+        context: ExecutionContext,
+    ) -> ExecutionOutcome {
+        let prepared = self.prepare(&assignment.spec.tenant, inputs, context.policy());
+        let mut prepared = match prepared {
             Ok(prepared) => prepared,
             Err(refusal) => return refusal,
         };
@@ -111,7 +115,7 @@ impl Executor for VerificationRunner {
 
 /// What one execution needs before its first sample.
 struct Prepared {
-    inputs: OperationInputs,
+    inputs: VerifyInputs,
     bounds: Bounds,
     http: reqwest::Client,
     /// The input artifacts a probe program reads (removed when done).
@@ -122,19 +126,16 @@ struct Prepared {
 }
 
 impl VerificationRunner {
-    /// Parses the inputs and checks the allowlist and the operator's policy
-    /// (again: the dispatcher checked at intake, the file may have changed
-    /// since); the failure to report otherwise.
-    fn prepare(&self, spec: &crate::contract::JobSpec) -> Result<Prepared, ExecutionOutcome> {
-        let inputs =
-            OperationInputs::parse(spec.operation, &spec.inputs).map_err(|(path, message)| {
-                ExecutionOutcome::failed(
-                    FailureCategory::Contract,
-                    format!("inputs.{path}: {message}"),
-                    None,
-                )
-            })?;
-        if let OperationInputs::VerifyCustomProbe(probe) = &inputs {
+    /// Checks the probe against this runner's allowlist and makes what the
+    /// samples need: the tenant's bounds, an HTTP client, a cluster client
+    /// (the SDK checked the rest, against the policy handed here).
+    fn prepare(
+        &self,
+        tenant: &str,
+        inputs: VerifyInputs,
+        policy: &crate::policy::OperatorPolicy,
+    ) -> Result<Prepared, ExecutionOutcome> {
+        if let I::VerifyCustomProbe(probe) = &inputs {
             if !self.config.allowed_probes.contains(&probe.probe_id) {
                 let allowed: Vec<&str> = self
                     .config
@@ -156,26 +157,22 @@ impl VerificationRunner {
         // The runner SDK checked the whole JobSpec against the operator's
         // policy before this executor was called; what is left is where
         // each connection may go, checked on every one of them.
-        let policy = self.config.policy.current();
         let bounds = Bounds {
-            destinations: policy.tenant(&spec.tenant).destinations,
+            destinations: policy.tenant(tenant).destinations,
             max_body_bytes: self.config.max_body_bytes,
         };
         let http = self
-            .client(&spec.tenant, &bounds)
+            .client(tenant, &bounds)
             .map_err(|error| ExecutionOutcome::failed(FailureCategory::RunnerError, error, None))?;
         let refuse =
             |message: String| ExecutionOutcome::failed(FailureCategory::Contract, message, None);
-        if let Some(problem) = crate::contract::kube_names::problems_of(&inputs).first() {
-            return Err(refuse(format!("{}: {}", problem.path, problem.message)));
-        }
         let cluster_ref = match &inputs {
-            OperationInputs::VerifyKubernetesCondition(condition) => {
+            I::VerifyKubernetesCondition(condition) => {
                 crate::runner::kit::kube::judge::WantedCondition::parse(&condition.condition)
                     .map_err(|problem| refuse(format!("inputs.condition: {problem}")))?;
                 Some(&condition.cluster)
             }
-            OperationInputs::VerifyResourceCapability(capability) => {
+            I::VerifyResourceCapability(capability) => {
                 super::cluster::kind_of(&capability.resource)
                     .map_err(|problem| refuse(format!("inputs.resource: {problem}")))?;
                 Some(&capability.cluster)
@@ -185,11 +182,11 @@ impl VerificationRunner {
         let cluster = match cluster_ref {
             Some(cluster_ref) => {
                 let client =
-                    crate::runner::kit::kube::connect(&policy, cluster_ref, self.config.kubernetes)
+                    crate::runner::kit::kube::connect(policy, cluster_ref, self.config.kubernetes)
                         .map_err(|(category, message)| {
                             ExecutionOutcome::failed(category, message, None)
                         })?;
-                Some((client, policy.tenant(&spec.tenant).operations))
+                Some((client, policy.tenant(tenant).operations))
             }
             None => None,
         };
@@ -211,7 +208,7 @@ impl VerificationRunner {
         prepared: &mut Prepared,
         context: &ExecutionContext,
     ) -> Result<(), ExecutionOutcome> {
-        let OperationInputs::VerifyCustomProbe(probe) = &mut prepared.inputs else {
+        let I::VerifyCustomProbe(probe) = &mut prepared.inputs else {
             return Ok(());
         };
         let failed = |category, message: String| ExecutionOutcome::failed(category, message, None);
@@ -264,16 +261,16 @@ impl VerificationRunner {
     ) -> Option<Sample> {
         let bounds = &prepared.bounds;
         Some(match &prepared.inputs {
-            OperationInputs::VerifyHttpEndpoint(http) => {
+            I::VerifyHttpEndpoint(http) => {
                 probes::http(&prepared.http, http, bounds, self.timeout(http.timeout), n).await
             }
-            OperationInputs::VerifyTcpConnect(tcp) => {
+            I::VerifyTcpConnect(tcp) => {
                 probes::tcp(tcp, bounds, self.timeout(tcp.timeout), n).await
             }
-            OperationInputs::VerifyPostgresReady(postgres) => {
+            I::VerifyPostgresReady(postgres) => {
                 probes::postgres(postgres, bounds, self.timeout(None), n).await
             }
-            OperationInputs::VerifyKubernetesCondition(condition) => {
+            I::VerifyKubernetesCondition(condition) => {
                 let (client, rules) = prepared.cluster.as_ref()?;
                 let probe = super::cluster::Probe {
                     client,
@@ -282,7 +279,7 @@ impl VerificationRunner {
                 };
                 probe.condition(condition, n).await
             }
-            OperationInputs::VerifyResourceCapability(capability) => {
+            I::VerifyResourceCapability(capability) => {
                 let (client, rules) = prepared.cluster.as_ref()?;
                 let probe = super::cluster::Probe {
                     client,
@@ -291,13 +288,12 @@ impl VerificationRunner {
                 };
                 probe.capability(capability, n).await
             }
-            OperationInputs::VerifyCustomProbe(probe) => match &self.config.probe_dir {
+            I::VerifyCustomProbe(probe) => match &self.config.probe_dir {
                 Some(dir) if !probes::is_built_in(&probe.probe_id) => {
                     probes::program(dir, probe, context, n, prepared.input_files.as_ref()).await
                 }
                 _ => probes::custom(probe, context, n).await,
             },
-            _ => return None,
         })
     }
 }
@@ -356,6 +352,7 @@ pub(super) fn verdict(operation: &str, samples: Vec<Sample>) -> ExecutionOutcome
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::contract::Operation;
 
     fn sample(reached: bool, passed: bool, refused: bool) -> Sample {
         let mut sample: Sample = serde_json::from_value(serde_json::json!({

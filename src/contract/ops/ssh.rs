@@ -1,0 +1,96 @@
+//! The inputs of the ssh runner's operations, and their union: what the runner
+//! SDK hands that runner's executor.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::contract::inputs::Vars;
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshCommand {
+    /// An allowlisted command template; there is no generic shell.
+    pub template_id: String,
+    #[serde(default)]
+    pub args: Vars,
+    #[serde(default)]
+    pub sudo: bool,
+    /// The account on the nodes (required to connect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// A `{"$secret": ...}` reference to its OpenSSH private key (required
+    /// to connect; a literal is refused by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<Value>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshUpload {
+    pub template_id: String,
+    pub source_artifact: String,
+    pub destination: String,
+    #[serde(default)]
+    pub mode: Option<String>,
+    /// The account on the nodes (required to connect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// A `{"$secret": ...}` reference to its OpenSSH private key (required
+    /// to connect; a literal is refused by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<Value>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshDownload {
+    pub template_id: String,
+    pub path: String,
+    /// The account on the nodes (required to connect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// A `{"$secret": ...}` reference to its OpenSSH private key (required
+    /// to connect; a literal is refused by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<Value>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshServiceRestart {
+    pub template_id: String,
+    pub service: String,
+    /// The account on the nodes (required to connect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// A `{"$secret": ...}` reference to its OpenSSH private key (required
+    /// to connect; a literal is refused by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<Value>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshFacts {
+    pub template_id: String,
+    #[serde(default)]
+    pub facts: Vec<String>,
+    /// The account on the nodes (required to connect).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// A `{"$secret": ...}` reference to its OpenSSH private key (required
+    /// to connect; a literal is refused by name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<Value>,
+}
+
+super::runner_inputs! {
+    /// The inputs of the ssh runner's operations.
+    SshInputs {
+    SshCommandRun(SshCommand),
+    SshFileUpload(SshUpload),
+    SshFileDownload(SshDownload),
+    SshServiceRestart(SshServiceRestart),
+    SshSystemFactCollect(SshFacts),
+    }
+}
