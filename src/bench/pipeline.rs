@@ -170,8 +170,21 @@ pub async fn run(config: &Config, args: &PipelineBenchArgs) -> anyhow::Result<Ex
         &Uuid::new_v4().simple().to_string()[..6]
     );
     let schema = super::ScratchSchema::create(config, format!("execplane_bench_{id}")).await?;
-    let result = drive(config, args, &schema.name, &format!("bench{id}.")).await;
+    let prefix = format!("bench{id}.");
+    let result = drive(config, args, &schema.name, &prefix).await;
     schema.finish(args.keep).await?;
+    if !args.keep {
+        let kafka = KafkaConfig {
+            topic_prefix: prefix,
+            ..config.kafka()
+        };
+        if let Err(error) = crate::kafka::topology::remove_prefixed(&kafka).await {
+            eprintln!(
+                "the bench's topics ({}*) were not deleted: {error}",
+                kafka.topic_prefix
+            );
+        }
+    }
     let report = result?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

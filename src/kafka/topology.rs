@@ -113,6 +113,35 @@ pub async fn check(kafka: &KafkaConfig) -> Result<ApplyReport, KafkaError> {
     apply_or_check(kafka, false).await
 }
 
+/// Deletes every topic under the config's prefix: a scratch topology's
+/// end (the bench's, a test's). A broker keeps files open for every
+/// partition it holds, so scratch topics left behind add up. Refused for
+/// an empty prefix, which would name the platform's own topics. Bounded:
+/// a broker that does not answer within seconds is left as it is.
+pub async fn remove_prefixed(kafka: &KafkaConfig) -> Result<usize, KafkaError> {
+    if kafka.topic_prefix.is_empty() {
+        return Err(KafkaError::Topology(
+            "refusing to delete topics without a prefix".into(),
+        ));
+    }
+    let probe = kafka.assigned_consumer()?;
+    let metadata = probe.fetch_metadata(None, Duration::from_secs(5))?;
+    let names: Vec<&str> = metadata
+        .topics()
+        .iter()
+        .map(|topic| topic.name())
+        .filter(|name| name.starts_with(&kafka.topic_prefix))
+        .collect();
+    if names.is_empty() {
+        return Ok(0);
+    }
+    let options = AdminOptions::new()
+        .operation_timeout(Some(Duration::from_secs(5)))
+        .request_timeout(Some(Duration::from_secs(5)));
+    let deleted = kafka.admin()?.delete_topics(&names, &options).await?;
+    Ok(deleted.iter().filter(|result| result.is_ok()).count())
+}
+
 async fn apply_or_check(kafka: &KafkaConfig, create: bool) -> Result<ApplyReport, KafkaError> {
     let specs = declared()?;
     let admin = kafka.admin()?;

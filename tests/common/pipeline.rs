@@ -632,5 +632,16 @@ impl Drop for Pipeline {
                 let _ = child.wait();
             }
         }
+        // Its topics go with it (the broker holds files open for each), on
+        // a thread of its own: a drop may run inside the test's runtime.
+        let kafka = self.kafka.clone();
+        let _ = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            runtime.block_on(execplane::kafka::topology::remove_prefixed(&kafka))?;
+            anyhow::Ok(())
+        })
+        .join();
     }
 }
