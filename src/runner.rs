@@ -287,6 +287,50 @@ impl ExecutionOutcome {
     }
 }
 
+/// Why an attempt failed, in every runner: the category (which decides
+/// retry and who must act), and a message the requester can act on. The
+/// result gathered until then goes with it as evidence ([`Self::outcome`]).
+#[derive(Debug)]
+pub struct Failure {
+    pub category: FailureCategory,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(category: FailureCategory, message: impl Into<String>) -> Self {
+        Self {
+            category,
+            message: message.into(),
+        }
+    }
+
+    /// The JobSpec asks for what cannot be: the requester's to fix.
+    pub fn contract(message: impl Into<String>) -> Self {
+        Self::new(FailureCategory::Contract, message)
+    }
+
+    /// The operator's policy refuses it.
+    pub fn policy(message: impl Into<String>) -> Self {
+        Self::new(FailureCategory::Policy, message)
+    }
+
+    /// Something of the platform's own is missing or broken.
+    pub fn infrastructure(message: impl Into<String>) -> Self {
+        Self::new(FailureCategory::Infrastructure, message)
+    }
+
+    /// The outcome to report, with the result gathered so far.
+    pub fn outcome(self, result: Option<serde_json::Value>) -> ExecutionOutcome {
+        ExecutionOutcome::failed(self.category, self.message, result)
+    }
+}
+
+impl From<Failure> for ExecutionOutcome {
+    fn from(failure: Failure) -> Self {
+        failure.outcome(None)
+    }
+}
+
 /// A typed runner's one job.
 pub trait Executor: Send + Sync + 'static {
     /// The inputs of its operations. The SDK parses a JobSpec's inputs once,

@@ -11,7 +11,7 @@ use tracing::{info, warn};
 use uuid::Uuid;
 
 use super::fence::{LeaseGuard, Stopping};
-use super::{heartbeat_period, Assignment, ExecutionContext, ExecutionOutcome, Executor};
+use super::{heartbeat_period, Assignment, ExecutionContext, ExecutionOutcome, Executor, Failure};
 use crate::codec::{Codec, Family, LogChunkRecord, LogStream, RunnerEventRecord};
 use crate::contract::{
     topics, FailureCategory, JobSpec, OperationInputs, Problem, ReportBody, RunnerInputs,
@@ -330,7 +330,7 @@ pub(super) async fn run_attempt<E: Executor>(
         Err(refused) => {
             warn!(category = ?refused.category, "inputs refused");
             reporter
-                .send_final(attempt_id, epoch, finished(refused, Vec::new()))
+                .send_final(attempt_id, epoch, finished(refused.into(), Vec::new()))
                 .await;
             return;
         }
@@ -413,17 +413,10 @@ struct Admitted<I> {
 /// it is now (secrets resolved), checked as intake checked them (the
 /// contract's input checks, then its flag gates), and narrowed to the
 /// runner's operations. The failure to report otherwise.
-pub(crate) fn admit<I: RunnerInputs>(
-    spec: &JobSpec,
-    runner: RunnerType,
-) -> Result<I, ExecutionOutcome> {
+pub(crate) fn admit<I: RunnerInputs>(spec: &JobSpec, runner: RunnerType) -> Result<I, Failure> {
     let refused = |category, problems: Vec<Problem>| {
         let problems: Vec<String> = problems.iter().map(Problem::to_string).collect();
-        Err(ExecutionOutcome::failed(
-            category,
-            problems.join("; "),
-            None,
-        ))
+        Err(Failure::new(category, problems.join("; ")))
     };
     let inputs = match OperationInputs::parse(spec.operation, &spec.inputs) {
         Ok(inputs) => inputs,
@@ -450,11 +443,10 @@ pub(crate) fn admit<I: RunnerInputs>(
         return refused(FailureCategory::Policy, problems);
     }
     I::try_from(inputs).map_err(|_| {
-        ExecutionOutcome::failed(
-            FailureCategory::Contract,
-            format!("the {runner} runner does not run {}", spec.operation),
-            None,
-        )
+        Failure::contract(format!(
+            "the {runner} runner does not run {}",
+            spec.operation
+        ))
     })
 }
 
@@ -757,7 +749,7 @@ mod admit_tests {
             let outcome = admit::<TofuInputs>(&spec, RunnerType::Opentofu).unwrap_err();
             assert_eq!(
                 outcome.category,
-                Some(FailureCategory::Policy),
+                FailureCategory::Policy,
                 "{}",
                 outcome.message
             );
@@ -788,12 +780,7 @@ mod admit_tests {
         assert!(admit::<KubernetesInputs>(&read("ok"), RunnerType::Kubernetes).is_ok());
         let bad =
             admit::<KubernetesInputs>(&read("../../secrets"), RunnerType::Kubernetes).unwrap_err();
-        assert_eq!(
-            bad.category,
-            Some(FailureCategory::Contract),
-            "{}",
-            bad.message
-        );
+        assert_eq!(bad.category, FailureCategory::Contract, "{}", bad.message);
         assert!(
             bad.message.contains("inputs.object.name"),
             "{}",
@@ -802,19 +789,14 @@ mod admit_tests {
         let mut unparsed = read("ok");
         unparsed.inputs["object"]["kind"] = json!(7);
         let bad = admit::<KubernetesInputs>(&unparsed, RunnerType::Kubernetes).unwrap_err();
-        assert_eq!(
-            bad.category,
-            Some(FailureCategory::Contract),
-            "{}",
-            bad.message
-        );
+        assert_eq!(bad.category, FailureCategory::Contract, "{}", bad.message);
         assert!(
             bad.message.starts_with("inputs.object.kind"),
             "{}",
             bad.message
         );
         let other = admit::<TofuInputs>(&read("ok"), RunnerType::Opentofu).unwrap_err();
-        assert_eq!(other.category, Some(FailureCategory::Contract));
+        assert_eq!(other.category, FailureCategory::Contract);
         assert_eq!(
             other.message,
             "the opentofu runner does not run kubernetes.resource.read"

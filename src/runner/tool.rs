@@ -457,22 +457,6 @@ pub enum ToolError {
     Sandbox(std::io::Error),
 }
 
-/// Why a tool's run failed the attempt: its category and a message.
-#[derive(Debug)]
-pub struct ToolFailure {
-    pub category: crate::contract::FailureCategory,
-    pub message: String,
-}
-
-impl ToolFailure {
-    pub fn new(category: crate::contract::FailureCategory, message: impl Into<String>) -> Self {
-        Self {
-            category,
-            message: message.into(),
-        }
-    }
-}
-
 /// The most of a failed tool's own words a failure message quotes.
 pub const MAX_DIAGNOSTICS: usize = 2048;
 
@@ -490,21 +474,21 @@ pub async fn run_judged(
     what: &str,
     command: ToolCommand,
     classify: impl FnOnce(&str) -> crate::contract::FailureCategory,
-) -> Result<ToolExit, ToolFailure> {
+) -> Result<ToolExit, super::Failure> {
     use crate::contract::FailureCategory;
     let data_bound = command.stdout_unlogged.then_some(command.capture);
     let exit = run(context, workdir, command).await.map_err(|error| {
-        ToolFailure::new(FailureCategory::Infrastructure, format!("{what}: {error}"))
+        super::Failure::new(FailureCategory::Infrastructure, format!("{what}: {error}"))
     })?;
     match exit.stopped {
         Some(StopCause::Stopped) => {
-            return Err(ToolFailure::new(
+            return Err(super::Failure::new(
                 FailureCategory::Cancelled,
                 format!("{what}: stopped"),
             ))
         }
         Some(StopCause::Deadline) => {
-            return Err(ToolFailure::new(
+            return Err(super::Failure::new(
                 FailureCategory::Timeout,
                 format!("{what}: the attempt's start_to_close passed"),
             ))
@@ -512,14 +496,14 @@ pub async fn run_judged(
         None => {}
     }
     if let Some(limit) = exit.limit {
-        return Err(ToolFailure::new(
+        return Err(super::Failure::new(
             FailureCategory::Policy,
             format!("{what}: {limit}"),
         ));
     }
     if exit.success() {
         if let Some(bound) = data_bound.filter(|bound| exit.stdout.len() >= *bound) {
-            return Err(ToolFailure::new(
+            return Err(super::Failure::new(
                 FailureCategory::RunnerError,
                 format!("{what}: over {} MiB of output", bound / (1024 * 1024)),
             ));
@@ -531,7 +515,7 @@ pub async fn run_judged(
     let code = exit
         .code
         .map_or("no exit code".into(), |code| format!("exit {code}"));
-    Err(ToolFailure::new(
+    Err(super::Failure::new(
         classify(said),
         format!("{what} failed ({code}): {said}"),
     ))

@@ -22,8 +22,8 @@ use kube::discovery::{ApiCapabilities, Scope};
 use serde_yaml::Value as Yaml;
 
 use crate::contract::inputs::ClusterRef;
-use crate::contract::FailureCategory;
 use crate::policy::clusters::ClusterEndpoint;
+use crate::runner::Failure;
 
 /// The largest credential accepted (a kubeconfig with a client certificate
 /// is a few KiB).
@@ -207,10 +207,10 @@ pub(crate) fn connect(
     policy: &crate::policy::OperatorPolicy,
     cluster: &ClusterRef,
     settings: ClientSettings,
-) -> Result<kube::Client, (FailureCategory, String)> {
+) -> Result<kube::Client, Failure> {
     let (endpoint, credentials) = identify(policy, cluster)?;
     client(&cluster.name, endpoint, &credentials, settings)
-        .map_err(|error| (FailureCategory::Infrastructure, error.to_string()))
+        .map_err(|error| Failure::infrastructure(error.to_string()))
 }
 
 /// The catalogue's entry for the JobSpec's `cluster` and its resolved
@@ -218,28 +218,23 @@ pub(crate) fn connect(
 pub(crate) fn identify<'p>(
     policy: &'p crate::policy::OperatorPolicy,
     cluster: &ClusterRef,
-) -> Result<(&'p ClusterEndpoint, Credentials), (FailureCategory, String)> {
+) -> Result<(&'p ClusterEndpoint, Credentials), Failure> {
     let Some(endpoint) = policy.cluster(&cluster.name) else {
-        return Err((
-            FailureCategory::Policy,
-            format!(
-                "inputs.cluster.name: `{}` is not in the operator's clusters",
-                cluster.name
-            ),
-        ));
+        return Err(Failure::policy(format!(
+            "inputs.cluster.name: `{}` is not in the operator's clusters",
+            cluster.name
+        )));
     };
     let credentials = match cluster.credentials.as_str().map(Credentials::parse) {
         Some(Ok(credentials)) => credentials,
         Some(Err(problem)) => {
-            return Err((
-                FailureCategory::Contract,
-                format!("inputs.cluster.credentials: {problem}"),
-            ))
+            return Err(Failure::contract(format!(
+                "inputs.cluster.credentials: {problem}"
+            )))
         }
         None => {
-            return Err((
-                FailureCategory::Contract,
-                "inputs.cluster.credentials: not a resolved {\"$secret\": ...} reference".into(),
+            return Err(Failure::contract(
+                "inputs.cluster.credentials: not a resolved {\"$secret\": ...} reference",
             ))
         }
     };

@@ -21,16 +21,16 @@ pub async fn fetch_and_unpack(
     context: &crate::runner::ExecutionContext,
     reference: &crate::artifacts::inputs::InputRef,
     root: &Path,
-) -> Result<(), crate::runner::tool::ToolFailure> {
+) -> Result<(), crate::runner::Failure> {
     use crate::contract::FailureCategory;
-    use crate::runner::tool::ToolFailure;
+    use crate::runner::Failure;
     // Approved by digest in the tenant's policy (the SDK checked it).
     let archive = context
         .fetch_approved(reference)
         .await
-        .map_err(|error| ToolFailure::new(error.category(), format!("inputs.package: {error}")))?;
+        .map_err(|error| Failure::new(error.category(), format!("inputs.package: {error}")))?;
     unpack(&archive, root).map_err(|problem| {
-        ToolFailure::new(
+        Failure::new(
             FailureCategory::Contract,
             format!("inputs.package: {problem}"),
         )

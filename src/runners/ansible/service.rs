@@ -15,7 +15,7 @@ use crate::policy::ssh::HostKey;
 use crate::runner::kit::node::{self, Binding};
 use crate::runner::kit::package;
 use crate::runner::tool::{self, StopCause, ToolCommand, ToolExit, Workdir};
-use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
+use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor, Failure};
 
 /// The event callback, written into each attempt's working directory.
 const CALLBACK: &str = include_str!("execplane_events.py");
@@ -96,7 +96,7 @@ impl Executor for AnsibleRunner {
         let spec = &assignment.spec;
         let mut plan = match plan(spec.operation, &inputs, &spec.targets) {
             Ok(plan) => plan,
-            Err(refusal) => return refusal,
+            Err(refusal) => return refusal.into(),
         };
         plan.controller = plan.package.as_ref().is_some_and(|package| {
             let digest = package.to_string();
@@ -112,11 +112,15 @@ impl Executor for AnsibleRunner {
         let workdir = match Workdir::for_tools(context.tools()) {
             Ok(workdir) => workdir,
             Err(error) => {
-                return infrastructure(format!("no working directory for ansible: {error}"))
+                return Failure::infrastructure(format!(
+                    "no working directory for ansible: {error}"
+                ))
+                .into()
             }
         };
         match self.run(&plan, &workdir, &context).await {
-            Ok(outcome) | Err(outcome) => outcome,
+            Ok(outcome) => outcome,
+            Err(failure) => failure.into(),
         }
     }
 }
@@ -157,16 +161,12 @@ struct Host {
     groups: Vec<String>,
 }
 
-fn plan(
-    operation: Operation,
-    inputs: &AnsibleInputs,
-    targets: &[Target],
-) -> Result<Plan, ExecutionOutcome> {
+fn plan(operation: Operation, inputs: &AnsibleInputs, targets: &[Target]) -> Result<Plan, Failure> {
     use AnsibleInputs as I;
     let (package, entry, inventory, vars, limit, tags, user, key) = match inputs {
         I::AnsiblePlaybookRun(p) | I::AnsibleCheckModeRun(p) => {
             if !package::is_package_path(&p.playbook) {
-                return Err(refuse(format!(
+                return Err(Failure::contract(format!(
                     "inputs.playbook: `{}` is not a relative path inside the package (no `..`, no absolute path)",
                     p.playbook
                 )));
@@ -184,7 +184,7 @@ fn plan(
         }
         I::AnsibleRoleRun(r) => {
             if !is_role_name(&r.role) {
-                return Err(refuse(format!(
+                return Err(Failure::contract(format!(
                     "inputs.role: `{}` is not a role name",
                     r.role
                 )));
@@ -213,7 +213,7 @@ fn plan(
     };
     let package = package.map(package_ref).transpose()?;
     if matches!(entry, Entry::Playbook(_) | Entry::Role(_)) && package.is_none() {
-        return Err(refuse(
+        return Err(Failure::contract(
             "inputs.package: the package to run from is required",
         ));
     }
@@ -222,14 +222,17 @@ fn plan(
         from_targets: true,
     });
     if inventory.artifact.is_some() == inventory.from_targets {
-        return Err(refuse(
+        return Err(Failure::contract(
             "inputs.inventory: exactly one of `artifact` (an inventory artifact) and `from_targets: true`",
         ));
     }
     check_selection(&vars, limit.as_deref(), &tags)?;
-    let (user, private_key) = node::login(user.as_deref(), key.as_ref()).map_err(refuse)?;
+    let (user, private_key) =
+        node::login(user.as_deref(), key.as_ref()).map_err(Failure::contract)?;
     if targets.is_empty() {
-        return Err(refuse("targets: the nodes to run on are required"));
+        return Err(Failure::contract(
+            "targets: the nodes to run on are required",
+        ));
     }
     let hosts = targets
         .iter()
@@ -254,23 +257,15 @@ fn plan(
 
 /// The JobSpec's variables, `limit` and `tags`: names ansible reads as
 /// such, and none of ansible's own variables.
-fn check_selection(
-    vars: &Vars,
-    limit: Option<&str>,
-    tags: &[String],
-) -> Result<(), ExecutionOutcome> {
+fn check_selection(vars: &Vars, limit: Option<&str>, tags: &[String]) -> Result<(), Failure> {
     for name in vars.keys() {
         if !is_variable_name(name) {
-            return Err(refuse(format!(
+            return Err(Failure::contract(format!(
                 "inputs: `{name}` is not an ansible variable name"
             )));
         }
         if name.starts_with("ansible_") {
-            return Err(ExecutionOutcome::failed(
-                FailureCategory::Policy,
-                format!("inputs: `{name}`: ansible's own variables (connection, become, interpreter) come from the operator's bindings, not the JobSpec"),
-                None,
-            ));
+            return Err(Failure::new(FailureCategory::Policy, format!("inputs: `{name}`: ansible's own variables (connection, become, interpreter) come from the operator's bindings, not the JobSpec")));
         }
     }
     if let Some(limit) = limit {
@@ -281,46 +276,45 @@ fn check_selection(
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || "_.:,*!&-".contains(c));
         if !fine {
-            return Err(refuse(format!(
+            return Err(Failure::contract(format!(
                 "inputs.limit: `{limit}` is not a host pattern (letters, digits, `_.:,*!&-`)"
             )));
         }
     }
     for tag in tags {
         if !is_role_name(tag) {
-            return Err(refuse(format!("inputs.tags: `{tag}` is not a tag")));
+            return Err(Failure::contract(format!(
+                "inputs.tags: `{tag}` is not a tag"
+            )));
         }
     }
     Ok(())
 }
 
 /// The package's digest, as the artifact to fetch.
-fn package_ref(package: &PackageRef) -> Result<InputRef, ExecutionOutcome> {
+fn package_ref(package: &PackageRef) -> Result<InputRef, Failure> {
     let Some(digest) = &package.digest else {
-        return Err(ExecutionOutcome::failed(
-            FailureCategory::Policy,
-            format!(
+        return Err(Failure::new(FailureCategory::Policy, format!(
                 "inputs.package: package `{}` has no digest: only approved packages, by digest, run",
                 package.name
-            ),
-            None,
-        ));
+            )));
     };
-    InputRef::parse(digest).map_err(|message| refuse(format!("inputs.package.digest: {message}")))
+    InputRef::parse(digest)
+        .map_err(|message| Failure::contract(format!("inputs.package.digest: {message}")))
 }
 
 /// A target as an inventory host: its id as the name, its address (else
 /// its id) and `port` attribute (22), its `host_key`, and the groups in its
 /// `groups` attribute (comma-separated).
-fn host(index: usize, target: &Target) -> Result<Host, ExecutionOutcome> {
+fn host(index: usize, target: &Target) -> Result<Host, Failure> {
     let field = format!("targets[{index}]");
     if !is_inventory_name(&target.id) {
-        return Err(refuse(format!(
+        return Err(Failure::contract(format!(
             "{field}.id: `{}` is not an inventory host name (letters, digits, `._-`)",
             target.id
         )));
     }
-    let binding = node::binding(index, target).map_err(refuse)?;
+    let binding = node::binding(index, target).map_err(Failure::contract)?;
     let mut groups = Vec::new();
     if let Some(list) = target.attributes.get("groups") {
         for group in list
@@ -329,7 +323,7 @@ fn host(index: usize, target: &Target) -> Result<Host, ExecutionOutcome> {
             .filter(|group| !group.is_empty())
         {
             if !is_group_name(group) {
-                return Err(refuse(format!(
+                return Err(Failure::contract(format!(
                     "{field}.attributes.groups: `{group}` is not an ansible group name"
                 )));
             }
@@ -359,14 +353,14 @@ struct Layout {
 }
 
 impl AnsibleRunner {
-    /// Fetches, lays out and runs the plan. `Err` is an outcome decided
-    /// before ansible-playbook ran.
+    /// Fetches, lays out and runs the plan. `Err` is a failure before
+    /// anything was learnt of the nodes (no result to report with it).
     async fn run(
         &self,
         plan: &Plan,
         workdir: &Workdir,
         context: &ExecutionContext,
-    ) -> Result<ExecutionOutcome, ExecutionOutcome> {
+    ) -> Result<ExecutionOutcome, Failure> {
         let layout = self.lay_out(plan, workdir, context).await?;
         let mut report = started(plan);
         // An inventory the runner did not write is read by ansible first:
@@ -377,11 +371,7 @@ impl AnsibleRunner {
             report.inventory = Some(read.report);
             // What the inventory asks for is the operator's to allow.
             if let Some(refusal) = read.refusal {
-                return Err(ExecutionOutcome::failed(
-                    FailureCategory::Policy,
-                    refusal,
-                    serde_json::to_value(&report).ok(),
-                ));
+                return Ok(Failure::policy(refusal).outcome(serde_json::to_value(&report).ok()));
             }
         }
         let command = self.playbook_command(plan, &layout, workdir)?;
@@ -394,7 +384,7 @@ impl AnsibleRunner {
         }
         let exit = match exit {
             Ok(exit) => exit,
-            Err(error) => return Ok(infrastructure(error.to_string())),
+            Err(error) => return Ok(Failure::infrastructure(error.to_string()).into()),
         };
         report.exit_code = exit.code;
         if let Entry::Validate = plan.entry {
@@ -436,7 +426,7 @@ impl AnsibleRunner {
         plan: &Plan,
         layout: &Layout,
         workdir: &Workdir,
-    ) -> Result<ToolCommand, ExecutionOutcome> {
+    ) -> Result<ToolCommand, Failure> {
         let playbook = match &plan.entry {
             Entry::Playbook(path) => layout.package.join(path),
             Entry::Role(role) => {
@@ -490,11 +480,11 @@ impl AnsibleRunner {
         plan: &Plan,
         workdir: &Workdir,
         context: &ExecutionContext,
-    ) -> Result<Layout, ExecutionOutcome> {
+    ) -> Result<Layout, Failure> {
         let root = workdir.path();
         let controller = root.join("controller");
         std::fs::create_dir_all(controller.join("home")).map_err(|error| {
-            infrastructure(format!("cannot create the controller directory: {error}"))
+            Failure::infrastructure(format!("cannot create the controller directory: {error}"))
         })?;
         let mut layout = Layout {
             package: root.join("package"),
@@ -505,13 +495,17 @@ impl AnsibleRunner {
             config: controller.join("ansible.cfg"),
             key: workdir
                 .secret_file("identity", &plan.private_key)
-                .map_err(|error| infrastructure(format!("cannot write the key file: {error}")))?,
+                .map_err(|error| {
+                    Failure::infrastructure(format!("cannot write the key file: {error}"))
+                })?,
             vars: workdir
                 .secret_file(
                     "extra_vars.yml",
                     &unsafe_yaml(&Value::Object(plan.vars.clone().into_iter().collect())),
                 )
-                .map_err(|error| infrastructure(format!("cannot write the variables: {error}")))?,
+                .map_err(|error| {
+                    Failure::infrastructure(format!("cannot write the variables: {error}"))
+                })?,
         };
         unpack(plan, &layout, context).await?;
         check_entry(plan, &layout)?;
@@ -528,7 +522,7 @@ impl AnsibleRunner {
         layout: &Layout,
         workdir: &Workdir,
         context: &ExecutionContext,
-    ) -> Result<(), ExecutionOutcome> {
+    ) -> Result<(), Failure> {
         let (mut known_hosts, mut pins) = (String::new(), String::new());
         for host in &plan.hosts {
             let entry = host.binding.known_hosts_entry();
@@ -547,7 +541,7 @@ impl AnsibleRunner {
         let pins_file = write_file(&layout.controller.join("pins"), &pins)?;
         let callbacks = layout.controller.join("callbacks");
         std::fs::create_dir_all(&callbacks).map_err(|error| {
-            infrastructure(format!("cannot create the callback directory: {error}"))
+            Failure::infrastructure(format!("cannot create the callback directory: {error}"))
         })?;
         write_file(&callbacks.join("execplane_events.py"), CALLBACK)?;
         // ansible's ssh client: OpenSSH's, with each command under the
@@ -564,7 +558,9 @@ impl AnsibleRunner {
             &ssh_client,
             std::os::unix::fs::PermissionsExt::from_mode(0o755),
         )
-        .map_err(|error| infrastructure(format!("cannot make the ssh client runnable: {error}")))?;
+        .map_err(|error| {
+            Failure::infrastructure(format!("cannot make the ssh client runnable: {error}"))
+        })?;
         let ssh_args = self.ssh_args(
             &known_hosts_file,
             (!pins.is_empty()).then_some(pins_file.as_path()),
@@ -605,27 +601,17 @@ impl AnsibleRunner {
 
 /// The approved package, unpacked and (unless the operator lets it
 /// run on the controller) checked before ansible reads it.
-async fn unpack(
-    plan: &Plan,
-    layout: &Layout,
-    context: &ExecutionContext,
-) -> Result<(), ExecutionOutcome> {
+async fn unpack(plan: &Plan, layout: &Layout, context: &ExecutionContext) -> Result<(), Failure> {
     if let Some(reference) = &plan.package {
-        package::fetch_and_unpack(context, reference, &layout.package)
-            .await
-            .map_err(|failure| ExecutionOutcome::failed(failure.category, failure.message, None))?;
+        package::fetch_and_unpack(context, reference, &layout.package).await?;
         if !plan.controller {
             if let Some(why) = super::controller::refusal(&layout.package) {
-                return Err(ExecutionOutcome::failed(
-                    FailureCategory::Policy,
-                    format!("inputs.package: {why} (allowed only where the operator's policy gives the package `controller: true`)"),
-                    None,
-                ));
+                return Err(Failure::new(FailureCategory::Policy, format!("inputs.package: {why} (allowed only where the operator's policy gives the package `controller: true`)")));
             }
         }
     } else {
         std::fs::create_dir_all(&layout.package).map_err(|error| {
-            infrastructure(format!("cannot create the package directory: {error}"))
+            Failure::infrastructure(format!("cannot create the package directory: {error}"))
         })?;
     }
     Ok(())
@@ -720,13 +706,13 @@ async fn store_events(
 }
 
 /// The playbook or role the plan names is in the package.
-fn check_entry(plan: &Plan, layout: &Layout) -> Result<(), ExecutionOutcome> {
+fn check_entry(plan: &Plan, layout: &Layout) -> Result<(), Failure> {
     match &plan.entry {
         Entry::Playbook(path) => {
             let file = layout.package.join(path);
             let is_file = std::fs::symlink_metadata(&file).is_ok_and(|meta| meta.is_file());
             if !is_file {
-                return Err(refuse(format!(
+                return Err(Failure::contract(format!(
                     "inputs.playbook: the package has no playbook `{path}`"
                 )));
             }
@@ -734,7 +720,7 @@ fn check_entry(plan: &Plan, layout: &Layout) -> Result<(), ExecutionOutcome> {
         Entry::Role(role) => {
             let dir = layout.package.join("roles").join(role);
             if !std::fs::symlink_metadata(&dir).is_ok_and(|meta| meta.is_dir()) {
-                return Err(refuse(format!(
+                return Err(Failure::contract(format!(
                     "inputs.role: the package has no role `roles/{role}`"
                 )));
             }
@@ -751,23 +737,25 @@ async fn write_inventory(
     layout: &mut Layout,
     workdir: &Workdir,
     context: &ExecutionContext,
-) -> Result<(), ExecutionOutcome> {
+) -> Result<(), Failure> {
     let inventory = match &plan.inventory.artifact {
         Some(reference) => {
-            let reference = InputRef::parse(reference)
-                .map_err(|message| refuse(format!("inputs.inventory.artifact: {message}")))?;
+            let reference = InputRef::parse(reference).map_err(|message| {
+                Failure::contract(format!("inputs.inventory.artifact: {message}"))
+            })?;
             let fetched = workdir
                 .fetch_input(context, &reference)
                 .await
                 .map_err(|error| {
-                    ExecutionOutcome::failed(
+                    Failure::new(
                         error.category(),
                         format!("inputs.inventory.artifact: {error}"),
-                        None,
                     )
                 })?;
             std::fs::read_to_string(&fetched).map_err(|_| {
-                refuse("inputs.inventory.artifact: not a text file (an INI or YAML inventory)")
+                Failure::contract(
+                    "inputs.inventory.artifact: not a text file (an INI or YAML inventory)",
+                )
             })?
         }
         None => generated_inventory(&plan.hosts),
@@ -777,10 +765,9 @@ async fn write_inventory(
     match crate::runner::yaml::document(inventory.as_bytes(), MAX_INVENTORY_EXPANDED) {
         Ok(read) if read.is_object() => layout.inventory = layout.controller.join("inventory.yml"),
         Err(error) if error.too_large => {
-            return Err(ExecutionOutcome::failed(
+            return Err(Failure::new(
                 FailureCategory::Contract,
                 format!("inputs.inventory: {error}"),
-                None,
             ))
         }
         _ => {}
@@ -900,7 +887,7 @@ impl AnsibleRunner {
         layout: &Layout,
         workdir: &Workdir,
         context: &ExecutionContext,
-    ) -> Result<ReadInventory, ExecutionOutcome> {
+    ) -> Result<ReadInventory, Failure> {
         let command = self
             .ansible_command("ansible-inventory", layout, workdir)
             // Reading an inventory (yaml and ini only) needs no network.
@@ -912,16 +899,13 @@ impl AnsibleRunner {
             ]);
         let exit = tool::run(context, workdir, command)
             .await
-            .map_err(|error| infrastructure(error.to_string()))?;
+            .map_err(|error| Failure::infrastructure(error.to_string()))?;
         if let Some(cause) = exit.stopped {
             return Err(match cause {
-                StopCause::Stopped => {
-                    ExecutionOutcome::failed(FailureCategory::Cancelled, "stopped", None)
-                }
-                StopCause::Deadline => ExecutionOutcome::failed(
+                StopCause::Stopped => Failure::new(FailureCategory::Cancelled, "stopped"),
+                StopCause::Deadline => Failure::new(
                     FailureCategory::Timeout,
                     "stopped at the start-to-close deadline",
-                    None,
                 ),
             });
         }
@@ -929,19 +913,17 @@ impl AnsibleRunner {
             let said = one_line(&String::from_utf8_lossy(&exit.stderr));
             let message = format!("inputs.inventory: ansible cannot read the inventory: {said}");
             return Err(match plan.entry {
-                Entry::Validate => {
-                    ExecutionOutcome::failed(FailureCategory::VerificationFailed, message, None)
-                }
-                _ => refuse(message),
+                Entry::Validate => Failure::new(FailureCategory::VerificationFailed, message),
+                _ => Failure::contract(message),
             });
         }
         if exit.stdout.len() >= MAX_INVENTORY_JSON {
-            return Err(refuse(format!(
+            return Err(Failure::contract(format!(
                 "inputs.inventory: larger than {MAX_INVENTORY_JSON} bytes as ansible lists it"
             )));
         }
         let listed: Value = serde_json::from_slice(&exit.stdout).map_err(|error| {
-            infrastructure(format!("ansible-inventory printed no inventory: {error}"))
+            Failure::infrastructure(format!("ansible-inventory printed no inventory: {error}"))
         })?;
         Ok(check_inventory(&listed, &plan.hosts))
     }
@@ -1314,10 +1296,12 @@ fn loggable(text: &str) -> String {
     crate::contract::limits::loggable(&text.chars().take(128).collect::<String>())
 }
 
-fn write_file(path: &Path, text: &str) -> Result<PathBuf, ExecutionOutcome> {
+fn write_file(path: &Path, text: &str) -> Result<PathBuf, Failure> {
     std::fs::write(path, text)
         .map(|()| path.to_owned())
-        .map_err(|error| infrastructure(format!("cannot write {}: {error}", path.display())))
+        .map_err(|error| {
+            Failure::infrastructure(format!("cannot write {}: {error}", path.display()))
+        })
 }
 
 /// `[A-Za-z_][A-Za-z0-9_]*`: what ansible takes as a variable name.
@@ -1359,14 +1343,6 @@ fn is_inventory_name(text: &str) -> bool {
 fn one_line(text: &str) -> String {
     let joined = text.split_whitespace().collect::<Vec<_>>().join(" ");
     joined.chars().take(MAX_STDERR_QUOTED).collect()
-}
-
-fn infrastructure(message: impl Into<String>) -> ExecutionOutcome {
-    ExecutionOutcome::failed(FailureCategory::Infrastructure, message, None)
-}
-
-fn refuse(message: impl Into<String>) -> ExecutionOutcome {
-    ExecutionOutcome::failed(FailureCategory::Contract, message, None)
 }
 
 #[cfg(test)]

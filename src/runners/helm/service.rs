@@ -10,8 +10,8 @@ use crate::contract::limits::head;
 use crate::contract::results::{HelmObject, HelmResult, HelmTestRun};
 use crate::contract::{FailureCategory, RetentionClass, RunnerType};
 use crate::runner::kit::kube::{self as cluster, judge, Credentials};
-use crate::runner::tool::{self, ToolCommand, ToolExit, ToolFailure as Failure, Workdir};
-use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
+use crate::runner::tool::{self, ToolCommand, ToolExit, Workdir};
+use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor, Failure};
 
 /// The most of helm's output kept to read (a status with its manifest, a
 /// rendered chart).
@@ -70,10 +70,8 @@ impl Executor for HelmRunner {
         let workdir = match Workdir::for_tools(context.tools()) {
             Ok(workdir) => workdir,
             Err(error) => {
-                return failed(
-                    FailureCategory::Infrastructure,
-                    format!("no working directory for helm: {error}"),
-                )
+                return Failure::infrastructure(format!("no working directory for helm: {error}"))
+                    .into()
             }
         };
         let policy = context.policy();
@@ -87,25 +85,17 @@ impl Executor for HelmRunner {
             report: HelmResult::default(),
         };
         if let Some(cluster_ref) = cluster_of(&inputs) {
-            if let Err((category, message)) =
-                run.connect(policy, cluster_ref, self.config.kubernetes)
-            {
-                return failed(category, message);
+            if let Err(failure) = run.connect(policy, cluster_ref, self.config.kubernetes) {
+                return failure.into();
             }
         }
         let done = run.perform(&inputs, &rules).await;
         let report = serde_json::to_value(&run.report).unwrap_or(Value::Null);
         match done {
             Ok(message) => ExecutionOutcome::succeeded(message, report),
-            Err(failure) => {
-                ExecutionOutcome::failed(failure.category, failure.message, Some(report))
-            }
+            Err(failure) => failure.outcome(Some(report)),
         }
     }
-}
-
-fn failed(category: FailureCategory, message: impl Into<String>) -> ExecutionOutcome {
-    ExecutionOutcome::failed(category, message, None)
 }
 
 fn cluster_of(inputs: &HelmInputs) -> Option<&ClusterRef> {
@@ -181,12 +171,12 @@ impl Run<'_> {
         policy: &crate::policy::OperatorPolicy,
         cluster_ref: &ClusterRef,
         settings: cluster::ClientSettings,
-    ) -> Result<(), (FailureCategory, String)> {
+    ) -> Result<(), Failure> {
         let client = cluster::connect(policy, cluster_ref, settings)?;
         self.cluster = Some((cluster_ref.name.clone(), client));
         let (endpoint, credentials) = cluster::identify(policy, cluster_ref)?;
         let path = kubeconfig(self.workdir, cluster_ref, endpoint, &credentials)
-            .map_err(|error| (FailureCategory::Infrastructure, error))?;
+            .map_err(Failure::infrastructure)?;
         self.kubeconfig = Some(path);
         Ok(())
     }

@@ -21,7 +21,7 @@ use crate::contract::{FailureCategory, RunnerType};
 use crate::policy::OperationRules;
 use crate::runner::kit::kube::judge::{self, Observation, Rollout, WantedCondition};
 use crate::runner::kit::kube::{self as cluster, Kinds};
-use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
+use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor, Failure};
 
 /// The largest manifests file an apply reads (YAML aliases can multiply
 /// what a file holds, so the file itself is kept small).
@@ -75,7 +75,7 @@ impl Executor for KubernetesRunner {
         let policy = context.policy();
         let client = match cluster::connect(policy, cluster_ref, self.config.client) {
             Ok(client) => client,
-            Err((category, message)) => return Failure::new(category, message).outcome(None),
+            Err(failure) => return failure.into(),
         };
         let mut session = Session {
             cluster: cluster_ref.name.clone(),
@@ -116,37 +116,6 @@ fn cluster_of(inputs: &KubernetesInputs) -> &ClusterRef {
     }
 }
 
-/// Why an operation failed: its category and what happened.
-#[derive(Debug)]
-struct Failure {
-    category: FailureCategory,
-    message: String,
-    /// The API server's status code, when it answered.
-    code: Option<u16>,
-}
-
-impl Failure {
-    fn new(category: FailureCategory, message: impl Into<String>) -> Self {
-        Self {
-            category,
-            message: message.into(),
-            code: None,
-        }
-    }
-
-    fn contract(message: impl Into<String>) -> Self {
-        Self::new(FailureCategory::Contract, message)
-    }
-
-    fn policy(message: impl Into<String>) -> Self {
-        Self::new(FailureCategory::Policy, message)
-    }
-
-    fn outcome(self, report: Option<Value>) -> ExecutionOutcome {
-        ExecutionOutcome::failed(self.category, self.message, report)
-    }
-}
-
 /// A failed API call as the attempt's failure: the API server's answer
 /// says whose problem it is.
 fn api_failure(what: &str, error: kube::Error) -> Failure {
@@ -166,15 +135,13 @@ fn api_failure(what: &str, error: kube::Error) -> Failure {
             } else {
                 ""
             };
-            let mut failure = Failure::new(
+            Failure::new(
                 category,
                 format!(
                     "{what}: the API server answered {} {}: {message}{hint}",
                     status.code, status.reason
                 ),
-            );
-            failure.code = Some(status.code);
-            failure
+            )
         }
         other => Failure::new(
             FailureCategory::TargetUnreachable,
@@ -516,26 +483,23 @@ impl Session<'_> {
                 continue;
             };
             let what = format!("delete {}", target.label());
-            let answer = bounded(
-                self.context,
-                &what,
-                target.api.delete(&target.name, &params),
-            )
-            .await;
-            match answer {
-                Ok(_) => {
-                    deleted += 1;
-                    self.report
-                        .objects
-                        .push(target.result(Some(&before), "deleted"));
+            let deleting = async {
+                match target.api.delete(&target.name, &params).await {
+                    Ok(_) => Ok(true),
+                    // Gone between the read and the delete: what was asked.
+                    Err(kube::Error::Api(status)) if status.code == 404 => Ok(false),
+                    Err(error) => Err(error),
                 }
-                // Gone between the read and the delete: what was asked.
-                Err(failure) if failure.code == Some(404) => {
-                    self.report
-                        .objects
-                        .push(target.result(Some(&before), "absent"));
-                }
-                Err(failure) => return Err(failure),
+            };
+            if bounded(self.context, &what, deleting).await? {
+                deleted += 1;
+                self.report
+                    .objects
+                    .push(target.result(Some(&before), "deleted"));
+            } else {
+                self.report
+                    .objects
+                    .push(target.result(Some(&before), "absent"));
             }
         }
         let dry = if delete.dry_run {

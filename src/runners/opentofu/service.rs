@@ -15,8 +15,8 @@ use crate::contract::results::{
 use crate::contract::tofu_inputs;
 use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType};
 use crate::runner::kit::package;
-use crate::runner::tool::{self, ToolCommand, ToolExit, ToolFailure as Failure, Workdir};
-use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
+use crate::runner::tool::{self, ToolCommand, ToolExit, Workdir};
+use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor, Failure};
 
 /// The most of the CLI's JSON kept to read (a plan, a state).
 const MAX_CAPTURE: usize = 32 * 1024 * 1024;
@@ -89,15 +89,12 @@ impl Executor for TofuRunner {
         let plan_artifact = match plan_artifact.map(|text| InputRef::parse(text)).transpose() {
             Ok(reference) => reference,
             Err(message) => {
-                return failed(
-                    FailureCategory::Contract,
-                    format!("inputs.plan_artifact: {message}"),
-                )
+                return Failure::contract(format!("inputs.plan_artifact: {message}")).into()
             }
         };
         let (workdir, sockets) = match directories(&context) {
             Ok(directories) => directories,
-            Err(refused) => return refused,
+            Err(failure) => return failure.into(),
         };
         let mut run = Run {
             config: &self.config,
@@ -138,30 +135,22 @@ impl Executor for TofuRunner {
         let report = serde_json::to_value(&run.report).unwrap_or(Value::Null);
         match done {
             Ok(message) => ExecutionOutcome::succeeded(message, report),
-            Err(failure) => {
-                ExecutionOutcome::failed(failure.category, failure.message, Some(report))
-            }
+            Err(failure) => failure.outcome(Some(report)),
         }
     }
 }
 
 /// The attempt's working directory, and (unsandboxed) a directory for the
 /// CLI's sockets; sandboxed, the CLI's /tmp is its own and its path short.
-fn directories(context: &ExecutionContext) -> Result<(Workdir, Option<Workdir>), ExecutionOutcome> {
+fn directories(context: &ExecutionContext) -> Result<(Workdir, Option<Workdir>), Failure> {
     let workdir = Workdir::for_tools(context.tools()).map_err(|error| {
-        failed(
-            FailureCategory::Infrastructure,
-            format!("no working directory for the CLI: {error}"),
-        )
+        Failure::infrastructure(format!("no working directory for the CLI: {error}"))
     })?;
     if context.tools().sandbox.enabled {
         return Ok((workdir, None));
     }
     let sockets = socket_dir().map_err(|error| {
-        failed(
-            FailureCategory::Infrastructure,
-            format!("no temporary directory for the CLI: {error}"),
-        )
+        Failure::infrastructure(format!("no temporary directory for the CLI: {error}"))
     })?;
     Ok((workdir, Some(sockets)))
 }
@@ -183,14 +172,6 @@ fn socket_dir() -> std::io::Result<Workdir> {
         )));
     }
     Ok(workdir)
-}
-
-fn failed(category: FailureCategory, message: impl Into<String>) -> ExecutionOutcome {
-    ExecutionOutcome::failed(category, message, None)
-}
-
-fn infrastructure(message: impl Into<String>) -> Failure {
-    Failure::new(FailureCategory::Infrastructure, message)
 }
 
 /// The `PG*` variables libpq reads, from a connection string (a
@@ -337,8 +318,9 @@ impl Run<'_> {
             }
         }
         let variables = serde_json::to_vec(&module.variables).unwrap_or_default();
-        std::fs::write(self.workdir.path().join("variables.tfvars.json"), variables)
-            .map_err(|error| infrastructure(format!("cannot write the variables: {error}")))?;
+        std::fs::write(self.workdir.path().join("variables.tfvars.json"), variables).map_err(
+            |error| Failure::infrastructure(format!("cannot write the variables: {error}")),
+        )?;
         self.context.progress("tofu init", None);
         self.install_modules(&root).await?;
         // -reconfigure: a `.terraform` the package brought is not the
@@ -394,8 +376,9 @@ impl Run<'_> {
             ),
             None => String::new(),
         };
-        std::fs::write(self.workdir.path().join("cli.tfrc"), text)
-            .map_err(|error| infrastructure(format!("cannot write the CLI configuration: {error}")))
+        std::fs::write(self.workdir.path().join("cli.tfrc"), text).map_err(|error| {
+            Failure::infrastructure(format!("cannot write the CLI configuration: {error}"))
+        })
     }
 
     /// The backend override: the JobSpec's backend (allowed by the
@@ -427,7 +410,7 @@ impl Run<'_> {
                     _ => Err(error),
                 })
                 .map_err(|error| {
-                    infrastructure(format!("cannot create the state directory: {error}"))
+                    Failure::infrastructure(format!("cannot create the state directory: {error}"))
                 })?;
             settings.insert("path".into(), json!(dir.join("terraform.tfstate")));
             settings.insert("workspace_dir".into(), json!(dir.join("workspaces")));
@@ -447,8 +430,9 @@ impl Run<'_> {
             }
         }
         let text = json!({"terraform": {"backend": {kind: settings}}}).to_string();
-        std::fs::write(self.module_dir.join(BACKEND_OVERRIDE), text)
-            .map_err(|error| infrastructure(format!("cannot write the backend override: {error}")))
+        std::fs::write(self.module_dir.join(BACKEND_OVERRIDE), text).map_err(|error| {
+            Failure::infrastructure(format!("cannot write the backend override: {error}"))
+        })
     }
 
     /// The CLI in the module's directory with exactly the runner's
@@ -528,14 +512,14 @@ impl Run<'_> {
             // No module calls, no manifest.
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(error) => {
-                return Err(infrastructure(format!(
+                return Err(Failure::infrastructure(format!(
                     "cannot read the CLI's module manifest: {error}"
                 )))
             }
         };
-        let root = package_root
-            .canonicalize()
-            .map_err(|error| infrastructure(format!("the package's directory: {error}")))?;
+        let root = package_root.canonicalize().map_err(|error| {
+            Failure::infrastructure(format!("the package's directory: {error}"))
+        })?;
         for entry in modules["Modules"].as_array().into_iter().flatten() {
             let key = entry["Key"].as_str().unwrap_or_default();
             if key.is_empty() {
@@ -643,28 +627,32 @@ impl Run<'_> {
         )
         .await?;
         let mut plan = self.show(&plan_path).await?;
-        let bytes = std::fs::read(&plan_path)
-            .map_err(|error| infrastructure(format!("cannot read the saved plan: {error}")))?;
-        let storage = self
-            .context
-            .storage()
-            .ok_or_else(|| infrastructure("this runner has no artifact storage for the plan"))?;
+        let bytes = std::fs::read(&plan_path).map_err(|error| {
+            Failure::infrastructure(format!("cannot read the saved plan: {error}"))
+        })?;
+        let storage = self.context.storage().ok_or_else(|| {
+            Failure::infrastructure("this runner has no artifact storage for the plan")
+        })?;
         let reference = crate::artifacts::inputs::put(storage, &bytes)
             .await
-            .map_err(|error| infrastructure(format!("storing the plan: {error}")))?;
+            .map_err(|error| Failure::infrastructure(format!("storing the plan: {error}")))?;
         // The plan holds the prior state: only this tenant's apply reads it.
         crate::artifacts::inputs::bind(storage, &reference, tenant)
             .await
-            .map_err(|error| infrastructure(format!("storing the plan: {error}")))?;
+            .map_err(|error| Failure::infrastructure(format!("storing the plan: {error}")))?;
         let record = serde_json::to_vec(&provenance(tenant, module)).unwrap_or_default();
         storage
             .put(&provenance_key(&reference), &record)
             .await
-            .map_err(|error| infrastructure(format!("recording the plan's origin: {error}")))?;
+            .map_err(|error| {
+                Failure::infrastructure(format!("recording the plan's origin: {error}"))
+            })?;
         self.context
             .store_output(&plan_path, PLAN_FILE, RetentionClass::Evidence)
             .await
-            .map_err(|error| infrastructure(format!("storing the plan output: {error}")))?;
+            .map_err(|error| {
+                Failure::infrastructure(format!("storing the plan output: {error}"))
+            })?;
         plan.artifact = Some(reference.to_string());
         let message = format!(
             "plan {reference}: {} to add, {} to change, {} to destroy",
@@ -684,10 +672,9 @@ impl Run<'_> {
         tenant: &str,
         module: &TofuModule,
     ) -> Result<(), Failure> {
-        let storage = self
-            .context
-            .storage()
-            .ok_or_else(|| infrastructure("this runner has no artifact storage for the plan"))?;
+        let storage = self.context.storage().ok_or_else(|| {
+            Failure::infrastructure("this runner has no artifact storage for the plan")
+        })?;
         let record = match storage.get(&provenance_key(reference)).await {
             Ok(record) => record,
             Err(crate::artifacts::StorageError::NotFound(_)) => {
@@ -699,7 +686,7 @@ impl Run<'_> {
                 ))
             }
             Err(error) => {
-                return Err(infrastructure(format!(
+                return Err(Failure::infrastructure(format!(
                     "reading the plan's origin: {error}"
                 )))
             }

@@ -17,7 +17,7 @@ use crate::policy::{OperatorPolicy, SshTemplate, Sudo};
 use crate::runner::kit::node::{self, Binding};
 use crate::runner::kit::remote;
 use crate::runner::tool::{self, StopCause, ToolCommand, ToolExit, Workdir};
-use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
+use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor, Failure};
 
 /// Where sudo is on a node.
 const SUDO: &str = "/usr/bin/sudo";
@@ -72,16 +72,15 @@ impl Executor for SshRunner {
         let spec = &assignment.spec;
         let plan = match Self::plan(context.policy(), &inputs, &spec.targets) {
             Ok(plan) => plan,
-            Err(refusal) => return refusal,
+            Err(refusal) => return refusal.into(),
         };
         let workdir = match Workdir::for_tools(context.tools()) {
             Ok(workdir) => workdir,
             Err(error) => {
-                return ExecutionOutcome::failed(
-                    FailureCategory::Infrastructure,
-                    format!("no working directory for the ssh client: {error}"),
-                    None,
-                )
+                return Failure::infrastructure(format!(
+                    "no working directory for the ssh client: {error}"
+                ))
+                .into()
             }
         };
         self.run(plan, &workdir, &context).await
@@ -127,22 +126,6 @@ struct Node {
     binding: Binding,
 }
 
-/// Why one node failed: its category and what happened (the node's id is
-/// added when it becomes the attempt's message).
-struct NodeFailure {
-    category: FailureCategory,
-    message: String,
-}
-
-impl NodeFailure {
-    fn new(category: FailureCategory, message: impl Into<String>) -> Self {
-        Self {
-            category,
-            message: message.into(),
-        }
-    }
-}
-
 /// A remote program that exited: its code and its first output bytes.
 struct Ran {
     code: i32,
@@ -171,7 +154,7 @@ impl SshRunner {
         policy: &OperatorPolicy,
         inputs: &SshInputs,
         targets: &[Target],
-    ) -> Result<Plan, ExecutionOutcome> {
+    ) -> Result<Plan, Failure> {
         let (template_id, user, private_key) = match inputs {
             I::SshCommandRun(c) => (&c.template_id, &c.user, &c.private_key),
             I::SshFileUpload(u) => (&u.template_id, &u.user, &u.private_key),
@@ -180,19 +163,15 @@ impl SshRunner {
             I::SshSystemFactCollect(f) => (&f.template_id, &f.user, &f.private_key),
         };
         let Some(template) = policy.ssh_template(template_id) else {
-            return Err(ExecutionOutcome::failed(
-                FailureCategory::Policy,
-                format!(
-                    "inputs.template_id: `{template_id}` is not in the operator's ssh_templates"
-                ),
-                None,
-            ));
+            return Err(Failure::policy(format!(
+                "inputs.template_id: `{template_id}` is not in the operator's ssh_templates"
+            )));
         };
         let (argv, sudo_as, work) = work(template, inputs)?;
         let (user, private_key) =
-            node::login(user.as_deref(), private_key.as_ref()).map_err(refuse)?;
+            node::login(user.as_deref(), private_key.as_ref()).map_err(Failure::contract)?;
         let nodes = node::bindings(targets)
-            .map_err(refuse)?
+            .map_err(Failure::contract)?
             .into_iter()
             .zip(targets)
             .map(|(binding, target)| Node {
@@ -333,7 +312,7 @@ impl SshRunner {
         workdir: &Workdir,
         context: &ExecutionContext,
         report: &mut Report,
-    ) -> Option<NodeFailure> {
+    ) -> Option<Failure> {
         let ran = self
             .remote(plan, session, &plan.argv, workdir, context)
             .await;
@@ -368,7 +347,7 @@ impl SshRunner {
         workdir: &Workdir,
         context: &ExecutionContext,
         report: &mut Report,
-    ) -> Option<NodeFailure> {
+    ) -> Option<Failure> {
         let mut node = SshServiceNode {
             target: session.node.target.clone(),
             destination: session.destination.clone(),
@@ -400,7 +379,7 @@ impl SshRunner {
             );
             node.active = status.code == 0;
             if !node.active {
-                return Err(NodeFailure::new(
+                return Err(Failure::new(
                     FailureCategory::RunnerError,
                     format!(
                         "restarted, but its status command exited with code {} (not active)",
@@ -429,7 +408,7 @@ impl SshRunner {
         workdir: &Workdir,
         context: &ExecutionContext,
         report: &mut Report,
-    ) -> Option<NodeFailure> {
+    ) -> Option<Failure> {
         let mut node = SshFactsNode {
             target: session.node.target.clone(),
             destination: session.destination.clone(),
@@ -448,7 +427,7 @@ impl SshRunner {
             let text = String::from_utf8_lossy(&ran.stdout);
             let words: Vec<&str> = text.split_whitespace().collect();
             if words.len() != FACTS.len() {
-                return Err(NodeFailure::new(
+                return Err(Failure::new(
                     FailureCategory::RunnerError,
                     format!(
                         "`{}` printed {} words, not the {} of `uname -s -n -r -m`",
@@ -489,11 +468,11 @@ impl SshRunner {
         workdir: &Workdir,
         context: &ExecutionContext,
         report: &mut Report,
-    ) -> Option<NodeFailure> {
+    ) -> Option<Failure> {
         let (sha256, size) = match std::fs::read(local) {
             Ok(bytes) => (digest(&bytes), bytes.len() as u64),
             Err(error) => {
-                return Some(NodeFailure::new(
+                return Some(Failure::new(
                     FailureCategory::Infrastructure,
                     format!("cannot read the fetched artifact: {error}"),
                 ))
@@ -546,7 +525,7 @@ impl SshRunner {
         workdir: &Workdir,
         context: &ExecutionContext,
         report: &mut Report,
-    ) -> Option<NodeFailure> {
+    ) -> Option<Failure> {
         let local = workdir.path().join(format!("download.{index}"));
         let batch = format!("get {path} {}\n", batch_word(&local.to_string_lossy()));
         let moved = self
@@ -568,13 +547,13 @@ impl SshRunner {
             // transfer can finish between two samples.
             let size = std::fs::metadata(&local).map_or(0, |meta| meta.len());
             if size > MAX_DOWNLOAD_BYTES {
-                return Err(NodeFailure::new(
+                return Err(Failure::new(
                     FailureCategory::RunnerError,
                     format!("the file is {size} bytes, larger than {MAX_DOWNLOAD_BYTES}"),
                 ));
             }
             let bytes = std::fs::read(&local).map_err(|error| {
-                NodeFailure::new(
+                Failure::new(
                     FailureCategory::RunnerError,
                     format!("the downloaded file cannot be read: {error}"),
                 )
@@ -585,9 +564,9 @@ impl SshRunner {
             context
                 .store_output(&local, &name, RetentionClass::Evidence)
                 .await
-                .map_err(|error| NodeFailure::new(error.category(), error.to_string()))?;
+                .map_err(|error| Failure::new(error.category(), error.to_string()))?;
             node.artifact = Some(name);
-            Ok::<(), NodeFailure>(())
+            Ok::<(), Failure>(())
         }
         .await
         .err();
@@ -607,7 +586,7 @@ impl SshRunner {
         argv: &[String],
         workdir: &Workdir,
         context: &ExecutionContext,
-    ) -> Result<Ran, NodeFailure> {
+    ) -> Result<Ran, Failure> {
         let mut args = self.options(session);
         args.extend([
             "-E".to_owned(),
@@ -627,9 +606,7 @@ impl SshRunner {
             .args(args);
         let exit = tool::run(context, workdir, command)
             .await
-            .map_err(|error| {
-                NodeFailure::new(FailureCategory::Infrastructure, error.to_string())
-            })?;
+            .map_err(|error| Failure::new(FailureCategory::Infrastructure, error.to_string()))?;
         stopped(&exit)?;
         let said = client_diagnostics(&std::fs::read(&session.diagnostics).unwrap_or_default());
         match exit.code {
@@ -640,7 +617,7 @@ impl SshRunner {
                 duration_ms: exit.duration_ms,
                 stdout: exit.stdout,
             }),
-            None => Err(NodeFailure::new(
+            None => Err(Failure::new(
                 FailureCategory::RunnerError,
                 format!(
                     "the ssh client ended by signal {}",
@@ -664,10 +641,10 @@ impl SshRunner {
         bounded: Option<&Path>,
         workdir: &Workdir,
         context: &ExecutionContext,
-    ) -> Result<u64, NodeFailure> {
+    ) -> Result<u64, Failure> {
         let batch_file = workdir.path().join(format!("sftp.{index}.batch"));
         std::fs::write(&batch_file, batch).map_err(|error| {
-            NodeFailure::new(
+            Failure::new(
                 FailureCategory::Infrastructure,
                 format!("cannot write the sftp batch: {error}"),
             )
@@ -718,11 +695,10 @@ impl SshRunner {
                 }
             }
         };
-        let exit = exit.map_err(|error| {
-            NodeFailure::new(FailureCategory::Infrastructure, error.to_string())
-        })?;
+        let exit =
+            exit.map_err(|error| Failure::new(FailureCategory::Infrastructure, error.to_string()))?;
         if too_big {
-            return Err(NodeFailure::new(
+            return Err(Failure::new(
                 FailureCategory::RunnerError,
                 format!("the file is larger than {MAX_DOWNLOAD_BYTES} bytes; stopped"),
             ));
@@ -744,7 +720,7 @@ impl SshRunner {
         .iter()
         .any(|words| said.contains(words));
         if !unreachable {
-            Err(NodeFailure::new(
+            Err(Failure::new(
                 FailureCategory::RunnerError,
                 format!("the transfer failed on the node: {said}"),
             ))
@@ -911,8 +887,8 @@ impl Report {
 fn work(
     template: &SshTemplate,
     inputs: &SshInputs,
-) -> Result<(Vec<String>, Option<String>, Work), ExecutionOutcome> {
-    let policy = |message: String| ExecutionOutcome::failed(FailureCategory::Policy, message, None);
+) -> Result<(Vec<String>, Option<String>, Work), Failure> {
+    let policy = Failure::policy;
     let one = |name: &str, value: &str| Vars::from([(name.to_owned(), Value::from(value))]);
     // A transfer's or service's field is the template's argument of its name.
     let field = |name: &str, kind: ArgKind| {
@@ -930,13 +906,14 @@ fn work(
         }
         I::SshFileUpload(upload) => {
             field("destination", ArgKind::Path)?;
-            let source = InputRef::parse(&upload.source_artifact)
-                .map_err(|message| refuse(format!("inputs.source_artifact: {message}")))?;
+            let source = InputRef::parse(&upload.source_artifact).map_err(|message| {
+                Failure::contract(format!("inputs.source_artifact: {message}"))
+            })?;
             let mode = match upload.mode.as_deref() {
                 None => DEFAULT_MODE.to_owned(),
                 Some(mode) if is_plain_mode(mode) => format!("{:0>4}", mode),
                 Some(mode) => {
-                    return Err(refuse(format!(
+                    return Err(Failure::contract(format!(
                         "inputs.mode: `{mode}` is not a file mode of three octal digits (`0644`; no setuid, setgid or sticky bit)"
                     )))
                 }
@@ -984,7 +961,7 @@ fn work(
             };
             for fact in &wanted {
                 if !FACTS.contains(&fact.as_str()) {
-                    return Err(refuse(format!(
+                    return Err(Failure::contract(format!(
                         "inputs.facts: `{fact}` is not a fact this runner collects ({})",
                         FACTS.join(", ")
                     )));
@@ -1066,11 +1043,11 @@ fn digest(bytes: &[u8]) -> String {
 }
 
 /// Stopped by the runner: cancelled, or at the deadline.
-fn stopped(exit: &ToolExit) -> Result<(), NodeFailure> {
+fn stopped(exit: &ToolExit) -> Result<(), Failure> {
     match exit.stopped {
         None => Ok(()),
-        Some(StopCause::Stopped) => Err(NodeFailure::new(FailureCategory::Cancelled, "stopped")),
-        Some(StopCause::Deadline) => Err(NodeFailure::new(
+        Some(StopCause::Stopped) => Err(Failure::new(FailureCategory::Cancelled, "stopped")),
+        Some(StopCause::Deadline) => Err(Failure::new(
             FailureCategory::Timeout,
             "stopped at the start-to-close deadline",
         )),
@@ -1078,9 +1055,9 @@ fn stopped(exit: &ToolExit) -> Result<(), NodeFailure> {
 }
 
 /// A non-zero exit of `argv`'s program is `runner_error` with the code.
-fn exited_non_zero(argv: &[String], code: i32) -> Option<NodeFailure> {
+fn exited_non_zero(argv: &[String], code: i32) -> Option<Failure> {
     (code != 0).then(|| {
-        NodeFailure::new(
+        Failure::new(
             FailureCategory::RunnerError,
             format!("`{}` exited with code {code}", program_of(argv)),
         )
@@ -1100,7 +1077,7 @@ fn program_of(argv: &[String]) -> &str {
 
 /// The client could not do its part: a refused host key is the JobSpec's
 /// (`contract`), anything else the node's reachability.
-fn client_failed(session: &Session<'_>, said: &str) -> NodeFailure {
+fn client_failed(session: &Session<'_>, said: &str) -> Failure {
     let category = if said.contains("Host key verification failed")
         || said.contains("REMOTE HOST IDENTIFICATION HAS CHANGED")
     {
@@ -1108,7 +1085,7 @@ fn client_failed(session: &Session<'_>, said: &str) -> NodeFailure {
     } else {
         FailureCategory::TargetUnreachable
     };
-    NodeFailure::new(
+    Failure::new(
         category,
         format!("ssh to {} failed: {said}", session.destination),
     )
@@ -1121,10 +1098,6 @@ fn client_diagnostics(text: &[u8]) -> String {
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")
-}
-
-fn refuse(message: impl Into<String>) -> ExecutionOutcome {
-    ExecutionOutcome::failed(FailureCategory::Contract, message, None)
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@ use super::probes::{self, Bounds, Sample};
 use super::VerificationConfig;
 use crate::contract::inputs::{VerifyInputs, VerifyInputs as I};
 use crate::contract::{FailureCategory, RunnerType};
-use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor};
+use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor, Failure};
 
 /// Redirects an HTTP probe follows, each hop checked against the policy.
 const MAX_REDIRECTS: usize = 5;
@@ -68,10 +68,10 @@ impl Executor for VerificationRunner {
         let prepared = self.prepare(&assignment.spec.tenant, inputs, context.policy());
         let mut prepared = match prepared {
             Ok(prepared) => prepared,
-            Err(refusal) => return refusal,
+            Err(refusal) => return refusal.into(),
         };
         if let Err(refusal) = self.fetch_inputs(&mut prepared, &context).await {
-            return refusal;
+            return refusal.into();
         }
         let spec = &assignment.spec;
         let retry = spec.retry;
@@ -134,7 +134,7 @@ impl VerificationRunner {
         tenant: &str,
         inputs: VerifyInputs,
         policy: &crate::policy::OperatorPolicy,
-    ) -> Result<Prepared, ExecutionOutcome> {
+    ) -> Result<Prepared, Failure> {
         if let I::VerifyCustomProbe(probe) = &inputs {
             if !self.config.allowed_probes.contains(&probe.probe_id) {
                 let allowed: Vec<&str> = self
@@ -143,15 +143,11 @@ impl VerificationRunner {
                     .iter()
                     .map(String::as_str)
                     .collect();
-                return Err(ExecutionOutcome::failed(
-                    FailureCategory::Policy,
-                    format!(
-                        "probe `{}` is not on this runner's allowlist ({})",
-                        probe.probe_id,
-                        allowed.join(", ")
-                    ),
-                    None,
-                ));
+                return Err(Failure::policy(format!(
+                    "probe `{}` is not on this runner's allowlist ({})",
+                    probe.probe_id,
+                    allowed.join(", ")
+                )));
             }
         }
         // The runner SDK checked the whole JobSpec against the operator's
@@ -163,9 +159,8 @@ impl VerificationRunner {
         };
         let http = self
             .client(tenant, &bounds)
-            .map_err(|error| ExecutionOutcome::failed(FailureCategory::RunnerError, error, None))?;
-        let refuse =
-            |message: String| ExecutionOutcome::failed(FailureCategory::Contract, message, None);
+            .map_err(|error| Failure::new(FailureCategory::RunnerError, error))?;
+        let refuse = Failure::contract;
         let cluster_ref = match &inputs {
             I::VerifyKubernetesCondition(condition) => {
                 crate::runner::kit::kube::judge::WantedCondition::parse(&condition.condition)
@@ -182,10 +177,7 @@ impl VerificationRunner {
         let cluster = match cluster_ref {
             Some(cluster_ref) => {
                 let client =
-                    crate::runner::kit::kube::connect(policy, cluster_ref, self.config.kubernetes)
-                        .map_err(|(category, message)| {
-                            ExecutionOutcome::failed(category, message, None)
-                        })?;
+                    crate::runner::kit::kube::connect(policy, cluster_ref, self.config.kubernetes)?;
                 Some((client, policy.tenant(tenant).operations))
             }
             None => None,
@@ -207,11 +199,11 @@ impl VerificationRunner {
         &self,
         prepared: &mut Prepared,
         context: &ExecutionContext,
-    ) -> Result<(), ExecutionOutcome> {
+    ) -> Result<(), Failure> {
         let I::VerifyCustomProbe(probe) = &mut prepared.inputs else {
             return Ok(());
         };
-        let failed = |category, message: String| ExecutionOutcome::failed(category, message, None);
+        let failed = Failure::new;
         let mut args = serde_json::to_value(&probe.args).map_err(|error| {
             failed(
                 FailureCategory::RunnerError,
