@@ -44,6 +44,49 @@ pub enum KafkaError {
     Refused(String),
 }
 
+/// How long dropping a [`GroupConsumer`] waits for its close.
+const CLOSE_BOUND: Duration = Duration::from_secs(5);
+
+/// A group member whose close is bounded. librdkafka's close leaves the
+/// group, and with the group coordinator away it waits for the session
+/// timeout or longer (rust-rdkafka#509): a process stopping while its
+/// broker is down must not. Dropped, it closes on a thread of its own,
+/// waited for at most [`CLOSE_BOUND`]; past that the close goes on in the
+/// background and the broker ends the membership when its session lapses.
+/// Offsets are committed batch by batch, so the close has none to commit.
+pub struct GroupConsumer(Option<StreamConsumer>);
+
+impl std::ops::Deref for GroupConsumer {
+    type Target = StreamConsumer;
+
+    fn deref(&self) -> &StreamConsumer {
+        self.0
+            .as_ref()
+            .expect("a group consumer is only taken by its drop")
+    }
+}
+
+impl Drop for GroupConsumer {
+    fn drop(&mut self) {
+        let Some(consumer) = self.0.take() else {
+            return;
+        };
+        let (closed, waiter) = std::sync::mpsc::channel();
+        let spawned = std::thread::Builder::new()
+            .name("kafka-close".into())
+            .spawn(move || {
+                drop(consumer);
+                let _ = closed.send(());
+            });
+        if spawned.is_ok() && waiter.recv_timeout(CLOSE_BOUND).is_err() {
+            tracing::warn!(
+                bound = ?CLOSE_BOUND,
+                "the group consumer did not close in time; left to close in the background"
+            );
+        }
+    }
+}
+
 impl KafkaConfig {
     /// The full name of a topic.
     pub fn topic(&self, name: &str) -> String {
@@ -97,19 +140,20 @@ impl KafkaConfig {
     }
 
     /// A consumer in `group`, manual offsets, cooperative-sticky.
-    pub fn group_consumer(&self, group: &str) -> Result<StreamConsumer, KafkaError> {
-        Ok(self
-            .base()
-            .set("group.id", group)
-            .set("enable.auto.commit", "false")
-            .set("enable.auto.offset.store", "false")
-            .set("auto.offset.reset", "earliest")
-            .set("partition.assignment.strategy", "cooperative-sticky")
-            .set("session.timeout.ms", "6000")
-            .set("heartbeat.interval.ms", "1000")
-            .set("fetch.wait.max.ms", self.fetch_wait_ms.to_string())
-            .set("fetch.min.bytes", "1")
-            .create()?)
+    pub fn group_consumer(&self, group: &str) -> Result<GroupConsumer, KafkaError> {
+        Ok(GroupConsumer(Some(
+            self.base()
+                .set("group.id", group)
+                .set("enable.auto.commit", "false")
+                .set("enable.auto.offset.store", "false")
+                .set("auto.offset.reset", "earliest")
+                .set("partition.assignment.strategy", "cooperative-sticky")
+                .set("session.timeout.ms", "6000")
+                .set("heartbeat.interval.ms", "1000")
+                .set("fetch.wait.max.ms", self.fetch_wait_ms.to_string())
+                .set("fetch.min.bytes", "1")
+                .create()?,
+        )))
     }
 
     /// A consumer that only ever uses manual assignment: no group is joined

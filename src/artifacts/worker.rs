@@ -43,7 +43,7 @@ pub async fn run<S: ArtifactStorage>(
     storage: Arc<S>,
     shutdown: CancellationToken,
 ) -> Result<(), KafkaError> {
-    let consumer: StreamConsumer = kafka.group_consumer(&config.group)?;
+    let consumer = kafka.group_consumer(&config.group)?;
     let topic = kafka.topic(topics::LOG_CHUNKS);
     consumer.subscribe(&[topic.as_str()])?;
     info!(%topic, group = %config.group, "artifact worker subscribed");

@@ -645,7 +645,7 @@ async fn bare(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let producer: FutureProducer = kafka.producer()?;
-    let consumer: StreamConsumer = kafka.group_consumer(&format!("{topic}-group"))?;
+    let consumer = kafka.group_consumer(&format!("{topic}-group"))?;
     consumer.subscribe(&[&topic])?;
     let payload = vec![b'x'; 300];
     let began = Instant::now();

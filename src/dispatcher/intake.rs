@@ -54,7 +54,7 @@ pub(super) async fn run(
         caught_up,
         progress,
     } = signals;
-    let consumer: StreamConsumer = kafka.group_consumer(&config.group)?;
+    let consumer = kafka.group_consumer(&config.group)?;
     // Presence is read apart from the group (see `presence`), so a
     // rebalance never blinds placement.
     let subscribed = [
