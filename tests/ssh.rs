@@ -425,7 +425,12 @@ async fn non_idempotent_commands_on_one_node_never_overlap(pool: PgPool) {
             if index % 2 == 1 {
                 node["address"] = json!("localhost");
             }
-            ssh_job("sleeper", json!({"seconds": 1}), node)
+            // Ten one at a time on each key take about 20 s on a busy
+            // 2-core machine: the schedule_to_start gives them room.
+            let mut spec = ssh_job("sleeper", json!({"seconds": 1}), node);
+            spec.timeouts.schedule_to_start = execplane::contract::DurationMs::from_secs(90);
+            spec.timeouts.schedule_to_close = execplane::contract::DurationMs::from_secs(120);
+            spec
         })
         .collect();
     for spec in &specs {
