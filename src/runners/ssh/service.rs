@@ -198,27 +198,30 @@ impl SshRunner {
         workdir: &Workdir,
         context: &ExecutionContext,
     ) -> ExecutionOutcome {
-        let infrastructure = |message: String| {
-            ExecutionOutcome::failed(FailureCategory::Infrastructure, message, None)
-        };
         let key_file = match workdir.secret_file("identity", &plan.private_key) {
             Ok(path) => path,
-            Err(error) => return infrastructure(format!("cannot write the key file: {error}")),
+            Err(error) => {
+                return Failure::infrastructure(format!("cannot write the key file: {error}"))
+                    .into()
+            }
         };
         let upload = match &plan.work {
             Work::Upload { source, .. } => match workdir.fetch_input(context, source).await {
                 Ok(path) => Some(path),
                 Err(error) => {
-                    return ExecutionOutcome::failed(
-                        error.category(),
-                        format!("inputs.source_artifact: {error}"),
-                        None,
-                    )
+                    let message = format!("inputs.source_artifact: {error}");
+                    return Failure::new(error.category(), message).into();
                 }
             },
             _ => None,
         };
-        let mut report = Report::new(&plan);
+        let mut run = Run {
+            config: &self.config,
+            plan: &plan,
+            workdir,
+            context,
+            report: Report::new(&plan),
+        };
         let total = plan.nodes.len();
         for (index, node) in plan.nodes.iter().enumerate() {
             let sudo = plan
@@ -235,63 +238,13 @@ impl SshRunner {
                 ),
                 u8::try_from(index * 100 / total).ok(),
             );
-            let session = Session {
-                node,
-                key_file: &key_file,
-                known_hosts: workdir.path().join(format!("known_hosts.{index}")),
-                pins: workdir.path().join(format!("pins.{index}")),
-                execplane: context.tools().shim.clone(),
-                diagnostics: workdir.path().join(format!("ssh.{index}.log")),
-                destination: format!(
-                    "{}@{}:{}",
-                    plan.user, node.binding.address, node.binding.port
-                ),
-            };
-            let (known, pinned) = session.known_hosts_lines();
-            let written = std::fs::write(&session.known_hosts, known)
-                .and_then(|()| std::fs::write(&session.pins, pinned));
-            if let Err(error) = written {
-                return infrastructure(format!("cannot write known_hosts: {error}"));
-            }
-            let failure = match &plan.work {
-                Work::Command => {
-                    self.command(&plan, &session, workdir, context, &mut report)
-                        .await
-                }
-                Work::Upload { path, mode, .. } => {
-                    let local = upload.as_deref().unwrap_or(Path::new("/nonexistent"));
-                    self.upload(
-                        &plan,
-                        &session,
-                        index,
-                        local,
-                        path,
-                        mode,
-                        workdir,
-                        context,
-                        &mut report,
-                    )
-                    .await
-                }
-                Work::Download { path } => {
-                    self.download(&plan, &session, index, path, workdir, context, &mut report)
-                        .await
-                }
-                Work::Restart { status_argv, .. } => {
-                    self.restart(&plan, &session, status_argv, workdir, context, &mut report)
-                        .await
-                }
-                Work::Facts { wanted } => {
-                    self.facts(&plan, &session, wanted, workdir, context, &mut report)
-                        .await
-                }
+            let failure = match run.session(index, node, &key_file) {
+                Ok(session) => run.on_node(&session, index, upload.as_deref()).await,
+                Err(failure) => return failure.into(),
             };
             if let Some(failure) = failure {
-                return ExecutionOutcome::failed(
-                    failure.category,
-                    format!("{}: {}", node.target, failure.message),
-                    Some(report.value()),
-                );
+                let message = format!("{}: {}", node.target, failure.message);
+                return Failure::new(failure.category, message).outcome(Some(run.report.value()));
             }
         }
         ExecutionOutcome::succeeded(
@@ -300,22 +253,72 @@ impl SshRunner {
                 plan.template_id,
                 plan.work.done()
             ),
-            report.value(),
+            run.report.value(),
         )
+    }
+}
+
+/// One attempt's work on its nodes, and its result as it grows.
+struct Run<'a> {
+    config: &'a SshConfig,
+    plan: &'a Plan,
+    workdir: &'a Workdir,
+    context: &'a ExecutionContext,
+    report: Report,
+}
+
+impl<'a> Run<'a> {
+    /// The node's client files: its known_hosts and pins written.
+    fn session(
+        &self,
+        index: usize,
+        node: &'a Node,
+        key_file: &'a Path,
+    ) -> Result<Session<'a>, Failure> {
+        let workdir = self.workdir.path();
+        let session = Session {
+            node,
+            key_file,
+            known_hosts: workdir.join(format!("known_hosts.{index}")),
+            pins: workdir.join(format!("pins.{index}")),
+            execplane: self.context.tools().shim.clone(),
+            diagnostics: workdir.join(format!("ssh.{index}.log")),
+            destination: format!(
+                "{}@{}:{}",
+                self.plan.user, node.binding.address, node.binding.port
+            ),
+        };
+        let (known, pinned) = session.known_hosts_lines();
+        std::fs::write(&session.known_hosts, known)
+            .and_then(|()| std::fs::write(&session.pins, pinned))
+            .map_err(|error| {
+                Failure::infrastructure(format!("cannot write known_hosts: {error}"))
+            })?;
+        Ok(session)
+    }
+
+    /// The plan's work on one node.
+    async fn on_node(
+        &mut self,
+        session: &Session<'_>,
+        index: usize,
+        upload: Option<&Path>,
+    ) -> Option<Failure> {
+        match &self.plan.work {
+            Work::Command => self.command(session).await,
+            Work::Upload { path, mode, .. } => {
+                let local = upload.unwrap_or(Path::new("/nonexistent"));
+                self.upload(session, index, local, path, mode).await
+            }
+            Work::Download { path } => self.download(session, index, path).await,
+            Work::Restart { status_argv, .. } => self.restart(session, status_argv).await,
+            Work::Facts { wanted } => self.facts(session, wanted).await,
+        }
     }
 
     /// `ssh.command.run` on one node.
-    async fn command(
-        &self,
-        plan: &Plan,
-        session: &Session<'_>,
-        workdir: &Workdir,
-        context: &ExecutionContext,
-        report: &mut Report,
-    ) -> Option<Failure> {
-        let ran = self
-            .remote(plan, session, &plan.argv, workdir, context)
-            .await;
+    async fn command(&mut self, session: &Session<'_>) -> Option<Failure> {
+        let ran = self.remote(session, &self.plan.argv).await;
         let mut node = SshNodeResult {
             target: session.node.target.clone(),
             destination: session.destination.clone(),
@@ -327,27 +330,19 @@ impl SshRunner {
             Ok(ran) => {
                 node.exit_code = Some(ran.code);
                 node.duration_ms = ran.duration_ms;
-                exited_non_zero(&plan.argv, ran.code)
+                exited_non_zero(&self.plan.argv, ran.code)
             }
             Err(failure) => Some(failure),
         };
         node.error = failure.as_ref().map(|failure| failure.message.clone());
-        if let Report::Command(result) = report {
+        if let Report::Command(result) = &mut self.report {
             result.nodes.push(node);
         }
         failure
     }
 
     /// `ssh.service.restart` on one node: the restart, then the status.
-    async fn restart(
-        &self,
-        plan: &Plan,
-        session: &Session<'_>,
-        status_argv: &[String],
-        workdir: &Workdir,
-        context: &ExecutionContext,
-        report: &mut Report,
-    ) -> Option<Failure> {
+    async fn restart(&mut self, session: &Session<'_>, status_argv: &[String]) -> Option<Failure> {
         let mut node = SshServiceNode {
             target: session.node.target.clone(),
             destination: session.destination.clone(),
@@ -359,17 +354,13 @@ impl SshRunner {
             error: None,
         };
         let failure = async {
-            let restarted = self
-                .remote(plan, session, &plan.argv, workdir, context)
-                .await?;
+            let restarted = self.remote(session, &self.plan.argv).await?;
             node.restart_exit_code = Some(restarted.code);
             node.duration_ms = restarted.duration_ms;
-            if let Some(failure) = exited_non_zero(&plan.argv, restarted.code) {
+            if let Some(failure) = exited_non_zero(&self.plan.argv, restarted.code) {
                 return Err(failure);
             }
-            let status = self
-                .remote(plan, session, status_argv, workdir, context)
-                .await?;
+            let status = self.remote(session, status_argv).await?;
             node.duration_ms += status.duration_ms;
             node.status_exit_code = Some(status.code);
             node.status = Some(
@@ -392,7 +383,7 @@ impl SshRunner {
         .await
         .err();
         node.error = failure.as_ref().map(|failure| failure.message.clone());
-        if let Report::Service(result) = report {
+        if let Report::Service(result) = &mut self.report {
             result.nodes.push(node);
         }
         failure
@@ -400,15 +391,7 @@ impl SshRunner {
 
     /// `ssh.system.fact.collect` on one node: uname's four words, the
     /// asked ones kept.
-    async fn facts(
-        &self,
-        plan: &Plan,
-        session: &Session<'_>,
-        wanted: &[String],
-        workdir: &Workdir,
-        context: &ExecutionContext,
-        report: &mut Report,
-    ) -> Option<Failure> {
+    async fn facts(&mut self, session: &Session<'_>, wanted: &[String]) -> Option<Failure> {
         let mut node = SshFactsNode {
             target: session.node.target.clone(),
             destination: session.destination.clone(),
@@ -417,11 +400,9 @@ impl SshRunner {
             error: None,
         };
         let failure = async {
-            let ran = self
-                .remote(plan, session, &plan.argv, workdir, context)
-                .await?;
+            let ran = self.remote(session, &self.plan.argv).await?;
             node.duration_ms = ran.duration_ms;
-            if let Some(failure) = exited_non_zero(&plan.argv, ran.code) {
+            if let Some(failure) = exited_non_zero(&self.plan.argv, ran.code) {
                 return Err(failure);
             }
             let text = String::from_utf8_lossy(&ran.stdout);
@@ -431,7 +412,7 @@ impl SshRunner {
                     FailureCategory::RunnerError,
                     format!(
                         "`{}` printed {} words, not the {} of `uname -s -n -r -m`",
-                        program_of(&plan.argv),
+                        program_of(&self.plan.argv),
                         words.len(),
                         FACTS.len()
                     ),
@@ -447,7 +428,7 @@ impl SshRunner {
         .await
         .err();
         node.error = failure.as_ref().map(|failure| failure.message.clone());
-        if let Report::Facts(result) = report {
+        if let Report::Facts(result) = &mut self.report {
             result.nodes.push(node);
         }
         failure
@@ -456,18 +437,13 @@ impl SshRunner {
     /// `ssh.file.upload` to one node: to a temporary name beside `path`,
     /// given its mode, then renamed onto `path` (atomic on the node: a
     /// reader sees the old file or the whole new one).
-    #[allow(clippy::too_many_arguments)]
     async fn upload(
-        &self,
-        plan: &Plan,
+        &mut self,
         session: &Session<'_>,
         index: usize,
         local: &Path,
         path: &str,
         mode: &str,
-        workdir: &Workdir,
-        context: &ExecutionContext,
-        report: &mut Report,
     ) -> Option<Failure> {
         let (sha256, size) = match std::fs::read(local) {
             Ok(bytes) => (digest(&bytes), bytes.len() as u64),
@@ -483,9 +459,7 @@ impl SshRunner {
             "put {} {temporary}\nchmod {mode} {temporary}\nrename {temporary} {path}\n",
             batch_word(&local.to_string_lossy()),
         );
-        let moved = self
-            .transfer(plan, session, index, &batch, None, workdir, context)
-            .await;
+        let moved = self.transfer(session, index, &batch, None).await;
         let mut node = SshTransferNode {
             target: session.node.target.clone(),
             destination: session.destination.clone(),
@@ -507,7 +481,7 @@ impl SshRunner {
             Err(failure) => Some(failure),
         };
         node.error = failure.as_ref().map(|failure| failure.message.clone());
-        if let Report::Transfer(result) = report {
+        if let Report::Transfer(result) = &mut self.report {
             result.nodes.push(node);
         }
         failure
@@ -515,22 +489,15 @@ impl SshRunner {
 
     /// `ssh.file.download` from one node into the attempt's output
     /// `download-<n>` (n: the node's place in `targets`, from 1).
-    #[allow(clippy::too_many_arguments)]
     async fn download(
-        &self,
-        plan: &Plan,
+        &mut self,
         session: &Session<'_>,
         index: usize,
         path: &str,
-        workdir: &Workdir,
-        context: &ExecutionContext,
-        report: &mut Report,
     ) -> Option<Failure> {
-        let local = workdir.path().join(format!("download.{index}"));
+        let local = self.workdir.path().join(format!("download.{index}"));
         let batch = format!("get {path} {}\n", batch_word(&local.to_string_lossy()));
-        let moved = self
-            .transfer(plan, session, index, &batch, Some(&local), workdir, context)
-            .await;
+        let moved = self.transfer(session, index, &batch, Some(&local)).await;
         let mut node = SshTransferNode {
             target: session.node.target.clone(),
             destination: session.destination.clone(),
@@ -561,7 +528,7 @@ impl SshRunner {
             node.sha256 = Some(digest(&bytes));
             node.size = Some(bytes.len() as u64);
             let name = format!("download-{}", index + 1);
-            context
+            self.context
                 .store_output(&local, &name, RetentionClass::Evidence)
                 .await
                 .map_err(|error| Failure::new(error.category(), error.to_string()))?;
@@ -571,7 +538,7 @@ impl SshRunner {
         .await
         .err();
         node.error = failure.as_ref().map(|failure| failure.message.clone());
-        if let Report::Transfer(result) = report {
+        if let Report::Transfer(result) = &mut self.report {
             result.nodes.push(node);
         }
         failure
@@ -579,14 +546,7 @@ impl SshRunner {
 
     /// Runs `argv` on the session's node through the ssh client: how it
     /// exited, or why it did not.
-    async fn remote(
-        &self,
-        plan: &Plan,
-        session: &Session<'_>,
-        argv: &[String],
-        workdir: &Workdir,
-        context: &ExecutionContext,
-    ) -> Result<Ran, Failure> {
+    async fn remote(&self, session: &Session<'_>, argv: &[String]) -> Result<Ran, Failure> {
         let mut args = self.options(session);
         args.extend([
             "-E".to_owned(),
@@ -594,17 +554,17 @@ impl SshRunner {
             "-p".to_owned(),
             session.node.binding.port.to_string(),
             "-l".to_owned(),
-            plan.user.clone(),
+            self.plan.user.clone(),
             "--".to_owned(),
             session.node.binding.address.clone(),
             remote::command_line(argv),
         ]);
         let command = ToolCommand::new(PathBuf::from(&self.config.client))
-            .base_env(workdir)
+            .base_env(self.workdir)
             .hold_stdin()
             .capture(MAX_CAPTURE)
             .args(args);
-        let exit = tool::run(context, workdir, command)
+        let exit = tool::run(self.context, self.workdir, command)
             .await
             .map_err(|error| Failure::new(FailureCategory::Infrastructure, error.to_string()))?;
         stopped(&exit)?;
@@ -631,25 +591,22 @@ impl SshRunner {
     /// program, through sudo when it says so): its duration, or why it
     /// failed. With `bounded`, the transfer is stopped once that local
     /// file grows past the download bound.
-    #[allow(clippy::too_many_arguments)]
     async fn transfer(
         &self,
-        plan: &Plan,
         session: &Session<'_>,
         index: usize,
         batch: &str,
         bounded: Option<&Path>,
-        workdir: &Workdir,
-        context: &ExecutionContext,
     ) -> Result<u64, Failure> {
-        let batch_file = workdir.path().join(format!("sftp.{index}.batch"));
+        let batch_file = self.workdir.path().join(format!("sftp.{index}.batch"));
         std::fs::write(&batch_file, batch).map_err(|error| {
             Failure::new(
                 FailureCategory::Infrastructure,
                 format!("cannot write the sftp batch: {error}"),
             )
         })?;
-        let server = plan
+        let server = self
+            .plan
             .argv
             .iter()
             .map(|word| remote::quote(word))
@@ -664,7 +621,7 @@ impl SshRunner {
         args.extend([
             "-q".to_owned(),
             "-o".to_owned(),
-            format!("User={}", plan.user),
+            format!("User={}", self.plan.user),
             "-P".to_owned(),
             session.node.binding.port.to_string(),
             "-b".to_owned(),
@@ -675,12 +632,35 @@ impl SshRunner {
             host,
         ]);
         let command = ToolCommand::new(PathBuf::from(&self.config.sftp_client))
-            .base_env(workdir)
+            .base_env(self.workdir)
             .capture(MAX_CAPTURE)
             .args(args);
-        let mut watched = context.clone();
-        watched.cancel = context.cancel.child_token();
-        let run = tool::run(&watched, workdir, command);
+        let (exit, too_big) = self.run_bounded(command, bounded).await;
+        let exit =
+            exit.map_err(|error| Failure::new(FailureCategory::Infrastructure, error.to_string()))?;
+        if too_big {
+            return Err(Failure::new(
+                FailureCategory::RunnerError,
+                format!("the file is larger than {MAX_DOWNLOAD_BYTES} bytes; stopped"),
+            ));
+        }
+        stopped(&exit)?;
+        if exit.success() {
+            return Ok(exit.duration_ms);
+        }
+        Err(transfer_failed(session, &exit.stderr))
+    }
+
+    /// The client run; with `bounded`, stopped once that local file grows
+    /// past the download bound (then `true`).
+    async fn run_bounded(
+        &self,
+        command: ToolCommand,
+        bounded: Option<&Path>,
+    ) -> (Result<ToolExit, tool::ToolError>, bool) {
+        let mut watched = self.context.clone();
+        watched.cancel = self.context.cancel.child_token();
+        let run = tool::run(&watched, self.workdir, command);
         tokio::pin!(run);
         let mut too_big = false;
         let exit = loop {
@@ -695,38 +675,7 @@ impl SshRunner {
                 }
             }
         };
-        let exit =
-            exit.map_err(|error| Failure::new(FailureCategory::Infrastructure, error.to_string()))?;
-        if too_big {
-            return Err(Failure::new(
-                FailureCategory::RunnerError,
-                format!("the file is larger than {MAX_DOWNLOAD_BYTES} bytes; stopped"),
-            ));
-        }
-        stopped(&exit)?;
-        if exit.success() {
-            return Ok(exit.duration_ms);
-        }
-        let said = client_diagnostics(&exit.stderr);
-        // The client's own failures; anything else (a server command sudo
-        // refused, a file the server cannot write) happened on the node,
-        // even when sftp then says "Connection closed".
-        let unreachable = [
-            "ssh: ",
-            "Permission denied (",
-            "Host key verification failed",
-            "REMOTE HOST IDENTIFICATION HAS CHANGED",
-        ]
-        .iter()
-        .any(|words| said.contains(words));
-        if !unreachable {
-            Err(Failure::new(
-                FailureCategory::RunnerError,
-                format!("the transfer failed on the node: {said}"),
-            ))
-        } else {
-            Err(client_failed(session, &said))
-        }
+        (exit, too_big)
     }
 
     /// The client's options, the same for ssh and sftp, set here and
@@ -909,15 +858,7 @@ fn work(
             let source = InputRef::parse(&upload.source_artifact).map_err(|message| {
                 Failure::contract(format!("inputs.source_artifact: {message}"))
             })?;
-            let mode = match upload.mode.as_deref() {
-                None => DEFAULT_MODE.to_owned(),
-                Some(mode) if is_plain_mode(mode) => format!("{:0>4}", mode),
-                Some(mode) => {
-                    return Err(Failure::contract(format!(
-                        "inputs.mode: `{mode}` is not a file mode of three octal digits (`0644`; no setuid, setgid or sticky bit)"
-                    )))
-                }
-            };
+            let mode = file_mode(upload.mode.as_deref())?;
             let (argv, sudo_as) = argv(template, &template.fixed_args, &Vars::new());
             let path = upload.destination.clone();
             (argv, sudo_as, Work::Upload { source, path, mode })
@@ -950,23 +891,7 @@ fn work(
             )
         }
         I::SshSystemFactCollect(facts) => {
-            let declared = template.arg("facts");
-            let wanted: Vec<String> = if facts.facts.is_empty() {
-                match declared {
-                    Some(spec) => spec.values.clone(),
-                    None => FACTS.iter().map(|fact| (*fact).to_owned()).collect(),
-                }
-            } else {
-                facts.facts.clone()
-            };
-            for fact in &wanted {
-                if !FACTS.contains(&fact.as_str()) {
-                    return Err(Failure::contract(format!(
-                        "inputs.facts: `{fact}` is not a fact this runner collects ({})",
-                        FACTS.join(", ")
-                    )));
-                }
-            }
+            let wanted = wanted_facts(template, &facts.facts)?;
             let uname = ["-s", "-n", "-r", "-m"].map(str::to_owned);
             let (argv, sudo_as) = argv(template, &uname, &Vars::new());
             (argv, sudo_as, Work::Facts { wanted })
@@ -1055,6 +980,58 @@ fn stopped(exit: &ToolExit) -> Result<(), Failure> {
 }
 
 /// A non-zero exit of `argv`'s program is `runner_error` with the code.
+/// A transfer that failed: on the node (a server command sudo refused, a
+/// file the server cannot write; sftp may then say "Connection closed"
+/// too), or the client's own failure to get there.
+fn transfer_failed(session: &Session<'_>, stderr: &[u8]) -> Failure {
+    let said = client_diagnostics(stderr);
+    let unreachable = [
+        "ssh: ",
+        "Permission denied (",
+        "Host key verification failed",
+        "REMOTE HOST IDENTIFICATION HAS CHANGED",
+    ]
+    .iter()
+    .any(|words| said.contains(words));
+    if unreachable {
+        client_failed(session, &said)
+    } else {
+        Failure::new(
+            FailureCategory::RunnerError,
+            format!("the transfer failed on the node: {said}"),
+        )
+    }
+}
+
+/// An upload's mode: three octal digits (`0644` when none is given), no
+/// setuid, setgid or sticky bit.
+fn file_mode(mode: Option<&str>) -> Result<String, Failure> {
+    match mode {
+        None => Ok(DEFAULT_MODE.to_owned()),
+        Some(mode) if is_plain_mode(mode) => Ok(format!("{:0>4}", mode)),
+        Some(mode) => Err(Failure::contract(format!(
+            "inputs.mode: `{mode}` is not a file mode of three octal digits (`0644`; no setuid, setgid or sticky bit)"
+        ))),
+    }
+}
+
+/// The facts to collect: those asked for, else the template's `facts`
+/// values, else all; each one this runner collects.
+fn wanted_facts(template: &SshTemplate, asked: &[String]) -> Result<Vec<String>, Failure> {
+    let wanted: Vec<String> = match (asked.is_empty(), template.arg("facts")) {
+        (false, _) => asked.to_vec(),
+        (true, Some(spec)) => spec.values.clone(),
+        (true, None) => FACTS.iter().map(|fact| (*fact).to_owned()).collect(),
+    };
+    if let Some(fact) = wanted.iter().find(|fact| !FACTS.contains(&fact.as_str())) {
+        return Err(Failure::contract(format!(
+            "inputs.facts: `{fact}` is not a fact this runner collects ({})",
+            FACTS.join(", ")
+        )));
+    }
+    Ok(wanted)
+}
+
 fn exited_non_zero(argv: &[String], code: i32) -> Option<Failure> {
     (code != 0).then(|| {
         Failure::new(
