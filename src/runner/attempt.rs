@@ -293,18 +293,9 @@ pub(super) async fn run_attempt<E: Executor>(
         warn!(%operation, "an operation this runner does not run; refused");
         let reporter = reporter.for_attempt(traceparent, Default::default());
         reporter.post(attempt_id, epoch, ReportBody::Started);
-        let refused = ExecutionOutcome::failed(
-            crate::contract::FailureCategory::Contract,
-            format!(
-                "the {} runner does not run {operation}",
-                executor.runner_type()
-            ),
-            None,
-        );
-        reporter
-            .send_final(attempt_id, epoch, finished(refused, Vec::new()))
-            .await;
-        return;
+        let runner = executor.runner_type();
+        let refusal = Failure::contract(format!("the {runner} runner does not run {operation}"));
+        return refuse(&reporter, attempt_id, epoch, refusal).await;
     }
     // Secrets are resolved here, at execution time, and live in memory only
     // (in the inputs the executor reads); every report masks them.
@@ -319,20 +310,14 @@ pub(super) async fn run_attempt<E: Executor>(
     info!("started");
     if let Err(error) = resolved {
         warn!(%error, "secret not resolved");
-        let failed = ExecutionOutcome::failed(error.category(), error.to_string(), None);
-        reporter
-            .send_final(attempt_id, epoch, finished(failed, Vec::new()))
-            .await;
-        return;
+        let failure = Failure::new(error.category(), error.to_string());
+        return refuse(&reporter, attempt_id, epoch, failure).await;
     }
     let inputs = match admit::<E::Inputs>(&assignment.spec, executor.runner_type()) {
         Ok(inputs) => inputs,
         Err(refused) => {
             warn!(category = ?refused.category, "inputs refused");
-            reporter
-                .send_final(attempt_id, epoch, finished(refused.into(), Vec::new()))
-                .await;
-            return;
+            return refuse(&reporter, attempt_id, epoch, refused).await;
         }
     };
     let outputs = super::outputs::Outputs::new(attempt_id, masker.clone());
@@ -362,6 +347,13 @@ pub(super) async fn run_attempt<E: Executor>(
     // plan's output is evidence too.
     reporter
         .send_final(attempt_id, epoch, finished(outcome, outputs.taken()))
+        .await;
+}
+
+/// An attempt refused before its executor ran: its final report.
+async fn refuse(reporter: &Reporter, attempt_id: Uuid, epoch: u64, failure: Failure) {
+    reporter
+        .send_final(attempt_id, epoch, finished(failure.into(), Vec::new()))
         .await;
 }
 

@@ -161,9 +161,23 @@ struct Host {
     groups: Vec<String>,
 }
 
-fn plan(operation: Operation, inputs: &AnsibleInputs, targets: &[Target]) -> Result<Plan, Failure> {
+/// What the inputs ask for, before it is checked.
+struct Asked<'a> {
+    package: Option<&'a PackageRef>,
+    entry: Entry,
+    inventory: Option<InventoryRef>,
+    vars: Vars,
+    limit: Option<String>,
+    tags: Vec<String>,
+    user: &'a Option<String>,
+    key: &'a Option<Value>,
+}
+
+/// The entry the inputs name (a playbook by its path in the package, a
+/// role by its name) and what goes with it.
+fn asked(inputs: &AnsibleInputs) -> Result<Asked<'_>, Failure> {
     use AnsibleInputs as I;
-    let (package, entry, inventory, vars, limit, tags, user, key) = match inputs {
+    Ok(match inputs {
         I::AnsiblePlaybookRun(p) | I::AnsibleCheckModeRun(p) => {
             if !package::is_package_path(&p.playbook) {
                 return Err(Failure::contract(format!(
@@ -171,16 +185,16 @@ fn plan(operation: Operation, inputs: &AnsibleInputs, targets: &[Target]) -> Res
                     p.playbook
                 )));
             }
-            (
-                Some(&p.package),
-                Entry::Playbook(p.playbook.clone()),
-                p.inventory.clone(),
-                p.extra_vars.clone(),
-                p.limit.clone(),
-                p.tags.clone(),
-                &p.user,
-                &p.private_key,
-            )
+            Asked {
+                package: Some(&p.package),
+                entry: Entry::Playbook(p.playbook.clone()),
+                inventory: p.inventory.clone(),
+                vars: p.extra_vars.clone(),
+                limit: p.limit.clone(),
+                tags: p.tags.clone(),
+                user: &p.user,
+                key: &p.private_key,
+            }
         }
         I::AnsibleRoleRun(r) => {
             if !is_role_name(&r.role) {
@@ -189,28 +203,41 @@ fn plan(operation: Operation, inputs: &AnsibleInputs, targets: &[Target]) -> Res
                     r.role
                 )));
             }
-            (
-                Some(&r.package),
-                Entry::Role(r.role.clone()),
-                r.inventory.clone(),
-                r.vars.clone(),
-                None,
-                Vec::new(),
-                &r.user,
-                &r.private_key,
-            )
+            Asked {
+                package: Some(&r.package),
+                entry: Entry::Role(r.role.clone()),
+                inventory: r.inventory.clone(),
+                vars: r.vars.clone(),
+                limit: None,
+                tags: Vec::new(),
+                user: &r.user,
+                key: &r.private_key,
+            }
         }
-        I::AnsibleInventoryValidate(v) => (
-            v.package.as_ref(),
-            Entry::Validate,
-            Some(v.inventory.clone()),
-            Vars::new(),
-            None,
-            Vec::new(),
-            &v.user,
-            &v.private_key,
-        ),
-    };
+        I::AnsibleInventoryValidate(v) => Asked {
+            package: v.package.as_ref(),
+            entry: Entry::Validate,
+            inventory: Some(v.inventory.clone()),
+            vars: Vars::new(),
+            limit: None,
+            tags: Vec::new(),
+            user: &v.user,
+            key: &v.private_key,
+        },
+    })
+}
+
+fn plan(operation: Operation, inputs: &AnsibleInputs, targets: &[Target]) -> Result<Plan, Failure> {
+    let Asked {
+        package,
+        entry,
+        inventory,
+        vars,
+        limit,
+        tags,
+        user,
+        key,
+    } = asked(inputs)?;
     let package = package.map(package_ref).transpose()?;
     if matches!(entry, Entry::Playbook(_) | Entry::Role(_)) && package.is_none() {
         return Err(Failure::contract(
@@ -566,34 +593,7 @@ impl AnsibleRunner {
             (!pins.is_empty()).then_some(pins_file.as_path()),
             context,
         );
-        let config = format!(
-            "[defaults]\n\
-             host_key_checking = True\n\
-             retry_files_enabled = False\n\
-             callback_plugins = {callbacks}\n\
-             callbacks_enabled = execplane_events\n\
-             roles_path = {roles}\n\
-             local_tmp = {root}/.ansible/tmp\n\
-             interpreter_python = auto_silent\n\
-             nocows = True\n\
-             nocolor = True\n\
-             deprecation_warnings = False\n\
-             \n\
-             [inventory]\n\
-             enable_plugins = yaml, ini\n\
-             unparsed_is_failed = True\n\
-             \n\
-             [ssh_connection]\n\
-             ssh_executable = {ssh_client}\n\
-             ssh_args = {ssh_args}\n\
-             pipelining = True\n\
-             usetty = False\n\
-             transfer_method = piped\n",
-            ssh_client = ssh_client.display(),
-            callbacks = callbacks.display(),
-            roles = layout.package.join("roles").display(),
-            root = workdir.path().display(),
-        );
+        let config = ansible_cfg(&ssh_client, &ssh_args, &callbacks, layout, workdir);
         write_file(&layout.config, &config)?;
         Ok(())
     }
@@ -1159,6 +1159,45 @@ impl Stream {
         }
         read
     }
+}
+
+/// The ansible.cfg the runner writes: its callback, the package's roles,
+/// ansible's ssh client, and inventories read only as YAML or INI.
+fn ansible_cfg(
+    ssh_client: &Path,
+    ssh_args: &str,
+    callbacks: &Path,
+    layout: &Layout,
+    workdir: &Workdir,
+) -> String {
+    format!(
+        "[defaults]\n\
+         host_key_checking = True\n\
+         retry_files_enabled = False\n\
+         callback_plugins = {callbacks}\n\
+         callbacks_enabled = execplane_events\n\
+         roles_path = {roles}\n\
+         local_tmp = {root}/.ansible/tmp\n\
+         interpreter_python = auto_silent\n\
+         nocows = True\n\
+         nocolor = True\n\
+         deprecation_warnings = False\n\
+         \n\
+         [inventory]\n\
+         enable_plugins = yaml, ini\n\
+         unparsed_is_failed = True\n\
+         \n\
+         [ssh_connection]\n\
+         ssh_executable = {ssh_client}\n\
+         ssh_args = {ssh_args}\n\
+         pipelining = True\n\
+         usetty = False\n\
+         transfer_method = piped\n",
+        ssh_client = ssh_client.display(),
+        callbacks = callbacks.display(),
+        roles = layout.package.join("roles").display(),
+        root = workdir.path().display(),
+    )
 }
 
 /// The attempt's outcome once ansible-playbook exited.

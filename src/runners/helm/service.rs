@@ -331,6 +331,13 @@ impl Run<'_> {
                 .await
                 .map_err(|error| Failure::new(error.category(), format!("inputs.chart: {error}")));
         }
+        self.pull(chart, pinned.as_ref()).await
+    }
+
+    /// A chart trusted by its repository, pulled from there (and checked
+    /// against its digest when one is given).
+    async fn pull(&self, chart: &ChartRef, pinned: Option<&InputRef>) -> Result<PathBuf, Failure> {
+        let contract = |message: String| Failure::new(FailureCategory::Contract, message);
         let destination = self.workdir.path().join("charts");
         std::fs::create_dir_all(&destination).map_err(|error| {
             Failure::new(
@@ -371,7 +378,7 @@ impl Run<'_> {
                     chart.name
                 ))
             })?;
-        if let Some(reference) = &pinned {
+        if let Some(reference) = pinned {
             let bytes = std::fs::read(&pulled).map_err(|error| {
                 Failure::new(
                     FailureCategory::Infrastructure,
@@ -379,7 +386,7 @@ impl Run<'_> {
                 )
             })?;
             let actual = InputRef::of(&bytes);
-            if &actual != reference {
+            if actual != *reference {
                 return Err(contract(format!(
                     "inputs.chart.digest: the chart pulled from `{}` is {actual}, not {reference}",
                     chart.repository
@@ -478,29 +485,9 @@ impl Run<'_> {
         // exactly that render installed: the chart handed to helm is the
         // checked render frozen, so `randInt`, `now` or `lookup` cannot make
         // the install differ from what was checked.
-        let timeout = self.timeout();
-        let dry_run = if rules.helm.lookup {
-            "--dry-run=server"
-        } else {
-            "--dry-run=client"
-        };
-        let mut dry = args.clone();
-        dry.extend([
-            "--namespace",
-            release.namespace.as_str(),
-            dry_run,
-            "--output",
-            "json",
-            "--timeout",
-            &timeout,
-        ]);
-        let rendered = self.helm_data("helm dry run", self.command(&dry)).await?;
-        let rendered: Value = serde_json::from_slice(&rendered.stdout).map_err(|error| {
-            Failure::new(
-                FailureCategory::RunnerError,
-                format!("helm printed no release: {error}"),
-            )
-        })?;
+        let rendered = self
+            .dry_run(&args, &release.namespace, rules.helm.lookup)
+            .await?;
         let objects = release_objects(&rendered);
         self.check_objects(objects.as_bytes(), &release.namespace, rules)
             .await?;
@@ -519,6 +506,39 @@ impl Run<'_> {
         self.context
             .progress(format!("helm {verb} {}", release.release), None);
         self.act(&args, &release.namespace, true).await
+    }
+
+    /// The release as helm renders it for `args` (a dry run: `lookup`
+    /// reads the cluster only with `lookup`).
+    async fn dry_run(
+        &self,
+        args: &[&str],
+        namespace: &str,
+        lookup: bool,
+    ) -> Result<Value, Failure> {
+        let timeout = self.timeout();
+        let dry_run = if lookup {
+            "--dry-run=server"
+        } else {
+            "--dry-run=client"
+        };
+        let mut dry = args.to_vec();
+        dry.extend([
+            "--namespace",
+            namespace,
+            dry_run,
+            "--output",
+            "json",
+            "--timeout",
+            &timeout,
+        ]);
+        let rendered = self.helm_data("helm dry run", self.command(&dry)).await?;
+        serde_json::from_slice(&rendered.stdout).map_err(|error| {
+            Failure::new(
+                FailureCategory::RunnerError,
+                format!("helm printed no release: {error}"),
+            )
+        })
     }
 
     /// The checked render as a chart of its own: the original's metadata
@@ -801,28 +821,9 @@ impl Run<'_> {
                     .unwrap_or_default()
             };
             let (api_version, kind) = (text("/apiVersion"), text("/kind"));
-            let deadline = self.context.deadline();
-            let resolved = tokio::select! {
-                _ = self.context.cancel.cancelled() => {
-                    return Err(Failure::new(FailureCategory::Cancelled, "checking the chart's objects: stopped"));
-                }
-                _ = async { match deadline { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
-                    return Err(Failure::new(FailureCategory::Timeout, "checking the chart's objects: the attempt's start_to_close passed"));
-                }
-                resolved = kinds.resolve(client, api_version, kind) => resolved,
-            };
-            let namespaced = match resolved {
-                Ok(Some(resolved)) => resolved.namespaced,
-                // A kind the cluster does not serve yet (a CRD the chart
-                // brings): judged by the well-known list, as intake does.
-                Ok(None) => !crate::policy::rules::CLUSTER_SCOPED_KINDS.contains(&kind),
-                Err(error) => {
-                    return Err(Failure::new(
-                        FailureCategory::TargetUnreachable,
-                        format!("discovery of {api_version} {kind}: {error}"),
-                    ))
-                }
-            };
+            let namespaced = self
+                .namespaced(&mut kinds, client, api_version, kind)
+                .await?;
             let object_namespace = namespaced.then(|| {
                 object
                     .pointer("/metadata/namespace")
@@ -839,6 +840,38 @@ impl Run<'_> {
                 })?;
         }
         Ok(())
+    }
+
+    /// Whether the cluster serves `kind` namespaced (one it does not serve
+    /// yet, a CRD the chart brings, by the well-known list, as intake
+    /// judges it); bounded by the attempt's cancel and deadline.
+    async fn namespaced(
+        &self,
+        kinds: &mut crate::runner::kit::kube::Kinds,
+        client: &kube::Client,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<bool, Failure> {
+        let deadline = self.context.deadline();
+        let resolved = tokio::select! {
+            _ = self.context.cancel.cancelled() => {
+                return Err(Failure::new(FailureCategory::Cancelled, "checking the chart's objects: stopped"));
+            }
+            _ = async { match deadline { Some(at) => tokio::time::sleep_until(at).await, None => std::future::pending().await } } => {
+                return Err(Failure::new(FailureCategory::Timeout, "checking the chart's objects: the attempt's start_to_close passed"));
+            }
+            resolved = kinds.resolve(client, api_version, kind) => resolved,
+        };
+        match resolved {
+            Ok(Some(resolved)) => Ok(resolved.namespaced),
+            // A kind the cluster does not serve yet (a CRD the chart
+            // brings): judged by the well-known list, as intake does.
+            Ok(None) => Ok(!crate::policy::rules::CLUSTER_SCOPED_KINDS.contains(&kind)),
+            Err(error) => Err(Failure::new(
+                FailureCategory::TargetUnreachable,
+                format!("discovery of {api_version} {kind}: {error}"),
+            )),
+        }
     }
 
     /// `helm.test`: the chart's test hooks, their phases as evidence; a

@@ -325,25 +325,7 @@ impl Session<'_> {
             ));
         }
         let manifests = self.manifests(apply).await?;
-        let mut targets = Vec::with_capacity(manifests.len());
-        for (field, manifest) in &manifests {
-            let mut problems = Vec::new();
-            crate::contract::kube_names::manifest_problems(field, manifest, &mut problems);
-            if let Some(problem) = problems.first() {
-                return Err(Failure::contract(format!(
-                    "{}: {}",
-                    problem.path, problem.message
-                )));
-            }
-            let (api_version, kind, name) = identity(field, manifest)?;
-            let namespace = manifest
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str);
-            let target = self
-                .target(field, api_version, kind, name, namespace, &apply.namespace)
-                .await?;
-            targets.push(target);
-        }
+        let targets = self.targets_of(&manifests, &apply.namespace).await?;
         let mut params = PatchParams::apply(manager);
         params.dry_run = apply.dry_run;
         if apply.force_conflicts {
@@ -395,6 +377,36 @@ impl Session<'_> {
             "{total} object(s) applied on `{}`{dry}: {} created, {} configured, {} unchanged",
             self.cluster, counts[0], counts[1], counts[2]
         ))
+    }
+
+    /// Each manifest's object: its names checked, its kind resolved and
+    /// checked against the tenant's rules, in `namespace` unless it names
+    /// its own.
+    async fn targets_of(
+        &mut self,
+        manifests: &[(String, Value)],
+        namespace: &str,
+    ) -> Result<Vec<Target>, Failure> {
+        let mut targets = Vec::with_capacity(manifests.len());
+        for (field, manifest) in manifests {
+            let mut problems = Vec::new();
+            crate::contract::kube_names::manifest_problems(field, manifest, &mut problems);
+            if let Some(problem) = problems.first() {
+                return Err(Failure::contract(format!(
+                    "{}: {}",
+                    problem.path, problem.message
+                )));
+            }
+            let (api_version, kind, name) = identity(field, manifest)?;
+            let own = manifest
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str);
+            let target = self
+                .target(field, api_version, kind, name, own, namespace)
+                .await?;
+            targets.push(target);
+        }
+        Ok(targets)
     }
 
     /// The manifests of an apply with the field each came from: inline, or

@@ -337,6 +337,12 @@ impl Run<'_> {
             ],
         )
         .await?;
+        self.select_workspace(operation).await
+    }
+
+    /// The JobSpec's workspace selected, made first when missing (never
+    /// for a read: reading a workspace never makes one).
+    async fn select_workspace(&mut self, operation: Operation) -> Result<(), Failure> {
         let workspace = self.report.workspace.clone();
         if workspace != "default" {
             let selected = self

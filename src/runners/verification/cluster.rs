@@ -111,49 +111,8 @@ impl Probe<'_> {
             match api.get_opt(&object.name).await {
                 Ok(found) => {
                     sample.reached = true;
-                    let expected = format!("{}={}", wanted.kind, wanted.status);
-                    let Some(found) = found.and_then(|found| serde_json::to_value(found).ok())
-                    else {
-                        sample.observed = json!({"exists": false});
-                        sample.assertions.push(Assertion {
-                            name: "condition".into(),
-                            expected: expected.into(),
-                            actual: "the object does not exist".into(),
-                            passed: false,
-                        });
-                        return;
-                    };
-                    let seen = judge::condition(&found, &wanted);
-                    let current = match (seen.generation, seen.observed_generation) {
-                        (Some(generation), Some(observed)) => observed >= generation,
-                        _ => true,
-                    };
-                    sample.observed = json!({
-                        "exists": true,
-                        "uid": found.pointer("/metadata/uid"),
-                        "resource_version": found.pointer("/metadata/resourceVersion"),
-                        "generation": seen.generation,
-                        "observed_generation": seen.observed_generation,
-                        "status": seen.status,
-                        "reason": seen.reason,
-                        "message": seen.message,
-                    });
-                    let actual = match (&seen.status, current) {
-                        (None, _) => "not reported".to_owned(),
-                        (Some(status), true) => format!("{}={status}", wanted.kind),
-                        (Some(status), false) => format!(
-                            "{}={status} of an older generation ({} observed, {} current)",
-                            wanted.kind,
-                            seen.observed_generation.unwrap_or_default(),
-                            seen.generation.unwrap_or_default()
-                        ),
-                    };
-                    sample.assertions.push(Assertion {
-                        name: "condition".into(),
-                        expected: expected.into(),
-                        actual: actual.into(),
-                        passed: seen.met,
-                    });
+                    let found = found.and_then(|found| serde_json::to_value(found).ok());
+                    judge_condition(&mut sample, found.as_ref(), &wanted);
                 }
                 Err(error) => failed_call(&mut sample, "read", error),
             }
@@ -230,6 +189,58 @@ impl Probe<'_> {
         }
         sample
     }
+}
+
+/// The sample's judgement of the object read (none: it does not exist):
+/// what it shows, and whether the condition is what was asked on its
+/// current generation.
+fn judge_condition(
+    sample: &mut Sample,
+    found: Option<&serde_json::Value>,
+    wanted: &WantedCondition,
+) {
+    let expected = format!("{}={}", wanted.kind, wanted.status);
+    let Some(found) = found else {
+        sample.observed = json!({"exists": false});
+        sample.assertions.push(Assertion {
+            name: "condition".into(),
+            expected: expected.into(),
+            actual: "the object does not exist".into(),
+            passed: false,
+        });
+        return;
+    };
+    let seen = judge::condition(found, wanted);
+    let current = match (seen.generation, seen.observed_generation) {
+        (Some(generation), Some(observed)) => observed >= generation,
+        _ => true,
+    };
+    sample.observed = json!({
+        "exists": true,
+        "uid": found.pointer("/metadata/uid"),
+        "resource_version": found.pointer("/metadata/resourceVersion"),
+        "generation": seen.generation,
+        "observed_generation": seen.observed_generation,
+        "status": seen.status,
+        "reason": seen.reason,
+        "message": seen.message,
+    });
+    let actual = match (&seen.status, current) {
+        (None, _) => "not reported".to_owned(),
+        (Some(status), true) => format!("{}={status}", wanted.kind),
+        (Some(status), false) => format!(
+            "{}={status} of an older generation ({} observed, {} current)",
+            wanted.kind,
+            seen.observed_generation.unwrap_or_default(),
+            seen.generation.unwrap_or_default()
+        ),
+    };
+    sample.assertions.push(Assertion {
+        name: "condition".into(),
+        expected: expected.into(),
+        actual: actual.into(),
+        passed: seen.met,
+    });
 }
 
 #[cfg(test)]

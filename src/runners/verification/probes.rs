@@ -316,6 +316,18 @@ pub async fn postgres(
     })
     .await;
     sample.latency_ms = started.elapsed().as_millis() as u64;
+    judge_select(&mut sample, result, inputs, timeout);
+    sample
+}
+
+/// What `SELECT 1` showed: ready, refused by a server that answered, or
+/// not reached.
+fn judge_select(
+    sample: &mut Sample,
+    result: Result<Result<i32, sqlx::Error>, tokio::time::error::Elapsed>,
+    inputs: &VerifyPostgres,
+    timeout: Duration,
+) {
     match result {
         Ok(Ok(one)) => {
             sample.reached = true;
@@ -350,7 +362,6 @@ pub async fn postgres(
             ))
         }
     }
-    sample
 }
 
 /// The built-in probes; the caller has checked the allowlist.
@@ -359,55 +370,7 @@ pub async fn custom(inputs: &VerifyCustom, context: &ExecutionContext, n: u32) -
     let mut sample = Sample::new(n);
     let started = Instant::now();
     match inputs.probe_id.as_str() {
-        // Writes `args.text` to its output in the forms `args.forms` names
-        // (plain, base64, url, json, reversed), the plain form split across
-        // two writes when `args.split`: a job that deliberately leaks, to
-        // prove masking. `reversed` prints what the JobSpec never said (a
-        // tool printing a key of its own), for the artifact detectors.
-        "echo" => {
-            use base64::Engine;
-            let text = inputs
-                .args
-                .get("text")
-                .and_then(serde_json::Value::as_str)
-                .unwrap_or_default();
-            let forms: Vec<&str> = inputs
-                .args
-                .get("forms")
-                .and_then(serde_json::Value::as_array)
-                .map(|forms| forms.iter().filter_map(serde_json::Value::as_str).collect())
-                .unwrap_or_else(|| vec!["plain"]);
-            for form in &forms {
-                let line = match *form {
-                    "base64" => base64::engine::general_purpose::STANDARD.encode(text),
-                    "url" => crate::secrets::mask::percent_encode(text),
-                    "json" => serde_json::to_string(text).unwrap_or_default(),
-                    "reversed" => text.chars().rev().collect(),
-                    _ => text.to_owned(),
-                };
-                context.log(LogStream::Stdout, format!("{form}: {line}\n"));
-            }
-            if inputs
-                .args
-                .get("split")
-                .and_then(serde_json::Value::as_bool)
-                == Some(true)
-            {
-                let middle = text
-                    .char_indices()
-                    .nth(text.chars().count() / 2)
-                    .map_or(0, |(i, _)| i);
-                context.log(LogStream::Stdout, format!("split: {}", &text[..middle]));
-                context.log(LogStream::Stdout, format!("{}\n", &text[middle..]));
-            }
-            context.log(
-                LogStream::Stderr,
-                format!("echoed {} form(s)\n", forms.len()),
-            );
-            context.progress(format!("echoing {text}"), None);
-            sample.reached = true;
-            sample.observed = serde_json::json!({"echoed": text});
-        }
+        "echo" => echo(&inputs.args, context, &mut sample),
         "sleep" => {
             let seconds = inputs
                 .args
@@ -440,6 +403,49 @@ pub async fn custom(inputs: &VerifyCustom, context: &ExecutionContext, n: u32) -
     }
     sample.latency_ms = started.elapsed().as_millis() as u64;
     sample
+}
+
+/// The `echo` probe: writes `args.text` to its output in the forms
+/// `args.forms` names (plain, base64, url, json, reversed), the plain form
+/// split across two writes when `args.split`: a job that deliberately
+/// leaks, to prove masking. `reversed` prints what the JobSpec never said
+/// (a tool printing a key of its own), for the artifact detectors.
+fn echo(args: &crate::contract::inputs::Vars, context: &ExecutionContext, sample: &mut Sample) {
+    use base64::Engine;
+    let text = args
+        .get("text")
+        .and_then(serde_json::Value::as_str)
+        .unwrap_or_default();
+    let forms: Vec<&str> = args
+        .get("forms")
+        .and_then(serde_json::Value::as_array)
+        .map(|forms| forms.iter().filter_map(serde_json::Value::as_str).collect())
+        .unwrap_or_else(|| vec!["plain"]);
+    for form in &forms {
+        let line = match *form {
+            "base64" => base64::engine::general_purpose::STANDARD.encode(text),
+            "url" => crate::secrets::mask::percent_encode(text),
+            "json" => serde_json::to_string(text).unwrap_or_default(),
+            "reversed" => text.chars().rev().collect(),
+            _ => text.to_owned(),
+        };
+        context.log(LogStream::Stdout, format!("{form}: {line}\n"));
+    }
+    if args.get("split").and_then(serde_json::Value::as_bool) == Some(true) {
+        let middle = text
+            .char_indices()
+            .nth(text.chars().count() / 2)
+            .map_or(0, |(i, _)| i);
+        context.log(LogStream::Stdout, format!("split: {}", &text[..middle]));
+        context.log(LogStream::Stdout, format!("{}\n", &text[middle..]));
+    }
+    context.log(
+        LogStream::Stderr,
+        format!("echoed {} form(s)\n", forms.len()),
+    );
+    context.progress(format!("echoing {text}"), None);
+    sample.reached = true;
+    sample.observed = serde_json::json!({"echoed": text});
 }
 
 /// Whether `id` names a probe compiled into the runner (`echo` included,
@@ -510,39 +516,45 @@ pub async fn program(
             sample.error = exit.limit.map(|limit| limit.to_string());
             sample.refused_by_policy = true;
         }
-        Ok(exit) => {
-            match serde_json::to_value(&exit) {
-                Ok(observed) => sample.observed = observed,
-                Err(error) => {
-                    sample.error = Some(format!("the probe's exit cannot be recorded: {error}"));
-                    return sample;
-                }
-            }
-            if let Some(cause) = exit.stopped {
-                sample.error = Some(match cause {
-                    tool::StopCause::Stopped => "stopped".into(),
-                    tool::StopCause::Deadline => "stopped at the start-to-close deadline".into(),
-                });
-            } else if let Some(code) = exit.code {
-                sample.reached = true;
-                sample.assertions.push(Assertion {
-                    name: "exit_code".into(),
-                    expected: 0.into(),
-                    actual: code.into(),
-                    passed: code == 0,
-                });
-            } else {
-                sample.error = Some(format!(
-                    "the probe ended by signal {}",
-                    exit.signal.unwrap_or_default()
-                ));
-            }
-        }
+        Ok(exit) => judge_exit(&exit, &mut sample),
         Err(error) => sample.error = Some(error.to_string()),
     }
     store_outputs(context, &outputs, &mut sample).await;
     sample.latency_ms = started.elapsed().as_millis() as u64;
     sample
+}
+
+/// What a probe program's exit shows: its code the one assertion (0
+/// passes), or why it has none.
+fn judge_exit(exit: &crate::runner::tool::ToolExit, sample: &mut Sample) {
+    match serde_json::to_value(exit) {
+        Ok(observed) => sample.observed = observed,
+        Err(error) => {
+            sample.error = Some(format!("the probe's exit cannot be recorded: {error}"));
+            return;
+        }
+    }
+    if let Some(cause) = exit.stopped {
+        sample.error = Some(match cause {
+            crate::runner::tool::StopCause::Stopped => "stopped".into(),
+            crate::runner::tool::StopCause::Deadline => {
+                "stopped at the start-to-close deadline".into()
+            }
+        });
+    } else if let Some(code) = exit.code {
+        sample.reached = true;
+        sample.assertions.push(Assertion {
+            name: "exit_code".into(),
+            expected: 0.into(),
+            actual: code.into(),
+            passed: code == 0,
+        });
+    } else {
+        sample.error = Some(format!(
+            "the probe ended by signal {}",
+            exit.signal.unwrap_or_default()
+        ));
+    }
 }
 
 /// Stores every regular file the probe left in its output directory as
