@@ -24,20 +24,20 @@ mod validate;
 
 pub use duration::DurationMs;
 pub use events::{
-    event_kind, AttemptEvent, AttemptStatus, CancelInfo, EventBody, FailureCategory, Input,
-    LeaseInfo, ReportBody, ReportedOutcome, RunnerReport, TerminalOutcome, TimerKind, UnixMillis,
+    check_report, event_kind, AttemptEvent, AttemptStatus, CancelInfo, EventBody, FailureCategory,
+    Input, LeaseInfo, ReportBody, ReportedOutcome, RunnerReport, TerminalOutcome, TimerKind,
+    UnixMillis,
 };
-pub use inputs::OperationInputs;
 pub use jobspec::{
     Callback, JobSpec, Label, PolicyFlags, RetryPolicy, RunnerRequirements, SecretRef, Target,
     Timeouts, TraceContext,
 };
 pub use operation::{Operation, RunnerType};
-pub use ops::RunnerInputs;
+pub use ops::{OperationInputs, RunnerInputs};
 pub use outputs::{OutputArtifact, RetentionClass};
+pub use problem::{Problem, Problems};
 pub use target_keys::TargetKey;
 pub use validate::{
-    flag_problems, input_problems, validate_jobspec, validate_jobspec_bytes, Problem, Problems,
-    MAX_JOBSPEC_BYTES,
+    flag_problems, input_problems, validate_jobspec, validate_jobspec_bytes, MAX_JOBSPEC_BYTES,
 };
 pub use validate::{is_traceparent, looks_secret};

@@ -223,3 +223,141 @@ fn the_reader_sees_every_way_a_path_is_named() {
     assert_eq!(rules["a"], ["contract", "policy"].map(String::from).into());
     assert_eq!(rules["c"], ["a", "b", "c"].map(String::from).into());
 }
+
+/// The modules of `contract` another of them names: through `super::<m>`
+/// (in a file directly under `src/contract/`), `crate::contract::<m>`, or
+/// an item the root re-exports from `<m>` (`pub use events::{…}`). Test
+/// code is left out.
+fn contract_graph(src: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let root = std::fs::read_to_string(src.join("contract.rs")).unwrap();
+    let mut exported: BTreeMap<String, String> = BTreeMap::new();
+    for statement in root.split(';') {
+        let Some(rest) = statement.trim().strip_prefix("pub use ") else {
+            continue;
+        };
+        let Some((module, items)) = rest.split_once("::") else {
+            continue;
+        };
+        for item in items
+            .trim_matches(|c: char| c == '{' || c == '}' || c.is_whitespace())
+            .split(',')
+        {
+            let item = item.trim();
+            if !item.is_empty() {
+                exported.insert(item.to_owned(), module.trim().to_owned());
+            }
+        }
+    }
+    let dir = src.join("contract");
+    let mut files = Vec::new();
+    sources(&dir, &mut files);
+    let module_of = |file: &Path| {
+        let relative = file.strip_prefix(&dir).unwrap();
+        let first = relative.iter().next().unwrap().to_string_lossy();
+        first.trim_end_matches(".rs").to_owned()
+    };
+    let modules: BTreeSet<String> = files.iter().map(|file| module_of(file)).collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let module = module_of(file);
+        let top_level = file.parent() == Some(dir.as_path());
+        let text = std::fs::read_to_string(file).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or_default();
+        let code: String = code
+            .lines()
+            .filter(|line| !line.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let mut prefixes = vec!["crate::contract::"];
+        if top_level {
+            prefixes.push("super::");
+        }
+        let mut names = Vec::new();
+        for prefix in prefixes {
+            for (at, _) in code.match_indices(prefix) {
+                let rest = &code[at + prefix.len()..];
+                // A group's items, each by its first segment; else the path's.
+                let items: Vec<&str> = match rest.strip_prefix('{') {
+                    Some(group) => group[..group.find('}').unwrap_or(group.len())]
+                        .split(',')
+                        .collect(),
+                    None => vec![rest],
+                };
+                for item in items {
+                    let name: String = item
+                        .trim()
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    if !name.is_empty() {
+                        names.push(name);
+                    }
+                }
+            }
+        }
+        for name in names {
+            let named = if modules.contains(&name) {
+                Some(name)
+            } else {
+                exported.get(&name).cloned()
+            };
+            if let Some(named) = named.filter(|named| *named != module) {
+                graph.entry(module.clone()).or_default().insert(named);
+            }
+        }
+    }
+    graph
+}
+
+/// A cycle of `graph`, as the modules on it in order, if it has one.
+fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        node: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|seen| seen == node) {
+            let mut found = path[at..].to_vec();
+            found.push(node.to_owned());
+            return Some(found);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_owned());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(found) = visit(next, graph, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        done.insert(node.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(node, graph, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_contract_s_own_modules_form_no_cycle() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let graph = contract_graph(&src);
+    assert!(
+        graph
+            .get("validate")
+            .is_some_and(|named| named.contains("inputs")),
+        "the graph was read: {graph:?}"
+    );
+    assert_eq!(cycle(&graph), None, "{graph:?}");
+    // And the check sees one: limits naming events while events names
+    // limits (the shape of the cycle that was there).
+    let mut introduced = graph.clone();
+    introduced
+        .entry("limits".into())
+        .or_default()
+        .insert("events".into());
+    assert!(cycle(&introduced).is_some());
+}

@@ -8,7 +8,6 @@
 use std::path::{Component, Path};
 
 use super::problem::Problem;
-use super::{ReportBody, RunnerReport};
 
 /// Longest identifier (job id, tenant, requested_by, runner instance), in characters.
 pub const MAX_ID_CHARS: usize = 256;
@@ -68,53 +67,6 @@ pub fn check_free_text(path: &str, text: &str, max_bytes: usize, problems: &mut 
 
 /// What a field holding U+0000 is told.
 pub const NUL: &str = "contains U+0000 (NUL), which cannot be stored";
-
-/// Every problem of a runner report beyond its types: the instance is an
-/// identifier, texts are bounded and storable, the percent is at most 100.
-pub fn check_report(report: &RunnerReport) -> Vec<Problem> {
-    let mut problems = Vec::new();
-    check_identifier("runner_instance", &report.runner_instance, &mut problems);
-    let percent_ok = |percent: &Option<u8>, problems: &mut Vec<Problem>| {
-        if percent.is_some_and(|percent| percent > 100) {
-            problems.push(Problem::new("percent", "must be at most 100"));
-        }
-    };
-    match &report.body {
-        ReportBody::Started => {}
-        ReportBody::Heartbeat { progress, percent } => {
-            if let Some(progress) = progress {
-                check_free_text("message", progress, MAX_MESSAGE_BYTES, &mut problems);
-            }
-            percent_ok(percent, &mut problems);
-        }
-        ReportBody::Progress { message, percent } => {
-            check_free_text("message", message, MAX_MESSAGE_BYTES, &mut problems);
-            percent_ok(percent, &mut problems);
-        }
-        ReportBody::Finished {
-            message,
-            result_json,
-            outputs,
-            ..
-        } => {
-            check_free_text("message", message, MAX_MESSAGE_BYTES, &mut problems);
-            super::outputs::check_outputs(report.attempt_id, outputs, &mut problems);
-            if let Some(result) = result_json {
-                if result.len() > MAX_RESULT_BYTES {
-                    problems.push(Problem::new(
-                        "result",
-                        format!("longer than {MAX_RESULT_BYTES} bytes"),
-                    ));
-                } else if result.contains('\0') {
-                    problems.push(Problem::new("result", NUL));
-                } else if serde_json::from_str::<serde_json::Value>(result).is_err() {
-                    problems.push(Problem::new("result", "not JSON"));
-                }
-            }
-        }
-    }
-    problems
-}
 
 /// Every problem of a cancel request's free fields.
 pub fn check_cancel(reason: &str, requested_by: &str) -> Vec<Problem> {
@@ -181,57 +133,6 @@ mod cut_tests {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::contract::ReportedOutcome;
-
-    fn report(body: ReportBody, instance: &str) -> RunnerReport {
-        RunnerReport {
-            attempt_id: uuid::Uuid::nil(),
-            lease_epoch: 1,
-            runner_instance: instance.into(),
-            body,
-        }
-    }
-
-    #[test]
-    fn reports_with_nul_control_characters_or_oversized_text_are_refused() {
-        let paths = |report: &RunnerReport| -> Vec<String> {
-            check_report(report)
-                .into_iter()
-                .map(|problem| problem.path)
-                .collect()
-        };
-        let progress = |message: &str| ReportBody::Progress {
-            message: message.into(),
-            percent: None,
-        };
-        assert!(paths(&report(progress("line one\nline two\tok"), "a.b")).is_empty());
-        assert_eq!(paths(&report(progress("a\u{0}b"), "a.b")), ["message"]);
-        assert_eq!(
-            paths(&report(progress("\u{1b}[31mred"), "a.b")),
-            ["message"]
-        );
-        assert_eq!(
-            paths(&report(progress(&"x".repeat(MAX_MESSAGE_BYTES + 1)), "a.b")),
-            ["message"]
-        );
-        assert_eq!(
-            paths(&report(ReportBody::Started, "a.b\nINFO forged")),
-            ["runner_instance"]
-        );
-        let finished = |result: &str| ReportBody::Finished {
-            outcome: ReportedOutcome::Succeeded,
-            category: None,
-            message: String::new(),
-            result_json: Some(result.into()),
-            outputs: Vec::new(),
-        };
-        assert!(paths(&report(finished(r#"{"a":"\u0000"}"#), "a.b")).is_empty());
-        assert_eq!(
-            paths(&report(finished("{\"a\":\"\u{0}\"}"), "a.b")),
-            ["result"]
-        );
-        assert_eq!(paths(&report(finished("not json"), "a.b")), ["result"]);
-    }
 
     #[test]
     fn cancel_fields_are_bounded() {

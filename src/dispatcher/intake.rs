@@ -329,7 +329,7 @@ fn decode(
         match codec.decode::<RunnerEventRecord>(Family::RunnerEvent, payload) {
             Ok(record) => match record.to_report() {
                 Ok(report) => {
-                    let mut problems = limits::check_report(&report);
+                    let mut problems = crate::contract::check_report(&report);
                     if Uuid::parse_str(&record.event_id).is_err() {
                         problems.push(Problem::new("event_id", "not a UUID"));
                     }

@@ -276,7 +276,7 @@ impl ReportRequest {
         };
         // The bounds the dispatcher's intake applies too (one rule, two edges).
         if problems.is_empty() {
-            problems.extend(crate::contract::limits::check_report(&report));
+            problems.extend(crate::contract::check_report(&report));
         }
         if problems.is_empty() {
             Ok(report)

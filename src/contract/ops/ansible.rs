@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::contract::inputs::{PackageRef, Vars};
+use super::{PackageRef, Vars};
 
 /// An inventory: an artifact reference, or generated from the job's targets.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::contract::inputs::{ClusterRef, Vars};
+use super::{ClusterRef, Vars};
 
 /// A chart from an approved source, pinned.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

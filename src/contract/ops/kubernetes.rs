@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::contract::inputs::ClusterRef;
+use super::ClusterRef;
 use crate::contract::DurationMs;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

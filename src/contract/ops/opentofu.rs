@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::contract::inputs::{PackageRef, Vars};
+use super::{PackageRef, Vars};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::kubernetes::ObjectRef;
-use crate::contract::inputs::{ClusterRef, Vars};
+use super::{ClusterRef, Vars};
 use crate::contract::DurationMs;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
