@@ -165,6 +165,38 @@ macro_rules! runner_inputs {
 }
 use runner_inputs;
 
+/// What intake checks of typed inputs beyond their shape, each runner's
+/// checks in its own file (names that become request paths are checked by
+/// `kube_names`, for the three runners that make them).
+pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<super::Problem> {
+    [
+        ansible::problems_of,
+        kubernetes::problems_of,
+        opentofu::problems_of,
+        ssh::problems_of,
+        verification::problems_of,
+    ]
+    .iter()
+    .flat_map(|problems_of| problems_of(inputs))
+    .collect()
+}
+
+/// The contract's gates on a JobSpec's own flags, each runner's in its own
+/// file.
+pub(super) fn flag_problems(
+    operation: Operation,
+    flags: &super::PolicyFlags,
+    inputs: Option<&Value>,
+) -> Vec<super::Problem> {
+    use super::RunnerType as R;
+    match operation.runner_type() {
+        R::Kubernetes => kubernetes::flag_problems(operation, flags),
+        R::Helm => helm::flag_problems(operation, flags),
+        R::Opentofu => opentofu::flag_problems(operation, flags, inputs),
+        R::Ansible | R::Ssh | R::Verification => Vec::new(),
+    }
+}
+
 pub mod ansible;
 pub mod helm;
 pub mod kubernetes;
@@ -179,6 +211,71 @@ mod tests {
 
     fn operations_of<I: RunnerInputs>() -> Vec<Operation> {
         I::OPERATIONS.to_vec()
+    }
+
+    /// The apply gate, case by case: which field is refused (none: it
+    /// passes), as intake and the runner SDK both refuse it.
+    #[test]
+    fn an_apply_runs_only_the_approved_plan_or_an_explicit_one() {
+        let approved = format!("sha256:{}", "ab".repeat(32));
+        let other = format!("sha256:{}", "cd".repeat(32));
+        // (approved digest, plan artifact, explicit, the field refused)
+        type Case<'a> = (Option<&'a str>, Option<&'a str>, bool, Option<&'a str>);
+        let cases: [Case; 8] = [
+            (None, None, false, Some("policy.approved_plan_digest")),
+            (
+                None,
+                Some(&approved),
+                false,
+                Some("policy.approved_plan_digest"),
+            ),
+            (None, None, true, None),
+            (None, Some(&approved), true, Some("inputs.plan_artifact")),
+            (Some(&approved), None, false, Some("inputs.plan_artifact")),
+            (Some(&approved), Some(&approved), false, None),
+            (
+                Some(&approved),
+                Some(&approved.to_uppercase()[7..]),
+                false,
+                None,
+            ),
+            (
+                Some(&approved),
+                Some(&other),
+                true,
+                Some("inputs.plan_artifact"),
+            ),
+        ];
+        for (digest, artifact, explicit, refused) in cases {
+            let flags = crate::contract::PolicyFlags {
+                approved_plan_digest: digest.map(str::to_owned),
+                explicit_command: explicit,
+                ..Default::default()
+            };
+            let inputs = match artifact {
+                Some(artifact) => serde_json::json!({"plan_artifact": artifact}),
+                None => serde_json::json!({}),
+            };
+            let problems = flag_problems(Operation::OpentofuApply, &flags, Some(&inputs));
+            let paths: Vec<&str> = problems
+                .iter()
+                .map(|problem| problem.path.as_str())
+                .collect();
+            assert_eq!(
+                paths,
+                refused.into_iter().collect::<Vec<_>>(),
+                "{digest:?} {artifact:?} explicit={explicit}"
+            );
+        }
+        let elevated = |elevated| crate::contract::PolicyFlags {
+            elevated,
+            ..Default::default()
+        };
+        assert_eq!(
+            flag_problems(Operation::OpentofuDestroy, &elevated(false), None).len(),
+            1
+        );
+        assert!(flag_problems(Operation::OpentofuDestroy, &elevated(true), None).is_empty());
     }
 
     #[test]

@@ -660,58 +660,8 @@ fn scan_secrets(
 }
 
 fn check_operation_inputs(inputs: &OperationInputs, problems: &mut Vec<Problem>) {
-    use OperationInputs as I;
     problems.extend(super::kube_names::problems_of(inputs));
-    problems.extend(super::tofu_inputs::problems_of(inputs));
-    let mut relative = |path: &str, value: &str| {
-        if let Err(message) = super::limits::is_safe_relative(value) {
-            problems.push(Problem::new(path, message));
-        }
-    };
-    match inputs {
-        I::AnsiblePlaybookRun(playbook) | I::AnsibleCheckModeRun(playbook) => {
-            relative("inputs.playbook", &playbook.playbook)
-        }
-        I::AnsibleRoleRun(role) => relative("inputs.role", &role.role),
-        I::KubernetesManifestApply(apply)
-            if apply.manifests.is_empty() == apply.manifests_artifact.is_none() =>
-        {
-            problems.push(Problem::new(
-                "inputs.manifests",
-                "give exactly one of `manifests` and `manifests_artifact`",
-            ));
-        }
-        I::SshCommandRun(command) => check_template_id(&command.template_id, problems),
-        I::SshFileUpload(upload) => check_template_id(&upload.template_id, problems),
-        I::SshFileDownload(download) => check_template_id(&download.template_id, problems),
-        I::SshServiceRestart(restart) => check_template_id(&restart.template_id, problems),
-        I::SshSystemFactCollect(facts) => check_template_id(&facts.template_id, problems),
-        I::VerifyHttpEndpoint(http)
-            if !(http.url.starts_with("http://") || http.url.starts_with("https://")) =>
-        {
-            problems.push(Problem::new(
-                "inputs.url",
-                "must be an http:// or https:// URL",
-            ));
-        }
-        I::VerifyCustomProbe(probe) if probe.probe_id.trim().is_empty() => {
-            problems.push(Problem::new("inputs.probe_id", "must not be empty"));
-        }
-        _ => {}
-    }
-}
-
-fn check_template_id(template_id: &str, problems: &mut Vec<Problem>) {
-    let valid = !template_id.is_empty()
-        && template_id.chars().all(|character| {
-            character.is_ascii_alphanumeric() || matches!(character, '.' | '_' | '-')
-        });
-    if !valid {
-        problems.push(Problem::new(
-            "inputs.template_id",
-            "ssh operations run allowlisted command templates only: `template_id` is required ([A-Za-z0-9._-]+)",
-        ));
-    }
+    problems.extend(super::ops::problems_of(inputs));
 }
 
 fn check_timeouts(timeouts: &Timeouts, problems: &mut Vec<Problem>) {
@@ -827,7 +777,6 @@ fn check_policy(
     inputs: Option<&Value>,
     problems: &mut Vec<Problem>,
 ) {
-    use Operation as O;
     if let Some(digest) = &policy.approved_plan_digest {
         if !is_plan_digest(digest) {
             problems.push(Problem::new(
@@ -836,46 +785,7 @@ fn check_policy(
             ));
         }
     }
-    match operation {
-        O::KubernetesManifestDelete if !policy.destructive => problems.push(Problem::new(
-            "policy.destructive",
-            "kubernetes.manifest.delete deletes objects and needs `policy.destructive: true`",
-        )),
-        O::OpentofuApply if policy.approved_plan_digest.is_none() && !policy.explicit_command => problems.push(Problem::new(
-            "policy.approved_plan_digest",
-            "opentofu.apply needs an approved plan digest (with `inputs.plan_artifact`) or an explicit operation policy (`policy.explicit_command: true`)",
-        )),
-        O::OpentofuApply if policy.approved_plan_digest.is_some() && inputs.and_then(|inputs| inputs.get("plan_artifact")).is_none() => {
-            problems.push(Problem::new("inputs.plan_artifact", "an approved plan digest needs the plan artifact it approves"));
-        }
-        O::OpentofuApply if policy.approved_plan_digest.is_none() && inputs.and_then(|inputs| inputs.get("plan_artifact")).is_some() => {
-            problems.push(Problem::new("inputs.plan_artifact", "a plan artifact is applied only with its digest approved (`policy.approved_plan_digest`); an explicit operation policy plans and applies afresh"));
-        }
-        O::OpentofuApply => {
-            let artifact = inputs.and_then(|inputs| inputs.get("plan_artifact")).and_then(Value::as_str);
-            if let (Some(approved), Some(artifact)) = (&policy.approved_plan_digest, artifact) {
-                if !super::tofu_inputs::same_digest(approved, artifact) {
-                    problems.push(Problem::new(
-                        "inputs.plan_artifact",
-                        format!(
-                            "the plan artifact `{}` is not the approved plan `{}`: an apply runs only the plan that was approved",
-                            super::limits::shortened(artifact, 80),
-                            super::limits::shortened(approved, 80)
-                        ),
-                    ));
-                }
-            }
-        }
-        O::OpentofuDestroy if !policy.elevated => problems.push(Problem::new(
-            "policy.elevated",
-            "opentofu.destroy needs an elevated policy (`policy.elevated: true`)",
-        )),
-        O::HelmRollback if !policy.explicit_command => problems.push(Problem::new(
-            "policy.explicit_command",
-            "helm.rollback runs only as an explicit control-plane command (`policy.explicit_command: true`)",
-        )),
-        _ => {}
-    }
+    problems.extend(super::ops::flag_problems(operation, policy, inputs));
 }
 
 fn check_callback(callback: &super::Callback, problems: &mut Vec<Problem>) {

@@ -4,7 +4,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::OperationInputs;
 use super::{PackageRef, Vars};
+use crate::contract::Problem;
 
 /// An inventory: an artifact reference, or generated from the job's targets.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -79,5 +81,22 @@ super::runner_inputs! {
     AnsibleRoleRun(AnsibleRole),
     AnsibleInventoryValidate(AnsibleInventoryValidate),
     AnsibleCheckModeRun(AnsiblePlaybook),
+    }
+}
+
+/// What intake checks of an ansible operation's inputs beyond their
+/// shape: the playbook, or the role, is a relative path of the package.
+pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
+    use OperationInputs as I;
+    let (path, value) = match inputs {
+        I::AnsiblePlaybookRun(playbook) | I::AnsibleCheckModeRun(playbook) => {
+            ("inputs.playbook", &playbook.playbook)
+        }
+        I::AnsibleRoleRun(role) => ("inputs.role", &role.role),
+        _ => return Vec::new(),
+    };
+    match crate::contract::limits::is_safe_relative(value) {
+        Ok(()) => Vec::new(),
+        Err(message) => vec![Problem::new(path, message)],
     }
 }

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::{ClusterRef, Vars};
+use crate::contract::{Operation, PolicyFlags, Problem};
 
 /// A chart from an approved source, pinned.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -70,5 +71,17 @@ super::runner_inputs! {
     HelmUninstall(HelmReleaseRef),
     HelmTest(HelmReleaseRef),
     HelmTemplate(HelmTemplate),
+    }
+}
+
+/// The contract's gate on a helm operation's flags: a rollback only as
+/// an explicit command.
+pub(super) fn flag_problems(operation: Operation, flags: &PolicyFlags) -> Vec<Problem> {
+    match operation {
+        Operation::HelmRollback if !flags.explicit_command => vec![Problem::new(
+            "policy.explicit_command",
+            "helm.rollback runs only as an explicit control-plane command (`policy.explicit_command: true`)",
+        )],
+        _ => Vec::new(),
     }
 }

@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::ClusterRef;
+use super::OperationInputs;
 use crate::contract::DurationMs;
+use crate::contract::{Operation, PolicyFlags, Problem};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -95,5 +97,34 @@ super::runner_inputs! {
     KubernetesRolloutStatus(KubernetesObject),
     KubernetesResourcePatch(KubernetesPatch),
     KubernetesResourceRead(KubernetesObject),
+    }
+}
+
+/// What intake checks of a kubernetes operation's inputs beyond their
+/// shape (names that become request paths are `kube_names`', shared with
+/// helm and verification): an apply's manifests come one way.
+pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
+    match inputs {
+        OperationInputs::KubernetesManifestApply(apply)
+            if apply.manifests.is_empty() == apply.manifests_artifact.is_none() =>
+        {
+            vec![Problem::new(
+                "inputs.manifests",
+                "give exactly one of `manifests` and `manifests_artifact`",
+            )]
+        }
+        _ => Vec::new(),
+    }
+}
+
+/// The contract's gate on a kubernetes operation's flags: a delete only
+/// destructive.
+pub(super) fn flag_problems(operation: Operation, flags: &PolicyFlags) -> Vec<Problem> {
+    match operation {
+        Operation::KubernetesManifestDelete if !flags.destructive => vec![Problem::new(
+            "policy.destructive",
+            "kubernetes.manifest.delete deletes objects and needs `policy.destructive: true`",
+        )],
+        _ => Vec::new(),
     }
 }

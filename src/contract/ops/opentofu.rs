@@ -1,9 +1,25 @@
-//! The inputs of the opentofu runner's operations, and their union: what the runner
-//! SDK hands that runner's executor.
+//! The inputs of the opentofu runner's operations, their union (what the
+//! runner SDK hands that runner's executor), and what a JobSpec may hand
+//! the CLI, checked at intake and again by the runner SDK
+//! (docs/ARCHITECTURE.md, "OpenTofu"):
+//!
+//! - **Variables are plain values.** The CLI writes every variable's value
+//!   into the plan file (stored as an artifact) and the state, so a secret
+//!   reference there is refused: credentials reach providers as
+//!   environment variables (`env`) and the `pg` backend as `conn_str`,
+//!   neither of which the CLI stores.
+//! - **Names are the CLI's own:** a workspace, a variable, a backend
+//!   setting and an environment variable each keep to a small alphabet, so
+//!   none can become a flag, a path or a second setting.
+//! - **The backend** is `type` plus plain settings; a secret only as the
+//!   `pg` backend's `conn_str`. The `local` backend takes no settings: the
+//!   runner places its state.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use super::{PackageRef, Vars};
+use super::{OperationInputs, PackageRef, Vars};
+use crate::contract::{Operation, PolicyFlags, Problem};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -47,5 +63,331 @@ super::runner_inputs! {
     OpentofuDestroy(TofuModule),
     OpentofuOutput(TofuModule),
     OpentofuStateInspect(TofuModule),
+    }
+}
+
+/// Most variables, environment variables or backend settings of a module.
+pub const MAX_ENTRIES: usize = 256;
+
+/// The backend type of `module` (`local` when it names none).
+pub fn backend_type(module: &TofuModule) -> &str {
+    module
+        .backend
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("local")
+}
+
+/// The secret name `value` refers to, when it is a `{"$secret": …}`.
+fn secret_reference(value: &Value) -> Option<&str> {
+    value.as_object()?.get("$secret")?.as_str()
+}
+
+fn holds_secret_reference(value: &Value) -> bool {
+    match value {
+        Value::Object(object) => {
+            object.contains_key("$secret") || object.values().any(holds_secret_reference)
+        }
+        Value::Array(items) => items.iter().any(holds_secret_reference),
+        _ => false,
+    }
+}
+
+/// A CLI name: 1-64 of letters, digits, `_` and `-`, starting with a letter
+/// or `_`.
+fn is_name(text: &str) -> bool {
+    (1..=64).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && text
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
+}
+
+/// An environment variable's name: 1-64 of `A-Z`, `0-9` and `_`, not
+/// starting with a digit.
+pub fn is_env_name(text: &str) -> bool {
+    (1..=64).contains(&text.len())
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        && !text.as_bytes()[0].is_ascii_digit()
+}
+
+/// Whether the runner sets `name` itself, so no tenant may: the CLI's own
+/// settings (`TF_*`, which can add arguments to every command), the pg
+/// backend's connection (`PG*`), the dynamic loader's (`LD_*`) and the
+/// process's basics.
+pub fn is_reserved_env(name: &str) -> bool {
+    ["TF_", "TOFU_", "PG", "LD_"]
+        .iter()
+        .any(|prefix| name.starts_with(prefix))
+        || ["PATH", "HOME", "TMPDIR", "CHECKPOINT_DISABLE"].contains(&name)
+}
+
+fn shown(text: &str) -> String {
+    crate::contract::limits::shortened(text, 64)
+}
+
+fn entries(field: &str, vars: &Vars, problems: &mut Vec<Problem>) {
+    if vars.len() > MAX_ENTRIES {
+        problems.push(Problem::new(
+            format!("inputs.{field}"),
+            format!("at most {MAX_ENTRIES} entries"),
+        ));
+    }
+}
+
+/// A string the CLI would read as a template in a `.tf.json` file.
+fn is_template(text: &str) -> bool {
+    text.contains("${") || text.contains("%{")
+}
+
+/// Every problem of one module's inputs.
+pub fn module_problems(module: &TofuModule, problems: &mut Vec<Problem>) {
+    if let Some(path) = &module.path {
+        if let Err(message) = crate::contract::limits::is_safe_relative(path) {
+            problems.push(Problem::new("inputs.path", message));
+        }
+    }
+    if let Some(workspace) = &module.workspace {
+        if !is_name(workspace) {
+            problems.push(Problem::new(
+                "inputs.workspace",
+                format!(
+                    "`{}` is not a workspace name (1-64 of letters, digits, `_`, `-`)",
+                    shown(workspace)
+                ),
+            ));
+        }
+    }
+    entries("variables", &module.variables, problems);
+    for (name, value) in &module.variables {
+        let path = format!("inputs.variables.{}", shown(name));
+        if !is_name(name) {
+            problems.push(Problem::new(
+                path,
+                "not a variable name (letters, digits, `_`, `-`)",
+            ));
+        } else if holds_secret_reference(value) {
+            problems.push(Problem::new(
+                path,
+                "a variable's value is written into the plan file and the state: pass a credential \
+                 as a provider's environment variable (`inputs.env`) or the pg backend's `conn_str`",
+            ));
+        }
+    }
+    entries("env", &module.env, problems);
+    for (name, value) in &module.env {
+        let path = format!("inputs.env.{}", shown(name));
+        if !is_env_name(name) {
+            problems.push(Problem::new(
+                path,
+                "not an environment variable name (A-Z, 0-9, `_`)",
+            ));
+        } else if is_reserved_env(name) {
+            problems.push(Problem::new(
+                path,
+                "the runner sets this variable itself (TF_*, TOFU_*, PG*, LD_*, PATH, HOME, TMPDIR, CHECKPOINT_DISABLE)",
+            ));
+        } else if !(value.is_string() || secret_reference(value).is_some()) {
+            problems.push(Problem::new(
+                path,
+                "must be a string or a `{\"$secret\": …}` reference",
+            ));
+        } else if value.as_str().is_some_and(|text| text.contains('\0')) {
+            problems.push(Problem::new(path, "must not hold a NUL character"));
+        }
+    }
+    entries("backend", &module.backend, problems);
+    let kind = module.backend.get("type");
+    if kind.is_some_and(|kind| !kind.as_str().is_some_and(is_name)) {
+        problems.push(Problem::new(
+            "inputs.backend.type",
+            "must be a backend type's name",
+        ));
+    }
+    let kind = backend_type(module);
+    for (name, value) in module.backend.iter().filter(|(name, _)| *name != "type") {
+        let path = format!("inputs.backend.{}", shown(name));
+        if kind == "local" {
+            problems.push(Problem::new(
+                path,
+                "the local backend takes no settings: the runner places its state",
+            ));
+        } else if !is_name(name) {
+            problems.push(Problem::new(path, "not a setting's name"));
+        } else if secret_reference(value).is_some() {
+            if !(kind == "pg" && name == "conn_str") {
+                problems.push(Problem::new(
+                    path,
+                    "a backend setting is written into the plan file: only the pg backend's \
+                     `conn_str` may be a secret (other backends read credentials from `inputs.env`)",
+                ));
+            }
+        } else if !(value.is_string() || value.is_number() || value.is_boolean()) {
+            problems.push(Problem::new(
+                path,
+                "must be a string, a number or a boolean",
+            ));
+        } else if value.as_str().is_some_and(is_template) {
+            problems.push(Problem::new(
+                path,
+                "must not hold `${` or `%{`: the CLI would evaluate it as a template",
+            ));
+        }
+    }
+}
+
+/// The problems of an OpenTofu operation's inputs (whether an apply's plan
+/// is the approved one is the contract's flag gate: `flag_problems`).
+pub fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
+    use OperationInputs as I;
+    let mut problems = Vec::new();
+    match inputs {
+        I::OpentofuPlan(module)
+        | I::OpentofuDestroy(module)
+        | I::OpentofuOutput(module)
+        | I::OpentofuStateInspect(module) => module_problems(module, &mut problems),
+        I::OpentofuApply(apply) => {
+            module_problems(&apply.module, &mut problems);
+            if let Some(Err(message)) = apply
+                .plan_artifact
+                .as_deref()
+                .map(crate::contract::artifact_ref::InputRef::parse)
+            {
+                problems.push(Problem::new("inputs.plan_artifact", message));
+            }
+        }
+        _ => {}
+    }
+    problems
+}
+
+/// Whether two `sha256:<hex>` digests (the prefix optional, any case) are
+/// the same.
+pub fn same_digest(a: &str, b: &str) -> bool {
+    let bare = |digest: &str| {
+        digest
+            .strip_prefix("sha256:")
+            .unwrap_or(digest)
+            .to_ascii_lowercase()
+    };
+    bare(a) == bare(b)
+}
+
+/// The contract's gates on an OpenTofu operation's flags: an apply only of
+/// the approved plan (given as its artifact) or, without one, explicit; a
+/// destroy only elevated.
+pub(super) fn flag_problems(
+    operation: Operation,
+    flags: &PolicyFlags,
+    inputs: Option<&Value>,
+) -> Vec<Problem> {
+    let artifact = inputs.and_then(|inputs| inputs.get("plan_artifact"));
+    let problem = match operation {
+        Operation::OpentofuApply => match (&flags.approved_plan_digest, artifact) {
+            (None, _) if !flags.explicit_command => Problem::new(
+                "policy.approved_plan_digest",
+                "opentofu.apply needs an approved plan digest (with `inputs.plan_artifact`) or an explicit operation policy (`policy.explicit_command: true`)",
+            ),
+            (Some(_), None) => Problem::new(
+                "inputs.plan_artifact",
+                "an approved plan digest needs the plan artifact it approves",
+            ),
+            (None, Some(_)) => Problem::new(
+                "inputs.plan_artifact",
+                "a plan artifact is applied only with its digest approved (`policy.approved_plan_digest`); an explicit operation policy plans and applies afresh",
+            ),
+            (Some(approved), Some(artifact)) => match artifact.as_str() {
+                Some(artifact) if !same_digest(approved, artifact) => Problem::new(
+                    "inputs.plan_artifact",
+                    format!(
+                        "the plan artifact `{}` is not the approved plan `{}`: an apply runs only the plan that was approved",
+                        crate::contract::limits::shortened(artifact, 80),
+                        crate::contract::limits::shortened(approved, 80)
+                    ),
+                ),
+                _ => return Vec::new(),
+            },
+            (None, None) => return Vec::new(),
+        },
+        Operation::OpentofuDestroy if !flags.elevated => Problem::new(
+            "policy.elevated",
+            "opentofu.destroy needs an elevated policy (`policy.elevated: true`)",
+        ),
+        _ => return Vec::new(),
+    };
+    vec![problem]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn module(extra: Value) -> TofuModule {
+        let mut value = json!({"package": {"name": "m", "version": "1", "digest": "sha256:00"}});
+        value
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn paths(module: &TofuModule) -> Vec<String> {
+        let mut problems = Vec::new();
+        module_problems(module, &mut problems);
+        problems.into_iter().map(|problem| problem.path).collect()
+    }
+
+    #[test]
+    fn secrets_go_only_where_the_cli_stores_nothing() {
+        let fine = module(json!({
+            "variables": {"greeting": "hi", "sizes": [1, 2]},
+            "env": {"AWS_SECRET_ACCESS_KEY": {"$secret": "aws"}, "AWS_REGION": "eu-west-1"},
+            "backend": {"type": "pg", "conn_str": {"$secret": "state"}, "schema_name": "team_a"},
+            "workspace": "blue",
+        }));
+        assert!(paths(&fine).is_empty(), "{:?}", paths(&fine));
+        let bad = module(json!({
+            "variables": {"password": {"$secret": "db"}, "nested": {"a": [{"$secret": "db"}]}},
+            "env": {"lower": "x", "N": 3, "Z": "a\u{0}b"},
+            "backend": {"type": "s3", "secret_key": {"$secret": "aws"}, "tags": {"a": 1},
+                        "bucket": "${file(\"/etc/passwd\")}"},
+            "workspace": "../x",
+            "path": "../other",
+        }));
+        assert_eq!(
+            paths(&bad),
+            [
+                "inputs.path",
+                "inputs.workspace",
+                "inputs.variables.nested",
+                "inputs.variables.password",
+                "inputs.env.N",
+                "inputs.env.Z",
+                "inputs.env.lower",
+                "inputs.backend.bucket",
+                "inputs.backend.secret_key",
+                "inputs.backend.tags",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_local_backend_takes_no_settings() {
+        let local = module(json!({"backend": {"path": "/etc/passwd"}}));
+        assert_eq!(paths(&local), ["inputs.backend.path"]);
+        assert_eq!(backend_type(&local), "local");
+    }
+
+    #[test]
+    fn digests_compare_without_prefix_or_case() {
+        let hex = "ab".repeat(32);
+        assert!(same_digest(&format!("sha256:{hex}"), &hex.to_uppercase()));
+        assert!(!same_digest(&format!("sha256:{hex}"), &"cd".repeat(32)));
     }
 }

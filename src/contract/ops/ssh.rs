@@ -4,7 +4,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::OperationInputs;
 use super::Vars;
+use crate::contract::Problem;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -93,4 +95,29 @@ super::runner_inputs! {
     SshServiceRestart(SshServiceRestart),
     SshSystemFactCollect(SshFacts),
     }
+}
+
+/// What intake checks of an ssh operation's inputs beyond their shape:
+/// it names an allowlisted template.
+pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
+    use OperationInputs as I;
+    let template_id = match inputs {
+        I::SshCommandRun(command) => &command.template_id,
+        I::SshFileUpload(upload) => &upload.template_id,
+        I::SshFileDownload(download) => &download.template_id,
+        I::SshServiceRestart(restart) => &restart.template_id,
+        I::SshSystemFactCollect(facts) => &facts.template_id,
+        _ => return Vec::new(),
+    };
+    let valid = !template_id.is_empty()
+        && template_id.chars().all(|character| {
+            character.is_ascii_alphanumeric() || matches!(character, '.' | '_' | '-')
+        });
+    if valid {
+        return Vec::new();
+    }
+    vec![Problem::new(
+        "inputs.template_id",
+        "ssh operations run allowlisted command templates only: `template_id` is required ([A-Za-z0-9._-]+)",
+    )]
 }

@@ -5,8 +5,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::kubernetes::ObjectRef;
+use super::OperationInputs;
 use super::{ClusterRef, Vars};
 use crate::contract::DurationMs;
+use crate::contract::Problem;
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -101,5 +103,24 @@ super::runner_inputs! {
     VerifyPostgresReady(VerifyPostgres),
     VerifyResourceCapability(VerifyCapability),
     VerifyCustomProbe(VerifyCustom),
+    }
+}
+
+/// What intake checks of a verification's inputs beyond their shape: an
+/// HTTP probe's URL is http(s), a custom probe names one.
+pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
+    match inputs {
+        OperationInputs::VerifyHttpEndpoint(http)
+            if !(http.url.starts_with("http://") || http.url.starts_with("https://")) =>
+        {
+            vec![Problem::new(
+                "inputs.url",
+                "must be an http:// or https:// URL",
+            )]
+        }
+        OperationInputs::VerifyCustomProbe(probe) if probe.probe_id.trim().is_empty() => {
+            vec![Problem::new("inputs.probe_id", "must not be empty")]
+        }
+        _ => Vec::new(),
     }
 }
