@@ -7,7 +7,9 @@
 //! operations in the catalog; started by `serve` on the real stack, each
 //! type's instance comes up, announces exactly the catalog's operations for
 //! its type, runs its tools in the sandbox, and refuses as `contract` a
-//! work item of another type's operation put straight on its partition.
+//! work item of another type's operation put straight on its partition,
+//! and one of its own operations whose inputs the contract refuses (the
+//! SDK parses and checks them once, for every type, before any executor).
 
 mod common;
 
@@ -95,7 +97,7 @@ async fn every_runner_type_serves_its_catalog_in_the_sandbox(pool: PgPool) {
             },
         )
         .await;
-    let mut injected = Vec::new();
+    let (mut injected, mut refused) = (Vec::new(), Vec::new());
     for (runner_type, operations, isolation, capacity, instance) in rows().await {
         let runner: RunnerType = runner_type.parse().unwrap();
         let announced: BTreeSet<String> = serde_json::from_value(operations).unwrap();
@@ -118,6 +120,32 @@ async fn every_runner_type_serves_its_catalog_in_the_sandbox(pool: PgPool) {
         };
         let attempt = pipeline.inject_work(runner, &instance, &foreign).await;
         injected.push((runner, foreign.operation, attempt));
+        // Its own operation with inputs no runner may be handed (put past
+        // intake, which would refuse them): the SDK refuses them.
+        let own = Operation::implemented_by(runner).next().unwrap();
+        let mut unparsed = foreign.clone();
+        unparsed.operation = own;
+        unparsed.inputs = json!({"not_an_input": true});
+        let attempt = pipeline.inject_work(runner, &instance, &unparsed).await;
+        refused.push((runner, attempt));
+    }
+    for (runner, attempt) in refused {
+        match pipeline
+            .final_report(attempt, Duration::from_secs(60))
+            .await
+        {
+            ReportBody::Finished {
+                category, message, ..
+            } => {
+                assert_eq!(
+                    category,
+                    Some(FailureCategory::Contract),
+                    "{runner}: {message:?}"
+                );
+                assert!(message.starts_with("inputs"), "{runner}: {message}");
+            }
+            other => panic!("{runner}: {other:?}"),
+        }
     }
     for (runner, operation, attempt) in injected {
         match pipeline
