@@ -63,7 +63,7 @@ pub(crate) async fn time_attempt<E: Executor>(
     );
     let inputs = crate::runner::admit::<E::Inputs>(&spec, executor.runner_type())
         .map_err(|refused| anyhow::anyhow!("inputs refused: {}", refused.message))?;
-    let context = context.with_policy(policy);
+    let context = context.with_policy(policy).with_tenant(spec.tenant.clone());
     let started = std::time::Instant::now();
     let assignment = Assignment {
         attempt_id,

@@ -131,6 +131,58 @@ impl ExecutionContext {
             .await
     }
 
+    /// Stores what a tool made (a saved plan, say) as an input artifact
+    /// of the attempt's tenant, which only its attempts fetch, with
+    /// `origin`: the facts of its making, which a later attempt checks it
+    /// against ([`Self::input_origin`]). Its reference.
+    pub async fn store_input(
+        &self,
+        bytes: &[u8],
+        origin: &serde_json::Value,
+    ) -> Result<crate::artifacts::inputs::InputRef, Failure> {
+        use crate::artifacts::{inputs, ArtifactStorage};
+        let storage = self.storage_or_failure()?;
+        let reference = inputs::put(storage, bytes)
+            .await
+            .map_err(|error| Failure::infrastructure(format!("storing it: {error}")))?;
+        inputs::bind(storage, &reference, &self.tenant)
+            .await
+            .map_err(|error| Failure::infrastructure(format!("storing it: {error}")))?;
+        let record = serde_json::to_vec(origin).unwrap_or_default();
+        storage
+            .put(&inputs::origin_key(&reference), &record)
+            .await
+            .map_err(|error| Failure::infrastructure(format!("recording its origin: {error}")))?;
+        Ok(reference)
+    }
+
+    /// The origin [`Self::store_input`] recorded for `reference`; none for
+    /// content no attempt made.
+    pub async fn input_origin(
+        &self,
+        reference: &crate::artifacts::inputs::InputRef,
+    ) -> Result<Option<serde_json::Value>, Failure> {
+        use crate::artifacts::ArtifactStorage;
+        let storage = self.storage_or_failure()?;
+        match storage
+            .get(&crate::artifacts::inputs::origin_key(reference))
+            .await
+        {
+            Ok(record) => Ok(Some(
+                serde_json::from_slice(&record).unwrap_or(serde_json::Value::Null),
+            )),
+            Err(crate::artifacts::StorageError::NotFound(_)) => Ok(None),
+            Err(error) => Err(Failure::infrastructure(format!(
+                "reading its origin: {error}"
+            ))),
+        }
+    }
+
+    fn storage_or_failure(&self) -> Result<&crate::artifacts::Storage, Failure> {
+        self.storage()
+            .ok_or_else(|| Failure::infrastructure("this runner has no artifact storage"))
+    }
+
     /// The artifact storage input artifacts are fetched from.
     pub fn with_storage(
         mut self,
@@ -140,7 +192,7 @@ impl ExecutionContext {
         self
     }
 
-    pub fn storage(&self) -> Option<&crate::artifacts::Storage> {
+    pub(crate) fn storage(&self) -> Option<&crate::artifacts::Storage> {
         self.storage.as_deref()
     }
 

@@ -82,6 +82,13 @@ pub async fn bind<S: ArtifactStorage>(
     storage.put(&reference.tenant_key(tenant), b"").await
 }
 
+/// Where the origin of content an attempt made is recorded (`plans/…`, a
+/// key no `execplane artifacts put` writes): the facts of its making a
+/// later attempt checks it against.
+pub fn origin_key(reference: &InputRef) -> String {
+    format!("plans/{}", reference.key())
+}
+
 /// [`fetch`] of a requester's input for `tenant`: refused (`policy`) when
 /// the content was not stored for that tenant, whether or not anyone else
 /// stored it (the answer says nothing of other tenants' content), before

@@ -7,7 +7,6 @@ use sha2::{Digest, Sha256};
 
 use super::TofuConfig;
 use crate::artifacts::inputs::InputRef;
-use crate::artifacts::ArtifactStorage;
 use crate::contract::inputs::{TofuInputs, TofuInputs as I, TofuModule};
 use crate::contract::results::{
     TofuChange, TofuOutput, TofuPlan, TofuResource, TofuResult, TofuStateVersion,
@@ -636,22 +635,13 @@ impl Run<'_> {
         let bytes = std::fs::read(&plan_path).map_err(|error| {
             Failure::infrastructure(format!("cannot read the saved plan: {error}"))
         })?;
-        let storage = self.context.storage().ok_or_else(|| {
-            Failure::infrastructure("this runner has no artifact storage for the plan")
-        })?;
-        let reference = crate::artifacts::inputs::put(storage, &bytes)
-            .await
-            .map_err(|error| Failure::infrastructure(format!("storing the plan: {error}")))?;
         // The plan holds the prior state: only this tenant's apply reads it.
-        crate::artifacts::inputs::bind(storage, &reference, tenant)
+        let reference = self
+            .context
+            .store_input(&bytes, &provenance(tenant, module))
             .await
-            .map_err(|error| Failure::infrastructure(format!("storing the plan: {error}")))?;
-        let record = serde_json::to_vec(&provenance(tenant, module)).unwrap_or_default();
-        storage
-            .put(&provenance_key(&reference), &record)
-            .await
-            .map_err(|error| {
-                Failure::infrastructure(format!("recording the plan's origin: {error}"))
+            .map_err(|failure| {
+                Failure::new(failure.category, format!("the plan: {}", failure.message))
             })?;
         self.context
             .store_output(&plan_path, PLAN_FILE, RetentionClass::Evidence)
@@ -678,26 +668,19 @@ impl Run<'_> {
         tenant: &str,
         module: &TofuModule,
     ) -> Result<(), Failure> {
-        let storage = self.context.storage().ok_or_else(|| {
-            Failure::infrastructure("this runner has no artifact storage for the plan")
-        })?;
-        let record = match storage.get(&provenance_key(reference)).await {
-            Ok(record) => record,
-            Err(crate::artifacts::StorageError::NotFound(_)) => {
-                return Err(Failure::new(
-                    FailureCategory::Policy,
-                    format!(
-                        "inputs.plan_artifact: {reference} is not a plan an opentofu.plan made"
-                    ),
-                ))
-            }
-            Err(error) => {
-                return Err(Failure::infrastructure(format!(
-                    "reading the plan's origin: {error}"
-                )))
-            }
+        let origin = self
+            .context
+            .input_origin(reference)
+            .await
+            .map_err(|failure| {
+                Failure::new(failure.category, format!("the plan: {}", failure.message))
+            })?;
+        let Some(made) = origin else {
+            return Err(Failure::new(
+                FailureCategory::Policy,
+                format!("inputs.plan_artifact: {reference} is not a plan an opentofu.plan made"),
+            ));
         };
-        let made: Value = serde_json::from_slice(&record).unwrap_or(Value::Null);
         let wanted = provenance(tenant, module);
         let differs: Vec<&str> = ["tenant", "package", "path", "workspace", "backend"]
             .into_iter()
@@ -886,12 +869,6 @@ fn override_file_in(dir: &std::path::Path) -> Option<String> {
             name.starts_with(OVERRIDE_STEM)
                 || stem.is_some_and(|stem| stem == "override" || stem.ends_with("_override"))
         })
-}
-
-/// Where the origin of the plan stored as `reference` is recorded: a key
-/// only a runner writes (`execplane artifacts put` writes `inputs/` only).
-fn provenance_key(reference: &InputRef) -> String {
-    format!("plans/{}", reference.key())
 }
 
 /// What a plan is made for: the tenant, the module package (its digest)
