@@ -192,7 +192,7 @@ impl ExecutionContext {
         self
     }
 
-    pub(crate) fn storage(&self) -> Option<&crate::artifacts::Storage> {
+    pub(in crate::runner) fn storage(&self) -> Option<&crate::artifacts::Storage> {
         self.storage.as_deref()
     }
 
