@@ -221,8 +221,22 @@ mod tests {
         let other = format!("sha256:{}", "cd".repeat(32));
         // (approved digest, plan artifact, explicit, the field refused)
         type Case<'a> = (Option<&'a str>, Option<&'a str>, bool, Option<&'a str>);
-        let cases: [Case; 8] = [
+        let cases: [Case; 10] = [
             (None, None, false, Some("policy.approved_plan_digest")),
+            // An approved digest with its artifact null or not a digest:
+            // never a fresh plan applied in the approved one's name.
+            (
+                Some(&approved),
+                Some("null"),
+                false,
+                Some("inputs.plan_artifact"),
+            ),
+            (
+                Some(&approved),
+                Some("5"),
+                false,
+                Some("inputs.plan_artifact"),
+            ),
             (
                 None,
                 Some(&approved),
@@ -253,6 +267,8 @@ mod tests {
                 ..Default::default()
             };
             let inputs = match artifact {
+                Some("null") => serde_json::json!({"plan_artifact": null}),
+                Some("5") => serde_json::json!({"plan_artifact": 5}),
                 Some(artifact) => serde_json::json!({"plan_artifact": artifact}),
                 None => serde_json::json!({}),
             };

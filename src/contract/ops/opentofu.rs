@@ -286,7 +286,11 @@ pub(super) fn flag_problems(
     flags: &PolicyFlags,
     inputs: Option<&Value>,
 ) -> Vec<Problem> {
-    let artifact = inputs.and_then(|inputs| inputs.get("plan_artifact"));
+    // A null artifact is no artifact: an approved digest without the plan
+    // it approves must never become a fresh plan applied in its name.
+    let artifact = inputs
+        .and_then(|inputs| inputs.get("plan_artifact"))
+        .filter(|artifact| !artifact.is_null());
     let problem = match operation {
         Operation::OpentofuApply => match (&flags.approved_plan_digest, artifact) {
             (None, _) if !flags.explicit_command => Problem::new(
@@ -301,17 +305,20 @@ pub(super) fn flag_problems(
                 "inputs.plan_artifact",
                 "a plan artifact is applied only with its digest approved (`policy.approved_plan_digest`); an explicit operation policy plans and applies afresh",
             ),
-            (Some(approved), Some(artifact)) => match artifact.as_str() {
-                Some(artifact) if !same_digest(approved, artifact) => Problem::new(
+            (Some(approved), Some(artifact)) => {
+                let artifact = artifact.as_str().unwrap_or_default();
+                if same_digest(approved, artifact) {
+                    return Vec::new();
+                }
+                Problem::new(
                     "inputs.plan_artifact",
                     format!(
                         "the plan artifact `{}` is not the approved plan `{}`: an apply runs only the plan that was approved",
                         crate::contract::limits::shortened(artifact, 80),
                         crate::contract::limits::shortened(approved, 80)
                     ),
-                ),
-                _ => return Vec::new(),
-            },
+                )
+            }
             (None, None) => return Vec::new(),
         },
         Operation::OpentofuDestroy if !flags.elevated => Problem::new(
