@@ -61,7 +61,7 @@ pub(crate) async fn time_attempt<E: Executor>(
         "the bench policy refuses it: {}",
         crate::contract::Problems(refused)
     );
-    let inputs = crate::runner::admit::<E::Inputs>(&spec, executor.runner_type())
+    let inputs = crate::runner::admit::<E::Inputs>(&spec, executor.runner_type(), &policy)
         .map_err(|refused| anyhow::anyhow!("inputs refused: {}", refused.message))?;
     let context = context.with_policy(policy).with_tenant(spec.tenant.clone());
     let started = std::time::Instant::now();

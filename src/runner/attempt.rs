@@ -286,21 +286,22 @@ pub(super) async fn run_attempt<E: Executor>(
         .trace
         .as_ref()
         .map(|trace| trace.traceparent.clone());
-    // An operation this runner does not run (a record misrouted or forged
-    // onto its partition): refused before anything of it is resolved, and
-    // never handed to the executor.
-    if !executor.operations().contains(&operation) {
-        warn!(%operation, "an operation this runner does not run; refused");
+    // Before anything of it is resolved: a work item of an operation this
+    // runner does not run (misrouted, or forged onto its partition), or
+    // one intake would refuse, or the operator's policy refuses (a secret
+    // outside the tenant's prefixes is never even asked for).
+    let policy = settings.policy.current();
+    let runs = (executor.runner_type(), executor.operations());
+    if let Err(refusal) = before_secrets(&assignment.spec, (runs.0, &runs.1), &policy) {
+        warn!(category = ?refusal.category, "refused before its secrets were resolved");
         let reporter = reporter.for_attempt(traceparent, Default::default());
         reporter.post(attempt_id, epoch, ReportBody::Started);
-        let runner = executor.runner_type();
-        let refusal = Failure::contract(format!("the {runner} runner does not run {operation}"));
         return refuse(&reporter, attempt_id, epoch, refusal).await;
     }
     // Secrets are resolved here, at execution time, and live in memory only
     // (in the inputs the executor reads); every report masks them.
-    let policy = settings.policy.current();
-    let resolved = resolve(&mut assignment, &policy, settings.secrets.as_deref()).await;
+    let resolved =
+        crate::secrets::resolve_inputs(&mut assignment.spec, settings.secrets.as_deref()).await;
     let masker = resolved
         .as_ref()
         .map(|resolved| resolved.masker.clone())
@@ -313,7 +314,7 @@ pub(super) async fn run_attempt<E: Executor>(
         let failure = Failure::new(error.category(), error.to_string());
         return refuse(&reporter, attempt_id, epoch, failure).await;
     }
-    let inputs = match admit::<E::Inputs>(&assignment.spec, executor.runner_type()) {
+    let inputs = match admit::<E::Inputs>(&assignment.spec, executor.runner_type(), &policy) {
         Ok(inputs) => inputs,
         Err(refused) => {
             warn!(category = ?refused.category, "inputs refused");
@@ -405,7 +406,11 @@ struct Admitted<I> {
 /// it is now (secrets resolved), checked as intake checked them (the
 /// contract's input checks, then its flag gates), and narrowed to the
 /// runner's operations. The failure to report otherwise.
-pub(crate) fn admit<I: RunnerInputs>(spec: &JobSpec, runner: RunnerType) -> Result<I, Failure> {
+pub(crate) fn admit<I: RunnerInputs>(
+    spec: &JobSpec,
+    runner: RunnerType,
+    policy: &crate::policy::OperatorPolicy,
+) -> Result<I, Failure> {
     let refused = |category, problems: Vec<Problem>| {
         let problems: Vec<String> = problems.iter().map(Problem::to_string).collect();
         Err(Failure::new(category, problems.join("; ")))
@@ -434,6 +439,12 @@ pub(crate) fn admit<I: RunnerInputs>(spec: &JobSpec, runner: RunnerType) -> Resu
     if !problems.is_empty() {
         return refused(FailureCategory::Policy, problems);
     }
+    // The operator's policy again, on what the runner will read: a
+    // reference that stood where a name goes is a name now.
+    let problems = policy.check_jobspec(spec);
+    if !problems.is_empty() {
+        return refused(FailureCategory::Policy, problems);
+    }
     I::try_from(inputs).map_err(|_| {
         Failure::contract(format!(
             "the {runner} runner does not run {}",
@@ -442,21 +453,38 @@ pub(crate) fn admit<I: RunnerInputs>(spec: &JobSpec, runner: RunnerType) -> Resu
     })
 }
 
-/// The operator's policy first (a secret outside the tenant's prefixes is
-/// never even asked for: the dispatcher checked at intake; this runner's
-/// policy file is what binds it), then the secrets into the inputs.
-async fn resolve(
-    assignment: &mut Assignment,
+/// Why the work item is refused before any of its secrets is resolved: an
+/// operation the runner does not run; a JobSpec intake would refuse (a
+/// record produced past the dispatcher is held to the same contract, so
+/// nothing that stands where a name goes can be a secret reference that
+/// only resolution turns into one); the operator's policy, this runner's
+/// file being what binds it.
+fn before_secrets(
+    spec: &JobSpec,
+    (runner, operations): (RunnerType, &[crate::contract::Operation]),
     policy: &crate::policy::OperatorPolicy,
-    secrets: Option<&Vault>,
-) -> Result<crate::secrets::Resolved, crate::secrets::SecretError> {
-    let refused = policy.check_jobspec(&assignment.spec);
-    if !refused.is_empty() {
-        return Err(crate::secrets::SecretError::Policy(
-            crate::contract::Problems(refused).to_string(),
-        ));
+) -> Result<(), Failure> {
+    let operation = spec.operation;
+    if !operations.contains(&operation) {
+        return Err(Failure::contract(format!(
+            "the {runner} runner does not run {operation}"
+        )));
     }
-    crate::secrets::resolve_inputs(&mut assignment.spec, secrets).await
+    let as_sent = serde_json::to_value(spec)
+        .map_err(|error| Failure::contract(format!("the work item's JobSpec: {error}")))?;
+    if let Err(problems) = crate::contract::validate_jobspec(&as_sent) {
+        return Err(Failure::contract(format!(
+            "the work item is not a JobSpec intake accepts: {problems}"
+        )));
+    }
+    let refused = policy.check_jobspec(spec);
+    if !refused.is_empty() {
+        return Err(Failure::policy(format!(
+            "refused by the operator's policy: {}",
+            crate::contract::Problems(refused)
+        )));
+    }
+    Ok(())
 }
 
 /// Runs the executor under the lease: heartbeats, progress and output as
@@ -706,8 +734,21 @@ mod storable_tests {
 mod admit_tests {
     use serde_json::{json, Value};
 
-    use super::admit;
-    use crate::contract::inputs::{KubernetesInputs, TofuInputs};
+    use super::{admit, before_secrets};
+    use crate::policy::OperatorPolicy;
+
+    /// team-a may run what these tests send, on cluster `c`.
+    fn permissive() -> OperatorPolicy {
+        OperatorPolicy::from_yaml(
+            "clusters:\n  c:\n    server: https://127.0.0.1:6443\n\
+             tenants:\n  team-a:\n    operations: [\"kubernetes.*\", \"opentofu.*\", \"ssh.*\"]\n\
+             \x20   grants: [destructive, elevated, explicit_command]\n\
+             \x20   secret_prefixes: [\"secret/\"]\n\
+             \x20   kubernetes:\n      clusters:\n        c:\n          namespaces: [n]\n",
+        )
+        .unwrap()
+    }
+    use crate::contract::inputs::{KubernetesInputs, SshInputs, TofuInputs};
     use crate::contract::{FailureCategory, JobSpec, RunnerType};
 
     fn spec(operation: &str, policy: Value, inputs: Value) -> JobSpec {
@@ -717,6 +758,59 @@ mod admit_tests {
             "operation": operation, "inputs": inputs, "policy": policy,
         }))
         .unwrap()
+    }
+
+    /// A work item put past intake with a secret reference where the
+    /// template's name goes: the policy's check, before resolution, cannot
+    /// read a name there, and resolution would make one. Refused as intake
+    /// refuses it, before any secret is asked for; and a name the tenant may
+    /// not use, once resolved, is the policy's refusal.
+    #[test]
+    fn a_name_no_check_could_read_before_resolution_is_refused() {
+        let command = |template: Value| {
+            let mut spec = crate::contract::validate_jobspec(&json!({
+                "command_id": uuid::Uuid::new_v4().to_string(),
+                "job_id": "forged", "tenant": "team-a", "requested_by": "test",
+                "operation": "ssh.command.run",
+                "inputs": {"template_id": "uptime", "user": "ops",
+                           "private_key": {"$secret": "key"}},
+                "targets": [{"kind": "node", "id": "n", "address": "127.0.0.1"}],
+                "secret_refs": [
+                    {"name": "key", "mount": "secret", "path": "k", "key": "private_key"},
+                    {"name": "name", "mount": "secret", "path": "n", "key": "template"}
+                ],
+            }))
+            .unwrap();
+            spec.inputs["template_id"] = template;
+            spec
+        };
+        let ssh = (
+            RunnerType::Ssh,
+            &[crate::contract::Operation::SshCommandRun][..],
+        );
+        let forged = command(json!({"$secret": "name"}));
+        let refused = before_secrets(&forged, ssh, &permissive()).unwrap_err();
+        assert_eq!(
+            refused.category,
+            FailureCategory::Contract,
+            "{}",
+            refused.message
+        );
+        assert!(refused.message.contains("intake"), "{}", refused.message);
+        let mut resolved = command(json!("root-shell"));
+        resolved.inputs["private_key"] = json!("resolved");
+        let refused = admit::<SshInputs>(&resolved, RunnerType::Ssh, &permissive()).unwrap_err();
+        assert_eq!(
+            refused.category,
+            FailureCategory::Policy,
+            "{}",
+            refused.message
+        );
+        assert!(
+            refused.message.contains("root-shell"),
+            "{}",
+            refused.message
+        );
     }
 
     /// An apply of another plan than the approved one, or a destroy that
@@ -738,7 +832,8 @@ mod admit_tests {
         let mut unelevated = spec("opentofu.destroy", json!({"elevated": true}), module);
         unelevated.policy.elevated = false;
         for (spec, expected) in [(other, "not the approved plan"), (unelevated, "elevated")] {
-            let outcome = admit::<TofuInputs>(&spec, RunnerType::Opentofu).unwrap_err();
+            let outcome =
+                admit::<TofuInputs>(&spec, RunnerType::Opentofu, &permissive()).unwrap_err();
             assert_eq!(
                 outcome.category,
                 FailureCategory::Policy,
@@ -769,9 +864,15 @@ mod admit_tests {
             spec.inputs["cluster"]["credentials"] = json!("resolved");
             spec
         };
-        assert!(admit::<KubernetesInputs>(&read("ok"), RunnerType::Kubernetes).is_ok());
-        let bad =
-            admit::<KubernetesInputs>(&read("../../secrets"), RunnerType::Kubernetes).unwrap_err();
+        assert!(
+            admit::<KubernetesInputs>(&read("ok"), RunnerType::Kubernetes, &permissive()).is_ok()
+        );
+        let bad = admit::<KubernetesInputs>(
+            &read("../../secrets"),
+            RunnerType::Kubernetes,
+            &permissive(),
+        )
+        .unwrap_err();
         assert_eq!(bad.category, FailureCategory::Contract, "{}", bad.message);
         assert!(
             bad.message.contains("inputs.object.name"),
@@ -780,14 +881,16 @@ mod admit_tests {
         );
         let mut unparsed = read("ok");
         unparsed.inputs["object"]["kind"] = json!(7);
-        let bad = admit::<KubernetesInputs>(&unparsed, RunnerType::Kubernetes).unwrap_err();
+        let bad = admit::<KubernetesInputs>(&unparsed, RunnerType::Kubernetes, &permissive())
+            .unwrap_err();
         assert_eq!(bad.category, FailureCategory::Contract, "{}", bad.message);
         assert!(
             bad.message.starts_with("inputs.object.kind"),
             "{}",
             bad.message
         );
-        let other = admit::<TofuInputs>(&read("ok"), RunnerType::Opentofu).unwrap_err();
+        let other =
+            admit::<TofuInputs>(&read("ok"), RunnerType::Opentofu, &permissive()).unwrap_err();
         assert_eq!(other.category, FailureCategory::Contract);
         assert_eq!(
             other.message,
