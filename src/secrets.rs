@@ -89,8 +89,6 @@ pub enum SecretError {
     Undeclared { name: String },
     #[error("secret `{name}` ({location}): no secret store is configured on this runner (EXECPLANE_VAULT_ADDR)")]
     NotConfigured { name: String, location: String },
-    #[error("refused by the operator's policy: {0}")]
-    Policy(String),
 }
 
 impl SecretError {
@@ -103,7 +101,6 @@ impl SecretError {
             | SecretError::Denied { .. }
             | SecretError::KeyMissing { .. }
             | SecretError::Undeclared { .. } => FailureCategory::Contract,
-            SecretError::Policy(_) => FailureCategory::Policy,
         }
     }
 }

@@ -130,40 +130,40 @@ async fn every_runner_type_serves_its_catalog_in_the_sandbox(pool: PgPool) {
         refused.push((runner, attempt));
     }
     for (runner, attempt) in refused {
-        match pipeline
-            .final_report(attempt, Duration::from_secs(60))
-            .await
-        {
-            ReportBody::Finished {
-                category, message, ..
-            } => {
-                assert_eq!(
-                    category,
-                    Some(FailureCategory::Contract),
-                    "{runner}: {message:?}"
-                );
-                assert!(message.contains("inputs.not_an_input"), "{runner}: {message}");
-            }
-            other => panic!("{runner}: {other:?}"),
-        }
+        let message = refused_as_contract(&pipeline, runner, attempt).await;
+        assert!(
+            message.contains("inputs.not_an_input"),
+            "{runner}: {message}"
+        );
     }
     for (runner, operation, attempt) in injected {
-        match pipeline
-            .final_report(attempt, Duration::from_secs(60))
-            .await
-        {
-            ReportBody::Finished {
-                category, message, ..
-            } => {
-                assert_eq!(
-                    category,
-                    Some(FailureCategory::Contract),
-                    "{runner}: {message:?}"
-                );
-                let expected = format!("the {runner} runner does not run {operation}");
-                assert_eq!(message, expected, "{runner}");
-            }
-            other => panic!("{runner}: {other:?}"),
+        let message = refused_as_contract(&pipeline, runner, attempt).await;
+        let expected = format!("the {runner} runner does not run {operation}");
+        assert_eq!(message, expected, "{runner}");
+    }
+}
+
+/// The message of the attempt's final report, which must be a `contract`
+/// failure.
+async fn refused_as_contract(
+    pipeline: &Pipeline,
+    runner: RunnerType,
+    attempt: uuid::Uuid,
+) -> String {
+    match pipeline
+        .final_report(attempt, Duration::from_secs(60))
+        .await
+    {
+        ReportBody::Finished {
+            category, message, ..
+        } => {
+            assert_eq!(
+                category,
+                Some(FailureCategory::Contract),
+                "{runner}: {message:?}"
+            );
+            message
         }
+        other => panic!("{runner}: {other:?}"),
     }
 }

@@ -291,8 +291,14 @@ pub(super) async fn run_attempt<E: Executor>(
     // one intake would refuse, or the operator's policy refuses (a secret
     // outside the tenant's prefixes is never even asked for).
     let policy = settings.policy.current();
-    let runs = (executor.runner_type(), executor.operations());
-    if let Err(refusal) = before_secrets(&assignment.spec, (runs.0, &runs.1), &policy) {
+    let operations = executor.operations();
+    let refused = before_secrets(
+        &assignment.spec,
+        executor.runner_type(),
+        &operations,
+        &policy,
+    );
+    if let Err(refusal) = refused {
         warn!(category = ?refusal.category, "refused before its secrets were resolved");
         let reporter = reporter.for_attempt(traceparent, Default::default());
         reporter.post(attempt_id, epoch, ReportBody::Started);
@@ -461,7 +467,8 @@ pub(crate) fn admit<I: RunnerInputs>(
 /// file being what binds it.
 fn before_secrets(
     spec: &JobSpec,
-    (runner, operations): (RunnerType, &[crate::contract::Operation]),
+    runner: RunnerType,
+    operations: &[crate::contract::Operation],
     policy: &crate::policy::OperatorPolicy,
 ) -> Result<(), Failure> {
     let operation = spec.operation;
@@ -784,12 +791,9 @@ mod admit_tests {
             spec.inputs["template_id"] = template;
             spec
         };
-        let ssh = (
-            RunnerType::Ssh,
-            &[crate::contract::Operation::SshCommandRun][..],
-        );
+        let ssh = [crate::contract::Operation::SshCommandRun];
         let forged = command(json!({"$secret": "name"}));
-        let refused = before_secrets(&forged, ssh, &permissive()).unwrap_err();
+        let refused = before_secrets(&forged, RunnerType::Ssh, &ssh, &permissive()).unwrap_err();
         assert_eq!(
             refused.category,
             FailureCategory::Contract,
