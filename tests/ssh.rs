@@ -94,6 +94,9 @@ ssh_templates:
     fixed_args: [restart]
     args:
       - {{name: service, type: enum, values: [demo]}}
+  not-team-a:
+    program: {dir}/argv.sh
+    fixed_args: ["{dir}/out/not-team-a.bin", "ran"]
   facts:
     operation: ssh.system.fact.collect
     program: /bin/uname
@@ -610,5 +613,54 @@ async fn files_go_up_and_come_back_the_same_and_services_and_facts_report_eviden
     assert_eq!(
         facts,
         &json!({"hostname": uname("-n"), "kernel": uname("-r")})
+    );
+}
+
+/// A work item put straight on the runner's partition, past intake, with
+/// a secret reference where the template's name goes, resolving to a
+/// template of the operator's that team-a may not use: the runner refuses
+/// it before it resolves anything, and the template never runs. (The
+/// policy's check cannot read a name that is still a reference; intake
+/// refuses such a JobSpec, and now so does the runner.)
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_forged_item_naming_its_template_by_secret_runs_nothing(pool: PgPool) {
+    let pipeline = ssh_pipeline(&pool).await;
+    let bao = Bao::new();
+    bao.put("team-a/name", json!({"template": "not-team-a"}))
+        .await;
+    let mut spec = ssh_job("argv", json!({}), local_node());
+    spec.secret_refs.push(
+        serde_json::from_value(
+            json!({"name": "name", "mount": "secret", "path": "team-a/name", "key": "template"}),
+        )
+        .unwrap(),
+    );
+    spec.inputs["template_id"] = json!({"$secret": "name"});
+    spec.inputs.as_object_mut().unwrap().remove("args");
+    let instance: String = sqlx::query_scalar(
+        "SELECT instance_id FROM runner_instances WHERE runner_type = 'ssh' AND status = 'ready'",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let attempt = pipeline
+        .inject_work(execplane::contract::RunnerType::Ssh, &instance, &spec)
+        .await;
+    match pipeline.final_report(attempt, WAIT).await {
+        execplane::contract::ReportBody::Finished {
+            category, message, ..
+        } => {
+            assert_eq!(
+                category,
+                Some(execplane::contract::FailureCategory::Contract),
+                "{message}"
+            );
+            assert!(message.contains("inputs.template_id"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        !pipeline.dir.join("out/not-team-a.bin").exists(),
+        "the template team-a may not use ran"
     );
 }
