@@ -159,6 +159,10 @@ fn window_rates(ends: &[i64]) -> Vec<f64> {
         .collect()
 }
 
+/// The policy the bench runs under: tenant `bench`'s probes may reach the
+/// rig's loopback listener.
+const BENCH_POLICY: &str = "tenants:\n  bench:\n    operations: [\"verify.tcp.connect\"]\n    destinations:\n      allow_private: [\"127.0.0.1/32\"]\n";
+
 pub async fn run(config: &Config, args: &PipelineBenchArgs) -> anyhow::Result<ExitCode> {
     anyhow::ensure!(
         args.jobs > 0 && args.rate > 0,
@@ -171,7 +175,13 @@ pub async fn run(config: &Config, args: &PipelineBenchArgs) -> anyhow::Result<Ex
     );
     let schema = super::ScratchSchema::create(config, format!("execplane_bench_{id}")).await?;
     let prefix = format!("bench{id}.");
-    let result = drive(config, args, &schema.name, &prefix).await;
+    // The bench's own policy, whatever the operator's file says: its jobs
+    // probe the rig's loopback listener, which no tenant reaches by default.
+    let mut bench_config = config.clone();
+    bench_config.policy.loaded = crate::policy::OperatorPolicy::from_yaml(BENCH_POLICY)
+        .map_err(|problems| anyhow::anyhow!("the bench policy: {}", problems.join("; ")))?
+        .into();
+    let result = drive(&bench_config, args, &schema.name, &prefix).await;
     schema.finish(args.keep).await?;
     if !args.keep {
         let kafka = KafkaConfig {
@@ -219,6 +229,10 @@ async fn drive(
     let observed = Observed::follow(&follower, &rig.kafka, &issued, args).await;
     let seconds = started.elapsed().as_secs_f64();
     rig.stop().await;
+    // A refused job measures nothing: say why rather than report zeros.
+    if let Some(why) = &observed.rejected {
+        anyhow::bail!("the bench's jobs were rejected at intake: {why}");
+    }
 
     let rows = rig.store.rows_written(schema).await?.max(0) as u64;
     let records = rig.records_written()?;
@@ -510,6 +524,8 @@ struct Observed {
     start: HashMap<String, i64>,
     terminal: HashMap<String, i64>,
     succeeded: usize,
+    /// Why the first rejected job was rejected.
+    rejected: Option<String>,
 }
 
 /// What the run measured besides the observed events.
@@ -533,7 +549,10 @@ impl Observed {
     ) -> Self {
         let mut observed = Self::default();
         let wait_until = Instant::now() + Duration::from_secs(args.timeout_secs);
-        while observed.terminal.len() < args.jobs && Instant::now() < wait_until {
+        while observed.terminal.len() < args.jobs
+            && observed.rejected.is_none()
+            && Instant::now() < wait_until
+        {
             let Ok(Ok(message)) =
                 tokio::time::timeout(Duration::from_secs(5), follower.recv()).await
             else {
@@ -564,6 +583,10 @@ impl Observed {
             }
             EventBody::Started { .. } => {
                 self.start.entry(event.job_id.clone()).or_insert(elapsed);
+            }
+            EventBody::Rejected { problems, .. } => {
+                self.rejected
+                    .get_or_insert_with(|| crate::contract::Problems(problems.clone()).to_string());
             }
             EventBody::Finished { outcome, .. } if !self.terminal.contains_key(&event.job_id) => {
                 self.terminal.insert(event.job_id.clone(), elapsed);
