@@ -187,7 +187,16 @@ async fn topics_get_the_topologys_replication_and_check_names_drift() {
     }
     let report = report.expect("the topology applies on three brokers");
     assert!(!report.created.is_empty());
-    let report = execplane::kafka::topology::check(&kafka).await.unwrap();
+    // A broker's metadata learns of the new topics a moment after the
+    // controller made them: the check is asked until it has (bounded).
+    let mut report = execplane::kafka::topology::check(&kafka).await.unwrap();
+    for _ in 0..40 {
+        if report.created.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        report = execplane::kafka::topology::check(&kafka).await.unwrap();
+    }
     assert!(
         report.created.is_empty() && report.drift.is_empty(),
         "{report:?}"
