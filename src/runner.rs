@@ -394,9 +394,13 @@ pub trait Executor: Send + Sync + 'static {
     fn runner_type(&self) -> RunnerType;
     /// The operations this executor runs, announced with its presence:
     /// placement grants an attempt only to an instance that lists its
-    /// operation.
+    /// operation. Those of its inputs that this release implements.
     fn operations(&self) -> Vec<Operation> {
-        Self::Inputs::OPERATIONS.to_vec()
+        Self::Inputs::OPERATIONS
+            .iter()
+            .copied()
+            .filter(|operation| operation.is_implemented())
+            .collect()
     }
     /// Capabilities this runner offers placement.
     fn capabilities(&self) -> Vec<String> {
