@@ -7,7 +7,6 @@
 pub mod artifact_ref;
 mod duration;
 mod events;
-pub mod inputs;
 mod jobspec;
 pub mod kube_names;
 pub mod limits;
@@ -18,7 +17,6 @@ mod problem;
 pub mod results;
 pub mod secret_shapes;
 pub mod target_keys;
-pub mod tofu_inputs;
 pub mod topics;
 mod validate;
 

@@ -593,8 +593,8 @@ impl OperatorPolicy {
                     .map(|digest| ("opentofu.modules", digest)),
             );
         for name in &opentofu.env {
-            if !crate::contract::tofu_inputs::is_env_name(name)
-                || crate::contract::tofu_inputs::is_reserved_env(name)
+            if !crate::contract::ops::opentofu::is_env_name(name)
+                || crate::contract::ops::opentofu::is_reserved_env(name)
             {
                 problems.push(format!(
                     "tenant {tenant}: opentofu.env: `{name}` is not a name a tenant may set (A-Z, 0-9, `_`; not TF_*, PG*, LD_*, PATH, HOME, TMPDIR, CHECKPOINT_DISABLE: the runner's own)"

@@ -35,6 +35,11 @@ pub(crate) use attempt::admit;
 pub use fence::{LeaseGuard, Stopping};
 pub use instance::{condition, run_instance, InstanceHandle};
 
+/// The built-in policy a context holds until the SDK hands it the one it
+/// checked the attempt against: built once, not per attempt.
+static DEFAULT_POLICY: std::sync::LazyLock<std::sync::Arc<crate::policy::OperatorPolicy>> =
+    std::sync::LazyLock::new(|| crate::policy::SharedPolicy::default().current());
+
 /// One unit of work handed to an executor.
 #[derive(Clone, Debug)]
 pub struct Assignment {
@@ -87,7 +92,7 @@ impl ExecutionContext {
             tenant: String::new(),
             outputs: None,
             output_budget: std::sync::Arc::new(tool::OutputBudget::new(tool::MAX_OUTPUT_BYTES)),
-            policy: crate::policy::SharedPolicy::default().current(),
+            policy: DEFAULT_POLICY.clone(),
         }
     }
 

@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use super::inputs::{ObjectRef, OperationInputs};
+use super::ops::{ObjectRef, OperationInputs};
 use super::Problem;
 
 /// An RFC 1123 label (a namespace): 1-63 lowercase letters, digits and
@@ -44,7 +44,7 @@ pub fn release_problem(text: &str) -> Option<String> {
 /// a name of 1-63 of `a-z`, `0-9`, `.`, `_`, `-` and a version of 1-64 of
 /// letters, digits, `.`, `+`, `-`, each starting with a letter or digit
 /// (so neither can be read as an option).
-pub fn chart_problems(chart: &super::inputs::ChartRef, problems: &mut Vec<Problem>) {
+pub fn chart_problems(chart: &super::ops::ChartRef, problems: &mut Vec<Problem>) {
     let starts_fine = |text: &str| {
         text.bytes()
             .next()
@@ -321,7 +321,7 @@ mod tests {
             assert!(api_version_problem(good).is_none(), "{good}");
         }
         assert!(kind_problem("Config Map").is_some());
-        let chart = |name: &str, version: &str| crate::contract::inputs::ChartRef {
+        let chart = |name: &str, version: &str| crate::contract::ops::ChartRef {
             repository: "https://charts.example.com".into(),
             name: name.into(),
             version: version.into(),

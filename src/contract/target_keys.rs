@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::inputs::{ClusterRef, InventoryRef, OperationInputs, TofuModule};
+use super::ops::{ClusterRef, InventoryRef, OperationInputs, TofuModule};
 use super::{JobSpec, Target};
 
 /// What a key names. The policy's limits are per kind.

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-use super::inputs::OperationInputs;
+use super::ops::OperationInputs;
 use super::{JobSpec, Operation, RetryPolicy, Timeouts};
 
 /// The largest JobSpec accepted, in bytes of JSON.

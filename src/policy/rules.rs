@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Deserialize;
 
 use super::ssh::{SshTemplate, Sudo};
-use crate::contract::inputs::{ClusterRef, PackageRef};
+use crate::contract::ops::{ClusterRef, PackageRef};
 use crate::contract::{JobSpec, Operation, OperationInputs, Problem};
 
 /// A permission behind one of the JobSpec's `policy` flags: a requester
@@ -104,13 +104,13 @@ pub struct HelmRules {
 impl HelmRules {
     /// Whether `chart` comes from a trusted source: its digest is listed, or
     /// its repository is a listed one or lies under one.
-    pub fn trusts(&self, chart: &crate::contract::inputs::ChartRef) -> bool {
+    pub fn trusts(&self, chart: &crate::contract::ops::ChartRef) -> bool {
         self.trusts_digest(chart) || self.trusts_repository(chart)
     }
 
     /// Whether the chart's digest itself is listed: the archive stored
     /// under it is trusted, wherever the JobSpec says it came from.
-    pub fn trusts_digest(&self, chart: &crate::contract::inputs::ChartRef) -> bool {
+    pub fn trusts_digest(&self, chart: &crate::contract::ops::ChartRef) -> bool {
         chart.digest.as_deref().is_some_and(|digest| {
             self.chart_sources
                 .iter()
@@ -121,7 +121,7 @@ impl HelmRules {
     /// Whether the chart's repository is a listed one or lies under one
     /// (by whole path segments; a repository that climbs with `..` or
     /// hides characters with `%` never does).
-    pub fn trusts_repository(&self, chart: &crate::contract::inputs::ChartRef) -> bool {
+    pub fn trusts_repository(&self, chart: &crate::contract::ops::ChartRef) -> bool {
         let repository = chart.repository.as_str();
         let plain = !repository
             .split('/')
@@ -517,7 +517,7 @@ impl Check<'_> {
         self.nodes();
     }
 
-    fn playbook(&mut self, playbook: &crate::contract::inputs::AnsiblePlaybook) {
+    fn playbook(&mut self, playbook: &crate::contract::ops::AnsiblePlaybook) {
         let Some(package) = self.ansible_package(&playbook.package) else {
             return;
         };
@@ -534,7 +534,7 @@ impl Check<'_> {
         }
     }
 
-    fn role(&mut self, role: &crate::contract::inputs::AnsibleRole) {
+    fn role(&mut self, role: &crate::contract::ops::AnsibleRole) {
         let Some(package) = self.ansible_package(&role.package) else {
             return;
         };
@@ -549,7 +549,7 @@ impl Check<'_> {
 
     /// Inline manifests: each kind's scope and own namespace. A manifest
     /// artifact is checked by the runner that reads it.
-    fn manifests(&mut self, apply: &crate::contract::inputs::KubernetesApply) {
+    fn manifests(&mut self, apply: &crate::contract::ops::KubernetesApply) {
         let Some(cluster) = self.cluster(&apply.cluster, &apply.namespace) else {
             return;
         };
@@ -563,7 +563,7 @@ impl Check<'_> {
         }
     }
 
-    fn deletions(&mut self, delete: &crate::contract::inputs::KubernetesDelete) {
+    fn deletions(&mut self, delete: &crate::contract::ops::KubernetesDelete) {
         let Some(cluster) = self.cluster(&delete.cluster, &delete.namespace) else {
             return;
         };
@@ -574,7 +574,7 @@ impl Check<'_> {
         }
     }
 
-    fn ssh_command(&mut self, command: &crate::contract::inputs::SshCommand) {
+    fn ssh_command(&mut self, command: &crate::contract::ops::SshCommand) {
         let Some(template) = self.ssh_template(&command.template_id) else {
             return;
         };
@@ -590,7 +590,7 @@ impl Check<'_> {
         }
     }
 
-    fn ssh_facts(&mut self, facts: &crate::contract::inputs::SshFacts) {
+    fn ssh_facts(&mut self, facts: &crate::contract::ops::SshFacts) {
         let Some(template) = self.ssh_template(&facts.template_id) else {
             return;
         };
@@ -688,7 +688,7 @@ impl Check<'_> {
         &mut self,
         cluster: &ClusterRef,
         namespace: &str,
-        object: &crate::contract::inputs::ObjectRef,
+        object: &crate::contract::ops::ObjectRef,
     ) {
         if let Some(rules) = self.cluster(cluster, namespace) {
             let kind = Some(object.kind.as_str());
@@ -702,7 +702,7 @@ impl Check<'_> {
         }
     }
 
-    fn chart(&mut self, chart: &crate::contract::inputs::ChartRef) {
+    fn chart(&mut self, chart: &crate::contract::ops::ChartRef) {
         if !self.rules.helm.trusts(chart) {
             let message = format!(
                 "chart `{}` from `{}` is not from a trusted source",
@@ -712,7 +712,7 @@ impl Check<'_> {
         }
     }
 
-    fn tofu(&mut self, module: &crate::contract::inputs::TofuModule) {
+    fn tofu(&mut self, module: &crate::contract::ops::TofuModule) {
         let approved = module
             .package
             .digest

@@ -460,7 +460,8 @@ pub(crate) fn admit<I: RunnerInputs>(
 }
 
 /// Why the work item is refused before any of its secrets is resolved: an
-/// operation the runner does not run; a JobSpec intake would refuse (a
+/// operation the runner does not run; a JobSpec intake would refuse (its
+/// record's JSON form, validated as the dispatcher's intake validates it: a
 /// record produced past the dispatcher is held to the same contract, so
 /// nothing that stands where a name goes can be a secret reference that
 /// only resolution turns into one); the operator's policy, this runner's
@@ -477,8 +478,7 @@ fn before_secrets(
             "the {runner} runner does not run {operation}"
         )));
     }
-    let as_sent = serde_json::to_value(spec)
-        .map_err(|error| Failure::contract(format!("the work item's JobSpec: {error}")))?;
+    let as_sent = crate::codec::JobSpecRecord::from(spec).to_json();
     if let Err(problems) = crate::contract::validate_jobspec(&as_sent) {
         return Err(Failure::contract(format!(
             "the work item is not a JobSpec intake accepts: {problems}"
@@ -755,7 +755,7 @@ mod admit_tests {
         )
         .unwrap()
     }
-    use crate::contract::inputs::{KubernetesInputs, SshInputs, TofuInputs};
+    use crate::contract::ops::{KubernetesInputs, SshInputs, TofuInputs};
     use crate::contract::{FailureCategory, JobSpec, RunnerType};
 
     fn spec(operation: &str, policy: Value, inputs: Value) -> JobSpec {

@@ -21,7 +21,7 @@ use kube::api::{ApiResource, GroupVersionKind};
 use kube::discovery::{ApiCapabilities, Scope};
 use serde_yaml::Value as Yaml;
 
-use crate::contract::inputs::ClusterRef;
+use crate::contract::ops::ClusterRef;
 use crate::policy::clusters::ClusterEndpoint;
 use crate::runner::Failure;
 

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use super::events::Summary;
 use super::AnsibleConfig;
 use crate::artifacts::inputs::InputRef;
-use crate::contract::inputs::{AnsibleInputs, InventoryRef, PackageRef, Vars};
+use crate::contract::ops::{AnsibleInputs, InventoryRef, PackageRef, Vars};
 use crate::contract::results::{AnsibleResult, InventoryReport};
 use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType, Target};
 use crate::policy::ssh::HostKey;

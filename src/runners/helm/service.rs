@@ -5,8 +5,8 @@ use serde_json::{json, Value};
 
 use super::HelmConfig;
 use crate::artifacts::inputs::InputRef;
-use crate::contract::inputs::{ChartRef, ClusterRef, HelmInputs, HelmInputs as I, Vars};
 use crate::contract::limits::head;
+use crate::contract::ops::{ChartRef, ClusterRef, HelmInputs, HelmInputs as I, Vars};
 use crate::contract::results::{HelmObject, HelmResult, HelmTestRun};
 use crate::contract::{FailureCategory, RetentionClass, RunnerType};
 use crate::runner::kit::kube::{self as cluster, judge, Credentials};
@@ -450,7 +450,7 @@ impl Run<'_> {
         &mut self,
         verb: &str,
         rules: &crate::policy::OperationRules,
-        release: &crate::contract::inputs::HelmRelease,
+        release: &crate::contract::ops::HelmRelease,
     ) -> Result<String, Failure> {
         let archive = self.chart(&rules.helm, &release.chart).await?;
         let values = self.values(&release.values)?;

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::KubernetesConfig;
-use crate::contract::inputs::{
+use crate::contract::ops::{
     ClusterRef, KubernetesApply, KubernetesDelete, KubernetesInputs as I, KubernetesInputs,
     KubernetesObject, KubernetesPatch, KubernetesWait, ObjectRef, PatchType,
 };

@@ -7,11 +7,11 @@ use sha2::{Digest, Sha256};
 
 use super::TofuConfig;
 use crate::artifacts::inputs::InputRef;
-use crate::contract::inputs::{TofuInputs, TofuInputs as I, TofuModule};
+use crate::contract::ops::opentofu::backend_type;
+use crate::contract::ops::{TofuInputs, TofuInputs as I, TofuModule};
 use crate::contract::results::{
     TofuChange, TofuOutput, TofuPlan, TofuResource, TofuResult, TofuStateVersion,
 };
-use crate::contract::tofu_inputs;
 use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType};
 use crate::runner::kit::package;
 use crate::runner::tool::{self, ToolCommand, ToolExit, Workdir};
@@ -106,7 +106,7 @@ impl Executor for TofuRunner {
             report: TofuResult {
                 module: format!("{}@{}", module.package.name, module.package.version),
                 workspace: module.workspace.clone().unwrap_or_else(|| "default".into()),
-                backend: tofu_inputs::backend_type(module).to_owned(),
+                backend: backend_type(module).to_owned(),
                 ..TofuResult::default()
             },
         };
@@ -389,7 +389,7 @@ impl Run<'_> {
     /// The backend override: the JobSpec's backend (allowed by the
     /// operator), never the module's own.
     fn write_backend(&mut self, tenant: &str, module: &TofuModule) -> Result<(), Failure> {
-        let kind = tofu_inputs::backend_type(module).to_owned();
+        let kind = backend_type(module).to_owned();
         let mut settings = serde_json::Map::new();
         if kind == "local" {
             // One directory per tenant and module: a tenant never names
@@ -886,7 +886,7 @@ fn provenance(tenant: &str, module: &TofuModule) -> Value {
         "package": module.package.digest,
         "path": module.path.as_deref().unwrap_or("."),
         "workspace": module.workspace.as_deref().unwrap_or("default"),
-        "backend": {"type": tofu_inputs::backend_type(module), "settings": backend},
+        "backend": {"type": backend_type(module), "settings": backend},
     })
 }
 

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::SshConfig;
 use crate::artifacts::inputs::InputRef;
-use crate::contract::inputs::{SshInputs, SshInputs as I, Vars};
+use crate::contract::ops::{SshInputs, SshInputs as I, Vars};
 use crate::contract::results::{
     SshCommandResult, SshFactsNode, SshFactsResult, SshNodeResult, SshServiceNode,
     SshServiceResult, SshTransferNode, SshTransferResult,

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::probes::{Assertion, Sample};
-use crate::contract::inputs::{VerifyCapability, VerifyKubernetesCondition};
+use crate::contract::ops::{VerifyCapability, VerifyKubernetesCondition};
 use crate::policy::OperationRules;
 use crate::runner::kit::kube::judge::{self, WantedCondition};
 use crate::runner::kit::kube::Kinds;

@@ -7,7 +7,7 @@ use serde::Serialize;
 use tokio::net::TcpStream;
 
 use crate::codec::LogStream;
-use crate::contract::inputs::{VerifyCustom, VerifyHttp, VerifyPostgres, VerifyTcp};
+use crate::contract::ops::{VerifyCustom, VerifyHttp, VerifyPostgres, VerifyTcp};
 use crate::runner::ExecutionContext;
 
 /// One observation.
@@ -410,7 +410,7 @@ pub async fn custom(inputs: &VerifyCustom, context: &ExecutionContext, n: u32) -
 /// split across two writes when `args.split`: a job that deliberately
 /// leaks, to prove masking. `reversed` prints what the JobSpec never said
 /// (a tool printing a key of its own), for the artifact detectors.
-fn echo(args: &crate::contract::inputs::Vars, context: &ExecutionContext, sample: &mut Sample) {
+fn echo(args: &crate::contract::ops::Vars, context: &ExecutionContext, sample: &mut Sample) {
     use base64::Engine;
     let text = args
         .get("text")

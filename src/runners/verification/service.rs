@@ -2,7 +2,7 @@ use std::time::Duration;
 
 use super::probes::{self, Bounds, Sample};
 use super::VerificationConfig;
-use crate::contract::inputs::{VerifyInputs, VerifyInputs as I};
+use crate::contract::ops::{VerifyInputs, VerifyInputs as I};
 use crate::contract::{FailureCategory, RunnerType};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor, Failure};
 
