@@ -1,5 +1,6 @@
 //! The `execplane` command line.
 
+pub mod assemble;
 mod attempts;
 pub(crate) mod audit;
 mod operations;
@@ -345,8 +346,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::SandboxReach { addresses } = &cli.command {
         return Ok(crate::runner::sandbox::egress::reach(addresses));
     }
-    let config = match Config::load(cli.config.as_deref()) {
-        Ok(config) => config,
+    let (config, policy) = match assemble::load(cli.config.as_deref()) {
+        Ok(loaded) => loaded,
         Err(error) => {
             // Every problem at once, and a usage exit code.
             eprintln!("error: {error}");
@@ -355,9 +356,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     };
     crate::telemetry::init(&config.telemetry);
     match cli.command {
-        Command::Validate { file, json } => {
-            validate::run(&file, json, &config.policy.loaded.current())
-        }
+        Command::Validate { file, json } => validate::run(&file, json, &policy.current()),
         Command::Operations { json, live: false } => operations::run(json),
         Command::Operations { json, live: true } => {
             let store = connect(&config).await?;
@@ -393,13 +392,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Bench(BenchCommand::Ansible(args)) => {
             crate::bench::ansible::run(&config, &args).await
         }
-        Command::Serve => roles::run(&config, roles::Roles::serve(&config), true).await,
-        Command::Ingress => roles::run(&config, roles::Roles::INGRESS, false).await,
-        Command::ArtifactWorker => roles::run(&config, roles::Roles::ARTIFACT_WORKER, false).await,
-        Command::Dispatcher => roles::run(&config, roles::Roles::DISPATCHER, false).await,
-        Command::Relay => roles::run(&config, roles::Roles::RELAY, false).await,
+        Command::Serve => roles::run(&config, &policy, roles::Roles::serve(&config), true).await,
+        Command::Ingress => roles::run(&config, &policy, roles::Roles::INGRESS, false).await,
+        Command::ArtifactWorker => {
+            roles::run(&config, &policy, roles::Roles::ARTIFACT_WORKER, false).await
+        }
+        Command::Dispatcher => roles::run(&config, &policy, roles::Roles::DISPATCHER, false).await,
+        Command::Relay => roles::run(&config, &policy, roles::Roles::RELAY, false).await,
         Command::Runner { runner_type } => match runner_type.parse::<RunnerType>() {
-            Ok(runner) => roles::run(&config, roles::Roles::runner(runner), false).await,
+            Ok(runner) => roles::run(&config, &policy, roles::Roles::runner(runner), false).await,
             Err(_) => {
                 let available: Vec<&str> = RunnerType::ALL.iter().map(|r| r.as_str()).collect();
                 eprintln!(
@@ -424,7 +425,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             file,
             timeout,
             json,
-        } => submit::run(&config, &file, timeout, json).await,
+        } => submit::run(&config, &policy.current(), &file, timeout, json).await,
         Command::Attempts(AttemptsCommand::List {
             status,
             job,
@@ -491,7 +492,7 @@ async fn artifacts_put(
         return Ok(ExitCode::from(2));
     }
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-    let storage = crate::artifacts::Storage::open(&config.storage());
+    let storage = crate::artifacts::Storage::open(&assemble::storage(config));
     let reference = crate::artifacts::inputs::put(&storage, &bytes)
         .await
         .map_err(anyhow::Error::msg)?;
@@ -517,7 +518,7 @@ async fn artifacts(
     command: ArtifactsCommand,
 ) -> anyhow::Result<ExitCode> {
     use crate::artifacts::ArtifactStorage;
-    let storage = crate::artifacts::Storage::open(&config.storage());
+    let storage = crate::artifacts::Storage::open(&assemble::storage(config));
     match command {
         ArtifactsCommand::Put {
             file,
@@ -539,7 +540,7 @@ async fn artifacts(
             Ok(ExitCode::SUCCESS)
         }
         ArtifactsCommand::Gc { dry_run, json } => {
-            let retention = config.retention();
+            let retention = assemble::retention(config);
             let listed = crate::artifacts::collect_garbage(store, &storage, retention, dry_run)
                 .await
                 .map_err(anyhow::Error::msg)?;
@@ -674,5 +675,5 @@ async fn connect(config: &Config) -> anyhow::Result<Store> {
                 crate::telemetry::redact(&config.database.url)
             )
         })
-        .map(|store| store.with_codec(config.kafka().codec))
+        .map(|store| store.with_codec(assemble::kafka(config).codec))
 }

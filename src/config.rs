@@ -7,10 +7,8 @@
 //! variables and builds no clients: the roles do that from the settings.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use crate::contract::DurationMs;
-use crate::runner::sandbox::egress::Destination;
 pub use crate::secrets::Secret;
 
 pub use crate::telemetry::{LogFormat, TelemetrySettings};
@@ -430,7 +428,9 @@ pub struct VerificationSettings {
 impl Default for VerificationSettings {
     fn default() -> Self {
         Self {
-            probes: crate::runners::verification::BUILTIN_PROBES.join(","),
+            // The verification runner's built-in probes (`cli::assemble`'s
+            // tests hold the two lists equal).
+            probes: "sleep,hang,fail".into(),
             max_timeout: DurationMs::from_secs(60),
             max_body_bytes: 1024 * 1024,
             probe_dir: String::new(),
@@ -444,8 +444,6 @@ pub struct PolicySettings {
     /// `EXECPLANE_POLICY_FILE` (alias `EXECPLANE_POLICY`): the policy file
     /// (YAML for `.yaml`/`.yml`, else TOML); empty: the defaults.
     pub file: String,
-    /// The file, loaded and checked by the validation pass.
-    pub loaded: crate::policy::SharedPolicy,
 }
 
 /// The ingress.
@@ -541,7 +539,9 @@ impl Default for ArtifactSettings {
             dir: "execplane-artifacts".into(),
             group: "execplane-artifacts".into(),
             grace: DurationMs::from_secs(2),
-            detectors: crate::artifacts::detect::BUILTIN.join(","),
+            // Every built-in detector (`cli::assemble`'s tests hold the two
+            // lists equal).
+            detectors: "pem_private_key,aws_access_key_id,bearer_token".into(),
             retention_logs: DurationMs::from_secs(7 * 24 * 3600),
             retention_rendered: DurationMs::from_secs(30 * 24 * 3600),
             retention_evidence: DurationMs::from_secs(365 * 24 * 3600),
@@ -864,9 +864,7 @@ impl Config {
     /// Loads the file (when given, or named by `EXECPLANE_CONFIG`) and the
     /// environment.
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
-        let properties: Vec<(String, String)> = std::env::vars()
-            .filter(|(name, _)| name.starts_with(KAFKA_PROPERTY_PREFIX))
-            .collect();
+        let properties = Self::kafka_properties_of_environment();
         Self::load_with(file, |name| std::env::var(name).ok(), &properties)
     }
 
@@ -885,6 +883,30 @@ impl Config {
         env: impl Fn(&str) -> Option<String>,
         kafka_properties: &[(String, String)],
     ) -> Result<Self, ConfigError> {
+        let (config, problems) = Self::read_with(file, env, kafka_properties)?;
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError::Invalid(problems))
+        }
+    }
+
+    /// The environment's `EXECPLANE_KAFKA_PROPERTY_*` variables.
+    pub fn kafka_properties_of_environment() -> Vec<(String, String)> {
+        std::env::vars()
+            .filter(|(name, _)| name.starts_with(KAFKA_PROPERTY_PREFIX))
+            .collect()
+    }
+
+    /// As [`Config::load_with`], with the problems handed back rather than
+    /// failing on them: the process edge adds the checks only an area can
+    /// make (`cli::assemble`) and reports every problem at once. Fails
+    /// only when the file cannot be read.
+    pub fn read_with(
+        file: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+        kafka_properties: &[(String, String)],
+    ) -> Result<(Self, Vec<String>), ConfigError> {
         let mut config = Config::default();
         let mut problems = Vec::new();
         let file = file
@@ -911,11 +933,7 @@ impl Config {
             config.set_kafka_property(name, value, variable, &mut problems);
         }
         config.check(&mut problems);
-        if problems.is_empty() {
-            Ok(config)
-        } else {
-            Err(ConfigError::Invalid(problems))
-        }
+        Ok((config, problems))
     }
 
     /// The TOML file: flat keys, each a setting's variable without the
@@ -1031,19 +1049,6 @@ impl Config {
     /// The one validation pass: every rule across settings, every problem.
     fn check(&mut self, problems: &mut Vec<String>) {
         self.check_kafka_security(problems);
-        if let Err(message) = self.codec() {
-            problems.push(message);
-        }
-        if !self.policy.file.trim().is_empty() {
-            match crate::policy::SharedPolicy::from_file(Path::new(self.policy.file.trim())) {
-                Ok(policy) => self.policy.loaded = policy,
-                Err(found) => problems.extend(
-                    found
-                        .into_iter()
-                        .map(|problem| format!("EXECPLANE_POLICY_FILE: {problem}")),
-                ),
-            }
-        }
         if let Err(message) = self.runner_pool() {
             problems.push(message);
         }
@@ -1059,14 +1064,10 @@ impl Config {
                 self.runner.sandbox_network.trim()
             ));
         }
-        if let Err(message) = self.sandbox_deny() {
-            problems.push(format!("EXECPLANE_SANDBOX_DENY: {message}"));
-        }
-        for path in self.sandbox_read_only() {
-            if !path.is_absolute() {
+        for path in entries(&self.runner.sandbox_read_only) {
+            if !Path::new(path).is_absolute() {
                 problems.push(format!(
-                    "EXECPLANE_SANDBOX_READ_ONLY: `{}` is not an absolute path",
-                    path.display()
+                    "EXECPLANE_SANDBOX_READ_ONLY: `{path}` is not an absolute path"
                 ));
             }
         }
@@ -1138,10 +1139,6 @@ impl Config {
                 problems.push(format!("{name}: must be between {least}ms and 10m"));
             }
         }
-        let names: Vec<String> = self.detector_names();
-        if let Err(message) = crate::artifacts::Detectors::new(&names) {
-            problems.push(format!("EXECPLANE_ARTIFACT_DETECTORS: {message}"));
-        }
         let s3 = &self.s3;
         if !s3.endpoint.trim().is_empty()
             && (s3.access_key_id.is_empty() || s3.secret_access_key.is_empty())
@@ -1192,13 +1189,13 @@ impl Config {
         }
     }
 
-    fn detector_names(&self) -> Vec<String> {
+    pub fn detector_names(&self) -> Vec<String> {
         entries(&self.artifacts.detectors)
             .map(str::to_owned)
             .collect()
     }
 
-    fn runner_pool(&self) -> Result<std::collections::BTreeMap<String, String>, String> {
+    pub fn runner_pool(&self) -> Result<std::collections::BTreeMap<String, String>, String> {
         let mut pool = std::collections::BTreeMap::new();
         for pair in entries(&self.runner.pool) {
             let (key, value) = pair
@@ -1210,26 +1207,10 @@ impl Config {
     }
 }
 
-/// What each role is given, assembled from the settings (no I/O).
 impl Config {
-    pub fn kafka(&self) -> crate::kafka::KafkaConfig {
-        crate::kafka::KafkaConfig {
-            brokers: self.kafka.brokers.clone(),
-            topic_prefix: self.kafka.topic_prefix.clone(),
-            fetch_wait_ms: self.kafka.fetch_wait_ms,
-            // Checked by the validation pass.
-            codec: self.codec().unwrap_or_default(),
-            properties: self.kafka_client_properties(),
-            replication_factor: match self.kafka.topic_replication_factor {
-                0 => None,
-                factor => Some(i32::from(factor)),
-            },
-        }
-    }
-
     /// The librdkafka properties of the security settings, then the
     /// pass-through ones.
-    fn kafka_client_properties(&self) -> Vec<(String, Secret)> {
+    pub fn kafka_client_properties(&self) -> Vec<(String, Secret)> {
         let kafka = &self.kafka;
         let mut properties = vec![(
             "security.protocol".to_owned(),
@@ -1353,323 +1334,10 @@ impl Config {
             ));
         }
     }
-
-    /// The codec the framing settings describe.
-    pub fn codec(&self) -> Result<crate::codec::Codec, String> {
-        use crate::codec::{Codec, Family, Framing, RegistryIds};
-        fn ids(
-            name: &'static str,
-            list: &str,
-        ) -> Result<std::collections::HashMap<Family, u32>, String> {
-            let mut ids = std::collections::HashMap::new();
-            for pair in entries(list) {
-                let parsed = pair.split_once('=').and_then(|(stem, id)| {
-                    Some((
-                        Family::from_file_stem(stem.trim())?,
-                        id.trim().parse::<u32>().ok()?,
-                    ))
-                });
-                let Some((family, id)) = parsed else {
-                    let families: Vec<&str> = Family::ALL
-                        .iter()
-                        .map(|family| family.file_stem())
-                        .collect();
-                    return Err(format!(
-                        "{name}: `{pair}` is not <family>=<registry id>; families: {}",
-                        families.join(", ")
-                    ));
-                };
-                ids.insert(family, id);
-            }
-            Ok(ids)
-        }
-        let framing = match self.kafka.avro_framing.trim() {
-            "single-object" | "" => Framing::SingleObject,
-            "confluent" => Framing::Confluent,
-            other => {
-                return Err(format!(
-                    "EXECPLANE_AVRO_FRAMING: `{other}` is neither `single-object` nor `confluent`"
-                ))
-            }
-        };
-        let registry = RegistryIds {
-            current: ids(
-                "EXECPLANE_CONFLUENT_SCHEMA_IDS",
-                &self.kafka.confluent_schema_ids,
-            )?,
-            previous: ids(
-                "EXECPLANE_CONFLUENT_PREVIOUS_SCHEMA_IDS",
-                &self.kafka.confluent_previous_schema_ids,
-            )?,
-        };
-        Codec::new(framing, registry)
-            .map_err(|error| format!("EXECPLANE_CONFLUENT_SCHEMA_IDS: {error}"))
-    }
-
-    pub fn dispatcher(&self) -> crate::dispatcher::DispatcherConfig {
-        let settings = &self.dispatcher;
-        crate::dispatcher::DispatcherConfig {
-            group: settings.group.clone(),
-            max_batch: settings.max_batch,
-            batch_window: settings.batch_window.as_std(),
-            cancel_grace: settings.cancel_grace.as_std(),
-            sweep_interval: settings.sweep_interval.as_std(),
-            presence_ttl: settings.presence_ttl.as_std(),
-            inbox_retention: settings.inbox_retention.as_std(),
-            callbacks: crate::dispatcher::CallbackConfig {
-                max_attempts: settings.callback_max_attempts,
-                policy: self.policy.loaded.clone(),
-                ..Default::default()
-            },
-            policy: self.policy.loaded.clone(),
-            ..Default::default()
-        }
-    }
-
-    pub fn runner(&self) -> crate::runner::RunnerConfig {
-        crate::runner::RunnerConfig {
-            capacity: self.runner.capacity,
-            // Checked by the validation pass.
-            pool: self.runner_pool().unwrap_or_default(),
-            presence_interval: self.runner.presence_interval.as_std(),
-            drain_timeout: self.runner.drain_timeout.as_std(),
-            stop_grace: self.runner.stop_grace.as_std(),
-            tools: Arc::new(self.tools()),
-            // The caller opens the storage (`Storage::open(&config.storage())`).
-            storage: None,
-            policy: self.policy.loaded.clone(),
-            ..Default::default()
-        }
-    }
-
-    /// Where tool processes run (the supervisor is this very binary) and
-    /// the sandbox they run in.
-    pub fn tools(&self) -> crate::runner::tool::ToolSettings {
-        use crate::runner::sandbox::{Limits, Network, SandboxSettings};
-        let defaults = crate::runner::tool::ToolSettings::default();
-        let runner = &self.runner;
-        let work_dir = runner.work_dir.trim();
-        let mib = |value: u32| u64::from(value) * 1024 * 1024;
-        crate::runner::tool::ToolSettings {
-            work_root: if work_dir.is_empty() {
-                defaults.work_root.clone()
-            } else {
-                work_dir.into()
-            },
-            max_output_bytes: mib(runner.max_output_mib),
-            sandbox: SandboxSettings {
-                enabled: runner.sandbox.trim() != "off",
-                bwrap: runner.sandbox_bwrap.trim().into(),
-                uid_base: runner.sandbox_uid_base,
-                uid_count: runner.sandbox_uids,
-                read_only: self.sandbox_read_only(),
-                limits: Limits {
-                    memory_bytes: mib(runner.sandbox_memory_mib),
-                    pids: runner.sandbox_pids.into(),
-                    cpu_seconds: runner.sandbox_cpu_seconds.into(),
-                    open_files: runner.sandbox_open_files.into(),
-                    disk_bytes: mib(runner.sandbox_disk_mib),
-                },
-                network: if runner.sandbox_network.trim() == "host" {
-                    Network::Host
-                } else {
-                    let mut deny = self.platform_endpoints();
-                    // Checked by the validation pass.
-                    deny.extend(self.sandbox_deny().unwrap_or_default());
-                    Network::Guarded {
-                        deny,
-                        nft: crate::runner::sandbox::egress::NFT.into(),
-                    }
-                },
-                ..SandboxSettings::default()
-            },
-            ..defaults
-        }
-    }
-
-    fn sandbox_deny(&self) -> Result<Vec<Destination>, String> {
-        entries(&self.runner.sandbox_deny)
-            .map(Destination::parse)
-            .collect()
-    }
-
-    /// The platform's own endpoints this configuration names, which no
-    /// tool may reach (docs/SECURITY.md, "Network"): the brokers, the
-    /// database, the secret store, the artifact storage, the ingress and
-    /// the metrics listener. Only hosts and ports: never a URL's
-    /// credentials.
-    fn platform_endpoints(&self) -> Vec<Destination> {
-        let mut found = Vec::new();
-        let mut url = |text: &str, default_port: u16| {
-            if let Ok(url) = url::Url::parse(text.trim()) {
-                if let Some(host) = url.host_str().filter(|host| !host.is_empty()) {
-                    let host = host.trim_start_matches('[').trim_end_matches(']');
-                    let port = url.port_or_known_default().unwrap_or(default_port);
-                    found.push(Destination::Endpoint {
-                        host: host.to_owned(),
-                        port,
-                    });
-                }
-            }
-        };
-        url(&self.database.url, 5432);
-        url(&self.vault.addr, 8200);
-        url(&self.s3.endpoint, 443);
-        let mut endpoint = |text: &str| {
-            if let Ok(destination @ Destination::Endpoint { .. }) = Destination::parse(text) {
-                found.push(destination);
-            }
-        };
-        for broker in self.kafka.brokers.split(',').map(str::trim) {
-            match broker.rsplit_once(':') {
-                Some((_, port)) if port.parse::<u16>().is_ok() => endpoint(broker),
-                // librdkafka's default port.
-                _ if !broker.is_empty() => endpoint(&format!("{broker}:9092")),
-                _ => {}
-            }
-        }
-        endpoint(&self.telemetry.metrics_addr);
-        let bind = self.ingress.bind.trim();
-        let bind = if bind.contains(':') {
-            format!("[{bind}]")
-        } else {
-            bind.to_owned()
-        };
-        endpoint(&format!("{bind}:{}", self.ingress.http_port));
-        endpoint(&format!("{bind}:{}", self.ingress.tcp_port));
-        found
-    }
-
-    fn sandbox_read_only(&self) -> Vec<PathBuf> {
-        entries(&self.runner.sandbox_read_only)
-            .map(PathBuf::from)
-            .collect()
-    }
-
-    /// The secret store runners use, when one is configured (AppRole wins
-    /// over a token when both are set).
-    pub fn secret_store(&self) -> Option<crate::secrets::VaultSettings> {
-        let vault = &self.vault;
-        let address = vault.addr.trim();
-        if address.is_empty() {
-            return None;
-        }
-        let auth = if !vault.role_id.is_empty() && !vault.secret_id.is_empty() {
-            crate::secrets::VaultAuth::AppRole {
-                mount: vault.approle_mount.clone(),
-                role_id: vault.role_id.clone(),
-                secret_id: vault.secret_id.clone(),
-            }
-        } else {
-            crate::secrets::VaultAuth::Token(vault.token.clone())
-        };
-        Some(crate::secrets::VaultSettings {
-            address: address.to_owned(),
-            auth,
-            timeout: std::time::Duration::from_secs(5),
-        })
-    }
-
-    /// Where artifacts are stored: S3 when an endpoint is configured, else
-    /// the local directory (the storage itself is opened by its user).
-    pub fn storage(&self) -> crate::artifacts::StorageSettings {
-        if self.s3.endpoint.trim().is_empty() {
-            crate::artifacts::StorageSettings::Local(self.artifacts.dir.clone().into())
-        } else {
-            crate::artifacts::StorageSettings::S3(crate::artifacts::S3Settings {
-                endpoint: self.s3.endpoint.trim().to_owned(),
-                region: self.s3.region.clone(),
-                bucket: self.s3.bucket.clone(),
-                access_key_id: self.s3.access_key_id.clone(),
-                secret_access_key: self.s3.secret_access_key.clone(),
-            })
-        }
-    }
-
-    pub fn retention(&self) -> crate::store::Retention {
-        crate::store::Retention {
-            logs: self.artifacts.retention_logs.as_std(),
-            rendered: self.artifacts.retention_rendered.as_std(),
-            evidence: self.artifacts.retention_evidence.as_std(),
-        }
-    }
-
-    pub fn artifacts(&self) -> crate::artifacts::ArtifactConfig {
-        crate::artifacts::ArtifactConfig {
-            group: self.artifacts.group.clone(),
-            grace: self.artifacts.grace.as_std(),
-            retention: self.retention(),
-            gc_interval: self.artifacts.gc_interval.as_std(),
-            // Checked by the validation pass.
-            detectors: crate::artifacts::Detectors::new(&self.detector_names())
-                .unwrap_or_else(|_| crate::artifacts::Detectors::all()),
-        }
-    }
-
-    pub fn ssh(&self) -> crate::runners::ssh::SshConfig {
-        crate::runners::ssh::SshConfig {
-            client: self.ssh.client.trim().into(),
-            connect_timeout: self.ssh.connect_timeout.as_std(),
-            sftp_client: self.ssh.sftp_client.trim().into(),
-        }
-    }
-
-    pub fn ansible(&self) -> crate::runners::ansible::AnsibleConfig {
-        crate::runners::ansible::AnsibleConfig {
-            bin_dir: self.ansible.bin_dir.trim().into(),
-            connect_timeout: self.ssh.connect_timeout.as_std(),
-        }
-    }
-
-    pub fn helm(&self) -> crate::runners::helm::HelmConfig {
-        crate::runners::helm::HelmConfig {
-            helm: self.helm.bin.trim().into(),
-            kubernetes: self.kubernetes_client(),
-        }
-    }
-
-    pub fn opentofu(&self) -> crate::runners::opentofu::TofuConfig {
-        let mirror = self.opentofu.provider_mirror.trim();
-        crate::runners::opentofu::TofuConfig {
-            cli: self.opentofu.bin.trim().into(),
-            provider_mirror: (!mirror.is_empty()).then(|| mirror.into()),
-            state_dir: self.opentofu.state_dir.trim().into(),
-        }
-    }
-
-    /// How every role that reads a cluster connects to it.
-    fn kubernetes_client(&self) -> crate::runner::kit::kube::ClientSettings {
-        crate::runner::kit::kube::ClientSettings {
-            connect_timeout: self.kubernetes.connect_timeout.as_std(),
-            request_timeout: self.kubernetes.request_timeout.as_std(),
-        }
-    }
-
-    pub fn kubernetes(&self) -> crate::runners::kubernetes::KubernetesConfig {
-        crate::runners::kubernetes::KubernetesConfig {
-            client: self.kubernetes_client(),
-            poll_interval: self.kubernetes.poll_interval.as_std(),
-        }
-    }
-
-    pub fn verification(&self) -> crate::runners::verification::VerificationConfig {
-        crate::runners::verification::VerificationConfig {
-            allowed_probes: entries(&self.verification.probes)
-                .map(str::to_owned)
-                .collect(),
-            max_timeout: self.verification.max_timeout.as_std(),
-            max_body_bytes: self.verification.max_body_bytes,
-            probe_dir: Some(self.verification.probe_dir.trim())
-                .filter(|dir| !dir.is_empty())
-                .map(Into::into),
-            kubernetes: self.kubernetes_client(),
-            ..Default::default()
-        }
-    }
 }
 
 /// The entries of a comma-separated setting, trimmed, empty ones dropped.
-fn entries(list: &str) -> impl Iterator<Item = &str> {
+pub fn entries(list: &str) -> impl Iterator<Item = &str> {
     list.split(',')
         .map(str::trim)
         .filter(|entry| !entry.is_empty())
@@ -1858,7 +1526,6 @@ mod tests {
                 ("EXECPLANE_SWEEP_INTERVAL", "soon"),
                 ("EXECPLANE_LOG_FORMAT", "xml"),
                 ("EXECPLANE_S3_ENDPOINT", "http://127.0.0.1:3900"),
-                ("EXECPLANE_AVRO_FRAMING", "protobuf"),
                 ("EXECPLANE_RUNNER_POOL", "zone"),
                 ("EXECPLANE_METRICS_ADDR", "here"),
             ],
@@ -1875,7 +1542,6 @@ mod tests {
             "EXECPLANE_SWEEP_INTERVAL",
             "EXECPLANE_LOG_FORMAT",
             "EXECPLANE_S3_ENDPOINT",
-            "EXECPLANE_AVRO_FRAMING",
             "EXECPLANE_RUNNER_POOL",
             "EXECPLANE_METRICS_ADDR",
         ] {
@@ -1884,7 +1550,7 @@ mod tests {
                 "{expected} missing from {problems:#?}"
             );
         }
-        assert_eq!(problems.len(), 9, "{problems:#?}");
+        assert_eq!(problems.len(), 8, "{problems:#?}");
     }
 
     #[test]
@@ -1904,12 +1570,8 @@ mod tests {
         ]
         .map(|(name, value)| (name.to_owned(), value.to_owned()));
         let config = Config::load_with(Some(&path), |_| None, &properties).unwrap();
-        let kafka = config.kafka();
-        let names: Vec<&str> = kafka
-            .properties
-            .iter()
-            .map(|(name, _)| name.as_str())
-            .collect();
+        let properties = config.kafka_client_properties();
+        let names: Vec<&str> = properties.iter().map(|(name, _)| name.as_str()).collect();
         for name in [
             "socket.send.buffer.bytes",
             "statistics.interval.ms",
@@ -1919,7 +1581,10 @@ mod tests {
             assert!(names.contains(&name), "{name} in {names:?}");
         }
         // Shown nowhere: the configuration's Debug has no value of them.
-        assert!(!format!("{kafka:?}").contains("1048576"), "{kafka:?}");
+        assert!(
+            !format!("{properties:?}").contains("1048576"),
+            "{properties:?}"
+        );
 
         let refused = [
             ("EXECPLANE_KAFKA_PROPERTY_ACKS", "1"),
@@ -1993,10 +1658,9 @@ mod tests {
             None,
         )
         .unwrap();
-        let kafka = config.kafka();
+        let properties = config.kafka_client_properties();
         let property = |name: &str| {
-            kafka
-                .properties
+            properties
                 .iter()
                 .find(|(property, _)| property == name)
                 .map(|(_, value)| value.expose().to_owned())

@@ -69,7 +69,10 @@ pub struct IngressConfig {
 
 impl IngressConfig {
     /// Every reason the configuration cannot start an ingress, at once.
-    pub fn from_config(config: &Config) -> Result<Self, Vec<String>> {
+    pub fn from_config(
+        config: &Config,
+        policy: crate::policy::SharedPolicy,
+    ) -> Result<Self, Vec<String>> {
         let mut problems = Vec::new();
         for (name, key) in [
             ("EXECPLANE_INGRESS_KEY", &config.ingress.key),
@@ -161,7 +164,7 @@ impl IngressConfig {
             presence_interval: config.runner.presence_interval.as_std(),
             metrics_upstream: Some(config.ingress.metrics_upstream.trim().to_owned())
                 .filter(|url| !url.is_empty()),
-            policy: config.policy.loaded.clone(),
+            policy,
         })
     }
 }

@@ -19,12 +19,14 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
+use crate::cli::assemble;
 use crate::codec::{AttemptEventRecord, CommandRecord, Family};
 use crate::config::Config;
 use crate::contract::{
     topics, validate_jobspec, AttemptEvent, EventBody, JobSpec, TerminalOutcome,
 };
 use crate::kafka::{partition_count, KafkaConfig};
+use crate::policy::SharedPolicy;
 use crate::runners::verification::VerificationRunner;
 use crate::store::Store;
 
@@ -177,16 +179,15 @@ pub async fn run(config: &Config, args: &PipelineBenchArgs) -> anyhow::Result<Ex
     let prefix = format!("bench{id}.");
     // The bench's own policy, whatever the operator's file says: its jobs
     // probe the rig's loopback listener, which no tenant reaches by default.
-    let mut bench_config = config.clone();
-    bench_config.policy.loaded = crate::policy::OperatorPolicy::from_yaml(BENCH_POLICY)
+    let policy = crate::policy::OperatorPolicy::from_yaml(BENCH_POLICY)
         .map_err(|problems| anyhow::anyhow!("the bench policy: {}", problems.join("; ")))?
         .into();
-    let result = drive(&bench_config, args, &schema.name, &prefix).await;
+    let result = drive(config, &policy, args, &schema.name, &prefix).await;
     schema.finish(args.keep).await?;
     if !args.keep {
         let kafka = KafkaConfig {
             topic_prefix: prefix,
-            ..config.kafka()
+            ..assemble::kafka(config)
         };
         if let Err(error) = crate::kafka::topology::remove_prefixed(&kafka).await {
             eprintln!(
@@ -206,11 +207,12 @@ pub async fn run(config: &Config, args: &PipelineBenchArgs) -> anyhow::Result<Ex
 
 async fn drive(
     config: &Config,
+    policy: &SharedPolicy,
     args: &PipelineBenchArgs,
     schema: &str,
     prefix: &str,
 ) -> anyhow::Result<PipelineReport> {
-    let mut rig = Rig::start(config, args, schema, prefix).await?;
+    let mut rig = Rig::start(config, policy, args, schema, prefix).await?;
     if !args.backlog {
         rig.start_runner().await?;
     }
@@ -257,6 +259,7 @@ async fn drive(
 /// and topic prefix, with a loopback TCP listener for the probes to reach.
 struct Rig<'a> {
     config: &'a Config,
+    policy: &'a SharedPolicy,
     capacity: u32,
     store: Store,
     kafka: KafkaConfig,
@@ -272,6 +275,7 @@ struct Rig<'a> {
 impl<'a> Rig<'a> {
     async fn start(
         config: &'a Config,
+        policy: &'a SharedPolicy,
         args: &PipelineBenchArgs,
         schema: &str,
         prefix: &str,
@@ -282,11 +286,11 @@ impl<'a> Rig<'a> {
             Some(schema),
         )
         .await?
-        .with_codec(config.kafka().codec);
+        .with_codec(assemble::kafka(config).codec);
         store.migrate().await?;
         let kafka = KafkaConfig {
             topic_prefix: prefix.to_owned(),
-            ..config.kafka()
+            ..assemble::kafka(config)
         };
         crate::kafka::topology::apply(&kafka).await?;
 
@@ -301,7 +305,7 @@ impl<'a> Rig<'a> {
 
         let stop_core = CancellationToken::new();
         let producer = kafka.producer()?;
-        let mut dispatcher_config = config.dispatcher();
+        let mut dispatcher_config = assemble::dispatcher(config, policy);
         dispatcher_config.group = format!("{prefix}dispatcher");
         let dispatcher = crate::dispatcher::run(
             store.clone(),
@@ -330,6 +334,7 @@ impl<'a> Rig<'a> {
         ];
         Ok(Self {
             config,
+            policy,
             capacity: args.capacity,
             store,
             kafka,
@@ -345,16 +350,16 @@ impl<'a> Rig<'a> {
 
     /// Start the one runner instance and wait until placement can see it.
     async fn start_runner(&mut self) -> anyhow::Result<()> {
-        let mut runner_config = self.config.runner();
+        let mut runner_config = assemble::runner(self.config, self.policy);
         runner_config.capacity = self.capacity;
         runner_config.storage = Some(Arc::new(crate::artifacts::Storage::open(
-            &self.config.storage(),
+            &assemble::storage(self.config),
         )));
         let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
         let instance = crate::runner::run_instance(
             self.kafka.clone(),
             runner_config,
-            Arc::new(VerificationRunner::new(self.config.verification())),
+            Arc::new(VerificationRunner::new(assemble::verification(self.config))),
             self.stop_runner.clone(),
             Some(ready_tx),
         );

@@ -12,10 +12,12 @@ use futures_util::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
 
+use super::assemble;
 use crate::config::Config;
 use crate::contract::RunnerType;
 use crate::kafka::relay::{self, RelayConfig};
 use crate::kafka::topology;
+use crate::policy::SharedPolicy;
 use crate::store::Store;
 use crate::telemetry::health;
 
@@ -110,13 +112,17 @@ fn executor(
     }
     match runner {
         RunnerType::Verification => {
-            checked!(verification::VerificationRunner::new(config.verification()))
+            checked!(verification::VerificationRunner::new(
+                assemble::verification(config)
+            ))
         }
-        RunnerType::Ssh => checked!(ssh::SshRunner::new(config.ssh())),
-        RunnerType::Ansible => checked!(ansible::AnsibleRunner::new(config.ansible())),
-        RunnerType::Kubernetes => checked!(kubernetes::KubernetesRunner::new(config.kubernetes())),
-        RunnerType::Helm => checked!(helm::HelmRunner::new(config.helm())),
-        RunnerType::Opentofu => checked!(opentofu::TofuRunner::new(config.opentofu())),
+        RunnerType::Ssh => checked!(ssh::SshRunner::new(assemble::ssh(config))),
+        RunnerType::Ansible => checked!(ansible::AnsibleRunner::new(assemble::ansible(config))),
+        RunnerType::Kubernetes => checked!(kubernetes::KubernetesRunner::new(
+            assemble::kubernetes(config)
+        )),
+        RunnerType::Helm => checked!(helm::HelmRunner::new(assemble::helm(config))),
+        RunnerType::Opentofu => checked!(opentofu::TofuRunner::new(assemble::opentofu(config))),
     }
 }
 
@@ -140,10 +146,15 @@ fn on_signal() -> CancellationToken {
 /// runner of this process was started, down again when it stops.
 const STARTED: &str = "roles";
 
-pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    config: &Config,
+    policy: &SharedPolicy,
+    roles: Roles,
+    prepare: bool,
+) -> anyhow::Result<ExitCode> {
     // Checked before anything starts: the ingress never runs without keys.
     let ingress_config = if roles.ingress {
-        match crate::ingress::IngressConfig::from_config(config) {
+        match crate::ingress::IngressConfig::from_config(config, policy.clone()) {
             Ok(checked) => Some(checked),
             Err(problems) => {
                 for problem in &problems {
@@ -161,7 +172,7 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
     };
     health::not_ready(STARTED, "starting");
     crate::telemetry::metrics::init(config.telemetry.metrics_addr.trim().parse().ok());
-    let kafka = config.kafka();
+    let kafka = assemble::kafka(config);
     let store = Store::connect(&config.database.url, config.database.max_connections, None)
         .await
         .with_context(|| {
@@ -187,14 +198,21 @@ pub async fn run(config: &Config, roles: Roles, prepare: bool) -> anyhow::Result
     }
     let runners_stop = CancellationToken::new();
     let core_stop = CancellationToken::new();
-    let policy = config.policy.loaded.clone();
     info!(digest = %policy.current().digest(), file = %config.policy.file, "operator policy in force");
     // Every role of this process shares it; a changed file (or SIGHUP)
     // replaces it for all of them.
-    tokio::spawn(policy.watch(core_stop.clone()));
-    let mut core = spawn_core(config, roles, ingress_config, &store, &kafka, &core_stop)?;
+    tokio::spawn(policy.clone().watch(core_stop.clone()));
+    let mut core = spawn_core(
+        config,
+        policy,
+        roles,
+        ingress_config,
+        &store,
+        &kafka,
+        &core_stop,
+    )?;
     // `serve` runs what it can; `runner <type>` only what it was asked to.
-    let mut runners = spawn_runners(config, roles, &kafka, &runners_stop, prepare).await?;
+    let mut runners = spawn_runners(config, policy, roles, &kafka, &runners_stop, prepare).await?;
     info!(?roles, "execplane running");
     health::ready(STARTED);
 
@@ -248,6 +266,7 @@ type Tasks = tokio::task::JoinSet<anyhow::Result<()>>;
 /// The dispatcher, relay, artifact worker and ingress this process runs.
 fn spawn_core(
     config: &Config,
+    policy: &SharedPolicy,
     roles: Roles,
     ingress_config: Option<crate::ingress::IngressConfig>,
     store: &Store,
@@ -261,7 +280,7 @@ fn spawn_core(
             store.clone(),
             kafka.clone(),
             producer.clone(),
-            config.dispatcher(),
+            assemble::dispatcher(config, policy),
             stop.clone(),
         );
         core.spawn(async move { task.await.map_err(anyhow::Error::from) });
@@ -276,12 +295,12 @@ fn spawn_core(
         core.spawn(async move { task.await.map_err(anyhow::Error::from) });
     }
     if roles.artifact_worker {
-        let storage = Arc::new(crate::artifacts::Storage::open(&config.storage()));
+        let storage = Arc::new(crate::artifacts::Storage::open(&assemble::storage(config)));
         let task = crate::artifacts::run(
             store.clone(),
             kafka.clone(),
             producer.clone(),
-            config.artifacts(),
+            assemble::artifacts(config),
             storage,
             stop.clone(),
         );
@@ -303,6 +322,7 @@ fn spawn_core(
 /// The runner instances this process runs, with the secret store.
 async fn spawn_runners(
     config: &Config,
+    policy: &SharedPolicy,
     roles: Roles,
     kafka: &crate::kafka::KafkaConfig,
     stop: &CancellationToken,
@@ -312,14 +332,16 @@ async fn spawn_runners(
     if roles.runners == RunnerSet::default() {
         return Ok(runners);
     }
-    let mut settings = config.runner();
+    let mut settings = assemble::runner(config, policy);
     // Before any instance announces itself: a runner that cannot sandbox
     // its tools serves nothing (docs/SECURITY.md).
     crate::runner::sandbox::check(&settings.tools)
         .await
         .map_err(anyhow::Error::msg)?;
-    settings.storage = Some(Arc::new(crate::artifacts::Storage::open(&config.storage())));
-    if let Some(vault) = config.secret_store() {
+    settings.storage = Some(Arc::new(crate::artifacts::Storage::open(
+        &assemble::storage(config),
+    )));
+    if let Some(vault) = assemble::secret_store(config) {
         let address = vault.address.clone();
         let vault = crate::secrets::Vault::connect(vault)
             .await
@@ -441,7 +463,7 @@ fn flatten(result: Result<anyhow::Result<()>, tokio::task::JoinError>) -> anyhow
 }
 
 pub async fn topology_apply(config: &Config, check: bool) -> anyhow::Result<ExitCode> {
-    let kafka = config.kafka();
+    let kafka = assemble::kafka(config);
     let report = if check {
         topology::check(&kafka).await?
     } else {

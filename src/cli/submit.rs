@@ -12,23 +12,24 @@ use rdkafka::consumer::StreamConsumer;
 use rdkafka::producer::FutureRecord;
 use rdkafka::Message;
 
+use super::assemble;
 use crate::codec::{AttemptEventRecord, CommandRecord, Family};
 use crate::config::Config;
 use crate::contract::{topics, validate_jobspec_bytes, AttemptEvent, EventBody, TerminalOutcome};
 use crate::kafka::cloudevent_headers;
+use crate::policy::OperatorPolicy;
 
 /// Exit codes: 0 succeeded, 1 ended otherwise, 2 invalid JobSpec, 4 no
 /// terminal state within the timeout.
 pub async fn run(
     config: &Config,
+    policy: &OperatorPolicy,
     file: &Path,
     timeout: Duration,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-    let spec = match validate_jobspec_bytes(&bytes)
-        .and_then(|spec| runnable(spec, &config.policy.loaded.current()))
-    {
+    let spec = match validate_jobspec_bytes(&bytes).and_then(|spec| runnable(spec, policy)) {
         Ok(spec) => spec,
         Err(problems) => {
             eprintln!("{}: {problems}", file.display());
@@ -40,7 +41,7 @@ pub async fn run(
     if let Some(code) = already_known(config, &spec, json).await {
         return Ok(code);
     }
-    let kafka = config.kafka();
+    let kafka = assemble::kafka(config);
     // Follow from the end of the published log BEFORE producing.
     let consumer = follow_from_the_end(&kafka)?;
     produce(&kafka, &spec).await?;

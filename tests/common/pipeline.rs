@@ -97,7 +97,7 @@ impl Pipeline {
                 .map(|(_, value)| value.clone())
         })
         .expect("the Kafka settings load");
-        Self::with_client(pool, config.kafka(), settings).await
+        Self::with_client(pool, execplane::cli::assemble::kafka(&config), settings).await
     }
 
     async fn with_client(
