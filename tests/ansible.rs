@@ -67,7 +67,7 @@ const PACKAGE: [(&str, &str); 12] = [
   gather_facts: false
   tasks:
     - name: wait a long time on the node
-      ansible.builtin.command: sleep 30071
+      ansible.builtin.command: "sleep {{ seconds | default(30071) }}"
 "#,
     ),
     (
@@ -775,38 +775,8 @@ fn playing(playbook: &str) -> bool {
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
-async fn a_cancel_stops_ansible_and_a_killed_runner_leaves_the_attempt_unknown(pool: PgPool) {
+async fn a_killed_runner_takes_ansible_with_it_and_leaves_the_attempt_unknown(pool: PgPool) {
     let mut stack = ansible_pipeline(&pool, "unused-token-value").await;
-    let spec = stack.playbook("ansible.playbook.run", "playbooks/slow.yml", json!({}));
-    stack.pipeline.submit(&spec).await;
-    let attempt = stack
-        .pipeline
-        .wait_status(&spec.job_id, "running", WAIT)
-        .await;
-    stack
-        .pipeline
-        .wait("the task to run on the node", WAIT, || async {
-            running(&SLOW_TASK)
-        })
-        .await;
-    stack.pipeline.cancel(attempt, 5_000).await;
-    let started = std::time::Instant::now();
-    let (status, category, message, result) = stack.pipeline.ended(&spec, WAIT).await;
-    assert_eq!(status, "cancelled", "{category:?} {message} {result}");
-    // The grace is 2 s: SIGINT, then SIGKILL.
-    assert!(!playing("slow.yml"));
-    assert!(started.elapsed() < Duration::from_secs(30));
-    // The node's watchdog gives the task 5 s between SIGTERM and SIGKILL;
-    // this task ends at SIGTERM.
-    stack
-        .pipeline
-        .wait(
-            "the task to stop on the node",
-            Duration::from_secs(8),
-            || async { !running(&SLOW_TASK) },
-        )
-        .await;
-
     let mut spec = stack.playbook("ansible.playbook.run", "playbooks/slow.yml", json!({}));
     spec.retry.max_attempts = 3;
     stack.pipeline.submit(&spec).await;
@@ -834,43 +804,32 @@ async fn a_cancel_stops_ansible_and_a_killed_runner_leaves_the_attempt_unknown(p
     assert_eq!(attempts[0].1, "outcome_unknown", "{attempts:?}");
 }
 
+/// The conformance suite (`common::conformance`): the long job sleeps on
+/// the node for a time of its own, the echo prints a Vault secret that is
+/// not ASCII (JSON writers that escape it, `\u00f6`, would slip past a
+/// masker that knows the value only as it is).
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
-async fn a_vault_secret_a_task_echoes_leaks_nowhere(pool: PgPool) {
-    // Not ASCII: JSON writers that escape it (`\u00f6`) would slip past a
-    // masker that knows the value as it is.
-    let token = format!("tök-{}-ü", uuid::Uuid::new_v4().simple());
-    let stack = ansible_pipeline(&pool, &token).await;
-    let spec = stack.playbook(
-        "ansible.playbook.run",
-        "playbooks/echo.yml",
-        json!({"api_token": {"$secret": "token"}}),
-    );
-    stack.pipeline.submit(&spec).await;
-    let (status, category, message, result) = stack.pipeline.ended(&spec, WAIT).await;
-    assert_eq!(status, "succeeded", "{category:?} {message} {result}");
-    let attempt = stack.pipeline.attempts(&spec.job_id).await[0].0;
-    // It was used: the echo ran with it, and the stream shows it masked.
-    let events = stack.events(attempt);
-    assert!(events.contains("the token is [masked]"), "{events}");
-    stack
-        .pipeline
-        .wait("the attempt's artifacts", WAIT, || async {
-            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM artifacts WHERE attempt_id = $1")
-                .bind(attempt)
-                .fetch_one(&pool)
-                .await
-                .unwrap_or(0)
-                >= 3
-        })
-        .await;
-    common::leaks::assert_secret_nowhere(
-        &stack.pipeline,
-        &pool,
-        &token,
-        RunnerType::Ansible,
-        &stack.pipeline.dir,
-    )
-    .await;
+async fn the_ansible_runner_conforms(pool: PgPool) {
+    let secret = format!("tök-{}-ü", uuid::Uuid::new_v4().simple());
+    let stack = ansible_pipeline(&pool, &secret).await;
+    let seconds = 40_000 + uuid::Uuid::new_v4().as_u128() % 20_000;
+    let fixture = common::conformance::Fixture {
+        long: stack.playbook(
+            "ansible.playbook.run",
+            "playbooks/slow.yml",
+            json!({"seconds": seconds}),
+        ),
+        processes: vec![format!("sleep {seconds}")],
+        echo: stack.playbook(
+            "ansible.playbook.run",
+            "playbooks/echo.yml",
+            json!({"api_token": {"$secret": "token"}}),
+        ),
+        secret,
+        echo_in_output: true,
+        artifacts: stack.pipeline.dir.clone(),
+    };
+    common::conformance::suite(RunnerType::Ansible, &stack.pipeline, fixture).await;
 }
 
 /// The README's ssh and ansible examples, rendered for this machine by

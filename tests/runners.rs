@@ -10,12 +10,18 @@
 //! work item of another type's operation put straight on its partition,
 //! and one of its own operations whose inputs the contract refuses (the
 //! SDK parses and checks them once, for every type, before any executor).
+//!
+//! What needs a runner's own stack (a cancel, a deadline, an echoed
+//! secret, the result's type: `common::conformance`) each runner's tests
+//! run with their stack; this file holds that every type does, and runs
+//! it for the verification runner.
 
 mod common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
+use common::conformance::{self, Fixture};
 use common::pipeline::{job, Pipeline};
 use execplane::contract::{FailureCategory, Operation, ReportBody, RunnerType};
 use serde_json::json;
@@ -166,4 +172,73 @@ async fn refused_as_contract(
         }
         other => panic!("{runner}: {other:?}"),
     }
+}
+
+/// Each runner type's tests run the conformance suite on its stack: a
+/// file of `tests/` calls `conformance::suite(RunnerType::<Type>, …)` for
+/// every type.
+#[test]
+fn every_runner_type_runs_the_conformance_suite() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    let calls: String = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|extension| extension == "rs"))
+        .map(|path| std::fs::read_to_string(path).unwrap())
+        .collect::<String>()
+        .split_whitespace()
+        .collect();
+    for runner in RunnerType::ALL {
+        let call = format!("conformance::suite(RunnerType::{runner:?},");
+        assert!(calls.contains(&call), "no test runs `{call} …)`");
+    }
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn the_verification_runner_conforms(pool: PgPool) {
+    let bao = common::bao::Bao::new();
+    let secret = format!("vérif-{}", uuid::Uuid::new_v4().simple());
+    bao.put("team-a/conformance", json!({"value": secret}))
+        .await;
+    let mut pipeline = Pipeline::new(&pool).await;
+    pipeline.spawn(&["dispatcher"], &[]);
+    pipeline.spawn(&["relay"], &[]);
+    pipeline.spawn(
+        &["artifact-worker"],
+        &[("EXECPLANE_ARTIFACT_GRACE", "300ms")],
+    );
+    let probes = format!("{}/tests/probes", env!("CARGO_MANIFEST_DIR"));
+    pipeline.spawn(
+        &["runner", "verification"],
+        &[
+            ("EXECPLANE_VAULT_ADDR", bao.address.as_str()),
+            ("EXECPLANE_VAULT_TOKEN", bao.root.as_str()),
+            ("EXECPLANE_VERIFY_PROBES", "stubborn,leaky"),
+            ("EXECPLANE_VERIFY_PROBE_DIR", probes.as_str()),
+            ("EXECPLANE_RUNNER_STOP_GRACE", "1s"),
+        ],
+    );
+    pipeline.wait_runners(1).await;
+    // Ignores SIGINT and leaves two grandchildren (tests/probes/stubborn).
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    let long = job(
+        "verify.custom.probe",
+        json!({"probe_id": "stubborn", "args": {"tag": tag}}),
+        json!({}),
+    );
+    let echo = job(
+        "verify.custom.probe",
+        json!({"probe_id": "leaky", "args": {"text": {"$secret": "value"}}}),
+        json!({"secret_refs": [{"name": "value", "mount": "secret",
+                                "path": "team-a/conformance", "key": "value"}]}),
+    );
+    let fixture = Fixture {
+        long,
+        processes: vec![format!("sleep-{tag}-group"), format!("sleep-{tag}-session")],
+        echo,
+        secret,
+        echo_in_output: true,
+        artifacts: pipeline.dir.join("artifacts"),
+    };
+    conformance::suite(RunnerType::Verification, &pipeline, fixture).await;
 }
