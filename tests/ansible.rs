@@ -814,12 +814,14 @@ async fn the_ansible_runner_conforms(pool: PgPool) {
     let stack = ansible_pipeline(&pool, &secret).await;
     let seconds = 40_000 + uuid::Uuid::new_v4().as_u128() % 20_000;
     let fixture = common::conformance::Fixture {
-        long: stack.playbook(
-            "ansible.playbook.run",
-            "playbooks/slow.yml",
-            json!({"seconds": seconds}),
+        long: common::conformance::Long::twice(
+            stack.playbook(
+                "ansible.playbook.run",
+                "playbooks/slow.yml",
+                json!({"seconds": seconds}),
+            ),
+            vec![format!("sleep {seconds}")],
         ),
-        processes: vec![format!("sleep {seconds}")],
         echo: stack.playbook(
             "ansible.playbook.run",
             "playbooks/echo.yml",

@@ -13,7 +13,7 @@ use std::time::Duration;
 use common::bao::Bao;
 use common::kube::{self as cluster, resource};
 use common::pipeline::{job, Pipeline};
-use execplane::contract::JobSpec;
+use execplane::contract::{JobSpec, RunnerType};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
@@ -109,33 +109,24 @@ fn helm_job(operation: &str, mut inputs: Value, extra: Value) -> JobSpec {
         inputs["cluster"] = json!({"name": "local", "credentials": {"$secret": "kube"}});
     }
     let mut extra = extra;
-    extra["secret_refs"] =
-        json!([{"name": "kube", "mount": "secret", "path": "team-a/kube", "key": "token"}]);
+    if extra.get("secret_refs").is_none() {
+        extra["secret_refs"] =
+            json!([{"name": "kube", "mount": "secret", "path": "team-a/kube", "key": "token"}]);
+    }
     extra["retry"] = json!({"max_attempts": 1});
     extra["timeouts"] = json!({"schedule_to_start": "20s", "start_to_close": "60s", "heartbeat": "4s", "schedule_to_close": "90s"});
     job(operation, inputs, extra)
 }
 
-async fn greeting(admin: &kube::Client, namespace: &str) -> Option<String> {
-    cluster::get(
-        admin,
-        namespace,
-        &resource("v1", "ConfigMap", "configmaps"),
-        "web-settings",
-    )
-    .await
-    .and_then(|object| object["data"]["greeting"].as_str().map(str::to_owned))
-}
-
-#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
-async fn a_release_goes_through_its_life_with_revisions_and_rendered_manifests(pool: PgPool) {
-    let admin = cluster::admin();
-    let namespace = cluster::namespace(&admin).await;
-    let mut pipeline = Pipeline::new(&pool).await;
+/// The dispatcher, relay and helm runner on the test policy for
+/// `namespace`, the cluster token in OpenBao, the chart stored: the
+/// pipeline and the chart's reference.
+async fn helm_pipeline(pool: &PgPool, namespace: &str) -> (Pipeline, Value) {
+    let mut pipeline = Pipeline::new(pool).await;
     let archive = chart(&pipeline.dir);
     let digest = pipeline.put_artifact("demo-0.1.0.tgz", &archive);
     let policy_file = pipeline.dir.join("policy.yaml");
-    std::fs::write(&policy_file, policy(&namespace, &digest)).unwrap();
+    std::fs::write(&policy_file, policy(namespace, &digest)).unwrap();
     pipeline.set_env("EXECPLANE_POLICY_FILE", policy_file.to_str().unwrap());
     let bao = Bao::new();
     bao.put("team-a/kube", json!({"token": cluster::admin_token()}))
@@ -156,6 +147,25 @@ async fn a_release_goes_through_its_life_with_revisions_and_rendered_manifests(p
     pipeline.wait_runners(1).await;
     let chart_ref =
         json!({"repository": "artifact", "name": "demo", "version": "0.1.0", "digest": digest});
+    (pipeline, chart_ref)
+}
+
+async fn greeting(admin: &kube::Client, namespace: &str) -> Option<String> {
+    cluster::get(
+        admin,
+        namespace,
+        &resource("v1", "ConfigMap", "configmaps"),
+        "web-settings",
+    )
+    .await
+    .and_then(|object| object["data"]["greeting"].as_str().map(str::to_owned))
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_release_goes_through_its_life_with_revisions_and_rendered_manifests(pool: PgPool) {
+    let admin = cluster::admin();
+    let namespace = cluster::namespace(&admin).await;
+    let (pipeline, chart_ref) = helm_pipeline(&pool, &namespace).await;
     let release = |greeting: &str| {
         json!({"release": "web", "namespace": namespace, "chart": chart_ref,
                "values": {"greeting": greeting}})
@@ -342,4 +352,59 @@ async fn the_helm_examples_run_to_the_end_the_readme_gives_them(pool: PgPool) {
         &[("EXECPLANE_HELM_BIN", helm.to_str().unwrap())],
     )
     .await;
+}
+
+/// The conformance suite (`common::conformance`): the long job is
+/// `helm test` of a release whose test pod never completes (no kubelet
+/// runs it); the echo renders a chart with a Vault secret as a value.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn the_helm_runner_conforms(pool: PgPool) {
+    let admin = cluster::admin();
+    let namespace = cluster::namespace(&admin).await;
+    let (mut pipeline, chart_ref) = helm_pipeline(&pool, &namespace).await;
+    pipeline.spawn(
+        &["artifact-worker"],
+        &[("EXECPLANE_ARTIFACT_GRACE", "300ms")],
+    );
+    let secret = format!("helm-{}", uuid::Uuid::new_v4().simple());
+    Bao::new()
+        .put("team-a/conformance", json!({"value": secret}))
+        .await;
+    // One release per long job: a test pod left pending by one `helm
+    // test` would fail the next.
+    let mut long = Vec::new();
+    for _ in 0..2 {
+        let release = format!("conf{}", &uuid::Uuid::new_v4().simple().to_string()[..10]);
+        let install = helm_job(
+            "helm.install",
+            json!({"release": release, "namespace": namespace, "chart": chart_ref}),
+            json!({}),
+        );
+        pipeline.submit(&install).await;
+        let (status, _, message, _) = pipeline.ended(&install, WAIT).await;
+        assert_eq!(status, "succeeded", "{message}");
+        long.push(common::conformance::Long {
+            job: helm_job(
+                "helm.test",
+                json!({"release": release, "namespace": namespace}),
+                json!({}),
+            ),
+            processes: vec![format!("test {release}")],
+        });
+    }
+    let echo = helm_job(
+        "helm.template",
+        json!({"release": "echo", "namespace": namespace, "chart": chart_ref,
+               "values": {"greeting": {"$secret": "value"}}}),
+        json!({"secret_refs": [{"name": "value", "mount": "secret",
+                                "path": "team-a/conformance", "key": "value"}]}),
+    );
+    let fixture = common::conformance::Fixture {
+        long: long.try_into().unwrap_or_else(|_| unreachable!()),
+        echo,
+        secret,
+        echo_in_output: false,
+        artifacts: pipeline.dir.join("artifacts"),
+    };
+    common::conformance::suite(RunnerType::Helm, &pipeline, fixture).await;
 }

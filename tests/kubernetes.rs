@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::bao::Bao;
 use common::kube::{self as cluster, resource};
 use common::pipeline::{job, Pipeline};
-use execplane::contract::JobSpec;
+use execplane::contract::{JobSpec, RunnerType};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
@@ -732,35 +732,64 @@ impl Drop for ControllerPause {
     }
 }
 
-/// A cancel ends an apply whose call hangs (the cluster accepts the
-/// connection and never answers): `cancelled`, at once. A runner killed -9
-/// while another such apply hangs leaves a started, non-idempotent
-/// attempt whose effect nobody can know: `outcome_unknown`, never retried.
+/// The conformance suite (`common::conformance`): the long job waits for
+/// a condition that never comes (the runner runs no process of its own),
+/// the echo is an apply of a ConfigMap holding a Vault secret.
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
-async fn a_hung_apply_is_cancelled_and_a_runner_killed_mid_apply_leaves_it_unknown(pool: PgPool) {
+async fn the_kubernetes_runner_conforms(pool: PgPool) {
     let mut stack = kube_pipeline(&pool).await;
+    stack.pipeline.spawn(
+        &["artifact-worker"],
+        &[("EXECPLANE_ARTIFACT_GRACE", "300ms")],
+    );
     let namespace = stack.namespace.clone();
-    let hung = kube_job(
-        "kubernetes.manifest.apply",
-        json!({"cluster": credentials("stalled"), "namespace": namespace,
-               "manifests": [config_map("hung", "x")]}),
+    let secret = format!("kube-{}", uuid::Uuid::new_v4().simple());
+    Bao::new()
+        .put("team-a/conformance", json!({"value": secret}))
+        .await;
+    let (status, _, message) = apply_file(
+        &stack.pipeline,
+        &namespace,
+        "waited.yaml",
+        &serde_json::to_string(&config_map("waited", "x")).unwrap(),
+    )
+    .await;
+    assert_eq!(status, "succeeded", "{message}");
+    let long = kube_job(
+        "kubernetes.wait",
+        json!({"namespace": namespace,
+               "object": {"api_version": "v1", "kind": "ConfigMap", "name": "waited"},
+               "condition": "condition=Frozen", "timeout": "5m"}),
         json!({}),
     );
-    stack.pipeline.submit(&hung).await;
-    let attempt = stack
-        .pipeline
-        .wait_status(&hung.job_id, "running", WAIT)
-        .await;
-    let asked = std::time::Instant::now();
-    stack.pipeline.cancel(attempt, 5_000).await;
-    let attempts = stack.pipeline.wait_done(&hung.job_id, WAIT).await;
-    assert_eq!(attempts[0].1, "cancelled", "{attempts:?}");
-    assert!(
-        asked.elapsed() < Duration::from_secs(5),
-        "ended by the runner, not the grace timer: {:?}",
-        asked.elapsed()
+    let echo = job(
+        "kubernetes.manifest.apply",
+        json!({"cluster": credentials("local"), "namespace": namespace,
+               "manifests": [{"apiVersion": "v1", "kind": "ConfigMap",
+                              "metadata": {"name": "echo"},
+                              "data": {"key": {"$secret": "value"}}}]}),
+        json!({"retry": {"max_attempts": 1},
+               "secret_refs": [
+                   {"name": "kube", "mount": "secret", "path": "team-a/kube", "key": "token"},
+                   {"name": "value", "mount": "secret", "path": "team-a/conformance", "key": "value"}]}),
     );
+    let fixture = common::conformance::Fixture {
+        long: common::conformance::Long::twice(long, Vec::new()),
+        echo,
+        secret,
+        echo_in_output: false,
+        artifacts: stack.pipeline.dir.join("artifacts"),
+    };
+    common::conformance::suite(RunnerType::Kubernetes, &stack.pipeline, fixture).await;
+}
 
+/// A runner killed -9 while an apply hangs (the cluster accepts the
+/// connection and never answers) leaves a started, non-idempotent attempt
+/// whose effect nobody can know: `outcome_unknown`, never retried.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_runner_killed_mid_apply_leaves_it_unknown(pool: PgPool) {
+    let mut stack = kube_pipeline(&pool).await;
+    let namespace = stack.namespace.clone();
     let spec = kube_job(
         "kubernetes.manifest.apply",
         json!({"cluster": credentials("stalled"), "namespace": namespace,

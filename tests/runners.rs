@@ -21,7 +21,7 @@ mod common;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::conformance::{self, Fixture};
+use common::conformance::{self, Fixture, Long};
 use common::pipeline::{job, Pipeline};
 use execplane::contract::{FailureCategory, Operation, ReportBody, RunnerType};
 use serde_json::json;
@@ -188,9 +188,17 @@ fn every_runner_type_runs_the_conformance_suite() {
         .collect::<String>()
         .split_whitespace()
         .collect();
+    // Its fixture (a module that runs until stopped, one that echoes a
+    // secret) is still to be written: issue 25. Listed so that it fails
+    // here once it is, and the list shrinks.
+    const NOT_YET: [RunnerType; 1] = [RunnerType::Opentofu];
     for runner in RunnerType::ALL {
         let call = format!("conformance::suite(RunnerType::{runner:?},");
-        assert!(calls.contains(&call), "no test runs `{call} …)`");
+        assert_eq!(
+            calls.contains(&call),
+            !NOT_YET.contains(&runner),
+            "{runner}: `{call} …)` in a test (or on the list of those not yet)"
+        );
     }
 }
 
@@ -233,8 +241,10 @@ async fn the_verification_runner_conforms(pool: PgPool) {
                                 "path": "team-a/conformance", "key": "value"}]}),
     );
     let fixture = Fixture {
-        long,
-        processes: vec![format!("sleep-{tag}-group"), format!("sleep-{tag}-session")],
+        long: Long::twice(
+            long,
+            vec![format!("sleep-{tag}-group"), format!("sleep-{tag}-session")],
+        ),
         echo,
         secret,
         echo_in_output: true,

@@ -13,7 +13,7 @@ use common::bao::Bao;
 use common::leases;
 use common::pipeline::{job, Pipeline};
 use common::sshd::{self, host_key};
-use execplane::contract::JobSpec;
+use execplane::contract::{JobSpec, RunnerType};
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
@@ -41,7 +41,7 @@ tenants:
     operations: ["ssh.*"]
     secret_prefixes: ["secret/team-a/"]
     ssh:
-      templates: [argv, fail, id-root, sudo-true, id-plain, sleeper, sleeper-root, upload, download, restart-demo, restart-nostatus, facts]
+      templates: [argv, show-key, fail, id-root, sudo-true, id-plain, sleeper, sleeper-root, upload, download, restart-demo, restart-nostatus, facts]
       nodes: ["127.0.0.1", "localhost"]
 ssh_templates:
   argv:
@@ -49,6 +49,9 @@ ssh_templates:
     fixed_args: ["{dir}/out/argv.bin"]
     args:
       - {{name: word, type: string, pattern: ".*"}}
+  show-key:
+    program: /bin/cat
+    fixed_args: ["{dir}/key"]
   fail:
     program: /bin/false
   id-root:
@@ -354,31 +357,61 @@ fn sleeping(seconds: &str) -> bool {
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
-async fn a_cancel_stops_the_remote_command_with_or_without_sudo(pool: PgPool) {
+async fn a_cancel_stops_the_remote_command_run_through_sudo(pool: PgPool) {
     let pipeline = ssh_pipeline(&pool).await;
-    // As the login user, and as root through sudo (whom the login user
-    // cannot signal: the session's hangup reaches it through sudo).
-    for (template, seconds) in [("sleeper", 477), ("sleeper-root", 478)] {
-        let spec = ssh_job(template, json!({"seconds": seconds}), local_node());
-        pipeline.submit(&spec).await;
-        let seconds = seconds.to_string();
-        pipeline
-            .wait("the remote sleep to start", WAIT, || async {
-                sleeping(&seconds)
-            })
-            .await;
-        let attempt = pipeline.attempts(&spec.job_id).await[0].0;
-        pipeline.cancel(attempt, 5_000).await;
-        let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
-        assert_eq!(attempts[0].1, "cancelled", "{template}: {attempts:?}");
-        pipeline
-            .wait(
-                "the remote sleep to be gone",
-                Duration::from_secs(10),
-                || async { !sleeping(&seconds) },
-            )
-            .await;
-    }
+    // As root through sudo, whom the login user cannot signal: the
+    // session's hangup reaches it through sudo. (As the login user: the
+    // conformance suite.)
+    let spec = ssh_job("sleeper-root", json!({"seconds": 478}), local_node());
+    pipeline.submit(&spec).await;
+    pipeline
+        .wait("the remote sleep to start", WAIT, || async {
+            sleeping("478")
+        })
+        .await;
+    let attempt = pipeline.attempts(&spec.job_id).await[0].0;
+    pipeline.cancel(attempt, 5_000).await;
+    let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
+    assert_eq!(attempts[0].1, "cancelled", "{attempts:?}");
+    pipeline
+        .wait(
+            "the remote sleep to be gone",
+            Duration::from_secs(10),
+            || async { !sleeping("478") },
+        )
+        .await;
+}
+
+/// The conformance suite (`common::conformance`): the long job sleeps on
+/// the node for a time of its own; the echo prints the attempt's login
+/// key.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn the_ssh_runner_conforms(pool: PgPool) {
+    let mut pipeline = ssh_pipeline(&pool).await;
+    // The attempts' logs bundled into the artifact storage, to be scanned.
+    pipeline.spawn(
+        &["artifact-worker"],
+        &[("EXECPLANE_ARTIFACT_GRACE", "300ms")],
+    );
+    // The attempt's own secret is its login key (template arguments are
+    // literals, never secrets): the node prints a copy of it.
+    let secret = sshd::user_key();
+    let copy = pipeline.dir.join("key");
+    std::fs::write(&copy, &secret).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let seconds = 501 + uuid::Uuid::new_v4().as_u128() % 99;
+    let fixture = common::conformance::Fixture {
+        long: common::conformance::Long::twice(
+            ssh_job("sleeper", json!({"seconds": seconds}), local_node()),
+            vec![format!("/bin/sleep {seconds}")],
+        ),
+        echo: ssh_job("show-key", json!({}), local_node()),
+        secret,
+        echo_in_output: true,
+        artifacts: pipeline.dir.join("artifacts"),
+    };
+    common::conformance::suite(RunnerType::Ssh, &pipeline, fixture).await;
 }
 
 /// A runner killed -9 mid-command takes the remote command with it (its

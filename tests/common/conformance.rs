@@ -21,16 +21,32 @@ use uuid::Uuid;
 
 use super::pipeline::Pipeline;
 
-/// What the suite needs of a runner's stack.
-pub struct Fixture {
-    /// A job whose tool runs far longer than the suite waits and stops
-    /// only when told.
-    pub long: JobSpec,
-    /// For each process the long job runs on this host (its tool, what
-    /// its tool starts, a node's command), a word of its command line
-    /// unique to the job; none when the runner runs no process of its own
+/// A job whose tool runs far longer than the suite waits and stops only
+/// when told.
+pub struct Long {
+    pub job: JobSpec,
+    /// For each process the job runs on this host (its tool, what its
+    /// tool starts, a node's command), a word of its command line unique
+    /// to the job; none when the runner runs no process of its own
     /// (kubernetes' in-process client).
     pub processes: Vec<String>,
+}
+
+impl Long {
+    /// The same job, twice (for the cancel and for the deadline).
+    pub fn twice(job: JobSpec, processes: Vec<String>) -> [Long; 2] {
+        let long = || Long {
+            job: job.clone(),
+            processes: processes.clone(),
+        };
+        [long(), long()]
+    }
+}
+
+/// What the suite needs of a runner's stack.
+pub struct Fixture {
+    /// The long jobs it cancels and lets run past their deadline.
+    pub long: [Long; 2],
     /// A job whose tool is handed `secret` (a `$secret` of the stack's
     /// secret store), writes it to its output and succeeds.
     pub echo: JobSpec,
@@ -39,26 +55,25 @@ pub struct Fixture {
     /// suite can see it there masked; `false` for a runner whose tools'
     /// output is not streamed.
     pub echo_in_output: bool,
-    /// Where the pipeline's artifacts are stored: scanned for the secret.
+    /// Where the pipeline's artifacts are stored (an artifact worker must
+    /// run): scanned for the secret once the echo's are bundled.
     pub artifacts: PathBuf,
 }
 
 /// The grace a cancel is given.
 const GRACE: Duration = Duration::from_secs(5);
-/// How long after its grace an attempt may take to report (the SDK
-/// reports at most a second after SIGKILL), with the test's polling.
-const SLACK: Duration = Duration::from_secs(3);
 /// The deadline of the deadline check.
 const DEADLINE: Duration = Duration::from_secs(15);
 const WAIT: Duration = Duration::from_secs(180);
 
 /// Runs every check of the suite on `runner`.
 pub async fn suite(runner: RunnerType, pipeline: &Pipeline, fixture: Fixture) {
-    for spec in [&fixture.long, &fixture.echo] {
+    let [cancelled, overdue] = &fixture.long;
+    for spec in [&cancelled.job, &overdue.job, &fixture.echo] {
         assert_eq!(spec.operation.runner_type(), runner, "{}", spec.operation);
     }
-    cancel(runner, pipeline, &fixture).await;
-    deadline(runner, pipeline, &fixture).await;
+    cancel(runner, pipeline, cancelled).await;
+    deadline(runner, pipeline, overdue).await;
     echo(runner, pipeline, &fixture).await;
 }
 
@@ -71,14 +86,14 @@ fn fresh(spec: &JobSpec) -> JobSpec {
     spec
 }
 
-async fn cancel(runner: RunnerType, pipeline: &Pipeline, fixture: &Fixture) {
-    let spec = fresh(&fixture.long);
+async fn cancel(runner: RunnerType, pipeline: &Pipeline, long: &Long) {
+    let spec = fresh(&long.job);
     pipeline.submit(&spec).await;
     let attempt = pipeline.wait_status(&spec.job_id, "running", WAIT).await;
-    for word in &fixture.processes {
+    for word in &long.processes {
         wait_for_process(runner, word).await;
     }
-    if fixture.processes.is_empty() {
+    if long.processes.is_empty() {
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     let asked = Instant::now();
@@ -86,21 +101,23 @@ async fn cancel(runner: RunnerType, pipeline: &Pipeline, fixture: &Fixture) {
     let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
     let took = asked.elapsed();
     assert_eq!(attempts[0].1, "cancelled", "{runner}: {attempts:?}");
+    // Before the grace ran out: by the runner, not by the dispatcher's
+    // grace timer.
     assert!(
-        took <= GRACE + SLACK,
-        "{runner}: cancelled after {took:?}, past its grace of {GRACE:?}"
+        took < GRACE,
+        "{runner}: cancelled after {took:?}, not within its grace of {GRACE:?}"
     );
-    for word in &fixture.processes {
+    for word in &long.processes {
         assert_no_process(runner, word).await;
     }
 }
 
-async fn deadline(runner: RunnerType, pipeline: &Pipeline, fixture: &Fixture) {
-    let mut spec = fresh(&fixture.long);
+async fn deadline(runner: RunnerType, pipeline: &Pipeline, long: &Long) {
+    let mut spec = fresh(&long.job);
     spec.timeouts.start_to_close = DurationMs(DEADLINE.as_millis() as u64);
     spec.timeouts.schedule_to_close = DurationMs(WAIT.as_millis() as u64);
     pipeline.submit(&spec).await;
-    for word in &fixture.processes {
+    for word in &long.processes {
         wait_for_process(runner, word).await;
     }
     let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
@@ -111,7 +128,7 @@ async fn deadline(runner: RunnerType, pipeline: &Pipeline, fixture: &Fixture) {
         matches!(status.as_str(), "timed_out" | "failed") && category.as_deref() == Some("timeout"),
         "{runner}: {attempts:?}"
     );
-    for word in &fixture.processes {
+    for word in &long.processes {
         assert_no_process(runner, word).await;
     }
 }
@@ -139,6 +156,18 @@ async fn echo(runner: RunnerType, pipeline: &Pipeline, fixture: &Fixture) {
             "{runner}: the tool's output shows no masked echo:\n{output}"
         );
     }
+    // Scanned once the artifact worker has bundled the attempt's output.
+    let attempt = execplane::attempt::attempt_id_for(spec.command_id, 1);
+    pipeline
+        .wait("the echo's artifacts", WAIT, || async {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM artifacts WHERE attempt_id = $1")
+                .bind(attempt)
+                .fetch_one(&pipeline.pool)
+                .await
+                .unwrap_or(0)
+                > 0
+        })
+        .await;
     super::leaks::assert_secret_nowhere(
         pipeline,
         &pipeline.pool,

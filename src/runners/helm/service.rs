@@ -270,6 +270,12 @@ impl Run<'_> {
         tool::run_judged(self.context, self.workdir, what, command, |said| {
             if said.contains("Kubernetes cluster unreachable") {
                 FailureCategory::TargetUnreachable
+            } else if said.contains("timed out waiting for the condition")
+                || said.contains("context deadline exceeded")
+            {
+                // helm's own `--timeout` is what the attempt's deadline
+                // leaves (`timeout()`): its expiry is that deadline's.
+                FailureCategory::Timeout
             } else if said.contains("has no deployed releases")
                 || said.contains("release: not found")
                 || said.contains("cannot re-use a name that is still in use")
