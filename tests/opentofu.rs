@@ -65,6 +65,21 @@ module "tags" { source = "../tags" }
 output "owner" { value = module.tags.owner }
 "#;
 
+/// A module that prints the provider credential it was given (the
+/// conformance suite's echo).
+const ECHO: &str = r#"
+terraform {
+  required_providers {
+    null = { source = "hashicorp/null", version = "2.1.2" }
+  }
+}
+resource "null_resource" "echo" {
+  provisioner "local-exec" {
+    command = "echo the token is $PROVIDER_TOKEN"
+  }
+}
+"#;
+
 /// A child module of the package, called by a `../` source.
 const TAGS: &str = r#"output "owner" { value = "team-a" }"#;
 
@@ -81,6 +96,7 @@ fn package(dir: &Path) -> Vec<u8> {
         ("network/main.tf", MODULE),
         ("tags/main.tf", TAGS),
         ("fetcher/main.tf", FETCHER),
+        ("echo/main.tf", ECHO),
     ] {
         std::fs::create_dir_all(root.join(path).parent().unwrap()).unwrap();
         std::fs::write(root.join(path), text).unwrap();
@@ -659,4 +675,49 @@ async fn the_opentofu_examples_run_to_the_end_the_readme_gives_them(pool: PgPool
     )
     .await;
     let _ = std::fs::remove_dir_all(&states);
+}
+
+/// The conformance suite (`common::conformance`): the long job is an
+/// explicit apply whose provisioner sleeps for a time of its own (each on
+/// a workspace of its own, so that no lock of one holds the other), the
+/// echo an apply of a module printing the provider credential.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn the_opentofu_runner_conforms(pool: PgPool) {
+    let bao = Bao::new();
+    let mut stack = stack(&pool, &bao).await;
+    stack.pipeline.spawn(
+        &["artifact-worker"],
+        &[("EXECPLANE_ARTIFACT_GRACE", "300ms")],
+    );
+    let secret = format!("ptok-{}", random(28));
+    stack.put_secrets(&bao, "host=unused", &secret).await;
+    let explicit = |path: &str, workspace: &str, variables: Value| {
+        let mut inputs = stack.module(variables, json!({}));
+        inputs["path"] = json!(path);
+        inputs["workspace"] = json!(workspace);
+        stack.job(
+            "opentofu.apply",
+            inputs,
+            json!({"policy": {"explicit_command": true, "elevated": true}}),
+        )
+    };
+    let long = ["conf-a", "conf-b"].map(|workspace| {
+        let hold = 40_000 + uuid::Uuid::new_v4().as_u128() % 20_000;
+        common::conformance::Long {
+            job: explicit(
+                "network",
+                workspace,
+                json!({"greeting": "hi", "run": workspace, "hold": hold}),
+            ),
+            processes: vec![format!("sleep {hold}")],
+        }
+    });
+    let fixture = common::conformance::Fixture {
+        long,
+        echo: explicit("echo", "conf-echo", json!({})),
+        secret,
+        echo_in_output: true,
+        artifacts: stack.pipeline.dir.join("artifacts"),
+    };
+    common::conformance::suite(RunnerType::Opentofu, &stack.pipeline, fixture).await;
 }
