@@ -84,6 +84,22 @@ pub fn references_in(
     }
 }
 
+/// Written as in a JobSpec, `sha256:<hex>`.
+impl serde::Serialize for InputRef {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// Read as in a JobSpec: a reference that does not parse is refused with
+/// [`InputRef::parse`]'s reason.
+impl<'de> serde::Deserialize<'de> for InputRef {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Self::parse(&text).map_err(serde::de::Error::custom)
+    }
+}
+
 impl std::fmt::Display for InputRef {
     fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(formatter, "sha256:{}", self.0)

@@ -52,7 +52,7 @@ pub struct TofuApply {
     /// The plan artifact to apply; its digest must equal the policy's
     /// `approved_plan_digest`.
     #[serde(default)]
-    pub plan_artifact: Option<String>,
+    pub plan_artifact: Option<crate::contract::artifact_ref::InputRef>,
 }
 
 super::runner_inputs! {
@@ -251,16 +251,7 @@ pub fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
         | I::OpentofuDestroy(module)
         | I::OpentofuOutput(module)
         | I::OpentofuStateInspect(module) => module_problems(module, &mut problems),
-        I::OpentofuApply(apply) => {
-            module_problems(&apply.module, &mut problems);
-            if let Some(Err(message)) = apply
-                .plan_artifact
-                .as_deref()
-                .map(crate::contract::artifact_ref::InputRef::parse)
-            {
-                problems.push(Problem::new("inputs.plan_artifact", message));
-            }
-        }
+        I::OpentofuApply(apply) => module_problems(&apply.module, &mut problems),
         _ => {}
     }
     problems
@@ -348,6 +339,26 @@ mod tests {
         let mut problems = Vec::new();
         module_problems(module, &mut problems);
         problems.into_iter().map(|problem| problem.path).collect()
+    }
+
+    #[test]
+    fn a_plan_artifact_is_a_reference_or_its_inputs_do_not_parse() {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        let inputs =
+            |plan: Value| json!({"package": {"name": "m", "version": "1"}, "plan_artifact": plan});
+        let parsed = OperationInputs::parse(Operation::OpentofuApply, &inputs(json!(digest)));
+        let Ok(OperationInputs::OpentofuApply(apply)) = parsed else {
+            panic!("{parsed:?}");
+        };
+        assert_eq!(
+            apply.plan_artifact.map(|plan| plan.to_string()),
+            Some(digest)
+        );
+        for bad in [json!("sha256:xyz"), json!(7), json!({"artifact": "x"})] {
+            let (path, reason) =
+                OperationInputs::parse(Operation::OpentofuApply, &inputs(bad.clone())).unwrap_err();
+            assert_eq!(path, "plan_artifact", "{bad}: {reason}");
+        }
     }
 
     #[test]

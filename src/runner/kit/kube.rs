@@ -55,7 +55,7 @@ impl std::fmt::Debug for Credentials {
 impl Credentials {
     /// Reads the resolved `inputs.cluster.credentials`: a kubeconfig (YAML
     /// with `users`) or a bearer token.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    fn parse(text: &str) -> Result<Self, String> {
         if text.len() > MAX_CREDENTIALS_BYTES {
             return Err(format!(
                 "the credentials are over {} KiB",

@@ -1,20 +1,29 @@
 //! What the runners that log in to nodes over SSH (ssh, ansible) read from
 //! a JobSpec alike: the login, and each target's binding (where it is and
-//! the one host key accepted for it). The messages are the JobSpec's
-//! errors (`contract`), naming the field.
+//! the one host key accepted for it). Their failures are the JobSpec's
+//! (`contract`), naming the field.
 
 use serde_json::Value;
 
 use crate::contract::Target;
 use crate::policy::ssh::{is_host, is_user_name, HostKey, HOST_KEY_TYPES};
+use crate::runner::Failure;
 
 /// `inputs.user` and the resolved `inputs.private_key` (ending in a
 /// newline, as OpenSSH wants a key file to).
-pub fn login(user: Option<&str>, private_key: Option<&Value>) -> Result<(String, String), String> {
+pub fn login(user: Option<&str>, private_key: Option<&Value>) -> Result<(String, String), Failure> {
     let user = match user {
         Some(user) if is_user_name(user) => user.to_owned(),
-        Some(user) => return Err(format!("inputs.user: `{user}` is not a user name")),
-        None => return Err("inputs.user: the account on the nodes is required".into()),
+        Some(user) => {
+            return Err(Failure::contract(format!(
+                "inputs.user: `{user}` is not a user name"
+            )))
+        }
+        None => {
+            return Err(Failure::contract(
+                "inputs.user: the account on the nodes is required",
+            ))
+        }
     };
     let key = match private_key {
         Some(Value::String(key)) if !key.trim().is_empty() => {
@@ -25,10 +34,9 @@ pub fn login(user: Option<&str>, private_key: Option<&Value>) -> Result<(String,
             key
         }
         _ => {
-            return Err(
-                "inputs.private_key: a {\"$secret\": ...} reference to the account's OpenSSH private key is required"
-                    .into(),
-            )
+            return Err(Failure::contract(
+                "inputs.private_key: a {\"$secret\": ...} reference to the account's OpenSSH private key is required",
+            ))
         }
     };
     Ok((user, key))
@@ -58,7 +66,11 @@ impl Binding {
 }
 
 /// The binding of `targets[index]`.
-pub fn binding(index: usize, target: &Target) -> Result<Binding, String> {
+pub fn binding(index: usize, target: &Target) -> Result<Binding, Failure> {
+    binding_of(index, target).map_err(Failure::contract)
+}
+
+fn binding_of(index: usize, target: &Target) -> Result<Binding, String> {
     let field = format!("targets[{index}]");
     let address = target.address.clone().unwrap_or_else(|| target.id.clone());
     if !is_host(&address) {
@@ -92,9 +104,11 @@ pub fn binding(index: usize, target: &Target) -> Result<Binding, String> {
 }
 
 /// Every target's binding; at least one target.
-pub fn bindings(targets: &[Target]) -> Result<Vec<Binding>, String> {
+pub fn bindings(targets: &[Target]) -> Result<Vec<Binding>, Failure> {
     if targets.is_empty() {
-        return Err("targets: the nodes to run on are required".into());
+        return Err(Failure::contract(
+            "targets: the nodes to run on are required",
+        ));
     }
     targets
         .iter()

@@ -82,7 +82,7 @@ fn extended_headers_bounded(archive: &[u8]) -> Result<(), String> {
 
 /// Unpacks `archive` into `root` (created). The problem, naming the entry,
 /// when the package cannot be unpacked as it is.
-pub fn unpack(archive: &[u8], root: &Path) -> Result<(), String> {
+fn unpack(archive: &[u8], root: &Path) -> Result<(), String> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
     extended_headers_bounded(archive)?;
     let mut tar = tar::Archive::new(reader(archive));

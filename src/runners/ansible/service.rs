@@ -254,8 +254,7 @@ fn plan(operation: Operation, inputs: &AnsibleInputs, targets: &[Target]) -> Res
         ));
     }
     check_selection(&vars, limit.as_deref(), &tags)?;
-    let (user, private_key) =
-        node::login(user.as_deref(), key.as_ref()).map_err(Failure::contract)?;
+    let (user, private_key) = node::login(user.as_deref(), key.as_ref())?;
     if targets.is_empty() {
         return Err(Failure::contract(
             "targets: the nodes to run on are required",
@@ -341,7 +340,7 @@ fn host(index: usize, target: &Target) -> Result<Host, Failure> {
             target.id
         )));
     }
-    let binding = node::binding(index, target).map_err(Failure::contract)?;
+    let binding = node::binding(index, target)?;
     let mut groups = Vec::new();
     if let Some(list) = target.attributes.get("groups") {
         for group in list

@@ -647,8 +647,7 @@ impl Session<'_> {
         let mut failed = None;
         let judged = self
             .watch(&target, "rollout", None, |object| {
-                let (state, observation) =
-                    judge::rollout(kind, object).map_err(Failure::contract)?;
+                let (state, observation) = judge::rollout(kind, object)?;
                 let terminal = matches!(state, Rollout::Failed(_));
                 if let Rollout::Failed(message) = state {
                     failed = Some(message);

@@ -85,12 +85,6 @@ impl Executor for TofuRunner {
             | I::OpentofuStateInspect(module) => (module, None),
             I::OpentofuApply(apply) => (&apply.module, apply.plan_artifact.as_ref()),
         };
-        let plan_artifact = match plan_artifact.map(|text| InputRef::parse(text)).transpose() {
-            Ok(reference) => reference,
-            Err(message) => {
-                return Failure::contract(format!("inputs.plan_artifact: {message}")).into()
-            }
-        };
         let (workdir, sockets) = match directories(&context) {
             Ok(directories) => directories,
             Err(failure) => return failure.into(),
@@ -120,10 +114,7 @@ impl Executor for TofuRunner {
             run.prepare(&spec.tenant, module, spec.operation).await?;
             match &inputs {
                 I::OpentofuPlan(_) => run.plan(&spec.tenant, module).await,
-                I::OpentofuApply(_) => {
-                    run.apply(plan_artifact.as_ref(), spec.policy.elevated)
-                        .await
-                }
+                I::OpentofuApply(_) => run.apply(plan_artifact, spec.policy.elevated).await,
                 I::OpentofuDestroy(_) => run.destroy().await,
                 I::OpentofuOutput(_) | I::OpentofuStateInspect(_) => {
                     run.inspect(spec.operation).await

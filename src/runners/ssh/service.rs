@@ -168,10 +168,8 @@ impl SshRunner {
             )));
         };
         let (argv, sudo_as, work) = work(template, inputs)?;
-        let (user, private_key) =
-            node::login(user.as_deref(), private_key.as_ref()).map_err(Failure::contract)?;
-        let nodes = node::bindings(targets)
-            .map_err(Failure::contract)?
+        let (user, private_key) = node::login(user.as_deref(), private_key.as_ref())?;
+        let nodes = node::bindings(targets)?
             .into_iter()
             .zip(targets)
             .map(|(binding, target)| Node {

@@ -5,6 +5,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::runner::Failure;
+
 /// The most documents one manifests file holds.
 pub const MAX_DOCUMENTS: usize = 500;
 
@@ -338,7 +340,7 @@ pub const ROLLOUT_KINDS: [&str; 3] = ["Deployment", "StatefulSet", "DaemonSet"];
 /// all equal, with no old replica left. A status that still describes the
 /// previous generation never counts, so a rollout just started is never
 /// reported complete on the previous one's numbers.
-pub fn rollout(kind: &str, object: &Value) -> Result<(Rollout, Observation), String> {
+pub fn rollout(kind: &str, object: &Value) -> Result<(Rollout, Observation), Failure> {
     let generation = int_at(object, "/metadata/generation");
     let observed_generation = int_at(object, "/status/observedGeneration");
     let count = |pointer: &str| int_at(object, pointer).unwrap_or(0);
@@ -425,10 +427,10 @@ pub fn rollout(kind: &str, object: &Value) -> Result<(Rollout, Observation), Str
             (state, detail)
         }
         other => {
-            return Err(format!(
+            return Err(Failure::contract(format!(
                 "`{other}` has no rollout: rollout.status watches {}",
                 ROLLOUT_KINDS.join(", ")
-            ))
+            )))
         }
     };
     // The generation gate comes first: numbers from the previous rollout
