@@ -270,11 +270,14 @@ impl Run<'_> {
         tool::run_judged(self.context, self.workdir, what, command, |said| {
             if said.contains("Kubernetes cluster unreachable") {
                 FailureCategory::TargetUnreachable
-            } else if said.contains("timed out waiting for the condition")
-                || said.contains("context deadline exceeded")
+            } else if (said.contains("timed out waiting for the condition")
+                || said.contains("context deadline exceeded"))
+                && self.context.seconds_left(Duration::ZERO) <= REPORT_MARGIN.as_secs() + 1
             {
                 // helm's own `--timeout` is what the attempt's deadline
-                // leaves (`timeout()`): its expiry is that deadline's.
+                // leaves (`timeout()`): its expiry, when that is what is
+                // left, is the deadline's (a chart's own words alone are
+                // not).
                 FailureCategory::Timeout
             } else if said.contains("has no deployed releases")
                 || said.contains("release: not found")
