@@ -7,6 +7,7 @@
 pub mod artifact_ref;
 mod duration;
 mod events;
+mod failure;
 mod jobspec;
 pub mod kube_names;
 pub mod limits;
@@ -14,7 +15,6 @@ mod operation;
 pub mod ops;
 pub mod outputs;
 mod problem;
-pub mod results;
 pub mod secret_shapes;
 pub mod target_keys;
 pub mod topics;
@@ -22,10 +22,10 @@ mod validate;
 
 pub use duration::DurationMs;
 pub use events::{
-    check_report, event_kind, AttemptEvent, AttemptStatus, CancelInfo, EventBody, FailureCategory,
-    Input, LeaseInfo, ReportBody, ReportedOutcome, RunnerReport, TerminalOutcome, TimerKind,
-    UnixMillis,
+    check_report, event_kind, AttemptEvent, AttemptStatus, CancelInfo, EventBody, Input, LeaseInfo,
+    ReportBody, ReportedOutcome, RunnerReport, TerminalOutcome, TimerKind, UnixMillis,
 };
+pub use failure::FailureCategory;
 pub use jobspec::{
     Callback, JobSpec, Label, PolicyFlags, RetryPolicy, RunnerRequirements, SecretRef, Target,
     Timeouts, TraceContext,

@@ -1,7 +1,7 @@
-//! The typed inputs of every operation, one struct per operation, in a
-//! file per runner: each runner's vocabulary in its own place, with the
-//! union of its operations' inputs that the runner SDK hands that
-//! runner's executor (`docs/RUNNERS.md`). Unknown fields are refused, so a
+//! The typed inputs of every operation, one struct per operation, and the
+//! typed results, in a file per runner: each runner's vocabulary in its
+//! own place, with the union of its operations' inputs that the runner SDK
+//! hands that runner's executor (`docs/RUNNERS.md`). Unknown fields are refused, so a
 //! misspelt input is an error rather than a silently ignored setting.
 //!
 //! Wherever a credential may appear the type is a JSON value so that it can be
@@ -195,6 +195,28 @@ pub(super) fn flag_problems(
         R::Opentofu => opentofu::flag_problems(operation, flags, inputs),
         R::Ansible | R::Ssh | R::Verification => Vec::new(),
     }
+}
+
+/// Whether `result` is a result of `operation` (docs/OPERATIONS.md), each
+/// runner's result types in its own file; the problem when it is not. The
+/// runner SDK checks every result with it before reporting it.
+pub fn check_result(operation: Operation, result: &Value) -> Result<(), String> {
+    use super::RunnerType as R;
+    match operation.runner_type() {
+        R::Verification => verification::result_problem(operation, result),
+        R::Ssh => ssh::result_problem(operation, result),
+        R::Ansible => shaped::<AnsibleResult>(result),
+        R::Kubernetes => shaped::<KubernetesResult>(result),
+        R::Helm => shaped::<HelmResult>(result),
+        R::Opentofu => shaped::<TofuResult>(result),
+    }
+}
+
+/// Whether `result` reads as a `T`; the path and reason when it does not.
+fn shaped<T: serde::de::DeserializeOwned>(result: &Value) -> Result<(), String> {
+    serde_path_to_error::deserialize::<_, T>(result)
+        .map(drop)
+        .map_err(|error| format!("{}: {}", error.path(), error.inner()))
 }
 
 pub mod ansible;

@@ -373,7 +373,7 @@ fn typed(operation: crate::contract::Operation, outcome: ExecutionOutcome) -> Ex
     };
     let checked = serde_json::from_str::<serde_json::Value>(text)
         .map_err(|error| format!("not JSON: {error}"))
-        .and_then(|value| crate::contract::results::check_result(operation, &value));
+        .and_then(|value| crate::contract::ops::check_result(operation, &value));
     match checked {
         Ok(()) => outcome,
         Err(problem) => {

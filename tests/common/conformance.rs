@@ -138,7 +138,7 @@ async fn echo(runner: RunnerType, pipeline: &Pipeline, fixture: &Fixture) {
     pipeline.submit(&spec).await;
     let (status, _, message, result) = pipeline.ended(&spec, WAIT).await;
     assert_eq!(status, "succeeded", "{runner}: {message}");
-    if let Err(problem) = execplane::contract::results::check_result(spec.operation, &result) {
+    if let Err(problem) = execplane::contract::ops::check_result(spec.operation, &result) {
         panic!(
             "{runner}: the result of {} is not of its type: {problem}\n{result:#}",
             spec.operation

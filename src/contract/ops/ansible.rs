@@ -100,3 +100,78 @@ pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
         Err(message) => vec![Problem::new(path, message)],
     }
 }
+
+// Results (docs/OPERATIONS.md): what its executor reports.
+
+/// The result of every `ansible.*` operation: how ansible-playbook ended,
+/// the recap of each host, who changed and who failed, the facts the run
+/// set, the assertions it verified, and the event stream's artifact.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnsibleResult {
+    pub operation: String,
+    /// `sha256:<hex>` of the package run from (none for a validation
+    /// without one).
+    pub package: Option<String>,
+    pub playbook: Option<String>,
+    pub role: Option<String>,
+    /// Ran with `--check`: nothing was changed on the hosts.
+    pub check_mode: bool,
+    /// ansible-playbook's exit code (`None`: it did not exit).
+    pub exit_code: Option<i32>,
+    /// The play recap, by host.
+    pub recap: std::collections::BTreeMap<String, HostRecap>,
+    /// Hosts with at least one change (in check mode: that would change).
+    pub changed_hosts: Vec<String>,
+    /// Hosts with at least one failed task.
+    pub failed_hosts: Vec<String>,
+    pub unreachable_hosts: Vec<String>,
+    /// Per host, the facts `set_fact` set and a few gathered ones
+    /// (`ansible_hostname`, `ansible_kernel`, ...).
+    pub facts: std::collections::BTreeMap<String, std::collections::BTreeMap<String, Value>>,
+    /// Verified postconditions: each `assert` task's outcome on each host,
+    /// with the line of the event stream that records it.
+    pub evidence: Vec<AnsibleEvidence>,
+    /// The attempt's output holding the event stream (JSON lines).
+    pub events_artifact: Option<String>,
+    /// Tasks started.
+    pub tasks: u32,
+    /// `ansible.inventory.validate`: the inventory as ansible read it.
+    pub inventory: Option<InventoryReport>,
+    /// `ansible.inventory.validate`: what is wrong with it, each naming
+    /// its group or host.
+    pub problems: Vec<String>,
+}
+
+/// One host's line of the play recap.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostRecap {
+    pub ok: u32,
+    pub changed: u32,
+    pub failed: u32,
+    pub unreachable: u32,
+    pub skipped: u32,
+    pub rescued: u32,
+    pub ignored: u32,
+}
+
+/// One verified postcondition.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnsibleEvidence {
+    pub host: String,
+    pub task: String,
+    pub passed: bool,
+    /// The line (from 1) of the event stream artifact.
+    pub event_line: u64,
+}
+
+/// An inventory as ansible read it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InventoryReport {
+    pub hosts: Vec<String>,
+    /// Each group's hosts (through its children too).
+    pub groups: std::collections::BTreeMap<String, Vec<String>>,
+}

@@ -85,3 +85,52 @@ pub(super) fn flag_problems(operation: Operation, flags: &PolicyFlags) -> Vec<Pr
         _ => Vec::new(),
     }
 }
+
+// Results (docs/OPERATIONS.md): what its executor reports.
+
+/// The result of every `helm.*` operation: the release as helm reports it
+/// after the operation, the objects of its rendered manifests (stored as
+/// the output `rendered-manifests.yaml`) and its test hooks' last runs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HelmResult {
+    pub release: String,
+    pub namespace: String,
+    /// `<name>-<version>` of the chart used (install, upgrade, template).
+    pub chart: Option<String>,
+    /// The chart archive's digest, when pinned.
+    pub chart_digest: Option<String>,
+    /// The release's revision after the operation.
+    pub revision: Option<u32>,
+    /// `deployed`, `failed`, `uninstalled`, ...
+    pub status: Option<String>,
+    pub description: Option<String>,
+    /// The chart's NOTES (at most 4 KiB).
+    pub notes: Option<String>,
+    pub objects: Vec<HelmObject>,
+    /// The output holding the rendered manifests.
+    pub manifests: Option<String>,
+    /// The test hooks and how their last run ended.
+    pub tests: Vec<HelmTestRun>,
+}
+
+/// One object of a release's rendered manifests.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HelmObject {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    pub namespace: Option<String>,
+}
+
+/// One test hook of a release.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HelmTestRun {
+    pub name: String,
+    /// `Succeeded`, `Failed`, `Running`; `None`: never run.
+    pub phase: Option<String>,
+    pub started_at: Option<String>,
+    pub completed_at: Option<String>,
+}

@@ -128,3 +128,91 @@ pub(super) fn flag_problems(operation: Operation, flags: &PolicyFlags) -> Vec<Pr
         _ => Vec::new(),
     }
 }
+
+// Results (docs/OPERATIONS.md): what its executor reports.
+
+/// The result of every `kubernetes.*` operation: the objects touched, what
+/// happened to each, the cluster's events about them and, for `wait` and
+/// `rollout.status`, the history of what was waited for.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesResult {
+    /// The cluster's name in the operator's catalogue.
+    pub cluster: String,
+    /// The API server's dry run: nothing was persisted.
+    pub dry_run: bool,
+    pub objects: Vec<KubernetesObjectResult>,
+    /// The cluster's events about the objects, oldest first (at most 20 each).
+    pub events: Vec<KubernetesEvent>,
+    /// `kubernetes.wait` and `kubernetes.rollout.status`: the evidence.
+    pub wait: Option<KubernetesWaitEvidence>,
+}
+
+/// One object as the API server answered for it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesObjectResult {
+    pub api_version: String,
+    pub kind: String,
+    pub name: String,
+    /// `None`: a cluster-scoped object.
+    pub namespace: Option<String>,
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+    pub generation: Option<i64>,
+    /// `created`, `configured`, `unchanged`, `patched`, `deleted`,
+    /// `absent` (nothing to delete), `read` or `waited` (the object a wait
+    /// or rollout watched, as last seen).
+    pub action: String,
+    /// The diff summary: paths of the fields the call changed (status and
+    /// the server's bookkeeping left out), at most 100.
+    pub changed_fields: Vec<String>,
+    pub changed_fields_truncated: bool,
+    /// `resource.read`: the object as served, without `managedFields`
+    /// (`None` when over 128 KiB).
+    pub object: Option<Value>,
+}
+
+/// One Kubernetes event about an object.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesEvent {
+    /// `Kind/name` of the object it is about.
+    pub object: String,
+    /// `Normal` or `Warning`.
+    pub event_type: Option<String>,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    pub count: Option<i32>,
+    /// RFC 3339.
+    pub last_seen: Option<String>,
+}
+
+/// What was waited for and every change seen on the way.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesWaitEvidence {
+    /// `Type=Status`, or `rollout` for `rollout.status`.
+    pub condition: String,
+    pub met: bool,
+    /// One entry per change (the first look and the last always), at most 100.
+    pub history: Vec<ConditionObservation>,
+}
+
+/// One look at the object that differed from the look before.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConditionObservation {
+    /// RFC 3339.
+    pub at: String,
+    pub generation: Option<i64>,
+    pub observed_generation: Option<i64>,
+    /// The condition's status (`True`, ...), or the rollout's state
+    /// (`Progressing`, `Complete`, `Failed`); `None`: not reported yet.
+    pub status: Option<String>,
+    pub reason: Option<String>,
+    pub message: Option<String>,
+    /// Rollouts: the replica counts judged.
+    pub detail: Option<Value>,
+    pub met: bool,
+}

@@ -17,6 +17,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use std::collections::BTreeMap;
 
 use super::{OperationInputs, PackageRef, Vars};
 use crate::contract::{Operation, PolicyFlags, Problem};
@@ -319,6 +320,86 @@ pub(super) fn flag_problems(
         _ => return Vec::new(),
     };
     vec![problem]
+}
+
+// Results (docs/OPERATIONS.md): what its executor reports.
+
+/// The result of every `opentofu.*` operation: what the CLI reports of the
+/// module's plan, outputs and state after the operation.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TofuResult {
+    /// `<name>@<version>` of the module package.
+    pub module: String,
+    pub workspace: String,
+    /// The backend type the state lives in.
+    pub backend: String,
+    /// The CLI's own version (`terraform_version` of its JSON).
+    pub cli_version: Option<String>,
+    /// `opentofu.plan`: the saved plan (and an apply without one: the plan
+    /// it made and applied).
+    pub plan: Option<TofuPlan>,
+    /// The root module's outputs; a sensitive output's value is `null`.
+    pub outputs: BTreeMap<String, TofuOutput>,
+    /// The state version after the operation.
+    pub state: Option<TofuStateVersion>,
+    /// The managed resources in the state, with the ids their providers
+    /// gave them (at most 1000).
+    pub resources: Vec<TofuResource>,
+}
+
+/// A saved plan: its artifact (the reference an apply names and a control
+/// plane approves) and what it changes.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TofuPlan {
+    /// `sha256:<hex>` of the plan file, stored as an input artifact (and as
+    /// the output `plan.tfplan`).
+    pub artifact: Option<String>,
+    /// Counted as the CLI counts: a replacement adds one and destroys one.
+    pub add: u32,
+    pub change: u32,
+    pub destroy: u32,
+    /// Each resource the plan acts on and its actions (at most 1000).
+    pub changes: Vec<TofuChange>,
+    /// Whether the plan changes anything (resources or outputs).
+    pub has_changes: bool,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TofuChange {
+    pub address: String,
+    /// `create`, `update`, `delete`, `read`, `no-op`, in the CLI's order.
+    pub actions: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TofuOutput {
+    pub sensitive: bool,
+    /// `null` when sensitive.
+    pub value: Value,
+}
+
+/// A state version: which state (lineage) and which write of it (serial),
+/// and the digest of its content (never the content).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TofuStateVersion {
+    pub lineage: String,
+    pub serial: u64,
+    pub sha256: String,
+}
+
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TofuResource {
+    pub address: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The provider's id of the object (`None`: the resource has none).
+    pub id: Option<String>,
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use serde_json::Value;
 
 use super::OperationInputs;
 use super::Vars;
-use crate::contract::Problem;
+use crate::contract::{Operation, Problem};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -120,4 +120,127 @@ pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
         "inputs.template_id",
         "ssh operations run allowlisted command templates only: `template_id` is required ([A-Za-z0-9._-]+)",
     )]
+}
+
+// Results (docs/OPERATIONS.md): what its executor reports.
+
+/// The result of `ssh.command.run`: what ran, as whom, and how it ended on
+/// each node (its output is the attempt's stdout and stderr logs).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshCommandResult {
+    pub template_id: String,
+    /// The program and its arguments as the node received them.
+    pub argv: Vec<String>,
+    /// The user it ran as through sudo; `None`: no sudo.
+    pub sudo_as: Option<String>,
+    pub nodes: Vec<SshNodeResult>,
+}
+
+/// How the command ended on one node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshNodeResult {
+    /// The target's id.
+    pub target: String,
+    /// `user@host:port` as connected to.
+    pub destination: String,
+    /// The remote exit code; `None` when it did not exit (stopped,
+    /// unreachable, host key refused).
+    pub exit_code: Option<i32>,
+    pub duration_ms: u64,
+    pub error: Option<String>,
+}
+
+/// The result of `ssh.file.upload` and `ssh.file.download`: the file on
+/// the nodes, and on each the bytes moved.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshTransferResult {
+    pub template_id: String,
+    /// The file on the nodes.
+    pub path: String,
+    /// The user the node's SFTP server ran as through sudo; `None`: no sudo.
+    pub sudo_as: Option<String>,
+    pub nodes: Vec<SshTransferNode>,
+}
+
+/// One node's transfer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshTransferNode {
+    pub target: String,
+    pub destination: String,
+    /// `sha256:<hex>` of the bytes sent (upload) or received (download).
+    pub sha256: Option<String>,
+    pub size: Option<u64>,
+    /// Upload: the mode the file was given (`0644`).
+    pub mode: Option<String>,
+    /// Download: the attempt's output holding the bytes (masked when they
+    /// held a secret the attempt resolved, so its digest then differs).
+    pub artifact: Option<String>,
+    pub duration_ms: u64,
+    pub error: Option<String>,
+}
+
+/// The result of `ssh.service.restart`: the restart, then the status the
+/// template's status command reported, on each node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshServiceResult {
+    pub template_id: String,
+    pub service: String,
+    pub sudo_as: Option<String>,
+    /// The restart command as the node received it.
+    pub argv: Vec<String>,
+    /// The status command as the node received it.
+    pub status_argv: Vec<String>,
+    pub nodes: Vec<SshServiceNode>,
+}
+
+/// One node's restart and status.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshServiceNode {
+    pub target: String,
+    pub destination: String,
+    pub restart_exit_code: Option<i32>,
+    pub status_exit_code: Option<i32>,
+    /// The status command's output (its first 4 KiB), the evidence.
+    pub status: Option<String>,
+    /// The status command exited 0.
+    pub active: bool,
+    pub duration_ms: u64,
+    pub error: Option<String>,
+}
+
+/// The result of `ssh.system.fact.collect`: the facts of each node.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshFactsResult {
+    pub template_id: String,
+    pub nodes: Vec<SshFactsNode>,
+}
+
+/// One node's facts: `hostname`, `kernel` (the release), `os` (the kernel
+/// name), `arch` (the machine), those asked for.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshFactsNode {
+    pub target: String,
+    pub destination: String,
+    pub facts: std::collections::BTreeMap<String, String>,
+    pub duration_ms: u64,
+    pub error: Option<String>,
+}
+/// Whether `result` is a result of `operation`; the problem when not.
+pub(super) fn result_problem(operation: Operation, result: &Value) -> Result<(), String> {
+    match operation {
+        Operation::SshCommandRun => super::shaped::<SshCommandResult>(result),
+        Operation::SshFileUpload | Operation::SshFileDownload => {
+            super::shaped::<SshTransferResult>(result)
+        }
+        Operation::SshServiceRestart => super::shaped::<SshServiceResult>(result),
+        _ => super::shaped::<SshFactsResult>(result),
+    }
 }

@@ -8,7 +8,7 @@ use super::kubernetes::ObjectRef;
 use super::OperationInputs;
 use super::{ClusterRef, Vars};
 use crate::contract::DurationMs;
-use crate::contract::Problem;
+use crate::contract::{FailureCategory, Operation, Problem};
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -122,5 +122,101 @@ pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
             vec![Problem::new("inputs.probe_id", "must not be empty")]
         }
         _ => Vec::new(),
+    }
+}
+
+// Results (docs/OPERATIONS.md): what its executor reports.
+
+/// The result of every verification operation: the samples taken, whether
+/// the last one passed, and the failure category the runner recommends.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerificationEvidence {
+    pub operation: String,
+    pub samples: Vec<EvidenceSample>,
+    pub passed: bool,
+    pub recommended_failure_category: Option<FailureCategory>,
+}
+
+/// One sample of a verification.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvidenceSample {
+    /// 1, 2, ... in the order taken.
+    pub n: u32,
+    /// When it was taken (RFC 3339).
+    pub at: String,
+    pub latency_ms: u64,
+    /// Something answered (false: refused, timed out, unresolvable).
+    pub reached: bool,
+    /// What the probe saw (per operation; see docs/OPERATIONS.md).
+    pub observed: Value,
+    pub assertions: Vec<EvidenceAssertion>,
+    pub error: Option<String>,
+    /// The operator's destination policy refused the connection.
+    #[serde(default)]
+    pub refused_by_policy: bool,
+}
+
+/// One assertion of a sample.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvidenceAssertion {
+    pub name: String,
+    pub expected: Value,
+    pub actual: Value,
+    pub passed: bool,
+}
+/// Whether `result` is the evidence of `operation`; the problem when not.
+pub(super) fn result_problem(operation: Operation, result: &Value) -> Result<(), String> {
+    let evidence: VerificationEvidence = serde_path_to_error::deserialize(result)
+        .map_err(|error| format!("{}: {}", error.path(), error.inner()))?;
+    if evidence.operation != operation.as_str() {
+        return Err(format!(
+            "operation: `{}`, not `{operation}`",
+            evidence.operation
+        ));
+    }
+    if evidence.passed == evidence.recommended_failure_category.is_some() {
+        return Err(
+            "recommended_failure_category: set exactly when the verification did not pass".into(),
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::contract::ops::check_result;
+    use serde_json::json;
+
+    fn evidence(passed: bool, recommended: Value) -> Value {
+        json!({
+            "operation": "verify.tcp.connect", "passed": passed,
+            "recommended_failure_category": recommended,
+            "samples": [{"n": 1, "at": "2026-12-01T00:00:00Z", "latency_ms": 3, "reached": true,
+                         "observed": {"peer": "127.0.0.1:5432"}, "assertions": [], "error": null}]
+        })
+    }
+
+    #[test]
+    fn a_verification_result_has_the_documented_shape() {
+        let op = Operation::VerifyTcpConnect;
+        assert_eq!(check_result(op, &evidence(true, Value::Null)), Ok(()));
+        assert_eq!(
+            check_result(op, &evidence(false, json!("target_unreachable"))),
+            Ok(())
+        );
+        assert!(check_result(op, &evidence(false, Value::Null)).is_err());
+        assert!(
+            check_result(Operation::VerifyHttpEndpoint, &evidence(true, Value::Null))
+                .unwrap_err()
+                .contains("operation")
+        );
+        let mut extra = evidence(true, Value::Null);
+        extra["samples"][0]["surprise"] = json!(1);
+        assert!(check_result(op, &extra).unwrap_err().contains("samples[0]"));
+        assert!(check_result(op, &json!({"ok": true})).is_err());
     }
 }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
-use crate::contract::results::{AnsibleEvidence, HostRecap};
+use crate::contract::ops::{AnsibleEvidence, HostRecap};
 
 /// What the stream says so far.
 #[derive(Debug, Default)]

@@ -9,7 +9,7 @@ use super::events::Summary;
 use super::AnsibleConfig;
 use crate::artifacts::inputs::InputRef;
 use crate::contract::ops::{AnsibleInputs, InventoryRef, PackageRef, Vars};
-use crate::contract::results::{AnsibleResult, InventoryReport};
+use crate::contract::ops::{AnsibleResult, InventoryReport};
 use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType, Target};
 use crate::policy::ssh::HostKey;
 use crate::runner::kit::node::{self, Binding};

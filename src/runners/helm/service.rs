@@ -7,7 +7,7 @@ use super::HelmConfig;
 use crate::artifacts::inputs::InputRef;
 use crate::contract::limits::head;
 use crate::contract::ops::{ChartRef, ClusterRef, HelmInputs, HelmInputs as I, Vars};
-use crate::contract::results::{HelmObject, HelmResult, HelmTestRun};
+use crate::contract::ops::{HelmObject, HelmResult, HelmTestRun};
 use crate::contract::{FailureCategory, RetentionClass, RunnerType};
 use crate::runner::kit::kube::{self as cluster, judge, Credentials};
 use crate::runner::tool::{self, ToolCommand, ToolExit, Workdir};

@@ -13,7 +13,7 @@ use crate::contract::ops::{
     ClusterRef, KubernetesApply, KubernetesDelete, KubernetesInputs as I, KubernetesInputs,
     KubernetesObject, KubernetesPatch, KubernetesWait, ObjectRef, PatchType,
 };
-use crate::contract::results::{
+use crate::contract::ops::{
     ConditionObservation, KubernetesEvent, KubernetesObjectResult, KubernetesResult,
     KubernetesWaitEvidence,
 };

@@ -8,10 +8,10 @@ use sha2::{Digest, Sha256};
 use super::TofuConfig;
 use crate::artifacts::inputs::InputRef;
 use crate::contract::ops::opentofu::backend_type;
-use crate::contract::ops::{TofuInputs, TofuInputs as I, TofuModule};
-use crate::contract::results::{
+use crate::contract::ops::{
     TofuChange, TofuOutput, TofuPlan, TofuResource, TofuResult, TofuStateVersion,
 };
+use crate::contract::ops::{TofuInputs, TofuInputs as I, TofuModule};
 use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType};
 use crate::runner::kit::package;
 use crate::runner::tool::{self, ToolCommand, ToolExit, Workdir};

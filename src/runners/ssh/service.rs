@@ -6,11 +6,11 @@ use serde_json::Value;
 
 use super::SshConfig;
 use crate::artifacts::inputs::InputRef;
-use crate::contract::ops::{SshInputs, SshInputs as I, Vars};
-use crate::contract::results::{
+use crate::contract::ops::{
     SshCommandResult, SshFactsNode, SshFactsResult, SshNodeResult, SshServiceNode,
     SshServiceResult, SshTransferNode, SshTransferResult,
 };
+use crate::contract::ops::{SshInputs, SshInputs as I, Vars};
 use crate::contract::{FailureCategory, RetentionClass, RunnerType, Target};
 use crate::policy::ssh::{ArgKind, HostKey};
 use crate::policy::{OperatorPolicy, SshTemplate, Sudo};

@@ -396,7 +396,7 @@ mod tests {
                 let result: serde_json::Value =
                     serde_json::from_str(outcome.result_json.as_deref().unwrap()).unwrap();
                 assert_eq!(
-                    crate::contract::results::check_result(operation, &result),
+                    crate::contract::ops::check_result(operation, &result),
                     Ok(()),
                     "{operation}: {result}"
                 );
