@@ -39,15 +39,24 @@ use sha2::{Digest, Sha256};
 
 use crate::contract::{JobSpec, Problem};
 
+pub mod ansible;
 pub mod clusters;
 pub mod concurrency;
+pub mod helm;
+pub mod kubernetes;
 pub mod live;
+pub mod opentofu;
 pub mod rules;
 pub mod ssh;
 
+use ansible::AnsibleRules;
+use helm::HelmRules;
+use kubernetes::KubernetesRules;
 pub use live::SharedPolicy;
-use rules::{AnsibleRules, HelmRules, KubernetesRules, Requires, SshRules, TofuRules};
+use opentofu::TofuRules;
+use rules::Requires;
 pub use rules::{Grant, OperationRules};
+use ssh::SshRules;
 pub use ssh::{ArgKind, ArgSpec, SshTemplate, Sudo};
 
 /// Link-local and cloud metadata destinations: never reachable, whatever a

@@ -2,13 +2,17 @@
 //! node, each a program with typed arguments and an explicit sudo policy.
 //! A JobSpec names a template and gives argument values; it never writes a
 //! command line. Every value is checked against its type here, before
-//! anything connects (docs/ARCHITECTURE.md, "Operator policy").
+//! anything connects (docs/ARCHITECTURE.md, "Operator policy"). And a
+//! tenant's ssh rules: the templates it may use, and the nodes it may name
+//! as targets (for every operation).
 
 use std::collections::BTreeMap;
 use std::path::{Component, Path};
 
 use serde::Deserialize;
 use serde_json::Value;
+
+use crate::contract::Problem;
 
 /// One template, as written in the policy file.
 #[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
@@ -434,6 +438,135 @@ pub fn is_user_name(text: &str) -> bool {
         && text
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
+}
+
+/// A tenant's ssh rules: the templates it may use and the nodes it may
+/// name.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SshRules {
+    /// Template ids from the operator's `ssh_templates`.
+    #[serde(default)]
+    pub templates: Vec<String>,
+    /// The nodes it may name in `targets` (any operation: each takes a
+    /// `node:` key) and so reach: target ids, host names or CIDRs.
+    #[serde(default)]
+    pub nodes: Vec<String>,
+}
+
+impl super::rules::Check<'_> {
+    pub(super) fn ssh_command(&mut self, command: &crate::contract::ops::SshCommand) {
+        let Some(template) = self.ssh_template(&command.template_id) else {
+            return;
+        };
+        for problem in template.check_args(&command.args) {
+            self.refuse("inputs.args", "ssh.templates", problem);
+        }
+        if command.sudo && template.sudo == Sudo::None {
+            let message = format!(
+                "template `{}` does not run through sudo",
+                command.template_id
+            );
+            self.refuse("inputs.sudo", "ssh.templates", message);
+        }
+    }
+
+    pub(super) fn ssh_facts(&mut self, facts: &crate::contract::ops::SshFacts) {
+        let Some(template) = self.ssh_template(&facts.template_id) else {
+            return;
+        };
+        let Some(spec) = template.arg("facts") else {
+            return;
+        };
+        for (index, fact) in facts.facts.iter().enumerate() {
+            if let Err(problem) = spec.check(&fact.clone().into()) {
+                self.refuse(format!("inputs.facts[{index}]"), "ssh.templates", problem);
+            }
+        }
+    }
+
+    pub(super) fn ssh_template(&mut self, id: &str) -> Option<SshTemplate> {
+        if !self.rules.ssh.templates.iter().any(|allowed| allowed == id) {
+            let message = format!(
+                "tenant `{}` may not use ssh template `{id}`",
+                self.spec.tenant
+            );
+            self.refuse("inputs.template_id", "ssh.templates", message);
+            return None;
+        }
+        let template = self.templates.get(id).cloned();
+        match &template {
+            None => self.problems.push(Problem::new(
+                "inputs.template_id",
+                format!("ssh template `{id}` is not defined (operator policy `ssh_templates`)"),
+            )),
+            Some(template) if template.operation != self.spec.operation.as_str() => {
+                let message = format!(
+                    "ssh template `{id}` serves {}, not {}",
+                    template.operation, self.spec.operation
+                );
+                self.refuse("inputs.template_id", "ssh.templates", message);
+                return None;
+            }
+            Some(_) => {}
+        }
+        template
+    }
+
+    /// A field of a file or service operation, checked as the template's
+    /// argument of that name (which the template must declare).
+    pub(super) fn ssh_field(&mut self, id: &str, name: &str, value: &serde_json::Value) {
+        let Some(template) = self.ssh_template(id) else {
+            return;
+        };
+        let path = format!("inputs.{name}");
+        match template.arg(name) {
+            Some(spec) => {
+                if let Err(problem) = spec.check(value) {
+                    self.refuse(
+                        path,
+                        "ssh.templates",
+                        format!("argument `{name}`: {problem}"),
+                    );
+                }
+            }
+            None => {
+                let message = format!("template `{id}` declares no `{name}` argument");
+                self.refuse(path, "ssh.templates", message);
+            }
+        }
+    }
+
+    pub(super) fn nodes(&mut self) {
+        let spec = self.spec;
+        for (index, target) in spec.targets.iter().enumerate() {
+            if !self.node_allowed(target) {
+                let message = format!(
+                    "tenant `{}` may not name node `{}` as a target",
+                    spec.tenant, target.id
+                );
+                self.refuse(format!("targets[{index}]"), "ssh.nodes", message);
+            }
+        }
+    }
+
+    /// What is connected to must be allowed: the address when the target
+    /// has one (a listed name or inside a listed network), else its id.
+    pub(super) fn node_allowed(&self, target: &crate::contract::Target) -> bool {
+        let listed = |text: &str| {
+            self.rules.ssh.nodes.iter().any(|entry| {
+                entry == text
+                    || match (
+                        entry.parse::<ipnet::IpNet>(),
+                        text.parse::<std::net::IpAddr>(),
+                    ) {
+                        (Ok(network), Ok(address)) => network.contains(&address),
+                        _ => false,
+                    }
+            })
+        };
+        listed(target.address.as_deref().unwrap_or(&target.id))
+    }
 }
 
 #[cfg(test)]

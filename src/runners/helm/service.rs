@@ -303,7 +303,7 @@ impl Run<'_> {
     /// checked against its digest when it has one).
     async fn chart(
         &mut self,
-        trusted: &crate::policy::rules::HelmRules,
+        trusted: &crate::policy::helm::HelmRules,
         chart: &ChartRef,
     ) -> Result<PathBuf, Failure> {
         let by_digest = trusted.trusts_digest(chart);
@@ -421,7 +421,7 @@ impl Run<'_> {
     /// `helm.template`: the chart rendered, without a cluster.
     async fn template(
         &mut self,
-        trusted: &crate::policy::rules::HelmRules,
+        trusted: &crate::policy::helm::HelmRules,
         chart: &ChartRef,
         values: &Vars,
         namespace: &str,
@@ -875,7 +875,7 @@ impl Run<'_> {
             Ok(Some(resolved)) => Ok(resolved.namespaced),
             // A kind the cluster does not serve yet (a CRD the chart
             // brings): judged by the well-known list, as intake does.
-            Ok(None) => Ok(!crate::policy::rules::CLUSTER_SCOPED_KINDS.contains(&kind)),
+            Ok(None) => Ok(!crate::policy::kubernetes::CLUSTER_SCOPED_KINDS.contains(&kind)),
             Err(error) => Err(Failure::new(
                 FailureCategory::TargetUnreachable,
                 format!("discovery of {api_version} {kind}: {error}"),

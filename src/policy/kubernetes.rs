@@ -1,0 +1,202 @@
+//! The operator's rules for what acts on a cluster (kubernetes, helm, the
+//! kubernetes probes): the clusters a tenant may use, their namespaces,
+//! and whether cluster-scoped kinds are allowed.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use super::rules::{name_matches, Check, OperationRules};
+use crate::contract::ops::ClusterRef;
+
+/// One cluster a tenant may act on.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterRules {
+    /// Namespace names, or `prefix*`.
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// Whether cluster-scoped kinds (Namespace, ClusterRole, CRDs, ...) are allowed.
+    #[serde(default)]
+    pub cluster_scoped: bool,
+}
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesRules {
+    /// By the cluster's access reference (`inputs.cluster.name`).
+    #[serde(default)]
+    pub clusters: BTreeMap<String, ClusterRules>,
+}
+
+impl OperationRules {
+    /// Whether the tenant may act on one object of `cluster` as the API
+    /// server describes it (`namespace` none: a cluster-scoped object, as
+    /// discovery says, so a custom kind counts as well as a built-in one).
+    /// The runner's check before each call; the message names the rule.
+    pub fn kubernetes_object(
+        &self,
+        cluster: &str,
+        kind: &str,
+        namespace: Option<&str>,
+    ) -> Result<(), String> {
+        let Some(rules) = self.kubernetes.clusters.get(cluster) else {
+            return Err(format!(
+                "cluster `{cluster}` is not allowed (operator policy rule kubernetes.clusters)"
+            ));
+        };
+        match namespace {
+            None if !rules.cluster_scoped => Err(format!(
+                "`{kind}` is cluster-scoped; cluster `{cluster}` allows only namespaced kinds \
+                 (operator policy rule kubernetes.clusters.{cluster}.cluster_scoped)"
+            )),
+            None => Ok(()),
+            Some(namespace)
+                if !rules
+                    .namespaces
+                    .iter()
+                    .any(|pattern| name_matches(pattern, namespace)) =>
+            {
+                Err(format!(
+                    "namespace `{namespace}` of cluster `{cluster}` is not allowed \
+                     (operator policy rule kubernetes.clusters.{cluster}.namespaces)"
+                ))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+}
+
+/// Kinds that live outside any namespace. A manifest of one of these needs
+/// `cluster_scoped: true` for the cluster.
+pub const CLUSTER_SCOPED_KINDS: [&str; 20] = [
+    "APIService",
+    "CertificateSigningRequest",
+    "ClusterIssuer",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CSIDriver",
+    "CSINode",
+    "CustomResourceDefinition",
+    "IngressClass",
+    "MutatingWebhookConfiguration",
+    "Namespace",
+    "Node",
+    "PersistentVolume",
+    "PodSecurityPolicy",
+    "PriorityClass",
+    "RuntimeClass",
+    "StorageClass",
+    "ValidatingAdmissionPolicy",
+    "ValidatingWebhookConfiguration",
+    "VolumeAttachment",
+];
+
+impl Check<'_> {
+    /// Inline manifests: each kind's scope and own namespace. A manifest
+    /// artifact is checked by the runner that reads it.
+    pub(super) fn manifests(&mut self, apply: &crate::contract::ops::KubernetesApply) {
+        let Some(cluster) = self.cluster(&apply.cluster, &apply.namespace) else {
+            return;
+        };
+        for (index, manifest) in apply.manifests.iter().enumerate() {
+            let kind = manifest.get("kind").and_then(|kind| kind.as_str());
+            let namespace = manifest
+                .pointer("/metadata/namespace")
+                .and_then(|namespace| namespace.as_str());
+            let path = format!("inputs.manifests[{index}]");
+            self.object(&cluster, &apply.cluster.name, &path, kind, namespace);
+        }
+    }
+
+    pub(super) fn deletions(&mut self, delete: &crate::contract::ops::KubernetesDelete) {
+        let Some(cluster) = self.cluster(&delete.cluster, &delete.namespace) else {
+            return;
+        };
+        for (index, object) in delete.objects.iter().enumerate() {
+            let path = format!("inputs.objects[{index}]");
+            let (kind, namespace) = (Some(object.kind.as_str()), object.namespace.as_deref());
+            self.object(&cluster, &delete.cluster.name, &path, kind, namespace);
+        }
+    }
+
+    /// The tenant's rules for the cluster, if it may use it and the namespace.
+    pub(super) fn cluster(
+        &mut self,
+        cluster: &ClusterRef,
+        namespace: &str,
+    ) -> Option<ClusterRules> {
+        let Some(rules) = self.rules.kubernetes.clusters.get(&cluster.name).cloned() else {
+            let message = format!(
+                "tenant `{}` may not use cluster `{}`",
+                self.spec.tenant, cluster.name
+            );
+            self.refuse("inputs.cluster.name", "kubernetes.clusters", message);
+            return None;
+        };
+        if !rules
+            .namespaces
+            .iter()
+            .any(|pattern| name_matches(pattern, namespace))
+        {
+            let message = format!(
+                "namespace `{namespace}` of cluster `{}` is not allowed",
+                cluster.name
+            );
+            let rule = format!("kubernetes.clusters.{}.namespaces", cluster.name);
+            self.refuse("inputs.namespace", &rule, message);
+        }
+        Some(rules)
+    }
+
+    /// One object of a manifest or reference: its kind's scope and its own
+    /// namespace, when it names one.
+    pub(super) fn object(
+        &mut self,
+        rules: &ClusterRules,
+        cluster: &str,
+        path: &str,
+        kind: Option<&str>,
+        namespace: Option<&str>,
+    ) {
+        if let Some(kind) = kind {
+            if CLUSTER_SCOPED_KINDS.contains(&kind) && !rules.cluster_scoped {
+                let message = format!(
+                    "`{kind}` is cluster-scoped; cluster `{cluster}` allows only namespaced kinds"
+                );
+                let rule = format!("kubernetes.clusters.{cluster}.cluster_scoped");
+                self.refuse(format!("{path}.kind"), &rule, message);
+            }
+        }
+        if let Some(namespace) = namespace {
+            if !rules
+                .namespaces
+                .iter()
+                .any(|pattern| name_matches(pattern, namespace))
+            {
+                let message =
+                    format!("namespace `{namespace}` of cluster `{cluster}` is not allowed");
+                let rule = format!("kubernetes.clusters.{cluster}.namespaces");
+                self.refuse(format!("{path}.namespace"), &rule, message);
+            }
+        }
+    }
+
+    pub(super) fn one_object(
+        &mut self,
+        cluster: &ClusterRef,
+        namespace: &str,
+        object: &crate::contract::ops::ObjectRef,
+    ) {
+        if let Some(rules) = self.cluster(cluster, namespace) {
+            let kind = Some(object.kind.as_str());
+            self.object(
+                &rules,
+                &cluster.name,
+                "inputs.object",
+                kind,
+                object.namespace.as_deref(),
+            );
+        }
+    }
+}
