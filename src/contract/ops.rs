@@ -38,9 +38,42 @@ pub struct ClusterRef {
 
 pub use self::{ansible::*, helm::*, kubernetes::*, opentofu::*, ssh::*, verification::*};
 
-/// The inputs of a JobSpec, typed by its operation.
-#[derive(Clone, Debug, PartialEq)]
-pub enum OperationInputs {
+/// Declares [`OperationInputs`] from its variants, each named as its
+/// [`Operation`] and holding that operation's inputs, with the parse that
+/// reads a JobSpec's inputs into it: the list is written once, and an
+/// operation without a variant (or a variant without an operation) does
+/// not compile.
+macro_rules! operation_inputs {
+    ($($variant:ident($inner:ty),)+) => {
+        /// The inputs of a JobSpec, typed by its operation.
+        #[derive(Clone, Debug, PartialEq)]
+        pub enum OperationInputs {
+            $($variant($inner),)+
+        }
+
+        impl OperationInputs {
+            /// Reads `inputs` as the typed inputs of `operation`. The error
+            /// carries the path inside `inputs` (e.g. `expect.status`) and
+            /// serde's reason.
+            pub fn parse(operation: Operation, inputs: &Value) -> Result<Self, (String, String)> {
+                Ok(match operation {
+                    $(Operation::$variant => Self::$variant(typed(inputs)?),)+
+                })
+            }
+        }
+    };
+}
+
+/// `inputs` as a `T`, or the path inside it and serde's reason.
+fn typed<T: serde::de::DeserializeOwned>(inputs: &Value) -> Result<T, (String, String)> {
+    serde_path_to_error::deserialize(inputs).map_err(|error| {
+        let path = error.path().to_string();
+        let path = if path == "." { String::new() } else { path };
+        (path, error.into_inner().to_string())
+    })
+}
+
+operation_inputs! {
     AnsiblePlaybookRun(AnsiblePlaybook),
     AnsibleRoleRun(AnsibleRole),
     AnsibleInventoryValidate(AnsibleInventoryValidate),
@@ -73,56 +106,6 @@ pub enum OperationInputs {
     VerifyPostgresReady(VerifyPostgres),
     VerifyResourceCapability(VerifyCapability),
     VerifyCustomProbe(VerifyCustom),
-}
-
-impl OperationInputs {
-    /// Reads `inputs` as the typed inputs of `operation`. The error carries
-    /// the path inside `inputs` (e.g. `expect.status`) and serde's reason.
-    pub fn parse(operation: Operation, inputs: &Value) -> Result<Self, (String, String)> {
-        fn typed<T: serde::de::DeserializeOwned>(inputs: &Value) -> Result<T, (String, String)> {
-            serde_path_to_error::deserialize(inputs).map_err(|error| {
-                let path = error.path().to_string();
-                let path = if path == "." { String::new() } else { path };
-                (path, error.into_inner().to_string())
-            })
-        }
-        use Operation as O;
-        use OperationInputs as I;
-        Ok(match operation {
-            O::AnsiblePlaybookRun => I::AnsiblePlaybookRun(typed(inputs)?),
-            O::AnsibleRoleRun => I::AnsibleRoleRun(typed(inputs)?),
-            O::AnsibleInventoryValidate => I::AnsibleInventoryValidate(typed(inputs)?),
-            O::AnsibleCheckModeRun => I::AnsibleCheckModeRun(typed(inputs)?),
-            O::KubernetesManifestApply => I::KubernetesManifestApply(typed(inputs)?),
-            O::KubernetesManifestDelete => I::KubernetesManifestDelete(typed(inputs)?),
-            O::KubernetesWait => I::KubernetesWait(typed(inputs)?),
-            O::KubernetesRolloutStatus => I::KubernetesRolloutStatus(typed(inputs)?),
-            O::KubernetesResourcePatch => I::KubernetesResourcePatch(typed(inputs)?),
-            O::KubernetesResourceRead => I::KubernetesResourceRead(typed(inputs)?),
-            O::HelmInstall => I::HelmInstall(typed(inputs)?),
-            O::HelmUpgrade => I::HelmUpgrade(typed(inputs)?),
-            O::HelmRollback => I::HelmRollback(typed(inputs)?),
-            O::HelmUninstall => I::HelmUninstall(typed(inputs)?),
-            O::HelmTest => I::HelmTest(typed(inputs)?),
-            O::HelmTemplate => I::HelmTemplate(typed(inputs)?),
-            O::OpentofuPlan => I::OpentofuPlan(typed(inputs)?),
-            O::OpentofuApply => I::OpentofuApply(typed(inputs)?),
-            O::OpentofuDestroy => I::OpentofuDestroy(typed(inputs)?),
-            O::OpentofuOutput => I::OpentofuOutput(typed(inputs)?),
-            O::OpentofuStateInspect => I::OpentofuStateInspect(typed(inputs)?),
-            O::SshCommandRun => I::SshCommandRun(typed(inputs)?),
-            O::SshFileUpload => I::SshFileUpload(typed(inputs)?),
-            O::SshFileDownload => I::SshFileDownload(typed(inputs)?),
-            O::SshServiceRestart => I::SshServiceRestart(typed(inputs)?),
-            O::SshSystemFactCollect => I::SshSystemFactCollect(typed(inputs)?),
-            O::VerifyHttpEndpoint => I::VerifyHttpEndpoint(typed(inputs)?),
-            O::VerifyTcpConnect => I::VerifyTcpConnect(typed(inputs)?),
-            O::VerifyKubernetesCondition => I::VerifyKubernetesCondition(typed(inputs)?),
-            O::VerifyPostgresReady => I::VerifyPostgresReady(typed(inputs)?),
-            O::VerifyResourceCapability => I::VerifyResourceCapability(typed(inputs)?),
-            O::VerifyCustomProbe => I::VerifyCustomProbe(typed(inputs)?),
-        })
-    }
 }
 
 /// The inputs of one runner's operations: [`OperationInputs`] narrowed to
