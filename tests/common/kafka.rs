@@ -126,9 +126,17 @@ impl Drop for Cluster {
 }
 
 /// `count` consecutive loopback ports nobody listens on.
+/// `count` consecutive ports free now, below the kernel's ephemeral range:
+/// a port in it can be taken by any outgoing connection between this
+/// check and the broker's bind (a node then never opens its port).
 fn free_ports(count: u16) -> u16 {
+    let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32_768);
+    let span = ephemeral.saturating_sub(20_000 + count).max(1);
     loop {
-        let base = 20_000 + (rand_u16() % 20_000);
+        let base = 20_000 + (rand_u16() % span);
         let free = (base..base + count)
             .all(|port| std::net::TcpListener::bind(("127.0.0.1", port)).is_ok());
         if free {
