@@ -1,10 +1,12 @@
-//! Configuration: one layered load — the defaults (each area's `Default`),
-//! then an optional TOML file, then the environment (which wins) — and then
-//! ONE validation pass that reports every problem at once. Each setting is
-//! declared once, in [`SETTINGS`]: its variable, its aliases, and where it
-//! lives in the nested structs; the README's configuration table lists
-//! exactly these (a test holds it to that). Config reads files and
-//! variables and builds no clients: the roles do that from the settings.
+//! Configuration: one layered read — the defaults, then an optional TOML
+//! file, then the environment (which wins) — and the checks of each
+//! setting on its own terms. Each setting is declared once, in
+//! [`SETTINGS`]: its variable, its aliases, and where it lives in the
+//! nested structs; the README's configuration table lists exactly these (a
+//! test holds it to that). Config imports no area (docs/ARCHITECTURE.md):
+//! a process loads with `cli::assemble::load`, which adds the checks only
+//! an area can make and the operator's policy to the same pass, so every
+//! problem is reported at once, and builds each area's configuration.
 
 use std::path::{Path, PathBuf};
 
@@ -861,36 +863,6 @@ pub enum ConfigError {
 }
 
 impl Config {
-    /// Loads the file (when given, or named by `EXECPLANE_CONFIG`) and the
-    /// environment.
-    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
-        let properties = Self::kafka_properties_of_environment();
-        Self::load_with(file, |name| std::env::var(name).ok(), &properties)
-    }
-
-    /// As [`Config::load`], with the environment passed in (for tests).
-    pub fn load_from(
-        file: Option<&Path>,
-        env: impl Fn(&str) -> Option<String>,
-    ) -> Result<Self, ConfigError> {
-        Self::load_with(file, env, &[])
-    }
-
-    /// As [`Config::load_from`], with the environment's
-    /// `EXECPLANE_KAFKA_PROPERTY_*` variables (name, value) too.
-    pub fn load_with(
-        file: Option<&Path>,
-        env: impl Fn(&str) -> Option<String>,
-        kafka_properties: &[(String, String)],
-    ) -> Result<Self, ConfigError> {
-        let (config, problems) = Self::read_with(file, env, kafka_properties)?;
-        if problems.is_empty() {
-            Ok(config)
-        } else {
-            Err(ConfigError::Invalid(problems))
-        }
-    }
-
     /// The environment's `EXECPLANE_KAFKA_PROPERTY_*` variables.
     pub fn kafka_properties_of_environment() -> Vec<(String, String)> {
         std::env::vars()
@@ -898,10 +870,13 @@ impl Config {
             .collect()
     }
 
-    /// As [`Config::load_with`], with the problems handed back rather than
-    /// failing on them: the process edge adds the checks only an area can
-    /// make (`cli::assemble`) and reports every problem at once. Fails
-    /// only when the file cannot be read.
+    /// Reads the file (when given, or named by `EXECPLANE_CONFIG`), then the
+    /// environment (`env`, and its `EXECPLANE_KAFKA_PROPERTY_*` variables as
+    /// `(name, value)`), and checks each setting on its own terms: the
+    /// settings and every problem found. Fails only when the file cannot be
+    /// read. This is half of loading: a process loads with
+    /// `cli::assemble::load`, which adds the checks only an area can make
+    /// and the operator's policy, and fails on any problem.
     pub fn read_with(
         file: Option<&Path>,
         env: impl Fn(&str) -> Option<String>,
@@ -1348,12 +1323,26 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
+    /// The settings' own checks, failing on any problem.
+    fn load_with(
+        file: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+        kafka_properties: &[(String, String)],
+    ) -> Result<Config, ConfigError> {
+        let (config, problems) = Config::read_with(file, env, kafka_properties)?;
+        if problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError::Invalid(problems))
+        }
+    }
+
     fn load(env: &[(&str, &str)], file: Option<&Path>) -> Result<Config, ConfigError> {
         let env: HashMap<String, String> = env
             .iter()
             .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
             .collect();
-        Config::load_from(file, |name| env.get(name).cloned())
+        load_with(file, |name| env.get(name).cloned(), &[])
     }
 
     /// A value of the right kind for a setting, different from its
@@ -1569,7 +1558,7 @@ mod tests {
             ("EXECPLANE_KAFKA_PROPERTY_LOG__LEVEL", "6"),
         ]
         .map(|(name, value)| (name.to_owned(), value.to_owned()));
-        let config = Config::load_with(Some(&path), |_| None, &properties).unwrap();
+        let config = load_with(Some(&path), |_| None, &properties).unwrap();
         let properties = config.kafka_client_properties();
         let names: Vec<&str> = properties.iter().map(|(name, _)| name.as_str()).collect();
         for name in [
@@ -1594,7 +1583,7 @@ mod tests {
             ("EXECPLANE_KAFKA_PROPERTY_BAD-NAME", "x"),
         ]
         .map(|(name, value)| (name.to_owned(), value.to_owned()));
-        let error = Config::load_with(None, |_| None, &refused).unwrap_err();
+        let error = load_with(None, |_| None, &refused).unwrap_err();
         let ConfigError::Invalid(problems) = &error else {
             panic!("{error}");
         };

@@ -1,5 +1,6 @@
-//! What each role is given, assembled from the settings (no I/O), and
-//! the checks of the settings only an area can make. This is the process
+//! Loading the settings, and what each role is given, assembled from
+//! them: the checks of the settings only an area can make, and each
+//! area's runtime configuration (built without I/O). This is the process
 //! edge: `config` reads the settings and imports no area
 //! (docs/ARCHITECTURE.md); here each area's runtime configuration is built
 //! from them, and [`load`] runs the areas' checks in the same pass as the
@@ -20,7 +21,7 @@ pub fn load(file: Option<&Path>) -> Result<(Config, SharedPolicy), ConfigError> 
     load_with(file, |name| std::env::var(name).ok(), &properties)
 }
 
-/// As [`load`], with the environment passed in (`Config::load_with`).
+/// As [`load`], with the environment passed in (`Config::read_with`).
 pub fn load_with(
     file: Option<&Path>,
     env: impl Fn(&str) -> Option<String>,
@@ -37,7 +38,7 @@ pub fn load_with(
 
 /// The checks of the settings only an area can make; the policy file
 /// loaded (the defaults when none is named, or when it is refused).
-pub fn check(config: &Config, problems: &mut Vec<String>) -> SharedPolicy {
+fn check(config: &Config, problems: &mut Vec<String>) -> SharedPolicy {
     if let Err(message) = codec(config) {
         problems.push(message);
     }

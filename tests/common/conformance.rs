@@ -120,13 +120,12 @@ async fn deadline(runner: RunnerType, pipeline: &Pipeline, long: &Long) {
     for word in &long.processes {
         wait_for_process(runner, word).await;
     }
-    let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
+    let (status, category, message, _) = pipeline.ended(&spec, WAIT).await;
     // Whichever sees the deadline first: the dispatcher's timer
     // (`timed_out`), or the runner stopping its tool at it (`failed`).
-    let (_, status, category) = &attempts[0];
     assert!(
         matches!(status.as_str(), "timed_out" | "failed") && category.as_deref() == Some("timeout"),
-        "{runner}: {attempts:?}"
+        "{runner}: {status} {category:?}: {message}"
     );
     for word in &long.processes {
         assert_no_process(runner, word).await;

@@ -90,12 +90,16 @@ impl Pipeline {
             .iter()
             .map(|(name, value)| ((*name).to_owned(), value.clone()))
             .collect();
-        let config = execplane::config::Config::load_from(None, |name| {
-            settings
-                .iter()
-                .find(|(setting, _)| setting == name)
-                .map(|(_, value)| value.clone())
-        })
+        let (config, _) = execplane::cli::assemble::load_with(
+            None,
+            |name| {
+                settings
+                    .iter()
+                    .find(|(setting, _)| setting == name)
+                    .map(|(_, value)| value.clone())
+            },
+            &[],
+        )
         .expect("the Kafka settings load");
         Self::with_client(pool, execplane::cli::assemble::kafka(&config), settings).await
     }

@@ -270,14 +270,12 @@ impl Run<'_> {
         tool::run_judged(self.context, self.workdir, what, command, |said| {
             if said.contains("Kubernetes cluster unreachable") {
                 FailureCategory::TargetUnreachable
-            } else if (said.contains("timed out waiting for the condition")
-                || said.contains("context deadline exceeded"))
+            } else if helm_timed_out(said)
                 && self.context.seconds_left(Duration::ZERO) <= REPORT_MARGIN.as_secs() + 1
             {
                 // helm's own `--timeout` is what the attempt's deadline
                 // leaves (`timeout()`): its expiry, when that is what is
-                // left, is the deadline's (a chart's own words alone are
-                // not).
+                // left, is the deadline's.
                 FailureCategory::Timeout
             } else if said.contains("has no deployed releases")
                 || said.contains("release: not found")
@@ -889,7 +887,13 @@ impl Run<'_> {
         self.context.progress(format!("helm test {release}"), None);
         let ran = self.act(&["test", release], namespace, false).await;
         match ran {
-            // A stop, the deadline, an unreachable cluster: not a verdict.
+            // The deadline: not a verdict, but the hooks' phases so far are
+            // its evidence.
+            Err(failure) if failure.category == FailureCategory::Timeout => {
+                let _ = self.status(namespace).await;
+                return Err(failure);
+            }
+            // A stop, an unreachable cluster: not a verdict.
             Err(failure) if failure.category != FailureCategory::RunnerError => {
                 return Err(failure)
             }
@@ -931,6 +935,21 @@ impl Run<'_> {
     }
 }
 
+/// Whether helm itself says its `--timeout` ran out: its own error line
+/// (`Error: [INSTALLATION FAILED: ]timed out waiting for the condition`,
+/// or `context deadline exceeded`), or a bullet of its list of errors
+/// (`helm test`: `Error: 1 error occurred:` then `* timed out …`). Never
+/// when a template failed (`execution error at (…)`): a chart writes its
+/// `fail` message as it likes.
+fn helm_timed_out(said: &str) -> bool {
+    !said.contains("execution error")
+        && said.lines().map(str::trim).any(|line| {
+            (line.starts_with("Error: ") || line.starts_with("* "))
+                && (line.ends_with("timed out waiting for the condition")
+                    || line.ends_with("context deadline exceeded"))
+        })
+}
+
 /// A release's objects as helm's `--output json` gives them: its manifest
 /// and every hook's, one YAML stream.
 fn release_objects(release: &Value) -> String {
@@ -948,6 +967,27 @@ fn release_objects(release: &Value) -> String {
 mod tests {
     use super::*;
     use crate::contract::Operation;
+
+    #[test]
+    fn only_helm_s_own_timeout_line_reads_as_its_timeout() {
+        for said in [
+            "Error: timed out waiting for the condition",
+            "Error: INSTALLATION FAILED: context deadline exceeded\n",
+            "some progress\nError: UPGRADE FAILED: timed out waiting for the condition",
+            "Error: 1 error occurred:\n\t* timed out waiting for the condition\n",
+        ] {
+            assert!(helm_timed_out(said), "{said}");
+        }
+        for said in [
+            "Error: INSTALLATION FAILED: execution error at (demo/templates/x.yaml:1:4): context deadline exceeded",
+            "Error: execution error at (demo/templates/x.yaml:1:4): no\n* timed out waiting for the condition",
+            "Error: template: demo/templates/x.yaml:1:4: executing: context deadline exceeded in a value",
+            "timed out waiting for the condition",
+            "Error: pod web-check failed",
+        ] {
+            assert!(!helm_timed_out(said), "{said}");
+        }
+    }
 
     #[test]
     fn it_runs_exactly_the_catalog_s_helm_operations() {
