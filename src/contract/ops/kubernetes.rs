@@ -57,7 +57,7 @@ pub struct KubernetesWait {
     pub cluster: ClusterRef,
     pub namespace: String,
     pub object: ObjectRef,
-    pub condition: String,
+    pub condition: WantedCondition,
     #[serde(default)]
     pub timeout: Option<DurationMs>,
 }
@@ -126,6 +126,60 @@ pub(super) fn flag_problems(operation: Operation, flags: &PolicyFlags) -> Vec<Pr
             "kubernetes.manifest.delete deletes objects and needs `policy.destructive: true`",
         )],
         _ => Vec::new(),
+    }
+}
+
+/// A condition to wait for: its type and the status that satisfies it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WantedCondition {
+    pub kind: String,
+    pub status: String,
+}
+
+impl WantedCondition {
+    /// `Available`, `Available=False`, or kubectl's `condition=Available`
+    /// (`=True` when no status is given).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.strip_prefix("condition=").unwrap_or(text);
+        let (kind, status) = match text.split_once('=') {
+            Some((kind, status)) => (kind, status),
+            None => (text, "True"),
+        };
+        let type_ok = (1..=316).contains(&kind.len())
+            && kind
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._/-".contains(&b));
+        if !type_ok {
+            return Err(format!(
+                "`{text}` is not a condition type (letters, digits, `.`, `_`, `/`, `-`)"
+            ));
+        }
+        let status = match status.to_ascii_lowercase().as_str() {
+            "true" => "True",
+            "false" => "False",
+            "unknown" => "Unknown",
+            _ => return Err(format!("status `{status}` is not True, False or Unknown")),
+        };
+        Ok(Self {
+            kind: kind.to_owned(),
+            status: status.to_owned(),
+        })
+    }
+}
+
+/// Written as the normalised `Type=Status`.
+impl Serialize for WantedCondition {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(&format_args!("{}={}", self.kind, self.status))
+    }
+}
+
+/// Read from a JobSpec's text: one that does not parse is refused with
+/// [`WantedCondition::parse`]'s reason.
+impl<'de> Deserialize<'de> for WantedCondition {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Self::parse(&text).map_err(serde::de::Error::custom)
     }
 }
 
@@ -215,4 +269,31 @@ pub struct ConditionObservation {
     /// Rollouts: the replica counts judged.
     pub detail: Option<Value>,
     pub met: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_condition_is_read_at_intake_and_a_bad_one_refused_there() {
+        let inputs = |condition: &str| {
+            serde_json::json!({"cluster": {"name": "c", "credentials": {"$secret": "k"}},
+                               "namespace": "n", "object": {"api_version": "v1", "kind": "Pod", "name": "p"},
+                               "condition": condition})
+        };
+        let parsed = OperationInputs::parse(Operation::KubernetesWait, &inputs("condition=Ready"));
+        let Ok(OperationInputs::KubernetesWait(wait)) = parsed else {
+            panic!("{parsed:?}");
+        };
+        assert_eq!(
+            (wait.condition.kind.as_str(), wait.condition.status.as_str()),
+            ("Ready", "True")
+        );
+        for bad in ["Ready=maybe", "", "a b"] {
+            let (path, reason) =
+                OperationInputs::parse(Operation::KubernetesWait, &inputs(bad)).unwrap_err();
+            assert_eq!(path, "condition", "{bad}: {reason}");
+        }
+    }
 }

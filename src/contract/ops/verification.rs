@@ -56,7 +56,7 @@ pub struct VerifyKubernetesCondition {
     pub cluster: ClusterRef,
     pub namespace: String,
     pub object: ObjectRef,
-    pub condition: String,
+    pub condition: super::kubernetes::WantedCondition,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

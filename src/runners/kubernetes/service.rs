@@ -19,7 +19,7 @@ use crate::contract::ops::{
 };
 use crate::contract::{FailureCategory, RunnerType};
 use crate::policy::OperationRules;
-use crate::runner::kit::kube::judge::{self, Observation, Rollout, WantedCondition};
+use crate::runner::kit::kube::judge::{self, Observation, Rollout};
 use crate::runner::kit::kube::{self as cluster, Kinds};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor, Failure};
 
@@ -601,8 +601,7 @@ impl Session<'_> {
 
     /// `kubernetes.wait`: the named condition, on the current generation.
     async fn wait(&mut self, wait: &KubernetesWait) -> Result<String, Failure> {
-        let wanted = WantedCondition::parse(&wait.condition)
-            .map_err(|message| Failure::contract(format!("inputs.condition: {message}")))?;
+        let wanted = &wait.condition;
         let target = self
             .target_of("inputs.object", &wait.object, &wait.namespace)
             .await?;
@@ -610,7 +609,7 @@ impl Session<'_> {
         let limit = wait.timeout.map(|timeout| timeout.as_std());
         let judged = self
             .watch(&target, &name, limit, |object| {
-                Ok((judge::condition(object, &wanted), false))
+                Ok((judge::condition(object, wanted), false))
             })
             .await?;
         match judged {

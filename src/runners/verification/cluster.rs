@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::probes::{Assertion, Sample};
+use crate::contract::ops::WantedCondition;
 use crate::contract::ops::{VerifyCapability, VerifyKubernetesCondition};
 use crate::policy::OperationRules;
-use crate::runner::kit::kube::judge::{self, WantedCondition};
+use crate::runner::kit::kube::judge;
 use crate::runner::kit::kube::Kinds;
 
 /// The most of an API server's message a sample quotes.
@@ -60,13 +61,7 @@ impl Probe<'_> {
     pub async fn condition(&self, inputs: &VerifyKubernetesCondition, n: u32) -> Sample {
         let mut sample = Sample::new(n);
         let started = Instant::now();
-        let wanted = match WantedCondition::parse(&inputs.condition) {
-            Ok(wanted) => wanted,
-            Err(problem) => {
-                sample.error = Some(format!("inputs.condition: {problem}"));
-                return sample;
-            }
-        };
+        let wanted = &inputs.condition;
         let object = &inputs.object;
         let looked = tokio::time::timeout(self.timeout, async {
             let resolved = match Kinds::default()
@@ -112,7 +107,7 @@ impl Probe<'_> {
                 Ok(found) => {
                     sample.reached = true;
                     let found = found.and_then(|found| serde_json::to_value(found).ok());
-                    judge_condition(&mut sample, found.as_ref(), &wanted);
+                    judge_condition(&mut sample, found.as_ref(), wanted);
                 }
                 Err(error) => failed_call(&mut sample, "read", error),
             }

@@ -162,11 +162,7 @@ impl VerificationRunner {
             .map_err(|error| Failure::new(FailureCategory::RunnerError, error))?;
         let refuse = Failure::contract;
         let cluster_ref = match &inputs {
-            I::VerifyKubernetesCondition(condition) => {
-                crate::runner::kit::kube::judge::WantedCondition::parse(&condition.condition)
-                    .map_err(|problem| refuse(format!("inputs.condition: {problem}")))?;
-                Some(&condition.cluster)
-            }
+            I::VerifyKubernetesCondition(condition) => Some(&condition.cluster),
             I::VerifyResourceCapability(capability) => {
                 super::cluster::kind_of(&capability.resource)
                     .map_err(|problem| refuse(format!("inputs.resource: {problem}")))?;

@@ -5,6 +5,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::contract::ops::WantedCondition;
 use crate::runner::Failure;
 
 /// The most documents one manifests file holds.
@@ -222,44 +223,6 @@ fn redact_values(secret: &mut Value) {
                 *value = Value::String("[redacted]".into());
             }
         }
-    }
-}
-
-/// A condition to wait for: its type and the status that satisfies it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct WantedCondition {
-    pub kind: String,
-    pub status: String,
-}
-
-impl WantedCondition {
-    /// `Available`, `Available=False`, or kubectl's `condition=Available`
-    /// (`=True` when no status is given).
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let text = text.strip_prefix("condition=").unwrap_or(text);
-        let (kind, status) = match text.split_once('=') {
-            Some((kind, status)) => (kind, status),
-            None => (text, "True"),
-        };
-        let type_ok = (1..=316).contains(&kind.len())
-            && kind
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"._/-".contains(&b));
-        if !type_ok {
-            return Err(format!(
-                "`{text}` is not a condition type (letters, digits, `.`, `_`, `/`, `-`)"
-            ));
-        }
-        let status = match status.to_ascii_lowercase().as_str() {
-            "true" => "True",
-            "false" => "False",
-            "unknown" => "Unknown",
-            _ => return Err(format!("status `{status}` is not True, False or Unknown")),
-        };
-        Ok(Self {
-            kind: kind.to_owned(),
-            status: status.to_owned(),
-        })
     }
 }
 
