@@ -79,10 +79,56 @@ fn default_pg_port() -> u16 {
 #[serde(deny_unknown_fields)]
 pub struct VerifyCapability {
     pub cluster: ClusterRef,
-    pub resource: String,
+    pub resource: ResourceKind,
     pub verbs: Vec<String>,
     #[serde(default)]
     pub namespace: Option<String>,
+}
+
+/// A kind as `<apiVersion>/<Kind>` (`apps/v1/Deployment`, `v1/ConfigMap`),
+/// read in two.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceKind {
+    pub api_version: String,
+    pub kind: String,
+}
+
+impl ResourceKind {
+    pub fn parse(resource: &str) -> Result<Self, String> {
+        match resource.rsplit_once('/') {
+            Some((api_version, kind))
+                if !kind.is_empty()
+                    && api_version.split('/').count() <= 2
+                    && api_version.split('/').all(|part| !part.is_empty())
+                    && kind.bytes().all(|b| b.is_ascii_alphanumeric()) =>
+            {
+                Ok(Self {
+                    api_version: api_version.to_owned(),
+                    kind: kind.to_owned(),
+                })
+            }
+            _ => Err(format!(
+                "`{}` is not <apiVersion>/<Kind> (e.g. `apps/v1/Deployment`, `v1/ConfigMap`)",
+                crate::contract::limits::loggable(resource)
+            )),
+        }
+    }
+}
+
+/// Written as in a JobSpec, `<apiVersion>/<Kind>`.
+impl Serialize for ResourceKind {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(&format_args!("{}/{}", self.api_version, self.kind))
+    }
+}
+
+/// Read from a JobSpec's text: one that does not parse is refused with
+/// [`ResourceKind::parse`]'s reason.
+impl<'de> Deserialize<'de> for ResourceKind {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Self::parse(&text).map_err(serde::de::Error::custom)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -188,6 +234,20 @@ pub(super) fn result_problem(operation: Operation, result: &Value) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resource_is_an_api_version_and_a_kind() {
+        let parts =
+            |text: &str| ResourceKind::parse(text).map(|kind| (kind.api_version, kind.kind));
+        assert_eq!(
+            parts("apps/v1/Deployment"),
+            Ok(("apps/v1".into(), "Deployment".into()))
+        );
+        assert_eq!(parts("v1/ConfigMap"), Ok(("v1".into(), "ConfigMap".into())));
+        for bad in ["Deployment", "/v1/X", "a/b/c/Kind", "v1/", "v1/Config Map"] {
+            assert!(ResourceKind::parse(bad).is_err(), "{bad}");
+        }
+    }
     use crate::contract::ops::check_result;
     use serde_json::json;
 

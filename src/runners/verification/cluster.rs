@@ -18,23 +18,6 @@ use crate::runner::kit::kube::Kinds;
 /// The most of an API server's message a sample quotes.
 const MAX_MESSAGE: usize = 1024;
 
-/// `<apiVersion>/<Kind>` (`apps/v1/Deployment`, `v1/ConfigMap`) split in two.
-pub fn kind_of(resource: &str) -> Result<(&str, &str), String> {
-    match resource.rsplit_once('/') {
-        Some((api_version, kind))
-            if !kind.is_empty()
-                && api_version.split('/').count() <= 2
-                && api_version.split('/').all(|part| !part.is_empty())
-                && kind.bytes().all(|b| b.is_ascii_alphanumeric()) =>
-        {
-            Ok((api_version, kind))
-        }
-        _ => Err(format!(
-            "`{resource}` is not <apiVersion>/<Kind> (e.g. `apps/v1/Deployment`, `v1/ConfigMap`)"
-        )),
-    }
-}
-
 /// A call's error as a sample's: an answer from the API server means the
 /// cluster was reached.
 fn failed_call(sample: &mut Sample, what: &str, error: kube::Error) {
@@ -124,13 +107,7 @@ impl Probe<'_> {
     pub async fn capability(&self, inputs: &VerifyCapability, n: u32) -> Sample {
         let mut sample = Sample::new(n);
         let started = Instant::now();
-        let (api_version, kind) = match kind_of(&inputs.resource) {
-            Ok(parts) => parts,
-            Err(problem) => {
-                sample.error = Some(format!("inputs.resource: {problem}"));
-                return sample;
-            }
-        };
+        let (api_version, kind) = (&inputs.resource.api_version, &inputs.resource.kind);
         let asked = tokio::time::timeout(
             self.timeout,
             Kinds::default().resolve(self.client, api_version, kind),
@@ -236,18 +213,4 @@ fn judge_condition(
         actual: actual.into(),
         passed: seen.met,
     });
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_resource_is_an_api_version_and_a_kind() {
-        assert_eq!(kind_of("apps/v1/Deployment"), Ok(("apps/v1", "Deployment")));
-        assert_eq!(kind_of("v1/ConfigMap"), Ok(("v1", "ConfigMap")));
-        for bad in ["Deployment", "/v1/X", "a/b/c/Kind", "v1/", "v1/Config Map"] {
-            assert!(kind_of(bad).is_err(), "{bad}");
-        }
-    }
 }

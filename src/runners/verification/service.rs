@@ -160,14 +160,9 @@ impl VerificationRunner {
         let http = self
             .client(tenant, &bounds)
             .map_err(|error| Failure::new(FailureCategory::RunnerError, error))?;
-        let refuse = Failure::contract;
         let cluster_ref = match &inputs {
             I::VerifyKubernetesCondition(condition) => Some(&condition.cluster),
-            I::VerifyResourceCapability(capability) => {
-                super::cluster::kind_of(&capability.resource)
-                    .map_err(|problem| refuse(format!("inputs.resource: {problem}")))?;
-                Some(&capability.cluster)
-            }
+            I::VerifyResourceCapability(capability) => Some(&capability.cluster),
             _ => None,
         };
         let cluster = match cluster_ref {
