@@ -253,6 +253,13 @@ pub fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
             if let Some(name) = &capability.namespace {
                 namespace(&mut problems, name);
             }
+            // Discovery asks `/apis/<group>/<version>` for it.
+            let resource = &capability.resource;
+            push(
+                &mut problems,
+                "inputs.resource".into(),
+                api_version_problem(&resource.api_version).or_else(|| kind_problem(&resource.kind)),
+            );
         }
         I::HelmInstall(helm) | I::HelmUpgrade(helm) => {
             namespace(&mut problems, &helm.namespace);
@@ -342,6 +349,36 @@ mod tests {
         assert!(problems.is_empty(), "{problems:?}");
         assert!(release_problem(&"a".repeat(54)).is_some());
         assert!(release_problem("web").is_none());
+    }
+
+    #[test]
+    fn a_capability_s_api_version_is_held_to_what_a_request_path_may_hold() {
+        let problems = |resource: &str| {
+            let inputs = OperationInputs::parse(
+                crate::contract::Operation::VerifyResourceCapability,
+                &serde_json::json!({"cluster": {"name": "c", "credentials": {"$secret": "k"}},
+                                    "resource": resource, "verbs": ["get"]}),
+            )
+            .unwrap();
+            problems_of(&inputs)
+        };
+        for fine in [
+            "apps/v1/Deployment",
+            "v1/ConfigMap",
+            "example.com/v1beta1/Widget",
+        ] {
+            assert!(problems(fine).is_empty(), "{fine}");
+        }
+        for hostile in [
+            "../../Pod",
+            "apps/v1?watch=1/Pod",
+            "Apps/V1/Pod",
+            "a b/v1/Pod",
+        ] {
+            let found = problems(hostile);
+            assert_eq!(found.len(), 1, "{hostile}: {found:?}");
+            assert_eq!(found[0].path, "inputs.resource");
+        }
     }
 
     #[test]
