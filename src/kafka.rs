@@ -381,10 +381,56 @@ pub fn at_the_end<C: Consumer>(
 ) -> Result<rdkafka::TopicPartitionList, KafkaError> {
     let mut assignment = rdkafka::TopicPartitionList::new();
     for partition in 0..partition_count(consumer, topic)? {
-        let (_, high) = consumer.fetch_watermarks(topic, partition, Duration::from_secs(10))?;
+        let high = high_watermark(consumer, topic, partition)?;
         assignment.add_partition_offset(topic, partition, rdkafka::Offset::Offset(high))?;
     }
     Ok(assignment)
+}
+
+/// The end offset of one partition. A partition whose leader is moving (a
+/// topic just created, a broker restarting) is asked again for up to ten
+/// seconds; any other refusal is returned at once.
+fn high_watermark<C: Consumer>(
+    consumer: &C,
+    topic: &str,
+    partition: i32,
+) -> Result<i64, KafkaError> {
+    use rdkafka::types::RDKafkaErrorCode::{
+        LeaderNotAvailable, NotLeaderForPartition, UnknownTopicOrPartition,
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match consumer.fetch_watermarks(topic, partition, Duration::from_secs(10)) {
+            Ok((_, high)) => return Ok(high),
+            Err(error)
+                if matches!(
+                    error.rdkafka_error_code(),
+                    Some(LeaderNotAvailable | NotLeaderForPartition | UnknownTopicOrPartition)
+                ) && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
+}
+
+/// Whether `topic` exists with partitions and every partition has a leader.
+pub fn every_partition_led<C: Consumer>(consumer: &C, topic: &str) -> bool {
+    let Ok(metadata) = consumer.fetch_metadata(Some(topic), Duration::from_secs(10)) else {
+        return false;
+    };
+    metadata
+        .topics()
+        .iter()
+        .find(|candidate| candidate.name() == topic)
+        .is_some_and(|found| {
+            !found.partitions().is_empty()
+                && found
+                    .partitions()
+                    .iter()
+                    .all(|partition| partition.leader() >= 0 && partition.error().is_none())
+        })
 }
 
 /// The number of partitions of `topic`, from the broker's metadata.

@@ -213,24 +213,17 @@ async fn drive(
     prefix: &str,
 ) -> anyhow::Result<PipelineReport> {
     let mut rig = Rig::start(config, policy, args, schema, prefix).await?;
-    if !args.backlog {
-        rig.start_runner().await?;
-    }
-    let follower = rig.follow_events()?;
-    let specs = bench_specs(args.jobs, rig.port);
-    let started = Instant::now();
-    let issued = rig.submit(&specs, args.rate).await?;
-    let submit_seconds = started.elapsed().as_secs_f64();
-    // With --backlog: every attempt queued, nobody to run it; then a runner.
-    let mut drain_started = None;
-    if args.backlog {
-        rig.await_backlog(args).await?;
-        drain_started = Some(chrono::Utc::now().timestamp_millis());
-        rig.start_runner().await?;
-    }
-    let observed = Observed::follow(&follower, &rig.kafka, &issued, args).await;
-    let seconds = started.elapsed().as_secs_f64();
+    let run = run_jobs(&mut rig, args).await;
+    // Stopped on every path: a rig left running past its schema's drop
+    // fills the log with its roles' failures.
     rig.stop().await;
+    let Followed {
+        observed,
+        issued,
+        submit_seconds,
+        drain_started,
+        seconds,
+    } = run?;
     // A refused job measures nothing: say why rather than report zeros.
     if let Some(why) = &observed.rejected {
         anyhow::bail!("the bench's jobs were rejected at intake: {why}");
@@ -253,6 +246,44 @@ async fn drive(
         bare_postgres_seconds,
     };
     Ok(observed.report(args, &issued, run))
+}
+
+/// The bench's jobs, submitted and followed to their end.
+struct Followed {
+    observed: Observed,
+    /// When each job was issued, by job id.
+    issued: HashMap<String, i64>,
+    submit_seconds: f64,
+    /// When the backlog's drain began (with `--backlog`).
+    drain_started: Option<i64>,
+    seconds: f64,
+}
+
+async fn run_jobs(rig: &mut Rig<'_>, args: &PipelineBenchArgs) -> anyhow::Result<Followed> {
+    if !args.backlog {
+        rig.start_runner().await?;
+    }
+    let follower = rig.follow_events()?;
+    let specs = bench_specs(args.jobs, rig.port);
+    let started = Instant::now();
+    let issued = rig.submit(&specs, args.rate).await?;
+    let submit_seconds = started.elapsed().as_secs_f64();
+    // With --backlog: every attempt queued, nobody to run it; then a runner.
+    let mut drain_started = None;
+    if args.backlog {
+        rig.await_backlog(args).await?;
+        drain_started = Some(chrono::Utc::now().timestamp_millis());
+        rig.start_runner().await?;
+    }
+    let observed = Observed::follow(&follower, &rig.kafka, &issued, args).await;
+    let seconds = started.elapsed().as_secs_f64();
+    Ok(Followed {
+        observed,
+        issued,
+        submit_seconds,
+        drain_started,
+        seconds,
+    })
 }
 
 /// Every role of the pipeline in this process, on the bench's own schema

@@ -220,10 +220,12 @@ async fn apply_or_check(kafka: &KafkaConfig, create: bool) -> Result<ApplyReport
                 }
             }
         }
-        // Wait until every created topic is visible with its partitions.
+        // Wait until every created topic is visible with a leader for each
+        // partition: a topic listed before its leaders are elected refuses
+        // the first offset query with `NotLeaderForPartition`.
         let deadline = std::time::Instant::now() + Duration::from_secs(15);
         for name in &report.created {
-            while super::partition_count(&probe, name).is_err() {
+            while !super::every_partition_led(&probe, name) {
                 if std::time::Instant::now() > deadline {
                     return Err(KafkaError::NoPartitions(name.clone()));
                 }
