@@ -49,21 +49,27 @@ export EXECPLANE_HELM_BIN="${EXECPLANE_HELM_BIN:-$STACK_DIR/helm/bin/helm}"
 export EXECPLANE_TOFU_BIN="${EXECPLANE_TOFU_BIN:-$STACK_DIR/opentofu/bin/tofu}"
 export EXECPLANE_TOFU_PROVIDER_MIRROR="${EXECPLANE_TOFU_PROVIDER_MIRROR:-$STACK_DIR/opentofu/mirror}"
 
+# Every build of the suite has the runner type the tests define
+# (docs/RUNNERS.md): one feature set, so nothing is built twice.
+FEATURES=(--features testkit)
+
 log "checking formatting and lints"
 cargo fmt --all --check || die "cargo fmt --check: formatting differs (run cargo fmt)"
-cargo clippy --locked --all-targets -- -D warnings || die "cargo clippy: warnings (they fail the build)"
+# The release's build (no test type) as well as the suite's.
+cargo clippy --locked -- -D warnings || die "cargo clippy: warnings (they fail the build)"
+cargo clippy --locked --all-targets "${FEATURES[@]}" -- -D warnings || die "cargo clippy: warnings (they fail the build)"
 
 log "building"
-cargo build --locked --all-targets
+cargo build --locked --all-targets "${FEATURES[@]}"
 log "running the test suite"
 RESULTS="$STACK_DIR/test-results.log"
-cargo test --locked --no-fail-fast --all-targets -- --test-threads="${EXECPLANE_TEST_THREADS:-2}" 2>&1 | tee "$RESULTS"
+cargo test --locked --no-fail-fast --all-targets "${FEATURES[@]}" -- --test-threads="${EXECPLANE_TEST_THREADS:-2}" 2>&1 | tee "$RESULTS"
 [ "${PIPESTATUS[0]}" -eq 0 ] || die "tests failed"
 
 log "benchmarks, small N (figures only, never asserted)"
-cargo run --locked --quiet -- migrate
-cargo run --locked --quiet -- bench store --attempts 2000 --batch 250
-EXECPLANE_LOG=warn cargo run --locked --quiet -- bench pipeline --jobs 500 --rate 250
+cargo run --locked --quiet "${FEATURES[@]}" -- migrate
+cargo run --locked --quiet "${FEATURES[@]}" -- bench store --attempts 2000 --batch 250
+EXECPLANE_LOG=warn cargo run --locked --quiet "${FEATURES[@]}" -- bench pipeline --jobs 500 --rate 250
 
 # One closing line for the whole suite.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }

@@ -402,7 +402,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Runner { runner_type } => match runner_type.parse::<RunnerType>() {
             Ok(runner) => roles::run(&config, &policy, roles::Roles::runner(runner), false).await,
             Err(_) => {
-                let available: Vec<&str> = RunnerType::ALL.iter().map(|r| r.as_str()).collect();
+                let available: Vec<&str> = RunnerType::CATALOG.iter().map(|r| r.as_str()).collect();
                 eprintln!(
                     "error: no runner `{runner_type}` in this build (available: {})",
                     available.join(", ")

@@ -3,9 +3,10 @@
 //! contract is held to it without a test of its own. Per-runner tests keep
 //! only what is specific to their runner.
 //!
-//! Checked here: each type has its work topic, its name in the API, and
-//! operations in the catalog; started by `serve` on the real stack, each
-//! type's instance comes up, announces exactly the catalog's operations for
+//! Checked here: each type has operations in the catalog, and each type a
+//! release runs (`RunnerType::CATALOG`) its work topic and its name in the
+//! API; started by `serve` on the real stack, each such type's instance
+//! comes up, announces exactly the catalog's operations for
 //! its type, runs its tools in the sandbox, and refuses as `contract` a
 //! work item of another type's operation put straight on its partition,
 //! and one of its own operations whose inputs the contract refuses (the
@@ -27,8 +28,10 @@ use execplane::contract::{FailureCategory, Operation, ReportBody, RunnerType};
 use serde_json::json;
 use sqlx::PgPool;
 
+/// The catalog's types: what a release runs (`serve`), declares topics
+/// for and names in its API.
 fn types() -> BTreeSet<String> {
-    RunnerType::ALL
+    RunnerType::CATALOG
         .iter()
         .map(|runner| runner.as_str().to_owned())
         .collect()
@@ -63,7 +66,7 @@ fn every_runner_type_has_its_topic_its_api_name_and_its_operations() {
         names(&api["components"]["schemas"]["RunnerType"]["enum"]),
         types()
     );
-    for runner in RunnerType::ALL {
+    for &runner in RunnerType::ALL {
         let operations = catalog(runner);
         assert!(!operations.is_empty(), "{runner} runs nothing");
         for operation in Operation::ALL {

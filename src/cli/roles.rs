@@ -36,7 +36,16 @@ pub struct Roles {
 pub struct RunnerSet(u8);
 
 impl RunnerSet {
-    pub const ALL: RunnerSet = RunnerSet((1 << RunnerType::ALL.len()) - 1);
+    /// Every type of the catalog: what `serve` runs.
+    pub const CATALOG: RunnerSet = {
+        let mut bits = 0;
+        let mut at = 0;
+        while at < RunnerType::CATALOG.len() {
+            bits |= Self::one(RunnerType::CATALOG[at]).0;
+            at += 1;
+        }
+        RunnerSet(bits)
+    };
 
     pub const fn one(runner: RunnerType) -> Self {
         RunnerSet(1 << runner as u8)
@@ -44,7 +53,8 @@ impl RunnerSet {
 
     pub fn iter(self) -> impl Iterator<Item = RunnerType> {
         RunnerType::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .filter(move |runner| self.0 & Self::one(*runner).0 != 0)
     }
 }
@@ -87,7 +97,7 @@ impl Roles {
         Roles {
             dispatcher: true,
             relay: true,
-            runners: RunnerSet::ALL,
+            runners: RunnerSet::CATALOG,
             ingress: !config.ingress.key.is_empty() || !config.ingress.api_key.is_empty(),
             artifact_worker: true,
         }

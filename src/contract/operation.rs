@@ -16,7 +16,20 @@ pub enum RunnerType {
 }
 
 impl RunnerType {
-    pub const ALL: [RunnerType; 6] = [
+    /// The types a release runs: `serve` runs each, and each has its work
+    /// topic in `topology/topics.yaml` and its name in the API.
+    pub const CATALOG: [RunnerType; 6] = [
+        RunnerType::Ansible,
+        RunnerType::Kubernetes,
+        RunnerType::Helm,
+        RunnerType::Opentofu,
+        RunnerType::Ssh,
+        RunnerType::Verification,
+    ];
+
+    /// Every type of this build: the catalog, and a type the tests define
+    /// (`docs/RUNNERS.md`) when built with the `testkit` feature.
+    pub const ALL: &'static [RunnerType] = &[
         RunnerType::Ansible,
         RunnerType::Kubernetes,
         RunnerType::Helm,
@@ -47,35 +60,36 @@ impl FromStr for RunnerType {
     type Err = String;
     fn from_str(text: &str) -> Result<Self, String> {
         RunnerType::ALL
-            .into_iter()
+            .iter()
+            .copied()
             .find(|runner| runner.as_str() == text)
             .ok_or_else(|| format!("unknown runner type `{text}`"))
     }
 }
 
 macro_rules! operations {
-    ($( $variant:ident => $name:literal, $runner:ident, idempotent = $idempotent:literal, implemented = $implemented:literal; )*) => {
+    ($( $(#[$attr:meta])* $variant:ident => $name:literal, $runner:ident, idempotent = $idempotent:literal, implemented = $implemented:literal; )*) => {
         /// Every operation execplane can run, named exactly `<runner>.<op>`.
         #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub enum Operation { $( $variant, )* }
+        pub enum Operation { $( $(#[$attr])* $variant, )* }
 
         impl Operation {
-            pub const ALL: &'static [Operation] = &[ $( Operation::$variant, )* ];
+            pub const ALL: &'static [Operation] = &[ $( $(#[$attr])* Operation::$variant, )* ];
 
             /// The wire name, e.g. `verify.http.endpoint`.
             pub const fn as_str(self) -> &'static str {
-                match self { $( Operation::$variant => $name, )* }
+                match self { $( $(#[$attr])* Operation::$variant => $name, )* }
             }
 
             pub const fn runner_type(self) -> RunnerType {
-                match self { $( Operation::$variant => RunnerType::$runner, )* }
+                match self { $( $(#[$attr])* Operation::$variant => RunnerType::$runner, )* }
             }
 
             /// Whether running it twice has the same effect as running it once.
             /// A started attempt of an operation that is not idempotent whose
             /// lease is lost ends `outcome_unknown` and is never retried.
             pub const fn is_idempotent(self) -> bool {
-                match self { $( Operation::$variant => $idempotent, )* }
+                match self { $( $(#[$attr])* Operation::$variant => $idempotent, )* }
             }
 
             /// Whether a runner of this release runs it. The contract
@@ -84,7 +98,7 @@ macro_rules! operations {
             /// wait for `schedule_to_start`. Each runner's executor lists
             /// exactly the implemented operations of its type (tested).
             pub const fn is_implemented(self) -> bool {
-                match self { $( Operation::$variant => $implemented, )* }
+                match self { $( $(#[$attr])* Operation::$variant => $implemented, )* }
             }
         }
     };

@@ -44,11 +44,11 @@ pub use self::{ansible::*, helm::*, kubernetes::*, opentofu::*, ssh::*, verifica
 /// operation without a variant (or a variant without an operation) does
 /// not compile.
 macro_rules! operation_inputs {
-    ($($variant:ident($inner:ty),)+) => {
+    ($($(#[$attr:meta])* $variant:ident($inner:ty),)+) => {
         /// The inputs of a JobSpec, typed by its operation.
         #[derive(Clone, Debug, PartialEq)]
         pub enum OperationInputs {
-            $($variant($inner),)+
+            $($(#[$attr])* $variant($inner),)+
         }
 
         impl OperationInputs {
@@ -57,7 +57,7 @@ macro_rules! operation_inputs {
             /// serde's reason.
             pub fn parse(operation: Operation, inputs: &Value) -> Result<Self, (String, String)> {
                 Ok(match operation {
-                    $(Operation::$variant => Self::$variant(typed(inputs)?),)+
+                    $($(#[$attr])* Operation::$variant => Self::$variant(typed(inputs)?),)+
                 })
             }
         }
@@ -301,7 +301,7 @@ mod tests {
 
     #[test]
     fn each_runner_s_inputs_hold_exactly_the_operations_of_its_type() {
-        for runner in RunnerType::ALL {
+        for &runner in RunnerType::ALL {
             let held = match runner {
                 RunnerType::Ansible => operations_of::<ansible::AnsibleInputs>(),
                 RunnerType::Kubernetes => operations_of::<kubernetes::KubernetesInputs>(),
