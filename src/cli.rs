@@ -6,6 +6,7 @@ pub(crate) mod audit;
 mod operations;
 mod projection;
 mod roles;
+pub use roles::equip;
 mod submit;
 mod validate;
 

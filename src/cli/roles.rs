@@ -329,22 +329,16 @@ fn spawn_core(
     Ok(core)
 }
 
-/// The runner instances this process runs, with the secret store.
-async fn spawn_runners(
+/// `settings` (`assemble::runner`'s) made ready for runner instances to
+/// share: the sandbox checked, the artifact storage opened, the secret
+/// store reached. Before any instance announces itself: a runner that
+/// cannot sandbox its tools serves nothing (docs/SECURITY.md). A runner
+/// of the tests' own (docs/RUNNERS.md) is equipped by the same call.
+pub async fn equip(
+    mut settings: crate::runner::RunnerConfig,
     config: &Config,
-    policy: &SharedPolicy,
-    roles: Roles,
-    kafka: &crate::kafka::KafkaConfig,
     stop: &CancellationToken,
-    lenient: bool,
-) -> anyhow::Result<Tasks> {
-    let mut runners = Tasks::new();
-    if roles.runners == RunnerSet::default() {
-        return Ok(runners);
-    }
-    let mut settings = assemble::runner(config, policy);
-    // Before any instance announces itself: a runner that cannot sandbox
-    // its tools serves nothing (docs/SECURITY.md).
+) -> anyhow::Result<crate::runner::RunnerConfig> {
     crate::runner::sandbox::check(&settings.tools)
         .await
         .map_err(anyhow::Error::msg)?;
@@ -359,6 +353,23 @@ async fn spawn_runners(
         vault.keep_alive(stop.clone());
         settings.secrets = Some(vault);
     }
+    Ok(settings)
+}
+
+/// The runner instances this process runs, with the secret store.
+async fn spawn_runners(
+    config: &Config,
+    policy: &SharedPolicy,
+    roles: Roles,
+    kafka: &crate::kafka::KafkaConfig,
+    stop: &CancellationToken,
+    lenient: bool,
+) -> anyhow::Result<Tasks> {
+    let mut runners = Tasks::new();
+    if roles.runners == RunnerSet::default() {
+        return Ok(runners);
+    }
+    let settings = equip(assemble::runner(config, policy), config, stop).await?;
     // One instance per runner type this process runs, all alike, each
     // only once its tool answers (`runner::preflight`). The checks run at
     // once, so a slow tool delays no other runner. A runner of its own

@@ -170,6 +170,43 @@ impl Pipeline {
         self.set_env("EXECPLANE_POLICY_FILE", example);
     }
 
+    /// The environment of this pipeline's processes, `env` last (each
+    /// name's last value is the one that holds).
+    pub fn environment(&self, env: &[(&str, &str)]) -> Vec<(String, String)> {
+        let own = [
+            ("EXECPLANE_DATABASE_URL", self.url.clone()),
+            ("EXECPLANE_KAFKA_BROKERS", self.brokers.clone()),
+            ("EXECPLANE_TOPIC_PREFIX", self.prefix.clone()),
+            (
+                "EXECPLANE_DISPATCHER_GROUP",
+                format!("{}dispatcher", self.prefix),
+            ),
+            ("EXECPLANE_PRESENCE_INTERVAL", "300ms".into()),
+            ("EXECPLANE_PRESENCE_TTL", "1500ms".into()),
+            ("EXECPLANE_SWEEP_INTERVAL", "50ms".into()),
+            ("EXECPLANE_CANCEL_GRACE", "3s".into()),
+            ("EXECPLANE_RUNNER_DRAIN_TIMEOUT", "5s".into()),
+            ("EXECPLANE_LOG", "info,execplane=debug,sqlx=warn".into()),
+            ("EXECPLANE_DATABASE_MAX_CONNECTIONS", "5".into()),
+            (
+                "EXECPLANE_ARTIFACT_DIR",
+                self.dir.join("artifacts").display().to_string(),
+            ),
+            (
+                "EXECPLANE_ARTIFACT_GROUP",
+                format!("{}artifacts", self.prefix),
+            ),
+        ];
+        own.into_iter()
+            .map(|(key, value)| (key.to_owned(), value))
+            .chain(self.env.iter().cloned())
+            .chain(
+                env.iter()
+                    .map(|(key, value)| ((*key).to_owned(), (*value).to_owned())),
+            )
+            .collect()
+    }
+
     /// Starts `execplane ARGS` with this pipeline's environment; returns its index.
     pub fn spawn(&mut self, args: &[&str], env: &[(&str, &str)]) -> usize {
         let name = format!("{}-{}", args.join("-"), self.children.len());
@@ -177,34 +214,10 @@ impl Pipeline {
         let mut command = Command::new(env!("CARGO_BIN_EXE_execplane"));
         command
             .args(args)
-            .env("EXECPLANE_DATABASE_URL", &self.url)
-            .env("EXECPLANE_KAFKA_BROKERS", &self.brokers)
-            .env("EXECPLANE_TOPIC_PREFIX", &self.prefix)
-            .env(
-                "EXECPLANE_DISPATCHER_GROUP",
-                format!("{}dispatcher", self.prefix),
-            )
-            .env("EXECPLANE_PRESENCE_INTERVAL", "300ms")
-            .env("EXECPLANE_PRESENCE_TTL", "1500ms")
-            .env("EXECPLANE_SWEEP_INTERVAL", "50ms")
-            .env("EXECPLANE_CANCEL_GRACE", "3s")
-            .env("EXECPLANE_RUNNER_DRAIN_TIMEOUT", "5s")
-            .env("EXECPLANE_LOG", "info,execplane=debug,sqlx=warn")
-            .env("EXECPLANE_DATABASE_MAX_CONNECTIONS", "5")
-            .env("EXECPLANE_ARTIFACT_DIR", self.dir.join("artifacts"))
-            .env(
-                "EXECPLANE_ARTIFACT_GROUP",
-                format!("{}artifacts", self.prefix),
-            )
+            .envs(self.environment(env))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log);
-        for (key, value) in &self.env {
-            command.env(key, value);
-        }
-        for (key, value) in env {
-            command.env(key, value);
-        }
         let child = command.spawn().expect("execplane starts");
         self.children.push((name, Some(child)));
         self.children.len() - 1
