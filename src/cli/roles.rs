@@ -133,6 +133,10 @@ fn executor(
         )),
         RunnerType::Helm => checked!(helm::HelmRunner::new(assemble::helm(config))),
         RunnerType::Opentofu => checked!(opentofu::TofuRunner::new(assemble::opentofu(config))),
+        #[cfg(feature = "testkit")]
+        RunnerType::Testkit => Box::pin(async {
+            anyhow::bail!("the testkit runner is the tests' own (tests/testkit.rs): this binary has no executor of it")
+        }),
     }
 }
 

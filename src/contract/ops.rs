@@ -36,6 +36,8 @@ pub struct ClusterRef {
     pub credentials: Value,
 }
 
+#[cfg(feature = "testkit")]
+pub use self::testkit::*;
 pub use self::{ansible::*, helm::*, kubernetes::*, opentofu::*, ssh::*, verification::*};
 
 /// Declares [`OperationInputs`] from its variants, each named as its
@@ -106,6 +108,8 @@ operation_inputs! {
     VerifyPostgresReady(VerifyPostgres),
     VerifyResourceCapability(VerifyCapability),
     VerifyCustomProbe(VerifyCustom),
+    #[cfg(feature = "testkit")]
+    TestkitEchoRun(TestkitEcho),
 }
 
 /// The inputs of one runner's operations: [`OperationInputs`] narrowed to
@@ -158,6 +162,8 @@ pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<super::Problem> {
         opentofu::problems_of,
         ssh::problems_of,
         verification::problems_of,
+        #[cfg(feature = "testkit")]
+        testkit::problems_of,
     ]
     .iter()
     .flat_map(|problems_of| problems_of(inputs))
@@ -177,6 +183,8 @@ pub(super) fn flag_problems(
         R::Helm => helm::flag_problems(operation, flags),
         R::Opentofu => opentofu::flag_problems(operation, flags, inputs),
         R::Ansible | R::Ssh | R::Verification => Vec::new(),
+        #[cfg(feature = "testkit")]
+        R::Testkit => Vec::new(),
     }
 }
 
@@ -192,6 +200,8 @@ pub fn check_result(operation: Operation, result: &Value) -> Result<(), String> 
         R::Kubernetes => shaped::<KubernetesResult>(result),
         R::Helm => shaped::<HelmResult>(result),
         R::Opentofu => shaped::<TofuResult>(result),
+        #[cfg(feature = "testkit")]
+        R::Testkit => shaped::<TestkitResult>(result),
     }
 }
 
@@ -207,6 +217,8 @@ pub mod helm;
 pub mod kubernetes;
 pub mod opentofu;
 pub mod ssh;
+#[cfg(feature = "testkit")]
+pub mod testkit;
 pub mod verification;
 
 #[cfg(test)]
@@ -309,6 +321,8 @@ mod tests {
                 RunnerType::Opentofu => operations_of::<opentofu::TofuInputs>(),
                 RunnerType::Ssh => operations_of::<ssh::SshInputs>(),
                 RunnerType::Verification => operations_of::<verification::VerifyInputs>(),
+                #[cfg(feature = "testkit")]
+                RunnerType::Testkit => operations_of::<testkit::TestkitInputs>(),
             };
             let all: Vec<Operation> = Operation::ALL
                 .iter()

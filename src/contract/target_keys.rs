@@ -150,6 +150,8 @@ fn input_keys(tenant: &str, inputs: &OperationInputs) -> Vec<(KeyKind, String)> 
         | I::VerifyPostgresReady(_)
         | I::VerifyResourceCapability(_)
         | I::VerifyCustomProbe(_) => Vec::new(),
+        #[cfg(feature = "testkit")]
+        I::TestkitEchoRun(_) => Vec::new(),
     }
 }
 

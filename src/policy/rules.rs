@@ -293,6 +293,8 @@ impl Check<'_> {
             | I::VerifyTcpConnect(_)
             | I::VerifyPostgresReady(_)
             | I::VerifyCustomProbe(_) => {}
+            #[cfg(feature = "testkit")]
+            I::TestkitEchoRun(_) => {}
         }
         // Every operation's targets: ssh and ansible connect to them (an
         // inventory may reach no other host), and every target takes a
