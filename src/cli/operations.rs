@@ -18,12 +18,12 @@ pub fn run(json: bool) -> anyhow::Result<ExitCode> {
 /// The catalog with the live runner instances that serve each operation
 /// (`--live`): an operation no live runner serves waits for one.
 pub fn live(json: bool, live: &std::collections::HashMap<String, i64>) -> anyhow::Result<ExitCode> {
-    let served = |operation: &Operation| live.get(operation.as_str()).copied().unwrap_or(0);
+    let served = |operation: Operation| live.get(operation.as_str()).copied().unwrap_or(0);
     if json {
         println!("{}", serde_json::to_string_pretty(&json_rows(Some(live)))?);
     } else {
         println!("| operation | runner type | implemented | live runners |\n|---|---|---|---|");
-        for operation in Operation::ALL {
+        for operation in Operation::catalog() {
             println!(
                 "| `{}` | {} | {} | {} |",
                 operation.as_str(),
@@ -42,8 +42,7 @@ pub fn live(json: bool, live: &std::collections::HashMap<String, i64>) -> anyhow
 
 /// The catalog as JSON rows, with `live_runners` when `live` is given.
 fn json_rows(live: Option<&std::collections::HashMap<String, i64>>) -> Vec<serde_json::Value> {
-    Operation::ALL
-        .iter()
+    Operation::catalog()
         .map(|operation| {
             let mut row = serde_json::json!({
                 "operation": operation.as_str(),
@@ -64,7 +63,7 @@ pub fn table() -> String {
     let yes_no = |flag: bool| if flag { "yes" } else { "no" };
     let mut text =
         String::from("| operation | runner type | idempotent | implemented |\n|---|---|---|---|\n");
-    for operation in Operation::ALL {
+    for operation in Operation::catalog() {
         text.push_str(&format!(
             "| `{}` | {} | {} | {} |\n",
             operation.as_str(),

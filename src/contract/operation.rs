@@ -151,6 +151,15 @@ operations! {
 }
 
 impl Operation {
+    /// The operations of the catalog's types (`RunnerType::CATALOG`): what
+    /// a release runs and lists (`execplane operations`).
+    pub fn catalog() -> impl Iterator<Item = Operation> {
+        Operation::ALL
+            .iter()
+            .copied()
+            .filter(|operation| RunnerType::CATALOG.contains(&operation.runner_type()))
+    }
+
     /// Every implemented operation of `runner`.
     pub fn implemented_by(runner: RunnerType) -> impl Iterator<Item = Operation> {
         Operation::ALL.iter().copied().filter(move |operation| {
@@ -227,10 +236,7 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_map_to_their_runner() {
-        let released = Operation::ALL
-            .iter()
-            .filter(|operation| RunnerType::CATALOG.contains(&operation.runner_type()));
-        assert_eq!(released.count(), 32);
+        assert_eq!(Operation::catalog().count(), 32);
         for operation in Operation::ALL {
             assert_eq!(operation.as_str().parse::<Operation>().unwrap(), *operation);
             let prefix = operation.as_str().split('.').next().unwrap();
