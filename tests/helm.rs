@@ -80,7 +80,8 @@ fn chart(dir: &std::path::Path) -> Vec<u8> {
     std::fs::read(out.join("demo-0.1.0.tgz")).unwrap()
 }
 
-fn policy(namespace: &str, digest: &str) -> String {
+/// The tenant's policy for `namespace`, trusting charts of `sources`.
+fn policy(namespace: &str, sources: &[&str]) -> String {
     format!(
         r#"
 clusters:
@@ -97,10 +98,11 @@ tenants:
         local:
           namespaces: ["{namespace}"]
     helm:
-      chart_sources: ["{digest}"]
+      chart_sources: {sources}
 "#,
         server = cluster::SERVER,
         ca = cluster::ca_file().display(),
+        sources = serde_json::to_string(sources).unwrap(),
     )
 }
 
@@ -122,11 +124,21 @@ fn helm_job(operation: &str, mut inputs: Value, extra: Value) -> JobSpec {
 /// `namespace`, the cluster token in OpenBao, the chart stored: the
 /// pipeline and the chart's reference.
 async fn helm_pipeline(pool: &PgPool, namespace: &str) -> (Pipeline, Value) {
+    helm_pipeline_trusting(pool, namespace, None).await
+}
+
+/// [`helm_pipeline`], whose policy trusts `repository` too.
+async fn helm_pipeline_trusting(
+    pool: &PgPool,
+    namespace: &str,
+    repository: Option<&str>,
+) -> (Pipeline, Value) {
     let mut pipeline = Pipeline::new(pool).await;
     let archive = chart(&pipeline.dir);
     let digest = pipeline.put_artifact("demo-0.1.0.tgz", &archive);
     let policy_file = pipeline.dir.join("policy.yaml");
-    std::fs::write(&policy_file, policy(namespace, &digest)).unwrap();
+    let sources: Vec<&str> = [digest.as_str()].into_iter().chain(repository).collect();
+    std::fs::write(&policy_file, policy(namespace, &sources)).unwrap();
     pipeline.set_env("EXECPLANE_POLICY_FILE", policy_file.to_str().unwrap());
     let bao = Bao::new();
     bao.put("team-a/kube", json!({"token": cluster::admin_token()}))
@@ -337,6 +349,177 @@ async fn a_release_goes_through_its_life_with_revisions_and_rendered_manifests(p
         &pipeline.dir,
     )
     .await;
+}
+
+/// A chart repository on loopback that answers only to HTTP basic auth
+/// as `login` (`user:password`): the files of `dir` under `/charts/`. Its
+/// URL.
+fn private_repository(dir: std::path::PathBuf, login: &str) -> String {
+    use base64::Engine;
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/charts", listener.local_addr().unwrap());
+    let expected = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(login)
+    );
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let mut request = String::new();
+            let _ = reader.read_line(&mut request);
+            let path = request.split_whitespace().nth(1).unwrap_or("/").to_owned();
+            let mut authorized = false;
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                if let Some((name, value)) = line.split_once(':') {
+                    authorized |=
+                        name.eq_ignore_ascii_case("authorization") && value.trim() == expected;
+                }
+            }
+            let file = path
+                .strip_prefix("/charts/")
+                .filter(|name| !name.contains(".."))
+                .and_then(|name| std::fs::read(dir.join(name)).ok());
+            let (status, body) = match (authorized, file) {
+                (false, _) => ("401 Unauthorized", Vec::new()),
+                (true, None) => ("404 Not Found", Vec::new()),
+                (true, Some(bytes)) => ("200 OK", bytes),
+            };
+            let mut stream = stream;
+            let head = format!(
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nWWW-Authenticate: Basic realm=\"charts\"\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(&body);
+        }
+    });
+    url
+}
+
+/// A chart from a password-protected repository installs with its login
+/// from OpenBao (a wrong password fails as `contract`, saying so), its
+/// values from two artifacts merged in order; the stored manifests output
+/// is what the cluster holds; the password is nowhere.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_private_chart_installs_with_its_login_and_values_from_artifacts(pool: PgPool) {
+    let admin = cluster::admin();
+    let namespace = cluster::namespace(&admin).await;
+    let dir =
+        std::env::temp_dir().join(format!("execplane-repo-{}", uuid::Uuid::new_v4().simple()));
+    let served = dir.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    std::fs::write(served.join("demo-0.1.0.tgz"), chart(&dir)).unwrap();
+    let password = format!("pw-{}", uuid::Uuid::new_v4().simple());
+    let url = private_repository(served.clone(), &format!("ci:{password}"));
+    let indexed = std::process::Command::new(helm_bin())
+        .env("HOME", &dir)
+        .args(["repo", "index", served.to_str().unwrap(), "--url", &url])
+        .output()
+        .unwrap();
+    assert!(indexed.status.success(), "{indexed:?}");
+
+    let (mut pipeline, _) = helm_pipeline_trusting(&pool, &namespace, Some(&url)).await;
+    pipeline.spawn(
+        &["artifact-worker"],
+        &[("EXECPLANE_ARTIFACT_GRACE", "300ms")],
+    );
+    let bao = Bao::new();
+    bao.put(
+        "team-a/repo",
+        json!({"password": password, "wrong": "not-it"}),
+    )
+    .await;
+    let first = pipeline.put_artifact("first.yaml", b"greeting: first\n");
+    let second = pipeline.put_artifact("second.yaml", b"greeting: second\n");
+    let install = |key: &str| {
+        let inputs = json!({
+            "release": "web", "namespace": namespace,
+            "chart": {"repository": url, "name": "demo", "version": "0.1.0",
+                      "login": {"username": "ci", "password": {"$secret": "repo"}}},
+            "values_artifacts": [first, second],
+        });
+        let refs = json!([
+            {"name": "kube", "mount": "secret", "path": "team-a/kube", "key": "token"},
+            {"name": "repo", "mount": "secret", "path": "team-a/repo", "key": key},
+        ]);
+        helm_job("helm.install", inputs, json!({"secret_refs": refs}))
+    };
+
+    let wrong = install("wrong");
+    pipeline.submit(&wrong).await;
+    let (status, category, message, _) = pipeline.ended(&wrong, WAIT).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("contract")),
+        "{message}"
+    );
+    assert!(
+        message.contains("inputs.chart.login") && message.contains("refused the login"),
+        "{message}"
+    );
+    assert_eq!(greeting(&admin, &namespace).await, None);
+
+    let right = install("password");
+    pipeline.submit(&right).await;
+    let (status, _, message, result) = pipeline.ended(&right, WAIT).await;
+    assert_eq!(status, "succeeded", "{message}");
+    assert_eq!(result["chart"], "demo-0.1.0");
+    // The second artifact's value, merged over the first's.
+    assert_eq!(
+        greeting(&admin, &namespace).await.as_deref(),
+        Some("second")
+    );
+
+    // The manifests output, as a consumer downloads it, holds what the
+    // cluster holds.
+    let attempt = pipeline.wait_status(&right.job_id, "succeeded", WAIT).await;
+    let storage = pipeline.dir.join("artifacts");
+    let mut manifests = None;
+    for _ in 0..60 {
+        let output = common::execplane_with(
+            &pool,
+            &[
+                "artifacts",
+                "get",
+                &attempt.to_string(),
+                "rendered-manifests.yaml",
+            ],
+            &[("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap())],
+        );
+        if output.status.success() {
+            manifests = Some(String::from_utf8(output.stdout).unwrap());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let manifests = manifests.expect("the manifests output downloads");
+    let configmaps = resource("v1", "ConfigMap", "configmaps");
+    let held = cluster::get(&admin, &namespace, &configmaps, "web-settings")
+        .await
+        .expect("the release's ConfigMap");
+    let rendered: Vec<Value> = manifests
+        .split("\n---")
+        .filter_map(|document| serde_yaml::from_str::<Value>(document).ok())
+        .filter(|object| object["kind"] == "ConfigMap")
+        .collect();
+    assert_eq!(rendered.len(), 1, "{manifests}");
+    assert_eq!(rendered[0]["metadata"]["name"], "web-settings");
+    assert_eq!(rendered[0]["data"], held["data"], "{manifests}");
+
+    common::leaks::assert_secret_nowhere(
+        &pipeline,
+        &pool,
+        &password,
+        RunnerType::Helm,
+        &pipeline.dir,
+    )
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Every README example under `examples/helm` runs, in order, to the end

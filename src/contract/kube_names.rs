@@ -333,6 +333,7 @@ mod tests {
             name: name.into(),
             version: version.into(),
             digest: None,
+            login: None,
         };
         for (name, version) in [
             ("--post-renderer=/bin/sh", "1"),

@@ -158,6 +158,7 @@ use runner_inputs;
 pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<super::Problem> {
     [
         ansible::problems_of,
+        helm::problems_of,
         kubernetes::problems_of,
         opentofu::problems_of,
         ssh::problems_of,

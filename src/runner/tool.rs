@@ -295,6 +295,8 @@ pub struct ToolCommand {
     capture: usize,
     /// stdout is data for the runner, not the attempt's log.
     stdout_unlogged: bool,
+    /// The tool says why it failed on stdout.
+    says_why_on_stdout: bool,
     /// What the tool sees of the host besides the system, sandboxed.
     view: super::sandbox::View,
 }
@@ -308,6 +310,7 @@ impl ToolCommand {
             hold_stdin: false,
             capture: 0,
             stdout_unlogged: false,
+            says_why_on_stdout: false,
             view: super::sandbox::View::default(),
         }
     }
@@ -360,6 +363,17 @@ impl ToolCommand {
     pub fn stdout_as_data(mut self, limit: usize) -> Self {
         self.capture = limit;
         self.stdout_unlogged = true;
+        self
+    }
+
+    /// [`Self::capture`], for a tool that says why it failed on stdout
+    /// (`helm repo update`): [`run_judged`] quotes the head of its stdout
+    /// before the tail of its stderr. Never with [`Self::stdout_as_data`]:
+    /// data is not quoted.
+    pub fn says_why_on_stdout(mut self, limit: usize) -> Self {
+        self.capture = limit;
+        self.stdout_unlogged = false;
+        self.says_why_on_stdout = true;
         self
     }
 
@@ -477,6 +491,7 @@ pub async fn run_judged(
 ) -> Result<ToolExit, super::Failure> {
     use crate::contract::FailureCategory;
     let data_bound = command.stdout_unlogged.then_some(command.capture);
+    let says_why_on_stdout = command.says_why_on_stdout;
     let exit = run(context, workdir, command).await.map_err(|error| {
         super::Failure::new(FailureCategory::Infrastructure, format!("{what}: {error}"))
     })?;
@@ -510,7 +525,10 @@ pub async fn run_judged(
         }
         return Ok(exit);
     }
-    let said = String::from_utf8_lossy(&exit.stderr);
+    let mut said = String::from_utf8_lossy(&exit.stderr).into_owned();
+    if says_why_on_stdout {
+        said = format!("{}\n{said}", String::from_utf8_lossy(&exit.stdout).trim());
+    }
     let said = crate::contract::limits::tail(said.trim(), MAX_DIAGNOSTICS);
     let code = exit
         .code

@@ -2,9 +2,14 @@
 //! SDK hands that runner's executor.
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use super::{ClusterRef, Vars};
+use super::{ClusterRef, OperationInputs, Vars};
+use crate::contract::artifact_ref::InputRef;
 use crate::contract::{Operation, PolicyFlags, Problem};
+
+/// The most values artifacts one operation merges.
+pub const MAX_VALUES_ARTIFACTS: usize = 16;
 
 /// A chart from an approved source, pinned.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -15,6 +20,21 @@ pub struct ChartRef {
     pub version: String,
     #[serde(default)]
     pub digest: Option<String>,
+    /// How to log in to a classic (HTTP) chart repository: HTTP basic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub login: Option<RepositoryLogin>,
+}
+
+/// A chart repository's login (HTTP basic). The runner writes it to the
+/// attempt's own helm repository configuration (0600, in its working
+/// directory): never to an argument vector or a log.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RepositoryLogin {
+    /// Text, or a `{"$secret": ...}` reference.
+    pub username: Value,
+    /// A `{"$secret": ...}` reference (a literal is refused by name).
+    pub password: Value,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -24,6 +44,10 @@ pub struct HelmRelease {
     pub release: String,
     pub namespace: String,
     pub chart: ChartRef,
+    /// Values files stored as the tenant's input artifacts, merged in
+    /// order; `values` go on top.
+    #[serde(default)]
+    pub values_artifacts: Vec<InputRef>,
     #[serde(default)]
     pub values: Vars,
     /// helm's `--wait`: until the release's resources are ready.
@@ -58,6 +82,9 @@ pub struct HelmTemplate {
     pub release: String,
     pub namespace: String,
     pub chart: ChartRef,
+    /// As [`HelmRelease::values_artifacts`].
+    #[serde(default)]
+    pub values_artifacts: Vec<InputRef>,
     #[serde(default)]
     pub values: Vars,
 }
@@ -72,6 +99,53 @@ super::runner_inputs! {
     HelmTest(HelmReleaseRef),
     HelmTemplate(HelmTemplate),
     }
+}
+
+/// What intake checks of a helm operation's inputs beyond their shape
+/// (the chart's name and version: `kube_names`): a login only for a
+/// classic repository, its username text; a bounded list of values
+/// artifacts.
+pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
+    use OperationInputs as I;
+    let (chart, values_artifacts) = match inputs {
+        I::HelmInstall(release) | I::HelmUpgrade(release) => {
+            (&release.chart, &release.values_artifacts)
+        }
+        I::HelmTemplate(template) => (&template.chart, &template.values_artifacts),
+        _ => return Vec::new(),
+    };
+    let mut problems = Vec::new();
+    if values_artifacts.len() > MAX_VALUES_ARTIFACTS {
+        problems.push(Problem::new(
+            "inputs.values_artifacts",
+            format!("at most {MAX_VALUES_ARTIFACTS}"),
+        ));
+    }
+    if let Some(login) = &chart.login {
+        let classic = ["https://", "http://"]
+            .iter()
+            .any(|scheme| chart.repository.starts_with(scheme));
+        if !classic {
+            problems.push(Problem::new(
+                "inputs.chart.login",
+                "a login is for a classic chart repository (`https://…`); an OCI registry's is not supported yet",
+            ));
+        }
+        let username_fine = match &login.username {
+            Value::String(name) => {
+                (1..=256).contains(&name.len()) && !name.chars().any(char::is_control)
+            }
+            Value::Object(reference) => reference.contains_key("$secret"),
+            _ => false,
+        };
+        if !username_fine {
+            problems.push(Problem::new(
+                "inputs.chart.login.username",
+                "1-256 characters without control characters, or a `{\"$secret\": …}` reference",
+            ));
+        }
+    }
+    problems
 }
 
 /// The contract's gate on a helm operation's flags: a rollback only as
@@ -133,4 +207,52 @@ pub struct HelmTestRun {
     pub phase: Option<String>,
     pub started_at: Option<String>,
     pub completed_at: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn problems(chart: Value, extra: Value) -> Vec<String> {
+        let mut inputs = json!({"release": "web", "namespace": "team-a", "chart": chart});
+        for (key, value) in extra.as_object().unwrap() {
+            inputs[key] = value.clone();
+        }
+        let inputs = OperationInputs::parse(Operation::HelmTemplate, &inputs).unwrap();
+        problems_of(&inputs)
+            .into_iter()
+            .map(|problem| problem.path)
+            .collect()
+    }
+
+    #[test]
+    fn a_login_is_for_a_classic_repository_and_values_artifacts_are_bounded() {
+        let login = json!({"username": "ci", "password": {"$secret": "repo"}});
+        let chart = |repository: &str, login: &Value| {
+            json!({"repository": repository, "name": "web", "version": "1.0.0", "login": login})
+        };
+        assert!(problems(chart("https://charts.example.com", &login), json!({})).is_empty());
+        assert_eq!(
+            problems(chart("oci://registry.example.com/charts", &login), json!({})),
+            ["inputs.chart.login"]
+        );
+        for username in [json!(""), json!("a\nb"), json!(5), json!({"other": 1})] {
+            let login = json!({"username": username, "password": {"$secret": "repo"}});
+            assert_eq!(
+                problems(chart("https://charts.example.com", &login), json!({})),
+                ["inputs.chart.login.username"],
+                "{username}"
+            );
+        }
+        let digest = format!("sha256:{}", "ab".repeat(32));
+        let many = vec![digest; MAX_VALUES_ARTIFACTS + 1];
+        assert_eq!(
+            problems(
+                chart("https://charts.example.com", &login),
+                json!({"values_artifacts": many})
+            ),
+            ["inputs.values_artifacts"]
+        );
+    }
 }

@@ -200,10 +200,7 @@ impl Run<'_> {
         self.report.release = release.clone();
         self.report.namespace = namespace.clone();
         match inputs {
-            I::HelmTemplate(template) => {
-                let (chart, values) = (&template.chart, &template.values);
-                self.template(&rules.helm, chart, values, namespace).await
-            }
+            I::HelmTemplate(template) => self.template(&rules.helm, template).await,
             I::HelmInstall(release) => self.deploy("install", rules, release).await,
             I::HelmUpgrade(release) => self.deploy("upgrade", rules, release).await,
             I::HelmRollback(rollback) => {
@@ -354,10 +351,14 @@ impl Run<'_> {
         })?;
         let destination_arg = destination.display().to_string();
         let oci = chart.repository.starts_with("oci://");
-        let reference = if oci {
-            format!("{}/{}", chart.repository.trim_end_matches('/'), chart.name)
-        } else {
-            chart.name.clone()
+        let login = match &chart.login {
+            Some(login) => Some(self.log_in(&chart.repository, login).await?),
+            None => None,
+        };
+        let reference = match (oci, &login) {
+            (true, _) => format!("{}/{}", chart.repository.trim_end_matches('/'), chart.name),
+            (false, Some(_)) => format!("{LOGGED_IN}/{}", chart.name),
+            (false, None) => chart.name.clone(),
         };
         let mut args = vec![
             "pull",
@@ -367,10 +368,14 @@ impl Run<'_> {
             "--destination",
             destination_arg.as_str(),
         ];
-        if !oci {
+        if !oci && login.is_none() {
             args.extend(["--repo", chart.repository.as_str()]);
         }
-        self.helm_data("helm pull", self.command(&args)).await?;
+        let mut command = self.command(&args);
+        if let Some(repositories) = &login {
+            command = command.env("HELM_REPOSITORY_CONFIG", repositories);
+        }
+        self.helm_data("helm pull", command).await?;
         let pulled = std::fs::read_dir(&destination)
             .ok()
             .and_then(|entries| {
@@ -403,40 +408,123 @@ impl Run<'_> {
         Ok(pulled)
     }
 
-    /// The values as a 0600 file (secret references already resolved).
-    fn values(&self, values: &Vars) -> Result<PathBuf, Failure> {
+    /// Logs in to a classic chart repository: its login written to a
+    /// repository configuration of the attempt's own (0600, never an
+    /// argument), its index fetched with it. The configuration's path,
+    /// which names the repository [`LOGGED_IN`].
+    async fn log_in(
+        &self,
+        repository: &str,
+        login: &crate::contract::ops::RepositoryLogin,
+    ) -> Result<String, Failure> {
+        let text = |value: &serde_json::Value, field: &str| {
+            value
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| Failure::contract(format!("inputs.chart.login.{field}: not text")))
+        };
+        let configuration = serde_json::json!({
+            "apiVersion": "",
+            "generated": "0001-01-01T00:00:00Z",
+            "repositories": [{
+                "name": LOGGED_IN,
+                "url": repository,
+                "username": text(&login.username, "username")?,
+                "password": text(&login.password, "password")?,
+                "pass_credentials_all": false,
+            }],
+        });
+        // JSON is YAML: helm reads it as its repositories.yaml.
+        let path = self
+            .workdir
+            .secret_file("repositories.yaml", &configuration.to_string())
+            .map_err(|error| {
+                Failure::infrastructure(format!("cannot write the repository login: {error}"))
+            })?
+            .display()
+            .to_string();
+        // helm says why an update failed on stdout.
+        let command = self
+            .command(&["repo", "update", LOGGED_IN, "--fail-on-repo-update-fail"])
+            .env("HELM_REPOSITORY_CONFIG", &path)
+            .says_why_on_stdout(MAX_DIAGNOSTICS_CAPTURE);
+        self.run_helm("helm repo update", command)
+            .await
+            .map_err(|failure| {
+                let refused = ["401 Unauthorized", "403 Forbidden"];
+                if refused.iter().any(|said| failure.message.contains(said)) {
+                    Failure::contract(format!(
+                        "inputs.chart.login: the repository `{repository}` refused the login ({})",
+                        failure.message
+                    ))
+                } else {
+                    failure
+                }
+            })?;
+        Ok(path)
+    }
+
+    /// The values files helm merges, in order: each values artifact
+    /// (fetched, checked against its digest and tenant), then the inline
+    /// values as a 0600 file (secret references already resolved).
+    async fn values(&self, artifacts: &[InputRef], values: &Vars) -> Result<Vec<String>, Failure> {
+        let mut files = Vec::with_capacity(artifacts.len() + 1);
+        let mut fetched: Vec<(&InputRef, String)> = Vec::new();
+        for reference in artifacts {
+            // One fetch per artifact, however often it is listed.
+            if let Some((_, file)) = fetched.iter().find(|(seen, _)| *seen == reference) {
+                files.push(file.clone());
+                continue;
+            }
+            let file = self
+                .workdir
+                .fetch_input(self.context, reference)
+                .await
+                .map_err(|error| {
+                    Failure::new(
+                        error.category(),
+                        format!("inputs.values_artifacts: {error}"),
+                    )
+                })?
+                .display()
+                .to_string();
+            fetched.push((reference, file.clone()));
+            files.push(file);
+        }
         let text = serde_json::to_string(values).unwrap_or_else(|_| "{}".into());
-        self.workdir
+        let inline = self
+            .workdir
             .secret_file("values.json", &text)
             .map_err(|error| {
                 Failure::new(
                     FailureCategory::Infrastructure,
                     format!("cannot write the values file: {error}"),
                 )
-            })
+            })?;
+        files.push(inline.display().to_string());
+        Ok(files)
     }
 
     /// `helm.template`: the chart rendered, without a cluster.
     async fn template(
         &mut self,
         trusted: &crate::policy::helm::HelmRules,
-        chart: &ChartRef,
-        values: &Vars,
-        namespace: &str,
+        template: &crate::contract::ops::HelmTemplate,
     ) -> Result<String, Failure> {
-        let archive = self.chart(trusted, chart).await?;
-        let values = self.values(values)?;
-        let (archive, values) = (archive.display().to_string(), values.display().to_string());
+        let chart = &template.chart;
+        let archive = self.chart(trusted, chart).await?.display().to_string();
+        let values = self
+            .values(&template.values_artifacts, &template.values)
+            .await?;
         let release = self.report.release.clone();
-        let args = [
+        let mut args = vec![
             "template",
             &release,
             &archive,
             "--namespace",
-            namespace,
-            "--values",
-            &values,
+            &template.namespace,
         ];
+        args.extend(values.iter().flat_map(|file| ["--values", file.as_str()]));
         self.context
             .progress(format!("helm template {release}"), None);
         // Rendering needs no cluster and no network (the chart is here).
@@ -460,20 +548,17 @@ impl Run<'_> {
         release: &crate::contract::ops::HelmRelease,
     ) -> Result<String, Failure> {
         let archive = self.chart(&rules.helm, &release.chart).await?;
-        let values = self.values(&release.values)?;
-        let (archive, values) = (archive.display().to_string(), values.display().to_string());
+        let archive = archive.display().to_string();
+        let values = self
+            .values(&release.values_artifacts, &release.values)
+            .await?;
         // An upgrade replaces (and deletes) what the release holds now: it
         // must hold nothing outside the tenant's reach.
         if verb == "upgrade" {
             self.check_release(&release.namespace, None, rules).await?;
         }
-        let mut args = vec![
-            verb,
-            release.release.as_str(),
-            archive.as_str(),
-            "--values",
-            values.as_str(),
-        ];
+        let mut args = vec![verb, release.release.as_str(), archive.as_str()];
+        args.extend(values.iter().flat_map(|file| ["--values", file.as_str()]));
         // A chart's CRDs (crds/) are cluster-scoped: installed only where
         // the tenant may act cluster-wide.
         let cluster_wide = self.cluster.as_ref().is_some_and(|(cluster, _)| {
@@ -941,6 +1026,10 @@ impl Run<'_> {
 /// (`helm test`: `Error: 1 error occurred:` then `* timed out …`). Never
 /// when a template failed (`execution error at (…)`): a chart writes its
 /// `fail` message as it likes.
+/// The name of the repository a login is written for, in the attempt's
+/// own repository configuration.
+const LOGGED_IN: &str = "source";
+
 fn helm_timed_out(said: &str) -> bool {
     !said.contains("execution error")
         && said.lines().map(str::trim).any(|line| {
