@@ -681,6 +681,67 @@ async fn the_opentofu_examples_run_to_the_end_the_readme_gives_them(pool: PgPool
 /// explicit apply whose provisioner sleeps for a time of its own (each on
 /// a workspace of its own, so that no lock of one holds the other), the
 /// echo an apply of a module printing the provider credential.
+/// An apply with two variable files (JSON, then HCL) and inline
+/// variables on top; its state version names the stored state, which a
+/// consumer downloads and which is that version.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn variable_files_reach_the_cli_in_order_and_the_state_is_stored(pool: PgPool) {
+    let bao = Bao::new();
+    let mut stack = stack(&pool, &bao).await;
+    stack.pipeline.spawn(
+        &["artifact-worker"],
+        &[("EXECPLANE_ARTIFACT_GRACE", "300ms")],
+    );
+    stack.put_secrets(&bao, "host=unused", "token").await;
+    let json_file = stack.pipeline.put_artifact(
+        "first.tfvars.json",
+        br#"{"greeting": "from-json", "run": "7"}"#,
+    );
+    let hcl_file = stack
+        .pipeline
+        .put_artifact("second.tfvars", b"greeting = \"from-hcl\"\n");
+    let mut inputs = stack.module(json!({"run": "8"}), json!({}));
+    inputs["workspace"] = json!("var-files");
+    inputs["var_files"] = json!([json_file, hcl_file]);
+    let apply = stack.job(
+        "opentofu.apply",
+        inputs,
+        json!({"policy": {"explicit_command": true}}),
+    );
+    let (status, _, message, result) = stack.run(&apply).await;
+    assert_eq!(status, "succeeded", "{message}");
+    // The HCL file over the JSON one; the inline `run` over the JSON's.
+    assert_eq!(
+        result["outputs"]["greeting"]["value"], "from-hcl",
+        "{result}"
+    );
+    let resource = &result["resources"][0]["id"];
+    assert_eq!(result["state"]["artifact"], "state.json", "{result}");
+
+    let attempt = attempt_of(&apply);
+    let storage = stack.pipeline.dir.join("artifacts");
+    let mut stored = None;
+    for _ in 0..60 {
+        let output = common::execplane_with(
+            &pool,
+            &["artifacts", "get", &attempt.to_string(), "state.json"],
+            &[("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap())],
+        );
+        if output.status.success() {
+            stored = Some(output.stdout);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let state: Value = serde_json::from_slice(&stored.expect("the state downloads")).unwrap();
+    assert_eq!(state["lineage"], result["state"]["lineage"]);
+    assert_eq!(state["serial"], result["state"]["serial"]);
+    assert_eq!(state["outputs"]["greeting"]["value"], "from-hcl");
+    let instance = &state["resources"][0]["instances"][0]["attributes"];
+    assert_eq!(&instance["id"], resource);
+    assert_eq!(instance["triggers"]["run"], "8", "{state}");
+}
+
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn the_opentofu_runner_conforms(pool: PgPool) {
     let bao = Bao::new();

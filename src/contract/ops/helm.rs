@@ -229,12 +229,13 @@ mod tests {
     #[test]
     fn a_login_is_for_a_classic_repository_and_values_artifacts_are_bounded() {
         let login = json!({"username": "ci", "password": {"$secret": "repo"}});
-        let chart = |repository: &str, login: &Value| {
-            json!({"repository": repository, "name": "web", "version": "1.0.0", "login": login})
-        };
+        let chart = |repository: &str, login: &Value| json!({"repository": repository, "name": "web", "version": "1.0.0", "login": login});
         assert!(problems(chart("https://charts.example.com", &login), json!({})).is_empty());
         assert_eq!(
-            problems(chart("oci://registry.example.com/charts", &login), json!({})),
+            problems(
+                chart("oci://registry.example.com/charts", &login),
+                json!({})
+            ),
             ["inputs.chart.login"]
         );
         for username in [json!(""), json!("a\nb"), json!(5), json!({"other": 1})] {

@@ -35,6 +35,12 @@ pub struct TofuModule {
     /// into the plan file and the state, so a secret never goes here).
     #[serde(default)]
     pub variables: Vars,
+    /// Variable files stored as the tenant's input artifacts
+    /// (`.tfvars.json` when they start with `{`, else `.tfvars`), given to
+    /// the CLI in order with `variables` on top. Plain values only, as
+    /// `variables`: the CLI writes them into the plan file and the state.
+    #[serde(default)]
+    pub var_files: Vec<crate::contract::artifact_ref::InputRef>,
     /// `type` (`local` when absent; the operator's `opentofu.backends`)
     /// and its settings; for `pg`, `conn_str` may be a secret reference.
     #[serde(default)]
@@ -69,6 +75,9 @@ super::runner_inputs! {
 
 /// Most variables, environment variables or backend settings of a module.
 pub const MAX_ENTRIES: usize = 256;
+
+/// Most variable files of a module.
+pub const MAX_VAR_FILES: usize = 16;
 
 /// The backend type of `module` (`local` when it names none).
 pub fn backend_type(module: &TofuModule) -> &str {
@@ -165,6 +174,12 @@ pub fn module_problems(module: &TofuModule, problems: &mut Vec<Problem>) {
         }
     }
     entries("variables", &module.variables, problems);
+    if module.var_files.len() > MAX_VAR_FILES {
+        problems.push(Problem::new(
+            "inputs.var_files",
+            format!("at most {MAX_VAR_FILES}"),
+        ));
+    }
     for (name, value) in &module.variables {
         let path = format!("inputs.variables.{}", shown(name));
         if !is_name(name) {
@@ -389,7 +404,13 @@ pub struct TofuOutput {
 pub struct TofuStateVersion {
     pub lineage: String,
     pub serial: u64,
+    /// The digest of the state as the backend holds it.
     pub sha256: String,
+    /// After an apply or a destroy: the output holding this state, what
+    /// it marks sensitive (sensitive outputs, resources' sensitive
+    /// attributes) replaced by `[redacted]`.
+    #[serde(default)]
+    pub artifact: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]

@@ -96,6 +96,7 @@ impl Executor for TofuRunner {
             state_dir: None,
             context: &context,
             module_dir: PathBuf::new(),
+            var_files: Vec::new(),
             env: Vec::new(),
             report: TofuResult {
                 module: format!("{}@{}", module.package.name, module.package.version),
@@ -253,6 +254,9 @@ struct Run<'a> {
     context: &'a ExecutionContext,
     /// The module's directory inside the unpacked package.
     module_dir: PathBuf,
+    /// Every `-var-file=` the CLI is given, in order: the JobSpec's
+    /// variable files, then its `variables`.
+    var_files: Vec<String>,
     /// The tenant's provider variables and the backend's `PG*` ones.
     env: Vec<(String, String)>,
     report: TofuResult,
@@ -307,10 +311,7 @@ impl Run<'_> {
                 self.env.push((name.clone(), value.to_owned()));
             }
         }
-        let variables = serde_json::to_vec(&module.variables).unwrap_or_default();
-        std::fs::write(self.workdir.path().join("variables.tfvars.json"), variables).map_err(
-            |error| Failure::infrastructure(format!("cannot write the variables: {error}")),
-        )?;
+        self.write_var_files(module).await?;
         self.context.progress("tofu init", None);
         self.install_modules(&root).await?;
         // -reconfigure: a `.terraform` the package brought is not the
@@ -586,11 +587,31 @@ impl Run<'_> {
         )
     }
 
-    fn var_file(&self) -> String {
-        format!(
-            "-var-file={}",
-            self.workdir.path().join("variables.tfvars.json").display()
-        )
+    /// The JobSpec's variable files fetched (each checked against its
+    /// digest and tenant) and written where the CLI reads them, named by
+    /// their form, then its `variables` as a last one.
+    async fn write_var_files(&mut self, module: &TofuModule) -> Result<(), Failure> {
+        let written = |error: std::io::Error| {
+            Failure::infrastructure(format!("cannot write the variables: {error}"))
+        };
+        for (index, reference) in module.var_files.iter().enumerate() {
+            let bytes = self.context.fetch_input(reference).await.map_err(|error| {
+                Failure::new(
+                    error.category(),
+                    format!("inputs.var_files[{index}]: {error}"),
+                )
+            })?;
+            let json = bytes.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+            let name = format!("var-file-{index}.tfvars{}", if json { ".json" } else { "" });
+            let path = self.workdir.path().join(name);
+            std::fs::write(&path, bytes).map_err(written)?;
+            self.var_files.push(format!("-var-file={}", path.display()));
+        }
+        let path = self.workdir.path().join("variables.tfvars.json");
+        let variables = serde_json::to_vec(&module.variables).unwrap_or_default();
+        std::fs::write(&path, variables).map_err(written)?;
+        self.var_files.push(format!("-var-file={}", path.display()));
+        Ok(())
     }
 
     /// The summary of the saved plan at `path`, as the CLI reads it
@@ -615,13 +636,11 @@ impl Run<'_> {
     async fn plan(&mut self, tenant: &str, module: &TofuModule) -> Result<String, Failure> {
         let plan_path = self.workdir.path().join(PLAN_FILE);
         let out = format!("-out={}", plan_path.display());
-        let (lock, vars) = (self.lock_timeout(), self.var_file());
+        let lock = self.lock_timeout();
+        let mut args = vec!["plan", "-input=false", "-no-color", &lock, &out];
+        args.extend(self.var_files.iter().map(String::as_str));
         self.context.progress("tofu plan", None);
-        self.cli(
-            "tofu plan",
-            &["plan", "-input=false", "-no-color", &lock, &vars, &out],
-        )
-        .await?;
+        self.cli("tofu plan", &args).await?;
         let mut plan = self.show(&plan_path).await?;
         let bytes = std::fs::read(&plan_path).map_err(|error| {
             Failure::infrastructure(format!("cannot read the saved plan: {error}"))
@@ -716,13 +735,11 @@ impl Run<'_> {
             None => {
                 let path = self.workdir.path().join("apply.tfplan");
                 let out = format!("-out={}", path.display());
-                let (lock, vars) = (self.lock_timeout(), self.var_file());
+                let lock = self.lock_timeout();
+                let mut args = vec!["plan", "-input=false", "-no-color", &lock, &out];
+                args.extend(self.var_files.iter().map(String::as_str));
                 self.context.progress("tofu plan", None);
-                self.cli(
-                    "tofu plan",
-                    &["plan", "-input=false", "-no-color", &lock, &vars, &out],
-                )
-                .await?;
+                self.cli("tofu plan", &args).await?;
                 let plan = self.show(&path).await?;
                 (path, plan)
             }
@@ -745,7 +762,7 @@ impl Run<'_> {
         )
         .await?;
         self.report.plan = Some(plan);
-        self.read_state().await?;
+        self.read_state(true).await?;
         Ok(format!(
             "applied: {} resource(s), {} output(s)",
             self.report.resources.len(),
@@ -755,18 +772,18 @@ impl Run<'_> {
 
     /// `opentofu.destroy` (elevated): every resource of the state destroyed.
     async fn destroy(&mut self) -> Result<String, Failure> {
-        let (lock, vars) = (self.lock_timeout(), self.var_file());
+        let lock = self.lock_timeout();
         self.context.progress("tofu destroy", None);
-        let args = [
+        let mut args = vec![
             "destroy",
             "-input=false",
             "-no-color",
             "-auto-approve",
             &lock,
-            &vars,
         ];
+        args.extend(self.var_files.iter().map(String::as_str));
         self.cli("tofu destroy", &args).await?;
-        self.read_state().await?;
+        self.read_state(true).await?;
         Ok(format!(
             "destroyed: {} resource(s) left",
             self.report.resources.len()
@@ -775,7 +792,7 @@ impl Run<'_> {
 
     /// `opentofu.output` and `opentofu.state.inspect`: what the state holds.
     async fn inspect(&mut self, operation: Operation) -> Result<String, Failure> {
-        self.read_state().await?;
+        self.read_state(false).await?;
         Ok(if operation == Operation::OpentofuOutput {
             format!("{} output(s)", self.report.outputs.len())
         } else {
@@ -785,8 +802,10 @@ impl Run<'_> {
 
     /// The state as the backend holds it (`state pull`, never logged): its
     /// version, outputs (a sensitive one's value withheld) and managed
-    /// resources with their ids.
-    async fn read_state(&mut self) -> Result<(), Failure> {
+    /// resources with their ids; with `store` (after a change), the state
+    /// itself as the output [`STATE_FILE`], what it marks sensitive
+    /// redacted.
+    async fn read_state(&mut self, store: bool) -> Result<(), Failure> {
         let pulled = self.cli_data("tofu state pull", &["state", "pull"]).await?;
         if pulled.iter().all(u8::is_ascii_whitespace) {
             // No state yet: nothing applied in this workspace.
@@ -798,7 +817,10 @@ impl Run<'_> {
                 format!("the state is not JSON: {error}"),
             )
         })?;
-        let facts = state_facts(&state, &pulled);
+        let mut facts = state_facts(&state, &pulled);
+        if store {
+            facts.version.artifact = Some(self.store_state(state).await?);
+        }
         if self.report.cli_version.is_none() {
             self.report.cli_version = facts.cli_version;
         }
@@ -807,6 +829,67 @@ impl Run<'_> {
         self.report.resources = facts.resources;
         Ok(())
     }
+}
+
+impl Run<'_> {
+    /// Stores `state`, redacted, as the output [`STATE_FILE`] (kept as
+    /// evidence); its name.
+    async fn store_state(&self, state: Value) -> Result<String, Failure> {
+        let path = self.workdir.path().join(STATE_FILE);
+        let text = serde_json::to_vec_pretty(&redacted(state)).unwrap_or_default();
+        std::fs::write(&path, text).map_err(|error| {
+            Failure::infrastructure(format!("cannot write the state's output: {error}"))
+        })?;
+        self.context
+            .store_output(&path, STATE_FILE, RetentionClass::Evidence)
+            .await
+            .map_err(|error| {
+                Failure::new(error.category(), format!("storing the state: {error}"))
+            })?;
+        Ok(STATE_FILE.to_owned())
+    }
+}
+
+/// The output a changed state is stored as.
+const STATE_FILE: &str = "state.json";
+
+/// What `text` stands for where a state marks a value sensitive.
+const REDACTED: &str = "[redacted]";
+
+/// `state` with what it marks sensitive replaced by [`REDACTED`]: the
+/// value of every sensitive output, and every attribute but `id` of each
+/// resource instance that has a sensitive attribute. Whole attributes: a
+/// state names the sensitive paths, but a value derived from one (a
+/// `terraform_data`'s `output`) is not marked, and a dynamic attribute
+/// wraps its value, so a path alone would leave copies in the clear.
+fn redacted(mut state: Value) -> Value {
+    if let Some(outputs) = state["outputs"].as_object_mut() {
+        for output in outputs.values_mut() {
+            if output["sensitive"].as_bool().unwrap_or(false) {
+                output["value"] = json!(REDACTED);
+            }
+        }
+    }
+    let Some(resources) = state["resources"].as_array_mut() else {
+        return state;
+    };
+    for instance in resources
+        .iter_mut()
+        .filter_map(|resource| resource["instances"].as_array_mut())
+        .flatten()
+    {
+        let sensitive = instance["sensitive_attributes"]
+            .as_array()
+            .is_some_and(|paths| !paths.is_empty());
+        if let (true, Some(attributes)) = (sensitive, instance["attributes"].as_object_mut()) {
+            for (name, value) in attributes.iter_mut() {
+                if name != "id" {
+                    *value = json!(REDACTED);
+                }
+            }
+        }
+    }
+    state
 }
 
 /// Whether any configuration file of the package (`.tf`, `.tofu` and
@@ -992,6 +1075,7 @@ fn state_facts(state: &Value, raw: &[u8]) -> StateFacts {
             lineage: state["lineage"].as_str().unwrap_or_default().to_owned(),
             serial: state["serial"].as_u64().unwrap_or(0),
             sha256: hex::encode(Sha256::digest(raw)),
+            artifact: None,
         },
         cli_version: state["terraform_version"].as_str().map(str::to_owned),
         outputs,
@@ -1081,6 +1165,32 @@ mod tests {
         assert!(plan.has_changes);
         let none = summary(&json!({"resource_changes": [], "output_changes": {}}));
         assert!(!none.has_changes);
+    }
+
+    #[test]
+    fn a_stored_state_keeps_nothing_it_marks_sensitive() {
+        let state = json!({
+            "version": 4, "serial": 3, "lineage": "l",
+            "outputs": {
+                "open": {"value": "shown", "type": "string"},
+                "hidden": {"value": "abc", "type": "string", "sensitive": true},
+            },
+            "resources": [{"mode": "managed", "type": "terraform_data", "name": "x", "instances": [
+                {"attributes": {"id": "i-1", "input": {"value": {"pass": "abc"}, "type": "dynamic"},
+                                "output": {"value": {"pass": "abc"}, "type": "dynamic"}},
+                 "sensitive_attributes": [[{"type": "get_attr", "value": "input"},
+                                           {"type": "get_attr", "value": "pass"}]]},
+                {"attributes": {"id": "i-2", "triggers": {"run": "1"}}, "sensitive_attributes": []},
+            ]}],
+        });
+        let stored = redacted(state).to_string();
+        assert!(!stored.contains("abc"), "{stored}");
+        let stored: Value = serde_json::from_str(&stored).unwrap();
+        assert_eq!(stored["outputs"]["open"]["value"], "shown");
+        assert_eq!(stored["outputs"]["hidden"]["value"], REDACTED);
+        let instances = &stored["resources"][0]["instances"];
+        assert_eq!(instances[0]["attributes"]["id"], "i-1");
+        assert_eq!(instances[1]["attributes"]["triggers"]["run"], "1");
     }
 
     #[test]
