@@ -26,11 +26,13 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::codec::LogStream;
 use crate::contract::{
     FailureCategory, JobSpec, Operation, ReportedOutcome, RunnerInputs, RunnerType,
 };
 
+/// The stream a line of an attempt's log goes to
+/// ([`ExecutionContext::log`]).
+pub use crate::codec::LogStream;
 pub(crate) use attempt::admit;
 pub use fence::{LeaseGuard, Stopping};
 pub use instance::{condition, run_instance, InstanceHandle};

@@ -41,7 +41,7 @@ tenants:
     operations: ["ssh.*"]
     secret_prefixes: ["secret/team-a/"]
     ssh:
-      templates: [argv, show-key, fail, id-root, sudo-true, id-plain, sleeper, sleeper-root, upload, download, restart-demo, restart-nostatus, facts]
+      templates: [speak, argv, show-key, fail, id-root, sudo-true, id-plain, sleeper, sleeper-root, upload, download, restart-demo, restart-nostatus, facts]
       nodes: ["127.0.0.1", "localhost"]
 ssh_templates:
   argv:
@@ -100,6 +100,9 @@ ssh_templates:
   not-team-a:
     program: {dir}/argv.sh
     fixed_args: ["{dir}/out/not-team-a.bin", "ran"]
+  speak:
+    program: /bin/sh
+    fixed_args: ["-c", "echo said on stdout; echo said on stderr >&2"]
   facts:
     operation: ssh.system.fact.collect
     program: /bin/uname
@@ -262,6 +265,65 @@ async fn a_template_runs_on_the_real_sshd_with_its_arguments_as_inert_literals(p
     );
     assert!(message.contains("exited with code 1"), "{message}");
     assert_eq!(result["nodes"][0]["exit_code"], 1, "{result}");
+}
+
+/// A command on two nodes: each node's stdout and stderr are outputs of
+/// their own, named in its result, which a consumer downloads.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn each_node_s_stdout_and_stderr_are_outputs_of_their_own(pool: PgPool) {
+    let mut pipeline = ssh_pipeline(&pool).await;
+    pipeline.spawn(
+        &["artifact-worker"],
+        &[("EXECPLANE_ARTIFACT_GRACE", "300ms")],
+    );
+    let mut other = local_node();
+    other["id"] = json!("loopback");
+    other["address"] = json!("localhost");
+    let spec = job(
+        "ssh.command.run",
+        json!({"template_id": "speak", "user": "exectest",
+               "private_key": {"$secret": "ssh_key"}}),
+        json!({
+            "targets": [local_node(), other],
+            "secret_refs": [{"name": "ssh_key", "mount": "secret", "path": "team-a/ssh", "key": "private_key"}],
+            "retry": {"max_attempts": 1}
+        }),
+    );
+    pipeline.submit(&spec).await;
+    let (status, _, message, result) = pipeline.ended(&spec, WAIT).await;
+    assert_eq!(status, "succeeded", "{message}");
+    let attempt = pipeline.wait_status(&spec.job_id, "succeeded", WAIT).await;
+    let storage = pipeline.dir.join("artifacts");
+    let download = |name: String| {
+        let (pool, storage) = (&pool, &storage);
+        async move {
+            for _ in 0..60 {
+                let output = common::execplane_with(
+                    pool,
+                    &["artifacts", "get", &attempt.to_string(), &name],
+                    &[("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap())],
+                );
+                if output.status.success() {
+                    return String::from_utf8(output.stdout).unwrap();
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            panic!("{name} never downloads");
+        }
+    };
+    let nodes = result["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2, "{result}");
+    for (index, (node, target)) in nodes.iter().zip(["local", "loopback"]).enumerate() {
+        assert_eq!(node["target"], target, "{result}");
+        let (stdout, stderr) = (
+            format!("node-{}.stdout.log", index + 1),
+            format!("node-{}.stderr.log", index + 1),
+        );
+        assert_eq!(node["stdout"], json!(stdout), "{result}");
+        assert_eq!(node["stderr"], json!(stderr), "{result}");
+        assert_eq!(download(stdout).await, "said on stdout\n");
+        assert_eq!(download(stderr).await, "said on stderr\n");
+    }
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]

@@ -125,7 +125,8 @@ pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
 // Results (docs/OPERATIONS.md): what its executor reports.
 
 /// The result of `ssh.command.run`: what ran, as whom, and how it ended on
-/// each node (its output is the attempt's stdout and stderr logs).
+/// each node, with each node's stdout and stderr as outputs of their own
+/// (the attempt's stdout and stderr logs hold every node's, interleaved).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SshCommandResult {
@@ -150,6 +151,13 @@ pub struct SshNodeResult {
     pub exit_code: Option<i32>,
     pub duration_ms: u64,
     pub error: Option<String>,
+    /// The output holding the command's stdout on this node (its first
+    /// MiB); `None` when it did not run, or the attempt's outputs ran out.
+    #[serde(default)]
+    pub stdout: Option<String>,
+    /// The output holding its stderr (its last MiB).
+    #[serde(default)]
+    pub stderr: Option<String>,
 }
 
 /// The result of `ssh.file.upload` and `ssh.file.download`: the file on

@@ -17,6 +17,7 @@ use crate::policy::{OperatorPolicy, SshTemplate, Sudo};
 use crate::runner::kit::node::{self, Binding};
 use crate::runner::kit::remote;
 use crate::runner::tool::{self, StopCause, ToolCommand, ToolExit, Workdir};
+use crate::runner::LogStream;
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor, Failure};
 
 /// Where sudo is on a node.
@@ -25,6 +26,10 @@ const SUDO: &str = "/usr/bin/sudo";
 const MAX_DIAGNOSTICS: usize = 2048;
 /// The most of a status or fact command's output kept.
 const MAX_CAPTURE: usize = 4096;
+
+/// How much of each stream of a command a node's logs keep: the first MiB
+/// of its stdout, the last of its stderr.
+const NODE_LOG_CAPTURE: usize = 1024 * 1024;
 /// The largest file `ssh.file.download` takes (an output's bound).
 const MAX_DOWNLOAD_BYTES: u64 = crate::runner::outputs::MAX_OUTPUT_BYTES;
 /// The mode an uploaded file gets when the JobSpec names none.
@@ -126,11 +131,13 @@ struct Node {
     binding: Binding,
 }
 
-/// A remote program that exited: its code and its first output bytes.
+/// A remote program that exited: its code, the first bytes of its
+/// stdout and the last of its stderr (as many as asked).
 struct Ran {
     code: i32,
     duration_ms: u64,
     stdout: Vec<u8>,
+    stderr: Vec<u8>,
 }
 
 /// The files one node's client reads and writes in the working directory.
@@ -303,7 +310,7 @@ impl<'a> Run<'a> {
         upload: Option<&Path>,
     ) -> Option<Failure> {
         match &self.plan.work {
-            Work::Command => self.command(session).await,
+            Work::Command => self.command(session, index).await,
             Work::Upload { path, mode, .. } => {
                 let local = upload.unwrap_or(Path::new("/nonexistent"));
                 self.upload(session, index, local, path, mode).await
@@ -314,20 +321,27 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// `ssh.command.run` on one node.
-    async fn command(&mut self, session: &Session<'_>) -> Option<Failure> {
-        let ran = self.remote(session, &self.plan.argv).await;
+    /// `ssh.command.run` on one node, its stdout and stderr stored as
+    /// outputs of their own.
+    async fn command(&mut self, session: &Session<'_>, index: usize) -> Option<Failure> {
+        let ran = self
+            .remote(session, &self.plan.argv, NODE_LOG_CAPTURE)
+            .await;
         let mut node = SshNodeResult {
             target: session.node.target.clone(),
             destination: session.destination.clone(),
             exit_code: None,
             duration_ms: 0,
             error: None,
+            stdout: None,
+            stderr: None,
         };
         let failure = match ran {
             Ok(ran) => {
                 node.exit_code = Some(ran.code);
                 node.duration_ms = ran.duration_ms;
+                node.stdout = self.node_log(index, "stdout", &ran.stdout).await;
+                node.stderr = self.node_log(index, "stderr", &ran.stderr).await;
                 exited_non_zero(&self.plan.argv, ran.code)
             }
             Err(failure) => Some(failure),
@@ -337,6 +351,33 @@ impl<'a> Run<'a> {
             result.nodes.push(node);
         }
         failure
+    }
+
+    /// `bytes` of the `index`th node's `stream` stored as the output
+    /// `node-<n>.<stream>.log` (masked as every output is): its name, or
+    /// none when it could not be stored (the attempt's outputs ran out),
+    /// which the log says.
+    async fn node_log(&self, index: usize, stream: &str, bytes: &[u8]) -> Option<String> {
+        let name = format!("node-{}.{stream}.log", index + 1);
+        let path = self.workdir.path().join(&name);
+        let stored = match std::fs::write(&path, bytes) {
+            Ok(()) => self
+                .context
+                .store_output(&path, &name, RetentionClass::Logs)
+                .await
+                .map_err(|error| error.to_string()),
+            Err(error) => Err(error.to_string()),
+        };
+        match stored {
+            Ok(_) => Some(name),
+            Err(reason) => {
+                self.context.log(
+                    LogStream::Stderr,
+                    format!("execplane: the node's {stream} was not stored: {reason}\n"),
+                );
+                None
+            }
+        }
     }
 
     /// `ssh.service.restart` on one node: the restart, then the status.
@@ -352,13 +393,13 @@ impl<'a> Run<'a> {
             error: None,
         };
         let failure = async {
-            let restarted = self.remote(session, &self.plan.argv).await?;
+            let restarted = self.remote(session, &self.plan.argv, MAX_CAPTURE).await?;
             node.restart_exit_code = Some(restarted.code);
             node.duration_ms = restarted.duration_ms;
             if let Some(failure) = exited_non_zero(&self.plan.argv, restarted.code) {
                 return Err(failure);
             }
-            let status = self.remote(session, status_argv).await?;
+            let status = self.remote(session, status_argv, MAX_CAPTURE).await?;
             node.duration_ms += status.duration_ms;
             node.status_exit_code = Some(status.code);
             node.status = Some(
@@ -398,7 +439,7 @@ impl<'a> Run<'a> {
             error: None,
         };
         let failure = async {
-            let ran = self.remote(session, &self.plan.argv).await?;
+            let ran = self.remote(session, &self.plan.argv, MAX_CAPTURE).await?;
             node.duration_ms = ran.duration_ms;
             if let Some(failure) = exited_non_zero(&self.plan.argv, ran.code) {
                 return Err(failure);
@@ -544,7 +585,13 @@ impl<'a> Run<'a> {
 
     /// Runs `argv` on the session's node through the ssh client: how it
     /// exited, or why it did not.
-    async fn remote(&self, session: &Session<'_>, argv: &[String]) -> Result<Ran, Failure> {
+    /// Runs `argv` on the node, keeping `capture` bytes of each stream.
+    async fn remote(
+        &self,
+        session: &Session<'_>,
+        argv: &[String],
+        capture: usize,
+    ) -> Result<Ran, Failure> {
         let mut args = self.options(session);
         args.extend([
             "-E".to_owned(),
@@ -560,7 +607,7 @@ impl<'a> Run<'a> {
         let command = ToolCommand::new(PathBuf::from(&self.config.client))
             .base_env(self.workdir)
             .hold_stdin()
-            .capture(MAX_CAPTURE)
+            .capture(capture)
             .args(args);
         let exit = tool::run(self.context, self.workdir, command)
             .await
@@ -574,6 +621,7 @@ impl<'a> Run<'a> {
                 code,
                 duration_ms: exit.duration_ms,
                 stdout: exit.stdout,
+                stderr: exit.stderr,
             }),
             None => Err(Failure::new(
                 FailureCategory::RunnerError,
