@@ -735,6 +735,71 @@ impl Drop for ControllerPause {
 /// The conformance suite (`common::conformance`): the long job waits for
 /// a condition that never comes (the runner runs no process of its own),
 /// the echo is an apply of a ConfigMap holding a Vault secret.
+/// An apply that waits, once written, for two conditions of its
+/// Deployment (both at once), with the history of each as evidence; a
+/// wait on conditions of which only one can come ends `timeout`, unless
+/// one is enough (`any`).
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn an_apply_waits_for_two_conditions_of_what_it_wrote(pool: PgPool) {
+    let stack = kube_pipeline(&pool).await;
+    let (pipeline, namespace) = (&stack.pipeline, stack.namespace.as_str());
+    let object = json!({"api_version": "apps/v1", "kind": "Deployment", "name": "idle"});
+    // No replicas: the controller reports it Available and Progressing
+    // without a kubelet.
+    let apply = kube_job(
+        "kubernetes.manifest.apply",
+        json!({"namespace": namespace, "manifests": [deployment("idle", "nginx:1.25", 0)],
+               "wait_for": [{"object": object, "conditions": ["Available", "Progressing=True"],
+                             "timeout": "30s"}]}),
+        json!({}),
+    );
+    pipeline.submit(&apply).await;
+    let (status, _, message, result) = pipeline.ended(&apply, WAIT).await;
+    assert_eq!(status, "succeeded", "{message}");
+    assert!(message.contains("1 wait(s) met"), "{message}");
+    let waits = result["waits"].as_array().unwrap();
+    assert_eq!(waits.len(), 1, "{result}");
+    assert_eq!(waits[0]["condition"], "Available=True, Progressing=True");
+    assert_eq!(
+        waits[0]["object"],
+        format!("Deployment/idle in {namespace}")
+    );
+    assert_eq!(waits[0]["met"], true);
+    let last = waits[0]["history"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        last["status"], "Available=True, Progressing=True",
+        "{result}"
+    );
+
+    let wait = |conditions: Value, any: bool| {
+        kube_job(
+            "kubernetes.wait",
+            json!({"namespace": namespace, "object": object, "conditions": conditions,
+                   "any": any, "timeout": "2s"}),
+            json!({}),
+        )
+    };
+    let never = wait(json!(["Available", "Frozen"]), false);
+    pipeline.submit(&never).await;
+    let (status, category, message, result) = pipeline.ended(&never, WAIT).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("timeout")),
+        "{message}"
+    );
+    assert_eq!(result["wait"]["met"], false, "{result}");
+    let either = wait(json!(["Available", "Frozen"]), true);
+    pipeline.submit(&either).await;
+    let (status, _, message, result) = pipeline.ended(&either, WAIT).await;
+    assert_eq!(status, "succeeded", "{message}");
+    assert_eq!(result["wait"]["condition"], "Available=True | Frozen=True");
+}
+
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn the_kubernetes_runner_conforms(pool: PgPool) {
     let mut stack = kube_pipeline(&pool).await;

@@ -137,6 +137,17 @@ fn push(problems: &mut Vec<Problem>, path: String, problem: Option<String>) {
 }
 
 /// Every name of an object reference, under `path`.
+/// The objects of an apply's or a patch's `wait_for`, as every object.
+fn waits_problems(waits: &[super::ops::WaitFor], problems: &mut Vec<Problem>) {
+    for (index, wait) in waits.iter().enumerate() {
+        object_problems(
+            &format!("inputs.wait_for[{index}].object"),
+            &wait.object,
+            problems,
+        );
+    }
+}
+
 pub fn object_problems(path: &str, object: &ObjectRef, problems: &mut Vec<Problem>) {
     push(
         problems,
@@ -226,6 +237,7 @@ pub fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
                     &mut problems,
                 );
             }
+            waits_problems(&apply.wait_for, &mut problems);
         }
         I::KubernetesManifestDelete(delete) => {
             namespace(&mut problems, &delete.namespace);
@@ -244,6 +256,7 @@ pub fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
         I::KubernetesResourcePatch(patch) => {
             namespace(&mut problems, &patch.namespace);
             object_problems("inputs.object", &patch.object, &mut problems);
+            waits_problems(&patch.wait_for, &mut problems);
         }
         I::VerifyKubernetesCondition(condition) => {
             namespace(&mut problems, &condition.namespace);

@@ -239,7 +239,12 @@ impl Check<'_> {
                     self.ansible_package(package);
                 }
             }
-            I::KubernetesManifestApply(apply) => self.manifests(apply),
+            I::KubernetesManifestApply(apply) => {
+                self.manifests(apply);
+                for wait in &apply.wait_for {
+                    self.one_object(&apply.cluster, &apply.namespace, &wait.object);
+                }
+            }
             I::KubernetesManifestDelete(delete) => self.deletions(delete),
             I::KubernetesWait(wait) => {
                 self.one_object(&wait.cluster, &wait.namespace, &wait.object)
@@ -248,7 +253,10 @@ impl Check<'_> {
                 self.one_object(&object.cluster, &object.namespace, &object.object)
             }
             I::KubernetesResourcePatch(patch) => {
-                self.one_object(&patch.cluster, &patch.namespace, &patch.object)
+                self.one_object(&patch.cluster, &patch.namespace, &patch.object);
+                for wait in &patch.wait_for {
+                    self.one_object(&patch.cluster, &patch.namespace, &wait.object);
+                }
             }
             I::VerifyKubernetesCondition(condition) => {
                 self.one_object(&condition.cluster, &condition.namespace, &condition.object)

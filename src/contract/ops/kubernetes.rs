@@ -35,7 +35,27 @@ pub struct KubernetesApply {
     pub dry_run: bool,
     #[serde(default)]
     pub force_conflicts: bool,
+    /// Conditions to wait for once every object is written.
+    #[serde(default)]
+    pub wait_for: Vec<WaitFor>,
 }
+
+/// Conditions to wait for on one object after a write: all of them at
+/// once, or (`any`) one of them.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitFor {
+    pub object: ObjectRef,
+    pub conditions: Vec<WantedCondition>,
+    #[serde(default)]
+    pub any: bool,
+    /// At most this long (the attempt's deadline bounds it anyway).
+    #[serde(default)]
+    pub timeout: Option<DurationMs>,
+}
+
+/// Most conditions of one wait, and most waits after one write.
+pub const MAX_WAITED: usize = 8;
 
 fn default_field_manager() -> String {
     "execplane".to_owned()
@@ -57,9 +77,27 @@ pub struct KubernetesWait {
     pub cluster: ClusterRef,
     pub namespace: String,
     pub object: ObjectRef,
-    pub condition: WantedCondition,
+    /// One condition, or `conditions` (exactly one of the two).
+    #[serde(default)]
+    pub condition: Option<WantedCondition>,
+    /// Several: all of them at once, or (`any`) one of them.
+    #[serde(default)]
+    pub conditions: Vec<WantedCondition>,
+    #[serde(default)]
+    pub any: bool,
     #[serde(default)]
     pub timeout: Option<DurationMs>,
+}
+
+impl KubernetesWait {
+    /// The conditions waited for: `condition`, or `conditions`.
+    pub fn wanted(&self) -> Vec<WantedCondition> {
+        self.condition
+            .iter()
+            .chain(&self.conditions)
+            .cloned()
+            .collect()
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -86,6 +124,9 @@ pub struct KubernetesPatch {
     pub object: ObjectRef,
     pub patch: Value,
     pub patch_type: PatchType,
+    /// Conditions to wait for once the patch is written.
+    #[serde(default)]
+    pub wait_for: Vec<WaitFor>,
 }
 
 super::runner_inputs! {
@@ -102,19 +143,61 @@ super::runner_inputs! {
 
 /// What intake checks of a kubernetes operation's inputs beyond their
 /// shape (names that become request paths are `kube_names`', shared with
-/// helm and verification): an apply's manifests come one way.
+/// helm and verification): an apply's manifests come one way; a wait
+/// names its conditions one way, and waits are bounded in number; a dry
+/// run waits for nothing (nothing is written).
 pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
-    match inputs {
-        OperationInputs::KubernetesManifestApply(apply)
-            if apply.manifests.is_empty() == apply.manifests_artifact.is_none() =>
-        {
-            vec![Problem::new(
-                "inputs.manifests",
-                "give exactly one of `manifests` and `manifests_artifact`",
-            )]
+    use OperationInputs as I;
+    let mut problems = Vec::new();
+    let (wait_for, dry_run) = match inputs {
+        I::KubernetesManifestApply(apply) => {
+            if apply.manifests.is_empty() == apply.manifests_artifact.is_none() {
+                problems.push(Problem::new(
+                    "inputs.manifests",
+                    "give exactly one of `manifests` and `manifests_artifact`",
+                ));
+            }
+            (apply.wait_for.as_slice(), apply.dry_run)
         }
-        _ => Vec::new(),
+        I::KubernetesResourcePatch(patch) => (patch.wait_for.as_slice(), false),
+        I::KubernetesWait(wait) => {
+            if wait.condition.is_some() != wait.conditions.is_empty() {
+                problems.push(Problem::new(
+                    "inputs.conditions",
+                    "give exactly one of `condition` and `conditions`",
+                ));
+            }
+            if wait.conditions.len() > MAX_WAITED {
+                problems.push(Problem::new(
+                    "inputs.conditions",
+                    format!("at most {MAX_WAITED}"),
+                ));
+            }
+            return problems;
+        }
+        _ => return problems,
+    };
+    if wait_for.len() > MAX_WAITED {
+        problems.push(Problem::new(
+            "inputs.wait_for",
+            format!("at most {MAX_WAITED} waits"),
+        ));
     }
+    if dry_run && !wait_for.is_empty() {
+        problems.push(Problem::new(
+            "inputs.wait_for",
+            "a server dry run writes nothing to wait for",
+        ));
+    }
+    for (index, wait) in wait_for.iter().enumerate() {
+        if !(1..=MAX_WAITED).contains(&wait.conditions.len()) {
+            problems.push(Problem::new(
+                format!("inputs.wait_for[{index}].conditions"),
+                format!("1 to {MAX_WAITED} conditions"),
+            ));
+        }
+    }
+    problems
 }
 
 /// The contract's gate on a kubernetes operation's flags: a delete only
@@ -200,6 +283,9 @@ pub struct KubernetesResult {
     pub events: Vec<KubernetesEvent>,
     /// `kubernetes.wait` and `kubernetes.rollout.status`: the evidence.
     pub wait: Option<KubernetesWaitEvidence>,
+    /// An apply's or a patch's `wait_for`: each wait's evidence, in order.
+    #[serde(default)]
+    pub waits: Vec<KubernetesWaitEvidence>,
 }
 
 /// One object as the API server answered for it.
@@ -246,8 +332,13 @@ pub struct KubernetesEvent {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KubernetesWaitEvidence {
-    /// `Type=Status`, or `rollout` for `rollout.status`.
+    /// `Type=Status` (several: joined by `, ` when all must hold, by ` | `
+    /// when one), or `rollout` for `rollout.status`.
     pub condition: String,
+    /// What was watched (`<Kind>/<name> in <namespace>`): an apply's or a
+    /// patch's waits name it.
+    #[serde(default)]
+    pub object: Option<String>,
     pub met: bool,
     /// One entry per change (the first look and the last always), at most 100.
     pub history: Vec<ConditionObservation>,
@@ -286,8 +377,9 @@ mod tests {
         let Ok(OperationInputs::KubernetesWait(wait)) = parsed else {
             panic!("{parsed:?}");
         };
+        let wanted = wait.wanted();
         assert_eq!(
-            (wait.condition.kind.as_str(), wait.condition.status.as_str()),
+            (wanted[0].kind.as_str(), wanted[0].status.as_str()),
             ("Ready", "True")
         );
         for bad in ["Ready=maybe", "", "a b"] {
@@ -295,5 +387,48 @@ mod tests {
                 OperationInputs::parse(Operation::KubernetesWait, &inputs(bad)).unwrap_err();
             assert_eq!(path, "condition", "{bad}: {reason}");
         }
+    }
+
+    #[test]
+    fn a_wait_names_its_conditions_once_and_a_dry_run_waits_for_nothing() {
+        let cluster = serde_json::json!({"name": "c", "credentials": {"$secret": "k"}});
+        let object =
+            serde_json::json!({"api_version": "apps/v1", "kind": "Deployment", "name": "d"});
+        let paths = |operation: Operation, inputs: serde_json::Value| -> Vec<String> {
+            let inputs = OperationInputs::parse(operation, &inputs).unwrap();
+            problems_of(&inputs).into_iter().map(|p| p.path).collect()
+        };
+        let wait = |extra: serde_json::Value| {
+            let mut inputs =
+                serde_json::json!({"cluster": cluster, "namespace": "n", "object": object});
+            for (key, value) in extra.as_object().unwrap() {
+                inputs[key] = value.clone();
+            }
+            paths(Operation::KubernetesWait, inputs)
+        };
+        assert!(wait(serde_json::json!({"condition": "Ready"})).is_empty());
+        assert!(wait(serde_json::json!({"conditions": ["Ready", "Available"]})).is_empty());
+        assert_eq!(wait(serde_json::json!({})), ["inputs.conditions"]);
+        assert_eq!(
+            wait(serde_json::json!({"condition": "Ready", "conditions": ["Available"]})),
+            ["inputs.conditions"]
+        );
+        let apply = |dry_run: bool, conditions: serde_json::Value| {
+            paths(
+                Operation::KubernetesManifestApply,
+                serde_json::json!({"cluster": cluster, "namespace": "n", "dry_run": dry_run,
+                                   "manifests": [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}],
+                                   "wait_for": [{"object": object, "conditions": conditions}]}),
+            )
+        };
+        assert!(apply(false, serde_json::json!(["Available"])).is_empty());
+        assert_eq!(
+            apply(true, serde_json::json!(["Available"])),
+            ["inputs.wait_for"]
+        );
+        assert_eq!(
+            apply(false, serde_json::json!([])),
+            ["inputs.wait_for[0].conditions"]
+        );
     }
 }

@@ -11,7 +11,8 @@ use serde_json::Value;
 use super::KubernetesConfig;
 use crate::contract::ops::{
     ClusterRef, KubernetesApply, KubernetesDelete, KubernetesInputs as I, KubernetesInputs,
-    KubernetesObject, KubernetesPatch, KubernetesWait, ObjectRef, PatchType,
+    KubernetesObject, KubernetesPatch, KubernetesWait, ObjectRef, PatchType, WaitFor,
+    WantedCondition,
 };
 use crate::contract::ops::{
     ConditionObservation, KubernetesEvent, KubernetesObjectResult, KubernetesResult,
@@ -373,8 +374,13 @@ impl Session<'_> {
         } else {
             ""
         };
+        self.wait_for(&apply.wait_for, &apply.namespace).await?;
+        let waited = match apply.wait_for.len() {
+            0 => String::new(),
+            waits => format!("; {waits} wait(s) met"),
+        };
         Ok(format!(
-            "{total} object(s) applied on `{}`{dry}: {} created, {} configured, {} unchanged",
+            "{total} object(s) applied on `{}`{dry}: {} created, {} configured, {} unchanged{waited}",
             self.cluster, counts[0], counts[1], counts[2]
         ))
     }
@@ -593,23 +599,58 @@ impl Session<'_> {
         result.changed_fields_truncated = truncated;
         let count = result.changed_fields.len();
         self.report.objects.push(result);
+        self.wait_for(&patch.wait_for, &patch.namespace).await?;
         Ok(format!(
             "{action} {} ({count} field(s) changed)",
             target.label()
         ))
     }
 
-    /// `kubernetes.wait`: the named condition, on the current generation.
+    /// `kubernetes.wait`: the named conditions, on the current generation.
     async fn wait(&mut self, wait: &KubernetesWait) -> Result<String, Failure> {
-        let wanted = &wait.condition;
         let target = self
             .target_of("inputs.object", &wait.object, &wait.namespace)
             .await?;
-        let name = format!("{}={}", wanted.kind, wanted.status);
         let limit = wait.timeout.map(|timeout| timeout.as_std());
+        self.conditions(&target, &wait.wanted(), wait.any, limit)
+            .await
+    }
+
+    /// An apply's or a patch's `wait_for`, each in turn once the writes
+    /// are done: its evidence in `waits`, naming the object.
+    async fn wait_for(&mut self, waits: &[WaitFor], namespace: &str) -> Result<(), Failure> {
+        for (index, wait) in waits.iter().enumerate() {
+            let field = format!("inputs.wait_for[{index}].object");
+            let target = self.target_of(&field, &wait.object, namespace).await?;
+            let limit = wait.timeout.map(|timeout| timeout.as_std());
+            let waited = self
+                .conditions(&target, &wait.conditions, wait.any, limit)
+                .await;
+            if let Some(mut evidence) = self.report.wait.take() {
+                evidence.object = Some(target.label());
+                self.report.waits.push(evidence);
+            }
+            waited?;
+        }
+        Ok(())
+    }
+
+    /// Watches `target` until `wanted` hold (all, or with `any` one).
+    async fn conditions(
+        &mut self,
+        target: &Target,
+        wanted: &[WantedCondition],
+        any: bool,
+        limit: Option<Duration>,
+    ) -> Result<String, Failure> {
+        let names: Vec<String> = wanted
+            .iter()
+            .map(|wanted| format!("{}={}", wanted.kind, wanted.status))
+            .collect();
+        let name = names.join(if any { " | " } else { ", " });
         let judged = self
-            .watch(&target, &name, limit, |object| {
-                Ok((judge::condition(object, wanted), false))
+            .watch(target, &name, limit, |object| {
+                Ok((judge::conditions(object, wanted, any), false))
             })
             .await?;
         match judged {
@@ -850,6 +891,7 @@ fn evidence(
 ) -> KubernetesWaitEvidence {
     KubernetesWaitEvidence {
         condition: condition.to_owned(),
+        object: None,
         met,
         history,
     }

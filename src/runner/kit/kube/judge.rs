@@ -284,6 +284,44 @@ pub fn condition(object: &Value, wanted: &WantedCondition) -> Observation {
     }
 }
 
+/// [`condition`] of several conditions at once: met when all are (or,
+/// with `any`, one is); its status each condition's, `Type=Status` joined,
+/// its reason and message the first unmet one's. One condition is judged
+/// as [`condition`] judges it.
+pub fn conditions(object: &Value, wanted: &[WantedCondition], any: bool) -> Observation {
+    if let [one] = wanted {
+        return condition(object, one);
+    }
+    let looks: Vec<Observation> = wanted.iter().map(|w| condition(object, w)).collect();
+    let met = if any {
+        looks.iter().any(|look| look.met)
+    } else {
+        !looks.is_empty() && looks.iter().all(|look| look.met)
+    };
+    let status = wanted
+        .iter()
+        .zip(&looks)
+        .map(|(wanted, look)| {
+            format!(
+                "{}={}",
+                wanted.kind,
+                look.status.as_deref().unwrap_or("absent")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let unmet = looks.iter().find(|look| !look.met).or(looks.first());
+    Observation {
+        generation: int_at(object, "/metadata/generation"),
+        observed_generation: unmet.and_then(|look| look.observed_generation),
+        status: Some(status),
+        reason: unmet.and_then(|look| look.reason.clone()),
+        message: unmet.and_then(|look| look.message.clone()),
+        detail: None,
+        met,
+    }
+}
+
 /// Where a rollout is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Rollout {
