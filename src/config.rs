@@ -862,6 +862,52 @@ pub enum ConfigError {
     Invalid(Vec<String>),
 }
 
+/// Settings of the seed's services that have no meaning here (a name, or a
+/// prefix ending in `_`), and what replaces each: refused at start, by
+/// name, rather than ignored.
+pub const SEED_LEFTOVERS: [(&str, &str); 5] = [
+    (
+        "RUNTIME_ENGINE_",
+        "there is no runtime engine RPC: the dispatcher and the runners speak Kafka (EXECPLANE_KAFKA_BROKERS)",
+    ),
+    (
+        "SECRETS_TCP_CONNECT",
+        "there is no secret manager service: secrets come from Vault (EXECPLANE_VAULT_ADDR)",
+    ),
+    (
+        "FILE_SERVICE_BASE_URL",
+        "there is no file service: artifacts live in S3-compatible storage (EXECPLANE_S3_ENDPOINT) or EXECPLANE_ARTIFACT_DIR",
+    ),
+    (
+        "API_BASE_URL",
+        "there is no API service to call: the execute API is the ingress's own (EXECPLANE_INGRESS_HTTP_PORT), and commands arrive on Kafka",
+    ),
+    (
+        "REDIS_",
+        "nothing is kept in Redis: attempts, leases and sessions are in Postgres (EXECPLANE_DATABASE_URL)",
+    ),
+];
+
+/// A problem for each of `names` (the environment's variable names) that
+/// is a seed setting without meaning here ([`SEED_LEFTOVERS`]).
+pub fn seed_leftovers<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut problems: Vec<String> = names
+        .into_iter()
+        .filter_map(|name| {
+            SEED_LEFTOVERS.iter().find_map(|(setting, instead)| {
+                let matches = if setting.ends_with('_') {
+                    name.starts_with(setting)
+                } else {
+                    name == *setting
+                };
+                matches.then(|| format!("{name} has no meaning here: {instead}"))
+            })
+        })
+        .collect();
+    problems.sort();
+    problems
+}
+
 impl Config {
     /// The environment's `EXECPLANE_KAFKA_PROPERTY_*` variables.
     pub fn kafka_properties_of_environment() -> Vec<(String, String)> {

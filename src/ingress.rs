@@ -74,13 +74,21 @@ impl IngressConfig {
         policy: crate::policy::SharedPolicy,
     ) -> Result<Self, Vec<String>> {
         let mut problems = Vec::new();
+        // The executors' key is required; the execute API's is not (the
+        // seed's settings name one key): without it the execute API is off,
+        // never opened to the executors' key, which would let any executor
+        // submit jobs for every tenant.
+        if config.ingress.key.is_empty() {
+            problems.push(
+                "EXECPLANE_INGRESS_KEY (or PLUGIN_CONTROL_PLANE_KEY) is not set: the ingress has no default key"
+                    .into(),
+            );
+        }
         for (name, key) in [
             ("EXECPLANE_INGRESS_KEY", &config.ingress.key),
             ("EXECPLANE_API_KEY", &config.ingress.api_key),
         ] {
-            if key.is_empty() {
-                problems.push(format!("{name} is not set: the ingress has no default key"));
-            } else if key.expose().chars().count() < MIN_KEY_CHARS {
+            if !key.is_empty() && key.expose().chars().count() < MIN_KEY_CHARS {
                 problems.push(format!("{name} is shorter than {MIN_KEY_CHARS} characters"));
             }
         }
@@ -461,6 +469,9 @@ pub async fn run(
         .await
         .with_context(|| format!("binding the ingress TCP listener on {}", config.tcp))?;
     info!(http = %config.http, tcp = %config.tcp, "ingress listening");
+    if config.api_key.is_empty() {
+        tracing::warn!("the execute API is off: no EXECPLANE_API_KEY is set (the executors' key never opens it); submit through Kafka, or set a key of its own");
+    }
     let ingress = Ingress::new(config, store, kafka, producer, shutdown.clone())?;
     let presence = tokio::spawn(executor::announce_sessions(
         ingress.clone(),

@@ -954,13 +954,34 @@ fn the_ingress_refuses_to_start_without_its_keys_and_says_why() {
             String::from_utf8_lossy(&output.stderr).into_owned(),
         )
     };
+    // The executors' key is required; the execute API's is not (off
+    // without it: `the_ingress_starts_with_the_seed_s_key_alone…`).
     let (code, stderr) = run(&[]);
     assert_eq!(code, Some(2), "{stderr}");
     assert!(
-        stderr.contains("EXECPLANE_INGRESS_KEY is not set")
-            && stderr.contains("EXECPLANE_API_KEY is not set"),
+        stderr.contains("EXECPLANE_INGRESS_KEY (or PLUGIN_CONTROL_PLANE_KEY) is not set")
+            && !stderr.contains("EXECPLANE_API_KEY"),
         "{stderr}"
     );
+    // The seed's settings that mean nothing here are refused by name,
+    // each with what replaces it.
+    let (code, stderr) = run(&[
+        ("EXECPLANE_INGRESS_KEY", INGRESS_KEY),
+        ("REDIS_URL", "redis://127.0.0.1:6379"),
+        ("RUNTIME_ENGINE_HOST", "engine"),
+        ("FILE_SERVICE_BASE_URL", "http://files"),
+    ]);
+    assert_eq!(code, Some(2), "{stderr}");
+    for (name, instead) in [
+        ("REDIS_URL", "Postgres"),
+        ("RUNTIME_ENGINE_HOST", "Kafka"),
+        ("FILE_SERVICE_BASE_URL", "S3"),
+    ] {
+        assert!(
+            stderr.contains(&format!("{name} has no meaning here")) && stderr.contains(instead),
+            "{name}: {stderr}"
+        );
+    }
     let (code, stderr) = run(&[
         ("EXECPLANE_INGRESS_KEY", "short"),
         ("EXECPLANE_API_KEY", API_KEY),
@@ -991,6 +1012,60 @@ fn the_ingress_refuses_to_start_without_its_keys_and_says_why() {
         !stderr.contains(INGRESS_KEY) && !stderr.contains(API_KEY),
         "a key was printed"
     );
+}
+
+/// The seed's settings alone start the ingress: its one key
+/// (`PLUGIN_CONTROL_PLANE_KEY`) is the executors'; the execute API, which
+/// has no key of its own then, stays off, whatever key is presented.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn the_ingress_starts_with_the_seed_s_key_alone_and_its_execute_api_stays_off(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    let (http, tcp) = (free_port().to_string(), free_port().to_string());
+    pipeline.spawn(
+        &["ingress"],
+        &[
+            ("PLUGIN_CONTROL_PLANE_KEY", INGRESS_KEY),
+            ("RUNTIME_CONTROL_PLANE_HTTP_PORT", http.as_str()),
+            ("RUNTIME_CONTROL_PLANE_TCP_PORT", tcp.as_str()),
+            ("EXECPLANE_METRICS_ADDR", ""),
+        ],
+    );
+    let url = |path: &str| format!("http://127.0.0.1:{http}{path}");
+    let client = reqwest::Client::new();
+    pipeline
+        .wait("the ingress to answer", Duration::from_secs(60), || async {
+            client.get(url("/healthz")).send().await.is_ok()
+        })
+        .await;
+    catalog(&pipeline, &["seed-exec", "--types", "verification"]);
+    let (status, body) = call(
+        reqwest::Method::POST,
+        &url("/v1/executor/register"),
+        Some(INGRESS_KEY),
+        Some("seed-exec"),
+        &[],
+        Some(br#"{"runner_type": "verification"}"#.to_vec()),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    for key in [Some(INGRESS_KEY), Some(API_KEY), Some(""), None] {
+        let (status, body) = call(
+            reqwest::Method::POST,
+            &url("/v1/jobs"),
+            key,
+            None,
+            &[],
+            Some(b"{}".to_vec()),
+        )
+        .await;
+        assert_eq!(status, 404, "{key:?}: {body}");
+        assert!(
+            body["message"]
+                .as_str()
+                .is_some_and(|message| message.contains("no EXECPLANE_API_KEY")),
+            "{body}"
+        );
+    }
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]

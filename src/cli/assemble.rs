@@ -18,7 +18,18 @@ use crate::runner::sandbox::egress::Destination;
 /// operator's policy they name: every problem at once.
 pub fn load(file: Option<&Path>) -> Result<(Config, SharedPolicy), ConfigError> {
     let properties = Config::kafka_properties_of_environment();
-    load_with(file, |name| std::env::var(name).ok(), &properties)
+    let names: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .collect();
+    let leftovers = crate::config::seed_leftovers(names.iter().map(String::as_str));
+    match load_with(file, |name| std::env::var(name).ok(), &properties) {
+        Ok(_) if !leftovers.is_empty() => Err(ConfigError::Invalid(leftovers)),
+        Err(ConfigError::Invalid(mut problems)) => {
+            problems.extend(leftovers);
+            Err(ConfigError::Invalid(problems))
+        }
+        loaded => loaded,
+    }
 }
 
 /// As [`load`], with the environment passed in (`Config::read_with`).

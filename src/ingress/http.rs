@@ -485,6 +485,12 @@ fn admit(ingress: &Ingress, client: IpAddr, request: &mut Request) -> Result<(),
     let expected = match needs(request.uri().path()) {
         Needs::Nothing => return Ok(()),
         Needs::ExecutorKey => &ingress.config.ingress_key,
+        // No key of its own: the execute API is off, whatever is presented.
+        Needs::ApiKey if ingress.config.api_key.is_empty() => {
+            return Err(IngressError::NotFound(
+                "the execute API (off: this ingress has no EXECPLANE_API_KEY)".into(),
+            ))
+        }
         Needs::ApiKey => &ingress.config.api_key,
     };
     match bearer(request.headers()) {
