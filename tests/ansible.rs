@@ -946,6 +946,20 @@ const CONTROLLER_PLAY: &str = r#"- name: a task on the controller
         msg: "{{ seen.stdout_lines }}"
 "#;
 
+/// A play that removes its own event stream on the controller, then
+/// fails: a run without the evidence of what it did.
+const ERASING_PLAY: &str = r#"- name: a play that erases its own evidence
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: remove the event stream
+      ansible.builtin.shell: rm -f "$EXECPLANE_ANSIBLE_EVENTS"
+      delegate_to: localhost
+    - name: then fail
+      ansible.builtin.fail:
+        msg: nothing to see
+"#;
+
 /// `key=value` of the controller task's report in `output`.
 fn reported(output: &str, key: &str) -> String {
     let needle = format!("{key}=");
@@ -973,13 +987,19 @@ async fn controller_tasks_run_only_where_allowed_and_then_only_inside_the_attemp
         builder
             .append_data(&mut header, "local.yml", CONTROLLER_PLAY.as_bytes())
             .unwrap();
+        let mut header = tar::Header::new_gnu();
+        header.set_size(ERASING_PLAY.len() as u64);
+        header.set_mode(0o644);
+        builder
+            .append_data(&mut header, "erase.yml", ERASING_PLAY.as_bytes())
+            .unwrap();
         builder.into_inner().unwrap()
     };
     let package = pipeline.put_artifact("controller.tar", &archive);
     // team-a and team-b may run it on the controller; team-c may not.
     let tenant = |name: &str, controller: bool, node: &str| {
         format!(
-            "  {name}:\n    operations: [\"ansible.*\"]\n    secret_prefixes: [\"secret/{name}/\"]\n    ansible:\n      packages:\n        - digest: {package}\n          playbooks: [local.yml]\n          controller: {controller}\n    ssh:\n      nodes: [\"{node}\"]\n"
+            "  {name}:\n    operations: [\"ansible.*\"]\n    secret_prefixes: [\"secret/{name}/\"]\n    ansible:\n      packages:\n        - digest: {package}\n          playbooks: [local.yml, erase.yml]\n          controller: {controller}\n    ssh:\n      nodes: [\"{node}\"]\n"
         )
     };
     let policy = format!(
@@ -1102,4 +1122,18 @@ async fn controller_tasks_run_only_where_allowed_and_then_only_inside_the_attemp
         span_a.0 < span_b.1 && span_b.0 < span_a.1,
         "the two attempts did not run at once: {span_a:?} {span_b:?}"
     );
+
+    // A play that ran and removed its event stream proves nothing: the
+    // attempt fails for it, whatever the play's own failure.
+    let mut erasing = spec("team-a", "127.0.0.1");
+    erasing.inputs["playbook"] = json!("erase.yml");
+    pipeline.submit(&erasing).await;
+    let (status, category, message, result) = pipeline.ended(&erasing, WAIT).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("runner_error")),
+        "{message}"
+    );
+    assert!(message.contains("left no event stream"), "{message}");
+    assert!(result["events_artifact"].is_null(), "{result}");
 }

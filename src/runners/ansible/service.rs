@@ -404,7 +404,11 @@ impl AnsibleRunner {
         context.progress(described(plan), Some(0));
         let (exit, summary) = self.watch(command, &layout.events, workdir, context).await;
         report.fold(&summary);
-        let stored = store_events(&layout, &exit, context).await;
+        // Its play ran: events were read while it ran, or its exit says so
+        // (0, 2: a host failed, 3: one was unreachable).
+        let ran =
+            summary.lines > 0 || matches!(exit.as_ref().map(|exit| exit.code), Ok(Some(0 | 2 | 3)));
+        let stored = store_events(&layout, ran, context).await;
         if stored.is_ok() && layout.events.exists() {
             report.events_artifact = Some(EVENTS_ARTIFACT.to_owned());
         }
@@ -676,31 +680,32 @@ impl AnsibleResult {
     }
 }
 
-/// The event stream stored as evidence; its absence is a failure only
-/// when ansible-playbook exited well.
+/// The event stream stored as evidence; its absence is a failure
+/// whenever the play `ran`, however it ended.
 async fn store_events(
     layout: &Layout,
-    exit: &Result<ToolExit, tool::ToolError>,
+    ran: bool,
     context: &ExecutionContext,
 ) -> Result<(), (FailureCategory, String)> {
     // The event stream is mandatory: an attempt without it proves
     // nothing. Ansible loads the callback after it parsed the playbook,
-    // so one that failed before (a syntax error) wrote none: its own
-    // error is the message then.
-    let exited_badly = exit.as_ref().map_or(true, |exit| exit.code != Some(0));
+    // so one that failed before (a syntax error, a bad option) wrote
+    // none: its own error is the message then. One whose play ran and
+    // left none (a task removed it) proves nothing of what it did.
     if layout.events.exists() {
         context
             .store_output(&layout.events, EVENTS_ARTIFACT, RetentionClass::Evidence)
             .await
             .map(|_| ())
             .map_err(|error| (error.category(), error.to_string()))
-    } else if exited_badly {
-        Ok(())
-    } else {
+    } else if ran {
         Err((
             FailureCategory::RunnerError,
-            "ansible-playbook wrote no event stream".to_owned(),
+            "the play ran but left no event stream: the attempt proves nothing of what it did"
+                .to_owned(),
         ))
+    } else {
+        Ok(())
     }
 }
 
