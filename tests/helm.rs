@@ -404,7 +404,8 @@ fn private_repository(dir: std::path::PathBuf, login: &str) -> String {
 /// A chart from a password-protected repository installs with its login
 /// from OpenBao (a wrong password fails as `contract`, saying so), its
 /// values from two artifacts merged in order; the stored manifests output
-/// is what the cluster holds; the password is nowhere.
+/// is what the cluster holds; `helm.test` of it (no test hook) fails
+/// unless allowed; the password is nowhere.
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn a_private_chart_installs_with_its_login_and_values_from_artifacts(pool: PgPool) {
     let admin = cluster::admin();
@@ -413,7 +414,16 @@ async fn a_private_chart_installs_with_its_login_and_values_from_artifacts(pool:
         std::env::temp_dir().join(format!("execplane-repo-{}", uuid::Uuid::new_v4().simple()));
     let served = dir.join("served");
     std::fs::create_dir_all(&served).unwrap();
-    std::fs::write(served.join("demo-0.1.0.tgz"), chart(&dir)).unwrap();
+    // The demo chart without its test hook.
+    chart(&dir);
+    std::fs::remove_dir_all(dir.join("chart/demo/templates/tests")).unwrap();
+    let packaged = std::process::Command::new(helm_bin())
+        .env("HOME", &dir)
+        .args(["package", dir.join("chart/demo").to_str().unwrap()])
+        .args(["-d", served.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(packaged.status.success(), "{packaged:?}");
     let password = format!("pw-{}", uuid::Uuid::new_v4().simple());
     let url = private_repository(served.clone(), &format!("ci:{password}"));
     let indexed = std::process::Command::new(helm_bin())
@@ -510,6 +520,29 @@ async fn a_private_chart_installs_with_its_login_and_values_from_artifacts(pool:
     assert_eq!(rendered.len(), 1, "{manifests}");
     assert_eq!(rendered[0]["metadata"]["name"], "web-settings");
     assert_eq!(rendered[0]["data"], held["data"], "{manifests}");
+
+    // Its chart has no test hook: helm.test verified nothing, and fails
+    // for it unless the JobSpec allows that.
+    for allowed in [false, true] {
+        let test = helm_job(
+            "helm.test",
+            json!({"release": "web", "namespace": namespace, "allow_no_tests": allowed}),
+            json!({}),
+        );
+        pipeline.submit(&test).await;
+        let (status, category, message, _) = pipeline.ended(&test, WAIT).await;
+        let expected = if allowed {
+            ("succeeded", None)
+        } else {
+            ("failed", Some("verification_failed"))
+        };
+        assert_eq!(
+            (status.as_str(), category.as_deref()),
+            expected,
+            "{message}"
+        );
+        assert!(message.contains("no test hooks"), "{message}");
+    }
 
     common::leaks::assert_secret_nowhere(
         &pipeline,

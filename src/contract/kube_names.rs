@@ -283,7 +283,11 @@ pub fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
             namespace(&mut problems, &helm.namespace);
             release(&mut problems, &helm.release);
         }
-        I::HelmUninstall(helm) | I::HelmTest(helm) => {
+        I::HelmUninstall(helm) => {
+            namespace(&mut problems, &helm.namespace);
+            release(&mut problems, &helm.release);
+        }
+        I::HelmTest(helm) => {
             namespace(&mut problems, &helm.namespace);
             release(&mut problems, &helm.release);
         }

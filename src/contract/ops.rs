@@ -90,7 +90,7 @@ operation_inputs! {
     HelmUpgrade(HelmRelease),
     HelmRollback(HelmRollback),
     HelmUninstall(HelmReleaseRef),
-    HelmTest(HelmReleaseRef),
+    HelmTest(HelmTestInputs),
     HelmTemplate(HelmTemplate),
     OpentofuPlan(TofuModule),
     OpentofuApply(TofuApply),

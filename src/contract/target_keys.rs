@@ -130,9 +130,8 @@ fn input_keys(tenant: &str, inputs: &OperationInputs) -> Vec<(KeyKind, String)> 
             release(&helm.cluster, &helm.namespace, &helm.release)
         }
         I::HelmRollback(helm) => release(&helm.cluster, &helm.namespace, &helm.release),
-        I::HelmUninstall(helm) | I::HelmTest(helm) => {
-            release(&helm.cluster, &helm.namespace, &helm.release)
-        }
+        I::HelmUninstall(helm) => release(&helm.cluster, &helm.namespace, &helm.release),
+        I::HelmTest(helm) => release(&helm.cluster, &helm.namespace, &helm.release),
         I::OpentofuPlan(module)
         | I::OpentofuDestroy(module)
         | I::OpentofuOutput(module)

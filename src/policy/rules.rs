@@ -272,7 +272,10 @@ impl Check<'_> {
             I::HelmRollback(rollback) => {
                 self.cluster(&rollback.cluster, &rollback.namespace);
             }
-            I::HelmUninstall(release) | I::HelmTest(release) => {
+            I::HelmUninstall(release) => {
+                self.cluster(&release.cluster, &release.namespace);
+            }
+            I::HelmTest(release) => {
                 self.cluster(&release.cluster, &release.namespace);
             }
             I::HelmTemplate(template) => self.chart(&template.chart),

@@ -76,6 +76,19 @@ pub struct HelmReleaseRef {
     pub namespace: String,
 }
 
+/// `helm.test`: a release's test hooks.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HelmTestInputs {
+    pub cluster: ClusterRef,
+    pub release: String,
+    pub namespace: String,
+    /// A release with no test hooks succeeds (else it fails: nothing was
+    /// verified).
+    #[serde(default)]
+    pub allow_no_tests: bool,
+}
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HelmTemplate {
@@ -96,7 +109,7 @@ super::runner_inputs! {
     HelmUpgrade(HelmRelease),
     HelmRollback(HelmRollback),
     HelmUninstall(HelmReleaseRef),
-    HelmTest(HelmReleaseRef),
+    HelmTest(HelmTestInputs),
     HelmTemplate(HelmTemplate),
     }
 }

@@ -102,7 +102,8 @@ fn cluster_of(inputs: &HelmInputs) -> Option<&ClusterRef> {
     match inputs {
         I::HelmInstall(release) | I::HelmUpgrade(release) => Some(&release.cluster),
         I::HelmRollback(rollback) => Some(&rollback.cluster),
-        I::HelmUninstall(release) | I::HelmTest(release) => Some(&release.cluster),
+        I::HelmUninstall(release) => Some(&release.cluster),
+        I::HelmTest(test) => Some(&test.cluster),
         I::HelmTemplate(_) => None,
     }
 }
@@ -193,9 +194,8 @@ impl Run<'_> {
                 (&release.release, &release.namespace)
             }
             I::HelmRollback(rollback) => (&rollback.release, &rollback.namespace),
-            I::HelmUninstall(release) | I::HelmTest(release) => {
-                (&release.release, &release.namespace)
-            }
+            I::HelmUninstall(release) => (&release.release, &release.namespace),
+            I::HelmTest(test) => (&test.release, &test.namespace),
         };
         self.report.release = release.clone();
         self.report.namespace = namespace.clone();
@@ -218,9 +218,9 @@ impl Run<'_> {
                 self.report.status = Some("uninstalled".into());
                 Ok(format!("release `{release}` uninstalled"))
             }
-            I::HelmTest(_) => {
+            I::HelmTest(test) => {
                 self.check_release(namespace, None, rules).await?;
-                self.test(release, namespace).await
+                self.test(release, namespace, test.allow_no_tests).await
             }
         }
     }
@@ -967,8 +967,14 @@ impl Run<'_> {
     }
 
     /// `helm.test`: the chart's test hooks, their phases as evidence; a
-    /// test that did not succeed fails the attempt as `verification_failed`.
-    async fn test(&mut self, release: &str, namespace: &str) -> Result<String, Failure> {
+    /// test that did not succeed fails the attempt as `verification_failed`,
+    /// and so does a release with none, unless `allow_no_tests`.
+    async fn test(
+        &mut self,
+        release: &str,
+        namespace: &str,
+        allow_no_tests: bool,
+    ) -> Result<String, Failure> {
         self.context.progress(format!("helm test {release}"), None);
         let ran = self.act(&["test", release], namespace, false).await;
         match ran {
@@ -992,10 +998,19 @@ impl Run<'_> {
             }
             Ok(_) => self.status(namespace).await?,
         }
-        if self.report.tests.is_empty() {
-            return Ok(format!(
-                "release `{release}` has no test hooks: nothing to run"
-            ));
+        match (self.report.tests.is_empty(), allow_no_tests) {
+            (true, true) => {
+                return Ok(format!(
+                    "release `{release}` has no test hooks: nothing to run (allowed)"
+                ))
+            }
+            (true, false) => {
+                return Err(Failure::new(
+                    FailureCategory::VerificationFailed,
+                    format!("release `{release}` has no test hooks: nothing was verified (`inputs.allow_no_tests: true` lets that succeed)"),
+                ))
+            }
+            _ => {}
         }
         let failed: Vec<&HelmTestRun> = self
             .report
