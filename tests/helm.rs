@@ -488,26 +488,8 @@ async fn a_private_chart_installs_with_its_login_and_values_from_artifacts(pool:
     // The manifests output, as a consumer downloads it, holds what the
     // cluster holds.
     let attempt = pipeline.wait_status(&right.job_id, "succeeded", WAIT).await;
-    let storage = pipeline.dir.join("artifacts");
-    let mut manifests = None;
-    for _ in 0..60 {
-        let output = common::execplane_with(
-            &pool,
-            &[
-                "artifacts",
-                "get",
-                &attempt.to_string(),
-                "rendered-manifests.yaml",
-            ],
-            &[("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap())],
-        );
-        if output.status.success() {
-            manifests = Some(String::from_utf8(output.stdout).unwrap());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let manifests = manifests.expect("the manifests output downloads");
+    let manifests = pipeline.download(attempt, "rendered-manifests.yaml").await;
+    let manifests = String::from_utf8(manifests).unwrap();
     let configmaps = resource("v1", "ConfigMap", "configmaps");
     let held = cluster::get(&admin, &namespace, &configmaps, "web-settings")
         .await

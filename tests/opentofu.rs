@@ -719,21 +719,8 @@ async fn variable_files_reach_the_cli_in_order_and_the_state_is_stored(pool: PgP
     assert_eq!(result["state"]["artifact"], "state.json", "{result}");
 
     let attempt = attempt_of(&apply);
-    let storage = stack.pipeline.dir.join("artifacts");
-    let mut stored = None;
-    for _ in 0..60 {
-        let output = common::execplane_with(
-            &pool,
-            &["artifacts", "get", &attempt.to_string(), "state.json"],
-            &[("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap())],
-        );
-        if output.status.success() {
-            stored = Some(output.stdout);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let state: Value = serde_json::from_slice(&stored.expect("the state downloads")).unwrap();
+    let stored = stack.pipeline.download(attempt, "state.json").await;
+    let state: Value = serde_json::from_slice(&stored).unwrap();
     assert_eq!(state["lineage"], result["state"]["lineage"]);
     assert_eq!(state["serial"], result["state"]["serial"]);
     assert_eq!(state["outputs"]["greeting"]["value"], "from-hcl");

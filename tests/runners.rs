@@ -200,16 +200,9 @@ fn every_runner_type_runs_the_conformance_suite() {
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn the_verification_runner_conforms(pool: PgPool) {
     let bao = common::bao::Bao::new();
-    let secret = format!("vérif-{}", uuid::Uuid::new_v4().simple());
-    bao.put("team-a/conformance", json!({"value": secret}))
-        .await;
+    let secret = conformance::store_echo_secret(&bao, "vérif").await;
     let mut pipeline = Pipeline::new(&pool).await;
-    pipeline.spawn(&["dispatcher"], &[]);
-    pipeline.spawn(&["relay"], &[]);
-    pipeline.spawn(
-        &["artifact-worker"],
-        &[("EXECPLANE_ARTIFACT_GRACE", "300ms")],
-    );
+    conformance::spawn_core(&mut pipeline);
     let probes = format!("{}/tests/probes", env!("CARGO_MANIFEST_DIR"));
     pipeline.spawn(
         &["runner", "verification"],
@@ -232,8 +225,7 @@ async fn the_verification_runner_conforms(pool: PgPool) {
     let echo = job(
         "verify.custom.probe",
         json!({"probe_id": "leaky", "args": {"text": {"$secret": "value"}}}),
-        json!({"secret_refs": [{"name": "value", "mount": "secret",
-                                "path": "team-a/conformance", "key": "value"}]}),
+        json!({"secret_refs": conformance::echo_secret_refs()}),
     );
     let fixture = Fixture {
         long: Long::twice(

@@ -293,23 +293,9 @@ async fn each_node_s_stdout_and_stderr_are_outputs_of_their_own(pool: PgPool) {
     let (status, _, message, result) = pipeline.ended(&spec, WAIT).await;
     assert_eq!(status, "succeeded", "{message}");
     let attempt = pipeline.wait_status(&spec.job_id, "succeeded", WAIT).await;
-    let storage = pipeline.dir.join("artifacts");
     let download = |name: String| {
-        let (pool, storage) = (&pool, &storage);
-        async move {
-            for _ in 0..60 {
-                let output = common::execplane_with(
-                    pool,
-                    &["artifacts", "get", &attempt.to_string(), &name],
-                    &[("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap())],
-                );
-                if output.status.success() {
-                    return String::from_utf8(output.stdout).unwrap();
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-            panic!("{name} never downloads");
-        }
+        let pipeline = &pipeline;
+        async move { String::from_utf8(pipeline.download(attempt, &name).await).unwrap() }
     };
     let nodes = result["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 2, "{result}");

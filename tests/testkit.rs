@@ -161,16 +161,9 @@ impl Drop for InProcess {
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn the_testkit_runner_conforms(pool: PgPool) {
     let bao = Bao::new();
-    let secret = format!("testkit-{}", uuid::Uuid::new_v4().simple());
-    bao.put("team-a/conformance", json!({"value": secret}))
-        .await;
+    let secret = conformance::store_echo_secret(&bao, "testkit").await;
     let mut pipeline = Pipeline::new(&pool).await;
-    pipeline.spawn(&["dispatcher"], &[]);
-    pipeline.spawn(&["relay"], &[]);
-    pipeline.spawn(
-        &["artifact-worker"],
-        &[("EXECPLANE_ARTIFACT_GRACE", "300ms")],
-    );
+    conformance::spawn_core(&mut pipeline);
     let runner = InProcess::start(
         &pipeline,
         &[
@@ -190,8 +183,7 @@ async fn the_testkit_runner_conforms(pool: PgPool) {
     let echo = job(
         "testkit.echo.run",
         json!({"message": {"$secret": "value"}, "tag": format!("{tag}-echo")}),
-        json!({"secret_refs": [{"name": "value", "mount": "secret",
-                                "path": "team-a/conformance", "key": "value"}]}),
+        json!({"secret_refs": conformance::echo_secret_refs()}),
     );
     let fixture = Fixture {
         long: Long::twice(

@@ -60,6 +60,32 @@ pub struct Fixture {
     pub artifacts: PathBuf,
 }
 
+/// A fresh secret for the echo, `prefix` then random, stored in the
+/// stack's OpenBao where [`echo_secret_refs`] point: the secret.
+pub async fn store_echo_secret(bao: &super::bao::Bao, prefix: &str) -> String {
+    let secret = format!("{prefix}-{}", Uuid::new_v4().simple());
+    bao.put("team-a/conformance", serde_json::json!({"value": secret}))
+        .await;
+    secret
+}
+
+/// The `secret_refs` of an echo that names its secret `{"$secret": "value"}`.
+pub fn echo_secret_refs() -> serde_json::Value {
+    serde_json::json!([{"name": "value", "mount": "secret",
+                        "path": "team-a/conformance", "key": "value"}])
+}
+
+/// The roles the suite needs besides the runner: the dispatcher, the
+/// relay and an artifact worker (the echo's artifacts are scanned).
+pub fn spawn_core(pipeline: &mut Pipeline) {
+    pipeline.spawn(&["dispatcher"], &[]);
+    pipeline.spawn(&["relay"], &[]);
+    pipeline.spawn(
+        &["artifact-worker"],
+        &[("EXECPLANE_ARTIFACT_GRACE", "300ms")],
+    );
+}
+
 /// The grace a cancel is given.
 const GRACE: Duration = Duration::from_secs(5);
 /// The deadline of the deadline check.

@@ -610,6 +610,25 @@ impl Pipeline {
 
     /// `execplane artifacts put --tenant team-a` (the tenant of [`job`]) of
     /// `bytes` into this pipeline's artifact storage: the `sha256:` reference.
+    /// Output `name` of `attempt` as a consumer downloads it (`execplane
+    /// artifacts get`), once the artifact worker (which must run) has
+    /// recorded it; within 30 s.
+    pub async fn download(&self, attempt: Uuid, name: &str) -> Vec<u8> {
+        let storage = self.dir.join("artifacts");
+        for _ in 0..60 {
+            let output = super::execplane_with(
+                &self.pool,
+                &["artifacts", "get", &attempt.to_string(), name],
+                &[("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap())],
+            );
+            if output.status.success() {
+                return output.stdout;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        panic!("output {name} of {attempt} never downloads");
+    }
+
     pub fn put_artifact(&self, name: &str, bytes: &[u8]) -> String {
         let file = self.dir.join(name);
         std::fs::write(&file, bytes).unwrap();
