@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use super::ops::{ObjectRef, OperationInputs};
+use super::ops::{HelmReleaseRef, HelmTestInputs, ObjectRef, OperationInputs};
 use super::Problem;
 
 /// An RFC 1123 label (a namespace): 1-63 lowercase letters, digits and
@@ -136,7 +136,6 @@ fn push(problems: &mut Vec<Problem>, path: String, problem: Option<String>) {
     }
 }
 
-/// Every name of an object reference, under `path`.
 /// The objects of an apply's or a patch's `wait_for`, as every object.
 fn waits_problems(waits: &[super::ops::WaitFor], problems: &mut Vec<Problem>) {
     for (index, wait) in waits.iter().enumerate() {
@@ -148,6 +147,7 @@ fn waits_problems(waits: &[super::ops::WaitFor], problems: &mut Vec<Problem>) {
     }
 }
 
+/// Every name of an object reference, under `path`.
 pub fn object_problems(path: &str, object: &ObjectRef, problems: &mut Vec<Problem>) {
     push(
         problems,
@@ -283,13 +283,18 @@ pub fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
             namespace(&mut problems, &helm.namespace);
             release(&mut problems, &helm.release);
         }
-        I::HelmUninstall(helm) => {
-            namespace(&mut problems, &helm.namespace);
-            release(&mut problems, &helm.release);
-        }
-        I::HelmTest(helm) => {
-            namespace(&mut problems, &helm.namespace);
-            release(&mut problems, &helm.release);
+        I::HelmUninstall(HelmReleaseRef {
+            namespace: space,
+            release: name,
+            ..
+        })
+        | I::HelmTest(HelmTestInputs {
+            namespace: space,
+            release: name,
+            ..
+        }) => {
+            namespace(&mut problems, space);
+            release(&mut problems, name);
         }
         I::HelmTemplate(helm) => {
             namespace(&mut problems, &helm.namespace);

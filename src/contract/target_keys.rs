@@ -12,7 +12,9 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::ops::{ClusterRef, InventoryRef, OperationInputs, TofuModule};
+use super::ops::{
+    ClusterRef, HelmReleaseRef, HelmTestInputs, InventoryRef, OperationInputs, TofuModule,
+};
 use super::{JobSpec, Target};
 
 /// What a key names. The policy's limits are per kind.
@@ -130,8 +132,17 @@ fn input_keys(tenant: &str, inputs: &OperationInputs) -> Vec<(KeyKind, String)> 
             release(&helm.cluster, &helm.namespace, &helm.release)
         }
         I::HelmRollback(helm) => release(&helm.cluster, &helm.namespace, &helm.release),
-        I::HelmUninstall(helm) => release(&helm.cluster, &helm.namespace, &helm.release),
-        I::HelmTest(helm) => release(&helm.cluster, &helm.namespace, &helm.release),
+        I::HelmUninstall(HelmReleaseRef {
+            cluster,
+            namespace,
+            release: name,
+        })
+        | I::HelmTest(HelmTestInputs {
+            cluster,
+            namespace,
+            release: name,
+            ..
+        }) => release(cluster, namespace, name),
         I::OpentofuPlan(module)
         | I::OpentofuDestroy(module)
         | I::OpentofuOutput(module)

@@ -16,6 +16,7 @@ use super::helm::HelmRules;
 use super::kubernetes::KubernetesRules;
 use super::opentofu::TofuRules;
 use super::ssh::{SshRules, SshTemplate};
+use crate::contract::ops::{HelmReleaseRef, HelmTestInputs};
 use crate::contract::{JobSpec, Operation, OperationInputs, Problem};
 
 /// A permission behind one of the JobSpec's `policy` flags: a requester
@@ -272,11 +273,13 @@ impl Check<'_> {
             I::HelmRollback(rollback) => {
                 self.cluster(&rollback.cluster, &rollback.namespace);
             }
-            I::HelmUninstall(release) => {
-                self.cluster(&release.cluster, &release.namespace);
-            }
-            I::HelmTest(release) => {
-                self.cluster(&release.cluster, &release.namespace);
+            I::HelmUninstall(HelmReleaseRef {
+                cluster, namespace, ..
+            })
+            | I::HelmTest(HelmTestInputs {
+                cluster, namespace, ..
+            }) => {
+                self.cluster(cluster, namespace);
             }
             I::HelmTemplate(template) => self.chart(&template.chart),
             I::OpentofuPlan(module)
