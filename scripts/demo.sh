@@ -51,6 +51,9 @@ export EXECPLANE_VAULT_ADDR="${EXECPLANE_VAULT_ADDR:-http://127.0.0.1:8200}"
 EXECPLANE_VAULT_TOKEN="$(cat "$STACK_DIR/openbao-root-token")"
 export EXECPLANE_VAULT_TOKEN
 export EXECPLANE_ANSIBLE_BIN_DIR="${EXECPLANE_ANSIBLE_BIN_DIR:-$STACK_DIR/ansible/bin}"
+# examples/verify-custom.json runs the built-in `sleep` probe, which no
+# allowlist holds by default.
+export EXECPLANE_VERIFY_PROBES="${EXECPLANE_VERIFY_PROBES:-sleep}"
 python3 - "$STACK_DIR/ssh/user_ed25519" <<'PY' |
 import json, sys
 print(json.dumps({"data": {"private_key": open(sys.argv[1]).read()}}))

@@ -432,7 +432,7 @@ impl Default for VerificationSettings {
         Self {
             // The verification runner's built-in probes (`cli::assemble`'s
             // tests hold the two lists equal).
-            probes: "sleep,hang,fail".into(),
+            probes: String::new(),
             max_timeout: DurationMs::from_secs(60),
             max_body_bytes: 1024 * 1024,
             probe_dir: String::new(),

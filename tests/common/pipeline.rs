@@ -188,6 +188,8 @@ impl Pipeline {
             ("EXECPLANE_RUNNER_DRAIN_TIMEOUT", "5s".into()),
             ("EXECPLANE_LOG", "info,execplane=debug,sqlx=warn".into()),
             ("EXECPLANE_DATABASE_MAX_CONNECTIONS", "5".into()),
+            // The built-in test probes: on no allowlist by default.
+            ("EXECPLANE_VERIFY_PROBES", "sleep,hang,fail".into()),
             (
                 "EXECPLANE_ARTIFACT_DIR",
                 self.dir.join("artifacts").display().to_string(),

@@ -1,8 +1,8 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-/// Probes compiled into the runner; `verify.custom.probe` runs only these,
-/// and only those the operator allows.
+/// Probes compiled into the runner for tests and demos (with `echo`): an
+/// allowlist names them to run them, and none does by default.
 pub const BUILTIN_PROBES: [&str; 3] = ["sleep", "hang", "fail"];
 
 #[derive(Clone, Debug)]

@@ -448,8 +448,8 @@ fn echo(args: &crate::contract::ops::Vars, context: &ExecutionContext, sample: &
     sample.observed = serde_json::json!({"echoed": text});
 }
 
-/// Whether `id` names a probe compiled into the runner (`echo` included,
-/// though it is off the default allowlist).
+/// Whether `id` names a probe compiled into the runner (each runs only
+/// when `EXECPLANE_VERIFY_PROBES` names it; by default none does).
 pub fn is_built_in(id: &str) -> bool {
     matches!(id, "echo" | "sleep" | "hang" | "fail")
 }
