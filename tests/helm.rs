@@ -503,6 +503,24 @@ async fn a_private_chart_installs_with_its_login_and_values_from_artifacts(pool:
     assert_eq!(rendered[0]["metadata"]["name"], "web-settings");
     assert_eq!(rendered[0]["data"], held["data"], "{manifests}");
 
+    // Another tenant's values file, whose digest a tenant learnt: refused
+    // before helm reads it, and nothing changes.
+    let theirs = pipeline.put_artifact_for("team-b", "theirs.yaml", b"greeting: theirs\n");
+    let mut stolen = install("password");
+    stolen.inputs["values_artifacts"] = json!([theirs]);
+    pipeline.submit(&stolen).await;
+    let (status, category, message, _) = pipeline.ended(&stolen, WAIT).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("policy")),
+        "{message}"
+    );
+    assert!(message.contains("inputs.values_artifacts"), "{message}");
+    assert_eq!(
+        greeting(&admin, &namespace).await.as_deref(),
+        Some("second")
+    );
+
     // Its chart has no test hook: helm.test verified nothing, and fails
     // for it unless the JobSpec allows that.
     for allowed in [false, true] {

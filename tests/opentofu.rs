@@ -700,8 +700,26 @@ async fn variable_files_reach_the_cli_in_order_and_the_state_is_stored(pool: PgP
     let hcl_file = stack
         .pipeline
         .put_artifact("second.tfvars", b"greeting = \"from-hcl\"\n");
+    // Another tenant's variable file: refused before the CLI reads it.
+    let theirs =
+        stack
+            .pipeline
+            .put_artifact_for("team-b", "theirs.tfvars", b"greeting = \"theirs\"\n");
     let mut inputs = stack.module(json!({"run": "8"}), json!({}));
     inputs["workspace"] = json!("var-files");
+    inputs["var_files"] = json!([json_file, theirs]);
+    let stolen = stack.job(
+        "opentofu.apply",
+        inputs.clone(),
+        json!({"policy": {"explicit_command": true}}),
+    );
+    let (status, category, message, _) = stack.run(&stolen).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("policy")),
+        "{message}"
+    );
+    assert!(message.contains("inputs.var_files[1]"), "{message}");
     inputs["var_files"] = json!([json_file, hcl_file]);
     let apply = stack.job(
         "opentofu.apply",

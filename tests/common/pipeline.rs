@@ -632,6 +632,11 @@ impl Pipeline {
     }
 
     pub fn put_artifact(&self, name: &str, bytes: &[u8]) -> String {
+        self.put_artifact_for("team-a", name, bytes)
+    }
+
+    /// `bytes` stored as an input artifact of `tenant`: its reference.
+    pub fn put_artifact_for(&self, tenant: &str, name: &str, bytes: &[u8]) -> String {
         let file = self.dir.join(name);
         std::fs::write(&file, bytes).unwrap();
         let storage = self.dir.join("artifacts");
@@ -641,7 +646,7 @@ impl Pipeline {
                 "artifacts",
                 "put",
                 "--tenant",
-                "team-a",
+                tenant,
                 file.to_str().unwrap(),
             ],
             &[("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap())],
