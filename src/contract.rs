@@ -9,6 +9,7 @@ mod duration;
 mod events;
 mod failure;
 mod jobspec;
+mod key_kind;
 pub mod kube_names;
 pub mod limits;
 mod operation;

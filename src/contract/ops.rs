@@ -13,6 +13,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use super::key_kind::KeyKind;
 use super::Operation;
 
 pub type Vars = BTreeMap<String, Value>;
@@ -152,58 +153,160 @@ macro_rules! runner_inputs {
 }
 use runner_inputs;
 
-/// What intake checks of typed inputs beyond their shape, each runner's
-/// checks in its own file (names that become request paths are checked by
-/// `kube_names`, for the three runners that make them).
-pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<super::Problem> {
-    [
-        ansible::problems_of,
-        helm::problems_of,
-        kubernetes::problems_of,
-        opentofu::problems_of,
-        ssh::problems_of,
-        verification::problems_of,
-        #[cfg(feature = "testkit")]
-        testkit::problems_of,
-    ]
-    .iter()
-    .flat_map(|problems_of| problems_of(inputs))
-    .collect()
+/// What an operation's inputs name that the operator's policy rules on
+/// (`policy::rules`): each runner says which of these its inputs name, the
+/// policy judges each kind the same whichever runner names it.
+#[derive(Debug)]
+pub enum Governed<'a> {
+    AnsiblePlaybook(&'a AnsiblePlaybook),
+    AnsibleRole(&'a AnsibleRole),
+    /// A package alone (an inventory check reads no playbook of it).
+    AnsiblePackage(&'a PackageRef),
+    Manifests(&'a KubernetesApply),
+    Deletions(&'a KubernetesDelete),
+    /// One object of a namespace of a cluster.
+    Object {
+        cluster: &'a ClusterRef,
+        namespace: &'a str,
+        object: &'a ObjectRef,
+    },
+    /// A namespace of a cluster, as a whole.
+    Namespace {
+        cluster: &'a ClusterRef,
+        namespace: &'a str,
+    },
+    Chart(&'a ChartRef),
+    TofuModule(&'a TofuModule),
+    SshCommand(&'a SshCommand),
+    /// A field of an ssh template the inputs fill.
+    SshField {
+        template: &'a str,
+        field: &'static str,
+        value: Value,
+    },
+    SshFacts(&'a SshFacts),
 }
 
-/// The contract's gates on a JobSpec's own flags, each runner's in its own
-/// file.
-pub(super) fn flag_problems(
-    operation: Operation,
-    flags: &super::PolicyFlags,
-    inputs: Option<&Value>,
-) -> Vec<super::Problem> {
-    use super::RunnerType as R;
-    match operation.runner_type() {
-        R::Kubernetes => kubernetes::flag_problems(operation, flags),
-        R::Helm => helm::flag_problems(operation, flags),
-        R::Opentofu => opentofu::flag_problems(operation, flags, inputs),
-        R::Ansible | R::Ssh | R::Verification => Vec::new(),
-        #[cfg(feature = "testkit")]
-        R::Testkit => Vec::new(),
+/// What a runner's vocabulary says of its inputs beyond their shape, on
+/// its inputs enum in its own file: each method matches every operation of
+/// the runner, so an operation added without saying what it acts on and
+/// what the policy rules on does not compile.
+pub trait Vocabulary: RunnerInputs {
+    /// The keys its inputs name besides its targets (`target_keys`).
+    fn target_keys(&self, tenant: &str) -> Vec<(KeyKind, String)>;
+
+    /// What in its inputs the operator's policy rules on.
+    fn governed(&self) -> Vec<Governed<'_>>;
+
+    /// The contract's gates on the JobSpec's own flags for `operation`.
+    fn flag_problems(
+        _operation: Operation,
+        _flags: &super::PolicyFlags,
+        _inputs: Option<&Value>,
+    ) -> Vec<super::Problem> {
+        Vec::new()
     }
+
+    /// Whether `result` is a result of `operation` (docs/OPERATIONS.md).
+    fn result_problem(operation: Operation, result: &Value) -> Result<(), String>;
 }
 
-/// Whether `result` is a result of `operation` (docs/OPERATIONS.md), each
-/// runner's result types in its own file; the problem when it is not. The
-/// runner SDK checks every result with it before reporting it.
-pub fn check_result(operation: Operation, result: &Value) -> Result<(), String> {
-    use super::RunnerType as R;
-    match operation.runner_type() {
-        R::Verification => verification::result_problem(operation, result),
-        R::Ssh => ssh::result_problem(operation, result),
-        R::Ansible => shaped::<AnsibleResult>(result),
-        R::Kubernetes => shaped::<KubernetesResult>(result),
-        R::Helm => shaped::<HelmResult>(result),
-        R::Opentofu => shaped::<TofuResult>(result),
-        #[cfg(feature = "testkit")]
-        R::Testkit => shaped::<TestkitResult>(result),
-    }
+/// Declares [`ByRunner`] and the dispatch by runner type from each runner
+/// type's inputs enum and module, the one list of runners' vocabularies: a
+/// [`RunnerType`](super::RunnerType) without its inputs does not compile.
+macro_rules! runners {
+    ($($(#[$attr:meta])* $runner:ident($inputs:ty) in $module:ident,)+) => {
+        /// A JobSpec's inputs narrowed to its runner's.
+        #[derive(Clone, Debug, PartialEq)]
+        pub enum ByRunner {
+            $($(#[$attr])* $runner($inputs),)+
+        }
+
+        impl ByRunner {
+            /// `inputs` of `operation`, parsed and narrowed to its runner's;
+            /// none when they do not parse (intake refuses them).
+            pub fn parse(operation: Operation, inputs: &Value) -> Option<Self> {
+                let inputs = OperationInputs::parse(operation, inputs).ok()?;
+                $(
+                    $(#[$attr])*
+                    let inputs = match <$inputs>::try_from(inputs) {
+                        Ok(narrowed) => return Some(Self::$runner(narrowed)),
+                        Err(other) => other,
+                    };
+                )+
+                // Every variant is some runner's (the test below).
+                drop(inputs);
+                None
+            }
+
+            pub fn target_keys(&self, tenant: &str) -> Vec<(KeyKind, String)> {
+                match self {
+                    $($(#[$attr])* Self::$runner(inputs) => inputs.target_keys(tenant),)+
+                }
+            }
+
+            pub fn governed(&self) -> Vec<Governed<'_>> {
+                match self {
+                    $($(#[$attr])* Self::$runner(inputs) => inputs.governed(),)+
+                }
+            }
+        }
+
+        /// What intake checks of typed inputs beyond their shape, each
+        /// runner's checks in its own file (names that become request paths
+        /// are checked by `kube_names`, for the three runners that make
+        /// them).
+        pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<super::Problem> {
+            let mut problems = Vec::new();
+            $($(#[$attr])* problems.extend($module::problems_of(inputs));)+
+            problems
+        }
+
+        /// The operations `runner`'s inputs hold, one per variant.
+        pub fn operations_of(runner: super::RunnerType) -> &'static [Operation] {
+            match runner {
+                $($(#[$attr])* super::RunnerType::$runner => <$inputs as RunnerInputs>::OPERATIONS,)+
+            }
+        }
+
+        /// The contract's gates on a JobSpec's own flags, each runner's in
+        /// its own file.
+        pub(super) fn flag_problems(
+            operation: Operation,
+            flags: &super::PolicyFlags,
+            inputs: Option<&Value>,
+        ) -> Vec<super::Problem> {
+            match operation.runner_type() {
+                $($(#[$attr])* super::RunnerType::$runner => <$inputs as Vocabulary>::flag_problems(operation, flags, inputs),)+
+            }
+        }
+
+        /// Whether `result` is a result of `operation` (docs/OPERATIONS.md),
+        /// each runner's result types in its own file; the problem when it
+        /// is not. The runner SDK checks every result with it before
+        /// reporting it.
+        pub fn check_result(operation: Operation, result: &Value) -> Result<(), String> {
+            match operation.runner_type() {
+                $($(#[$attr])* super::RunnerType::$runner => <$inputs as Vocabulary>::result_problem(operation, result),)+
+            }
+        }
+    };
+}
+
+runners! {
+    Ansible(AnsibleInputs) in ansible,
+    Kubernetes(KubernetesInputs) in kubernetes,
+    Helm(HelmInputs) in helm,
+    Opentofu(TofuInputs) in opentofu,
+    Ssh(SshInputs) in ssh,
+    Verification(VerifyInputs) in verification,
+    #[cfg(feature = "testkit")]
+    Testkit(TestkitInputs) in testkit,
+}
+
+/// The key of a namespace of a cluster: every object in it.
+fn namespace_key(cluster: &ClusterRef, namespace: &str) -> Vec<(KeyKind, String)> {
+    vec![(KeyKind::Namespace, format!("{}/{namespace}", cluster.name))]
 }
 
 /// Whether `result` reads as a `T`; the path and reason when it does not.
@@ -226,10 +329,6 @@ pub mod verification;
 mod tests {
     use super::*;
     use crate::contract::RunnerType;
-
-    fn operations_of<I: RunnerInputs>() -> Vec<Operation> {
-        I::OPERATIONS.to_vec()
-    }
 
     /// The apply gate, case by case: which field is refused (none: it
     /// passes), as intake and the runner SDK both refuse it.
@@ -315,16 +414,7 @@ mod tests {
     #[test]
     fn each_runner_s_inputs_hold_exactly_the_operations_of_its_type() {
         for &runner in RunnerType::ALL {
-            let held = match runner {
-                RunnerType::Ansible => operations_of::<ansible::AnsibleInputs>(),
-                RunnerType::Kubernetes => operations_of::<kubernetes::KubernetesInputs>(),
-                RunnerType::Helm => operations_of::<helm::HelmInputs>(),
-                RunnerType::Opentofu => operations_of::<opentofu::TofuInputs>(),
-                RunnerType::Ssh => operations_of::<ssh::SshInputs>(),
-                RunnerType::Verification => operations_of::<verification::VerifyInputs>(),
-                #[cfg(feature = "testkit")]
-                RunnerType::Testkit => operations_of::<testkit::TestkitInputs>(),
-            };
+            let held = operations_of(runner).to_vec();
             let all: Vec<Operation> = Operation::ALL
                 .iter()
                 .copied()

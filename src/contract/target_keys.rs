@@ -12,49 +12,9 @@ use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
-use super::ops::{
-    ClusterRef, HelmReleaseRef, HelmTestInputs, InventoryRef, OperationInputs, TofuModule,
-};
+pub use super::key_kind::KeyKind;
+use super::ops::ByRunner;
 use super::{JobSpec, Target};
-
-/// What a key names. The policy's limits are per kind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum KeyKind {
-    /// A host the runner connects to: a target's address, else its id.
-    Node,
-    /// An inventory artifact whose hosts are not named in `targets`.
-    Inventory,
-    /// A Kubernetes namespace of one cluster (every object in it).
-    Namespace,
-    /// A Helm release: cluster, namespace, release name.
-    Release,
-    /// An OpenTofu state: module package, path, workspace.
-    Workspace,
-}
-
-impl KeyKind {
-    pub const ALL: [KeyKind; 5] = [
-        KeyKind::Node,
-        KeyKind::Inventory,
-        KeyKind::Namespace,
-        KeyKind::Release,
-        KeyKind::Workspace,
-    ];
-
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            KeyKind::Node => "node",
-            KeyKind::Inventory => "inventory",
-            KeyKind::Namespace => "namespace",
-            KeyKind::Release => "release",
-            KeyKind::Workspace => "workspace",
-        }
-    }
-
-    pub fn parse(text: &str) -> Option<Self> {
-        Self::ALL.into_iter().find(|kind| kind.as_str() == text)
-    }
-}
 
 /// The most attempts the policy may let hold one key at once.
 pub const MAX_KEY_LIMIT: u32 = 1_000;
@@ -87,8 +47,10 @@ pub fn derive(spec: &JobSpec) -> Vec<(KeyKind, String)> {
     for target in &spec.targets {
         add(KeyKind::Node, node_name(target));
     }
-    if let Ok(inputs) = OperationInputs::parse(spec.operation, &spec.inputs) {
-        for (kind, name) in input_keys(&spec.tenant, &inputs) {
+    if let Some(inputs) = ByRunner::parse(spec.operation, &spec.inputs) {
+        // What the operation's own inputs name, each runner's in its
+        // vocabulary (`ops::<runner>`).
+        for (kind, name) in inputs.target_keys(&spec.tenant) {
             add(kind, name);
         }
     }
@@ -102,92 +64,6 @@ fn node_name(target: &Target) -> String {
         .as_deref()
         .unwrap_or(&target.id)
         .to_ascii_lowercase()
-}
-
-/// The keys the operation's own inputs name (besides its targets).
-fn input_keys(tenant: &str, inputs: &OperationInputs) -> Vec<(KeyKind, String)> {
-    use OperationInputs as I;
-    let namespace = |cluster: &ClusterRef, namespace: &str| {
-        vec![(KeyKind::Namespace, format!("{}/{namespace}", cluster.name))]
-    };
-    let release = |cluster: &ClusterRef, namespace: &str, release: &str| {
-        vec![(
-            KeyKind::Release,
-            format!("{}/{namespace}/{release}", cluster.name),
-        )]
-    };
-    match inputs {
-        I::AnsiblePlaybookRun(run) | I::AnsibleCheckModeRun(run) => inventory(&run.inventory),
-        I::AnsibleRoleRun(run) => inventory(&run.inventory),
-        I::AnsibleInventoryValidate(run) => inventory(&Some(run.inventory.clone())),
-        I::KubernetesManifestApply(apply) => namespace(&apply.cluster, &apply.namespace),
-        I::KubernetesManifestDelete(delete) => namespace(&delete.cluster, &delete.namespace),
-        I::KubernetesWait(wait) => namespace(&wait.cluster, &wait.namespace),
-        I::KubernetesRolloutStatus(read) | I::KubernetesResourceRead(read) => {
-            namespace(&read.cluster, &read.namespace)
-        }
-        I::KubernetesResourcePatch(patch) => namespace(&patch.cluster, &patch.namespace),
-        I::VerifyKubernetesCondition(verify) => namespace(&verify.cluster, &verify.namespace),
-        I::HelmInstall(helm) | I::HelmUpgrade(helm) => {
-            release(&helm.cluster, &helm.namespace, &helm.release)
-        }
-        I::HelmRollback(helm) => release(&helm.cluster, &helm.namespace, &helm.release),
-        I::HelmUninstall(HelmReleaseRef {
-            cluster,
-            namespace,
-            release: name,
-        })
-        | I::HelmTest(HelmTestInputs {
-            cluster,
-            namespace,
-            release: name,
-            ..
-        }) => release(cluster, namespace, name),
-        I::OpentofuPlan(module)
-        | I::OpentofuDestroy(module)
-        | I::OpentofuOutput(module)
-        | I::OpentofuStateInspect(module) => workspace(tenant, module),
-        I::OpentofuApply(apply) => workspace(tenant, &apply.module),
-        // Rendering touches nothing; ssh and verification act on targets.
-        I::HelmTemplate(_)
-        | I::SshCommandRun(_)
-        | I::SshFileUpload(_)
-        | I::SshFileDownload(_)
-        | I::SshServiceRestart(_)
-        | I::SshSystemFactCollect(_)
-        | I::VerifyHttpEndpoint(_)
-        | I::VerifyTcpConnect(_)
-        | I::VerifyPostgresReady(_)
-        | I::VerifyResourceCapability(_)
-        | I::VerifyCustomProbe(_) => Vec::new(),
-        #[cfg(feature = "testkit")]
-        I::TestkitEchoRun(_) => Vec::new(),
-    }
-}
-
-/// An inventory artifact's hosts are unknown until it is read: the artifact
-/// itself is the key (inventories built from `targets` add nothing here).
-fn inventory(inventory: &Option<InventoryRef>) -> Vec<(KeyKind, String)> {
-    inventory
-        .as_ref()
-        .and_then(|inventory| inventory.artifact.clone())
-        .map(|artifact| vec![(KeyKind::Inventory, artifact)])
-        .unwrap_or_default()
-}
-
-/// A state is the tenant's own (its local state directory is per tenant,
-/// its backend the tenant's): the key names the tenant, so no other tenant
-/// can queue work on it and stall it.
-fn workspace(tenant: &str, module: &TofuModule) -> Vec<(KeyKind, String)> {
-    vec![(
-        KeyKind::Workspace,
-        format!(
-            "{tenant}/{}/{}/{}",
-            module.package.name,
-            module.path.as_deref().unwrap_or("."),
-            module.workspace.as_deref().unwrap_or("default")
-        ),
-    )]
 }
 
 #[cfg(test)]

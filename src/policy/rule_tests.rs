@@ -86,6 +86,18 @@ fn the_example_policy_loads_and_what_it_allows_passes() {
             json!({}),
         ),
         spec(
+            "team-a",
+            "ssh.file.download",
+            json!({"template_id": "download-log", "path": "/var/log/syslog"}),
+            json!({"targets": [{"kind": "node", "id": "node-1"}]}),
+        ),
+        spec(
+            "team-a",
+            "ssh.service.restart",
+            json!({"template_id": "restart-service", "service": "nginx"}),
+            json!({"targets": [{"kind": "node", "id": "node-1"}]}),
+        ),
+        spec(
             "team-b",
             "verify.tcp.connect",
             json!({"host": "127.0.0.1", "port": 5432}),
@@ -237,6 +249,24 @@ fn package_and_node_cases() -> Vec<(JobSpec, &'static str)> {
                 "team-a",
                 "ssh.file.upload",
                 json!({"template_id": "upload", "source_artifact": PACKAGE, "destination": "/srv/drop/../../etc/cron.d/x"}),
+                node.clone(),
+            ),
+            "tenants.team-a.ssh.templates",
+        ),
+        (
+            spec(
+                "team-a",
+                "ssh.file.download",
+                json!({"template_id": "download-log", "path": "/etc/shadow"}),
+                node.clone(),
+            ),
+            "tenants.team-a.ssh.templates",
+        ),
+        (
+            spec(
+                "team-a",
+                "ssh.service.restart",
+                json!({"template_id": "restart-service", "service": "sshd"}),
                 node.clone(),
             ),
             "tenants.team-a.ssh.templates",

@@ -16,8 +16,8 @@ use super::helm::HelmRules;
 use super::kubernetes::KubernetesRules;
 use super::opentofu::TofuRules;
 use super::ssh::{SshRules, SshTemplate};
-use crate::contract::ops::{HelmReleaseRef, HelmTestInputs};
-use crate::contract::{JobSpec, Operation, OperationInputs, Problem};
+use crate::contract::ops::{ByRunner, Governed};
+use crate::contract::{JobSpec, Operation, Problem};
 
 /// A permission behind one of the JobSpec's `policy` flags: a requester
 /// may set the flag only when the operator granted it to its tenant.
@@ -178,7 +178,7 @@ impl Check<'_> {
         self.operation();
         self.grants();
         // Inputs that do not parse are the contract's to refuse.
-        if let Ok(inputs) = OperationInputs::parse(self.spec.operation, &self.spec.inputs) {
+        if let Some(inputs) = ByRunner::parse(self.spec.operation, &self.spec.inputs) {
             self.inputs(&inputs);
         }
         self.problems
@@ -227,88 +227,36 @@ impl Check<'_> {
         }
     }
 
-    /// One arm per operation's inputs, each to the rules of its kind.
-    fn inputs(&mut self, inputs: &OperationInputs) {
-        use OperationInputs as I;
-        match inputs {
-            I::AnsiblePlaybookRun(playbook) | I::AnsibleCheckModeRun(playbook) => {
-                self.playbook(playbook)
-            }
-            I::AnsibleRoleRun(role) => self.role(role),
-            I::AnsibleInventoryValidate(validate) => {
-                if let Some(package) = &validate.package {
+    /// What the inputs name (each runner's vocabulary says what, in
+    /// `contract::ops::<runner>`), each to the rules of its kind.
+    fn inputs(&mut self, inputs: &ByRunner) {
+        for governed in inputs.governed() {
+            match governed {
+                Governed::AnsiblePlaybook(playbook) => self.playbook(playbook),
+                Governed::AnsibleRole(role) => self.role(role),
+                Governed::AnsiblePackage(package) => {
                     self.ansible_package(package);
                 }
-            }
-            I::KubernetesManifestApply(apply) => {
-                self.manifests(apply);
-                for wait in &apply.wait_for {
-                    self.one_object(&apply.cluster, &apply.namespace, &wait.object);
+                Governed::Manifests(apply) => self.manifests(apply),
+                Governed::Deletions(delete) => self.deletions(delete),
+                Governed::Object {
+                    cluster,
+                    namespace,
+                    object,
+                } => self.one_object(cluster, namespace, object),
+                Governed::Namespace { cluster, namespace } => {
+                    self.cluster(cluster, namespace);
                 }
+                Governed::Chart(chart) => self.chart(chart),
+                Governed::TofuModule(module) => self.tofu(module),
+                Governed::SshCommand(command) => self.ssh_command(command),
+                Governed::SshField {
+                    template,
+                    field,
+                    value,
+                } => self.ssh_field(template, field, &value),
+                Governed::SshFacts(facts) => self.ssh_facts(facts),
             }
-            I::KubernetesManifestDelete(delete) => self.deletions(delete),
-            I::KubernetesWait(wait) => {
-                self.one_object(&wait.cluster, &wait.namespace, &wait.object)
-            }
-            I::KubernetesRolloutStatus(object) | I::KubernetesResourceRead(object) => {
-                self.one_object(&object.cluster, &object.namespace, &object.object)
-            }
-            I::KubernetesResourcePatch(patch) => {
-                self.one_object(&patch.cluster, &patch.namespace, &patch.object);
-                for wait in &patch.wait_for {
-                    self.one_object(&patch.cluster, &patch.namespace, &wait.object);
-                }
-            }
-            I::VerifyKubernetesCondition(condition) => {
-                self.one_object(&condition.cluster, &condition.namespace, &condition.object)
-            }
-            I::VerifyResourceCapability(capability) => {
-                let namespace = capability.namespace.as_deref().unwrap_or("default");
-                self.cluster(&capability.cluster, namespace);
-            }
-            I::HelmInstall(release) | I::HelmUpgrade(release) => {
-                self.cluster(&release.cluster, &release.namespace);
-                self.chart(&release.chart);
-            }
-            I::HelmRollback(rollback) => {
-                self.cluster(&rollback.cluster, &rollback.namespace);
-            }
-            I::HelmUninstall(HelmReleaseRef {
-                cluster, namespace, ..
-            })
-            | I::HelmTest(HelmTestInputs {
-                cluster, namespace, ..
-            }) => {
-                self.cluster(cluster, namespace);
-            }
-            I::HelmTemplate(template) => self.chart(&template.chart),
-            I::OpentofuPlan(module)
-            | I::OpentofuDestroy(module)
-            | I::OpentofuOutput(module)
-            | I::OpentofuStateInspect(module) => self.tofu(module),
-            I::OpentofuApply(apply) => self.tofu(&apply.module),
-            I::SshCommandRun(command) => self.ssh_command(command),
-            I::SshFileUpload(upload) => {
-                let destination = upload.destination.clone().into();
-                self.ssh_field(&upload.template_id, "destination", &destination);
-            }
-            I::SshFileDownload(download) => {
-                self.ssh_field(&download.template_id, "path", &download.path.clone().into());
-            }
-            I::SshServiceRestart(restart) => {
-                self.ssh_field(
-                    &restart.template_id,
-                    "service",
-                    &restart.service.clone().into(),
-                );
-            }
-            I::SshSystemFactCollect(facts) => self.ssh_facts(facts),
-            I::VerifyHttpEndpoint(_)
-            | I::VerifyTcpConnect(_)
-            | I::VerifyPostgresReady(_)
-            | I::VerifyCustomProbe(_) => {}
-            #[cfg(feature = "testkit")]
-            I::TestkitEchoRun(_) => {}
         }
         // Every operation's targets: ssh and ansible connect to them (an
         // inventory may reach no other host), and every target takes a

@@ -5,7 +5,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::OperationInputs;
+use super::{Governed, KeyKind};
 use super::{PackageRef, Vars};
+use crate::contract::Operation;
 use crate::contract::Problem;
 
 /// An inventory: an artifact reference, or generated from the job's targets.
@@ -81,6 +83,43 @@ super::runner_inputs! {
     AnsibleRoleRun(AnsibleRole),
     AnsibleInventoryValidate(AnsibleInventoryValidate),
     AnsibleCheckModeRun(AnsiblePlaybook),
+    }
+}
+
+impl super::Vocabulary for AnsibleInputs {
+    /// An inventory artifact's hosts are unknown until it is read: the
+    /// artifact itself is the key (inventories built from `targets` add
+    /// nothing here).
+    fn target_keys(&self, _tenant: &str) -> Vec<(KeyKind, String)> {
+        let inventory = match self {
+            Self::AnsiblePlaybookRun(run) | Self::AnsibleCheckModeRun(run) => {
+                run.inventory.as_ref()
+            }
+            Self::AnsibleRoleRun(run) => run.inventory.as_ref(),
+            Self::AnsibleInventoryValidate(run) => Some(&run.inventory),
+        };
+        inventory
+            .and_then(|inventory| inventory.artifact.clone())
+            .map(|artifact| vec![(KeyKind::Inventory, artifact)])
+            .unwrap_or_default()
+    }
+
+    fn governed(&self) -> Vec<Governed<'_>> {
+        match self {
+            Self::AnsiblePlaybookRun(playbook) | Self::AnsibleCheckModeRun(playbook) => {
+                vec![Governed::AnsiblePlaybook(playbook)]
+            }
+            Self::AnsibleRoleRun(role) => vec![Governed::AnsibleRole(role)],
+            Self::AnsibleInventoryValidate(validate) => validate
+                .package
+                .iter()
+                .map(Governed::AnsiblePackage)
+                .collect(),
+        }
+    }
+
+    fn result_problem(_: Operation, result: &Value) -> Result<(), String> {
+        super::shaped::<AnsibleResult>(result)
     }
 }
 

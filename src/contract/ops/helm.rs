@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{ClusterRef, OperationInputs, Vars};
+use super::{Governed, KeyKind};
 use crate::contract::artifact_ref::InputRef;
 use crate::contract::{Operation, PolicyFlags, Problem};
 
@@ -111,6 +112,69 @@ super::runner_inputs! {
     HelmUninstall(HelmReleaseRef),
     HelmTest(HelmTestInputs),
     HelmTemplate(HelmTemplate),
+    }
+}
+
+impl super::Vocabulary for HelmInputs {
+    /// The release it acts on; rendering touches nothing.
+    fn target_keys(&self, _tenant: &str) -> Vec<(KeyKind, String)> {
+        let (cluster, namespace, release) = match self {
+            Self::HelmInstall(helm) | Self::HelmUpgrade(helm) => {
+                (&helm.cluster, &helm.namespace, &helm.release)
+            }
+            Self::HelmRollback(helm) => (&helm.cluster, &helm.namespace, &helm.release),
+            Self::HelmUninstall(HelmReleaseRef {
+                cluster,
+                namespace,
+                release,
+            })
+            | Self::HelmTest(HelmTestInputs {
+                cluster,
+                namespace,
+                release,
+                ..
+            }) => (cluster, namespace, release),
+            Self::HelmTemplate(_) => return Vec::new(),
+        };
+        vec![(
+            KeyKind::Release,
+            format!("{}/{namespace}/{release}", cluster.name),
+        )]
+    }
+
+    /// The namespace it acts in and the chart it installs.
+    fn governed(&self) -> Vec<Governed<'_>> {
+        let namespace = |cluster, namespace| Governed::Namespace { cluster, namespace };
+        match self {
+            Self::HelmInstall(release) | Self::HelmUpgrade(release) => vec![
+                namespace(&release.cluster, &release.namespace),
+                Governed::Chart(&release.chart),
+            ],
+            Self::HelmRollback(rollback) => vec![namespace(&rollback.cluster, &rollback.namespace)],
+            Self::HelmUninstall(HelmReleaseRef {
+                cluster,
+                namespace: name,
+                ..
+            })
+            | Self::HelmTest(HelmTestInputs {
+                cluster,
+                namespace: name,
+                ..
+            }) => vec![namespace(cluster, name)],
+            Self::HelmTemplate(template) => vec![Governed::Chart(&template.chart)],
+        }
+    }
+
+    fn flag_problems(
+        operation: Operation,
+        flags: &PolicyFlags,
+        _inputs: Option<&Value>,
+    ) -> Vec<Problem> {
+        flag_problems(operation, flags)
+    }
+
+    fn result_problem(_: Operation, result: &Value) -> Result<(), String> {
+        super::shaped::<HelmResult>(result)
     }
 }
 

@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::ClusterRef;
 use super::OperationInputs;
+use super::{Governed, KeyKind};
 use crate::contract::DurationMs;
 use crate::contract::{Operation, PolicyFlags, Problem};
 
@@ -138,6 +139,64 @@ super::runner_inputs! {
     KubernetesRolloutStatus(KubernetesObject),
     KubernetesResourcePatch(KubernetesPatch),
     KubernetesResourceRead(KubernetesObject),
+    }
+}
+
+impl super::Vocabulary for KubernetesInputs {
+    /// The namespace it acts in.
+    fn target_keys(&self, _tenant: &str) -> Vec<(KeyKind, String)> {
+        let (cluster, namespace) = match self {
+            Self::KubernetesManifestApply(apply) => (&apply.cluster, &apply.namespace),
+            Self::KubernetesManifestDelete(delete) => (&delete.cluster, &delete.namespace),
+            Self::KubernetesWait(wait) => (&wait.cluster, &wait.namespace),
+            Self::KubernetesRolloutStatus(read) | Self::KubernetesResourceRead(read) => {
+                (&read.cluster, &read.namespace)
+            }
+            Self::KubernetesResourcePatch(patch) => (&patch.cluster, &patch.namespace),
+        };
+        super::namespace_key(cluster, namespace)
+    }
+
+    /// Every object it names, the objects it waits for too.
+    fn governed(&self) -> Vec<Governed<'_>> {
+        let object = |cluster, namespace, object| Governed::Object {
+            cluster,
+            namespace,
+            object,
+        };
+        match self {
+            Self::KubernetesManifestApply(apply) => std::iter::once(Governed::Manifests(apply))
+                .chain(
+                    apply
+                        .wait_for
+                        .iter()
+                        .map(|wait| object(&apply.cluster, &apply.namespace, &wait.object)),
+                )
+                .collect(),
+            Self::KubernetesManifestDelete(delete) => vec![Governed::Deletions(delete)],
+            Self::KubernetesWait(wait) => {
+                vec![object(&wait.cluster, &wait.namespace, &wait.object)]
+            }
+            Self::KubernetesRolloutStatus(read) | Self::KubernetesResourceRead(read) => {
+                vec![object(&read.cluster, &read.namespace, &read.object)]
+            }
+            Self::KubernetesResourcePatch(patch) => std::iter::once(&patch.object)
+                .chain(patch.wait_for.iter().map(|wait| &wait.object))
+                .map(|named| object(&patch.cluster, &patch.namespace, named))
+                .collect(),
+        }
+    }
+
+    fn flag_problems(
+        operation: Operation,
+        flags: &PolicyFlags,
+        _inputs: Option<&Value>,
+    ) -> Vec<Problem> {
+        flag_problems(operation, flags)
+    }
+
+    fn result_problem(_: Operation, result: &Value) -> Result<(), String> {
+        super::shaped::<KubernetesResult>(result)
     }
 }
 

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
+use super::{Governed, KeyKind};
 use super::{OperationInputs, PackageRef, Vars};
 use crate::contract::{Operation, PolicyFlags, Problem};
 
@@ -70,6 +71,53 @@ super::runner_inputs! {
     OpentofuDestroy(TofuModule),
     OpentofuOutput(TofuModule),
     OpentofuStateInspect(TofuModule),
+    }
+}
+
+impl super::Vocabulary for TofuInputs {
+    /// The state it acts on. A state is the tenant's own (its local state
+    /// directory is per tenant, its backend the tenant's): the key names
+    /// the tenant, so no other tenant can queue work on it and stall it.
+    fn target_keys(&self, tenant: &str) -> Vec<(KeyKind, String)> {
+        let module = self.module();
+        vec![(
+            KeyKind::Workspace,
+            format!(
+                "{tenant}/{}/{}/{}",
+                module.package.name,
+                module.path.as_deref().unwrap_or("."),
+                module.workspace.as_deref().unwrap_or("default")
+            ),
+        )]
+    }
+
+    fn governed(&self) -> Vec<Governed<'_>> {
+        vec![Governed::TofuModule(self.module())]
+    }
+
+    fn flag_problems(
+        operation: Operation,
+        flags: &PolicyFlags,
+        inputs: Option<&Value>,
+    ) -> Vec<Problem> {
+        flag_problems(operation, flags, inputs)
+    }
+
+    fn result_problem(_: Operation, result: &Value) -> Result<(), String> {
+        super::shaped::<TofuResult>(result)
+    }
+}
+
+impl TofuInputs {
+    /// The module every operation runs.
+    pub fn module(&self) -> &TofuModule {
+        match self {
+            Self::OpentofuPlan(module)
+            | Self::OpentofuDestroy(module)
+            | Self::OpentofuOutput(module)
+            | Self::OpentofuStateInspect(module) => module,
+            Self::OpentofuApply(apply) => &apply.module,
+        }
     }
 }
 

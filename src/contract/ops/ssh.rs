@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use super::OperationInputs;
 use super::Vars;
+use super::{Governed, KeyKind};
 use crate::contract::{Operation, Problem};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -94,6 +95,39 @@ super::runner_inputs! {
     SshFileDownload(SshDownload),
     SshServiceRestart(SshServiceRestart),
     SshSystemFactCollect(SshFacts),
+    }
+}
+
+impl super::Vocabulary for SshInputs {
+    /// Nothing besides its targets.
+    fn target_keys(&self, _tenant: &str) -> Vec<(KeyKind, String)> {
+        Vec::new()
+    }
+
+    /// Its template, and the template's fields it fills.
+    fn governed(&self) -> Vec<Governed<'_>> {
+        fn field<'a>(template: &'a str, field: &'static str, value: &str) -> Governed<'a> {
+            Governed::SshField {
+                template,
+                field,
+                value: value.into(),
+            }
+        }
+        vec![match self {
+            Self::SshCommandRun(command) => Governed::SshCommand(command),
+            Self::SshFileUpload(upload) => {
+                field(&upload.template_id, "destination", &upload.destination)
+            }
+            Self::SshFileDownload(download) => field(&download.template_id, "path", &download.path),
+            Self::SshServiceRestart(restart) => {
+                field(&restart.template_id, "service", &restart.service)
+            }
+            Self::SshSystemFactCollect(facts) => Governed::SshFacts(facts),
+        }]
+    }
+
+    fn result_problem(operation: Operation, result: &Value) -> Result<(), String> {
+        result_problem(operation, result)
     }
 }
 

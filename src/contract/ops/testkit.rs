@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::OperationInputs;
+use super::{Governed, KeyKind};
+use crate::contract::Operation;
 use crate::contract::Problem;
 
 /// The longest `testkit.echo.run` sleeps.
@@ -29,6 +31,26 @@ super::runner_inputs! {
     /// The inputs of the testkit runner's operations.
     TestkitInputs {
     TestkitEchoRun(TestkitEcho),
+    }
+}
+
+impl super::Vocabulary for TestkitInputs {
+    /// It acts on nothing but its own processes.
+    fn target_keys(&self, _tenant: &str) -> Vec<(KeyKind, String)> {
+        match self {
+            Self::TestkitEchoRun(_) => Vec::new(),
+        }
+    }
+
+    /// Nothing the operator's policy rules on beyond the operation itself.
+    fn governed(&self) -> Vec<Governed<'_>> {
+        match self {
+            Self::TestkitEchoRun(_) => Vec::new(),
+        }
+    }
+
+    fn result_problem(_: Operation, result: &Value) -> Result<(), String> {
+        super::shaped::<TestkitResult>(result)
     }
 }
 

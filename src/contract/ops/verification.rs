@@ -7,6 +7,7 @@ use serde_json::Value;
 use super::kubernetes::ObjectRef;
 use super::OperationInputs;
 use super::{ClusterRef, Vars};
+use super::{Governed, KeyKind};
 use crate::contract::DurationMs;
 use crate::contract::{FailureCategory, Operation, Problem};
 
@@ -149,6 +150,45 @@ super::runner_inputs! {
     VerifyPostgresReady(VerifyPostgres),
     VerifyResourceCapability(VerifyCapability),
     VerifyCustomProbe(VerifyCustom),
+    }
+}
+
+impl super::Vocabulary for VerifyInputs {
+    /// The namespace a cluster check reads; probes of targets add nothing.
+    fn target_keys(&self, _tenant: &str) -> Vec<(KeyKind, String)> {
+        match self {
+            Self::VerifyKubernetesCondition(verify) => {
+                super::namespace_key(&verify.cluster, &verify.namespace)
+            }
+            Self::VerifyHttpEndpoint(_)
+            | Self::VerifyTcpConnect(_)
+            | Self::VerifyPostgresReady(_)
+            | Self::VerifyResourceCapability(_)
+            | Self::VerifyCustomProbe(_) => Vec::new(),
+        }
+    }
+
+    /// The cluster objects and namespaces it reads.
+    fn governed(&self) -> Vec<Governed<'_>> {
+        match self {
+            Self::VerifyKubernetesCondition(condition) => vec![Governed::Object {
+                cluster: &condition.cluster,
+                namespace: &condition.namespace,
+                object: &condition.object,
+            }],
+            Self::VerifyResourceCapability(capability) => vec![Governed::Namespace {
+                cluster: &capability.cluster,
+                namespace: capability.namespace.as_deref().unwrap_or("default"),
+            }],
+            Self::VerifyHttpEndpoint(_)
+            | Self::VerifyTcpConnect(_)
+            | Self::VerifyPostgresReady(_)
+            | Self::VerifyCustomProbe(_) => Vec::new(),
+        }
+    }
+
+    fn result_problem(operation: Operation, result: &Value) -> Result<(), String> {
+        result_problem(operation, result)
     }
 }
 

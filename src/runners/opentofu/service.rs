@@ -78,12 +78,10 @@ impl Executor for TofuRunner {
         context: ExecutionContext,
     ) -> ExecutionOutcome {
         let spec = &assignment.spec;
-        let (module, plan_artifact) = match &inputs {
-            I::OpentofuPlan(module)
-            | I::OpentofuDestroy(module)
-            | I::OpentofuOutput(module)
-            | I::OpentofuStateInspect(module) => (module, None),
-            I::OpentofuApply(apply) => (&apply.module, apply.plan_artifact.as_ref()),
+        let module = inputs.module();
+        let plan_artifact = match &inputs {
+            I::OpentofuApply(apply) => apply.plan_artifact.as_ref(),
+            _ => None,
         };
         let (workdir, sockets) = match directories(&context) {
             Ok(directories) => directories,
