@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::http::Server;
+use common::http::{Reply, Server};
 use common::pipeline::{job, Pipeline};
 use execplane::codec::{Codec, Family, ResultRecord};
 use execplane::contract::{topics, EventBody};
@@ -118,6 +118,113 @@ async fn verification_jobs_reach_the_right_terminal_states_and_are_published(poo
     assert!(results
         .iter()
         .any(|result| result.job_id == ok.job_id && result.idempotency_key.ends_with(":4")));
+}
+
+/// A body contract (a JSON Schema and a pattern) and evidence that must
+/// pass three samples in a row, on a steady endpoint and a flapping one.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_body_schema_and_passes_in_a_row_judge_an_endpoint(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    pipeline.start_roles(1);
+    pipeline.wait_runners(1).await;
+    let flaps = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let target = Server::start_on(
+        "127.0.0.1",
+        std::sync::Arc::new(move |request: &common::http::Received| {
+            let healthy = r#"{"status": "ok", "replicas": 3}"#;
+            let n = match request.path.as_str() {
+                "/flapping" => flaps.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+                _ => 0,
+            };
+            // The flapping endpoint's 2nd and 5th answers are degraded.
+            let body = if n % 3 == 1 {
+                r#"{"status": "degraded", "replicas": 1}"#
+            } else {
+                healthy
+            };
+            Reply::Body(body.to_owned())
+        }),
+    )
+    .await;
+    let schema = json!({
+        "type": "object", "required": ["status", "replicas"],
+        "properties": {"status": {"const": "ok"}, "replicas": {"type": "integer", "minimum": 3}}
+    });
+    let retry = |max_attempts: u32| json!({"retry": {"max_attempts": max_attempts, "initial_backoff": "100ms", "max_backoff": "100ms"}});
+    let verify = |path: &str, schema: &serde_json::Value, max_attempts: u32| {
+        job(
+            "verify.http.endpoint",
+            json!({"url": target.url(path),
+                   "expect": {"body_schema": schema, "body_matches": r#""replicas": \d+"#},
+                   "evidence": {"consecutive_passes": 3}}),
+            retry(max_attempts),
+        )
+    };
+    let steady = verify("/steady", &schema, 1);
+    let flapping = verify("/flapping", &schema, 5);
+    let mut too_few = schema.clone();
+    too_few["properties"]["replicas"]["minimum"] = 4.into();
+    let short = verify("/steady", &too_few, 1);
+    for spec in [&steady, &flapping, &short] {
+        pipeline.submit(spec).await;
+    }
+    let evidence = |job_id: String| {
+        let pool = pool.clone();
+        async move {
+            let text: String =
+                sqlx::query_scalar("SELECT result_json FROM attempts WHERE job_id = $1")
+                    .bind(job_id)
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap();
+            serde_json::from_str::<serde_json::Value>(&text).unwrap()
+        }
+    };
+    // Three samples are taken though `retry` allows one, and all pass.
+    let done = pipeline.wait_done(&steady.job_id, WAIT).await;
+    assert_eq!(done.last().unwrap().1, "succeeded", "{done:?}");
+    let passed = evidence(steady.job_id.clone()).await;
+    assert_eq!(passed["samples"].as_array().unwrap().len(), 3, "{passed}");
+    assert_eq!(passed["consecutive_passes"], 3);
+    // good, bad, good, good, bad: never three in a row in five samples.
+    let done = pipeline.wait_done(&flapping.job_id, WAIT).await;
+    assert_eq!(
+        (done[0].1.as_str(), done[0].2.as_deref()),
+        ("failed", Some("verification_failed")),
+        "{done:?}"
+    );
+    let flapped = evidence(flapping.job_id.clone()).await;
+    let passes: Vec<bool> = flapped["samples"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|sample| {
+            sample["assertions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|a| a["passed"] == true)
+        })
+        .collect();
+    assert_eq!(passes, [true, false, true, true, false], "{flapped}");
+    // The schema's error names the field that broke it, in the evidence.
+    let done = pipeline.wait_done(&short.job_id, WAIT).await;
+    assert_eq!(
+        done[0].2.as_deref(),
+        Some("verification_failed"),
+        "{done:?}"
+    );
+    let broken = evidence(short.job_id.clone()).await;
+    let schema_assertion = &broken["samples"][0]["assertions"][2];
+    assert_eq!(schema_assertion["name"], "body_schema", "{broken}");
+    assert!(
+        schema_assertion["actual"][0]
+            .as_str()
+            .unwrap()
+            .starts_with("at `/replicas`"),
+        "{broken}"
+    );
+    assert_eq!(broken["samples"].as_array().unwrap().len(), 1, "{broken}");
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]

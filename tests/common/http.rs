@@ -39,6 +39,8 @@ pub enum Reply {
     Redirect(String),
     /// 200 with a body of this many bytes, written in 64 KiB pieces.
     Large(usize),
+    /// 200 with this body.
+    Body(String),
 }
 
 type Replies = Arc<dyn Fn(&Received) -> Reply + Send + Sync>;
@@ -123,6 +125,10 @@ impl Server {
                     match reply {
                         Reply::Status(status) => {
                             let response = format!("HTTP/1.1 {status} Scripted\r\ncontent-length: 2\r\nconnection: close\r\n\r\nok");
+                            let _ = stream.write_all(response.as_bytes()).await;
+                        }
+                        Reply::Body(body) => {
+                            let response = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
                             let _ = stream.write_all(response.as_bytes()).await;
                         }
                         Reply::Redirect(location) => {

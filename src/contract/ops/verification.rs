@@ -20,6 +20,137 @@ pub struct HttpExpect {
     pub body_contains: Option<String>,
     #[serde(default)]
     pub max_latency_ms: Option<u64>,
+    /// A regular expression (the `regex` crate's syntax, linear in the
+    /// body) that matches somewhere in the body.
+    #[serde(default)]
+    pub body_matches: Option<String>,
+    /// A JSON Schema the body, read as JSON, satisfies (its `$schema`
+    /// says the draft, 2020-12 when absent). It may not refer outside
+    /// itself.
+    #[serde(default)]
+    pub body_schema: Option<Value>,
+}
+
+/// The longest `expect.body_matches`, in bytes.
+pub const MAX_BODY_PATTERN_BYTES: usize = 1024;
+/// The longest `expect.body_schema`, as JSON text.
+pub const MAX_BODY_SCHEMA_BYTES: usize = 16 * 1024;
+/// The most memory a compiled pattern (of `body_matches` or of the schema)
+/// may take.
+const PATTERN_SIZE_LIMIT: usize = 1 << 20;
+
+impl HttpExpect {
+    /// `body_matches`, compiled.
+    pub fn body_pattern(&self) -> Option<Result<regex::Regex, String>> {
+        let pattern = self.body_matches.as_deref()?;
+        if pattern.len() > MAX_BODY_PATTERN_BYTES {
+            return Some(Err(format!("at most {MAX_BODY_PATTERN_BYTES} bytes")));
+        }
+        Some(
+            regex::RegexBuilder::new(pattern)
+                .size_limit(PATTERN_SIZE_LIMIT)
+                .build()
+                .map_err(|error| error.to_string()),
+        )
+    }
+
+    /// `body_schema`, compiled: every reference resolved inside it (none
+    /// is fetched, from the network or a file), every `pattern` by the
+    /// `regex` crate (no backtracking), formats not asserted.
+    pub fn body_validator(&self) -> Option<Result<jsonschema::Validator, String>> {
+        /// Refuses every reference outside the schema.
+        struct NoRetrieval;
+        impl jsonschema::Retrieve for NoRetrieval {
+            fn retrieve(
+                &self,
+                uri: &jsonschema::Uri<String>,
+            ) -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
+                Err(format!(
+                    "`{uri}` is outside the schema: a body schema refers only inside itself"
+                )
+                .into())
+            }
+        }
+        let schema = self.body_schema.as_ref()?;
+        let size = serde_json::to_vec(schema).map_or(usize::MAX, |text| text.len());
+        if size > MAX_BODY_SCHEMA_BYTES {
+            return Some(Err(format!(
+                "{size} bytes of JSON: at most {MAX_BODY_SCHEMA_BYTES}"
+            )));
+        }
+        // Each compiled pattern may take PATTERN_SIZE_LIMIT: so many, no more.
+        let patterns = patterns_in(schema);
+        if patterns > MAX_SCHEMA_PATTERNS {
+            return Some(Err(format!(
+                "{patterns} patterns (`pattern`, `patternProperties`): at most {MAX_SCHEMA_PATTERNS}"
+            )));
+        }
+        Some(
+            jsonschema::options()
+                .with_retriever(NoRetrieval)
+                .with_pattern_options(
+                    jsonschema::PatternOptions::regex().size_limit(PATTERN_SIZE_LIMIT),
+                )
+                .should_validate_formats(false)
+                .build(schema)
+                .map_err(|error| {
+                    crate::contract::limits::shortened(
+                        &crate::contract::limits::loggable(&error.to_string()),
+                        512,
+                    )
+                }),
+        )
+    }
+}
+
+/// The most patterns a body schema holds.
+pub const MAX_SCHEMA_PATTERNS: usize = 16;
+
+/// How many patterns `schema` may compile: every `pattern` key and every
+/// key of a `patternProperties` (a property named so counts too).
+fn patterns_in(schema: &Value) -> usize {
+    match schema {
+        Value::Object(object) => object
+            .iter()
+            .map(|(key, value)| {
+                let own = match (key.as_str(), value) {
+                    ("pattern", _) => 1,
+                    ("patternProperties", Value::Object(patterns)) => patterns.len(),
+                    _ => 0,
+                };
+                own + patterns_in(value)
+            })
+            .sum(),
+        Value::Array(items) => items.iter().map(patterns_in).sum(),
+        _ => 0,
+    }
+}
+
+/// What the evidence of a verification must show to pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvidenceRequirements {
+    /// How many samples in a row must pass (1 to 100): the verification
+    /// takes up to this many or `retry.max_attempts` samples, whichever is
+    /// more, and passes once the last this many all passed.
+    #[serde(default = "EvidenceRequirements::one")]
+    pub consecutive_passes: u32,
+}
+
+impl EvidenceRequirements {
+    pub const MAX_CONSECUTIVE_PASSES: u32 = 100;
+
+    fn one() -> u32 {
+        1
+    }
+}
+
+impl Default for EvidenceRequirements {
+    fn default() -> Self {
+        Self {
+            consecutive_passes: 1,
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -36,6 +167,9 @@ pub struct VerifyHttp {
     pub expect: HttpExpect,
     #[serde(default)]
     pub timeout: Option<DurationMs>,
+    /// What its evidence must show to pass.
+    #[serde(default)]
+    pub evidence: EvidenceRequirements,
 }
 
 fn default_method() -> String {
@@ -49,6 +183,9 @@ pub struct VerifyTcp {
     pub port: u16,
     #[serde(default)]
     pub timeout: Option<DurationMs>,
+    /// What its evidence must show to pass.
+    #[serde(default)]
+    pub evidence: EvidenceRequirements,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -58,6 +195,9 @@ pub struct VerifyKubernetesCondition {
     pub namespace: String,
     pub object: ObjectRef,
     pub condition: super::kubernetes::WantedCondition,
+    /// What its evidence must show to pass.
+    #[serde(default)]
+    pub evidence: EvidenceRequirements,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -70,6 +210,9 @@ pub struct VerifyPostgres {
     pub user: String,
     #[serde(default)]
     pub password: Option<Value>,
+    /// What its evidence must show to pass.
+    #[serde(default)]
+    pub evidence: EvidenceRequirements,
 }
 
 fn default_pg_port() -> u16 {
@@ -84,6 +227,9 @@ pub struct VerifyCapability {
     pub verbs: Vec<String>,
     #[serde(default)]
     pub namespace: Option<String>,
+    /// What its evidence must show to pass.
+    #[serde(default)]
+    pub evidence: EvidenceRequirements,
 }
 
 /// A kind as `<apiVersion>/<Kind>` (`apps/v1/Deployment`, `v1/ConfigMap`),
@@ -139,6 +285,9 @@ pub struct VerifyCustom {
     pub probe_id: String,
     #[serde(default)]
     pub args: Vars,
+    /// What its evidence must show to pass.
+    #[serde(default)]
+    pub evidence: EvidenceRequirements,
 }
 
 super::runner_inputs! {
@@ -150,6 +299,20 @@ super::runner_inputs! {
     VerifyPostgresReady(VerifyPostgres),
     VerifyResourceCapability(VerifyCapability),
     VerifyCustomProbe(VerifyCustom),
+    }
+}
+
+impl VerifyInputs {
+    /// What the evidence of the verification must show to pass.
+    pub fn evidence(&self) -> EvidenceRequirements {
+        match self {
+            Self::VerifyHttpEndpoint(VerifyHttp { evidence, .. })
+            | Self::VerifyTcpConnect(VerifyTcp { evidence, .. })
+            | Self::VerifyKubernetesCondition(VerifyKubernetesCondition { evidence, .. })
+            | Self::VerifyPostgresReady(VerifyPostgres { evidence, .. })
+            | Self::VerifyResourceCapability(VerifyCapability { evidence, .. })
+            | Self::VerifyCustomProbe(VerifyCustom { evidence, .. }) => *evidence,
+        }
     }
 }
 
@@ -193,22 +356,54 @@ impl super::Vocabulary for VerifyInputs {
 }
 
 /// What intake checks of a verification's inputs beyond their shape: an
-/// HTTP probe's URL is http(s), a custom probe names one.
+/// HTTP probe's URL is http(s) and its body pattern and schema compile, a
+/// custom probe names one, and the passes required are bounded.
 pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
-    match inputs {
-        OperationInputs::VerifyHttpEndpoint(http)
-            if !(http.url.starts_with("http://") || http.url.starts_with("https://")) =>
-        {
-            vec![Problem::new(
-                "inputs.url",
-                "must be an http:// or https:// URL",
-            )]
+    let (evidence, mut problems) = match inputs {
+        OperationInputs::VerifyHttpEndpoint(http) => (http.evidence, http_problems(http)),
+        OperationInputs::VerifyCustomProbe(probe) => (
+            probe.evidence,
+            if probe.probe_id.trim().is_empty() {
+                vec![Problem::new("inputs.probe_id", "must not be empty")]
+            } else {
+                Vec::new()
+            },
+        ),
+        OperationInputs::VerifyTcpConnect(VerifyTcp { evidence, .. })
+        | OperationInputs::VerifyKubernetesCondition(VerifyKubernetesCondition {
+            evidence, ..
+        })
+        | OperationInputs::VerifyPostgresReady(VerifyPostgres { evidence, .. })
+        | OperationInputs::VerifyResourceCapability(VerifyCapability { evidence, .. }) => {
+            (*evidence, Vec::new())
         }
-        OperationInputs::VerifyCustomProbe(probe) if probe.probe_id.trim().is_empty() => {
-            vec![Problem::new("inputs.probe_id", "must not be empty")]
-        }
-        _ => Vec::new(),
+        _ => return Vec::new(),
+    };
+    let most = EvidenceRequirements::MAX_CONSECUTIVE_PASSES;
+    if !(1..=most).contains(&evidence.consecutive_passes) {
+        problems.push(Problem::new(
+            "inputs.evidence.consecutive_passes",
+            format!("1 to {most}"),
+        ));
     }
+    problems
+}
+
+fn http_problems(http: &VerifyHttp) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    if !(http.url.starts_with("http://") || http.url.starts_with("https://")) {
+        problems.push(Problem::new(
+            "inputs.url",
+            "must be an http:// or https:// URL",
+        ));
+    }
+    if let Some(Err(error)) = http.expect.body_pattern() {
+        problems.push(Problem::new("inputs.expect.body_matches", error));
+    }
+    if let Some(Err(error)) = http.expect.body_validator() {
+        problems.push(Problem::new("inputs.expect.body_schema", error));
+    }
+    problems
 }
 
 // Results (docs/OPERATIONS.md): what its executor reports.
@@ -221,6 +416,9 @@ pub struct VerificationEvidence {
     pub operation: String,
     pub samples: Vec<EvidenceSample>,
     pub passed: bool,
+    /// How many samples in a row had to pass (`inputs.evidence`).
+    #[serde(default = "EvidenceRequirements::one")]
+    pub consecutive_passes: u32,
     pub recommended_failure_category: Option<FailureCategory>,
 }
 
@@ -318,5 +516,56 @@ mod tests {
         extra["samples"][0]["surprise"] = json!(1);
         assert!(check_result(op, &extra).unwrap_err().contains("samples[0]"));
         assert!(check_result(op, &json!({"ok": true})).is_err());
+    }
+
+    #[test]
+    fn a_body_schema_refers_only_inside_itself_and_is_bounded() {
+        let problems = |expect: Value| -> Vec<String> {
+            let inputs = OperationInputs::parse(
+                Operation::VerifyHttpEndpoint,
+                &json!({"url": "http://example.com/", "expect": expect}),
+            )
+            .unwrap();
+            problems_of(&inputs)
+                .into_iter()
+                .map(|problem| format!("{}: {}", problem.path, problem.message))
+                .collect()
+        };
+        let inside = json!({"$defs": {"n": {"type": "integer"}}, "properties": {"a": {"$ref": "#/$defs/n"}}});
+        assert_eq!(
+            problems(json!({"body_schema": inside})),
+            Vec::<String>::new()
+        );
+        for outside in [
+            "file:///etc/passwd",
+            "http://169.254.169.254/latest/meta-data",
+        ] {
+            let refused = problems(json!({"body_schema": {"$ref": outside}}));
+            assert_eq!(refused.len(), 1, "{outside}: {refused:?}");
+            assert!(
+                refused[0].starts_with("inputs.expect.body_schema: "),
+                "{refused:?}"
+            );
+        }
+        // Backtracking constructs are not the `regex` crate's, in a schema's
+        // pattern or the body's.
+        let lookahead = json!({"body_schema": {"pattern": "(?=a)a"}, "body_matches": "(a)\\1"});
+        let refused = problems(lookahead);
+        assert_eq!(refused.len(), 2, "{refused:?}");
+        let many: Vec<Value> = (0..17).map(|_| json!({"pattern": "a"})).collect();
+        assert!(problems(json!({"body_schema": {"anyOf": many}}))[0].contains("17 patterns"));
+        let big = json!({"body_schema": {"description": "x".repeat(MAX_BODY_SCHEMA_BYTES)}});
+        assert!(problems(big)[0].contains("at most 16384"));
+        let requirements = |passes: u32| {
+            problems(json!({})).is_empty()
+                && OperationInputs::parse(
+                    Operation::VerifyTcpConnect,
+                    &json!({"host": "h", "port": 1, "evidence": {"consecutive_passes": passes}}),
+                )
+                .map(|inputs| problems_of(&inputs).is_empty())
+                .unwrap()
+        };
+        assert!(requirements(1) && requirements(100));
+        assert!(!requirements(0) && !requirements(101));
     }
 }

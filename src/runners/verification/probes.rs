@@ -136,6 +136,7 @@ pub async fn http(
                 inputs,
                 status,
                 &String::from_utf8_lossy(&bytes),
+                truncated,
             );
         }
     }
@@ -181,8 +182,44 @@ fn http_request(
     Ok(request)
 }
 
+/// The most schema errors a sample lists.
+const MAX_SCHEMA_ERRORS: usize = 5;
+
+/// Where `body` breaks the schema (at most [`MAX_SCHEMA_ERRORS`], each
+/// with the path it is at): none when it satisfies it. A truncated body,
+/// or one that is not JSON, breaks it.
+fn schema_errors(
+    validator: Result<jsonschema::Validator, String>,
+    body: &str,
+    truncated: bool,
+) -> Vec<String> {
+    let validator = match validator {
+        Ok(validator) => validator,
+        Err(error) => return vec![format!("the schema does not compile: {error}")],
+    };
+    if truncated {
+        return vec![format!(
+            "the body is longer than the {} bytes read: it cannot be checked",
+            body.len()
+        )];
+    }
+    let document: serde_json::Value = match serde_json::from_str(body) {
+        Ok(document) => document,
+        Err(error) => return vec![format!("the body is not JSON: {error}")],
+    };
+    validator
+        .iter_errors(&document)
+        .take(MAX_SCHEMA_ERRORS)
+        .map(|error| {
+            let at = error.instance_path().to_string();
+            let message = crate::contract::limits::shortened(&error.to_string(), 256);
+            format!("at `{at}`: {message}")
+        })
+        .collect()
+}
+
 /// The assertions of `expect` against what came back.
-fn judge_http(sample: &mut Sample, inputs: &VerifyHttp, status: u16, body: &str) {
+fn judge_http(sample: &mut Sample, inputs: &VerifyHttp, status: u16, body: &str, truncated: bool) {
     if let Some(expected) = inputs.expect.status {
         sample.assertions.push(Assertion {
             name: "status".into(),
@@ -205,6 +242,28 @@ fn judge_http(sample: &mut Sample, inputs: &VerifyHttp, status: u16, body: &str)
             expected: needle.clone().into(),
             actual: found.into(),
             passed: found,
+        });
+    }
+    if let Some(pattern) = inputs.expect.body_pattern() {
+        let found = pattern.map(|pattern| pattern.is_match(body));
+        sample.assertions.push(Assertion {
+            name: "body_matches".into(),
+            expected: inputs.expect.body_matches.clone().into(),
+            actual: found.clone().map_or_else(Into::into, Into::into),
+            passed: found == Ok(true),
+        });
+    }
+    if let Some(validator) = inputs.expect.body_validator() {
+        let errors = schema_errors(validator, body, truncated);
+        sample.assertions.push(Assertion {
+            name: "body_schema".into(),
+            expected: "the body satisfies inputs.expect.body_schema".into(),
+            actual: if errors.is_empty() {
+                "satisfied".into()
+            } else {
+                errors.clone().into()
+            },
+            passed: errors.is_empty(),
         });
     }
     if let Some(max) = inputs.expect.max_latency_ms {
@@ -678,6 +737,67 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_body_is_judged_by_its_pattern_and_its_schema() {
+        let body = r#"{"status": "ok", "replicas": 3, "items": ["a", "b"]}"#;
+        let port = serve(
+            format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes(),
+        )
+        .await;
+        let url = format!("http://127.0.0.1:{port}/");
+        let client = reqwest::Client::new();
+        let open = bounds(LOOPBACK, 1 << 20);
+        let schema = serde_json::json!({
+            "type": "object",
+            "required": ["status", "replicas"],
+            "properties": {
+                "status": {"const": "ok"},
+                "replicas": {"type": "integer", "minimum": 3},
+                "items": {"type": "array", "items": {"type": "string", "pattern": "^[a-z]$"}}
+            }
+        });
+        let judged = |expect| {
+            let inputs = http(url.clone(), expect);
+            let (client, open) = (&client, &open);
+            async move { super::http(client, &inputs, open, Duration::from_secs(5), 1).await }
+        };
+        let passed = judged(serde_json::json!({
+            "body_matches": r#""replicas": \d+"#, "body_schema": schema
+        }))
+        .await;
+        assert!(passed.passed(), "{passed:?}");
+        let names: Vec<&str> = passed.assertions.iter().map(|a| a.name.as_str()).collect();
+        assert_eq!(names, ["status_2xx", "body_matches", "body_schema"]);
+        // Four replicas wanted: the schema's error names where it broke.
+        let mut stricter = schema.clone();
+        stricter["properties"]["replicas"]["minimum"] = 4.into();
+        let failed = judged(serde_json::json!({"body_schema": stricter})).await;
+        assert!(failed.reached && !failed.passed(), "{failed:?}");
+        let actual = failed.assertions[1].actual.to_string();
+        assert!(actual.contains("at `/replicas`"), "{actual}");
+        let unmatched = judged(serde_json::json!({"body_matches": "^<html>"})).await;
+        assert!(!unmatched.passed() && unmatched.assertions[1].actual == false);
+        // A body cut at the operator's cap is never judged as a whole.
+        let inputs = http(url.clone(), serde_json::json!({"body_schema": schema}));
+        let capped = super::http(
+            &client,
+            &inputs,
+            &bounds(LOOPBACK, 10),
+            Duration::from_secs(5),
+            1,
+        )
+        .await;
+        assert!(!capped.passed(), "{capped:?}");
+        assert!(capped.assertions[1]
+            .actual
+            .to_string()
+            .contains("longer than"));
+    }
+
+    #[tokio::test]
     async fn a_denied_destination_is_refused_before_anything_connects() {
         let port = serve(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n".to_vec()).await;
         let denied = bounds(
@@ -697,6 +817,7 @@ mod tests {
             host: "127.0.0.1".into(),
             port,
             timeout: None,
+            evidence: Default::default(),
         };
         let refused = super::tcp(&tcp_inputs, &denied, Duration::from_secs(5), 1).await;
         assert!(refused.refused_by_policy && !refused.reached, "{refused:?}");
@@ -711,6 +832,7 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port,
                 timeout: None,
+                evidence: Default::default(),
             },
             &open,
             Duration::from_secs(5),
@@ -727,6 +849,7 @@ mod tests {
                 host: "127.0.0.1".into(),
                 port: closed,
                 timeout: None,
+                evidence: Default::default(),
             },
             &open,
             Duration::from_secs(5),

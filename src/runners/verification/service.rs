@@ -75,7 +75,8 @@ impl Executor for VerificationRunner {
         }
         let spec = &assignment.spec;
         let retry = spec.retry;
-        let samples_wanted = retry.max_attempts.max(1);
+        let needed = prepared.inputs.evidence().consecutive_passes.max(1);
+        let samples_wanted = retry.max_attempts.max(needed);
         let mut samples: Vec<Sample> = Vec::new();
         for n in 1..=samples_wanted {
             if context.cancel.is_cancelled() {
@@ -95,10 +96,15 @@ impl Executor for VerificationRunner {
                     None,
                 );
             };
-            // A refusal by the policy will not change with another sample.
-            let done = sample.passed() || sample.refused_by_policy;
+            // A refusal by the policy will not change with another sample;
+            // after a failure, too few samples may be left to pass.
+            let failed = !sample.passed();
+            let refused = sample.refused_by_policy;
             samples.push(sample);
-            if done {
+            if refused
+                || passes_in_a_row(&samples) >= needed
+                || (failed && samples_wanted - n < needed)
+            {
                 break;
             }
             if n < samples_wanted {
@@ -109,8 +115,18 @@ impl Executor for VerificationRunner {
                 }
             }
         }
-        verdict(spec.operation.as_str(), samples)
+        verdict(spec.operation.as_str(), samples, needed)
     }
+}
+
+/// How many of the last samples passed, in a row.
+fn passes_in_a_row(samples: &[Sample]) -> u32 {
+    let run = samples
+        .iter()
+        .rev()
+        .take_while(|sample| sample.passed())
+        .count();
+    u32::try_from(run).unwrap_or(u32::MAX)
 }
 
 /// What one execution needs before its first sample.
@@ -281,11 +297,13 @@ impl VerificationRunner {
     }
 }
 
-/// The outcome the samples support: success when the last passed; else a
-/// failure whose category says what happened (the policy refused, nothing
-/// answered, or something answered wrongly), with every sample as evidence.
-pub(super) fn verdict(operation: &str, samples: Vec<Sample>) -> ExecutionOutcome {
-    let passed = samples.last().is_some_and(Sample::passed);
+/// The outcome the samples support: success when the last `needed` passed;
+/// else a failure whose category says what happened (the policy refused,
+/// nothing answered, or something answered wrongly), with every sample as
+/// evidence.
+pub(super) fn verdict(operation: &str, samples: Vec<Sample>, needed: u32) -> ExecutionOutcome {
+    let in_a_row = passes_in_a_row(&samples);
+    let passed = in_a_row >= needed;
     let reached = samples.iter().any(|sample| sample.reached);
     let refused = samples.iter().any(|sample| sample.refused_by_policy);
     let recommended = if passed {
@@ -301,6 +319,7 @@ pub(super) fn verdict(operation: &str, samples: Vec<Sample>) -> ExecutionOutcome
         "operation": operation,
         "samples": samples,
         "passed": passed,
+        "consecutive_passes": needed,
         "recommended_failure_category": recommended.map(FailureCategory::as_str),
     });
     let Some(category) = recommended else {
@@ -321,7 +340,10 @@ pub(super) fn verdict(operation: &str, samples: Vec<Sample>) -> ExecutionOutcome
                     )
                 })
         })
-        .unwrap_or_else(|| "no sample taken".into());
+        .unwrap_or_else(|| match last {
+            Some(_) => format!("{in_a_row} passed in a row, of the {needed} required"),
+            None => "no sample taken".into(),
+        });
     ExecutionOutcome::failed(
         category,
         format!(
@@ -383,7 +405,7 @@ mod tests {
                 vec![sample(false, false, true)],
                 vec![],
             ] {
-                let outcome = verdict(operation.as_str(), samples);
+                let outcome = verdict(operation.as_str(), samples, 1);
                 let result: serde_json::Value =
                     serde_json::from_str(outcome.result_json.as_deref().unwrap()).unwrap();
                 assert_eq!(
@@ -400,10 +422,11 @@ mod tests {
         let passed = verdict(
             "verify.http.endpoint",
             vec![sample(true, false, false), sample(true, true, false)],
+            1,
         );
         assert_eq!(passed.outcome, crate::contract::ReportedOutcome::Succeeded);
         assert!(passed.message.contains("after 2 sample(s)"));
-        let wrong = verdict("verify.http.endpoint", vec![sample(true, false, false)]);
+        let wrong = verdict("verify.http.endpoint", vec![sample(true, false, false)], 1);
         assert_eq!(wrong.category, Some(FailureCategory::VerificationFailed));
         assert!(
             wrong
@@ -412,16 +435,43 @@ mod tests {
             "{}",
             wrong.message
         );
-        let silent = verdict("verify.tcp.connect", vec![sample(false, false, false)]);
+        let silent = verdict("verify.tcp.connect", vec![sample(false, false, false)], 1);
         assert_eq!(silent.category, Some(FailureCategory::TargetUnreachable));
-        let refused = verdict("verify.tcp.connect", vec![sample(false, false, true)]);
+        let refused = verdict("verify.tcp.connect", vec![sample(false, false, true)], 1);
         assert_eq!(refused.category, Some(FailureCategory::Policy));
         let evidence: serde_json::Value =
             serde_json::from_str(refused.result_json.as_deref().unwrap()).unwrap();
         assert_eq!(evidence["recommended_failure_category"], "policy");
         assert_eq!(
-            verdict("x", vec![]).message,
+            verdict("x", vec![], 1).message,
             "x failed after 0 sample(s): no sample taken"
         );
+    }
+
+    #[test]
+    fn it_passes_only_on_the_passes_in_a_row_it_requires() {
+        let (pass, fail) = (sample(true, true, false), sample(true, false, false));
+        let short = verdict(
+            "verify.http.endpoint",
+            vec![fail.clone(), pass.clone(), pass.clone()],
+            3,
+        );
+        assert_eq!(short.category, Some(FailureCategory::VerificationFailed));
+        assert!(
+            short
+                .message
+                .ends_with("2 passed in a row, of the 3 required"),
+            "{}",
+            short.message
+        );
+        let evidence: serde_json::Value =
+            serde_json::from_str(short.result_json.as_deref().unwrap()).unwrap();
+        assert_eq!(evidence["consecutive_passes"], 3);
+        let enough = verdict(
+            "verify.http.endpoint",
+            vec![fail, pass.clone(), pass.clone(), pass],
+            3,
+        );
+        assert_eq!(enough.outcome, crate::contract::ReportedOutcome::Succeeded);
     }
 }
