@@ -642,6 +642,7 @@ impl OperatorPolicy {
         let tenant = self.tenant(&spec.tenant);
         let mut problems = rules::Check {
             spec,
+            tenant: &tenant,
             rules: &tenant.operations,
             requires: &self.requires,
             templates: &self.ssh_templates,

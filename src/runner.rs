@@ -75,6 +75,8 @@ pub struct ExecutionContext {
     output_budget: std::sync::Arc<tool::OutputBudget>,
     /// The operator's policy the SDK checked the attempt against.
     policy: std::sync::Arc<crate::policy::OperatorPolicy>,
+    /// The secret store secrets are written to (`store_secrets`).
+    secrets: Option<std::sync::Arc<crate::secrets::Vault>>,
 }
 
 impl ExecutionContext {
@@ -95,6 +97,7 @@ impl ExecutionContext {
             outputs: None,
             output_budget: std::sync::Arc::new(tool::OutputBudget::new(tool::MAX_OUTPUT_BYTES)),
             policy: DEFAULT_POLICY.clone(),
+            secrets: None,
         }
     }
 
@@ -108,6 +111,40 @@ impl ExecutionContext {
 
     pub fn policy(&self) -> &crate::policy::OperatorPolicy {
         &self.policy
+    }
+
+    /// The secret store `store_secrets` writes to.
+    pub fn with_secrets(mut self, secrets: Option<std::sync::Arc<crate::secrets::Vault>>) -> Self {
+        self.secrets = secrets;
+        self
+    }
+
+    /// Writes `data` (key to value) as the tenant's secret at `location`
+    /// (`what` says what it is, in a failure): refused as `policy` outside
+    /// the operator's secret prefixes for the tenant, whatever intake
+    /// checked. The values are never logged.
+    pub async fn store_secrets(
+        &self,
+        what: &str,
+        location: &crate::contract::ops::SecretLocation,
+        data: &std::collections::BTreeMap<String, String>,
+    ) -> Result<(), Failure> {
+        let tenant = self.policy.tenant(&self.tenant);
+        if !tenant.secret_allowed(&location.mount, &location.path) {
+            return Err(Failure::policy(format!(
+                "{what}: tenant `{}` may not write `{}/{}`: outside the operator's secret prefixes for it",
+                self.tenant, location.mount, location.path
+            )));
+        }
+        let Some(vault) = &self.secrets else {
+            return Err(Failure::infrastructure(format!(
+                "{what}: no secret store is configured on this runner (EXECPLANE_VAULT_ADDR)"
+            )));
+        };
+        vault
+            .write(what, &location.mount, &location.path, data)
+            .await
+            .map_err(|error| Failure::new(error.category(), error.to_string()))
     }
 
     /// The attempt whose outputs `store_output` stores, and the masker

@@ -332,6 +332,49 @@ impl Vault {
     }
 }
 
+impl Vault {
+    /// Writes `data` as the secret at `mount`/`path` (KV v2: a new version
+    /// of it), `name` saying what it is in an error. The caller checked the
+    /// path against the tenant's secret prefixes; the store's own policy
+    /// must let this runner write there.
+    pub async fn write(
+        &self,
+        name: &str,
+        mount: &str,
+        path: &str,
+        data: &BTreeMap<String, String>,
+    ) -> Result<(), SecretError> {
+        let name = name.to_owned();
+        let location = format!("{}/{}", mount.trim_matches('/'), path.trim_matches('/'));
+        let written = {
+            let client = self.client.read().await;
+            vaultrs::kv2::set(
+                &*client,
+                mount.trim_matches('/'),
+                path.trim_matches('/'),
+                data,
+            )
+            .await
+        };
+        match written {
+            Ok(_) => Ok(()),
+            Err(ClientError::APIError { code: 403, .. }) => {
+                Err(SecretError::Denied { name, location })
+            }
+            Err(ClientError::APIError { code, .. }) => Err(SecretError::Unreachable {
+                name,
+                location,
+                detail: format!("HTTP {code}"),
+            }),
+            Err(error) => Err(SecretError::Unreachable {
+                name,
+                location,
+                detail: error.to_string(),
+            }),
+        }
+    }
+}
+
 /// The secrets an attempt resolved: the masker for everything it sends.
 #[derive(Clone, Debug, Default)]
 pub struct Resolved {

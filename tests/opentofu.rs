@@ -80,6 +80,17 @@ resource "null_resource" "echo" {
 }
 "#;
 
+/// A module with a sensitive output derived from its input: the value is
+/// in no input, so it can be looked for everywhere else.
+const SECRETIVE: &str = r#"
+variable "seed" { type = string }
+output "token" {
+  value     = sha256(var.seed)
+  sensitive = true
+}
+output "plain" { value = "visible" }
+"#;
+
 /// A child module of the package, called by a `../` source.
 const TAGS: &str = r#"output "owner" { value = "team-a" }"#;
 
@@ -97,6 +108,7 @@ fn package(dir: &Path) -> Vec<u8> {
         ("tags/main.tf", TAGS),
         ("fetcher/main.tf", FETCHER),
         ("echo/main.tf", ECHO),
+        ("secretive/main.tf", SECRETIVE),
     ] {
         std::fs::create_dir_all(root.join(path).parent().unwrap()).unwrap();
         std::fs::write(root.join(path), text).unwrap();
@@ -745,6 +757,54 @@ async fn variable_files_reach_the_cli_in_order_and_the_state_is_stored(pool: PgP
     let instance = &state["resources"][0]["instances"][0]["attributes"];
     assert_eq!(&instance["id"], resource);
     assert_eq!(instance["triggers"]["run"], "8", "{state}");
+}
+
+/// A sensitive output's value goes to the tenant's Vault path the JobSpec
+/// names, its result names where, and the value is in no event, record,
+/// table or stored file; another tenant's path is refused.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_sensitive_output_is_written_to_vault_and_nowhere_else(pool: PgPool) {
+    let bao = Bao::new();
+    let stack = stack(&pool, &bao).await;
+    stack.put_secrets(&bao, "host=unused", &random(20)).await;
+    let seed = random(24);
+    let token = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(seed.as_bytes()));
+    let mut inputs = stack.module(json!({"seed": seed}), json!({}));
+    inputs["path"] = json!("secretive");
+    inputs["workspace"] = json!("sensitive");
+    let explicit = json!({"policy": {"explicit_command": true}});
+    inputs["sensitive_outputs_to"] = json!({"mount": "secret", "path": "team-b/outputs"});
+    let theirs = stack.job("opentofu.apply", inputs.clone(), explicit.clone());
+    let (_, category, message, _) = stack.run(&theirs).await;
+    assert_eq!(category.as_deref(), Some("policy"), "{message}");
+    assert!(message.contains("inputs.sensitive_outputs_to"), "{message}");
+    let path = format!("team-a/outputs-{}", stack.secrets);
+    inputs["sensitive_outputs_to"] = json!({"mount": "secret", "path": path});
+    let apply = stack.job("opentofu.apply", inputs, explicit);
+    let (status, _, message, result) = stack.run(&apply).await;
+    assert_eq!(status, "succeeded", "{message}");
+    assert_eq!(result["outputs"]["plain"]["value"], "visible", "{result}");
+    let written = &result["outputs"]["token"];
+    assert_eq!(written["value"], Value::Null, "{result}");
+    assert_eq!(
+        written["secret"],
+        json!({"mount": "secret", "path": path, "key": "token"}),
+        "{result}"
+    );
+    let (code, secret) = bao
+        .call(reqwest::Method::GET, &format!("secret/data/{path}"), None)
+        .await;
+    assert_eq!(code, 200, "{secret}");
+    assert_eq!(secret["data"]["data"]["token"], token.as_str());
+    assert!(secret["data"]["data"].get("plain").is_none(), "{secret}");
+    common::leaks::assert_secret_nowhere(
+        &stack.pipeline,
+        &pool,
+        &token,
+        execplane::contract::RunnerType::Opentofu,
+        &stack.pipeline.dir.join("artifacts"),
+    )
+    .await;
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]

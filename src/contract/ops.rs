@@ -37,6 +37,46 @@ pub struct ClusterRef {
     pub credentials: Value,
 }
 
+/// A secret of the tenant's Vault path (KV v2) a runner writes: under the
+/// operator's `secret_prefixes` for the tenant, as a secret it reads.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretLocation {
+    pub mount: String,
+    pub path: String,
+}
+
+impl SecretLocation {
+    /// The longest mount or path.
+    pub const MAX_BYTES: usize = 256;
+
+    /// What is wrong with it, at `field`: an empty, `.` or `..` segment, a
+    /// character outside `[A-Za-z0-9._-]`, or too long.
+    pub fn problems(&self, field: &str) -> Vec<super::Problem> {
+        [("mount", &self.mount), ("path", &self.path)]
+            .into_iter()
+            .filter_map(|(name, value)| {
+                let plain = |segment: &str| {
+                    !matches!(segment, "" | "." | "..")
+                        && segment
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+                };
+                let trimmed = value.trim_matches('/');
+                (value.len() > Self::MAX_BYTES || !trimmed.split('/').all(plain)).then(|| {
+                    super::Problem::new(
+                        format!("{field}.{name}"),
+                        format!(
+                            "segments of [A-Za-z0-9._-] (none `.` or `..`), at most {} bytes",
+                            Self::MAX_BYTES
+                        ),
+                    )
+                })
+            })
+            .collect()
+    }
+}
+
 #[cfg(feature = "testkit")]
 pub use self::testkit::*;
 pub use self::{ansible::*, helm::*, kubernetes::*, opentofu::*, ssh::*, verification::*};
@@ -185,6 +225,12 @@ pub enum Governed<'a> {
         value: Value,
     },
     SshFacts(&'a SshFacts),
+    /// A secret the runner writes to the tenant's Vault path, and the
+    /// input that names it.
+    SecretWrite {
+        field: &'static str,
+        location: &'a SecretLocation,
+    },
 }
 
 /// What a runner's vocabulary says of its inputs beyond their shape, on
@@ -409,6 +455,36 @@ mod tests {
             1
         );
         assert!(flag_problems(Operation::OpentofuDestroy, &elevated(true), None).is_empty());
+    }
+
+    #[test]
+    fn a_secret_location_is_plain_segments() {
+        let problems = |mount: &str, path: &str| {
+            let location = SecretLocation {
+                mount: mount.into(),
+                path: path.into(),
+            };
+            location
+                .problems("inputs.to")
+                .into_iter()
+                .map(|problem| problem.path)
+                .collect::<Vec<_>>()
+        };
+        assert!(problems("secret", "team-a/outputs/x_1.v2").is_empty());
+        assert!(problems("/secret/", "/team-a/x/").is_empty());
+        for path in [
+            "team-a/../team-b",
+            "team-a//x",
+            "./x",
+            "",
+            "team a",
+            "x?y",
+            "x#k",
+        ] {
+            assert_eq!(problems("secret", path), ["inputs.to.path"], "{path:?}");
+        }
+        assert_eq!(problems("..", "x"), ["inputs.to.mount"]);
+        assert_eq!(problems("secret", &"a".repeat(257)), ["inputs.to.path"]);
     }
 
     #[test]

@@ -158,6 +158,7 @@ fn segment_matches(pattern: &str, segment: &str) -> bool {
 /// operator-wide tables.
 pub(super) struct Check<'a> {
     pub spec: &'a JobSpec,
+    pub tenant: &'a super::TenantPolicy,
     pub rules: &'a OperationRules,
     pub requires: &'a Requires,
     pub templates: &'a BTreeMap<String, SshTemplate>,
@@ -182,6 +183,20 @@ impl Check<'_> {
             self.inputs(&inputs);
         }
         self.problems
+    }
+
+    /// A secret written for the tenant falls under its secret prefixes,
+    /// as one it reads.
+    fn secret_write(&mut self, field: &str, location: &crate::contract::ops::SecretLocation) {
+        if !self.tenant.secret_allowed(&location.mount, &location.path) {
+            self.problems.push(Problem::new(
+                field,
+                format!(
+                    "tenant `{}` may not write `{}/{}`: outside the operator's secret prefixes for it",
+                    self.spec.tenant, location.mount, location.path
+                ),
+            ));
+        }
     }
 
     fn operation(&mut self) {
@@ -256,6 +271,7 @@ impl Check<'_> {
                     value,
                 } => self.ssh_field(template, field, &value),
                 Governed::SshFacts(facts) => self.ssh_facts(facts),
+                Governed::SecretWrite { field, location } => self.secret_write(field, location),
             }
         }
         // Every operation's targets: ssh and ansible connect to them (an

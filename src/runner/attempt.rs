@@ -528,6 +528,7 @@ async fn supervise<E: Executor>(
         .with_storage(settings.storage.clone())
         .with_tenant(assignment.spec.tenant.clone())
         .with_policy(policy)
+        .with_secrets(settings.secrets.clone())
         .with_deadline(tokio::time::Instant::now() + start_to_close);
     let execution = executor.execute(assignment, inputs, context);
     tokio::pin!(execution);

@@ -50,6 +50,12 @@ pub struct TofuModule {
     /// secret references): only names the operator's `opentofu.env` lists.
     #[serde(default)]
     pub env: Vars,
+    /// Where `opentofu.apply` and `opentofu.output` write the values of the
+    /// sensitive outputs (one key per output, a value that is not a string
+    /// as its JSON text), each output's result naming it; unset, their
+    /// values are withheld. Under the tenant's secret prefixes.
+    #[serde(default)]
+    pub sensitive_outputs_to: Option<super::SecretLocation>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -92,7 +98,17 @@ impl super::Vocabulary for TofuInputs {
     }
 
     fn governed(&self) -> Vec<Governed<'_>> {
-        vec![Governed::TofuModule(self.module())]
+        let module = self.module();
+        let writes = module
+            .sensitive_outputs_to
+            .iter()
+            .map(|location| Governed::SecretWrite {
+                field: "inputs.sensitive_outputs_to",
+                location,
+            });
+        std::iter::once(Governed::TofuModule(module))
+            .chain(writes)
+            .collect()
     }
 
     fn flag_problems(
@@ -222,6 +238,9 @@ pub fn module_problems(module: &TofuModule, problems: &mut Vec<Problem>) {
         }
     }
     entries("variables", &module.variables, problems);
+    if let Some(location) = &module.sensitive_outputs_to {
+        problems.extend(location.problems("inputs.sensitive_outputs_to"));
+    }
     if module.var_files.len() > MAX_VAR_FILES {
         problems.push(Problem::new(
             "inputs.var_files",
@@ -443,6 +462,19 @@ pub struct TofuOutput {
     pub sensitive: bool,
     /// `null` when sensitive.
     pub value: Value,
+    /// Where a sensitive output's value was written
+    /// (`inputs.sensitive_outputs_to`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<TofuOutputSecret>,
+}
+
+/// A secret an output's value was written to: mount, path and key.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TofuOutputSecret {
+    pub mount: String,
+    pub path: String,
+    pub key: String,
 }
 
 /// A state version: which state (lineage) and which write of it (serial),

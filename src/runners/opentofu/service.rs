@@ -9,9 +9,11 @@ use super::TofuConfig;
 use crate::artifacts::inputs::InputRef;
 use crate::contract::ops::opentofu::backend_type;
 use crate::contract::ops::{
+    SecretLocation, TofuInputs, TofuInputs as I, TofuModule, TofuOutputSecret,
+};
+use crate::contract::ops::{
     TofuChange, TofuOutput, TofuPlan, TofuResource, TofuResult, TofuStateVersion,
 };
-use crate::contract::ops::{TofuInputs, TofuInputs as I, TofuModule};
 use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType};
 use crate::runner::kit::package;
 use crate::runner::tool::{self, ToolCommand, ToolExit, Workdir};
@@ -96,6 +98,7 @@ impl Executor for TofuRunner {
             module_dir: PathBuf::new(),
             var_files: Vec::new(),
             env: Vec::new(),
+            sensitive_outputs_to: module.sensitive_outputs_to.as_ref(),
             report: TofuResult {
                 module: format!("{}@{}", module.package.name, module.package.version),
                 workspace: module.workspace.clone().unwrap_or_else(|| "default".into()),
@@ -257,6 +260,8 @@ struct Run<'a> {
     var_files: Vec<String>,
     /// The tenant's provider variables and the backend's `PG*` ones.
     env: Vec<(String, String)>,
+    /// Where the sensitive outputs' values are written, if anywhere.
+    sensitive_outputs_to: Option<&'a SecretLocation>,
     report: TofuResult,
 }
 
@@ -816,6 +821,10 @@ impl Run<'_> {
             )
         })?;
         let mut facts = state_facts(&state, &pulled);
+        if let Some(location) = self.sensitive_outputs_to {
+            self.write_sensitive(location, &state, &mut facts.outputs)
+                .await?;
+        }
         if store {
             facts.version.artifact = Some(self.store_state(state).await?);
         }
@@ -830,6 +839,44 @@ impl Run<'_> {
 }
 
 impl Run<'_> {
+    /// Writes the values of the sensitive outputs of `state` as one secret
+    /// at `location`, a key per output (a value that is not a string as
+    /// its JSON text), and names it in each output's result.
+    async fn write_sensitive(
+        &self,
+        location: &SecretLocation,
+        state: &Value,
+        outputs: &mut BTreeMap<String, TofuOutput>,
+    ) -> Result<(), Failure> {
+        let values: BTreeMap<String, String> = outputs
+            .iter()
+            .filter(|(_, output)| output.sensitive)
+            .map(|(name, _)| {
+                let value = &state["outputs"][name]["value"];
+                let text = value
+                    .as_str()
+                    .map_or_else(|| value.to_string(), str::to_owned);
+                (name.clone(), text)
+            })
+            .collect();
+        if values.is_empty() {
+            return Ok(());
+        }
+        self.context
+            .store_secrets("the sensitive outputs", location, &values)
+            .await?;
+        for name in values.keys() {
+            if let Some(output) = outputs.get_mut(name) {
+                output.secret = Some(TofuOutputSecret {
+                    mount: location.mount.clone(),
+                    path: location.path.clone(),
+                    key: name.clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Stores `state`, redacted, as the output [`STATE_FILE`] (kept as
     /// evidence); its name.
     async fn store_state(&self, state: Value) -> Result<String, Failure> {
@@ -1032,7 +1079,12 @@ fn state_facts(state: &Value, raw: &[u8]) -> StateFacts {
                     } else {
                         output["value"].clone()
                     };
-                    (name.clone(), TofuOutput { sensitive, value })
+                    let output = TofuOutput {
+                        sensitive,
+                        value,
+                        secret: None,
+                    };
+                    (name.clone(), output)
                 })
                 .collect()
         })
