@@ -55,6 +55,12 @@ fn chart(dir: &std::path::Path) -> Vec<u8> {
         "{{- if .Values.roll }}\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-roll\n  namespace: {{ if eq (randInt 0 2) 0 }}{{ .Release.Namespace }}{{ else }}kube-system{{ end }}\ndata:\n  token: {{ randAlphaNum 24 | quote }}\n{{- end }}\n",
     )
     .unwrap();
+    // A Job no kubelet runs: it never completes.
+    std::fs::write(
+        root.join("templates/job.yaml"),
+        "{{- if .Values.job }}\napiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {{ .Release.Name }}-migrate\nspec:\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n        - name: migrate\n          image: busybox\n          command: [\"true\"]\n{{- end }}\n",
+    )
+    .unwrap();
     std::fs::write(
         root.join("templates/NOTES.txt"),
         "{{ .Release.Name }} says {{ .Values.greeting }}.\n",
@@ -171,6 +177,46 @@ async fn greeting(admin: &kube::Client, namespace: &str) -> Option<String> {
     )
     .await
     .and_then(|object| object["data"]["greeting"].as_str().map(str::to_owned))
+}
+
+/// `wait_for_jobs` waits for the release's Jobs, for the JobSpec's own
+/// `timeout` at most: a Job that never completes fails the install as
+/// `verification_failed` long before the attempt's deadline; `wait` alone
+/// does not wait for it.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn an_install_waits_for_its_jobs_for_the_timeout_it_names(pool: PgPool) {
+    let admin = cluster::admin();
+    let namespace = cluster::namespace(&admin).await;
+    let (pipeline, chart_ref) = helm_pipeline(&pool, &namespace).await;
+    let install = |release: &str, wait: Value| {
+        let mut inputs = json!({"release": release, "namespace": namespace, "chart": chart_ref,
+                                "values": {"job": true}, "timeout": "5s"});
+        inputs
+            .as_object_mut()
+            .unwrap()
+            .extend(wait.as_object().unwrap().clone());
+        helm_job("helm.install", inputs, json!({}))
+    };
+    let started = std::time::Instant::now();
+    let jobs = install("jobs", json!({"wait_for_jobs": true}));
+    pipeline.submit(&jobs).await;
+    let (status, category, message, _) = pipeline.ended(&jobs, WAIT).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("verification_failed")),
+        "{category:?} {message}"
+    );
+    assert!(message.contains("deadline exceeded"), "{message}");
+    // The attempt's start_to_close is 60 s: helm gave up at the 5 s asked.
+    assert!(
+        started.elapsed() < Duration::from_secs(45),
+        "{:?}",
+        started.elapsed()
+    );
+    let plain = install("plain", json!({"wait": true}));
+    pipeline.submit(&plain).await;
+    let (status, _, message, _) = pipeline.ended(&plain, WAIT).await;
+    assert_eq!(status, "succeeded", "{message}");
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]

@@ -58,6 +58,16 @@ pub struct HelmRelease {
     /// rolled back (implies `wait`).
     #[serde(default)]
     pub atomic: bool,
+    /// helm's `--wait-for-jobs`: `wait`, and until the release's Jobs
+    /// completed.
+    #[serde(default)]
+    pub wait_for_jobs: bool,
+    /// How long helm waits (`--timeout`), at most what the attempt's
+    /// `start_to_close` leaves; that when absent. Its expiry before the
+    /// deadline is `verification_failed` (the release did not become
+    /// ready), at the deadline `timeout`.
+    #[serde(default)]
+    pub timeout: Option<crate::contract::DurationMs>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -82,6 +82,7 @@ impl Executor for HelmRunner {
             context: &context,
             kubeconfig: None,
             cluster: None,
+            wait_at_most: None,
             report: HelmResult::default(),
         };
         if let Some(cluster_ref) = cluster_of(&inputs) {
@@ -161,6 +162,8 @@ struct Run<'a> {
     kubeconfig: Option<PathBuf>,
     /// The cluster's name and a client of the runner's own (discovery).
     cluster: Option<(String, kube::Client)>,
+    /// How long helm may wait, when the JobSpec says (`inputs.timeout`).
+    wait_at_most: Option<Duration>,
     report: HelmResult,
 }
 
@@ -267,13 +270,16 @@ impl Run<'_> {
         tool::run_judged(self.context, self.workdir, what, command, |said| {
             if said.contains("Kubernetes cluster unreachable") {
                 FailureCategory::TargetUnreachable
-            } else if helm_timed_out(said)
-                && self.context.seconds_left(Duration::ZERO) <= REPORT_MARGIN.as_secs() + 1
-            {
-                // helm's own `--timeout` is what the attempt's deadline
-                // leaves (`timeout()`): its expiry, when that is what is
-                // left, is the deadline's.
-                FailureCategory::Timeout
+            } else if helm_timed_out(said) {
+                // helm's own `--timeout` is at most what the attempt's
+                // deadline leaves (`timeout()`): its expiry, when that is
+                // what is left, is the deadline's; before it, the tenant's
+                // own `inputs.timeout` ran out on a release not ready.
+                if self.context.seconds_left(Duration::ZERO) <= REPORT_MARGIN.as_secs() + 1 {
+                    FailureCategory::Timeout
+                } else {
+                    FailureCategory::VerificationFailed
+                }
             } else if said.contains("has no deployed releases")
                 || said.contains("release: not found")
                 || said.contains("cannot re-use a name that is still in use")
@@ -290,7 +296,11 @@ impl Run<'_> {
     /// helm's own timeout: what is left of the attempt, less a margin to
     /// report in.
     fn timeout(&self) -> String {
-        format!("{}s", self.context.seconds_left(REPORT_MARGIN))
+        let left = self.context.seconds_left(REPORT_MARGIN);
+        let wanted = self
+            .wait_at_most
+            .map_or(left, |wanted| wanted.as_secs().max(1));
+        format!("{}s", wanted.min(left))
     }
 
     /// The chart archive: pinned by digest, from the artifact storage and
@@ -589,9 +599,13 @@ impl Run<'_> {
             .display()
             .to_string();
         args[2] = frozen.as_str();
-        if release.wait {
+        if release.wait || release.wait_for_jobs {
             args.push("--wait");
         }
+        if release.wait_for_jobs {
+            args.push("--wait-for-jobs");
+        }
+        self.wait_at_most = release.timeout.map(|timeout| timeout.as_std());
         if release.atomic {
             args.push("--atomic");
         }
@@ -1035,16 +1049,16 @@ impl Run<'_> {
     }
 }
 
+/// The name of the repository a login is written for, in the attempt's
+/// own repository configuration.
+const LOGGED_IN: &str = "source";
+
 /// Whether helm itself says its `--timeout` ran out: its own error line
 /// (`Error: [INSTALLATION FAILED: ]timed out waiting for the condition`,
 /// or `context deadline exceeded`), or a bullet of its list of errors
 /// (`helm test`: `Error: 1 error occurred:` then `* timed out …`). Never
 /// when a template failed (`execution error at (…)`): a chart writes its
 /// `fail` message as it likes.
-/// The name of the repository a login is written for, in the attempt's
-/// own repository configuration.
-const LOGGED_IN: &str = "source";
-
 fn helm_timed_out(said: &str) -> bool {
     !said.contains("execution error")
         && said.lines().map(str::trim).any(|line| {
