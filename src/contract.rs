@@ -28,8 +28,8 @@ pub use events::{
 };
 pub use failure::FailureCategory;
 pub use jobspec::{
-    Callback, JobSpec, Label, PolicyFlags, RetryPolicy, RunnerRequirements, SecretRef, Target,
-    Timeouts, TraceContext,
+    Callback, GenerateSecret, JobSpec, Label, PolicyFlags, RetryPolicy, RunnerRequirements,
+    SecretRef, Target, Timeouts, TraceContext,
 };
 pub use operation::{Operation, RunnerType};
 pub use ops::{OperationInputs, RunnerInputs};

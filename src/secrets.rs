@@ -333,6 +333,85 @@ impl Vault {
 }
 
 impl Vault {
+    /// Creates `reference`'s key when its secret lacks it: a random value
+    /// of `generate`'s length, added to what the secret holds by a
+    /// check-and-set write on the version read, so attempts that race
+    /// keep one value (the loser reads the winner's). Never logged.
+    pub async fn ensure_generated(
+        &self,
+        reference: &SecretRef,
+        generate: crate::contract::GenerateSecret,
+    ) -> Result<(), SecretError> {
+        use vaultrs::api::kv2::requests::{ReadSecretRequest, SetSecretRequestOptions};
+        let name = reference.name.clone();
+        let location = location(reference);
+        let (mount, path) = (
+            reference.mount.trim_matches('/'),
+            reference.path.trim_matches('/'),
+        );
+        let unreachable = |detail: String| SecretError::Unreachable {
+            name: name.clone(),
+            location: location.clone(),
+            detail,
+        };
+        let refused = |error: ClientError| match error {
+            ClientError::APIError { code: 403, .. } => SecretError::Denied {
+                name: name.clone(),
+                location: location.clone(),
+            },
+            ClientError::APIError { code, .. } => unreachable(format!("HTTP {code}")),
+            other => unreachable(other.to_string()),
+        };
+        for _ in 0..3 {
+            let request = ReadSecretRequest::builder()
+                .mount(mount)
+                .path(path)
+                .build()
+                .map_err(|error| unreachable(error.to_string()))?;
+            let read = {
+                let client = self.client.read().await;
+                vaultrs::api::exec_with_result(&*client, request).await
+            };
+            let (mut data, version) = match read {
+                Ok(secret) => (
+                    serde_json::from_value::<BTreeMap<String, serde_json::Value>>(secret.data)
+                        .unwrap_or_default(),
+                    secret.metadata.version,
+                ),
+                Err(ClientError::APIError { code: 404, .. }) => (BTreeMap::new(), 0),
+                Err(error) => return Err(refused(error)),
+            };
+            if data.contains_key(&reference.key) {
+                return Ok(());
+            }
+            data.insert(
+                reference.key.clone(),
+                serde_json::Value::String(random_text(usize::from(generate.length))),
+            );
+            let cas = u32::try_from(version).unwrap_or(u32::MAX);
+            let written = {
+                let client = self.client.read().await;
+                vaultrs::kv2::set_with_options(
+                    &*client,
+                    mount,
+                    path,
+                    &data,
+                    SetSecretRequestOptions { cas },
+                )
+                .await
+            };
+            match written {
+                Ok(_) => return Ok(()),
+                // Another writer came first: read what it wrote.
+                Err(ClientError::APIError { code: 400, .. }) => continue,
+                Err(error) => return Err(refused(error)),
+            }
+        }
+        Err(unreachable(
+            "the secret kept changing while a value was being generated for it".into(),
+        ))
+    }
+
     /// Writes `data` as the secret at `mount`/`path` (KV v2: a new version
     /// of it), `name` saying what it is in an error. The caller checked the
     /// path against the tenant's secret prefixes; the store's own policy
@@ -373,6 +452,12 @@ impl Vault {
             }),
         }
     }
+}
+
+/// `length` random characters of `[A-Za-z0-9]`, from `rand`'s thread generator (a CSPRNG seeded by the OS).
+fn random_text(length: usize) -> String {
+    use rand::distr::{Alphanumeric, SampleString};
+    Alphanumeric.sample_string(&mut rand::rng(), length)
 }
 
 /// The secrets an attempt resolved: the masker for everything it sends.
@@ -438,6 +523,9 @@ pub async fn resolve_inputs(
                 location: location(reference),
             });
         };
+        if let Some(generate) = reference.generate {
+            vault.ensure_generated(reference, generate).await?;
+        }
         values.insert(name, vault.resolve(reference).await?);
     }
     substitute(&mut spec.inputs, &values);

@@ -27,7 +27,8 @@ fn spec() -> JobSpec {
         "inputs": {"url": "https://127.0.0.1/health", "headers": {"authorization": {"$secret": "api"}}, "expect": {"status": 200}},
         "runner_requirements": {"pool": {"zone": "dmz", "arch": "x86"}, "capabilities": ["ipv6"]},
         "targets": [{"kind": "node", "id": "n7", "address": "10.0.0.7", "attributes": {"rack": "r1"}}],
-        "secret_refs": [{"name": "api", "mount": "secret", "path": "apps/api", "key": "token"}],
+        "secret_refs": [{"name": "api", "mount": "secret", "path": "apps/api", "key": "token"},
+                        {"name": "db", "mount": "secret", "path": "apps/db", "key": "password", "generate": {"length": 40}}],
         "timeouts": {"schedule_to_start": "30s", "start_to_close": "10m", "heartbeat": "30s", "schedule_to_close": "15m"},
         "retry": {"max_attempts": 3, "initial_backoff": "1s", "max_backoff": "1m"},
         "policy": {"destructive": false, "elevated": false, "approved_plan_digest": null, "explicit_command": false},
@@ -355,13 +356,13 @@ fn readers_refuse_unknown_framing_and_schemas() {
 /// Computed once from `schemas/*.avsc` and `schemas/previous/*.avsc`.
 const FASTAVRO_FINGERPRINTS: [(Family, &str, &str); 8] = [
     (Family::Artifact, "bd5e3cb52f518ce4", "bd5e3cb52f518ce4"),
-    (Family::AttemptEvent, "f4a01ab27b0ebd50", "18cd5b8292cba420"),
-    (Family::Command, "1a1841d42c227398", "c7cd0961e9b67293"),
+    (Family::AttemptEvent, "b0099f2ccc9475cc", "18cd5b8292cba420"),
+    (Family::Command, "99c205b506448b9e", "c7cd0961e9b67293"),
     (Family::LogChunk, "7fbd3e6c576040ce", "7fbd3e6c576040ce"),
     (Family::Result, "82b536f5207f4b71", "82b536f5207f4b71"),
     (Family::RunnerEvent, "53077da007d4be96", "113fa3d628a5028a"),
     (Family::Presence, "6cfb83b3a795588f", "d7c26a14c9aa5626"),
-    (Family::WorkItem, "40aed7f57f22cac7", "40aed7f57f22cac7"),
+    (Family::WorkItem, "e6e177e322ffb5da", "40aed7f57f22cac7"),
 ];
 
 fn wire_bytes(fingerprint: u64) -> String {

@@ -219,6 +219,51 @@ async fn an_install_waits_for_its_jobs_for_the_timeout_it_names(pool: PgPool) {
     assert_eq!(status, "succeeded", "{message}");
 }
 
+/// A value the runner generates (a `secret_refs` entry with `generate`):
+/// created in the tenant's Vault path, handed to the chart as a value,
+/// kept by the next upgrade, and on no topic, in no table, event or
+/// stored artifact.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_generated_secret_reaches_the_release_and_nothing_else(pool: PgPool) {
+    let admin = cluster::admin();
+    let namespace = cluster::namespace(&admin).await;
+    let (pipeline, chart_ref) = helm_pipeline(&pool, &namespace).await;
+    let path = format!("team-a/generated-{}", uuid::Uuid::new_v4().simple());
+    let refs = json!({"secret_refs": [
+        {"name": "kube", "mount": "secret", "path": "team-a/kube", "key": "token"},
+        {"name": "greeting", "mount": "secret", "path": path, "key": "greeting",
+         "generate": {"length": 48}},
+    ]});
+    let release = json!({"release": "web", "namespace": namespace, "chart": chart_ref,
+                         "values": {"greeting": {"$secret": "greeting"}}});
+    for operation in ["helm.install", "helm.upgrade"] {
+        let spec = helm_job(operation, release.clone(), refs.clone());
+        pipeline.submit(&spec).await;
+        let (status, _, message, _) = pipeline.ended(&spec, WAIT).await;
+        assert_eq!(status, "succeeded", "{operation}: {message}");
+    }
+    let (_, stored) = Bao::new()
+        .call(reqwest::Method::GET, &format!("secret/data/{path}"), None)
+        .await;
+    let generated = stored["data"]["data"]["greeting"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(generated.len(), 48);
+    assert_eq!(
+        greeting(&admin, &namespace).await.as_deref(),
+        Some(generated.as_str())
+    );
+    common::leaks::assert_secret_nowhere(
+        &pipeline,
+        &pool,
+        &generated,
+        RunnerType::Helm,
+        &pipeline.dir.join("artifacts"),
+    )
+    .await;
+}
+
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn a_release_goes_through_its_life_with_revisions_and_rendered_manifests(pool: PgPool) {
     let admin = cluster::admin();

@@ -95,6 +95,7 @@ fn reference(name: &str, path: &str, key: &str) -> SecretRef {
         mount: "secret".into(),
         path: path.into(),
         key: key.into(),
+        generate: None,
     }
 }
 
@@ -184,6 +185,75 @@ async fn each_vault_failure_has_its_category_and_names_the_ref_never_the_value()
         assert!(message.contains(phrase), "{case}: {message}");
         assert!(!message.contains(&value), "{case}: the value leaked");
     }
+}
+
+/// A reference with `generate` creates its key once: attempts racing on it
+/// all get one value, what the secret held stays, a key already there is
+/// kept, and a store that lets the runner only read refuses it (`contract`).
+#[tokio::test]
+async fn a_generated_secret_is_created_once_and_kept() {
+    let bao = Bao::new();
+    let prefix = format!("execplane-test/{}", Uuid::new_v4().simple());
+    bao.put(&format!("{prefix}/app"), json!({"user": "app"}))
+        .await;
+    let root = vault(
+        &bao.address,
+        VaultAuth::Token(Secret::new(bao.root.clone())),
+    )
+    .await;
+    let mut generated = reference("db", &format!("{prefix}/app"), "password");
+    generated.generate = Some(execplane::contract::GenerateSecret { length: 40 });
+    let racing: Vec<_> = (0..8)
+        .map(|_| {
+            let (root, generated) = (root.clone(), generated.clone());
+            tokio::spawn(async move {
+                root.ensure_generated(&generated, generated.generate.unwrap())
+                    .await
+                    .unwrap();
+                root.resolve(&generated).await.unwrap().expose().to_owned()
+            })
+        })
+        .collect();
+    let mut values = Vec::new();
+    for attempt in racing {
+        values.push(attempt.await.unwrap());
+    }
+    let value = values[0].clone();
+    assert!(values.iter().all(|other| *other == value), "one value");
+    assert_eq!(value.len(), 40);
+    assert!(value.bytes().all(|b| b.is_ascii_alphanumeric()));
+    let (_, stored) = bao
+        .call(
+            reqwest::Method::GET,
+            &format!("secret/data/{prefix}/app"),
+            None,
+        )
+        .await;
+    assert_eq!(
+        stored["data"]["data"],
+        json!({"user": "app", "password": value})
+    );
+    // Already there: kept, never rotated by a later attempt.
+    root.ensure_generated(&generated, generated.generate.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(root.resolve(&generated).await.unwrap().expose(), value);
+
+    let policy = format!("p-{}", Uuid::new_v4().simple());
+    bao.policy(&policy, &prefix).await;
+    let reader = vault(
+        &bao.address,
+        VaultAuth::Token(Secret::new(bao.token(&policy, "1h").await)),
+    )
+    .await;
+    let mut fresh = generated.clone();
+    fresh.key = "api_key".into();
+    let error = reader
+        .ensure_generated(&fresh, fresh.generate.unwrap())
+        .await
+        .unwrap_err();
+    assert_eq!(error.category(), FailureCategory::Contract, "{error}");
+    assert!(error.to_string().contains("permission denied"), "{error}");
 }
 
 #[tokio::test]

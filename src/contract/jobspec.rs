@@ -79,6 +79,28 @@ pub struct SecretRef {
     pub mount: String,
     pub path: String,
     pub key: String,
+    /// When the secret has no `key` yet, the runner creates it: a random
+    /// value written there (check-and-set: one value, however many
+    /// attempts race), then resolved like any other.
+    #[serde(default)]
+    pub generate: Option<GenerateSecret>,
+}
+
+/// How a generated secret is made: `length` characters of `[A-Za-z0-9]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenerateSecret {
+    #[serde(default = "GenerateSecret::default_length")]
+    pub length: u16,
+}
+
+impl GenerateSecret {
+    /// The shortest and longest generated value.
+    pub const LENGTHS: std::ops::RangeInclusive<u16> = 16..=256;
+
+    fn default_length() -> u16 {
+        32
+    }
 }
 
 /// The four timeouts (Temporal's set). Defaults are documented in the README.

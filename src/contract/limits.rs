@@ -94,6 +94,23 @@ pub fn tail(text: &str, max: usize) -> &str {
     &text[cut..]
 }
 
+/// Whether `value` (a secret's mount or path) is segments of letters,
+/// digits and `- _ . @ + =`, none empty, `.` or `..`: they become URL
+/// segments of the secret store's API, so a reference reaches a KV secret
+/// and nothing else (no dot segment, query, fragment or encoding).
+pub fn is_store_path(value: &str) -> bool {
+    value.trim_matches('/').split('/').all(|segment| {
+        !matches!(segment, "" | "." | "..")
+            && segment
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_.@+=".contains(&b))
+    })
+}
+
+/// What [`is_store_path`] refuses, as a problem says it.
+pub const STORE_PATH: &str =
+    "segments of letters, digits and - _ . @ + = only, separated by /, no `.` or `..`";
+
 /// `text` cut to at most `max` bytes, with `…` when something was cut.
 pub fn shortened(text: &str, max: usize) -> String {
     if text.len() <= max {

@@ -50,28 +50,22 @@ impl SecretLocation {
     /// The longest mount or path.
     pub const MAX_BYTES: usize = 256;
 
-    /// What is wrong with it, at `field`: an empty, `.` or `..` segment, a
-    /// character outside `[A-Za-z0-9._-]`, or too long.
+    /// What is wrong with it, at `field`: as a secret reference's mount
+    /// and path ([`super::limits::is_store_path`]), and at most
+    /// [`Self::MAX_BYTES`] each.
     pub fn problems(&self, field: &str) -> Vec<super::Problem> {
         [("mount", &self.mount), ("path", &self.path)]
             .into_iter()
-            .filter_map(|(name, value)| {
-                let plain = |segment: &str| {
-                    !matches!(segment, "" | "." | "..")
-                        && segment
-                            .bytes()
-                            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
-                };
-                let trimmed = value.trim_matches('/');
-                (value.len() > Self::MAX_BYTES || !trimmed.split('/').all(plain)).then(|| {
-                    super::Problem::new(
-                        format!("{field}.{name}"),
-                        format!(
-                            "segments of [A-Za-z0-9._-] (none `.` or `..`), at most {} bytes",
-                            Self::MAX_BYTES
-                        ),
-                    )
-                })
+            .filter(|(_, value)| {
+                value.len() > Self::MAX_BYTES || !super::limits::is_store_path(value)
+            })
+            .map(|(name, _)| {
+                let message = format!(
+                    "{}; at most {} bytes",
+                    super::limits::STORE_PATH,
+                    Self::MAX_BYTES
+                );
+                super::Problem::new(format!("{field}.{name}"), message)
             })
             .collect()
     }

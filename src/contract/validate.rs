@@ -454,24 +454,25 @@ fn check_secret_refs(secret_refs: &[super::SecretRef], problems: &mut Vec<Proble
                 format!("secret `{}` is declared twice", secret.name),
             ));
         }
-        // The mount and path become URL segments of the secret store's API:
-        // no dot segments, no query or fragment, nothing encoded, so a
-        // reference reads a KV secret and nothing else.
         for (name, value) in [("mount", &secret.mount), ("path", &secret.path)] {
-            let confined = value.trim_matches('/').split('/').all(|segment| {
-                !segment.is_empty()
-                    && segment != "."
-                    && segment != ".."
-                    && segment
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"-_.@+=".contains(&b))
-            });
-            if !value.trim().is_empty() && !confined {
+            if !value.trim().is_empty() && !super::limits::is_store_path(value) {
                 problems.push(Problem::new(
                     format!("secret_refs[{index}].{name}"),
-                    "segments of letters, digits and - _ . @ + = only, separated by /, no `.` or `..`",
+                    super::limits::STORE_PATH,
                 ));
             }
+        }
+        let lengths = super::GenerateSecret::LENGTHS;
+        if let Some(generate) = secret.generate.filter(|g| !lengths.contains(&g.length)) {
+            problems.push(Problem::new(
+                format!("secret_refs[{index}].generate.length"),
+                format!(
+                    "{} characters: from {} to {}",
+                    generate.length,
+                    lengths.start(),
+                    lengths.end()
+                ),
+            ));
         }
     }
 }
@@ -1047,9 +1048,24 @@ mod tests {
                 "{value}"
             );
         }
-        spec["secret_refs"][0] = declared;
+        spec["secret_refs"][0] = declared.clone();
         spec["secret_refs"][0]["path"] = json!("team-a/app.v2/db");
         assert!(validate_jobspec(&spec).is_ok());
+        // A generated value is 16 to 256 characters.
+        for length in [15, 257] {
+            spec["secret_refs"][0] = declared.clone();
+            spec["secret_refs"][0]["generate"] = json!({"length": length});
+            assert_eq!(paths(&spec), vec!["secret_refs[0].generate.length"]);
+        }
+        for length in [16, 256] {
+            spec["secret_refs"][0]["generate"] = json!({"length": length});
+            assert!(validate_jobspec(&spec).is_ok(), "{length}");
+        }
+        spec["secret_refs"][0]["generate"] = json!({});
+        assert_eq!(
+            validate_jobspec(&spec).unwrap().secret_refs[0].generate,
+            Some(crate::contract::GenerateSecret { length: 32 })
+        );
     }
 
     #[test]
