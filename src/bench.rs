@@ -121,6 +121,7 @@ pub(crate) fn tool_context(
         .with_tools(tools.clone(), std::time::Duration::from_secs(2))
         .with_outputs(crate::runner::outputs::Outputs::new(
             attempt_id,
+            "bench",
             crate::secrets::Masker::default(),
         ))
 }

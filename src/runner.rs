@@ -200,6 +200,27 @@ impl ExecutionContext {
         Ok(reference)
     }
 
+    /// Output `name` (digest `sha256`, hex) of another attempt, for this
+    /// attempt's tenant: refused as `policy` unless an attempt of the
+    /// tenant made that content ([`artifacts::inputs::fetch_output_for`]),
+    /// `contract` when there is no such output, checked against its digest.
+    ///
+    /// [`artifacts::inputs::fetch_output_for`]: crate::artifacts::inputs::fetch_output_for
+    pub async fn fetch_output(
+        &self,
+        attempt_id: uuid::Uuid,
+        name: &str,
+        sha256: &str,
+    ) -> Result<Vec<u8>, Failure> {
+        use crate::artifacts::inputs;
+        let storage = self.storage_or_failure()?;
+        let reference = inputs::InputRef::parse(&format!("sha256:{sha256}"))
+            .map_err(|error| Failure::new(FailureCategory::Contract, error))?;
+        inputs::fetch_output_for(storage, attempt_id, name, &reference, &self.tenant)
+            .await
+            .map_err(|error| Failure::new(error.category(), error.to_string()))
+    }
+
     /// The origin [`Self::store_input`] recorded for `reference`; none for
     /// content no attempt made.
     pub async fn input_origin(

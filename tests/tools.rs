@@ -333,6 +333,99 @@ async fn a_probe_reads_its_tenants_input_artifact_by_digest_and_a_wrong_one_is_r
     );
 }
 
+/// `verify.attempt.output` judges another attempt's output artifact, named
+/// as its `finished` event lists it: it passes and fails on its contract,
+/// and another tenant's attempt cannot read it.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn verify_attempt_output_judges_another_attempt_s_artifact(pool: PgPool) {
+    let (pipeline, _) = pipeline_with_probe(&pool, "writer", &[]).await;
+    let storage = pipeline.dir.join("artifacts");
+    let input = pipeline.dir.join("hosts.ini");
+    std::fs::write(&input, "[web]\nweb-1\nweb-2\n").unwrap();
+    let put = common::execplane_with(
+        &pool,
+        &[
+            "artifacts",
+            "put",
+            "--tenant",
+            "team-a",
+            input.to_str().unwrap(),
+        ],
+        &[("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap())],
+    );
+    assert!(put.status.success(), "{put:?}");
+    let reference = String::from_utf8(put.stdout).unwrap().trim().to_owned();
+    pipeline.wait_runners(1).await;
+    let once = json!({"retry": {"max_attempts": 1}});
+    let writer = job(
+        "verify.custom.probe",
+        json!({"probe_id": "writer", "args": {"file": {"artifact": reference}}}),
+        once.clone(),
+    );
+    pipeline.submit(&writer).await;
+    let attempt = pipeline
+        .wait_status(&writer.job_id, "succeeded", WAIT)
+        .await;
+    let outputs: serde_json::Value =
+        sqlx::query_scalar("SELECT outputs FROM attempts WHERE attempt_id = $1")
+            .bind(attempt)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let sha256 = outputs[0]["sha256"].as_str().unwrap().to_owned();
+    let judge = |tenant: &str, expect: serde_json::Value| {
+        let mut spec = job(
+            "verify.attempt.output",
+            json!({"attempt_id": attempt, "name": "report.txt", "sha256": sha256,
+                   "expect": expect}),
+            once.clone(),
+        );
+        spec.tenant = tenant.to_owned();
+        spec
+    };
+    let passing = judge(
+        "team-a",
+        json!({"contains": "18 bytes", "matches": "^input sha256 [0-9a-f]{64}\n"}),
+    );
+    // The report is text, not JSON: a schema fails it.
+    let failing = judge(
+        "team-a",
+        json!({"contains": "18 bytes", "schema": {"type": "object"}}),
+    );
+    let theirs = judge("team-b", json!({"contains": "18 bytes"}));
+    for spec in [&passing, &failing, &theirs] {
+        pipeline.submit(spec).await;
+    }
+    let (status, _, message, result) = pipeline.ended(&passing, WAIT).await;
+    assert_eq!(status, "succeeded", "{message}");
+    let names: Vec<&str> = result["samples"][0]["assertions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|assertion| assertion["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["contains", "matches"], "{result}");
+    assert_eq!(result["samples"][0]["observed"]["bytes"], 96, "{result}");
+    let (status, category, message, result) = pipeline.ended(&failing, WAIT).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("verification_failed")),
+        "{message}"
+    );
+    assert!(message.contains("assertion `schema` failed"), "{message}");
+    assert_eq!(result["samples"].as_array().unwrap().len(), 1, "{result}");
+    let (status, category, message, _) = pipeline.ended(&theirs, WAIT).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("policy")),
+        "{message}"
+    );
+    assert!(
+        message.contains("not stored for tenant `team-b`"),
+        "{message}"
+    );
+}
+
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn a_file_a_tool_writes_becomes_a_checksummed_output_artifact_in_the_manifest(pool: PgPool) {
     let (mut pipeline, _) = pipeline_with_probe(&pool, "writer", &[]).await;

@@ -39,6 +39,12 @@ pub enum InputError {
     Malformed(String),
     #[error("input artifact {reference} is larger than {MAX_INPUT_BYTES} bytes")]
     TooLarge { reference: InputRef },
+    #[error("attempt {attempt_id} has no output `{name}` of digest {reference}")]
+    NoOutput {
+        attempt_id: uuid::Uuid,
+        name: String,
+        reference: InputRef,
+    },
     #[error("input artifact {reference}: {source}")]
     Storage {
         reference: InputRef,
@@ -98,8 +104,45 @@ pub async fn fetch_for<S: ArtifactStorage>(
     reference: &InputRef,
     tenant: &str,
 ) -> Result<Vec<u8>, InputError> {
+    bound(storage, reference, tenant).await?;
+    fetch(storage, reference).await
+}
+
+/// Output `name` of `attempt_id` whose digest is `reference`, for
+/// `tenant`: refused (`policy`) as [`fetch_for`] refuses, unless an attempt
+/// of the tenant made that content (the runner SDK binds every output it
+/// stores to its attempt's tenant) or the tenant stored it; then read and
+/// checked against its digest.
+pub async fn fetch_output_for<S: ArtifactStorage>(
+    storage: &S,
+    attempt_id: uuid::Uuid,
+    name: &str,
+    reference: &InputRef,
+    tenant: &str,
+) -> Result<Vec<u8>, InputError> {
+    bound(storage, reference, tenant).await?;
+    let key = crate::contract::outputs::output_key(attempt_id, reference.hex(), name);
+    read_checked(storage, &key, reference)
+        .await
+        .map_err(|error| match error {
+            InputError::Missing(reference) => InputError::NoOutput {
+                attempt_id,
+                name: name.to_owned(),
+                reference,
+            },
+            error => error,
+        })
+}
+
+/// Whether `reference` is bound to `tenant` ([`bind`]): refused (`policy`)
+/// when not.
+async fn bound<S: ArtifactStorage>(
+    storage: &S,
+    reference: &InputRef,
+    tenant: &str,
+) -> Result<(), InputError> {
     match storage.get(&reference.tenant_key(tenant)).await {
-        Ok(_) => fetch(storage, reference).await,
+        Ok(_) => Ok(()),
         Err(StorageError::NotFound(_)) => Err(InputError::NotTheTenants {
             reference: reference.clone(),
             tenant: tenant.to_owned(),
@@ -118,16 +161,22 @@ pub async fn fetch<S: ArtifactStorage>(
     storage: &S,
     reference: &InputRef,
 ) -> Result<Vec<u8>, InputError> {
-    let bytes = storage
-        .get(&reference.key())
-        .await
-        .map_err(|source| match source {
-            StorageError::NotFound(_) => InputError::Missing(reference.clone()),
-            source => InputError::Storage {
-                reference: reference.clone(),
-                source,
-            },
-        })?;
+    read_checked(storage, &reference.key(), reference).await
+}
+
+/// The object at `key`, which must be `reference`'s content.
+async fn read_checked<S: ArtifactStorage>(
+    storage: &S,
+    key: &str,
+    reference: &InputRef,
+) -> Result<Vec<u8>, InputError> {
+    let bytes = storage.get(key).await.map_err(|source| match source {
+        StorageError::NotFound(_) => InputError::Missing(reference.clone()),
+        source => InputError::Storage {
+            reference: reference.clone(),
+            source,
+        },
+    })?;
     if bytes.len() > MAX_INPUT_BYTES {
         return Err(InputError::TooLarge {
             reference: reference.clone(),

@@ -31,6 +31,11 @@ impl InputRef {
         Self(hex::encode(Sha256::digest(bytes)))
     }
 
+    /// Its digest, 64 lowercase hex digits.
+    pub fn hex(&self) -> &str {
+        &self.0
+    }
+
     /// Its storage key.
     pub fn key(&self) -> String {
         format!("inputs/sha256/{}", self.0)

@@ -146,6 +146,7 @@ operations! {
     VerifyPostgresReady => "verify.postgres.ready", Verification, idempotent = true, implemented = true;
     VerifyResourceCapability => "verify.resource.capability", Verification, idempotent = true, implemented = true;
     VerifyCustomProbe => "verify.custom.probe", Verification, idempotent = true, implemented = true;
+    VerifyAttemptOutput => "verify.attempt.output", Verification, idempotent = true, implemented = true;
     #[cfg(feature = "testkit")]
     TestkitEchoRun => "testkit.echo.run", Testkit, idempotent = true, implemented = true;
 }
@@ -236,7 +237,7 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_map_to_their_runner() {
-        assert_eq!(Operation::catalog().count(), 32);
+        assert_eq!(Operation::catalog().count(), 33);
         for operation in Operation::ALL {
             assert_eq!(operation.as_str().parse::<Operation>().unwrap(), *operation);
             let prefix = operation.as_str().split('.').next().unwrap();

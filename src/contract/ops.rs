@@ -143,6 +143,7 @@ operation_inputs! {
     VerifyPostgresReady(VerifyPostgres),
     VerifyResourceCapability(VerifyCapability),
     VerifyCustomProbe(VerifyCustom),
+    VerifyAttemptOutput(VerifyAttemptOutput),
     #[cfg(feature = "testkit")]
     TestkitEchoRun(TestkitEcho),
 }

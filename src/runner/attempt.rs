@@ -327,7 +327,7 @@ pub(super) async fn run_attempt<E: Executor>(
             return refuse(&reporter, attempt_id, epoch, refused).await;
         }
     };
-    let outputs = super::outputs::Outputs::new(attempt_id, masker.clone());
+    let outputs = super::outputs::Outputs::new(attempt_id, &assignment.spec.tenant, masker.clone());
     let mut logs = OutputStreams::new(masker);
     let Some(outcome) = supervise(
         executor,

@@ -43,14 +43,17 @@ impl OutputError {
 #[derive(Clone, Debug)]
 pub(crate) struct Outputs {
     attempt_id: Uuid,
+    /// The attempt's tenant, to whom every output it stores is bound.
+    tenant: String,
     masker: Masker,
     stored: Arc<Mutex<Vec<OutputArtifact>>>,
 }
 
 impl Outputs {
-    pub(crate) fn new(attempt_id: Uuid, masker: Masker) -> Self {
+    pub(crate) fn new(attempt_id: Uuid, tenant: &str, masker: Masker) -> Self {
         Self {
             attempt_id,
+            tenant: tenant.to_owned(),
             masker,
             stored: Arc::default(),
         }
@@ -119,6 +122,15 @@ impl Outputs {
                 name: name.to_owned(),
                 reason: error.to_string(),
             })?;
+        // Bound to the tenant: its later attempts may read it
+        // (`verify.attempt.output`), no other tenant's may.
+        let reference = crate::contract::artifact_ref::InputRef::of(&bytes);
+        crate::artifacts::inputs::bind(storage, &reference, &self.tenant)
+            .await
+            .map_err(|error| OutputError::Storage {
+                name: name.to_owned(),
+                reason: error.to_string(),
+            })?;
         let output = OutputArtifact {
             name: name.to_owned(),
             class,
@@ -174,7 +186,7 @@ mod tests {
             dir.join("store"),
         ));
         let attempt = Uuid::from_u128(5);
-        let outputs = Outputs::new(attempt, Masker::new(["hunter2-secret"]));
+        let outputs = Outputs::new(attempt, "team-a", Masker::new(["hunter2-secret"]));
         let text = dir.join("report.txt");
         std::fs::write(&text, "token=hunter2-secret\n").unwrap();
         let stored = outputs

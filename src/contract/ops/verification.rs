@@ -42,65 +42,66 @@ const PATTERN_SIZE_LIMIT: usize = 1 << 20;
 impl HttpExpect {
     /// `body_matches`, compiled.
     pub fn body_pattern(&self) -> Option<Result<regex::Regex, String>> {
-        let pattern = self.body_matches.as_deref()?;
-        if pattern.len() > MAX_BODY_PATTERN_BYTES {
-            return Some(Err(format!("at most {MAX_BODY_PATTERN_BYTES} bytes")));
-        }
-        Some(
-            regex::RegexBuilder::new(pattern)
-                .size_limit(PATTERN_SIZE_LIMIT)
-                .build()
-                .map_err(|error| error.to_string()),
-        )
+        self.body_matches.as_deref().map(compile_pattern)
     }
 
-    /// `body_schema`, compiled: every reference resolved inside it (none
-    /// is fetched, from the network or a file), every `pattern` by the
-    /// `regex` crate (no backtracking), formats not asserted.
+    /// `body_schema`, compiled ([`compile_schema`]).
     pub fn body_validator(&self) -> Option<Result<jsonschema::Validator, String>> {
-        /// Refuses every reference outside the schema.
-        struct NoRetrieval;
-        impl jsonschema::Retrieve for NoRetrieval {
-            fn retrieve(
-                &self,
-                uri: &jsonschema::Uri<String>,
-            ) -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
-                Err(format!(
-                    "`{uri}` is outside the schema: a body schema refers only inside itself"
-                )
-                .into())
-            }
-        }
-        let schema = self.body_schema.as_ref()?;
-        let size = serde_json::to_vec(schema).map_or(usize::MAX, |text| text.len());
-        if size > MAX_BODY_SCHEMA_BYTES {
-            return Some(Err(format!(
-                "{size} bytes of JSON: at most {MAX_BODY_SCHEMA_BYTES}"
-            )));
-        }
-        // Each compiled pattern may take PATTERN_SIZE_LIMIT: so many, no more.
-        let patterns = patterns_in(schema);
-        if patterns > MAX_SCHEMA_PATTERNS {
-            return Some(Err(format!(
-                "{patterns} patterns (`pattern`, `patternProperties`): at most {MAX_SCHEMA_PATTERNS}"
-            )));
-        }
-        Some(
-            jsonschema::options()
-                .with_retriever(NoRetrieval)
-                .with_pattern_options(
-                    jsonschema::PatternOptions::regex().size_limit(PATTERN_SIZE_LIMIT),
-                )
-                .should_validate_formats(false)
-                .build(schema)
-                .map_err(|error| {
-                    crate::contract::limits::shortened(
-                        &crate::contract::limits::loggable(&error.to_string()),
-                        512,
-                    )
-                }),
-        )
+        self.body_schema.as_ref().map(compile_schema)
     }
+}
+
+/// A content pattern (`body_matches`, `matches`), compiled: the `regex`
+/// crate's syntax, at most [`MAX_BODY_PATTERN_BYTES`].
+pub fn compile_pattern(pattern: &str) -> Result<regex::Regex, String> {
+    if pattern.len() > MAX_BODY_PATTERN_BYTES {
+        return Err(format!("at most {MAX_BODY_PATTERN_BYTES} bytes"));
+    }
+    regex::RegexBuilder::new(pattern)
+        .size_limit(PATTERN_SIZE_LIMIT)
+        .build()
+        .map_err(|error| error.to_string())
+}
+
+/// A content schema (`body_schema`, `schema`), compiled: every reference
+/// resolved inside it (none is fetched, from the network or a file), every
+/// `pattern` by the `regex` crate (no backtracking), formats not asserted;
+/// at most [`MAX_BODY_SCHEMA_BYTES`] and [`MAX_SCHEMA_PATTERNS`].
+pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
+    /// Refuses every reference outside the schema.
+    struct NoRetrieval;
+    impl jsonschema::Retrieve for NoRetrieval {
+        fn retrieve(
+            &self,
+            uri: &jsonschema::Uri<String>,
+        ) -> Result<Value, Box<dyn std::error::Error + Send + Sync>> {
+            Err(format!("`{uri}` is outside the schema: a schema refers only inside itself").into())
+        }
+    }
+    let size = serde_json::to_vec(schema).map_or(usize::MAX, |text| text.len());
+    if size > MAX_BODY_SCHEMA_BYTES {
+        return Err(format!(
+            "{size} bytes of JSON: at most {MAX_BODY_SCHEMA_BYTES}"
+        ));
+    }
+    // Each compiled pattern may take PATTERN_SIZE_LIMIT: so many, no more.
+    let patterns = patterns_in(schema);
+    if patterns > MAX_SCHEMA_PATTERNS {
+        return Err(format!(
+            "{patterns} patterns (`pattern`, `patternProperties`): at most {MAX_SCHEMA_PATTERNS}"
+        ));
+    }
+    jsonschema::options()
+        .with_retriever(NoRetrieval)
+        .with_pattern_options(jsonschema::PatternOptions::regex().size_limit(PATTERN_SIZE_LIMIT))
+        .should_validate_formats(false)
+        .build(schema)
+        .map_err(|error| {
+            crate::contract::limits::shortened(
+                &crate::contract::limits::loggable(&error.to_string()),
+                512,
+            )
+        })
 }
 
 /// The most patterns a body schema holds.
@@ -290,6 +291,38 @@ pub struct VerifyCustom {
     pub evidence: EvidenceRequirements,
 }
 
+/// What another attempt's output must hold: each given check must pass.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContentExpect {
+    /// Text found somewhere in it.
+    #[serde(default)]
+    pub contains: Option<String>,
+    /// As `verify.http.endpoint`'s `body_matches`.
+    #[serde(default)]
+    pub matches: Option<String>,
+    /// As `verify.http.endpoint`'s `body_schema`: the output read as JSON.
+    #[serde(default)]
+    pub schema: Option<Value>,
+}
+
+/// `verify.attempt.output`: an output artifact of another attempt of the
+/// tenant's, judged against a contract.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VerifyAttemptOutput {
+    pub attempt_id: uuid::Uuid,
+    /// The output's name, as its attempt's `finished` event lists it.
+    pub name: String,
+    /// The output's digest (hex), as the `finished` event lists it.
+    pub sha256: String,
+    #[serde(default)]
+    pub expect: ContentExpect,
+    /// What its evidence must show to pass.
+    #[serde(default)]
+    pub evidence: EvidenceRequirements,
+}
+
 super::runner_inputs! {
     /// The inputs of the verification runner's operations.
     VerifyInputs {
@@ -299,6 +332,7 @@ super::runner_inputs! {
     VerifyPostgresReady(VerifyPostgres),
     VerifyResourceCapability(VerifyCapability),
     VerifyCustomProbe(VerifyCustom),
+    VerifyAttemptOutput(VerifyAttemptOutput),
     }
 }
 
@@ -311,7 +345,8 @@ impl VerifyInputs {
             | Self::VerifyKubernetesCondition(VerifyKubernetesCondition { evidence, .. })
             | Self::VerifyPostgresReady(VerifyPostgres { evidence, .. })
             | Self::VerifyResourceCapability(VerifyCapability { evidence, .. })
-            | Self::VerifyCustomProbe(VerifyCustom { evidence, .. }) => *evidence,
+            | Self::VerifyCustomProbe(VerifyCustom { evidence, .. })
+            | Self::VerifyAttemptOutput(VerifyAttemptOutput { evidence, .. }) => *evidence,
         }
     }
 }
@@ -327,7 +362,8 @@ impl super::Vocabulary for VerifyInputs {
             | Self::VerifyTcpConnect(_)
             | Self::VerifyPostgresReady(_)
             | Self::VerifyResourceCapability(_)
-            | Self::VerifyCustomProbe(_) => Vec::new(),
+            | Self::VerifyCustomProbe(_)
+            | Self::VerifyAttemptOutput(_) => Vec::new(),
         }
     }
 
@@ -346,7 +382,8 @@ impl super::Vocabulary for VerifyInputs {
             Self::VerifyHttpEndpoint(_)
             | Self::VerifyTcpConnect(_)
             | Self::VerifyPostgresReady(_)
-            | Self::VerifyCustomProbe(_) => Vec::new(),
+            | Self::VerifyCustomProbe(_)
+            | Self::VerifyAttemptOutput(_) => Vec::new(),
         }
     }
 
@@ -369,6 +406,7 @@ pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
                 Vec::new()
             },
         ),
+        OperationInputs::VerifyAttemptOutput(output) => (output.evidence, output_problems(output)),
         OperationInputs::VerifyTcpConnect(VerifyTcp { evidence, .. })
         | OperationInputs::VerifyKubernetesCondition(VerifyKubernetesCondition {
             evidence, ..
@@ -385,6 +423,25 @@ pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
             "inputs.evidence.consecutive_passes",
             format!("1 to {most}"),
         ));
+    }
+    problems
+}
+
+fn output_problems(output: &VerifyAttemptOutput) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    if let Some(problem) = crate::contract::outputs::output_name_problem(&output.name) {
+        problems.push(Problem::new("inputs.name", problem));
+    }
+    let reference = format!("sha256:{}", output.sha256);
+    if crate::contract::artifact_ref::InputRef::parse(&reference).is_err() {
+        problems.push(Problem::new("inputs.sha256", "64 lowercase hex digits"));
+    }
+    let expect = &output.expect;
+    if let Some(Err(error)) = expect.matches.as_deref().map(compile_pattern) {
+        problems.push(Problem::new("inputs.expect.matches", error));
+    }
+    if let Some(Err(error)) = expect.schema.as_ref().map(compile_schema) {
+        problems.push(Problem::new("inputs.expect.schema", error));
     }
     problems
 }

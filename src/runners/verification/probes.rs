@@ -7,7 +7,9 @@ use serde::Serialize;
 use tokio::net::TcpStream;
 
 use crate::codec::LogStream;
-use crate::contract::ops::{VerifyCustom, VerifyHttp, VerifyPostgres, VerifyTcp};
+use crate::contract::ops::{
+    VerifyAttemptOutput, VerifyCustom, VerifyHttp, VerifyPostgres, VerifyTcp,
+};
 use crate::runner::ExecutionContext;
 
 /// One observation.
@@ -182,6 +184,54 @@ fn http_request(
     Ok(request)
 }
 
+/// A content contract: text it contains, a pattern it matches, a JSON
+/// Schema it satisfies (each checked when given).
+pub(super) struct Content<'a> {
+    pub contains: Option<&'a str>,
+    pub matches: Option<&'a str>,
+    pub schema: Option<&'a serde_json::Value>,
+}
+
+impl Content<'_> {
+    /// Its checks of `content` (`truncated`: more of it was not read), as
+    /// assertions named `<prefix>contains`, `<prefix>matches` and
+    /// `<prefix>schema`.
+    pub(super) fn judge(&self, sample: &mut Sample, prefix: &str, content: &str, truncated: bool) {
+        use crate::contract::ops::verification::{compile_pattern, compile_schema};
+        if let Some(needle) = self.contains {
+            let found = content.contains(needle);
+            sample.assertions.push(Assertion {
+                name: format!("{prefix}contains"),
+                expected: needle.into(),
+                actual: found.into(),
+                passed: found,
+            });
+        }
+        if let Some(pattern) = self.matches {
+            let found = compile_pattern(pattern).map(|compiled| compiled.is_match(content));
+            sample.assertions.push(Assertion {
+                name: format!("{prefix}matches"),
+                expected: pattern.into(),
+                actual: found.clone().map_or_else(Into::into, Into::into),
+                passed: found == Ok(true),
+            });
+        }
+        if let Some(schema) = self.schema {
+            let errors = schema_errors(compile_schema(schema), content, truncated);
+            sample.assertions.push(Assertion {
+                name: format!("{prefix}schema"),
+                expected: format!("satisfies inputs.expect.{prefix}schema").into(),
+                actual: if errors.is_empty() {
+                    "satisfied".into()
+                } else {
+                    errors.clone().into()
+                },
+                passed: errors.is_empty(),
+            });
+        }
+    }
+}
+
 /// The most schema errors a sample lists.
 const MAX_SCHEMA_ERRORS: usize = 5;
 
@@ -199,13 +249,13 @@ fn schema_errors(
     };
     if truncated {
         return vec![format!(
-            "the body is longer than the {} bytes read: it cannot be checked",
+            "it is longer than the {} bytes read: it cannot be checked",
             body.len()
         )];
     }
     let document: serde_json::Value = match serde_json::from_str(body) {
         Ok(document) => document,
-        Err(error) => return vec![format!("the body is not JSON: {error}")],
+        Err(error) => return vec![format!("it is not JSON: {error}")],
     };
     validator
         .iter_errors(&document)
@@ -235,37 +285,13 @@ fn judge_http(sample: &mut Sample, inputs: &VerifyHttp, status: u16, body: &str,
             passed: (200..300).contains(&status),
         });
     }
-    if let Some(needle) = &inputs.expect.body_contains {
-        let found = body.contains(needle.as_str());
-        sample.assertions.push(Assertion {
-            name: "body_contains".into(),
-            expected: needle.clone().into(),
-            actual: found.into(),
-            passed: found,
-        });
-    }
-    if let Some(pattern) = inputs.expect.body_pattern() {
-        let found = pattern.map(|pattern| pattern.is_match(body));
-        sample.assertions.push(Assertion {
-            name: "body_matches".into(),
-            expected: inputs.expect.body_matches.clone().into(),
-            actual: found.clone().map_or_else(Into::into, Into::into),
-            passed: found == Ok(true),
-        });
-    }
-    if let Some(validator) = inputs.expect.body_validator() {
-        let errors = schema_errors(validator, body, truncated);
-        sample.assertions.push(Assertion {
-            name: "body_schema".into(),
-            expected: "the body satisfies inputs.expect.body_schema".into(),
-            actual: if errors.is_empty() {
-                "satisfied".into()
-            } else {
-                errors.clone().into()
-            },
-            passed: errors.is_empty(),
-        });
-    }
+    let expect = &inputs.expect;
+    let contract = Content {
+        contains: expect.body_contains.as_deref(),
+        matches: expect.body_matches.as_deref(),
+        schema: expect.body_schema.as_ref(),
+    };
+    contract.judge(sample, "body_", body, truncated);
     if let Some(max) = inputs.expect.max_latency_ms {
         sample.assertions.push(Assertion {
             name: "max_latency_ms".into(),
@@ -274,6 +300,27 @@ fn judge_http(sample: &mut Sample, inputs: &VerifyHttp, status: u16, body: &str,
             passed: sample.latency_ms <= max,
         });
     }
+}
+
+/// `verify.attempt.output`: the output, fetched once before the first
+/// sample (`content`), judged against its contract.
+pub fn attempt_output(inputs: &VerifyAttemptOutput, content: &[u8], n: u32) -> Sample {
+    let mut sample = Sample::new(n);
+    sample.reached = true;
+    sample.observed = serde_json::json!({
+        "attempt_id": inputs.attempt_id,
+        "name": inputs.name,
+        "sha256": inputs.sha256,
+        "bytes": content.len(),
+    });
+    let expect = &inputs.expect;
+    let contract = Content {
+        contains: expect.contains.as_deref(),
+        matches: expect.matches.as_deref(),
+        schema: expect.schema.as_ref(),
+    };
+    contract.judge(&mut sample, "", &String::from_utf8_lossy(content), false);
+    sample
 }
 
 pub async fn tcp(inputs: &VerifyTcp, bounds: &Bounds, timeout: Duration, n: u32) -> Sample {

@@ -101,9 +101,11 @@ impl Executor for VerificationRunner {
             let failed = !sample.passed();
             let refused = sample.refused_by_policy;
             samples.push(sample);
+            // An output judged again is judged the same.
+            let settled = matches!(prepared.inputs, I::VerifyAttemptOutput(_));
             if refused
                 || passes_in_a_row(&samples) >= needed
-                || (failed && samples_wanted - n < needed)
+                || (failed && (settled || samples_wanted - n < needed))
             {
                 break;
             }
@@ -139,6 +141,8 @@ struct Prepared {
     /// The Kubernetes probes: a client of the cluster, and the tenant's
     /// rules its objects are checked against.
     cluster: Option<(kube::Client, crate::policy::OperationRules)>,
+    /// `verify.attempt.output`: the output judged, read once.
+    output: Option<Vec<u8>>,
 }
 
 impl VerificationRunner {
@@ -195,18 +199,27 @@ impl VerificationRunner {
             http,
             input_files: None,
             cluster,
+            output: None,
         })
     }
 
     /// A probe program's `args` may name input artifacts: each is fetched,
     /// checked against its digest and replaced by the read-only file's
     /// path. A missing or different object fails the attempt as
-    /// `contract`, naming the reference's field.
+    /// `contract`, naming the reference's field. The output
+    /// `verify.attempt.output` judges is fetched too, once.
     async fn fetch_inputs(
         &self,
         prepared: &mut Prepared,
         context: &ExecutionContext,
     ) -> Result<(), Failure> {
+        if let I::VerifyAttemptOutput(output) = &prepared.inputs {
+            let content = context
+                .fetch_output(output.attempt_id, &output.name, &output.sha256)
+                .await?;
+            prepared.output = Some(content);
+            return Ok(());
+        }
         let I::VerifyCustomProbe(probe) = &mut prepared.inputs else {
             return Ok(());
         };
@@ -293,6 +306,9 @@ impl VerificationRunner {
                 }
                 _ => probes::custom(probe, context, n).await,
             },
+            I::VerifyAttemptOutput(output) => {
+                probes::attempt_output(output, prepared.output.as_deref()?, n)
+            }
         })
     }
 }
