@@ -339,22 +339,7 @@ async fn a_probe_reads_its_tenants_input_artifact_by_digest_and_a_wrong_one_is_r
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn verify_attempt_output_judges_another_attempt_s_artifact(pool: PgPool) {
     let (pipeline, _) = pipeline_with_probe(&pool, "writer", &[]).await;
-    let storage = pipeline.dir.join("artifacts");
-    let input = pipeline.dir.join("hosts.ini");
-    std::fs::write(&input, "[web]\nweb-1\nweb-2\n").unwrap();
-    let put = common::execplane_with(
-        &pool,
-        &[
-            "artifacts",
-            "put",
-            "--tenant",
-            "team-a",
-            input.to_str().unwrap(),
-        ],
-        &[("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap())],
-    );
-    assert!(put.status.success(), "{put:?}");
-    let reference = String::from_utf8(put.stdout).unwrap().trim().to_owned();
+    let reference = pipeline.put_artifact("hosts.ini", b"[web]\nweb-1\nweb-2\n");
     pipeline.wait_runners(1).await;
     let once = json!({"retry": {"max_attempts": 1}});
     let writer = job(

@@ -723,6 +723,18 @@ mod tests {
     }
 
     /// A loopback server answering every request with `response`.
+    /// [`serve`] of a 200 with `body`.
+    async fn serve_ok(body: &str) -> u16 {
+        let length = body.len();
+        serve(
+            format!(
+                "HTTP/1.1 200 OK\r\ncontent-length: {length}\r\nconnection: close\r\n\r\n{body}"
+            )
+            .into_bytes(),
+        )
+        .await
+    }
+
     async fn serve(response: Vec<u8>) -> u16 {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -746,14 +758,7 @@ mod tests {
     #[tokio::test]
     async fn http_assertions_judge_status_body_and_a_capped_body() {
         let body = "x".repeat(5000) + "needle";
-        let port = serve(
-            format!(
-                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            )
-            .into_bytes(),
-        )
-        .await;
+        let port = serve_ok(&body).await;
         let url = format!("http://127.0.0.1:{port}/");
         let client = reqwest::Client::new();
         let open = bounds(LOOPBACK, 1 << 20);
@@ -786,14 +791,7 @@ mod tests {
     #[tokio::test]
     async fn a_body_is_judged_by_its_pattern_and_its_schema() {
         let body = r#"{"status": "ok", "replicas": 3, "items": ["a", "b"]}"#;
-        let port = serve(
-            format!(
-                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                body.len()
-            )
-            .into_bytes(),
-        )
-        .await;
+        let port = serve_ok(body).await;
         let url = format!("http://127.0.0.1:{port}/");
         let client = reqwest::Client::new();
         let open = bounds(LOOPBACK, 1 << 20);
