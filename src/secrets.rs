@@ -354,14 +354,7 @@ impl Vault {
             location: location.clone(),
             detail,
         };
-        let refused = |error: ClientError| match error {
-            ClientError::APIError { code: 403, .. } => SecretError::Denied {
-                name: name.clone(),
-                location: location.clone(),
-            },
-            ClientError::APIError { code, .. } => unreachable(format!("HTTP {code}")),
-            other => unreachable(other.to_string()),
-        };
+        let refused = |error: ClientError| write_error(&name, &location, error);
         for _ in 0..3 {
             let request = ReadSecretRequest::builder()
                 .mount(mount)
@@ -373,9 +366,12 @@ impl Vault {
                 vaultrs::api::exec_with_result(&*client, request).await
             };
             let (mut data, version) = match read {
+                // KV v2 data is an object: anything else is never overwritten.
                 Ok(secret) => (
                     serde_json::from_value::<BTreeMap<String, serde_json::Value>>(secret.data)
-                        .unwrap_or_default(),
+                        .map_err(|error| {
+                            unreachable(format!("the secret is not an object: {error}"))
+                        })?,
                     secret.metadata.version,
                 ),
                 Err(ClientError::APIError { code: 404, .. }) => (BTreeMap::new(), 0),
@@ -435,22 +431,28 @@ impl Vault {
             )
             .await
         };
-        match written {
-            Ok(_) => Ok(()),
-            Err(ClientError::APIError { code: 403, .. }) => {
-                Err(SecretError::Denied { name, location })
-            }
-            Err(ClientError::APIError { code, .. }) => Err(SecretError::Unreachable {
-                name,
-                location,
-                detail: format!("HTTP {code}"),
-            }),
-            Err(error) => Err(SecretError::Unreachable {
-                name,
-                location,
-                detail: error.to_string(),
-            }),
-        }
+        written
+            .map(drop)
+            .map_err(|error| write_error(&name, &location, error))
+    }
+}
+
+/// Why a write (or the read before it) was refused: the store's policy
+/// (`Denied`, 403), else the store itself.
+fn write_error(name: &str, location: &str, error: ClientError) -> SecretError {
+    let (name, location) = (name.to_owned(), location.to_owned());
+    match error {
+        ClientError::APIError { code: 403, .. } => SecretError::Denied { name, location },
+        ClientError::APIError { code, .. } => SecretError::Unreachable {
+            name,
+            location,
+            detail: format!("HTTP {code}"),
+        },
+        error => SecretError::Unreachable {
+            name,
+            location,
+            detail: error.to_string(),
+        },
     }
 }
 
