@@ -11,6 +11,8 @@
 //! [defaults]
 //! # <mount>/<path prefix>; `*` is any mount, `{tenant}` the tenant's name.
 //! secret_prefixes = ["*/{tenant}/"]
+//! # what runners write for it (generated secrets, sensitive outputs)
+//! secret_write_prefixes = ["*/{tenant}/"]
 //! [defaults.destinations]
 //! allow = []   # CIDRs or host names; empty: everything not denied
 //! allow_private = []   # loopback and private networks that may be reached
@@ -93,6 +95,11 @@ pub const PRIVATE_NETWORKS: [&str; 11] = [
 pub struct TenantRules {
     /// `<mount>/<path prefix>` entries a secret reference must fall under.
     pub secret_prefixes: Option<Vec<String>>,
+    /// The same, for what a runner writes for the tenant (a generated
+    /// secret, sensitive outputs). Default `*/{tenant}/`, whatever
+    /// `secret_prefixes` says: a prefix a tenant shares to read is not
+    /// one it may overwrite.
+    pub secret_write_prefixes: Option<Vec<String>>,
     pub destinations: Option<DestinationRules>,
     /// Operations it may run: `*`, `<runner>.*` or names. Default `*`.
     pub operations: Option<Vec<String>>,
@@ -352,11 +359,61 @@ impl DestinationPolicy {
     }
 }
 
+/// The secret prefix of a tenant that says none: its own name.
+const OWN_PREFIX: &str = "*/{tenant}/";
+
+/// `entries` (`<mount>/<path prefix>`, `{tenant}` substituted) as (mount
+/// or `*`, path prefix ending in `/`, so `secret/team-a` never covers
+/// `team-a-evil/`); a malformed entry is a problem.
+fn parse_prefixes(
+    tenant: &str,
+    entries: &[String],
+    problems: &mut Vec<String>,
+) -> Vec<(String, String)> {
+    entries
+        .iter()
+        .filter_map(|entry| {
+            let entry = entry.replace("{tenant}", tenant);
+            match entry.trim_start_matches('/').split_once('/') {
+                Some((mount, prefix)) if !mount.is_empty() => {
+                    let mut prefix = prefix.trim_start_matches('/').to_owned();
+                    if !prefix.is_empty() && !prefix.ends_with('/') {
+                        prefix.push('/');
+                    }
+                    Some((mount.to_owned(), prefix))
+                }
+                _ => {
+                    problems.push(format!(
+                        "tenant {tenant}: secret prefix `{entry}` is not <mount>/<path prefix>"
+                    ));
+                    None
+                }
+            }
+        })
+        .collect()
+}
+
+/// Whether `mount`/`path` falls under one of `prefixes`. Under a `*`
+/// mount, only a mount of one segment: a mount holding `/` would spell
+/// another mount's paths (`secret/data/team-b/x` + `team-a/y`).
+fn under(prefixes: &[(String, String)], mount: &str, path: &str) -> bool {
+    let mount = mount.trim_matches('/');
+    let path = path.trim_matches('/');
+    prefixes.iter().any(|(allowed_mount, prefix)| {
+        (allowed_mount == mount || (allowed_mount == "*" && !mount.contains('/')))
+            && (prefix.is_empty()
+                || path == prefix.trim_end_matches('/')
+                || path.starts_with(prefix.as_str()))
+    })
+}
+
 /// One tenant's effective rules.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TenantPolicy {
     /// (mount or `*`, path prefix), with `{tenant}` substituted.
     secret_prefixes: Vec<(String, String)>,
+    /// What a runner may write for the tenant, as `secret_prefixes`.
+    secret_write_prefixes: Vec<(String, String)>,
     pub destinations: DestinationPolicy,
     pub operations: OperationRules,
 }
@@ -364,14 +421,13 @@ pub struct TenantPolicy {
 impl TenantPolicy {
     /// Whether a secret reference may be resolved for this tenant.
     pub fn secret_allowed(&self, mount: &str, path: &str) -> bool {
-        let mount = mount.trim_matches('/');
-        let path = path.trim_matches('/');
-        self.secret_prefixes.iter().any(|(allowed_mount, prefix)| {
-            (allowed_mount == "*" || allowed_mount == mount)
-                && (prefix.is_empty()
-                    || path == prefix.trim_end_matches('/')
-                    || path.starts_with(prefix.as_str()))
-        })
+        under(&self.secret_prefixes, mount, path)
+    }
+
+    /// Whether a runner may write this tenant's secret at `mount`/`path`
+    /// (a generated value, sensitive outputs).
+    pub fn secret_writable(&self, mount: &str, path: &str) -> bool {
+        under(&self.secret_write_prefixes, mount, path)
     }
 }
 
@@ -512,28 +568,18 @@ impl OperatorPolicy {
     }
 
     fn build(&self, tenant: &str, rules: &TenantRules, problems: &mut Vec<String>) -> TenantPolicy {
-        let prefixes = rules
+        let read = rules
             .secret_prefixes
             .clone()
             .or_else(|| self.defaults.secret_prefixes.clone())
-            .unwrap_or_else(|| vec!["*/{tenant}/".into()]);
-        let secret_prefixes = prefixes
-            .iter()
-            .filter_map(|entry| {
-                let entry = entry.replace("{tenant}", tenant);
-                match entry.trim_start_matches('/').split_once('/') {
-                    Some((mount, prefix)) if !mount.is_empty() => {
-                        Some((mount.to_owned(), prefix.trim_start_matches('/').to_owned()))
-                    }
-                    _ => {
-                        problems.push(format!(
-                            "tenant {tenant}: secret prefix `{entry}` is not <mount>/<path prefix>"
-                        ));
-                        None
-                    }
-                }
-            })
-            .collect();
+            .unwrap_or_else(|| vec![OWN_PREFIX.into()]);
+        let write = rules
+            .secret_write_prefixes
+            .clone()
+            .or_else(|| self.defaults.secret_write_prefixes.clone())
+            .unwrap_or_else(|| vec![OWN_PREFIX.into()]);
+        let secret_prefixes = parse_prefixes(tenant, &read, problems);
+        let secret_write_prefixes = parse_prefixes(tenant, &write, problems);
         let destinations = rules
             .destinations
             .clone()
@@ -545,6 +591,7 @@ impl OperatorPolicy {
         TenantPolicy {
             operations,
             secret_prefixes,
+            secret_write_prefixes,
             destinations: DestinationPolicy::new(
                 &destinations,
                 &deny,
@@ -650,6 +697,16 @@ impl OperatorPolicy {
         }
         .run();
         for (index, secret) in spec.secret_refs.iter().enumerate() {
+            let writes = secret.generate.is_some();
+            if writes && !tenant.secret_writable(&secret.mount, &secret.path) {
+                problems.push(Problem::new(
+                    format!("secret_refs[{index}].generate"),
+                    format!(
+                        "tenant `{}` may not write `{}/{}`: outside the operator's secret write prefixes for it",
+                        spec.tenant, secret.mount, secret.path
+                    ),
+                ));
+            }
             if !tenant.secret_allowed(&secret.mount, &secret.path) {
                 problems.push(Problem::new(
                     format!("secret_refs[{index}]"),
@@ -837,6 +894,41 @@ mod tests {
         assert!(!team_a.secret_allowed("secret", "team-b/db"));
         assert!(!team_a.secret_allowed("secret", "team-a-evil/db"));
         assert!(!team_a.secret_allowed("secret", "apps/team-a/db"));
+    }
+
+    #[test]
+    fn a_shared_prefix_is_read_only_and_a_mount_never_spells_another_s_paths() {
+        let policy = OperatorPolicy::from_toml(
+            r#"
+            [tenants.team-a]
+            secret_prefixes = ["secret/team-a", "secret/shared/", "*/{tenant}/"]
+            "#,
+        )
+        .unwrap();
+        let team_a = policy.tenant("team-a");
+        assert!(team_a.secret_allowed("secret", "shared/db"));
+        assert!(!team_a.secret_writable("secret", "shared/db"), "read-only");
+        assert!(team_a.secret_writable("secret", "team-a/db"));
+        assert!(team_a.secret_allowed("secret", "team-a"));
+        // A prefix written without its `/` is still a whole segment.
+        assert!(!team_a.secret_allowed("secret", "team-a-evil/db"));
+        // Under `*`, one mount segment: `secret/data/team-b/x` + `team-a/y`
+        // is team-b's KV path.
+        for mount in ["secret/data/team-b/app", "kv/x"] {
+            assert!(!team_a.secret_allowed(mount, "team-a/x"), "{mount}");
+            assert!(!team_a.secret_writable(mount, "team-a/x"), "{mount}");
+        }
+        let writer = OperatorPolicy::from_toml(
+            r#"
+            [defaults]
+            secret_write_prefixes = ["kv/{tenant}/generated/"]
+            "#,
+        )
+        .unwrap()
+        .tenant("team-b");
+        assert!(writer.secret_writable("kv", "team-b/generated/db"));
+        assert!(!writer.secret_writable("secret", "team-b/db"));
+        assert!(writer.secret_allowed("secret", "team-b/db"));
     }
 
     #[test]

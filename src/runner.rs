@@ -121,8 +121,8 @@ impl ExecutionContext {
 
     /// Writes `data` (key to value) as the tenant's secret at `location`
     /// (`what` says what it is, in a failure): refused as `policy` outside
-    /// the operator's secret prefixes for the tenant, whatever intake
-    /// checked. The values are never logged.
+    /// the operator's secret write prefixes for the tenant, whatever
+    /// intake checked. The values are never logged.
     pub async fn store_secrets(
         &self,
         what: &str,
@@ -130,9 +130,9 @@ impl ExecutionContext {
         data: &std::collections::BTreeMap<String, String>,
     ) -> Result<(), Failure> {
         let tenant = self.policy.tenant(&self.tenant);
-        if !tenant.secret_allowed(&location.mount, &location.path) {
+        if !tenant.secret_writable(&location.mount, &location.path) {
             return Err(Failure::policy(format!(
-                "{what}: tenant `{}` may not write `{}/{}`: outside the operator's secret prefixes for it",
+                "{what}: tenant `{}` may not write `{}/{}`: outside the operator's secret write prefixes for it",
                 self.tenant, location.mount, location.path
             )));
         }

@@ -375,3 +375,25 @@ fn a_bad_policy_file_names_every_problem_at_once() {
         assert!(text.contains(expected), "{expected} missing from:\n{text}");
     }
 }
+
+#[test]
+fn a_generated_secret_goes_only_where_the_tenant_may_write() {
+    let policy = example();
+    let generated = |path: &str| {
+        spec(
+            "team-a",
+            "verify.http.endpoint",
+            json!({"url": "https://api.example.com/", "headers": {"authorization": {"$secret": "made"}}}),
+            json!({"secret_refs": [{"name": "made", "mount": "secret", "path": path,
+                                    "key": "k", "generate": {}}]}),
+        )
+    };
+    assert!(policy.check_jobspec(&generated("team-a/made")).is_empty());
+    // Readable, shared, not the tenant's to write.
+    let problems = policy.check_jobspec(&generated("shared/made"));
+    let paths: Vec<&str> = problems
+        .iter()
+        .map(|problem| problem.path.as_str())
+        .collect();
+    assert_eq!(paths, ["secret_refs[0].generate"], "{problems:?}");
+}

@@ -185,14 +185,14 @@ impl Check<'_> {
         self.problems
     }
 
-    /// A secret written for the tenant falls under its secret prefixes,
-    /// as one it reads.
+    /// A secret written for the tenant falls under its secret write
+    /// prefixes (not merely its read prefixes: a shared one is read-only).
     fn secret_write(&mut self, field: &str, location: &crate::contract::ops::SecretLocation) {
-        if !self.tenant.secret_allowed(&location.mount, &location.path) {
+        if !self.tenant.secret_writable(&location.mount, &location.path) {
             self.problems.push(Problem::new(
                 field,
                 format!(
-                    "tenant `{}` may not write `{}/{}`: outside the operator's secret prefixes for it",
+                    "tenant `{}` may not write `{}/{}`: outside the operator's secret write prefixes for it",
                     self.spec.tenant, location.mount, location.path
                 ),
             ));
