@@ -84,6 +84,15 @@ pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
             "{size} bytes of JSON: at most {MAX_BODY_SCHEMA_BYTES}"
         ));
     }
+    // Validation is not memoised: a small schema whose references fan out
+    // (`allOf` of two refs to the next, forty deep) stands for 2^40 checks.
+    // What it stands for, every reference expanded, is bounded instead.
+    let expanded = expanded_size(schema)?;
+    if expanded > MAX_SCHEMA_EXPANDED {
+        return Err(format!(
+            "it stands for more than {MAX_SCHEMA_EXPANDED} values with its references expanded"
+        ));
+    }
     // Each compiled pattern may take PATTERN_SIZE_LIMIT: so many, no more.
     let patterns = patterns_in(schema);
     if patterns > MAX_SCHEMA_PATTERNS {
@@ -106,6 +115,96 @@ pub fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
 
 /// The most patterns a body schema holds.
 pub const MAX_SCHEMA_PATTERNS: usize = 16;
+
+/// The most JSON values a schema stands for with every `$ref` replaced by
+/// what it points at.
+pub const MAX_SCHEMA_EXPANDED: usize = 5_000;
+
+/// How many JSON values `schema` stands for with every `$ref` replaced by
+/// its target (each computed once; the sum saturates past the bound).
+/// Refused: a `$ref` that is not a JSON pointer into the schema itself, a
+/// reference cycle, `$dynamicRef`, `$recursiveRef`, an `$id` below the root
+/// (it would move where a pointer points), and drafts 3 and 4 (their `id`).
+fn expanded_size(schema: &Value) -> Result<usize, String> {
+    struct Walk<'a> {
+        root: &'a Value,
+        sizes: std::collections::HashMap<&'a str, usize>,
+        open: Vec<&'a str>,
+    }
+    impl<'a> Walk<'a> {
+        fn size(&mut self, value: &'a Value, at_root: bool) -> Result<usize, String> {
+            let mut size = 1usize;
+            match value {
+                Value::Object(object) => {
+                    for (key, child) in object {
+                        let child_size = match key.as_str() {
+                            "$ref" => self.target(child)?,
+                            "$dynamicRef" | "$recursiveRef" => {
+                                return Err(format!("`{key}` is not supported here"))
+                            }
+                            "$id" if !at_root => {
+                                return Err("`$id` is allowed at the root only".into())
+                            }
+                            "$schema"
+                                if child.as_str().is_some_and(|uri| {
+                                    uri.contains("draft-03") || uri.contains("draft-04")
+                                }) =>
+                            {
+                                return Err("drafts 3 and 4 are not supported".into())
+                            }
+                            _ => self.size(child, false)?,
+                        };
+                        size = size.saturating_add(child_size);
+                        if size > MAX_SCHEMA_EXPANDED {
+                            return Ok(size);
+                        }
+                    }
+                }
+                Value::Array(items) => {
+                    for item in items {
+                        size = size.saturating_add(self.size(item, false)?);
+                        if size > MAX_SCHEMA_EXPANDED {
+                            return Ok(size);
+                        }
+                    }
+                }
+                _ => {}
+            }
+            Ok(size)
+        }
+
+        fn target(&mut self, reference: &'a Value) -> Result<usize, String> {
+            let pointer = reference
+                .as_str()
+                .and_then(|reference| reference.strip_prefix('#'))
+                .filter(|pointer| {
+                    (pointer.is_empty() || pointer.starts_with('/')) && !pointer.contains('%')
+                })
+                .ok_or("a `$ref` is a JSON pointer into the schema itself (`#/…`)")?;
+            if let Some(size) = self.sizes.get(pointer) {
+                return Ok(*size);
+            }
+            if self.open.contains(&pointer) {
+                return Err(format!("`$ref` `#{pointer}` refers to itself"));
+            }
+            let target = self
+                .root
+                .pointer(pointer)
+                .ok_or_else(|| format!("`$ref` `#{pointer}` points at nothing"))?;
+            self.open.push(pointer);
+            let size = self.size(target, pointer.is_empty())?;
+            self.open.pop();
+            self.sizes.insert(pointer, size);
+            Ok(size)
+        }
+    }
+    Walk {
+        root: schema,
+        sizes: std::collections::HashMap::new(),
+        open: Vec::new(),
+    }
+    .size(schema, true)
+}
 
 /// How many patterns `schema` may compile: every `pattern` key and every
 /// key of a `patternProperties` (a property named so counts too).
@@ -609,6 +708,26 @@ mod tests {
         let lookahead = json!({"body_schema": {"pattern": "(?=a)a"}, "body_matches": "(a)\\1"});
         let refused = problems(lookahead);
         assert_eq!(refused.len(), 2, "{refused:?}");
+        // Forty levels of two references each: 2^40 checks, refused.
+        let mut defs = serde_json::Map::new();
+        for level in 0..40 {
+            let next = json!({"$ref": format!("#/$defs/d{}", level + 1)});
+            defs.insert(format!("d{level}"), json!({"allOf": [next, next]}));
+        }
+        defs.insert("d40".into(), json!({"type": "string"}));
+        let fan = json!({"$defs": defs, "$ref": "#/$defs/d0"});
+        let refused = problems(json!({"body_schema": fan}));
+        assert!(refused[0].contains("more than 5000 values"), "{refused:?}");
+        for bad in [
+            json!({"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}),
+            json!({"$ref": "#"}),
+            json!({"$ref": "other.json#/x"}),
+            json!({"$dynamicRef": "#meta"}),
+            json!({"properties": {"a": {"$id": "http://x/a", "$ref": "#/y"}}}),
+            json!({"$schema": "http://json-schema.org/draft-04/schema#"}),
+        ] {
+            assert_eq!(problems(json!({"body_schema": bad})).len(), 1, "{bad}");
+        }
         let many: Vec<Value> = (0..17).map(|_| json!({"pattern": "a"})).collect();
         assert!(problems(json!({"body_schema": {"anyOf": many}}))[0].contains("17 patterns"));
         let big = json!({"body_schema": {"description": "x".repeat(MAX_BODY_SCHEMA_BYTES)}});

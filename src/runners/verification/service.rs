@@ -307,7 +307,7 @@ impl VerificationRunner {
                 _ => probes::custom(probe, context, n).await,
             },
             I::VerifyAttemptOutput(output) => {
-                probes::attempt_output(output, prepared.output.as_deref()?, n)
+                probes::attempt_output(output, prepared.output.as_deref()?, n).await
             }
         })
     }
