@@ -201,9 +201,9 @@ impl ExecutionContext {
     }
 
     /// Output `name` (digest `sha256`, hex) of another attempt, for this
-    /// attempt's tenant: refused as `policy` unless an attempt of the
-    /// tenant made that content ([`artifacts::inputs::fetch_output_for`]),
-    /// `contract` when there is no such output, checked against its digest.
+    /// attempt's tenant: refused as `policy` unless that attempt is the
+    /// tenant's ([`artifacts::inputs::fetch_output_for`]), `contract` when
+    /// there is no such output, checked against its digest.
     ///
     /// [`artifacts::inputs::fetch_output_for`]: crate::artifacts::inputs::fetch_output_for
     pub async fn fetch_output(

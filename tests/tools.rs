@@ -313,7 +313,8 @@ async fn a_probe_reads_its_tenants_input_artifact_by_digest_and_a_wrong_one_is_r
     let (outcome, message) = ended(stranger).await;
     assert_eq!(outcome, end("failed", Some("policy")), "{message}");
     assert!(
-        message.contains("inputs.args.file") && message.contains("not stored for tenant `team-b`"),
+        message.contains("inputs.args.file")
+            && message.contains("is not an attempt of tenant `team-b`"),
         "{message}"
     );
 
@@ -335,7 +336,7 @@ async fn a_probe_reads_its_tenants_input_artifact_by_digest_and_a_wrong_one_is_r
 
 /// `verify.attempt.output` judges another attempt's output artifact, named
 /// as its `finished` event lists it: it passes and fails on its contract,
-/// and another tenant's attempt cannot read it.
+/// and another tenant's attempt cannot read it, even holding the same bytes.
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn verify_attempt_output_judges_another_attempt_s_artifact(pool: PgPool) {
     let (pipeline, _) = pipeline_with_probe(&pool, "writer", &[]).await;
@@ -358,6 +359,14 @@ async fn verify_attempt_output_judges_another_attempt_s_artifact(pool: PgPool) {
             .await
             .unwrap();
     let sha256 = outputs[0]["sha256"].as_str().unwrap().to_owned();
+    // team-b holds the very bytes of the report: that tells it nothing of
+    // team-a's attempt.
+    let report = format!(
+        "input sha256 {}\n18 bytes, 3 lines\n",
+        reference.trim_start_matches("sha256:")
+    );
+    let same = pipeline.put_artifact_for("team-b", "report.txt", report.as_bytes());
+    assert_eq!(same.trim_start_matches("sha256:"), sha256);
     let judge = |tenant: &str, expect: serde_json::Value| {
         let mut spec = job(
             "verify.attempt.output",
@@ -406,7 +415,7 @@ async fn verify_attempt_output_judges_another_attempt_s_artifact(pool: PgPool) {
         "{message}"
     );
     assert!(
-        message.contains("not stored for tenant `team-b`"),
+        message.contains("is not an attempt of tenant `team-b`"),
         "{message}"
     );
 }

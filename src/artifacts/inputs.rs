@@ -39,6 +39,11 @@ pub enum InputError {
     Malformed(String),
     #[error("input artifact {reference} is larger than {MAX_INPUT_BYTES} bytes")]
     TooLarge { reference: InputRef },
+    #[error("attempt {attempt_id} is not an attempt of tenant `{tenant}`")]
+    NotTheTenantsAttempt {
+        attempt_id: uuid::Uuid,
+        tenant: String,
+    },
     #[error("attempt {attempt_id} has no output `{name}` of digest {reference}")]
     NoOutput {
         attempt_id: uuid::Uuid,
@@ -56,7 +61,9 @@ impl InputError {
     pub fn category(&self) -> crate::contract::FailureCategory {
         match self {
             InputError::Storage { .. } => crate::contract::FailureCategory::Infrastructure,
-            InputError::NotTheTenants { .. } => crate::contract::FailureCategory::Policy,
+            InputError::NotTheTenants { .. } | InputError::NotTheTenantsAttempt { .. } => {
+                crate::contract::FailureCategory::Policy
+            }
             _ => crate::contract::FailureCategory::Contract,
         }
     }
@@ -109,10 +116,12 @@ pub async fn fetch_for<S: ArtifactStorage>(
 }
 
 /// Output `name` of `attempt_id` whose digest is `reference`, for
-/// `tenant`: refused (`policy`) as [`fetch_for`] refuses, unless an attempt
-/// of the tenant made that content (the runner SDK binds every output it
-/// stores to its attempt's tenant) or the tenant stored it; then read and
-/// checked against its digest.
+/// `tenant`: refused (`policy`) unless the attempt is the tenant's (the
+/// runner SDK records whose it is with its outputs,
+/// [`crate::contract::outputs::output_tenant_key`]), whether or not it
+/// exists, before anything of it is read; then read and checked against
+/// its digest. The attempt, not the content: a tenant holding the same
+/// bytes must not learn whether another's attempt made them.
 pub async fn fetch_output_for<S: ArtifactStorage>(
     storage: &S,
     attempt_id: uuid::Uuid,
@@ -120,7 +129,22 @@ pub async fn fetch_output_for<S: ArtifactStorage>(
     reference: &InputRef,
     tenant: &str,
 ) -> Result<Vec<u8>, InputError> {
-    bound(storage, reference, tenant).await?;
+    let owner = crate::contract::outputs::output_tenant_key(attempt_id, tenant);
+    match storage.get(&owner).await {
+        Ok(_) => {}
+        Err(StorageError::NotFound(_)) => {
+            return Err(InputError::NotTheTenantsAttempt {
+                attempt_id,
+                tenant: tenant.to_owned(),
+            })
+        }
+        Err(source) => {
+            return Err(InputError::Storage {
+                reference: reference.clone(),
+                source,
+            })
+        }
+    }
     let key = crate::contract::outputs::output_key(attempt_id, reference.hex(), name);
     read_checked(storage, &key, reference)
         .await

@@ -42,21 +42,30 @@ impl InputRef {
     }
 
     /// The storage key whose presence binds this content to `tenant`
-    /// (`artifacts::inputs::bind`). The name is one path segment, every
-    /// byte but `A-Z a-z 0-9 - _` percent-encoded, so no tenant's name
-    /// spells another's keys (`.`, `/` and `%` are encoded too).
+    /// (`artifacts::inputs::bind`), the tenant as [`tenant_segment`].
     pub fn tenant_key(&self, tenant: &str) -> String {
-        use std::fmt::Write;
-        let mut segment = String::with_capacity(tenant.len());
-        for byte in tenant.bytes() {
-            if byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_' {
-                segment.push(char::from(byte));
-            } else {
-                let _ = write!(segment, "%{byte:02X}");
-            }
-        }
-        format!("inputs/tenants/{segment}/sha256/{}", self.0)
+        format!(
+            "inputs/tenants/{}/sha256/{}",
+            tenant_segment(tenant),
+            self.0
+        )
     }
+}
+
+/// `tenant` as one segment of a storage key: every byte but
+/// `A-Z a-z 0-9 - _` percent-encoded, so no tenant's name spells another's
+/// keys (`.`, `/` and `%` are encoded too).
+pub fn tenant_segment(tenant: &str) -> String {
+    use std::fmt::Write;
+    let mut segment = String::with_capacity(tenant.len());
+    for byte in tenant.bytes() {
+        if byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_' {
+            segment.push(char::from(byte));
+        } else {
+            let _ = write!(segment, "%{byte:02X}");
+        }
+    }
+    segment
 }
 
 /// Every artifact reference in `value` with its field path (under `path`),

@@ -56,6 +56,14 @@ pub fn output_key(attempt_id: Uuid, sha256: &str, name: &str) -> String {
     format!("outputs/{attempt_id}/{sha256}/{name}")
 }
 
+/// The storage key whose presence says `attempt_id` is an attempt of
+/// `tenant` (written with its outputs): its outputs are the tenant's to
+/// read. Never an output's key (`tenants` is no digest).
+pub fn output_tenant_key(attempt_id: Uuid, tenant: &str) -> String {
+    let tenant = super::artifact_ref::tenant_segment(tenant);
+    format!("outputs/{attempt_id}/tenants/{tenant}")
+}
+
 /// The names of the artifact worker's own artifacts of an attempt: an
 /// output may not take one (`<stream>.log`, `<stream>.late-<n>.log`).
 fn reserved(name: &str) -> bool {

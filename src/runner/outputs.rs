@@ -43,7 +43,7 @@ impl OutputError {
 #[derive(Clone, Debug)]
 pub(crate) struct Outputs {
     attempt_id: Uuid,
-    /// The attempt's tenant, to whom every output it stores is bound.
+    /// The attempt's tenant, whose the outputs are.
     tenant: String,
     masker: Masker,
     stored: Arc<Mutex<Vec<OutputArtifact>>>,
@@ -122,10 +122,11 @@ impl Outputs {
                 name: name.to_owned(),
                 reason: error.to_string(),
             })?;
-        // Bound to the tenant: its later attempts may read it
-        // (`verify.attempt.output`), no other tenant's may.
-        let reference = crate::contract::artifact_ref::InputRef::of(&bytes);
-        crate::artifacts::inputs::bind(storage, &reference, &self.tenant)
+        // The attempt is the tenant's: its later attempts may read its
+        // outputs (`verify.attempt.output`), no other tenant's may.
+        let owner = crate::contract::outputs::output_tenant_key(self.attempt_id, &self.tenant);
+        storage
+            .put(&owner, b"")
             .await
             .map_err(|error| OutputError::Storage {
                 name: name.to_owned(),
