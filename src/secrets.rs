@@ -330,9 +330,7 @@ impl Vault {
             }),
         }
     }
-}
 
-impl Vault {
     /// Creates `reference`'s key when its secret lacks it: a random value
     /// of `generate`'s length, added to what the secret holds by a
     /// check-and-set write on the version read, so attempts that race

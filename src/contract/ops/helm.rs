@@ -175,12 +175,19 @@ impl super::Vocabulary for HelmInputs {
         }
     }
 
+    /// A rollback only as an explicit command.
     fn flag_problems(
         operation: Operation,
         flags: &PolicyFlags,
         _inputs: Option<&Value>,
     ) -> Vec<Problem> {
-        flag_problems(operation, flags)
+        match operation {
+            Operation::HelmRollback if !flags.explicit_command => vec![Problem::new(
+                "policy.explicit_command",
+                "helm.rollback runs only as an explicit control-plane command (`policy.explicit_command: true`)",
+            )],
+            _ => Vec::new(),
+        }
     }
 
     fn result_problem(_: Operation, result: &Value) -> Result<(), String> {
@@ -233,18 +240,6 @@ pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
         }
     }
     problems
-}
-
-/// The contract's gate on a helm operation's flags: a rollback only as
-/// an explicit command.
-pub(super) fn flag_problems(operation: Operation, flags: &PolicyFlags) -> Vec<Problem> {
-    match operation {
-        Operation::HelmRollback if !flags.explicit_command => vec![Problem::new(
-            "policy.explicit_command",
-            "helm.rollback runs only as an explicit control-plane command (`policy.explicit_command: true`)",
-        )],
-        _ => Vec::new(),
-    }
 }
 
 // Results (docs/OPERATIONS.md): what its executor reports.

@@ -187,12 +187,19 @@ impl super::Vocabulary for KubernetesInputs {
         }
     }
 
+    /// A delete only destructive.
     fn flag_problems(
         operation: Operation,
         flags: &PolicyFlags,
         _inputs: Option<&Value>,
     ) -> Vec<Problem> {
-        flag_problems(operation, flags)
+        match operation {
+            Operation::KubernetesManifestDelete if !flags.destructive => vec![Problem::new(
+                "policy.destructive",
+                "kubernetes.manifest.delete deletes objects and needs `policy.destructive: true`",
+            )],
+            _ => Vec::new(),
+        }
     }
 
     fn result_problem(_: Operation, result: &Value) -> Result<(), String> {
@@ -257,18 +264,6 @@ pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
         }
     }
     problems
-}
-
-/// The contract's gate on a kubernetes operation's flags: a delete only
-/// destructive.
-pub(super) fn flag_problems(operation: Operation, flags: &PolicyFlags) -> Vec<Problem> {
-    match operation {
-        Operation::KubernetesManifestDelete if !flags.destructive => vec![Problem::new(
-            "policy.destructive",
-            "kubernetes.manifest.delete deletes objects and needs `policy.destructive: true`",
-        )],
-        _ => Vec::new(),
-    }
 }
 
 /// A condition to wait for: its type and the status that satisfies it.

@@ -39,18 +39,6 @@ pub const MAX_BODY_SCHEMA_BYTES: usize = 16 * 1024;
 /// may take.
 const PATTERN_SIZE_LIMIT: usize = 1 << 20;
 
-impl HttpExpect {
-    /// `body_matches`, compiled.
-    pub fn body_pattern(&self) -> Option<Result<regex::Regex, String>> {
-        self.body_matches.as_deref().map(compile_pattern)
-    }
-
-    /// `body_schema`, compiled ([`compile_schema`]).
-    pub fn body_validator(&self) -> Option<Result<jsonschema::Validator, String>> {
-        self.body_schema.as_ref().map(compile_schema)
-    }
-}
-
 /// A content pattern (`body_matches`, `matches`), compiled: the `regex`
 /// crate's syntax, at most [`MAX_BODY_PATTERN_BYTES`].
 pub fn compile_pattern(pattern: &str) -> Result<regex::Regex, String> {
@@ -553,10 +541,10 @@ fn http_problems(http: &VerifyHttp) -> Vec<Problem> {
             "must be an http:// or https:// URL",
         ));
     }
-    if let Some(Err(error)) = http.expect.body_pattern() {
+    if let Some(Err(error)) = http.expect.body_matches.as_deref().map(compile_pattern) {
         problems.push(Problem::new("inputs.expect.body_matches", error));
     }
-    if let Some(Err(error)) = http.expect.body_validator() {
+    if let Some(Err(error)) = http.expect.body_schema.as_ref().map(compile_schema) {
         problems.push(Problem::new("inputs.expect.body_schema", error));
     }
     problems
