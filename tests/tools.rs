@@ -313,8 +313,7 @@ async fn a_probe_reads_its_tenants_input_artifact_by_digest_and_a_wrong_one_is_r
     let (outcome, message) = ended(stranger).await;
     assert_eq!(outcome, end("failed", Some("policy")), "{message}");
     assert!(
-        message.contains("inputs.args.file")
-            && message.contains("is not an attempt of tenant `team-b`"),
+        message.contains("inputs.args.file") && message.contains("not stored for tenant `team-b`"),
         "{message}"
     );
 
