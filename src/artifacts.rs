@@ -10,6 +10,7 @@
 
 pub mod detect;
 pub mod inputs;
+pub mod outputs;
 pub mod storage;
 mod worker;
 

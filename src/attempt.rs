@@ -17,7 +17,7 @@ mod proptests;
 
 pub use decide::{approval_refusal, decide, ApprovalAsked, Rejection};
 pub use fencing::{lease_refusal, LeaseFacts};
-pub use ids::{attempt_id_for, event_id_for, lease_id_for};
+pub use ids::{attempt_id_for, event_id_for, lease_id_for, report_event_id_for};
 
 use std::collections::{BTreeMap, BTreeSet};
 

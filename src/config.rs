@@ -471,6 +471,8 @@ pub struct IngressSettings {
     pub max_body: usize,
     /// `EXECPLANE_INGRESS_MAX_FRAME`: largest TCP frame, in bytes.
     pub max_frame: usize,
+    /// `EXECPLANE_INGRESS_MAX_OUTPUT`: largest output file an executor uploads, in bytes.
+    pub max_output: usize,
     /// `EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PEER`: open connections per client address.
     pub max_connections_per_peer: usize,
     /// `EXECPLANE_INGRESS_MAX_CONNECTIONS`: open connections in all.
@@ -502,6 +504,7 @@ impl Default for IngressSettings {
             trusted_proxies: String::new(),
             max_body: 1024 * 1024,
             max_frame: 1024 * 1024,
+            max_output: 16 * 1024 * 1024,
             max_connections_per_peer: 64,
             max_connections: 1024,
             header_timeout: DurationMs::from_secs(10),
@@ -817,6 +820,7 @@ settings! {
     "EXECPLANE_INGRESS_TRUSTED_PROXIES" => ingress.trusted_proxies;
     "EXECPLANE_INGRESS_MAX_BODY" => ingress.max_body;
     "EXECPLANE_INGRESS_MAX_FRAME" => ingress.max_frame;
+    "EXECPLANE_INGRESS_MAX_OUTPUT" => ingress.max_output;
     "EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PEER" => ingress.max_connections_per_peer;
     "EXECPLANE_INGRESS_MAX_CONNECTIONS" => ingress.max_connections;
     "EXECPLANE_INGRESS_HEADER_TIMEOUT" => ingress.header_timeout;

@@ -51,6 +51,8 @@ pub struct IngressConfig {
     pub resolver: ClientResolver,
     pub max_body: usize,
     pub max_frame: usize,
+    /// Largest output file an executor uploads.
+    pub max_output: usize,
     pub max_connections_per_peer: usize,
     /// Open HTTP + TCP connections, all peers together.
     pub max_connections: usize,
@@ -109,9 +111,11 @@ impl IngressConfig {
             Cidrs::default()
         });
         if config.ingress.trust_proxy && trusted.is_empty() {
-            problems.push(
-                "EXECPLANE_INGRESS_TRUST_PROXY is on but EXECPLANE_INGRESS_TRUSTED_PROXIES is empty"
-                    .into(),
+            tracing::warn!(
+                "EXECPLANE_INGRESS_TRUST_PROXY is on and EXECPLANE_INGRESS_TRUSTED_PROXIES is empty: \
+                 every peer is taken for the one proxy in front, and the rightmost \
+                 X-Forwarded-For hop for the client; a client that reaches the ingress \
+                 directly can name any address. Name the proxies to close that"
             );
         }
         let bind: Option<IpAddr> = config.ingress.bind.trim().parse().ok();
@@ -123,6 +127,12 @@ impl IngressConfig {
         }
         if config.ingress.max_body == 0 || config.ingress.max_frame == 0 {
             problems.push("EXECPLANE_INGRESS_MAX_BODY and _MAX_FRAME must be positive".into());
+        }
+        let most = crate::contract::outputs::MAX_OUTPUT_BYTES;
+        if config.ingress.max_output == 0 || config.ingress.max_output as u64 > most {
+            problems.push(format!(
+                "EXECPLANE_INGRESS_MAX_OUTPUT must be 1 to {most} bytes"
+            ));
         }
         if config.ingress.max_connections_per_peer == 0 || config.ingress.max_connections == 0 {
             problems.push(
@@ -162,6 +172,7 @@ impl IngressConfig {
             },
             max_body: config.ingress.max_body,
             max_frame: config.ingress.max_frame,
+            max_output: config.ingress.max_output,
             max_connections_per_peer: config.ingress.max_connections_per_peer,
             max_connections: config.ingress.max_connections,
             header_timeout: config.ingress.header_timeout.as_std(),
@@ -335,8 +346,16 @@ pub struct Ingress {
     pub feed: Arc<feed::Feed>,
     /// Ends long polls and event streams at shutdown.
     pub shutdown: CancellationToken,
+    /// Where executors' output files go.
+    pub storage: Arc<crate::artifacts::Storage>,
+    /// Uploads held in memory at once (each up to `max_output` bytes).
+    pub uploads: tokio::sync::Semaphore,
     http_client: reqwest::Client,
 }
+
+/// Output uploads one ingress holds in memory at once: with the default
+/// `EXECPLANE_INGRESS_MAX_OUTPUT`, at most 64 MiB.
+pub const MAX_CONCURRENT_UPLOADS: usize = 4;
 
 impl Ingress {
     pub fn new(
@@ -344,6 +363,7 @@ impl Ingress {
         store: Store,
         kafka: KafkaConfig,
         producer: FutureProducer,
+        storage: Arc<crate::artifacts::Storage>,
         shutdown: CancellationToken,
     ) -> Result<Arc<Self>, IngressError> {
         let peers = http::PeerLimits::new(config.max_connections_per_peer, config.max_connections);
@@ -362,6 +382,8 @@ impl Ingress {
             frames,
             feed: Arc::default(),
             shutdown,
+            storage,
+            uploads: tokio::sync::Semaphore::new(MAX_CONCURRENT_UPLOADS),
             http_client,
         }))
     }
@@ -460,6 +482,7 @@ pub async fn run(
     store: Store,
     kafka: KafkaConfig,
     producer: FutureProducer,
+    storage: Arc<crate::artifacts::Storage>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let http_listener = tokio::net::TcpListener::bind(config.http)
@@ -472,7 +495,7 @@ pub async fn run(
     if config.api_key.is_empty() {
         tracing::warn!("the execute API is off: no EXECPLANE_API_KEY is set (the executors' key never opens it); submit through Kafka, or set a key of its own");
     }
-    let ingress = Ingress::new(config, store, kafka, producer, shutdown.clone())?;
+    let ingress = Ingress::new(config, store, kafka, producer, storage, shutdown.clone())?;
     let presence = tokio::spawn(executor::announce_sessions(
         ingress.clone(),
         shutdown.clone(),

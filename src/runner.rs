@@ -170,7 +170,7 @@ impl ExecutionContext {
                 reason: "no attempt to store it for".into(),
             });
         };
-        let media_type = outputs::media_type_of(name);
+        let media_type = crate::artifacts::outputs::media_type_of(name);
         sink.store(self.storage.as_deref(), path, name, class, media_type)
             .await
     }

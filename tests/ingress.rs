@@ -43,6 +43,8 @@ async fn python_executors_complete_attempts_over_http_and_over_tcp(pool: PgPool)
         &[("EXECPLANE_METRICS_ADDR", dispatcher_metrics_addr.as_str())],
     );
     pipeline.spawn(&["relay"], &[("EXECPLANE_METRICS_ADDR", "")]);
+    // Records the outputs executors list, as it does a runner's.
+    pipeline.spawn(&["artifact-worker"], &[("EXECPLANE_METRICS_ADDR", "")]);
     let ingress = start(
         &mut pipeline,
         &["ingress"],
@@ -113,6 +115,14 @@ async fn python_executors_complete_attempts_over_http_and_over_tcp(pool: PgPool)
                 .await
                 .unwrap();
         assert!(result.contains(name), "{name}: {result}");
+        if name == "python-http" {
+            // Its evidence file, uploaded through the ingress, downloads.
+            let stored = pipeline.download(attempts[0].0, "probe.json").await;
+            let stored: Value = serde_json::from_slice(&stored).unwrap();
+            assert_eq!(stored["operation"], "verify.tcp.connect");
+        }
+        // The finished report sent twice under one idempotency key is one
+        // event (without the key, the second would be `report_fenced`).
         let kinds = pipeline.events_of(attempts[0].0).await;
         // The HTTP executor's heartbeat carries progress, which is recorded.
         let expected: &[&str] = if name == "python-http" {
@@ -134,6 +144,8 @@ async fn python_executors_complete_attempts_over_http_and_over_tcp(pool: PgPool)
             })
             .await;
     }
+
+    an_executor_s_outputs_and_result_are_held_to_the_contract(&mut pipeline, &ingress).await;
 
     // Log chunks reached their topic; the HTTP executor's traceparent rode
     // along with its reports.
@@ -224,6 +236,142 @@ async fn python_executors_complete_attempts_over_http_and_over_tcp(pool: PgPool)
             &["state=\"succeeded\""]
         ) >= 2.0
     );
+}
+
+/// An executor lists only outputs stored through the ingress with the
+/// digest it names, and a result not of its operation's type ends the
+/// attempt as a `runner_error` that says so.
+async fn an_executor_s_outputs_and_result_are_held_to_the_contract(
+    pipeline: &mut Pipeline,
+    ingress: &common::ingress::Ingress,
+) {
+    let post = |path: &'static str, body: Value| {
+        let url = ingress.url(path);
+        async move {
+            call(
+                reqwest::Method::POST,
+                &url,
+                Some(INGRESS_KEY),
+                Some("py-http"),
+                &[],
+                Some(serde_json::to_vec(&body).unwrap()),
+            )
+            .await
+        }
+    };
+    let (status, session) = post(
+        "/v1/executor/register",
+        json!({"runner_type": "verification"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{session}");
+    let instance = session["instance_id"].as_str().unwrap().to_owned();
+    pipeline.wait_runners(1).await;
+    let spec = job(
+        "verify.tcp.connect",
+        json!({"host": "127.0.0.1", "port": 5432}),
+        json!({}),
+    );
+    pipeline.submit(&spec).await;
+    let work = loop {
+        let (status, reply) = post(
+            "/v1/executor/poll",
+            json!({"instance_id": instance, "wait_ms": 2000}),
+        )
+        .await;
+        assert_eq!(status, 200, "{reply}");
+        if let Some(item) = reply["work"].as_array().and_then(|work| work.first()) {
+            break item.clone();
+        }
+    };
+    let lease = json!({
+        "attempt_id": work["attempt_id"],
+        "lease_epoch": work["lease_epoch"],
+        "runner_instance": instance,
+    });
+    let with = |extra: Value| {
+        let mut report = lease.clone();
+        report
+            .as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        report
+    };
+    let (status, _) = post("/v1/executor/reports", with(json!({"type": "started"}))).await;
+    assert_eq!(status, 200);
+    let upload = |sha256: String, bytes: &'static [u8]| {
+        let url = ingress.url(&format!(
+            "/v1/executor/outputs/{}/notes.txt?lease_epoch={}&runner_instance={instance}&sha256={sha256}",
+            work["attempt_id"].as_str().unwrap(),
+            work["lease_epoch"]
+        ));
+        async move {
+            call(
+                reqwest::Method::PUT,
+                &url,
+                Some(INGRESS_KEY),
+                Some("py-http"),
+                &[],
+                Some(bytes.to_vec()),
+            )
+            .await
+        }
+    };
+    // A body that is not what its digest says is not stored.
+    let (status, body) = upload("0".repeat(64), b"notes\n").await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["problems"][0]["path"], "sha256", "{body}");
+    let (status, stored) = upload(execplane::artifacts::sha256_hex(b"notes\n"), b"notes\n").await;
+    assert_eq!(status, 201, "{stored}");
+    // An output never uploaded cannot be listed.
+    let mut forged = stored.clone();
+    let forged_sha = "1".repeat(64);
+    forged["name"] = json!("other.txt");
+    forged["sha256"] = json!(forged_sha);
+    forged["key"] = json!(format!(
+        "outputs/{}/{forged_sha}/other.txt",
+        work["attempt_id"].as_str().unwrap()
+    ));
+    let finished = |result: Value, outputs: Value| {
+        with(
+            json!({"type": "finished", "outcome": "succeeded", "result": result, "outputs": outputs}),
+        )
+    };
+    let (status, body) = post(
+        "/v1/executor/reports",
+        finished(json!({}), json!([stored, forged])),
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["problems"][0]["path"], "outputs[1]", "{body}");
+    // A result of another shape: forwarded as a runner_error naming it.
+    let (status, reply) = post(
+        "/v1/executor/reports",
+        finished(json!({"latency_ms": "fast"}), json!([stored])),
+    )
+    .await;
+    assert_eq!(status, 200, "{reply}");
+    assert!(
+        reply["result_refused"]
+            .as_str()
+            .is_some_and(|problem| !problem.is_empty()),
+        "{reply}"
+    );
+    let attempts = pipeline.wait_done(&spec.job_id, WAIT).await;
+    assert_eq!(attempts[0].1, "failed", "{attempts:?}");
+    let (category, message, outputs): (String, String, Value) = sqlx::query_as(
+        "SELECT failure_category, message, outputs FROM attempts WHERE attempt_id = $1",
+    )
+    .bind(attempts[0].0)
+    .fetch_one(&pipeline.pool)
+    .await
+    .unwrap();
+    assert_eq!(category, "runner_error");
+    assert!(
+        message.contains("does not match its documented type"),
+        "{message}"
+    );
+    assert_eq!(outputs[0]["name"], "notes.txt", "{outputs}");
 }
 
 /// Reads SSE events until the terminal one: (seq, kind, received at).
@@ -895,6 +1043,36 @@ async fn every_refusal_is_exact_and_nothing_reaches_kafka_or_postgres(pool: PgPo
         .await;
         assert_eq!(got, status, "XFF {forwarded:?} through a trusted proxy");
     }
+    // The seed's `TRUST_PROXY=true` alone: the peer is the one proxy.
+    let one_hop = start(
+        &mut pipeline,
+        &["ingress"],
+        &[
+            ("EXECPLANE_INGRESS_ALLOW_CIDRS", "10.9.9.9/32"),
+            ("EXECPLANE_INGRESS_TRUST_PROXY", "true"),
+        ],
+    )
+    .await;
+    for (forwarded, status) in [
+        (Some("1.2.3.4, 10.9.9.9"), 200),
+        (Some("10.9.9.9, 127.0.0.5"), 403),
+        (None, 403),
+    ] {
+        let headers: Vec<(&str, &str)> = forwarded
+            .map(|value| ("x-forwarded-for", value))
+            .into_iter()
+            .collect();
+        let (got, _) = call(
+            reqwest::Method::GET,
+            &one_hop.url("/healthz"),
+            None,
+            None,
+            &headers,
+            None,
+        )
+        .await;
+        assert_eq!(got, status, "XFF {forwarded:?} with trust proxy alone");
+    }
 
     // None of it reached Kafka or the attempt store.
     for topic in [
@@ -1005,7 +1183,7 @@ fn the_ingress_refuses_to_start_without_its_keys_and_says_why() {
     ]);
     assert_eq!(code, Some(2));
     assert!(
-        stderr.contains("`bogus`") && stderr.contains("TRUSTED_PROXIES is empty"),
+        stderr.contains("`bogus`") && !stderr.contains("error: EXECPLANE_INGRESS_TRUST"),
         "{stderr}"
     );
     assert!(

@@ -28,6 +28,12 @@ pub trait ArtifactStorage: Send + Sync + 'static {
         &self,
         key: &str,
     ) -> impl std::future::Future<Output = Result<(), StorageError>> + Send;
+    /// The size of the object at `key`, `None` when there is none: whether
+    /// it is there, without reading it.
+    fn size(
+        &self,
+        key: &str,
+    ) -> impl std::future::Future<Output = Result<Option<u64>, StorageError>> + Send;
     /// Where a key lives, for `artifact.created`'s `uri`.
     fn uri(&self, key: &str) -> String;
 }
@@ -83,6 +89,15 @@ impl ArtifactStorage for LocalDir {
         match tokio::fs::remove_file(self.path(key)).await {
             Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error.into()),
             _ => Ok(()),
+        }
+    }
+
+    async fn size(&self, key: &str) -> Result<Option<u64>, StorageError> {
+        match tokio::fs::symlink_metadata(self.path(key)).await {
+            Ok(metadata) if metadata.is_file() => Ok(Some(metadata.len())),
+            Ok(_) => Ok(None),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(error.into()),
         }
     }
 
@@ -279,6 +294,31 @@ impl ArtifactStorage for S3 {
         Ok(())
     }
 
+    async fn size(&self, key: &str) -> Result<Option<u64>, StorageError> {
+        match self
+            .client
+            .head_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(head) => Ok(Some(
+                head.content_length()
+                    .and_then(|length| u64::try_from(length).ok())
+                    .unwrap_or(0),
+            )),
+            Err(error)
+                if error.as_service_error().is_some_and(
+                    aws_sdk_s3::operation::head_object::HeadObjectError::is_not_found,
+                ) =>
+            {
+                Ok(None)
+            }
+            Err(error) => Err(s3_error(aws_sdk_s3::error::DisplayErrorContext(error))),
+        }
+    }
+
     fn uri(&self, key: &str) -> String {
         format!("s3://{}/{key}", self.bucket)
     }
@@ -327,6 +367,13 @@ impl ArtifactStorage for Storage {
         match self {
             Storage::Local(local) => local.delete(key).await,
             Storage::S3(s3) => s3.delete(key).await,
+        }
+    }
+
+    async fn size(&self, key: &str) -> Result<Option<u64>, StorageError> {
+        match self {
+            Storage::Local(local) => local.size(key).await,
+            Storage::S3(s3) => s3.size(key).await,
         }
     }
 

@@ -28,6 +28,28 @@ pub fn lease_id_for(attempt_id: Uuid, epoch: u64) -> Uuid {
     Uuid::new_v5(&NAMESPACE, &name)
 }
 
+/// A report an executor names with `idempotency_key`: the same report of
+/// the same lease, sent again, is the same event (the inbox records it
+/// once). Its kind is part of the name, so that a key reused for another
+/// kind of report cannot swallow it.
+pub fn report_event_id_for(
+    attempt_id: Uuid,
+    epoch: u64,
+    runner_instance: &str,
+    kind: &str,
+    idempotency_key: &str,
+) -> Uuid {
+    let mut name = attempt_id.as_bytes().to_vec();
+    name.extend_from_slice(b"/report/");
+    name.extend_from_slice(&epoch.to_be_bytes());
+    for part in [runner_instance, kind, idempotency_key] {
+        // Length-prefixed: no two triples spell the same name.
+        name.extend_from_slice(&(part.len() as u64).to_be_bytes());
+        name.extend_from_slice(part.as_bytes());
+    }
+    Uuid::new_v5(&NAMESPACE, &name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -38,6 +60,14 @@ mod tests {
         assert_eq!(attempt_id_for(command, 1), attempt_id_for(command, 1));
         assert_ne!(attempt_id_for(command, 1), attempt_id_for(command, 2));
         let attempt = attempt_id_for(command, 1);
+        let report = |instance, kind, key| report_event_id_for(attempt, 1, instance, kind, key);
+        assert_eq!(report("a", "finished", "k"), report("a", "finished", "k"));
+        assert_ne!(report("a", "finished", "k"), report("a", "progress", "k"));
+        assert_ne!(report("ab", "finished", "k"), report("a", "bfinished", "k"));
+        assert_ne!(
+            report_event_id_for(attempt, 1, "a", "finished", "k"),
+            report_event_id_for(attempt, 2, "a", "finished", "k")
+        );
         assert_ne!(event_id_for(attempt, 1), lease_id_for(attempt, 1));
     }
 }

@@ -326,6 +326,7 @@ fn spawn_core(
             store.clone(),
             kafka.clone(),
             producer,
+            Arc::new(crate::artifacts::Storage::open(&assemble::storage(config))),
             stop.clone(),
         );
         core.spawn(task);

@@ -278,6 +278,35 @@ pub enum ReportBody {
 }
 
 impl ReportBody {
+    /// Holds a finished report's result to its operation's documented type
+    /// (docs/OPERATIONS.md): one that does not match makes the report a
+    /// `runner_error` failure naming the mismatch, never a result of another
+    /// shape. The mismatch, when there was one.
+    pub fn hold_to_type(&mut self, operation: super::Operation) -> Option<String> {
+        let ReportBody::Finished {
+            outcome,
+            category,
+            message,
+            result_json,
+            ..
+        } = self
+        else {
+            return None;
+        };
+        let problem = serde_json::from_str::<serde_json::Value>(result_json.as_deref()?)
+            .map_err(|error| format!("not JSON: {error}"))
+            .and_then(|value| super::ops::check_result(operation, &value))
+            .err()?;
+        // What the result said may be long: the message is bounded.
+        let problem = limits::shortened(&problem, limits::MAX_MESSAGE_BYTES / 2);
+        *outcome = ReportedOutcome::Failed;
+        *category = Some(FailureCategory::RunnerError);
+        *message =
+            format!("the result of {operation} does not match its documented type: {problem}");
+        *result_json = None;
+        Some(problem)
+    }
+
     pub fn kind(&self) -> &'static str {
         match self {
             ReportBody::Started => "started",

@@ -46,6 +46,8 @@ pub struct OutputArtifact {
 
 /// Most outputs one attempt may list.
 pub const MAX_OUTPUTS: usize = 32;
+/// Largest output file, in bytes.
+pub const MAX_OUTPUT_BYTES: u64 = 64 * 1024 * 1024;
 /// Longest output name, in bytes.
 pub const MAX_OUTPUT_NAME: usize = 128;
 
@@ -97,6 +99,12 @@ pub fn output_name_problem(name: &str) -> Option<String> {
     })
 }
 
+/// Whether `text` may name an output's media type: 1 to 128 printable
+/// ASCII characters.
+pub fn is_media_type(text: &str) -> bool {
+    !text.is_empty() && text.len() <= 128 && text.bytes().all(|b| b.is_ascii_graphic() || b == b' ')
+}
+
 /// Every problem of the outputs a finished report of `attempt_id` lists.
 pub fn check_outputs(attempt_id: Uuid, outputs: &[OutputArtifact], problems: &mut Vec<Problem>) {
     if outputs.len() > MAX_OUTPUTS {
@@ -125,13 +133,7 @@ pub fn check_outputs(attempt_id: Uuid, outputs: &[OutputArtifact], problems: &mu
         if output.size < 0 {
             problems.push(Problem::new(at("size"), "negative"));
         }
-        let media_ok = !output.media_type.is_empty()
-            && output.media_type.len() <= 128
-            && output
-                .media_type
-                .bytes()
-                .all(|b| b.is_ascii_graphic() || b == b' ');
-        if !media_ok {
+        if !is_media_type(&output.media_type) {
             problems.push(Problem::new(at("media_type"), "not a media type"));
         }
         if output.key != output_key(attempt_id, &output.sha256, &output.name) {

@@ -13,20 +13,27 @@ use tracing::{info, info_span, warn, Instrument};
 use uuid::Uuid;
 
 use super::protocol::{
-    owns_instance, LogRequest, PollReply, PollRequest, RegisterReply, RegisterRequest, ReportReply,
-    ReportRequest, WorkItem, MAX_POLL_WAIT_MS,
+    owns_instance, LogRequest, OutputQuery, PollReply, PollRequest, RegisterReply, RegisterRequest,
+    ReportReply, ReportRequest, WorkItem, MAX_POLL_WAIT_MS,
 };
 use super::{Caller, Ingress, IngressError, Refusal};
+use crate::artifacts::ArtifactStorage;
 use crate::codec::{
     Family, LogChunkRecord, Presence, PresenceRecord, PresenceStatus, RunnerEventRecord,
 };
-use crate::contract::{topics, RunnerType};
+use crate::contract::outputs::{output_name_problem, MAX_OUTPUTS};
+use crate::contract::{
+    topics, Operation, OutputArtifact, Problem, ReportBody, RetentionClass, RunnerType,
+};
 use crate::kafka::{cloudevent_headers, partition_count, work_partition};
 use crate::store::{AttemptLease, ExecutorGrant};
 
 /// How soon a handed-out lease whose attempt has not started is offered
 /// again (the first answer may have been lost with its connection).
 pub const REOFFER_AFTER: Duration = Duration::from_secs(5);
+/// Output files one session may upload for one attempt: every output it
+/// may list, and as many again for retries.
+pub const MAX_UPLOADS_PER_ATTEMPT: u32 = 2 * MAX_OUTPUTS as u32;
 /// Sessions one executor id may hold at once.
 pub const MAX_SESSIONS_PER_EXECUTOR: usize = 64;
 /// At most one audit row per (reason, client) this often.
@@ -52,6 +59,8 @@ struct Session {
     last_seen: Instant,
     polling: u32,
     offered: HashMap<Uuid, Instant>,
+    /// Output files uploaded, by attempt.
+    uploads: HashMap<Uuid, u32>,
 }
 
 /// The live sessions of this ingress process.
@@ -212,6 +221,7 @@ impl Ingress {
             last_seen: Instant::now(),
             polling: 0,
             offered: HashMap::new(),
+            uploads: HashMap::new(),
         };
         self.announce(&instance_id, &session, PresenceStatus::Ready)
             .await?;
@@ -461,14 +471,34 @@ impl Ingress {
         request: ReportRequest,
         traceparent: Option<&str>,
     ) -> Result<ReportReply, IngressError> {
-        let report = request.into_report().map_err(IngressError::BadRequest)?;
+        let idempotency_key = request.idempotency_key.clone();
+        let mut report = request.into_report().map_err(IngressError::BadRequest)?;
         let attempt_id = report.attempt_id;
         let span = info_span!("report", %attempt_id, lease_epoch = report.lease_epoch, runner_instance = %report.runner_instance, kind = report.body.kind());
         async {
             let attempt = self
                 .check_attempt(caller, "report", attempt_id, &report.runner_instance)
                 .await?;
-            let event_id = Uuid::new_v4();
+            self.check_outputs_stored(&report.body).await?;
+            // Held to its type as the runner SDK holds a runner's result.
+            let result_refused = attempt
+                .operation
+                .parse::<Operation>()
+                .ok()
+                .and_then(|operation| report.body.hold_to_type(operation));
+            if let Some(problem) = &result_refused {
+                warn!(%problem, "the executor's result does not match its operation's type");
+            }
+            let event_id = match &idempotency_key {
+                Some(key) => crate::attempt::report_event_id_for(
+                    attempt_id,
+                    report.lease_epoch,
+                    &report.runner_instance,
+                    report.body.kind(),
+                    key,
+                ),
+                None => Uuid::new_v4(),
+            };
             let record = RunnerEventRecord::from_report(
                 event_id,
                 chrono::Utc::now().timestamp_millis(),
@@ -489,34 +519,119 @@ impl Ingress {
                 headers,
             )
             .await?;
-            let lease = attempt.lease.as_ref();
-            // The dispatcher's fencing rule, with the deadline counted too.
-            let lease_valid = crate::attempt::lease_refusal(
-                attempt
-                    .status
-                    .is_terminal()
-                    .then(|| attempt.status.as_str()),
-                lease.map(|lease| crate::attempt::LeaseFacts {
-                    epoch: u64::try_from(lease.epoch).unwrap_or(0),
-                    runner_instance: &lease.runner_instance,
-                    active: lease.active,
-                    expires_at: lease.expires_at.timestamp_millis(),
-                }),
-                report.lease_epoch,
-                &report.runner_instance,
-                Some(chrono::Utc::now().timestamp_millis()),
-            )
-            .is_none();
+            let lease_valid = lease_valid(&attempt, report.lease_epoch, &report.runner_instance);
             tracing::debug!(lease_valid, "report forwarded");
             Ok(ReportReply {
                 accepted: true,
                 lease_valid,
                 cancel_requested: attempt.cancel_requested,
-                lease_expires_at: lease.map(|lease| lease.expires_at.timestamp_millis()),
+                lease_expires_at: attempt
+                    .lease
+                    .as_ref()
+                    .map(|lease| lease.expires_at.timestamp_millis()),
+                result_refused,
             })
         }
         .instrument(span)
         .await
+    }
+
+    /// Every output a finished report lists is on the storage, as large as
+    /// it says: stored through [`Self::store_output`] (which checked its
+    /// digest), under this attempt's key (`check_report` saw to that).
+    async fn check_outputs_stored(&self, body: &ReportBody) -> Result<(), IngressError> {
+        let ReportBody::Finished { outputs, .. } = body else {
+            return Ok(());
+        };
+        let mut problems = Vec::new();
+        for (index, output) in outputs.iter().enumerate() {
+            let size =
+                self.storage.size(&output.key).await.map_err(|error| {
+                    IngressError::Unavailable(format!("artifact storage: {error}"))
+                })?;
+            if size != u64::try_from(output.size).ok() {
+                problems.push(Problem::new(
+                    format!("outputs[{index}]"),
+                    "not stored for this attempt as listed: upload it with PUT /v1/executor/outputs/{attempt_id}/{name} and list what that answered",
+                ));
+            }
+        }
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(IngressError::BadRequest(problems))
+        }
+    }
+
+    /// Stores an executor's output file for an attempt whose lease it holds
+    /// now: the body must have the digest the executor names, and one
+    /// session uploads at most [`MAX_UPLOADS_PER_ATTEMPT`] files for one
+    /// attempt. The reference to list in the finished report.
+    pub async fn store_output(
+        &self,
+        caller: &Caller,
+        attempt_id: Uuid,
+        name: &str,
+        media_type: Option<&str>,
+        query: OutputQuery,
+        bytes: &[u8],
+    ) -> Result<OutputArtifact, IngressError> {
+        let mut problems = Vec::new();
+        if let Some(problem) = output_name_problem(name) {
+            problems.push(Problem::new("name", problem));
+        }
+        let sha256 = crate::artifacts::sha256_hex(bytes);
+        if query.sha256 != sha256 {
+            problems.push(Problem::new(
+                "sha256",
+                format!("the body's sha256 is {sha256}"),
+            ));
+        }
+        if !problems.is_empty() {
+            return Err(IngressError::BadRequest(problems));
+        }
+        let attempt = self
+            .check_attempt(caller, "output", attempt_id, &query.runner_instance)
+            .await?;
+        if !lease_valid(&attempt, query.lease_epoch, &query.runner_instance) {
+            return Err(IngressError::Conflict(format!(
+                "the lease of epoch {} on attempt {attempt_id} is no longer valid",
+                query.lease_epoch
+            )));
+        }
+        {
+            let mut sessions = self.executors.lock();
+            let session = sessions
+                .get_mut(&query.runner_instance)
+                .ok_or(IngressError::SessionUnknown)?;
+            let uploads = session.uploads.entry(attempt_id).or_default();
+            if *uploads >= MAX_UPLOADS_PER_ATTEMPT {
+                return Err(IngressError::BadRequest(vec![Problem::new(
+                    "name",
+                    format!(
+                        "a session uploads at most {MAX_UPLOADS_PER_ATTEMPT} files for one attempt"
+                    ),
+                )]));
+            }
+            *uploads += 1;
+        }
+        let media_type =
+            media_type.unwrap_or_else(|| crate::artifacts::outputs::media_type_of(name));
+        let output = crate::artifacts::outputs::put(
+            &*self.storage,
+            attempt_id,
+            &attempt.tenant,
+            crate::artifacts::outputs::Output {
+                name,
+                class: query.class.unwrap_or(RetentionClass::Evidence),
+                media_type,
+            },
+            bytes,
+        )
+        .await
+        .map_err(|error| IngressError::Unavailable(format!("artifact storage: {error}")))?;
+        info!(%attempt_id, name, size = output.size, "output stored");
+        Ok(output)
     }
 
     pub async fn log_chunk(
@@ -551,6 +666,30 @@ impl Ingress {
         )
         .await
     }
+}
+
+/// Whether `runner_instance`'s lease of `epoch` on the attempt is valid
+/// now: the dispatcher's fencing rule, with the deadline counted too.
+fn lease_valid(attempt: &AttemptLease, epoch: u64, runner_instance: &str) -> bool {
+    crate::attempt::lease_refusal(
+        attempt
+            .status
+            .is_terminal()
+            .then(|| attempt.status.as_str()),
+        attempt
+            .lease
+            .as_ref()
+            .map(|lease| crate::attempt::LeaseFacts {
+                epoch: u64::try_from(lease.epoch).unwrap_or(0),
+                runner_instance: &lease.runner_instance,
+                active: lease.active,
+                expires_at: lease.expires_at.timestamp_millis(),
+            }),
+        epoch,
+        runner_instance,
+        Some(chrono::Utc::now().timestamp_millis()),
+    )
+    .is_none()
 }
 
 /// Announces every live session each presence interval; a session with no

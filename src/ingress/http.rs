@@ -17,7 +17,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use axum::{Json, Router};
 use futures_util::stream::Stream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -37,6 +37,8 @@ use crate::contract::Problem;
 pub const EXECUTOR_HEADER: &str = "x-execplane-executor";
 /// How long shutdown waits for open HTTP requests.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How long an upload waits for a slot before it is answered 503.
+const UPLOAD_SLOT_WAIT: Duration = Duration::from_secs(10);
 /// How often an SSE stream looks for new events.
 /// How long an event stream waits for the feed before it reads anyway (a
 /// safety net: the feed wakes it when its attempt has new events).
@@ -365,7 +367,7 @@ pub async fn serve(
 
 /// Every route, as (method, path); `docs/openapi.yaml` documents exactly
 /// these (a unit test holds it to that).
-pub const ROUTES: [(&str, &str); 13] = [
+pub const ROUTES: [(&str, &str); 14] = [
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
@@ -379,6 +381,7 @@ pub const ROUTES: [(&str, &str); 13] = [
     ("get", "/v1/attempts/{attempt_id}/events"),
     ("post", "/v1/attempts/{attempt_id}/cancel"),
     ("post", "/v1/attempts/{attempt_id}/approve"),
+    ("put", "/v1/executor/outputs/{attempt_id}/{name}"),
 ];
 
 pub fn router(ingress: Arc<Ingress>) -> Router {
@@ -397,6 +400,7 @@ pub fn router(ingress: Arc<Ingress>) -> Router {
         .route(ROUTES[10].1, get(events))
         .route(ROUTES[11].1, post(cancel))
         .route(ROUTES[12].1, post(approve))
+        .route(ROUTES[13].1, put(output))
         .fallback(|| async { IngressError::NotFound("route".into()) })
         .layer(axum::middleware::from_fn_with_state(ingress.clone(), guard))
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
@@ -626,6 +630,63 @@ async fn log(
     let request: LogRequest = protocol::parse(&body(raw)?).map_err(IngressError::BadRequest)?;
     ingress.log_chunk(&caller, request).await?;
     Ok(StatusCode::ACCEPTED)
+}
+
+/// An executor's output file: the body is read only once an upload slot
+/// is free ([`super::MAX_CONCURRENT_UPLOADS`]), and at most
+/// `EXECPLANE_INGRESS_MAX_OUTPUT` bytes of it.
+async fn output(
+    State(ingress): State<Arc<Ingress>>,
+    Path((id, name)): Path<(String, String)>,
+    query: Result<
+        axum::extract::Query<protocol::OutputQuery>,
+        axum::extract::rejection::QueryRejection,
+    >,
+    headers: HeaderMap,
+    request_caller: Option<axum::Extension<Caller>>,
+    body: axum::body::Body,
+) -> Result<(StatusCode, Json<crate::contract::OutputArtifact>), IngressError> {
+    let caller = caller(request_caller)?;
+    let attempt_id = attempt_id(&id)?;
+    let axum::extract::Query(query) = query.map_err(|rejection| {
+        IngressError::BadRequest(vec![Problem::new("query", rejection.body_text())])
+    })?;
+    let max = ingress.config.max_output;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<usize>().ok());
+    if declared.is_some_and(|length| length > max) {
+        return Err(IngressError::TooLarge);
+    }
+    let media_type = match headers.get(header::CONTENT_TYPE) {
+        None => None,
+        Some(value) => Some(
+            value
+                .to_str()
+                .ok()
+                .filter(|text| crate::contract::outputs::is_media_type(text))
+                .ok_or_else(|| {
+                    IngressError::BadRequest(vec![Problem::new(
+                        "header content-type",
+                        "not a media type (1 to 128 printable ASCII characters)",
+                    )])
+                })?,
+        ),
+    };
+    let _slot = tokio::time::timeout(UPLOAD_SLOT_WAIT, ingress.uploads.acquire())
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .ok_or_else(|| IngressError::Unavailable("too many uploads at once; retry".into()))?;
+    // Over the limit, or the client went away: either way nothing is stored.
+    let bytes = axum::body::to_bytes(body, max)
+        .await
+        .map_err(|_| IngressError::TooLarge)?;
+    let stored = ingress
+        .store_output(&caller, attempt_id, &name, media_type, query, &bytes)
+        .await?;
+    Ok((StatusCode::CREATED, Json(stored)))
 }
 
 async fn submit(

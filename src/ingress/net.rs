@@ -87,22 +87,29 @@ impl ClientResolver {
     /// The peer itself unless trust-proxy is on AND the peer is a trusted
     /// proxy; then the rightmost X-Forwarded-For hop that is not a trusted
     /// proxy (everything left of it was written by the client and proves
-    /// nothing). `None` when a hop the walk reaches is unreadable: the
-    /// client cannot be known, and the caller refuses the request.
-    /// `forwarded_for` holds the header's values in the order received.
+    /// nothing). With trust-proxy on and no trusted proxies named, the peer
+    /// is the one proxy, whoever it is, and the rightmost hop is the client
+    /// (the seed's `TRUST_PROXY=true` alone). `None` when a hop the walk
+    /// reaches is unreadable: the client cannot be known, and the caller
+    /// refuses the request. `forwarded_for` holds the header's values in the
+    /// order received.
     pub fn resolve<'a>(
         &self,
         peer: IpAddr,
         forwarded_for: impl IntoIterator<Item = &'a str>,
     ) -> Option<IpAddr> {
         let peer = normalize(peer);
-        if !self.trust_proxy || !self.trusted.contains(peer) {
+        let one_hop = self.trusted.is_empty();
+        if !self.trust_proxy || !(one_hop || self.trusted.contains(peer)) {
             return Some(peer);
         }
         let hops: Vec<&str> = forwarded_for
             .into_iter()
             .flat_map(|value| value.split(','))
             .collect();
+        if one_hop {
+            return hops.last().map_or(Some(peer), |hop| parse_hop(hop));
+        }
         let mut client = peer;
         for hop in hops.iter().rev() {
             match parse_hop(hop) {
@@ -193,5 +200,26 @@ mod tests {
         assert_eq!(on.resolve(peer, Vec::<&str>::new()), Some(peer));
         // An unreadable hop: the client cannot be known.
         assert_eq!(on.resolve(peer, ["10.9.9.9, garbage, 172.16.0.5"]), None);
+    }
+
+    #[test]
+    fn trust_proxy_alone_trusts_the_immediate_peer_for_one_hop() {
+        let one_hop = ClientResolver {
+            trust_proxy: true,
+            trusted: Cidrs::default(),
+        };
+        let peer = ip("192.0.2.1");
+        assert_eq!(one_hop.resolve(peer, ["10.9.9.9"]), Some(ip("10.9.9.9")));
+        // Only the hop the peer wrote counts: the rest is the client's.
+        assert_eq!(
+            one_hop.resolve(peer, ["10.9.9.9, 1.2.3.4"]),
+            Some(ip("1.2.3.4"))
+        );
+        assert_eq!(
+            one_hop.resolve(peer, ["10.9.9.9", "1.2.3.4"]),
+            Some(ip("1.2.3.4"))
+        );
+        assert_eq!(one_hop.resolve(peer, Vec::<&str>::new()), Some(peer));
+        assert_eq!(one_hop.resolve(peer, ["10.9.9.9, garbage"]), None);
     }
 }

@@ -10,7 +10,8 @@ use uuid::Uuid;
 
 use crate::codec::LogStream;
 use crate::contract::{
-    FailureCategory, Operation, Problem, ReportBody, ReportedOutcome, RunnerReport, RunnerType,
+    FailureCategory, Operation, OutputArtifact, Problem, ReportBody, ReportedOutcome,
+    RetentionClass, RunnerReport, RunnerType,
 };
 
 pub use crate::contract::limits::MAX_MESSAGE_BYTES;
@@ -213,6 +214,14 @@ pub struct ReportRequest {
     /// The typed result (evidence, recap, ...), any JSON.
     #[serde(default)]
     pub result: Option<serde_json::Value>,
+    /// Files stored through `PUT /v1/executor/outputs/...`, as that
+    /// answered (finished only).
+    #[serde(default)]
+    pub outputs: Vec<OutputArtifact>,
+    /// Names this report: sent again with the same key (a retried request),
+    /// it is the same event and is recorded once.
+    #[serde(default)]
+    pub idempotency_key: Option<String>,
 }
 
 impl ReportRequest {
@@ -220,12 +229,18 @@ impl ReportRequest {
     pub fn into_report(self) -> Result<RunnerReport, Vec<Problem>> {
         let mut problems = Vec::new();
         if self.kind != ReportKind::Finished
-            && (self.outcome.is_some() || self.category.is_some() || self.result.is_some())
+            && (self.outcome.is_some()
+                || self.category.is_some()
+                || self.result.is_some()
+                || !self.outputs.is_empty())
         {
             problems.push(Problem::new(
                 "outcome",
-                "outcome, category and result belong to a `finished` report",
+                "outcome, category, result and outputs belong to a `finished` report",
             ));
+        }
+        if let Some(key) = &self.idempotency_key {
+            crate::contract::limits::check_identifier("idempotency_key", key, &mut problems);
         }
         let body = match self.kind {
             ReportKind::Started => ReportBody::Started,
@@ -264,7 +279,7 @@ impl ReportRequest {
                     category: self.category,
                     message: self.message.clone().unwrap_or_default(),
                     result_json: self.result.as_ref().map(|result| result.to_string()),
-                    outputs: Vec::new(),
+                    outputs: self.outputs,
                 }
             }
         };
@@ -297,6 +312,25 @@ pub struct ReportReply {
     /// The control plane asked to cancel: stop and report `cancelled`.
     pub cancel_requested: bool,
     pub lease_expires_at: Option<i64>,
+    /// A finished report's result that does not match its operation's
+    /// documented type: the report was forwarded as a `runner_error`
+    /// failure naming this instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_refused: Option<String>,
+}
+
+/// `PUT /v1/executor/outputs/{attempt_id}/{name}`'s query: whose lease the
+/// upload is under, and the bytes' digest.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputQuery {
+    pub lease_epoch: u64,
+    pub runner_instance: String,
+    /// Lowercase hex sha256 of the body; the upload is refused otherwise.
+    pub sha256: String,
+    /// How long it is kept; `evidence` when not said.
+    #[serde(default)]
+    pub class: Option<RetentionClass>,
 }
 
 /// `POST /v1/executor/logs`: one chunk of output, already masked.

@@ -348,13 +348,19 @@ pub(super) async fn run_attempt<E: Executor>(
         return;
     };
     logs.finish(&reporter, attempt_id, epoch).await;
-    let outcome = typed(operation, outcome);
-    info!(outcome = ?outcome.outcome, category = ?outcome.category, "finished");
     // Whatever the tool stored is listed, whatever its outcome: a failed
     // plan's output is evidence too.
-    reporter
-        .send_final(attempt_id, epoch, finished(outcome, outputs.taken()))
-        .await;
+    let mut report = finished(outcome, outputs.taken());
+    if let Some(problem) = report.hold_to_type(operation) {
+        warn!(%problem, "the executor's result does not match its operation's type");
+    }
+    if let ReportBody::Finished {
+        outcome, category, ..
+    } = &report
+    {
+        info!(?outcome, ?category, "finished");
+    }
+    reporter.send_final(attempt_id, epoch, report).await;
 }
 
 /// An attempt refused before its executor ran: its final report.
@@ -362,29 +368,6 @@ async fn refuse(reporter: &Reporter, attempt_id: Uuid, epoch: u64, failure: Fail
     reporter
         .send_final(attempt_id, epoch, finished(failure.into(), Vec::new()))
         .await;
-}
-
-/// The outcome to report: its result checked against the operation's
-/// documented type (docs/OPERATIONS.md); one that does not match is a
-/// `runner_error` naming the mismatch, never a result of another shape.
-fn typed(operation: crate::contract::Operation, outcome: ExecutionOutcome) -> ExecutionOutcome {
-    let Some(text) = &outcome.result_json else {
-        return outcome;
-    };
-    let checked = serde_json::from_str::<serde_json::Value>(text)
-        .map_err(|error| format!("not JSON: {error}"))
-        .and_then(|value| crate::contract::ops::check_result(operation, &value));
-    match checked {
-        Ok(()) => outcome,
-        Err(problem) => {
-            warn!(%problem, "the executor's result does not match its operation's type");
-            ExecutionOutcome::failed(
-                FailureCategory::RunnerError,
-                format!("the result of {operation} does not match its documented type: {problem}"),
-                None,
-            )
-        }
-    }
 }
 
 fn finished(

@@ -7,16 +7,11 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::artifacts::ArtifactStorage;
-use crate::contract::outputs::{output_key, output_name_problem, MAX_OUTPUTS};
+use crate::contract::outputs::{output_name_problem, MAX_OUTPUTS, MAX_OUTPUT_BYTES};
 use crate::contract::{FailureCategory, OutputArtifact, RetentionClass};
 use crate::secrets::Masker;
-
-/// Largest output file stored, in bytes.
-pub const MAX_OUTPUT_BYTES: u64 = 64 * 1024 * 1024;
 
 /// Why an output was not stored.
 #[derive(Debug, thiserror::Error)]
@@ -113,33 +108,22 @@ impl Outputs {
             .await
             .map_err(|error| refused(format!("cannot read it: {error}")))?;
         let bytes = self.masked(bytes).map_err(refused)?;
-        let sha256 = hex::encode(Sha256::digest(&bytes));
-        let key = output_key(self.attempt_id, &sha256, name);
-        storage
-            .put(&key, &bytes)
-            .await
-            .map_err(|error| OutputError::Storage {
-                name: name.to_owned(),
-                reason: error.to_string(),
-            })?;
-        // The attempt is the tenant's: its later attempts may read its
-        // outputs (`verify.attempt.output`), no other tenant's may.
-        let owner = crate::contract::outputs::output_tenant_key(self.attempt_id, &self.tenant);
-        storage
-            .put(&owner, b"")
-            .await
-            .map_err(|error| OutputError::Storage {
-                name: name.to_owned(),
-                reason: error.to_string(),
-            })?;
-        let output = OutputArtifact {
+        let output = crate::artifacts::outputs::put(
+            storage,
+            self.attempt_id,
+            &self.tenant,
+            crate::artifacts::outputs::Output {
+                name,
+                class,
+                media_type,
+            },
+            &bytes,
+        )
+        .await
+        .map_err(|error| OutputError::Storage {
             name: name.to_owned(),
-            class,
-            media_type: media_type.to_owned(),
-            size: i64::try_from(bytes.len()).unwrap_or(i64::MAX),
-            sha256,
-            key,
-        };
+            reason: error.to_string(),
+        })?;
         let mut stored = match self.stored.lock() {
             Ok(stored) => stored,
             Err(poisoned) => poisoned.into_inner(),
@@ -162,22 +146,12 @@ impl Outputs {
     }
 }
 
-/// The media type of a file name, by its extension.
-pub fn media_type_of(name: &str) -> &'static str {
-    match name.rsplit_once('.').map(|(_, extension)| extension) {
-        Some("json") => "application/json",
-        Some("jsonl") => "application/jsonl",
-        Some("yaml" | "yml") => "application/yaml",
-        Some("txt" | "log" | "ini" | "cfg") => "text/plain; charset=utf-8",
-        Some("tar") => "application/x-tar",
-        Some("gz" | "tgz") => "application/gzip",
-        _ => "application/octet-stream",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::artifacts::ArtifactStorage;
+    use crate::contract::outputs::output_key;
+    use sha2::{Digest, Sha256};
 
     #[tokio::test]
     async fn outputs_are_masked_refused_or_stored_by_content() {

@@ -39,6 +39,8 @@ pub struct AttemptLease {
     pub job_id: String,
     pub tenant: String,
     pub runner_type: Option<String>,
+    /// Its operation's name (`contract::Operation`).
+    pub operation: String,
     pub status: AttemptStatus,
     pub cancel_requested: bool,
     pub lease: Option<LeaseView>,
@@ -159,6 +161,7 @@ impl Store {
             job_id: row.get(0),
             tenant: row.get(1),
             runner_type: row.get(2),
+            operation: row.get(9),
             status,
             cancel_requested: row.get(4),
             lease: epoch.map(|epoch| LeaseView {

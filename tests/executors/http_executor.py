@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """An executor that is not execplane's: it speaks the ingress's HTTP protocol
 with nothing but the Python standard library (urllib), runs the TCP connect
-probe of `verify.tcp.connect` itself, heartbeats, sends a log chunk and
-reports the result.
+probe of `verify.tcp.connect` itself, heartbeats, sends a log chunk, stores
+its evidence as an output file and reports the result (twice, under one
+idempotency key, as a client whose first answer was lost would).
 
     http_executor.py BASE_URL EXECUTOR_ID ATTEMPTS
 
@@ -10,27 +11,29 @@ The shared key comes from EXECPLANE_INGRESS_KEY. It prints one JSON line per
 finished attempt and exits 0 after ATTEMPTS of them (1 if it gives up).
 """
 
+import hashlib
 import json
 import os
 import socket
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 BASE, EXECUTOR, WANTED = sys.argv[1].rstrip("/"), sys.argv[2], int(sys.argv[3])
 KEY = os.environ["EXECPLANE_INGRESS_KEY"]
 
 
-def call(path, body):
+def call(path, body, method="POST", content_type="application/json"):
     request = urllib.request.Request(
         BASE + path,
-        data=json.dumps(body).encode(),
-        method="POST",
+        data=body if isinstance(body, bytes) else json.dumps(body).encode(),
+        method=method,
         headers={
             "Authorization": "Bearer " + KEY,
             "X-Execplane-Executor": EXECUTOR,
-            "Content-Type": "application/json",
+            "Content-Type": content_type,
             "traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
         },
     )
@@ -40,6 +43,35 @@ def call(path, body):
             return response.status, (json.loads(text) if text else None)
     except urllib.error.HTTPError as error:
         return error.code, json.loads(error.read() or b"null")
+
+
+def evidence(connected, latency, error):
+    """verify.tcp.connect's documented result (docs/OPERATIONS.md)."""
+    return {
+        "operation": "verify.tcp.connect",
+        "samples": [{
+            "n": 1, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "latency_ms": int(latency or 0), "reached": connected,
+            "observed": {"executor": "python-http"},
+            "assertions": [{"name": "connect", "expected": True, "actual": connected,
+                            "passed": connected}],
+            "error": error,
+        }],
+        "passed": connected,
+        "recommended_failure_category": None if connected else "target_unreachable",
+    }
+
+
+def store_output(lease, name, data):
+    """Uploads `data` as output `name` of the leased attempt: its reference."""
+    query = urllib.parse.urlencode({
+        "lease_epoch": lease["lease_epoch"], "runner_instance": lease["runner_instance"],
+        "sha256": hashlib.sha256(data).hexdigest(), "class": "evidence",
+    })
+    status, stored = call("/v1/executor/outputs/%s/%s?%s" % (lease["attempt_id"], name, query),
+                          data, method="PUT", content_type="application/json")
+    assert status == 201, (status, stored)
+    return stored
 
 
 def probe(inputs):
@@ -84,14 +116,18 @@ def main():
                      text="connect %s:%s -> %s\n" % (inputs["host"], inputs["port"], connected)),
             )
             assert status == 202, status
+            result = evidence(connected, latency, error)
+            stored = store_output(lease, "probe.json", json.dumps(result).encode())
             if connected:
-                final = dict(lease, type="finished", outcome="succeeded", message="connected",
-                             result={"executor": "python-http", "latency_ms": latency})
+                final = dict(lease, type="finished", outcome="succeeded", message="connected")
             else:
                 final = dict(lease, type="finished", outcome="failed", category="target_unreachable",
-                             message=error, result={"executor": "python-http"})
-            status, answer = call("/v1/executor/reports", final)
-            assert status == 200, (status, answer)
+                             message=error)
+            final.update(result=result, outputs=[stored], idempotency_key="final-" + item["attempt_id"])
+            # Sent twice, as after a lost answer: the key makes it one event.
+            for _ in range(2):
+                status, answer = call("/v1/executor/reports", final)
+                assert status == 200 and "result_refused" not in answer, (status, answer)
             done += 1
             print(json.dumps({"finished": item["attempt_id"], "connected": connected}), flush=True)
     return 0 if done >= WANTED else 1

@@ -53,6 +53,22 @@ def probe(inputs):
         return False, str(error)
 
 
+def evidence(connected, error):
+    """verify.tcp.connect's documented result (docs/OPERATIONS.md)."""
+    return {
+        "operation": "verify.tcp.connect",
+        "samples": [{
+            "n": 1, "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "latency_ms": 0,
+            "reached": connected, "observed": {"executor": "python-tcp"},
+            "assertions": [{"name": "connect", "expected": True, "actual": connected,
+                            "passed": connected}],
+            "error": error,
+        }],
+        "passed": connected,
+        "recommended_failure_category": None if connected else "target_unreachable",
+    }
+
+
 def main():
     conn = Connection()
     reply = conn.call("auth", {"key": KEY, "executor_id": EXECUTOR})
@@ -74,7 +90,7 @@ def main():
             assert reply["ok"], reply
             if connected:
                 final = dict(lease, type="finished", outcome="succeeded", message="connected",
-                             result={"executor": "python-tcp"})
+                             result=evidence(connected, error))
             else:
                 final = dict(lease, type="finished", outcome="failed", category="target_unreachable",
                              message=error)

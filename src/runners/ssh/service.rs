@@ -31,7 +31,7 @@ const MAX_CAPTURE: usize = 4096;
 /// of its stdout, the last of its stderr.
 const NODE_LOG_CAPTURE: usize = 1024 * 1024;
 /// The largest file `ssh.file.download` takes (an output's bound).
-const MAX_DOWNLOAD_BYTES: u64 = crate::runner::outputs::MAX_OUTPUT_BYTES;
+const MAX_DOWNLOAD_BYTES: u64 = crate::contract::outputs::MAX_OUTPUT_BYTES;
 /// The mode an uploaded file gets when the JobSpec names none.
 const DEFAULT_MODE: &str = "0644";
 /// The facts `ssh.system.fact.collect` knows, each uname's word for it, in
