@@ -125,6 +125,7 @@ restart)
   setsid /bin/sleep "$seconds" </dev/null >/dev/null 2>&1 &
   echo $! > "$pidfile"
   echo restarted >> "$dir/$name.restarts"
+  echo "restarting $name"; echo "stopped the old $name" >&2
   sleep 0.3 ;;
 status)
   if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
@@ -537,7 +538,11 @@ async fn non_idempotent_commands_on_one_node_never_overlap(pool: PgPool) {
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn files_go_up_and_come_back_the_same_and_services_and_facts_report_evidence(pool: PgPool) {
     use std::os::unix::fs::PermissionsExt;
-    let pipeline = ssh_pipeline(&pool).await;
+    let mut pipeline = ssh_pipeline(&pool).await;
+    pipeline.spawn(
+        &["artifact-worker"],
+        &[("EXECPLANE_ARTIFACT_GRACE", "300ms")],
+    );
     let drop = pipeline.dir.join("drop");
     // Binary, every byte value, larger than one SFTP packet.
     let bytes: Vec<u8> = (0..200_000_u32).map(|i| (i * 7 % 256) as u8).collect();
@@ -648,6 +653,21 @@ async fn files_go_up_and_come_back_the_same_and_services_and_facts_report_eviden
     let pid = std::fs::read_to_string(pipeline.dir.join("svc/demo.pid")).unwrap();
     assert_eq!(node["status"], format!("demo active (pid {})", pid.trim()));
     assert_eq!(result["status_argv"][1], "status");
+    // The restart's own output, per node, as outputs that download.
+    let attempt = pipeline.wait_status(&spec.job_id, "succeeded", WAIT).await;
+    assert_eq!(
+        (node["stdout"].as_str(), node["stderr"].as_str()),
+        (Some("node-1.stdout.log"), Some("node-1.stderr.log")),
+        "{result}"
+    );
+    assert_eq!(
+        pipeline.download(attempt, "node-1.stdout.log").await,
+        b"restarting demo\n"
+    );
+    assert_eq!(
+        pipeline.download(attempt, "node-1.stderr.log").await,
+        b"stopped the old demo\n"
+    );
     // A service that does not stay up: restarted, not active, a runner error.
     let spec = ssh_operation(
         "ssh.service.restart",
@@ -695,6 +715,18 @@ async fn files_go_up_and_come_back_the_same_and_services_and_facts_report_eviden
         facts,
         &json!({"hostname": uname("-n"), "kernel": uname("-r")})
     );
+    // What uname printed, as the node's stdout output.
+    let attempt = pipeline.wait_status(&spec.job_id, "succeeded", WAIT).await;
+    assert_eq!(
+        result["nodes"][0]["stdout"], "node-1.stdout.log",
+        "{result}"
+    );
+    let printed = String::from_utf8(pipeline.download(attempt, "node-1.stdout.log").await).unwrap();
+    let words: Vec<String> = ["-s", "-n", "-r", "-m"]
+        .iter()
+        .map(|flag| uname(flag))
+        .collect();
+    assert_eq!(printed.split_whitespace().collect::<Vec<_>>(), words);
 }
 
 /// A work item put straight on the runner's partition, past intake, with

@@ -254,6 +254,14 @@ pub struct SshServiceNode {
     pub active: bool,
     pub duration_ms: u64,
     pub error: Option<String>,
+    /// The output holding the restart command's stdout on this node (its
+    /// first MiB); `None` when it did not run, or the attempt's outputs ran
+    /// out.
+    #[serde(default)]
+    pub stdout: Option<String>,
+    /// The output holding its stderr (its last MiB).
+    #[serde(default)]
+    pub stderr: Option<String>,
 }
 
 /// The result of `ssh.system.fact.collect`: the facts of each node.
@@ -274,6 +282,13 @@ pub struct SshFactsNode {
     pub facts: std::collections::BTreeMap<String, String>,
     pub duration_ms: u64,
     pub error: Option<String>,
+    /// The output holding the fact command's stdout on this node; `None`
+    /// when it did not run, or the attempt's outputs ran out.
+    #[serde(default)]
+    pub stdout: Option<String>,
+    /// The output holding its stderr.
+    #[serde(default)]
+    pub stderr: Option<String>,
 }
 /// Whether `result` is a result of `operation`; the problem when not.
 pub(super) fn result_problem(operation: Operation, result: &Value) -> Result<(), String> {

@@ -316,8 +316,8 @@ impl<'a> Run<'a> {
                 self.upload(session, index, local, path, mode).await
             }
             Work::Download { path } => self.download(session, index, path).await,
-            Work::Restart { status_argv, .. } => self.restart(session, status_argv).await,
-            Work::Facts { wanted } => self.facts(session, wanted).await,
+            Work::Restart { status_argv, .. } => self.restart(session, index, status_argv).await,
+            Work::Facts { wanted } => self.facts(session, index, wanted).await,
         }
     }
 
@@ -380,8 +380,14 @@ impl<'a> Run<'a> {
         }
     }
 
-    /// `ssh.service.restart` on one node: the restart, then the status.
-    async fn restart(&mut self, session: &Session<'_>, status_argv: &[String]) -> Option<Failure> {
+    /// `ssh.service.restart` on one node: the restart (its stdout and
+    /// stderr stored as outputs of their own), then the status.
+    async fn restart(
+        &mut self,
+        session: &Session<'_>,
+        index: usize,
+        status_argv: &[String],
+    ) -> Option<Failure> {
         let mut node = SshServiceNode {
             target: session.node.target.clone(),
             destination: session.destination.clone(),
@@ -391,11 +397,17 @@ impl<'a> Run<'a> {
             active: false,
             duration_ms: 0,
             error: None,
+            stdout: None,
+            stderr: None,
         };
         let failure = async {
-            let restarted = self.remote(session, &self.plan.argv, MAX_CAPTURE).await?;
+            let restarted = self
+                .remote(session, &self.plan.argv, NODE_LOG_CAPTURE)
+                .await?;
             node.restart_exit_code = Some(restarted.code);
             node.duration_ms = restarted.duration_ms;
+            node.stdout = self.node_log(index, "stdout", &restarted.stdout).await;
+            node.stderr = self.node_log(index, "stderr", &restarted.stderr).await;
             if let Some(failure) = exited_non_zero(&self.plan.argv, restarted.code) {
                 return Err(failure);
             }
@@ -429,18 +441,27 @@ impl<'a> Run<'a> {
     }
 
     /// `ssh.system.fact.collect` on one node: uname's four words, the
-    /// asked ones kept.
-    async fn facts(&mut self, session: &Session<'_>, wanted: &[String]) -> Option<Failure> {
+    /// asked ones kept; its stdout and stderr stored as outputs of their own.
+    async fn facts(
+        &mut self,
+        session: &Session<'_>,
+        index: usize,
+        wanted: &[String],
+    ) -> Option<Failure> {
         let mut node = SshFactsNode {
             target: session.node.target.clone(),
             destination: session.destination.clone(),
             facts: BTreeMap::new(),
             duration_ms: 0,
             error: None,
+            stdout: None,
+            stderr: None,
         };
         let failure = async {
             let ran = self.remote(session, &self.plan.argv, MAX_CAPTURE).await?;
             node.duration_ms = ran.duration_ms;
+            node.stdout = self.node_log(index, "stdout", &ran.stdout).await;
+            node.stderr = self.node_log(index, "stderr", &ran.stderr).await;
             if let Some(failure) = exited_non_zero(&self.plan.argv, ran.code) {
                 return Err(failure);
             }
