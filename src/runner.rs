@@ -164,15 +164,34 @@ impl ExecutionContext {
         name: &str,
         class: crate::contract::RetentionClass,
     ) -> Result<crate::contract::OutputArtifact, outputs::OutputError> {
-        let Some(sink) = &self.outputs else {
-            return Err(outputs::OutputError::Refused {
+        let media_type = crate::artifacts::outputs::media_type_of(name);
+        self.outputs(name)?
+            .store(self.storage.as_deref(), path, name, class, media_type)
+            .await
+    }
+
+    /// Stores `bytes` as the attempt's output `name`, as
+    /// [`Self::store_output`] stores a file.
+    pub async fn store_output_bytes(
+        &self,
+        bytes: Vec<u8>,
+        name: &str,
+        class: crate::contract::RetentionClass,
+    ) -> Result<crate::contract::OutputArtifact, outputs::OutputError> {
+        let media_type = crate::artifacts::outputs::media_type_of(name);
+        self.outputs(name)?
+            .store_bytes(self.storage.as_deref(), bytes, name, class, media_type)
+            .await
+    }
+
+    /// The attempt's outputs, which output `name` would join.
+    fn outputs(&self, name: &str) -> Result<&outputs::Outputs, outputs::OutputError> {
+        self.outputs
+            .as_ref()
+            .ok_or_else(|| outputs::OutputError::Refused {
                 name: name.to_owned(),
                 reason: "no attempt to store it for".into(),
-            });
-        };
-        let media_type = crate::artifacts::outputs::media_type_of(name);
-        sink.store(self.storage.as_deref(), path, name, class, media_type)
-            .await
+            })
     }
 
     /// Stores what a tool made (a saved plan, say) as an input artifact

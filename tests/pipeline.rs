@@ -126,6 +126,10 @@ async fn verification_jobs_reach_the_right_terminal_states_and_are_published(poo
 async fn a_body_schema_and_passes_in_a_row_judge_an_endpoint(pool: PgPool) {
     let mut pipeline = Pipeline::new(&pool).await;
     pipeline.start_roles(1);
+    pipeline.spawn(
+        &["artifact-worker"],
+        &[("EXECPLANE_ARTIFACT_GRACE", "300ms")],
+    );
     pipeline.wait_runners(1).await;
     let flaps = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let target = Server::start_on(
@@ -161,7 +165,8 @@ async fn a_body_schema_and_passes_in_a_row_judge_an_endpoint(pool: PgPool) {
         )
     };
     let steady = verify("/steady", &schema, 1);
-    let flapping = verify("/flapping", &schema, 5);
+    let mut flapping = verify("/flapping", &schema, 5);
+    flapping.inputs["evidence"]["keep"] = json!(["samples", "bodies"]);
     let mut too_few = schema.clone();
     too_few["properties"]["replicas"]["minimum"] = 4.into();
     let short = verify("/steady", &too_few, 1);
@@ -207,6 +212,26 @@ async fn a_body_schema_and_passes_in_a_row_judge_an_endpoint(pool: PgPool) {
         })
         .collect();
     assert_eq!(passes, [true, false, true, true, false], "{flapped}");
+    // Kept as asked: the whole evidence, and each sample's body.
+    let attempt = done[0].0;
+    assert_eq!(flapped["evidence_artifact"], "evidence.json", "{flapped}");
+    let kept: serde_json::Value =
+        serde_json::from_slice(&pipeline.download(attempt, "evidence.json").await).unwrap();
+    let mut without_ref = flapped.clone();
+    without_ref
+        .as_object_mut()
+        .unwrap()
+        .remove("evidence_artifact");
+    assert_eq!(kept, without_ref);
+    assert_eq!(flapped["samples"][1]["observed"]["body_artifact"], "body-2");
+    assert_eq!(
+        pipeline.download(attempt, "body-2").await,
+        br#"{"status": "degraded", "replicas": 1}"#
+    );
+    assert_eq!(
+        pipeline.download(attempt, "body-5").await,
+        pipeline.download(attempt, "body-2").await
+    );
     // The schema's error names the field that broke it, in the evidence.
     let done = pipeline.wait_done(&short.job_id, WAIT).await;
     assert_eq!(

@@ -34,6 +34,14 @@ impl OutputError {
     }
 }
 
+/// Output `name` refused for `reason`.
+fn refused(name: &str, reason: String) -> OutputError {
+    OutputError::Refused {
+        name: crate::contract::limits::loggable(name),
+        reason,
+    }
+}
+
 /// The outputs of one attempt, shared by its context and its final report.
 #[derive(Clone, Debug)]
 pub(crate) struct Outputs {
@@ -72,25 +80,9 @@ impl Outputs {
         class: RetentionClass,
         media_type: &str,
     ) -> Result<OutputArtifact, OutputError> {
-        let refused = |reason: String| OutputError::Refused {
-            name: crate::contract::limits::loggable(name),
-            reason,
-        };
-        if let Some(problem) = output_name_problem(name) {
-            return Err(refused(problem));
-        }
-        let known = self.taken();
-        if known.len() >= MAX_OUTPUTS && !known.iter().any(|output| output.name == name) {
-            return Err(refused(format!(
-                "an attempt stores at most {MAX_OUTPUTS} outputs"
-            )));
-        }
-        let Some(storage) = storage else {
-            return Err(OutputError::Storage {
-                name: name.to_owned(),
-                reason: "this runner has no artifact storage".into(),
-            });
-        };
+        // Before anything is read.
+        self.admissible(name)?;
+        let refused = |reason: String| refused(name, reason);
         // Never follow a link the tool left: it could point anywhere.
         let metadata = tokio::fs::symlink_metadata(path)
             .await
@@ -107,7 +99,49 @@ impl Outputs {
         let bytes = tokio::fs::read(path)
             .await
             .map_err(|error| refused(format!("cannot read it: {error}")))?;
-        let bytes = self.masked(bytes).map_err(refused)?;
+        self.store_bytes(storage, bytes, name, class, media_type)
+            .await
+    }
+
+    /// Whether output `name` may be stored: a name of an output, and room
+    /// for it among the attempt's.
+    fn admissible(&self, name: &str) -> Result<(), OutputError> {
+        if let Some(problem) = output_name_problem(name) {
+            return Err(refused(name, problem));
+        }
+        let known = self.taken();
+        if known.len() >= MAX_OUTPUTS && !known.iter().any(|output| output.name == name) {
+            return Err(refused(
+                name,
+                format!("an attempt stores at most {MAX_OUTPUTS} outputs"),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Stores `bytes` as output `name`, as [`Self::store`] stores a file's.
+    pub(crate) async fn store_bytes(
+        &self,
+        storage: Option<&crate::artifacts::Storage>,
+        bytes: Vec<u8>,
+        name: &str,
+        class: RetentionClass,
+        media_type: &str,
+    ) -> Result<OutputArtifact, OutputError> {
+        self.admissible(name)?;
+        if bytes.len() as u64 > MAX_OUTPUT_BYTES {
+            return Err(refused(
+                name,
+                format!("{} bytes; at most {MAX_OUTPUT_BYTES}", bytes.len()),
+            ));
+        }
+        let Some(storage) = storage else {
+            return Err(OutputError::Storage {
+                name: name.to_owned(),
+                reason: "this runner has no artifact storage".into(),
+            });
+        };
+        let bytes = self.masked(bytes).map_err(|reason| refused(name, reason))?;
         let output = crate::artifacts::outputs::put(
             storage,
             self.attempt_id,

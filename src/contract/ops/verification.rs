@@ -223,9 +223,72 @@ pub struct EvidenceRequirements {
     /// more, and passes once the last this many all passed.
     #[serde(default = "EvidenceRequirements::one")]
     pub consecutive_passes: u32,
+    /// What is kept beyond the result, as outputs of the attempt:
+    /// `samples`, the whole evidence as `evidence.json` (the result names
+    /// it in `evidence_artifact`); `bodies` (`verify.http.endpoint` only),
+    /// each sample's body as read, as `body-<n>` (the first
+    /// [`EvidenceRequirements::MAX_KEPT_BODIES`] samples; the sample's
+    /// `observed.body_artifact` names it). Default: none.
+    #[serde(default, skip_serializing_if = "Kept::is_nothing")]
+    pub keep: Kept,
+}
+
+/// What of a verification's evidence is kept as outputs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "Vec<KeptEvidence>", into = "Vec<KeptEvidence>")]
+pub struct Kept {
+    pub samples: bool,
+    pub bodies: bool,
+}
+
+/// One kind of evidence to keep, as a JobSpec names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeptEvidence {
+    Samples,
+    Bodies,
+}
+
+impl Kept {
+    fn is_nothing(&self) -> bool {
+        !self.samples && !self.bodies
+    }
+}
+
+impl TryFrom<Vec<KeptEvidence>> for Kept {
+    type Error = String;
+
+    fn try_from(kinds: Vec<KeptEvidence>) -> Result<Self, String> {
+        let mut kept = Kept::default();
+        for kind in kinds {
+            let flag = match kind {
+                KeptEvidence::Samples => &mut kept.samples,
+                KeptEvidence::Bodies => &mut kept.bodies,
+            };
+            if std::mem::replace(flag, true) {
+                return Err(format!("`{}` is named twice", serde_json::json!(kind)));
+            }
+        }
+        Ok(kept)
+    }
+}
+
+impl From<Kept> for Vec<KeptEvidence> {
+    fn from(kept: Kept) -> Self {
+        [
+            (kept.samples, KeptEvidence::Samples),
+            (kept.bodies, KeptEvidence::Bodies),
+        ]
+        .into_iter()
+        .filter_map(|(wanted, kind)| wanted.then_some(kind))
+        .collect()
+    }
 }
 
 impl EvidenceRequirements {
+    /// The most response bodies one verification keeps.
+    pub const MAX_KEPT_BODIES: u32 = 24;
+
     pub const MAX_CONSECUTIVE_PASSES: u32 = 100;
 
     fn one() -> u32 {
@@ -237,6 +300,7 @@ impl Default for EvidenceRequirements {
     fn default() -> Self {
         Self {
             consecutive_passes: 1,
+            keep: Kept::default(),
         }
     }
 }
@@ -511,6 +575,12 @@ pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
             format!("1 to {most}"),
         ));
     }
+    if evidence.keep.bodies && !matches!(inputs, OperationInputs::VerifyHttpEndpoint(_)) {
+        problems.push(Problem::new(
+            "inputs.evidence.keep",
+            "`bodies` is kept of verify.http.endpoint only",
+        ));
+    }
     problems
 }
 
@@ -564,6 +634,10 @@ pub struct VerificationEvidence {
     #[serde(default = "EvidenceRequirements::one")]
     pub consecutive_passes: u32,
     pub recommended_failure_category: Option<FailureCategory>,
+    /// The output holding this evidence, when `inputs.evidence.keep` asked
+    /// for `samples`.
+    #[serde(default)]
+    pub evidence_artifact: Option<String>,
 }
 
 /// One sample of a verification.
@@ -731,5 +805,32 @@ mod tests {
         };
         assert!(requirements(1) && requirements(100));
         assert!(!requirements(0) && !requirements(101));
+    }
+
+    #[test]
+    fn kept_evidence_is_named_once_and_bodies_only_of_http() {
+        let keep = |operation, inputs: Value| {
+            OperationInputs::parse(operation, &inputs).map(|inputs| {
+                problems_of(&inputs)
+                    .into_iter()
+                    .map(|problem| problem.path)
+                    .collect::<Vec<_>>()
+            })
+        };
+        let http = json!({"url": "http://h/", "evidence": {"keep": ["samples", "bodies"]}});
+        assert_eq!(keep(Operation::VerifyHttpEndpoint, http), Ok(vec![]));
+        let tcp = json!({"host": "h", "port": 1, "evidence": {"keep": ["bodies"]}});
+        assert_eq!(
+            keep(Operation::VerifyTcpConnect, tcp),
+            Ok(vec!["inputs.evidence.keep".to_owned()])
+        );
+        let twice = json!({"host": "h", "port": 1, "evidence": {"keep": ["samples", "samples"]}});
+        assert!(keep(Operation::VerifyTcpConnect, twice).is_err());
+        let kept: EvidenceRequirements =
+            serde_json::from_value(json!({"keep": ["bodies", "samples"]})).unwrap();
+        assert_eq!(
+            serde_json::to_value(kept).unwrap(),
+            json!({"consecutive_passes": 1, "keep": ["samples", "bodies"]})
+        );
     }
 }

@@ -27,6 +27,10 @@ pub struct Sample {
     /// connection, or the tool went over a sandbox limit.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub refused_by_policy: bool,
+    /// The body as read, when the evidence keeps bodies: stored as an
+    /// output, then dropped (never part of the result).
+    #[serde(skip)]
+    pub body: Option<Vec<u8>>,
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
@@ -48,6 +52,7 @@ impl Sample {
             assertions: Vec::new(),
             error: None,
             refused_by_policy: false,
+            body: None,
         }
     }
 
@@ -141,6 +146,9 @@ pub async fn http(
                 truncated,
             )
             .await;
+            if inputs.evidence.keep.bodies {
+                sample.body = Some(bytes);
+            }
         }
     }
     sample

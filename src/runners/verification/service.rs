@@ -2,8 +2,9 @@ use std::time::Duration;
 
 use super::probes::{self, Bounds, Sample};
 use super::VerificationConfig;
+use crate::contract::ops::EvidenceRequirements;
 use crate::contract::ops::{VerifyInputs, VerifyInputs as I};
-use crate::contract::{FailureCategory, RunnerType};
+use crate::contract::{FailureCategory, RetentionClass, RunnerType};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor, Failure};
 
 /// Redirects an HTTP probe follows, each hop checked against the policy.
@@ -96,6 +97,8 @@ impl Executor for VerificationRunner {
                     None,
                 );
             };
+            let mut sample = sample;
+            keep_body(&context, &mut sample).await;
             // A refusal by the policy will not change with another sample;
             // after a failure, too few samples may be left to pass.
             let failed = !sample.passed();
@@ -117,8 +120,82 @@ impl Executor for VerificationRunner {
                 }
             }
         }
-        verdict(spec.operation.as_str(), samples, needed)
+        let outcome = verdict(spec.operation.as_str(), samples, needed);
+        if prepared.inputs.evidence().keep.samples {
+            keep_samples(&context, outcome).await
+        } else {
+            outcome
+        }
     }
+}
+
+/// A sample's body, when the evidence keeps bodies, stored as output
+/// `body-<n>` (the first [`EvidenceRequirements::MAX_KEPT_BODIES`]
+/// samples' only) and named in its `observed.body_artifact`; never kept in
+/// memory past its sample.
+async fn keep_body(context: &ExecutionContext, sample: &mut Sample) {
+    let Some(body) = sample.body.take() else {
+        return;
+    };
+    if sample.n > EvidenceRequirements::MAX_KEPT_BODIES {
+        return;
+    }
+    let name = format!("body-{}", sample.n);
+    let stored = context
+        .store_output_bytes(body, &name, RetentionClass::Evidence)
+        .await;
+    let artifact = match stored {
+        Ok(_) => serde_json::Value::String(name),
+        Err(error) => {
+            context.log(
+                crate::codec::LogStream::Stderr,
+                format!(
+                    "execplane: sample {}'s body was not kept: {error}\n",
+                    sample.n
+                ),
+            );
+            serde_json::Value::Null
+        }
+    };
+    if let Some(observed) = sample.observed.as_object_mut() {
+        observed.insert("body_artifact".into(), artifact);
+    }
+}
+
+/// The evidence stored as output `evidence.json`, and named in the result
+/// (`evidence_artifact`); as it was when it could not be stored, which the
+/// log says.
+async fn keep_samples(
+    context: &ExecutionContext,
+    mut outcome: ExecutionOutcome,
+) -> ExecutionOutcome {
+    const NAME: &str = "evidence.json";
+    let Some(evidence) = &outcome.result_json else {
+        return outcome;
+    };
+    let stored = context
+        .store_output_bytes(
+            evidence.clone().into_bytes(),
+            NAME,
+            RetentionClass::Evidence,
+        )
+        .await;
+    let named = stored.map_err(|error| error.to_string()).and_then(|_| {
+        let mut evidence: serde_json::Value =
+            serde_json::from_str(evidence).map_err(|error| error.to_string())?;
+        if let Some(object) = evidence.as_object_mut() {
+            object.insert("evidence_artifact".into(), NAME.into());
+        }
+        Ok(evidence.to_string())
+    });
+    match named {
+        Ok(evidence) => outcome.result_json = Some(evidence),
+        Err(error) => context.log(
+            crate::codec::LogStream::Stderr,
+            format!("execplane: the evidence was not kept: {error}\n"),
+        ),
+    }
+    outcome
 }
 
 /// How many of the last samples passed, in a row.
