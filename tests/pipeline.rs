@@ -23,13 +23,27 @@ fn closed_port() -> u16 {
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn verification_jobs_reach_the_right_terminal_states_and_are_published(pool: PgPool) {
     let mut pipeline = Pipeline::new(&pool).await;
+    // The JobSpec's targets are nodes the tenant may name.
+    let policy = pipeline.dir.join("targets-policy.yaml");
+    std::fs::write(
+        &policy,
+        format!(
+            "{}  ssh:\n    nodes: [\"127.0.0.0/8\"]\n",
+            common::pipeline::LOOPBACK_POLICY
+        ),
+    )
+    .unwrap();
+    pipeline.set_env("EXECPLANE_POLICY_FILE", policy.to_str().unwrap());
     pipeline.start_roles(1);
     pipeline.wait_runners(1).await;
     let target = Server::start(vec![], 200).await;
+    // Aimed at the JobSpec's targets by id: the probes connect to their
+    // addresses.
     let ok = job(
         "verify.http.endpoint",
-        json!({"url": target.url("/health"), "expect": {"status": 200}}),
-        json!({}),
+        json!({"url": format!("http://web-1:{}/health", target.port), "target": "web-1",
+               "expect": {"status": 200}}),
+        json!({"targets": [{"kind": "node", "id": "web-1", "address": target.host}]}),
     );
     let wrong = job(
         "verify.http.endpoint",
@@ -43,12 +57,18 @@ async fn verification_jobs_reach_the_right_terminal_states_and_are_published(poo
     );
     let postgres = job(
         "verify.postgres.ready",
-        json!({"host": "127.0.0.1", "port": 5432, "database": "postgres", "user": "postgres"}),
-        json!({}),
+        json!({"target": "db", "port": 5432, "database": "postgres", "user": "postgres"}),
+        json!({"targets": [{"kind": "node", "id": "db", "address": "127.0.0.1"}]}),
     );
     for spec in [&ok, &wrong, &unreachable, &postgres] {
         pipeline.submit(spec).await;
     }
+    // A target the JobSpec does not hold is refused at intake.
+    let mut stray = postgres.clone();
+    stray.inputs["target"] = json!("nowhere");
+    let problems =
+        execplane::contract::validate_jobspec(&serde_json::to_value(&stray).unwrap()).unwrap_err();
+    assert_eq!(problems.0[0].path, "inputs.target", "{problems:?}");
     assert_eq!(
         pipeline.wait_done(&ok.job_id, WAIT).await.last().unwrap().1,
         "succeeded"

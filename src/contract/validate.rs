@@ -157,7 +157,19 @@ impl Fields {
             }
         }
         if let (Some(operation), Some(inputs)) = (self.operation, &self.inputs) {
-            check_inputs(operation, inputs, problems);
+            let typed = check_inputs(operation, inputs, problems);
+            let target = typed.as_ref().and_then(super::ops::probe_target);
+            let targets = self.targets.as_deref().unwrap_or_default();
+            if let Some(id) = target.filter(|id| super::ops::target_address(targets, id).is_none())
+            {
+                problems.push(Problem::new(
+                    "inputs.target",
+                    format!(
+                        "`{}` is not the id of one of the JobSpec's `targets`",
+                        super::limits::loggable(id)
+                    ),
+                ));
+            }
         }
         if let Some(timeouts) = &self.timeouts {
             check_timeouts(timeouts, problems);
@@ -309,32 +321,39 @@ fn located(base: &str, inner: &str, message: &str) -> Problem {
 /// Parses the inputs as the operation's type, reporting every problem: serde
 /// stops at the first, so the offending field is removed from a scratch copy
 /// and parsing resumes, until it parses or a required field is missing.
-fn check_inputs(operation: Operation, inputs: &Value, problems: &mut Vec<Problem>) {
+/// The inputs, when they parsed as they are.
+fn check_inputs(
+    operation: Operation,
+    inputs: &Value,
+    problems: &mut Vec<Problem>,
+) -> Option<OperationInputs> {
     let mut scratch = inputs.clone();
     let mut reported: Vec<String> = Vec::new();
     for _ in 0..32 {
         match OperationInputs::parse(operation, &scratch) {
             Ok(typed) => {
-                if reported.is_empty() {
-                    check_operation_inputs(&typed, problems);
+                if !reported.is_empty() {
+                    return None;
                 }
-                return;
+                check_operation_inputs(&typed, problems);
+                return Some(typed);
             }
             Err((path, message)) => {
                 let problem = input_problem(operation, &path, &message);
                 let missing = problem.message.contains("required field is missing")
                     || problem.message.contains("`template_id` is required");
                 if reported.contains(&problem.path) {
-                    return;
+                    return None;
                 }
                 reported.push(problem.path.clone());
                 problems.push(problem);
                 if missing || !remove_at(&mut scratch, &path, &message) {
-                    return;
+                    return None;
                 }
             }
         }
     }
+    None
 }
 
 /// Removes the field serde complained about; false when there is nothing to

@@ -308,7 +308,12 @@ impl Default for EvidenceRequirements {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VerifyHttp {
+    /// With `target`, the URL's host is the target's id, and the probe
+    /// connects to its address.
     pub url: String,
+    /// A JobSpec target, by id (see [`target_address`]).
+    #[serde(default)]
+    pub target: Option<String>,
     #[serde(default = "default_method")]
     pub method: String,
     #[serde(default)]
@@ -331,7 +336,12 @@ fn default_method() -> String {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VerifyTcp {
+    /// Exactly one of `host` and `target`.
+    #[serde(default)]
     pub host: String,
+    /// A JobSpec target, by id: the host is its address.
+    #[serde(default)]
+    pub target: Option<String>,
     pub port: u16,
     #[serde(default)]
     pub timeout: Option<DurationMs>,
@@ -355,7 +365,12 @@ pub struct VerifyKubernetesCondition {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VerifyPostgres {
+    /// Exactly one of `host` and `target`.
+    #[serde(default)]
     pub host: String,
+    /// A JobSpec target, by id: the host is its address.
+    #[serde(default)]
+    pub target: Option<String>,
     #[serde(default = "default_pg_port")]
     pub port: u16,
     pub database: String,
@@ -558,11 +573,21 @@ pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
             },
         ),
         OperationInputs::VerifyAttemptOutput(output) => (output.evidence, output_problems(output)),
-        OperationInputs::VerifyTcpConnect(VerifyTcp { evidence, .. })
-        | OperationInputs::VerifyKubernetesCondition(VerifyKubernetesCondition {
+        OperationInputs::VerifyTcpConnect(VerifyTcp {
+            evidence,
+            host,
+            target,
+            ..
+        })
+        | OperationInputs::VerifyPostgresReady(VerifyPostgres {
+            evidence,
+            host,
+            target,
+            ..
+        }) => (*evidence, host_problems(host, target.as_deref())),
+        OperationInputs::VerifyKubernetesCondition(VerifyKubernetesCondition {
             evidence, ..
         })
-        | OperationInputs::VerifyPostgresReady(VerifyPostgres { evidence, .. })
         | OperationInputs::VerifyResourceCapability(VerifyCapability { evidence, .. }) => {
             (*evidence, Vec::new())
         }
@@ -603,6 +628,21 @@ fn output_problems(output: &VerifyAttemptOutput) -> Vec<Problem> {
     problems
 }
 
+/// A probe aims at a `host` or at a JobSpec `target`, not both.
+fn host_problems(host: &str, target: Option<&str>) -> Vec<Problem> {
+    match (host.is_empty(), target) {
+        (true, None) => vec![Problem::new(
+            "inputs.host",
+            "required (or `target`: a JobSpec target's id)",
+        )],
+        (false, Some(_)) => vec![Problem::new(
+            "inputs.target",
+            "a probe names a `host` or a `target`, not both",
+        )],
+        _ => Vec::new(),
+    }
+}
+
 fn http_problems(http: &VerifyHttp) -> Vec<Problem> {
     let mut problems = Vec::new();
     if !(http.url.starts_with("http://") || http.url.starts_with("https://")) {
@@ -611,6 +651,17 @@ fn http_problems(http: &VerifyHttp) -> Vec<Problem> {
             "must be an http:// or https:// URL",
         ));
     }
+    if let Some(target) = &http.target {
+        let host = url::Url::parse(&http.url)
+            .ok()
+            .and_then(|url| url.host_str().map(str::to_owned));
+        if host.as_deref() != Some(target.to_ascii_lowercase().as_str()) {
+            problems.push(Problem::new(
+                "inputs.url",
+                "with `target`, the URL's host is the target's id (the probe connects to its address)",
+            ));
+        }
+    }
     if let Some(Err(error)) = http.expect.body_matches.as_deref().map(compile_pattern) {
         problems.push(Problem::new("inputs.expect.body_matches", error));
     }
@@ -618,6 +669,71 @@ fn http_problems(http: &VerifyHttp) -> Vec<Problem> {
         problems.push(Problem::new("inputs.expect.body_schema", error));
     }
     problems
+}
+
+/// Where a probe aimed at JobSpec target `id` connects: the target's
+/// `address`, or its id when it has none; `None` when the JobSpec has no
+/// such target.
+pub fn target_address<'a>(targets: &'a [crate::contract::Target], id: &str) -> Option<&'a str> {
+    targets
+        .iter()
+        .find(|target| target.id == id)
+        .map(|target| target.address.as_deref().unwrap_or(&target.id))
+}
+
+/// The JobSpec target a probe names, if it names one.
+pub fn probe_target(inputs: &OperationInputs) -> Option<&str> {
+    match inputs {
+        OperationInputs::VerifyHttpEndpoint(VerifyHttp { target, .. })
+        | OperationInputs::VerifyTcpConnect(VerifyTcp { target, .. })
+        | OperationInputs::VerifyPostgresReady(VerifyPostgres { target, .. }) => target.as_deref(),
+        _ => None,
+    }
+}
+
+impl VerifyInputs {
+    /// Aims a probe that names a JobSpec target at its address; the
+    /// problem when the JobSpec has no such target (intake refuses it; a
+    /// work item past intake is refused by the runner).
+    pub fn aim(&mut self, targets: &[crate::contract::Target]) -> Result<(), Problem> {
+        let (target, host) = match self {
+            Self::VerifyTcpConnect(VerifyTcp { target, host, .. })
+            | Self::VerifyPostgresReady(VerifyPostgres { target, host, .. }) => (target, host),
+            Self::VerifyHttpEndpoint(http) => {
+                let Some(id) = &http.target else {
+                    return Ok(());
+                };
+                let address = target_address(targets, id).ok_or_else(|| no_target(id))?;
+                let mut url = url::Url::parse(&http.url)
+                    .map_err(|error| Problem::new("inputs.url", error.to_string()))?;
+                url.set_host(Some(address)).map_err(|error| {
+                    Problem::new(
+                        "inputs.target",
+                        format!("the target's address is no URL host: {error}"),
+                    )
+                })?;
+                http.url = url.into();
+                return Ok(());
+            }
+            _ => return Ok(()),
+        };
+        if let Some(id) = target {
+            *host = target_address(targets, id)
+                .ok_or_else(|| no_target(id))?
+                .to_owned();
+        }
+        Ok(())
+    }
+}
+
+fn no_target(id: &str) -> Problem {
+    Problem::new(
+        "inputs.target",
+        format!(
+            "the JobSpec has no target `{}`",
+            crate::contract::limits::loggable(id)
+        ),
+    )
 }
 
 // Results (docs/OPERATIONS.md): what its executor reports.
@@ -805,6 +921,60 @@ mod tests {
         };
         assert!(requirements(1) && requirements(100));
         assert!(!requirements(0) && !requirements(101));
+    }
+
+    #[test]
+    fn a_probe_aims_at_a_host_or_a_target_of_the_jobspec() {
+        let parse = |operation, inputs: Value| {
+            let inputs = OperationInputs::parse(operation, &inputs).unwrap();
+            let paths: Vec<String> = problems_of(&inputs)
+                .into_iter()
+                .map(|problem| problem.path)
+                .collect();
+            (inputs, paths)
+        };
+        let (_, paths) = parse(Operation::VerifyTcpConnect, json!({"port": 1}));
+        assert_eq!(paths, ["inputs.host"]);
+        let both = json!({"host": "h", "target": "n1", "port": 1});
+        assert_eq!(
+            parse(Operation::VerifyTcpConnect, both).1,
+            ["inputs.target"]
+        );
+        let elsewhere = json!({"url": "http://other:80/", "target": "n1"});
+        assert_eq!(
+            parse(Operation::VerifyHttpEndpoint, elsewhere).1,
+            ["inputs.url"]
+        );
+        let targets: Vec<crate::contract::Target> = serde_json::from_value(json!([
+            {"kind": "node", "id": "n1", "address": "10.0.0.7"},
+            {"kind": "node", "id": "db.internal"}
+        ]))
+        .unwrap();
+        let aimed = |operation, inputs: Value| {
+            let inputs = OperationInputs::parse(operation, &inputs).unwrap();
+            let mut inputs = VerifyInputs::try_from(inputs).unwrap();
+            inputs.aim(&targets).map(|()| match inputs {
+                VerifyInputs::VerifyHttpEndpoint(http) => http.url,
+                VerifyInputs::VerifyTcpConnect(VerifyTcp { host, .. })
+                | VerifyInputs::VerifyPostgresReady(VerifyPostgres { host, .. }) => host,
+                _ => unreachable!(),
+            })
+        };
+        let http = json!({"url": "https://N1:8443/healthz?x=1", "target": "n1"});
+        assert_eq!(
+            aimed(Operation::VerifyHttpEndpoint, http).unwrap(),
+            "https://10.0.0.7:8443/healthz?x=1"
+        );
+        let postgres = json!({"target": "db.internal", "database": "d", "user": "u"});
+        assert_eq!(
+            aimed(Operation::VerifyPostgresReady, postgres).unwrap(),
+            "db.internal"
+        );
+        let stray = json!({"target": "n9", "port": 1});
+        assert_eq!(
+            aimed(Operation::VerifyTcpConnect, stray).unwrap_err().path,
+            "inputs.target"
+        );
     }
 
     #[test]

@@ -887,6 +887,7 @@ mod tests {
         assert!(refused.refused_by_policy, "{refused:?}");
         let tcp_inputs = VerifyTcp {
             host: "127.0.0.1".into(),
+            target: None,
             port,
             timeout: None,
             evidence: Default::default(),
@@ -902,6 +903,7 @@ mod tests {
         let reached = super::tcp(
             &VerifyTcp {
                 host: "127.0.0.1".into(),
+                target: None,
                 port,
                 timeout: None,
                 evidence: Default::default(),
@@ -919,6 +921,7 @@ mod tests {
         let refused = super::tcp(
             &VerifyTcp {
                 host: "127.0.0.1".into(),
+                target: None,
                 port: closed,
                 timeout: None,
                 evidence: Default::default(),

@@ -66,6 +66,10 @@ impl Executor for VerificationRunner {
         inputs: VerifyInputs,
         context: ExecutionContext,
     ) -> ExecutionOutcome {
+        let mut inputs = inputs;
+        if let Err(problem) = inputs.aim(&assignment.spec.targets) {
+            return Failure::contract(format!("{}: {}", problem.path, problem.message)).into();
+        }
         let prepared = self.prepare(&assignment.spec.tenant, inputs, context.policy());
         let mut prepared = match prepared {
             Ok(prepared) => prepared,
