@@ -141,6 +141,8 @@ struct PolicyFile {
     clusters: BTreeMap<String, clusters::ClusterEndpoint>,
     #[serde(default)]
     concurrency: concurrency::Concurrency,
+    #[serde(default)]
+    helm_marketplace: Vec<helm::MarketplaceChart>,
 }
 
 /// How a policy file is written: YAML (`.yaml`, `.yml`) or TOML.
@@ -440,6 +442,8 @@ pub struct OperatorPolicy {
     ssh_templates: BTreeMap<String, SshTemplate>,
     clusters: BTreeMap<String, clusters::ClusterEndpoint>,
     concurrency: concurrency::Concurrency,
+    /// Charts any tenant with `helm.marketplace` may install.
+    helm_marketplace: Vec<helm::MarketplaceChart>,
     /// `sha256:<hex>` of the file as read (of the empty string without a file).
     digest: String,
 }
@@ -498,6 +502,7 @@ impl OperatorPolicy {
             ssh_templates: file.ssh_templates,
             clusters: file.clusters,
             concurrency: file.concurrency,
+            helm_marketplace: file.helm_marketplace,
             digest: format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes()))),
         };
         // Parse every tenant once now, so a bad entry fails at startup.
@@ -536,6 +541,14 @@ impl OperatorPolicy {
             problems.extend(cluster.problems(name));
         }
         problems.extend(self.concurrency.problems());
+        for (index, chart) in self.helm_marketplace.iter().enumerate() {
+            problems.extend(
+                chart
+                    .problems()
+                    .into_iter()
+                    .map(|problem| format!("helm_marketplace[{index}]: {problem}")),
+            );
+        }
         problems
     }
 
@@ -664,11 +677,15 @@ impl OperatorPolicy {
                 ));
             }
         }
+        let mut helm: HelmRules = pick(&rules.helm, &defaults.helm).unwrap_or_default();
+        if helm.marketplace {
+            helm.market = self.helm_marketplace.clone();
+        }
         OperationRules {
             operations,
             grants: pick(&rules.grants, &defaults.grants).unwrap_or_default(),
             kubernetes,
-            helm: pick(&rules.helm, &defaults.helm).unwrap_or_default(),
+            helm,
             ansible,
             ssh,
             opentofu,

@@ -86,10 +86,17 @@ fn chart(dir: &std::path::Path) -> Vec<u8> {
     std::fs::read(out.join("demo-0.1.0.tgz")).unwrap()
 }
 
-/// The tenant's policy for `namespace`, trusting charts of `sources`.
-fn policy(namespace: &str, sources: &[&str]) -> String {
+/// The tenant's policy for `namespace`, trusting charts of `sources`, and
+/// the demo chart's 0.1 versions of `market` on the marketplace.
+fn policy(namespace: &str, sources: &[&str], market: Option<&str>) -> String {
+    let marketplace = market.map_or(String::new(), |repository| {
+        format!(
+            "helm_marketplace:\n  - {{repository: \"{repository}\", chart: demo, versions: \">=0.1.0, <0.2.0\"}}\n"
+        )
+    });
     format!(
         r#"
+{marketplace}
 clusters:
   local:
     server: {server}
@@ -105,6 +112,7 @@ tenants:
           namespaces: ["{namespace}"]
     helm:
       chart_sources: {sources}
+      marketplace: true
 "#,
         server = cluster::SERVER,
         ca = cluster::ca_file().display(),
@@ -133,7 +141,8 @@ async fn helm_pipeline(pool: &PgPool, namespace: &str) -> (Pipeline, Value) {
     helm_pipeline_trusting(pool, namespace, None).await
 }
 
-/// [`helm_pipeline`], whose policy trusts `repository` too.
+/// [`helm_pipeline`], whose policy puts the demo chart of `repository` on
+/// the operator's marketplace (the tenant's own sources do not name it).
 async fn helm_pipeline_trusting(
     pool: &PgPool,
     namespace: &str,
@@ -143,8 +152,11 @@ async fn helm_pipeline_trusting(
     let archive = chart(&pipeline.dir);
     let digest = pipeline.put_artifact("demo-0.1.0.tgz", &archive);
     let policy_file = pipeline.dir.join("policy.yaml");
-    let sources: Vec<&str> = [digest.as_str()].into_iter().chain(repository).collect();
-    std::fs::write(&policy_file, policy(namespace, &sources)).unwrap();
+    std::fs::write(
+        &policy_file,
+        policy(namespace, &[digest.as_str()], repository),
+    )
+    .unwrap();
     pipeline.set_env("EXECPLANE_POLICY_FILE", policy_file.to_str().unwrap());
     let bao = Bao::new();
     bao.put("team-a/kube", json!({"token": cluster::admin_token()}))
@@ -550,6 +562,18 @@ async fn a_private_chart_installs_with_its_login_and_values_from_artifacts(pool:
         ]);
         helm_job("helm.install", inputs, json!({"secret_refs": refs}))
     };
+
+    // The marketplace admits the chart's 0.1 versions only.
+    let mut newer = install("password");
+    newer.inputs["chart"]["version"] = json!("0.2.0");
+    pipeline.submit(&newer).await;
+    let (status, category, message, _) = pipeline.ended(&newer, WAIT).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("rejected", Some("policy")),
+        "{message}"
+    );
+    assert!(message.contains("nor on the marketplace"), "{message}");
 
     let wrong = install("wrong");
     pipeline.submit(&wrong).await;

@@ -304,20 +304,21 @@ impl Run<'_> {
     }
 
     /// The chart archive: pinned by digest, from the artifact storage and
-    /// checked; else pulled by helm from its trusted repository (and
-    /// checked against its digest when it has one).
+    /// checked; else pulled by helm from its trusted repository, or as a
+    /// chart of the marketplace (and checked against its digest when it
+    /// has one: a marketplace entry by digest admits only that one).
     async fn chart(
         &mut self,
         trusted: &crate::policy::helm::HelmRules,
         chart: &ChartRef,
     ) -> Result<PathBuf, Failure> {
         let by_digest = trusted.trusts_digest(chart);
-        if !by_digest && !trusted.trusts_repository(chart) {
+        if !trusted.trusts(chart) {
             return Err(Failure::new(
                 FailureCategory::Policy,
                 format!(
-                    "inputs.chart: chart `{}` from `{}` is not from a trusted source (operator policy rule helm.chart_sources)",
-                    chart.name, chart.repository
+                    "inputs.chart: chart `{}` {} from `{}` is not from a trusted source, nor on the marketplace (operator policy rules helm.chart_sources, helm_marketplace)",
+                    chart.name, chart.version, chart.repository
                 ),
             ));
         }
