@@ -22,6 +22,7 @@ ensure_rust
 "$ROOT/scripts/ansible.sh"
 "$ROOT/scripts/kubernetes.sh"
 "$ROOT/scripts/helm.sh"
+"$ROOT/scripts/registry.sh"
 "$ROOT/scripts/opentofu.sh"
 
 # sqlx::test creates a fresh database per test from this server; every
@@ -44,6 +45,9 @@ export EXECPLANE_TEST_VAULT_TOKEN_FILE="${EXECPLANE_TEST_VAULT_TOKEN_FILE:-$STAC
 export EXECPLANE_ANSIBLE_BIN_DIR="${EXECPLANE_ANSIBLE_BIN_DIR:-$STACK_DIR/ansible/bin}"
 # The helm runner's tests run the stack's helm.
 export EXECPLANE_HELM_BIN="${EXECPLANE_HELM_BIN:-$STACK_DIR/helm/bin/helm}"
+# ... and pull charts from the stack's password-protected OCI registry.
+export EXECPLANE_TEST_REGISTRY="${EXECPLANE_TEST_REGISTRY:-127.0.0.1:5000}"
+export EXECPLANE_TEST_REGISTRY_PASSWORD_FILE="${EXECPLANE_TEST_REGISTRY_PASSWORD_FILE:-$STACK_DIR/registry-password}"
 # The opentofu runner's tests run the stack's OpenTofu with
 # its offline provider mirror.
 export EXECPLANE_TOFU_BIN="${EXECPLANE_TOFU_BIN:-$STACK_DIR/opentofu/bin/tofu}"

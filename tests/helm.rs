@@ -670,6 +670,114 @@ async fn a_private_chart_installs_with_its_login_and_values_from_artifacts(pool:
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A chart pushed to the stack's password-protected OCI registry (a real
+/// CNCF distribution, scripts/registry.sh) installs with its login by
+/// Vault reference, written to the attempt's own registry configuration; a
+/// wrong password is `contract`, saying the registry refused the login.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_chart_from_a_password_protected_oci_registry_installs(pool: PgPool) {
+    let registry =
+        std::env::var("EXECPLANE_TEST_REGISTRY").unwrap_or_else(|_| "127.0.0.1:5000".into());
+    let password_file = std::env::var("EXECPLANE_TEST_REGISTRY_PASSWORD_FILE")
+        .expect("EXECPLANE_TEST_REGISTRY_PASSWORD_FILE (scripts/registry.sh)");
+    let password = std::fs::read_to_string(password_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let admin = cluster::admin();
+    let namespace = cluster::namespace(&admin).await;
+    let dir = std::env::temp_dir().join(format!("execplane-oci-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    chart(&dir);
+    // Pushed with a login of the test's own (never the runner's).
+    let repository = format!("oci://{registry}/t-{}", uuid::Uuid::new_v4().simple());
+    let helm = |args: &[&str], stdin: Option<&str>| {
+        use std::io::Write;
+        let mut child = std::process::Command::new(helm_bin())
+            .env("HOME", &dir)
+            .env("HELM_REGISTRY_CONFIG", dir.join("registry.json"))
+            .env("DOCKER_CONFIG", dir.join("docker"))
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.unwrap_or_default().as_bytes())
+            .unwrap();
+        let output = child.wait_with_output().unwrap();
+        assert!(output.status.success(), "helm {args:?}: {output:?}");
+    };
+    helm(
+        &[
+            "registry",
+            "login",
+            &registry,
+            "--username",
+            "execplane-ci",
+            "--password-stdin",
+        ],
+        Some(&password),
+    );
+    let archive = dir.join("chart/demo-0.1.0.tgz");
+    helm(&["push", archive.to_str().unwrap(), &repository], None);
+
+    let (pipeline, _) = helm_pipeline_trusting(&pool, &namespace, Some(&repository)).await;
+    let bao = Bao::new();
+    bao.put(
+        "team-a/registry",
+        json!({"password": password, "wrong": "not-it"}),
+    )
+    .await;
+    let install = |key: &str| {
+        let inputs = json!({
+            "release": "oci", "namespace": namespace, "values": {"greeting": "from-oci"},
+            "chart": {"repository": repository, "name": "demo", "version": "0.1.0",
+                      "login": {"username": "execplane-ci", "password": {"$secret": "registry"}}},
+        });
+        let refs = json!([
+            {"name": "kube", "mount": "secret", "path": "team-a/kube", "key": "token"},
+            {"name": "registry", "mount": "secret", "path": "team-a/registry", "key": key},
+        ]);
+        helm_job("helm.install", inputs, json!({"secret_refs": refs}))
+    };
+    let wrong = install("wrong");
+    pipeline.submit(&wrong).await;
+    let (status, category, message, _) = pipeline.ended(&wrong, WAIT).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("contract")),
+        "{message}"
+    );
+    assert!(
+        message.contains("inputs.chart.login") && message.contains("refused the login"),
+        "{message}"
+    );
+    let right = install("password");
+    pipeline.submit(&right).await;
+    let (status, _, message, result) = pipeline.ended(&right, WAIT).await;
+    assert_eq!(status, "succeeded", "{message}");
+    assert_eq!(result["chart"], "demo-0.1.0");
+    let configmaps = resource("v1", "ConfigMap", "configmaps");
+    let held = cluster::get(&admin, &namespace, &configmaps, "oci-settings")
+        .await
+        .expect("the release's ConfigMap");
+    assert_eq!(held["data"]["greeting"], "from-oci");
+    common::leaks::assert_secret_nowhere(
+        &pipeline,
+        &pool,
+        &password,
+        RunnerType::Helm,
+        &pipeline.dir,
+    )
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Every README example under `examples/helm` runs, in order, to the end
 /// the README's table gives it, on the local API server under the rendered
 /// demo policy (the demo chart packaged and stored by scripts/examples.sh).

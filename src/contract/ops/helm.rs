@@ -216,13 +216,13 @@ pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
         ));
     }
     if let Some(login) = &chart.login {
-        let classic = ["https://", "http://"]
+        let known = ["https://", "http://", "oci://"]
             .iter()
             .any(|scheme| chart.repository.starts_with(scheme));
-        if !classic {
+        if !known {
             problems.push(Problem::new(
                 "inputs.chart.login",
-                "a login is for a classic chart repository (`https://…`); an OCI registry's is not supported yet",
+                "a login is for a classic chart repository (`https://…`) or an OCI registry (`oci://…`)",
             ));
         }
         let username_fine = match &login.username {
@@ -309,15 +309,17 @@ mod tests {
     }
 
     #[test]
-    fn a_login_is_for_a_classic_repository_and_values_artifacts_are_bounded() {
+    fn a_login_is_for_a_repository_or_a_registry_and_values_artifacts_are_bounded() {
         let login = json!({"username": "ci", "password": {"$secret": "repo"}});
         let chart = |repository: &str, login: &Value| json!({"repository": repository, "name": "web", "version": "1.0.0", "login": login});
         assert!(problems(chart("https://charts.example.com", &login), json!({})).is_empty());
+        assert!(problems(
+            chart("oci://registry.example.com/charts", &login),
+            json!({})
+        )
+        .is_empty());
         assert_eq!(
-            problems(
-                chart("oci://registry.example.com/charts", &login),
-                json!({})
-            ),
+            problems(chart("artifact", &login), json!({})),
             ["inputs.chart.login"]
         );
         for username in [json!(""), json!("a\nb"), json!(5), json!({"other": 1})] {

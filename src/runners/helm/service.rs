@@ -242,6 +242,9 @@ impl Run<'_> {
             )
             .env("HELM_DATA_HOME", home.join("data").display().to_string())
             .env("HELM_PLUGINS", home.join("plugins").display().to_string())
+            // helm falls back to a Docker configuration for registry logins:
+            // the attempt's own, which holds none.
+            .env("DOCKER_CONFIG", home.join("docker").display().to_string())
             .args(args.iter().copied());
         if let Some(kubeconfig) = &self.kubeconfig {
             command = command
@@ -362,11 +365,12 @@ impl Run<'_> {
         })?;
         let destination_arg = destination.display().to_string();
         let oci = chart.repository.starts_with("oci://");
-        let login = match &chart.login {
-            Some(login) => Some(self.log_in(&chart.repository, login).await?),
-            None => None,
+        let (repositories, registries) = match (&chart.login, oci) {
+            (Some(login), false) => (Some(self.log_in(&chart.repository, login).await?), None),
+            (Some(login), true) => (None, Some(self.registry_login(&chart.repository, login)?)),
+            (None, _) => (None, None),
         };
-        let reference = match (oci, &login) {
+        let reference = match (oci, &repositories) {
             (true, _) => format!("{}/{}", chart.repository.trim_end_matches('/'), chart.name),
             (false, Some(_)) => format!("{LOGGED_IN}/{}", chart.name),
             (false, None) => chart.name.clone(),
@@ -379,14 +383,19 @@ impl Run<'_> {
             "--destination",
             destination_arg.as_str(),
         ];
-        if !oci && login.is_none() {
+        if !oci && repositories.is_none() {
             args.extend(["--repo", chart.repository.as_str()]);
         }
+        if let Some(registries) = &registries {
+            args.extend(["--registry-config", registries.as_str()]);
+        }
         let mut command = self.command(&args);
-        if let Some(repositories) = &login {
+        if let Some(repositories) = &repositories {
             command = command.env("HELM_REPOSITORY_CONFIG", repositories);
         }
-        self.helm_data("helm pull", command).await?;
+        self.helm_data("helm pull", command)
+            .await
+            .map_err(|failure| refused_login(&chart.repository, failure))?;
         let pulled = std::fs::read_dir(&destination)
             .ok()
             .and_then(|entries| {
@@ -461,18 +470,50 @@ impl Run<'_> {
             .says_why_on_stdout(MAX_DIAGNOSTICS_CAPTURE);
         self.run_helm("helm repo update", command)
             .await
-            .map_err(|failure| {
-                let refused = ["401 Unauthorized", "403 Forbidden"];
-                if refused.iter().any(|said| failure.message.contains(said)) {
-                    Failure::contract(format!(
-                        "inputs.chart.login: the repository `{repository}` refused the login ({})",
-                        failure.message
-                    ))
-                } else {
-                    failure
-                }
-            })?;
+            .map_err(|failure| refused_login(repository, failure))?;
         Ok(path)
+    }
+
+    /// Logs in to an OCI registry: its login written as the attempt's own
+    /// registry configuration (0600, never an argument; helm reads no other,
+    /// and no Docker configuration of the runner's host), which `helm pull`
+    /// is pointed at. The configuration's path.
+    fn registry_login(
+        &self,
+        repository: &str,
+        login: &crate::contract::ops::RepositoryLogin,
+    ) -> Result<String, Failure> {
+        use base64::Engine;
+        let text = |value: &serde_json::Value, field: &str| {
+            value
+                .as_str()
+                .map(str::to_owned)
+                .ok_or_else(|| Failure::contract(format!("inputs.chart.login.{field}: not text")))
+        };
+        let host = repository
+            .trim_start_matches("oci://")
+            .split('/')
+            .next()
+            .unwrap_or_default();
+        let username = text(&login.username, "username")?;
+        if username.contains(':') {
+            // HTTP basic auth ends the name at the first `:`.
+            return Err(Failure::contract(
+                "inputs.chart.login.username: holds a `:`, which HTTP basic auth cannot carry",
+            ));
+        }
+        let pair = format!("{username}:{}", text(&login.password, "password")?);
+        let configuration = serde_json::json!({
+            "auths": {host: {"auth": base64::engine::general_purpose::STANDARD.encode(pair)}}
+        });
+        Ok(self
+            .workdir
+            .secret_file("registries.json", &configuration.to_string())
+            .map_err(|error| {
+                Failure::infrastructure(format!("cannot write the registry login: {error}"))
+            })?
+            .display()
+            .to_string())
     }
 
     /// The values files helm merges, in order: each values artifact
@@ -1053,6 +1094,24 @@ impl Run<'_> {
 /// The name of the repository a login is written for, in the attempt's
 /// own repository configuration.
 const LOGGED_IN: &str = "source";
+
+/// A pull or an index fetch the repository refused (a wrong login, or none
+/// where one is needed): the JobSpec's doing, `contract`, said so.
+fn refused_login(repository: &str, failure: Failure) -> Failure {
+    let refused = [
+        "401 Unauthorized",
+        "403 Forbidden",
+        "no basic auth credentials",
+    ];
+    if refused.iter().any(|said| failure.message.contains(said)) {
+        Failure::contract(format!(
+            "inputs.chart.login: the repository `{repository}` refused the login ({})",
+            failure.message
+        ))
+    } else {
+        failure
+    }
+}
 
 /// Whether helm itself says its `--timeout` ran out: its own error line
 /// (`Error: [INSTALLATION FAILED: ]timed out waiting for the condition`,
