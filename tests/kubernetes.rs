@@ -583,6 +583,31 @@ async fn rollouts_wait_for_the_new_generation_and_every_operation_runs(pool: PgP
             ),
             Some("verification_failed"),
         ),
+        // A set: all of them at once, or any one of them.
+        (
+            verify(
+                "verify.kubernetes.condition",
+                json!({"namespace": namespace, "object": object,
+                       "conditions": ["Available", "Progressing"]}),
+            ),
+            None,
+        ),
+        (
+            verify(
+                "verify.kubernetes.condition",
+                json!({"namespace": namespace, "object": object,
+                       "conditions": ["Available", "Frozen"]}),
+            ),
+            Some("verification_failed"),
+        ),
+        (
+            verify(
+                "verify.kubernetes.condition",
+                json!({"namespace": namespace, "object": object,
+                       "conditions": ["Frozen", "Available"], "any": true}),
+            ),
+            None,
+        ),
         (
             verify(
                 "verify.resource.capability",

@@ -60,9 +60,60 @@ async fn verification_jobs_reach_the_right_terminal_states_and_are_published(poo
         json!({"target": "db", "port": 5432, "database": "postgres", "user": "postgres"}),
         json!({"targets": [{"kind": "node", "id": "db", "address": "127.0.0.1"}]}),
     );
-    for spec in [&ok, &wrong, &unreachable, &postgres] {
+    // Its own query, in a read-only transaction: what it returns is the
+    // contract; a write is refused by the server, and nothing is written.
+    let query = |query: &str, expect: serde_json::Value| {
+        job(
+            "verify.postgres.ready",
+            json!({"host": "127.0.0.1", "database": "postgres", "user": "postgres",
+                   "query": query, "expect": expect}),
+            json!({"retry": {"max_attempts": 1}}),
+        )
+    };
+    let answered = query(
+        "SELECT current_database()::text FROM generate_series(1, 3)",
+        json!({"value": "postgres", "rows": 3}),
+    );
+    let miscounted = query("SELECT 'x'::text", json!({"rows": 2}));
+    let table = format!("probe_{}", uuid::Uuid::new_v4().simple());
+    let writes = query(&format!("CREATE TABLE {table} (x int)"), json!({}));
+    for spec in [
+        &ok,
+        &wrong,
+        &unreachable,
+        &postgres,
+        &answered,
+        &miscounted,
+        &writes,
+    ] {
         pipeline.submit(spec).await;
     }
+    let ran = pipeline.wait_done(&answered.job_id, WAIT).await;
+    assert_eq!(ran[0].1, "succeeded", "{ran:?}");
+    for spec in [&miscounted, &writes] {
+        let done = pipeline.wait_done(&spec.job_id, WAIT).await;
+        assert_eq!(
+            (done[0].1.as_str(), done[0].2.as_deref()),
+            ("failed", Some("verification_failed")),
+            "{}",
+            spec.inputs
+        );
+    }
+    let message: String = sqlx::query_scalar("SELECT message FROM attempts WHERE job_id = $1")
+        .bind(&writes.job_id)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert!(message.contains("read-only transaction"), "{message}");
+    let probed = sqlx::PgPool::connect(&std::env::var("DATABASE_URL").unwrap())
+        .await
+        .unwrap();
+    let created: Option<String> = sqlx::query_scalar("SELECT to_regclass($1)::text")
+        .bind(&table)
+        .fetch_one(&probed)
+        .await
+        .unwrap();
+    assert_eq!(created, None, "a probe's query wrote");
     // A target the JobSpec does not hold is refused at intake.
     let mut stray = postgres.clone();
     stray.inputs["target"] = json!("nowhere");
@@ -134,7 +185,7 @@ async fn verification_jobs_reach_the_right_terminal_states_and_are_published(poo
                 .unwrap()
         })
         .collect();
-    assert_eq!(results.len(), 4);
+    assert_eq!(results.len(), 7);
     assert!(results
         .iter()
         .any(|result| result.job_id == ok.job_id && result.idempotency_key.ends_with(":4")));
@@ -184,7 +235,8 @@ async fn a_body_schema_and_passes_in_a_row_judge_an_endpoint(pool: PgPool) {
             retry(max_attempts),
         )
     };
-    let steady = verify("/steady", &schema, 1);
+    let mut steady = verify("/steady", &schema, 1);
+    steady.inputs["expect"]["body_json"] = json!({"/status": "ok", "/replicas": 3});
     let mut flapping = verify("/flapping", &schema, 5);
     flapping.inputs["evidence"]["keep"] = json!(["samples", "bodies"]);
     let mut too_few = schema.clone();

@@ -93,12 +93,38 @@ pub struct KubernetesWait {
 impl KubernetesWait {
     /// The conditions waited for: `condition`, or `conditions`.
     pub fn wanted(&self) -> Vec<WantedCondition> {
-        self.condition
-            .iter()
-            .chain(&self.conditions)
-            .cloned()
-            .collect()
+        wanted(&self.condition, &self.conditions)
     }
+}
+
+/// One `condition` or several `conditions`, as a list.
+pub fn wanted(
+    condition: &Option<WantedCondition>,
+    conditions: &[WantedCondition],
+) -> Vec<WantedCondition> {
+    condition.iter().chain(conditions).cloned().collect()
+}
+
+/// A `condition` or `conditions` (exactly one of the two; at most
+/// [`MAX_WAITED`] conditions).
+pub fn condition_set_problems(
+    condition: &Option<WantedCondition>,
+    conditions: &[WantedCondition],
+) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    if condition.is_some() != conditions.is_empty() {
+        problems.push(Problem::new(
+            "inputs.conditions",
+            "give exactly one of `condition` and `conditions`",
+        ));
+    }
+    if conditions.len() > MAX_WAITED {
+        problems.push(Problem::new(
+            "inputs.conditions",
+            format!("at most {MAX_WAITED}"),
+        ));
+    }
+    problems
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -227,19 +253,7 @@ pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
         }
         I::KubernetesResourcePatch(patch) => (patch.wait_for.as_slice(), false),
         I::KubernetesWait(wait) => {
-            if wait.condition.is_some() != wait.conditions.is_empty() {
-                problems.push(Problem::new(
-                    "inputs.conditions",
-                    "give exactly one of `condition` and `conditions`",
-                ));
-            }
-            if wait.conditions.len() > MAX_WAITED {
-                problems.push(Problem::new(
-                    "inputs.conditions",
-                    format!("at most {MAX_WAITED}"),
-                ));
-            }
-            return problems;
+            return condition_set_problems(&wait.condition, &wait.conditions)
         }
         _ => return problems,
     };

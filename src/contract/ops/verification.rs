@@ -1,6 +1,8 @@
 //! The inputs of the verification runner's operations, and their union: what the runner
 //! SDK hands that runner's executor.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -29,7 +31,69 @@ pub struct HttpExpect {
     /// itself.
     #[serde(default)]
     pub body_schema: Option<Value>,
+    /// Values the body, read as JSON, holds: each JSON pointer (`/status`,
+    /// `/items/0/name`) to the value found there.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub body_json: BTreeMap<String, Value>,
 }
+
+/// Most JSON pointers one content contract names.
+pub const MAX_JSON_POINTERS: usize = 16;
+
+/// A `body_json` / `json` contract's problems: at most
+/// [`MAX_JSON_POINTERS`], each a JSON pointer.
+fn json_pointer_problems(field: &str, pointers: &BTreeMap<String, Value>) -> Vec<Problem> {
+    let mut problems = Vec::new();
+    if pointers.len() > MAX_JSON_POINTERS {
+        problems.push(Problem::new(
+            field,
+            format!("at most {MAX_JSON_POINTERS} pointers"),
+        ));
+    }
+    for pointer in pointers.keys() {
+        if !(pointer.is_empty() || pointer.starts_with('/')) {
+            problems.push(Problem::new(
+                format!("{field}.{}", crate::contract::limits::loggable(pointer)),
+                "not a JSON pointer (`` or `/…`)",
+            ));
+        }
+    }
+    problems
+}
+
+/// What a TCP service must say first (SSH, SMTP and FTP servers, say): the
+/// runner reads its first line (at most [`MAX_BANNER_BYTES`]) after the
+/// connect, when one of these is given.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TcpExpect {
+    #[serde(default)]
+    pub banner_contains: Option<String>,
+    /// As `verify.http.endpoint`'s `body_matches`.
+    #[serde(default)]
+    pub banner_matches: Option<String>,
+}
+
+/// The most of a banner read.
+pub const MAX_BANNER_BYTES: usize = 1024;
+
+/// What a Postgres probe's `query` must return.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PostgresExpect {
+    /// The first column of the first row, as text (cast it in the query:
+    /// `SELECT count(*)::text …`); `null` matches SQL NULL.
+    #[serde(default)]
+    pub value: Option<Value>,
+    /// How many rows it returns.
+    #[serde(default)]
+    pub rows: Option<u64>,
+}
+
+/// The longest Postgres probe query, in bytes.
+pub const MAX_QUERY_BYTES: usize = 4096;
+/// The most rows of a probe query counted.
+pub const MAX_QUERY_ROWS: u64 = 10_000;
 
 /// The longest `expect.body_matches`, in bytes.
 pub const MAX_BODY_PATTERN_BYTES: usize = 1024;
@@ -345,6 +409,9 @@ pub struct VerifyTcp {
     pub port: u16,
     #[serde(default)]
     pub timeout: Option<DurationMs>,
+    /// What the service says first.
+    #[serde(default)]
+    pub expect: TcpExpect,
     /// What its evidence must show to pass.
     #[serde(default)]
     pub evidence: EvidenceRequirements,
@@ -356,7 +423,14 @@ pub struct VerifyKubernetesCondition {
     pub cluster: ClusterRef,
     pub namespace: String,
     pub object: ObjectRef,
-    pub condition: super::kubernetes::WantedCondition,
+    /// One condition, or `conditions` (exactly one of the two).
+    #[serde(default)]
+    pub condition: Option<super::kubernetes::WantedCondition>,
+    /// Several: all of them at once, or (`any`) one of them.
+    #[serde(default)]
+    pub conditions: Vec<super::kubernetes::WantedCondition>,
+    #[serde(default)]
+    pub any: bool,
     /// What its evidence must show to pass.
     #[serde(default)]
     pub evidence: EvidenceRequirements,
@@ -377,6 +451,13 @@ pub struct VerifyPostgres {
     pub user: String,
     #[serde(default)]
     pub password: Option<Value>,
+    /// One statement, run in a read-only transaction instead of `SELECT 1`
+    /// (at most [`MAX_QUERY_BYTES`]).
+    #[serde(default)]
+    pub query: Option<String>,
+    /// What `query` must return.
+    #[serde(default)]
+    pub expect: PostgresExpect,
     /// What its evidence must show to pass.
     #[serde(default)]
     pub evidence: EvidenceRequirements,
@@ -470,6 +551,9 @@ pub struct ContentExpect {
     /// As `verify.http.endpoint`'s `body_schema`: the output read as JSON.
     #[serde(default)]
     pub schema: Option<Value>,
+    /// As `verify.http.endpoint`'s `body_json`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub json: BTreeMap<String, Value>,
 }
 
 /// `verify.attempt.output`: an output artifact of another attempt of the
@@ -573,22 +657,40 @@ pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
             },
         ),
         OperationInputs::VerifyAttemptOutput(output) => (output.evidence, output_problems(output)),
-        OperationInputs::VerifyTcpConnect(VerifyTcp {
-            evidence,
-            host,
-            target,
-            ..
-        })
-        | OperationInputs::VerifyPostgresReady(VerifyPostgres {
-            evidence,
-            host,
-            target,
-            ..
-        }) => (*evidence, host_problems(host, target.as_deref())),
-        OperationInputs::VerifyKubernetesCondition(VerifyKubernetesCondition {
-            evidence, ..
-        })
-        | OperationInputs::VerifyResourceCapability(VerifyCapability { evidence, .. }) => {
+        OperationInputs::VerifyTcpConnect(tcp) => {
+            let mut problems = host_problems(&tcp.host, tcp.target.as_deref());
+            if let Some(Err(error)) = tcp.expect.banner_matches.as_deref().map(compile_pattern) {
+                problems.push(Problem::new("inputs.expect.banner_matches", error));
+            }
+            (tcp.evidence, problems)
+        }
+        OperationInputs::VerifyPostgresReady(postgres) => {
+            let mut problems = host_problems(&postgres.host, postgres.target.as_deref());
+            match &postgres.query {
+                Some(query) if query.trim().is_empty() || query.len() > MAX_QUERY_BYTES => problems
+                    .push(Problem::new(
+                        "inputs.query",
+                        format!("1 to {MAX_QUERY_BYTES} bytes"),
+                    )),
+                None if postgres.expect != PostgresExpect::default() => problems.push(
+                    Problem::new("inputs.expect", "what a `query` returns: give the query"),
+                ),
+                _ => {}
+            }
+            if matches!(&postgres.expect.value, Some(value) if !(value.is_string() || value.is_null()))
+            {
+                problems.push(Problem::new(
+                    "inputs.expect.value",
+                    "text, or null (the first column is compared as text)",
+                ));
+            }
+            (postgres.evidence, problems)
+        }
+        OperationInputs::VerifyKubernetesCondition(condition) => (
+            condition.evidence,
+            super::kubernetes::condition_set_problems(&condition.condition, &condition.conditions),
+        ),
+        OperationInputs::VerifyResourceCapability(VerifyCapability { evidence, .. }) => {
             (*evidence, Vec::new())
         }
         _ => return Vec::new(),
@@ -625,6 +727,7 @@ fn output_problems(output: &VerifyAttemptOutput) -> Vec<Problem> {
     if let Some(Err(error)) = expect.schema.as_ref().map(compile_schema) {
         problems.push(Problem::new("inputs.expect.schema", error));
     }
+    problems.extend(json_pointer_problems("inputs.expect.json", &expect.json));
     problems
 }
 
@@ -668,6 +771,10 @@ fn http_problems(http: &VerifyHttp) -> Vec<Problem> {
     if let Some(Err(error)) = http.expect.body_schema.as_ref().map(compile_schema) {
         problems.push(Problem::new("inputs.expect.body_schema", error));
     }
+    problems.extend(json_pointer_problems(
+        "inputs.expect.body_json",
+        &http.expect.body_json,
+    ));
     problems
 }
 

@@ -44,7 +44,8 @@ impl Probe<'_> {
     pub async fn condition(&self, inputs: &VerifyKubernetesCondition, n: u32) -> Sample {
         let mut sample = Sample::new(n);
         let started = Instant::now();
-        let wanted = &inputs.condition;
+        let wanted =
+            crate::contract::ops::kubernetes::wanted(&inputs.condition, &inputs.conditions);
         let object = &inputs.object;
         let looked = tokio::time::timeout(self.timeout, async {
             let resolved = match Kinds::default()
@@ -90,7 +91,7 @@ impl Probe<'_> {
                 Ok(found) => {
                     sample.reached = true;
                     let found = found.and_then(|found| serde_json::to_value(found).ok());
-                    judge_condition(&mut sample, found.as_ref(), wanted);
+                    judge_condition(&mut sample, found.as_ref(), &wanted, inputs.any);
                 }
                 Err(error) => failed_call(&mut sample, "read", error),
             }
@@ -169,9 +170,18 @@ impl Probe<'_> {
 fn judge_condition(
     sample: &mut Sample,
     found: Option<&serde_json::Value>,
-    wanted: &WantedCondition,
+    wanted: &[WantedCondition],
+    any: bool,
 ) {
-    let expected = format!("{}={}", wanted.kind, wanted.status);
+    let each: Vec<String> = wanted
+        .iter()
+        .map(|wanted| format!("{}={}", wanted.kind, wanted.status))
+        .collect();
+    let expected = match (each.as_slice(), any) {
+        ([one], _) => one.clone(),
+        (_, false) => each.join(", "),
+        (_, true) => format!("any of {}", each.join(", ")),
+    };
     let Some(found) = found else {
         sample.observed = json!({"exists": false});
         sample.assertions.push(Assertion {
@@ -182,7 +192,7 @@ fn judge_condition(
         });
         return;
     };
-    let seen = judge::condition(found, wanted);
+    let seen = judge::conditions(found, wanted, any);
     let current = match (seen.generation, seen.observed_generation) {
         (Some(generation), Some(observed)) => observed >= generation,
         _ => true,
@@ -197,12 +207,16 @@ fn judge_condition(
         "reason": seen.reason,
         "message": seen.message,
     });
-    let actual = match (&seen.status, current) {
+    // One condition's status is its own; a set's is `Type=Status` joined.
+    let shown = seen.status.as_ref().map(|status| match wanted {
+        [one] => format!("{}={status}", one.kind),
+        _ => status.clone(),
+    });
+    let actual = match (shown, current) {
         (None, _) => "not reported".to_owned(),
-        (Some(status), true) => format!("{}={status}", wanted.kind),
-        (Some(status), false) => format!(
-            "{}={status} of an older generation ({} observed, {} current)",
-            wanted.kind,
+        (Some(shown), true) => shown,
+        (Some(shown), false) => format!(
+            "{shown} of an older generation ({} observed, {} current)",
             seen.observed_generation.unwrap_or_default(),
             seen.generation.unwrap_or_default()
         ),

@@ -199,6 +199,8 @@ pub(super) struct Content<'a> {
     pub contains: Option<&'a str>,
     pub matches: Option<&'a str>,
     pub schema: Option<&'a serde_json::Value>,
+    /// Values at JSON pointers (none: no check).
+    pub json: Option<&'a std::collections::BTreeMap<String, serde_json::Value>>,
 }
 
 impl Content<'_> {
@@ -231,6 +233,31 @@ impl Content<'_> {
                 passed: found == Ok(true),
             });
         }
+        if let Some(pointers) = self.json.filter(|pointers| !pointers.is_empty()) {
+            let read: Result<serde_json::Value, String> = if truncated {
+                Err(format!(
+                    "it is longer than the {} bytes read: it cannot be checked",
+                    content.len()
+                ))
+            } else {
+                serde_json::from_str(content).map_err(|error| format!("not JSON: {error}"))
+            };
+            for (pointer, expected) in pointers {
+                let actual = match &read {
+                    Ok(document) => document
+                        .pointer(pointer)
+                        .cloned()
+                        .unwrap_or_else(|| "absent".into()),
+                    Err(why) => why.as_str().into(),
+                };
+                sample.assertions.push(Assertion {
+                    name: format!("{prefix}json {pointer}"),
+                    passed: read.is_ok() && document_holds(&read, pointer, expected),
+                    expected: expected.clone(),
+                    actual,
+                });
+            }
+        }
         if let Some(schema) = self.schema {
             // Bounded (`compile_schema`), but CPU all the same: off the
             // runtime's threads.
@@ -252,6 +279,15 @@ impl Content<'_> {
             });
         }
     }
+}
+
+/// Whether the JSON document read holds `expected` at `pointer`.
+fn document_holds(
+    read: &Result<serde_json::Value, String>,
+    pointer: &str,
+    expected: &serde_json::Value,
+) -> bool {
+    matches!(read, Ok(document) if document.pointer(pointer) == Some(expected))
 }
 
 /// Where `body` breaks the schema: the first error the validator meets,
@@ -315,6 +351,7 @@ async fn judge_http(
         contains: expect.body_contains.as_deref(),
         matches: expect.body_matches.as_deref(),
         schema: expect.body_schema.as_ref(),
+        json: Some(&expect.body_json),
     };
     contract.judge(sample, "body_", body, truncated).await;
     if let Some(max) = inputs.expect.max_latency_ms {
@@ -343,6 +380,7 @@ pub async fn attempt_output(inputs: &VerifyAttemptOutput, content: &[u8], n: u32
         contains: expect.contains.as_deref(),
         matches: expect.matches.as_deref(),
         schema: expect.schema.as_ref(),
+        json: Some(&expect.json),
     };
     contract
         .judge(&mut sample, "", &String::from_utf8_lossy(content), false)
@@ -366,7 +404,7 @@ pub async fn tcp(inputs: &VerifyTcp, bounds: &Bounds, timeout: Duration, n: u32)
     .await;
     sample.latency_ms = started.elapsed().as_millis() as u64;
     match result {
-        Ok(Ok(stream)) => {
+        Ok(Ok(mut stream)) => {
             sample.reached = true;
             sample.observed = serde_json::json!({"peer": stream.peer_addr().map(|addr| addr.to_string()).unwrap_or_default()});
             sample.assertions.push(Assertion {
@@ -375,6 +413,19 @@ pub async fn tcp(inputs: &VerifyTcp, bounds: &Bounds, timeout: Duration, n: u32)
                 actual: true.into(),
                 passed: true,
             });
+            let expect = &inputs.expect;
+            if expect.banner_contains.is_some() || expect.banner_matches.is_some() {
+                let left = timeout.saturating_sub(started.elapsed());
+                let banner = read_banner(&mut stream, left).await;
+                sample.observed["banner"] = banner.as_str().into();
+                let contract = Content {
+                    contains: expect.banner_contains.as_deref(),
+                    matches: expect.banner_matches.as_deref(),
+                    schema: None,
+                    json: None,
+                };
+                contract.judge(&mut sample, "banner_", &banner, false).await;
+            }
         }
         Ok(Err(error)) => {
             sample.refused_by_policy = error.kind() == std::io::ErrorKind::PermissionDenied;
@@ -390,6 +441,30 @@ pub async fn tcp(inputs: &VerifyTcp, bounds: &Bounds, timeout: Duration, n: u32)
         }
     }
     sample
+}
+
+/// What a service says first: its first line, or what came within `wait`,
+/// at most [`MAX_BANNER_BYTES`] (lossy UTF-8).
+async fn read_banner(stream: &mut TcpStream, wait: Duration) -> String {
+    use crate::contract::ops::verification::MAX_BANNER_BYTES;
+    use tokio::io::AsyncReadExt;
+    let mut banner = Vec::with_capacity(256);
+    let mut chunk = [0u8; 256];
+    let _ = tokio::time::timeout(wait, async {
+        while banner.len() < MAX_BANNER_BYTES && !banner.contains(&b'\n') {
+            match stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => break,
+                Ok(read) => banner.extend_from_slice(&chunk[..read]),
+            }
+        }
+    })
+    .await;
+    let end = banner
+        .iter()
+        .position(|&byte| byte == b'\n')
+        .map_or(banner.len(), |newline| newline + 1);
+    banner.truncate(end.min(MAX_BANNER_BYTES));
+    String::from_utf8_lossy(&banner).trim_end().to_owned()
 }
 
 pub async fn postgres(
@@ -439,6 +514,18 @@ pub async fn postgres(
         }
     }
     let started = Instant::now();
+    if let Some(query) = &inputs.query {
+        let result = tokio::time::timeout(timeout, async {
+            let mut connection = sqlx::PgConnection::connect_with(&options).await?;
+            let answer = run_query(&mut connection, query, timeout).await;
+            connection.close().await.ok();
+            answer
+        })
+        .await;
+        sample.latency_ms = started.elapsed().as_millis() as u64;
+        judge_query(&mut sample, result, inputs, timeout);
+        return sample;
+    }
     let result = tokio::time::timeout(timeout, async {
         let mut connection = sqlx::PgConnection::connect_with(&options).await?;
         let one: i32 = sqlx::query_scalar("SELECT 1")
@@ -451,6 +538,129 @@ pub async fn postgres(
     sample.latency_ms = started.elapsed().as_millis() as u64;
     judge_select(&mut sample, result, inputs, timeout);
     sample
+}
+
+/// What a probe's query returned: how many rows (counted up to
+/// [`MAX_QUERY_ROWS`]) and the first row's first column as text (`None`
+/// without a row; the reason when it is not text).
+struct QueryAnswer {
+    rows: u64,
+    value: Option<Result<Option<String>, String>>,
+}
+
+/// Runs the tenant's query in a read-only transaction under a statement
+/// timeout, and rolls it back: a probe never changes state.
+async fn run_query(
+    connection: &mut sqlx::PgConnection,
+    query: &str,
+    timeout: Duration,
+) -> Result<QueryAnswer, sqlx::Error> {
+    use crate::contract::ops::verification::MAX_QUERY_ROWS;
+    use futures_util::TryStreamExt;
+    use sqlx::{Connection, Row};
+    let mut transaction = connection.begin().await?;
+    sqlx::query("SET TRANSACTION READ ONLY")
+        .execute(&mut *transaction)
+        .await?;
+    sqlx::query(&format!(
+        "SET LOCAL statement_timeout = {}",
+        timeout.as_millis().max(1)
+    ))
+    .execute(&mut *transaction)
+    .await?;
+    let mut answer = QueryAnswer {
+        rows: 0,
+        value: None,
+    };
+    {
+        let mut rows = sqlx::query(query).fetch(&mut *transaction);
+        while let Some(row) = rows.try_next().await? {
+            if answer.rows == 0 {
+                answer.value = Some(row.try_get::<Option<String>, _>(0).map_err(|error| {
+                    format!("its first column is not text (cast it: `…::text`): {error}")
+                }));
+            }
+            answer.rows += 1;
+            if answer.rows >= MAX_QUERY_ROWS {
+                break;
+            }
+        }
+    }
+    transaction.rollback().await?;
+    Ok(answer)
+}
+
+/// What the query showed against `expect`: an assertion for each of its
+/// checks (`query` alone when it has none), or why it did not run.
+fn judge_query(
+    sample: &mut Sample,
+    result: Result<Result<QueryAnswer, sqlx::Error>, tokio::time::error::Elapsed>,
+    inputs: &VerifyPostgres,
+    timeout: Duration,
+) {
+    let answer = match result {
+        Ok(Ok(answer)) => answer,
+        Ok(Err(sqlx::Error::Database(error))) => {
+            sample.reached = true;
+            sample.assertions.push(Assertion {
+                name: "query".into(),
+                expected: "it runs".into(),
+                actual: error.message().into(),
+                passed: false,
+            });
+            sample.error = Some(format!("postgres refused: {}", error.message()));
+            return;
+        }
+        Ok(Err(error)) => {
+            sample.error = Some(format!("postgres {}:{}: {error}", inputs.host, inputs.port));
+            return;
+        }
+        Err(_) => {
+            sample.error = Some(format!(
+                "postgres {}:{}: no answer within {} ms",
+                inputs.host,
+                inputs.port,
+                timeout.as_millis()
+            ));
+            return;
+        }
+    };
+    sample.reached = true;
+    let value = match &answer.value {
+        None => serde_json::Value::from("no row"),
+        Some(Ok(value)) => value.clone().map_or(serde_json::Value::Null, Into::into),
+        Some(Err(why)) => why.as_str().into(),
+    };
+    sample.observed = serde_json::json!({"rows": answer.rows, "value": value});
+    let expect = &inputs.expect;
+    if let Some(expected) = &expect.value {
+        let passed = matches!(&answer.value, Some(Ok(found)) if match found {
+            Some(text) => expected.as_str() == Some(text.as_str()),
+            None => expected.is_null(),
+        });
+        sample.assertions.push(Assertion {
+            name: "value".into(),
+            expected: expected.clone(),
+            actual: value,
+            passed,
+        });
+    }
+    if let Some(expected) = expect.rows {
+        sample.assertions.push(Assertion {
+            name: "rows".into(),
+            expected: expected.into(),
+            actual: answer.rows.into(),
+            passed: answer.rows == expected,
+        });
+    }
+    if expect.value.is_none() && expect.rows.is_none() {
+        sample.assertions.push(Assertion {
+            name: "query".into(),
+            expected: "it runs".into(),
+            actual: "it ran".into(),
+            passed: true,
+        });
+    }
 }
 
 /// What `SELECT 1` showed: ready, refused by a server that answered, or
@@ -890,10 +1100,50 @@ mod tests {
             target: None,
             port,
             timeout: None,
+            expect: Default::default(),
             evidence: Default::default(),
         };
         let refused = super::tcp(&tcp_inputs, &denied, Duration::from_secs(5), 1).await;
         assert!(refused.refused_by_policy && !refused.reached, "{refused:?}");
+    }
+
+    #[tokio::test]
+    async fn a_tcp_service_s_banner_is_judged_by_its_first_line() {
+        use tokio::io::AsyncWriteExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let _ = stream
+                    .write_all(b"SSH-2.0-execplane_test\r\nnot the banner\n")
+                    .await;
+            }
+        });
+        let open = bounds(LOOPBACK, 1 << 20);
+        let probe = |contains: &str, matches: &str| VerifyTcp {
+            host: "127.0.0.1".into(),
+            target: None,
+            port,
+            timeout: None,
+            expect: crate::contract::ops::TcpExpect {
+                banner_contains: Some(contains.into()),
+                banner_matches: Some(matches.into()),
+            },
+            evidence: Default::default(),
+        };
+        let seen = super::tcp(
+            &probe("SSH-2.0", "^SSH-2\\.0-\\w+$"),
+            &open,
+            Duration::from_secs(5),
+            1,
+        )
+        .await;
+        assert!(seen.passed(), "{seen:?}");
+        assert_eq!(seen.observed["banner"], "SSH-2.0-execplane_test");
+        let wrong = super::tcp(&probe("SSH-2.0", "^220 "), &open, Duration::from_secs(5), 1).await;
+        assert!(!wrong.passed() && wrong.reached, "{wrong:?}");
+        assert_eq!(wrong.assertions[2].name, "banner_matches");
+        assert!(!wrong.assertions[2].passed);
     }
 
     #[tokio::test]
@@ -904,6 +1154,7 @@ mod tests {
             &VerifyTcp {
                 host: "127.0.0.1".into(),
                 target: None,
+                expect: Default::default(),
                 port,
                 timeout: None,
                 evidence: Default::default(),
@@ -922,6 +1173,7 @@ mod tests {
             &VerifyTcp {
                 host: "127.0.0.1".into(),
                 target: None,
+                expect: Default::default(),
                 port: closed,
                 timeout: None,
                 evidence: Default::default(),
