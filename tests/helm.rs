@@ -778,6 +778,184 @@ async fn a_chart_from_a_password_protected_oci_registry_installs(pool: PgPool) {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A repository that takes only a client certificate its CA signed, over
+/// TLS with a CA of its own: the chart installs with the login's
+/// certificate, key and CA (each by Vault reference, written to 0600 files
+/// the attempt's repository configuration names); without the
+/// certificate the repository refuses the handshake, and that is
+/// `contract`.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_chart_from_a_repository_that_wants_a_client_certificate_installs(pool: PgPool) {
+    let admin = cluster::admin();
+    let namespace = cluster::namespace(&admin).await;
+    let dir =
+        std::env::temp_dir().join(format!("execplane-mtls-{}", uuid::Uuid::new_v4().simple()));
+    let served = dir.join("served");
+    std::fs::create_dir_all(&served).unwrap();
+    chart(&dir);
+    std::fs::copy(
+        dir.join("chart/demo-0.1.0.tgz"),
+        served.join("demo-0.1.0.tgz"),
+    )
+    .unwrap();
+    let openssl = |args: &[&str]| {
+        let output = std::process::Command::new("openssl")
+            .current_dir(&dir)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "openssl {args:?}: {output:?}");
+    };
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    openssl(
+        &[
+            &["req", "-x509"][..],
+            &ec,
+            &[
+                "-days",
+                "2",
+                "-subj",
+                "/CN=test-ca",
+                "-keyout",
+                "ca.key",
+                "-out",
+                "ca.pem",
+            ],
+        ]
+        .concat(),
+    );
+    for (name, extension) in [
+        ("server", "subjectAltName=IP:127.0.0.1"),
+        ("client", "extendedKeyUsage=clientAuth"),
+    ] {
+        openssl(
+            &[
+                &["req"][..],
+                &ec,
+                &[
+                    "-subj",
+                    &format!("/CN={name}"),
+                    "-keyout",
+                    &format!("{name}.key"),
+                    "-out",
+                    &format!("{name}.csr"),
+                ],
+            ]
+            .concat(),
+        );
+        std::fs::write(dir.join(format!("{name}.ext")), extension).unwrap();
+        openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &format!("{name}.csr"),
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &format!("{name}.ext"),
+            "-out",
+            &format!("{name}.pem"),
+        ]);
+    }
+    let mut server = std::process::Command::new("python3")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/support/mtls_repository.py"
+        ))
+        .args([
+            &served,
+            &dir.join("server.pem"),
+            &dir.join("server.key"),
+            &dir.join("ca.pem"),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let port = {
+        use std::io::BufRead;
+        let mut line = String::new();
+        std::io::BufReader::new(server.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        line.trim().to_owned()
+    };
+    let url = format!("https://127.0.0.1:{port}");
+    let indexed = std::process::Command::new(helm_bin())
+        .env("HOME", &dir)
+        .args(["repo", "index", served.to_str().unwrap(), "--url", &url])
+        .output()
+        .unwrap();
+    assert!(indexed.status.success(), "{indexed:?}");
+
+    let (pipeline, _) = helm_pipeline_trusting(&pool, &namespace, Some(&url)).await;
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+    let bao = Bao::new();
+    bao.put(
+        "team-a/mtls",
+        json!({"cert": read("client.pem"), "key": read("client.key"), "ca": read("ca.pem")}),
+    )
+    .await;
+    let install = |login: Value| {
+        let inputs = json!({
+            "release": "mtls", "namespace": namespace, "values": {"greeting": "over-mtls"},
+            "chart": {"repository": url, "name": "demo", "version": "0.1.0", "login": login},
+        });
+        let reference = |name: &str| json!({"name": name, "mount": "secret", "path": "team-a/mtls", "key": name});
+        let refs = json!([
+            {"name": "kube", "mount": "secret", "path": "team-a/kube", "key": "token"},
+            reference("cert"), reference("key"), reference("ca"),
+        ]);
+        helm_job("helm.install", inputs, json!({"secret_refs": refs}))
+    };
+    let anonymous = install(json!({"ca": {"$secret": "ca"}}));
+    pipeline.submit(&anonymous).await;
+    let (status, category, message, _) = pipeline.ended(&anonymous, WAIT).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("contract")),
+        "{message}"
+    );
+    assert!(message.contains("inputs.chart.login"), "{message}");
+    let certified = install(json!({
+        "client_cert": {"$secret": "cert"}, "client_key": {"$secret": "key"}, "ca": {"$secret": "ca"}
+    }));
+    pipeline.submit(&certified).await;
+    let (status, _, message, result) = pipeline.ended(&certified, WAIT).await;
+    assert_eq!(status, "succeeded", "{message}");
+    assert_eq!(result["chart"], "demo-0.1.0");
+    let held = cluster::get(
+        &admin,
+        &namespace,
+        &resource("v1", "ConfigMap", "configmaps"),
+        "mtls-settings",
+    )
+    .await
+    .expect("the release's ConfigMap");
+    assert_eq!(held["data"]["greeting"], "over-mtls");
+    common::leaks::assert_secret_nowhere(
+        &pipeline,
+        &pool,
+        read("client.key").lines().nth(1).unwrap(),
+        RunnerType::Helm,
+        &pipeline.dir,
+    )
+    .await;
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// Every README example under `examples/helm` runs, in order, to the end
 /// the README's table gives it, on the local API server under the rendered
 /// demo policy (the demo chart packaged and stored by scripts/examples.sh).

@@ -26,16 +26,29 @@ pub struct ChartRef {
     pub login: Option<RepositoryLogin>,
 }
 
-/// A chart repository's login (HTTP basic). The runner writes it to the
-/// attempt's own helm repository configuration (0600, in its working
-/// directory): never to an argument vector or a log.
+/// A chart repository's or registry's login: HTTP basic, a TLS client
+/// certificate, a CA to trust, or several. The runner writes it to the
+/// attempt's own helm configuration and 0600 files in its working
+/// directory: never to an argument vector or a log.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RepositoryLogin {
-    /// Text, or a `{"$secret": ...}` reference.
-    pub username: Value,
+    /// Text, or a `{"$secret": ...}` reference; with `password`.
+    #[serde(default)]
+    pub username: Option<Value>,
     /// A `{"$secret": ...}` reference (a literal is refused by name).
-    pub password: Value,
+    #[serde(default)]
+    pub password: Option<Value>,
+    /// A client certificate (PEM), text or a reference; with `client_key`.
+    #[serde(default)]
+    pub client_cert: Option<Value>,
+    /// Its private key (PEM): a `{"$secret": ...}` reference.
+    #[serde(default)]
+    pub client_key: Option<Value>,
+    /// The CA (PEM) the repository's certificate must chain to, text or a
+    /// reference; the system's roots when absent.
+    #[serde(default)]
+    pub ca: Option<Value>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -225,11 +238,26 @@ pub(super) fn problems_of(inputs: &OperationInputs) -> Vec<Problem> {
                 "a login is for a classic chart repository (`https://…`) or an OCI registry (`oci://…`)",
             ));
         }
+        if login.username.is_some() != login.password.is_some()
+            || login.client_cert.is_some() != login.client_key.is_some()
+        {
+            problems.push(Problem::new(
+                "inputs.chart.login",
+                "`username` goes with `password`, `client_cert` with `client_key`",
+            ));
+        }
+        if login.username.is_none() && login.client_cert.is_none() && login.ca.is_none() {
+            problems.push(Problem::new(
+                "inputs.chart.login",
+                "a login says something: `username` and `password`, `client_cert` and `client_key`, or `ca`",
+            ));
+        }
         let username_fine = match &login.username {
-            Value::String(name) => {
+            None => true,
+            Some(Value::String(name)) => {
                 (1..=256).contains(&name.len()) && !name.chars().any(char::is_control)
             }
-            Value::Object(reference) => reference.contains_key("$secret"),
+            Some(Value::Object(reference)) => reference.contains_key("$secret"),
             _ => false,
         };
         if !username_fine {

@@ -365,10 +365,13 @@ impl Run<'_> {
         })?;
         let destination_arg = destination.display().to_string();
         let oci = chart.repository.starts_with("oci://");
-        let (repositories, registries) = match (&chart.login, oci) {
-            (Some(login), false) => (Some(self.log_in(&chart.repository, login).await?), None),
-            (Some(login), true) => (None, Some(self.registry_login(&chart.repository, login)?)),
-            (None, _) => (None, None),
+        let (repositories, registry_args) = match (&chart.login, oci) {
+            (Some(login), false) => (
+                Some(self.log_in(&chart.repository, login).await?),
+                Vec::new(),
+            ),
+            (Some(login), true) => (None, self.registry_login(&chart.repository, login)?),
+            (None, _) => (None, Vec::new()),
         };
         let reference = match (oci, &repositories) {
             (true, _) => format!("{}/{}", chart.repository.trim_end_matches('/'), chart.name),
@@ -386,9 +389,7 @@ impl Run<'_> {
         if !oci && repositories.is_none() {
             args.extend(["--repo", chart.repository.as_str()]);
         }
-        if let Some(registries) = &registries {
-            args.extend(["--registry-config", registries.as_str()]);
-        }
+        args.extend(registry_args.iter().map(String::as_str));
         let mut command = self.command(&args);
         if let Some(repositories) = &repositories {
             command = command.env("HELM_REPOSITORY_CONFIG", repositories);
@@ -437,22 +438,27 @@ impl Run<'_> {
         repository: &str,
         login: &crate::contract::ops::RepositoryLogin,
     ) -> Result<String, Failure> {
-        let text = |value: &serde_json::Value, field: &str| {
-            value
-                .as_str()
-                .map(str::to_owned)
-                .ok_or_else(|| Failure::contract(format!("inputs.chart.login.{field}: not text")))
-        };
+        let login = self.login_files(login)?;
+        let mut entry = serde_json::json!({
+            "name": LOGGED_IN,
+            "url": repository,
+            "pass_credentials_all": false,
+        });
+        for (field, value) in [
+            ("username", &login.username),
+            ("password", &login.password),
+            ("certFile", &login.cert_file),
+            ("keyFile", &login.key_file),
+            ("caFile", &login.ca_file),
+        ] {
+            if let Some(value) = value {
+                entry[field] = value.as_str().into();
+            }
+        }
         let configuration = serde_json::json!({
             "apiVersion": "",
             "generated": "0001-01-01T00:00:00Z",
-            "repositories": [{
-                "name": LOGGED_IN,
-                "url": repository,
-                "username": text(&login.username, "username")?,
-                "password": text(&login.password, "password")?,
-                "pass_credentials_all": false,
-            }],
+            "repositories": [entry],
         });
         // JSON is YAML: helm reads it as its repositories.yaml.
         let path = self
@@ -474,46 +480,92 @@ impl Run<'_> {
         Ok(path)
     }
 
-    /// Logs in to an OCI registry: its login written as the attempt's own
-    /// registry configuration (0600, never an argument; helm reads no other,
-    /// and no Docker configuration of the runner's host), which `helm pull`
-    /// is pointed at. The configuration's path.
+    /// Logs in to an OCI registry: a basic login written as the attempt's
+    /// own registry configuration (0600, never an argument; helm reads no
+    /// other, and no Docker configuration of the runner's host), and the
+    /// TLS files as 0600 files. The arguments that point `helm pull` at
+    /// them.
     fn registry_login(
         &self,
         repository: &str,
         login: &crate::contract::ops::RepositoryLogin,
-    ) -> Result<String, Failure> {
+    ) -> Result<Vec<String>, Failure> {
         use base64::Engine;
-        let text = |value: &serde_json::Value, field: &str| {
-            value
-                .as_str()
-                .map(str::to_owned)
-                .ok_or_else(|| Failure::contract(format!("inputs.chart.login.{field}: not text")))
-        };
-        let host = repository
-            .trim_start_matches("oci://")
-            .split('/')
-            .next()
-            .unwrap_or_default();
-        let username = text(&login.username, "username")?;
-        if username.contains(':') {
-            // HTTP basic auth ends the name at the first `:`.
-            return Err(Failure::contract(
-                "inputs.chart.login.username: holds a `:`, which HTTP basic auth cannot carry",
-            ));
+        let login = self.login_files(login)?;
+        let mut args = Vec::new();
+        if let (Some(username), Some(password)) = (&login.username, &login.password) {
+            if username.contains(':') {
+                // HTTP basic auth ends the name at the first `:`.
+                return Err(Failure::contract(
+                    "inputs.chart.login.username: holds a `:`, which HTTP basic auth cannot carry",
+                ));
+            }
+            let host = repository
+                .trim_start_matches("oci://")
+                .split('/')
+                .next()
+                .unwrap_or_default();
+            let pair = format!("{username}:{password}");
+            let configuration = serde_json::json!({
+                "auths": {host: {"auth": base64::engine::general_purpose::STANDARD.encode(pair)}}
+            });
+            let path = self
+                .workdir
+                .secret_file("registries.json", &configuration.to_string())
+                .map_err(|error| {
+                    Failure::infrastructure(format!("cannot write the registry login: {error}"))
+                })?;
+            args.extend(["--registry-config".to_owned(), path.display().to_string()]);
         }
-        let pair = format!("{username}:{}", text(&login.password, "password")?);
-        let configuration = serde_json::json!({
-            "auths": {host: {"auth": base64::engine::general_purpose::STANDARD.encode(pair)}}
-        });
-        Ok(self
-            .workdir
-            .secret_file("registries.json", &configuration.to_string())
-            .map_err(|error| {
-                Failure::infrastructure(format!("cannot write the registry login: {error}"))
-            })?
-            .display()
-            .to_string())
+        for (flag, file) in [
+            ("--cert-file", &login.cert_file),
+            ("--key-file", &login.key_file),
+            ("--ca-file", &login.ca_file),
+        ] {
+            if let Some(file) = file {
+                args.extend([flag.to_owned(), file.clone()]);
+            }
+        }
+        Ok(args)
+    }
+
+    /// A login's parts, resolved: the basic login's text, and each PEM
+    /// written to a 0600 file of the attempt's (its path).
+    fn login_files(
+        &self,
+        login: &crate::contract::ops::RepositoryLogin,
+    ) -> Result<LoginFiles, Failure> {
+        let text = |value: &Option<serde_json::Value>, field: &str| {
+            value
+                .as_ref()
+                .map(|value| {
+                    value.as_str().map(str::to_owned).ok_or_else(|| {
+                        Failure::contract(format!("inputs.chart.login.{field}: not text"))
+                    })
+                })
+                .transpose()
+        };
+        let file = |value: &Option<serde_json::Value>, field: &str| {
+            text(value, field)?
+                .map(|pem| {
+                    self.workdir
+                        .secret_file(&format!("login-{field}.pem"), &pem)
+                        .map(|path| path.display().to_string())
+                        .map_err(|error| {
+                            Failure::infrastructure(format!(
+                                "cannot write inputs.chart.login.{field}: {error}"
+                            ))
+                        })
+                })
+                .transpose()
+        };
+        Ok(LoginFiles {
+            username: text(&login.username, "username")?,
+            password: text(&login.password, "password")?,
+            cert_file: file(&login.client_cert, "client_cert")?,
+            key_file: file(&login.client_key, "client_key")?,
+            ca_file: file(&login.ca, "ca")?,
+        })
     }
 
     /// The values files helm merges, in order: each values artifact
@@ -1095,13 +1147,28 @@ impl Run<'_> {
 /// own repository configuration.
 const LOGGED_IN: &str = "source";
 
+/// A login's parts as helm is handed them: text, and paths of 0600 files.
+struct LoginFiles {
+    username: Option<String>,
+    password: Option<String>,
+    cert_file: Option<String>,
+    key_file: Option<String>,
+    ca_file: Option<String>,
+}
+
 /// A pull or an index fetch the repository refused (a wrong login, or none
-/// where one is needed): the JobSpec's doing, `contract`, said so.
+/// where one is needed, a client certificate it does not take, a server
+/// certificate the login's CA does not vouch for): the JobSpec's doing,
+/// `contract`, said so.
 fn refused_login(repository: &str, failure: Failure) -> Failure {
     let refused = [
         "401 Unauthorized",
         "403 Forbidden",
         "no basic auth credentials",
+        "certificate required",
+        "bad certificate",
+        "unknown certificate authority",
+        "certificate signed by unknown authority",
     ];
     if refused.iter().any(|said| failure.message.contains(said)) {
         Failure::contract(format!(
