@@ -76,7 +76,13 @@ async fn verification_jobs_reach_the_right_terminal_states_and_are_published(poo
     );
     let miscounted = query("SELECT 'x'::text", json!({"rows": 2}));
     let table = format!("probe_{}", uuid::Uuid::new_v4().simple());
+    // Run as a subquery of a read-only transaction: neither a statement
+    // that writes nor a writing WITH gets through.
     let writes = query(&format!("CREATE TABLE {table} (x int)"), json!({}));
+    let sneaks = query(
+        &format!("WITH made AS (INSERT INTO {table} VALUES (1) RETURNING x) SELECT x FROM made"),
+        json!({}),
+    );
     for spec in [
         &ok,
         &wrong,
@@ -85,12 +91,13 @@ async fn verification_jobs_reach_the_right_terminal_states_and_are_published(poo
         &answered,
         &miscounted,
         &writes,
+        &sneaks,
     ] {
         pipeline.submit(spec).await;
     }
     let ran = pipeline.wait_done(&answered.job_id, WAIT).await;
     assert_eq!(ran[0].1, "succeeded", "{ran:?}");
-    for spec in [&miscounted, &writes] {
+    for spec in [&miscounted, &writes, &sneaks] {
         let done = pipeline.wait_done(&spec.job_id, WAIT).await;
         assert_eq!(
             (done[0].1.as_str(), done[0].2.as_deref()),
@@ -104,7 +111,7 @@ async fn verification_jobs_reach_the_right_terminal_states_and_are_published(poo
         .fetch_one(&pool)
         .await
         .unwrap();
-    assert!(message.contains("read-only transaction"), "{message}");
+    assert!(message.contains("postgres refused"), "{message}");
     let probed = sqlx::PgPool::connect(&std::env::var("DATABASE_URL").unwrap())
         .await
         .unwrap();
@@ -185,7 +192,7 @@ async fn verification_jobs_reach_the_right_terminal_states_and_are_published(poo
                 .unwrap()
         })
         .collect();
-    assert_eq!(results.len(), 7);
+    assert_eq!(results.len(), 8);
     assert!(results
         .iter()
         .any(|result| result.job_id == ok.job_id && result.idempotency_key.ends_with(":4")));

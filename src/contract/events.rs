@@ -297,8 +297,9 @@ impl ReportBody {
             .map_err(|error| format!("not JSON: {error}"))
             .and_then(|value| super::ops::check_result(operation, &value))
             .err()?;
-        // What the result said may be long: the message is bounded.
-        let problem = limits::shortened(&problem, limits::MAX_MESSAGE_BYTES / 2);
+        // What the result said may be long, and hold any character (a
+        // field's name): the message is bounded and storable.
+        let problem = limits::shortened(&limits::loggable(&problem), limits::MAX_MESSAGE_BYTES / 2);
         *outcome = ReportedOutcome::Failed;
         *category = Some(FailureCategory::RunnerError);
         *message =

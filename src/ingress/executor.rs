@@ -563,32 +563,21 @@ impl Ingress {
         }
     }
 
-    /// Stores an executor's output file for an attempt whose lease it holds
-    /// now: the body must have the digest the executor names, and one
-    /// session uploads at most [`MAX_UPLOADS_PER_ATTEMPT`] files for one
-    /// attempt. The reference to list in the finished report.
-    pub async fn store_output(
+    /// Admits an executor's output upload before its body is read: a name
+    /// of an output, an attempt whose lease the instance holds now, and
+    /// room in the session's uploads for it (at most
+    /// [`MAX_UPLOADS_PER_ATTEMPT`] files for one attempt). The attempt.
+    pub async fn admit_output(
         &self,
         caller: &Caller,
         attempt_id: Uuid,
         name: &str,
-        media_type: Option<&str>,
-        query: OutputQuery,
-        bytes: &[u8],
-    ) -> Result<OutputArtifact, IngressError> {
-        let mut problems = Vec::new();
+        query: &OutputQuery,
+    ) -> Result<AttemptLease, IngressError> {
         if let Some(problem) = output_name_problem(name) {
-            problems.push(Problem::new("name", problem));
-        }
-        let sha256 = crate::artifacts::sha256_hex(bytes);
-        if query.sha256 != sha256 {
-            problems.push(Problem::new(
-                "sha256",
-                format!("the body's sha256 is {sha256}"),
-            ));
-        }
-        if !problems.is_empty() {
-            return Err(IngressError::BadRequest(problems));
+            return Err(IngressError::BadRequest(vec![Problem::new(
+                "name", problem,
+            )]));
         }
         let attempt = self
             .check_attempt(caller, "output", attempt_id, &query.runner_instance)
@@ -599,21 +588,45 @@ impl Ingress {
                 query.lease_epoch
             )));
         }
-        {
-            let mut sessions = self.executors.lock();
-            let session = sessions
-                .get_mut(&query.runner_instance)
-                .ok_or(IngressError::SessionUnknown)?;
-            let uploads = session.uploads.entry(attempt_id).or_default();
-            if *uploads >= MAX_UPLOADS_PER_ATTEMPT {
-                return Err(IngressError::BadRequest(vec![Problem::new(
-                    "name",
-                    format!(
-                        "a session uploads at most {MAX_UPLOADS_PER_ATTEMPT} files for one attempt"
-                    ),
-                )]));
-            }
-            *uploads += 1;
+        let mut sessions = self.executors.lock();
+        let session = sessions
+            .get_mut(&query.runner_instance)
+            .ok_or(IngressError::SessionUnknown)?;
+        let uploads = session.uploads.entry(attempt_id).or_default();
+        if *uploads >= MAX_UPLOADS_PER_ATTEMPT {
+            return Err(IngressError::BadRequest(vec![Problem::new(
+                "name",
+                format!(
+                    "a session uploads at most {MAX_UPLOADS_PER_ATTEMPT} files for one attempt"
+                ),
+            )]));
+        }
+        *uploads += 1;
+        Ok(attempt)
+    }
+
+    /// Stores an admitted upload ([`Self::admit_output`]): the body must
+    /// have the digest the executor names. The reference to list in the
+    /// finished report.
+    pub async fn store_output(
+        &self,
+        attempt: &AttemptLease,
+        attempt_id: Uuid,
+        name: &str,
+        media_type: Option<&str>,
+        query: OutputQuery,
+        bytes: axum::body::Bytes,
+    ) -> Result<OutputArtifact, IngressError> {
+        // Up to EXECPLANE_INGRESS_MAX_OUTPUT bytes: off the runtime's threads.
+        let body = bytes.clone();
+        let sha256 = tokio::task::spawn_blocking(move || crate::artifacts::sha256_hex(&body))
+            .await
+            .map_err(|error| IngressError::Unavailable(format!("hashing the upload: {error}")))?;
+        if query.sha256 != sha256 {
+            return Err(IngressError::BadRequest(vec![Problem::new(
+                "sha256",
+                format!("the body's sha256 is {sha256}"),
+            )]));
         }
         let media_type =
             media_type.unwrap_or_else(|| crate::artifacts::outputs::media_type_of(name));
@@ -626,7 +639,7 @@ impl Ingress {
                 class: query.class.unwrap_or(RetentionClass::Evidence),
                 media_type,
             },
-            bytes,
+            &bytes,
         )
         .await
         .map_err(|error| IngressError::Unavailable(format!("artifact storage: {error}")))?;

@@ -39,6 +39,8 @@ pub const EXECUTOR_HEADER: &str = "x-execplane-executor";
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// How long an upload waits for a slot before it is answered 503.
 const UPLOAD_SLOT_WAIT: Duration = Duration::from_secs(10);
+/// How long an upload's body may take to arrive once it holds a slot.
+const UPLOAD_READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often an SSE stream looks for new events.
 /// How long an event stream waits for the feed before it reads anyway (a
 /// safety net: the feed wakes it when its attempt has new events).
@@ -674,17 +676,27 @@ async fn output(
                 })?,
         ),
     };
+    // Who may upload what is settled before a slot is taken or a byte read.
+    let attempt = ingress
+        .admit_output(&caller, attempt_id, &name, &query)
+        .await?;
     let _slot = tokio::time::timeout(UPLOAD_SLOT_WAIT, ingress.uploads.acquire())
         .await
         .ok()
         .and_then(Result::ok)
         .ok_or_else(|| IngressError::Unavailable("too many uploads at once; retry".into()))?;
-    // Over the limit, or the client went away: either way nothing is stored.
-    let bytes = axum::body::to_bytes(body, max)
+    // A slot is held for the body's whole read, and no longer than this: a
+    // client trickling bytes cannot keep it.
+    let bytes = tokio::time::timeout(UPLOAD_READ_TIMEOUT, axum::body::to_bytes(body, max))
         .await
+        .map_err(|_| IngressError::BadRequest(vec![Problem::new(
+            "",
+            format!("the body did not arrive within {} s", UPLOAD_READ_TIMEOUT.as_secs()),
+        )]))?
+        // Over the limit, or the client went away: either way nothing is stored.
         .map_err(|_| IngressError::TooLarge)?;
     let stored = ingress
-        .store_output(&caller, attempt_id, &name, media_type, query, &bytes)
+        .store_output(&attempt, attempt_id, &name, media_type, query, bytes)
         .await?;
     Ok((StatusCode::CREATED, Json(stored)))
 }

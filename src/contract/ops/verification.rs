@@ -813,7 +813,12 @@ impl VerifyInputs {
                 let address = target_address(targets, id).ok_or_else(|| no_target(id))?;
                 let mut url = url::Url::parse(&http.url)
                     .map_err(|error| Problem::new("inputs.url", error.to_string()))?;
-                url.set_host(Some(address)).map_err(|error| {
+                // An IPv6 address is a URL host in brackets.
+                let host = match address.parse::<std::net::Ipv6Addr>() {
+                    Ok(_) => format!("[{address}]"),
+                    Err(_) => address.to_owned(),
+                };
+                url.set_host(Some(&host)).map_err(|error| {
                     Problem::new(
                         "inputs.target",
                         format!("the target's address is no URL host: {error}"),
@@ -1054,7 +1059,8 @@ mod tests {
         );
         let targets: Vec<crate::contract::Target> = serde_json::from_value(json!([
             {"kind": "node", "id": "n1", "address": "10.0.0.7"},
-            {"kind": "node", "id": "db.internal"}
+            {"kind": "node", "id": "db.internal"},
+            {"kind": "node", "id": "v6", "address": "fd00::7"}
         ]))
         .unwrap();
         let aimed = |operation, inputs: Value| {
@@ -1071,6 +1077,11 @@ mod tests {
         assert_eq!(
             aimed(Operation::VerifyHttpEndpoint, http).unwrap(),
             "https://10.0.0.7:8443/healthz?x=1"
+        );
+        let v6 = json!({"url": "http://v6:80/", "target": "v6"});
+        assert_eq!(
+            aimed(Operation::VerifyHttpEndpoint, v6).unwrap(),
+            "http://[fd00::7]/"
         );
         let postgres = json!({"target": "db.internal", "database": "d", "user": "u"});
         assert_eq!(

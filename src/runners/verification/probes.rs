@@ -234,27 +234,19 @@ impl Content<'_> {
             });
         }
         if let Some(pointers) = self.json.filter(|pointers| !pointers.is_empty()) {
-            let read: Result<serde_json::Value, String> = if truncated {
-                Err(format!(
-                    "it is longer than the {} bytes read: it cannot be checked",
-                    content.len()
-                ))
-            } else {
-                serde_json::from_str(content).map_err(|error| format!("not JSON: {error}"))
-            };
-            for (pointer, expected) in pointers {
-                let actual = match &read {
-                    Ok(document) => document
-                        .pointer(pointer)
-                        .cloned()
-                        .unwrap_or_else(|| "absent".into()),
-                    Err(why) => why.as_str().into(),
-                };
+            // Parsed off the runtime's threads (an output may be 64 MiB);
+            // what each pointer found is kept as evidence only in part.
+            let (text, pointers) = (content.to_owned(), pointers.clone());
+            let judged =
+                tokio::task::spawn_blocking(move || json_assertions(&text, truncated, &pointers))
+                    .await
+                    .unwrap_or_default();
+            for (pointer, expected, actual, passed) in judged {
                 sample.assertions.push(Assertion {
                     name: format!("{prefix}json {pointer}"),
-                    passed: read.is_ok() && document_holds(&read, pointer, expected),
-                    expected: expected.clone(),
+                    expected,
                     actual,
+                    passed,
                 });
             }
         }
@@ -281,13 +273,55 @@ impl Content<'_> {
     }
 }
 
-/// Whether the JSON document read holds `expected` at `pointer`.
-fn document_holds(
-    read: &Result<serde_json::Value, String>,
-    pointer: &str,
-    expected: &serde_json::Value,
-) -> bool {
-    matches!(read, Ok(document) if document.pointer(pointer) == Some(expected))
+/// The most of a value a JSON pointer found kept in its assertion.
+const MAX_SHOWN_VALUE: usize = 256;
+
+/// Each pointer's check of `content` read as JSON: (pointer, expected, what
+/// it found, at most [`MAX_SHOWN_VALUE`] bytes of its JSON text when it is
+/// not a scalar, passed).
+fn json_assertions(
+    content: &str,
+    truncated: bool,
+    pointers: &std::collections::BTreeMap<String, serde_json::Value>,
+) -> Vec<(String, serde_json::Value, serde_json::Value, bool)> {
+    let read: Result<serde_json::Value, String> = if truncated {
+        Err(format!(
+            "it is longer than the {} bytes read: it cannot be checked",
+            content.len()
+        ))
+    } else {
+        serde_json::from_str(content).map_err(|error| format!("not JSON: {error}"))
+    };
+    pointers
+        .iter()
+        .map(|(pointer, expected)| {
+            let found = read
+                .as_ref()
+                .ok()
+                .and_then(|document| document.pointer(pointer));
+            let actual = match (&read, found) {
+                (Err(why), _) => why.as_str().into(),
+                (Ok(_), None) => "absent".into(),
+                (Ok(_), Some(value)) => shown_value(value),
+            };
+            (
+                pointer.clone(),
+                expected.clone(),
+                actual,
+                found == Some(expected),
+            )
+        })
+        .collect()
+}
+
+/// A found value as evidence: itself when small, else its JSON text cut.
+fn shown_value(value: &serde_json::Value) -> serde_json::Value {
+    let text = value.to_string();
+    if text.len() <= MAX_SHOWN_VALUE {
+        value.clone()
+    } else {
+        crate::contract::limits::shortened(&text, MAX_SHOWN_VALUE).into()
+    }
 }
 
 /// Where `body` breaks the schema: the first error the validator meets,
@@ -540,9 +574,12 @@ pub async fn postgres(
     sample
 }
 
+/// The most of the first column's text a probe query returns.
+const MAX_QUERY_VALUE: usize = 1024;
+
 /// What a probe's query returned: how many rows (counted up to
-/// [`MAX_QUERY_ROWS`]) and the first row's first column as text (`None`
-/// without a row; the reason when it is not text).
+/// [`MAX_QUERY_ROWS`]) and the first row's first column as text (at most
+/// [`MAX_QUERY_VALUE`] characters; `None` without a row).
 struct QueryAnswer {
     rows: u64,
     value: Option<Result<Option<String>, String>>,
@@ -572,18 +609,23 @@ async fn run_query(
         rows: 0,
         value: None,
     };
+    // A subquery: only what reads (no COPY, no PREPARE TRANSACTION, no
+    // data-modifying WITH), its first column cut to text of a bounded
+    // size and its rows bounded, whatever it selects. The newline ends a
+    // trailing `--` comment.
+    let wrapped = format!(
+        "SELECT left(q.c1::text, {MAX_QUERY_VALUE}) FROM ({query}\n) AS q(c1) LIMIT {MAX_QUERY_ROWS}"
+    );
     {
-        let mut rows = sqlx::query(query).fetch(&mut *transaction);
+        let mut rows = sqlx::query(&wrapped).fetch(&mut *transaction);
         while let Some(row) = rows.try_next().await? {
             if answer.rows == 0 {
-                answer.value = Some(row.try_get::<Option<String>, _>(0).map_err(|error| {
-                    format!("its first column is not text (cast it: `…::text`): {error}")
-                }));
+                answer.value = Some(
+                    row.try_get::<Option<String>, _>(0)
+                        .map_err(|error| error.to_string()),
+                );
             }
             answer.rows += 1;
-            if answer.rows >= MAX_QUERY_ROWS {
-                break;
-            }
         }
     }
     transaction.rollback().await?;
