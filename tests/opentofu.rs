@@ -293,9 +293,44 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
     let stack = stack(&pool, &bao).await;
     stack.put_secrets(&bao, &conn_str, &provider_token).await;
     let variables = json!({"greeting": "hello"});
-    let pg =
-        json!({"type": "pg", "conn_str": {"$secret": "state"}, "schema_name": "network_state"});
-    let module = stack.module(variables, pg);
+    // The backend's settings by reference (an artifact of the tenant's),
+    // its secret inline on top.
+    let backend_config = |settings: &[u8]| stack.pipeline.put_artifact("backend.json", settings);
+    let pg = json!({"conn_str": {"$secret": "state"}});
+    let mut module = stack.module(variables, pg);
+    // Settings that would move the state where the policy does not let it
+    // live, or carry a secret the runner never resolves: refused before
+    // the CLI runs.
+    for (settings, category, said) in [
+        (
+            &br#"{"type": "s3", "bucket": "b"}"#[..],
+            "policy",
+            "backend `s3` is not allowed",
+        ),
+        (
+            &br#"{"type": "pg", "password": {"$secret": "state"}}"#[..],
+            "contract",
+            "not a plain value",
+        ),
+    ] {
+        let mut wrong = module.clone();
+        wrong["backend_config"] = json!(backend_config(settings));
+        let (status, got, message, _) = stack
+            .run(&stack.job("opentofu.plan", wrong, json!({})))
+            .await;
+        assert_eq!(
+            (status.as_str(), got.as_deref()),
+            ("failed", Some(category)),
+            "{message}"
+        );
+        assert!(
+            message.contains("inputs.backend_config") && message.contains(said),
+            "{message}"
+        );
+    }
+    module["backend_config"] = json!(backend_config(
+        br#"{"type": "pg", "schema_name": "network_state"}"#
+    ));
 
     let plan_spec = stack.job("opentofu.plan", module.clone(), json!({}));
     let (status, _, message, result) = stack.run(&plan_spec).await;

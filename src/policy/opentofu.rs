@@ -32,6 +32,11 @@ pub struct TofuRules {
 }
 
 impl TofuRules {
+    /// Whether the tenant's state may live in a backend of type `kind`.
+    pub fn allows_backend(&self, kind: &str) -> bool {
+        self.backends.iter().any(|allowed| allowed == kind)
+    }
+
     /// Whether `who` may approve the tenant's plans.
     pub fn may_approve(&self, who: &str) -> bool {
         self.approvers
@@ -70,18 +75,12 @@ impl Check<'_> {
             );
             self.refuse("inputs.package", "opentofu.modules", message);
         }
-        let backend = module
-            .backend
-            .get("type")
-            .and_then(|kind| kind.as_str())
-            .unwrap_or("local");
-        if !self
-            .rules
-            .opentofu
-            .backends
-            .iter()
-            .any(|allowed| allowed == backend)
-        {
+        // Settings by reference may name the type: the runner checks it
+        // once it has read them (`TofuRules::allows_backend`).
+        let named = module.backend.get("type").and_then(|kind| kind.as_str());
+        let backend = named.unwrap_or("local");
+        let known = named.is_some() || module.backend_config.is_none();
+        if known && !self.rules.opentofu.allows_backend(backend) {
             let message = format!("backend `{backend}` is not allowed");
             self.refuse("inputs.backend.type", "opentofu.backends", message);
         }

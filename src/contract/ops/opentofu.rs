@@ -46,6 +46,11 @@ pub struct TofuModule {
     /// and its settings; for `pg`, `conn_str` may be a secret reference.
     #[serde(default)]
     pub backend: Vars,
+    /// Backend settings stored as the tenant's input artifact (a JSON
+    /// object, `type` included), with `backend` on top: checked as
+    /// `backend` is, by the runner once it has read them.
+    #[serde(default)]
+    pub backend_config: Option<crate::contract::artifact_ref::InputRef>,
     /// Environment variables for the providers (their credentials, as
     /// secret references): only names the operator's `opentofu.env` lists.
     #[serde(default)]
@@ -284,18 +289,37 @@ pub fn module_problems(module: &TofuModule, problems: &mut Vec<Problem>) {
             problems.push(Problem::new(path, "must not hold a NUL character"));
         }
     }
-    entries("backend", &module.backend, problems);
-    let kind = module.backend.get("type");
+    // With settings by reference, their type may be in the artifact: the
+    // runner checks the settings together once it has read them.
+    backend_problems(
+        "inputs.backend",
+        &module.backend,
+        module.backend_config.is_none(),
+        problems,
+    );
+}
+
+/// The problems of backend settings `backend` at `field`: its `type` (or
+/// `local` when it names none and `whole` says these are all the settings;
+/// when they are not, what depends on the type waits for the rest).
+pub fn backend_problems(field: &str, backend: &Vars, whole: bool, problems: &mut Vec<Problem>) {
+    if backend.len() > MAX_ENTRIES {
+        problems.push(Problem::new(
+            field,
+            format!("at most {MAX_ENTRIES} entries"),
+        ));
+    }
+    let kind = backend.get("type");
     if kind.is_some_and(|kind| !kind.as_str().is_some_and(is_name)) {
         problems.push(Problem::new(
-            "inputs.backend.type",
+            format!("{field}.type"),
             "must be a backend type's name",
         ));
     }
-    let kind = backend_type(module);
-    for (name, value) in module.backend.iter().filter(|(name, _)| *name != "type") {
-        let path = format!("inputs.backend.{}", shown(name));
-        if kind == "local" {
+    let kind = kind.and_then(Value::as_str).or(whole.then_some("local"));
+    for (name, value) in backend.iter().filter(|(name, _)| *name != "type") {
+        let path = format!("{field}.{}", shown(name));
+        if kind == Some("local") {
             problems.push(Problem::new(
                 path,
                 "the local backend takes no settings: the runner places its state",
@@ -303,7 +327,7 @@ pub fn module_problems(module: &TofuModule, problems: &mut Vec<Problem>) {
         } else if !is_name(name) {
             problems.push(Problem::new(path, "not a setting's name"));
         } else if secret_reference(value).is_some() {
-            if !(kind == "pg" && name == "conn_str") {
+            if !(kind.unwrap_or("pg") == "pg" && name == "conn_str") {
                 problems.push(Problem::new(
                     path,
                     "a backend setting is written into the plan file: only the pg backend's \

@@ -80,7 +80,11 @@ impl Executor for TofuRunner {
         context: ExecutionContext,
     ) -> ExecutionOutcome {
         let spec = &assignment.spec;
-        let module = inputs.module();
+        let module = match with_backend_config(inputs.module(), &context, &spec.tenant).await {
+            Ok(module) => module,
+            Err(failure) => return failure.into(),
+        };
+        let module = &module;
         let plan_artifact = match &inputs {
             I::OpentofuApply(apply) => apply.plan_artifact.as_ref(),
             _ => None,
@@ -130,6 +134,79 @@ impl Executor for TofuRunner {
             Err(failure) => failure.outcome(Some(report)),
         }
     }
+}
+
+/// The largest backend settings artifact, in bytes.
+const MAX_BACKEND_CONFIG_BYTES: usize = 64 * 1024;
+
+/// The module with its backend settings by reference read in: the
+/// artifact's JSON object under the inline `backend`, checked together as
+/// intake checks inline settings (a reference in the artifact is never
+/// resolved, so it holds none), and the type held to the tenant's
+/// `opentofu.backends` again, since the artifact may name it.
+async fn with_backend_config(
+    module: &TofuModule,
+    context: &ExecutionContext,
+    tenant: &str,
+) -> Result<TofuModule, Failure> {
+    let mut module = module.clone();
+    let Some(reference) = &module.backend_config else {
+        return Ok(module);
+    };
+    let contract = |message: String| {
+        Failure::new(
+            FailureCategory::Contract,
+            format!("inputs.backend_config: {message}"),
+        )
+    };
+    let bytes = context.fetch_input(reference).await.map_err(|error| {
+        Failure::new(error.category(), format!("inputs.backend_config: {error}"))
+    })?;
+    if bytes.len() > MAX_BACKEND_CONFIG_BYTES {
+        return Err(contract(format!(
+            "{} bytes; at most {MAX_BACKEND_CONFIG_BYTES}",
+            bytes.len()
+        )));
+    }
+    let mut settings: crate::contract::ops::Vars = serde_json::from_slice(&bytes)
+        .map_err(|error| contract(format!("not a JSON object of settings: {error}")))?;
+    if let Some(name) = settings
+        .iter()
+        .find_map(|(name, value)| value.is_object().then_some(name))
+    {
+        return Err(contract(format!(
+            "`{}` is not a plain value: a secret goes in `inputs.backend`, as a reference",
+            crate::contract::limits::loggable(name)
+        )));
+    }
+    settings.extend(module.backend.clone());
+    let mut problems = Vec::new();
+    crate::contract::ops::opentofu::backend_problems(
+        "inputs.backend_config",
+        &settings,
+        true,
+        &mut problems,
+    );
+    if !problems.is_empty() {
+        return Err(Failure::new(
+            FailureCategory::Contract,
+            crate::contract::Problems(problems).to_string(),
+        ));
+    }
+    module.backend = settings;
+    let kind = backend_type(&module);
+    if !context
+        .policy()
+        .tenant(tenant)
+        .operations
+        .opentofu
+        .allows_backend(kind)
+    {
+        return Err(Failure::policy(format!(
+            "inputs.backend_config: backend `{kind}` is not allowed (operator policy rule tenants.{tenant}.opentofu.backends)"
+        )));
+    }
+    Ok(module)
 }
 
 /// The attempt's working directory, and (unsandboxed) a directory for the
