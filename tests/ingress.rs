@@ -1011,67 +1011,53 @@ async fn every_refusal_is_exact_and_nothing_reaches_kafka_or_postgres(pool: PgPo
         closed && replies.len() == 1 && replies[0]["status"] == 403,
         "{replies:?}"
     );
-    let proxied = start(
-        &mut pipeline,
-        &["ingress"],
-        &[
+    // Behind named proxies, and behind one the seed's `TRUST_PROXY=true`
+    // alone takes every peer for.
+    let trusted: &[(&str, &str)] = &[("EXECPLANE_INGRESS_TRUSTED_PROXIES", "127.0.0.0/8")];
+    type Forwarded<'a> = &'a [(Option<&'a str>, u16)];
+    let cases: [(&[(&str, &str)], Forwarded); 2] = [
+        (
+            trusted,
+            &[
+                (Some("1.2.3.4, 10.9.9.9"), 200),
+                (Some("10.9.9.9, 127.0.0.5"), 200),
+                (Some("10.9.9.9, 1.2.3.4"), 403),
+                (Some("::ffff:10.9.9.9"), 200),
+                (None, 403),
+            ],
+        ),
+        (
+            &[],
+            &[
+                (Some("1.2.3.4, 10.9.9.9"), 200),
+                (Some("10.9.9.9, 127.0.0.5"), 403),
+                (None, 403),
+            ],
+        ),
+    ];
+    for (proxies, expected) in cases {
+        let mut env = vec![
             ("EXECPLANE_INGRESS_ALLOW_CIDRS", "10.9.9.9/32"),
             ("EXECPLANE_INGRESS_TRUST_PROXY", "true"),
-            ("EXECPLANE_INGRESS_TRUSTED_PROXIES", "127.0.0.0/8"),
-        ],
-    )
-    .await;
-    for (forwarded, status) in [
-        (Some("1.2.3.4, 10.9.9.9"), 200),
-        (Some("10.9.9.9, 127.0.0.5"), 200),
-        (Some("10.9.9.9, 1.2.3.4"), 403),
-        (Some("::ffff:10.9.9.9"), 200),
-        (None, 403),
-    ] {
-        let headers: Vec<(&str, &str)> = forwarded
-            .map(|value| ("x-forwarded-for", value))
-            .into_iter()
-            .collect();
-        let (got, _) = call(
-            reqwest::Method::GET,
-            &proxied.url("/healthz"),
-            None,
-            None,
-            &headers,
-            None,
-        )
-        .await;
-        assert_eq!(got, status, "XFF {forwarded:?} through a trusted proxy");
-    }
-    // The seed's `TRUST_PROXY=true` alone: the peer is the one proxy.
-    let one_hop = start(
-        &mut pipeline,
-        &["ingress"],
-        &[
-            ("EXECPLANE_INGRESS_ALLOW_CIDRS", "10.9.9.9/32"),
-            ("EXECPLANE_INGRESS_TRUST_PROXY", "true"),
-        ],
-    )
-    .await;
-    for (forwarded, status) in [
-        (Some("1.2.3.4, 10.9.9.9"), 200),
-        (Some("10.9.9.9, 127.0.0.5"), 403),
-        (None, 403),
-    ] {
-        let headers: Vec<(&str, &str)> = forwarded
-            .map(|value| ("x-forwarded-for", value))
-            .into_iter()
-            .collect();
-        let (got, _) = call(
-            reqwest::Method::GET,
-            &one_hop.url("/healthz"),
-            None,
-            None,
-            &headers,
-            None,
-        )
-        .await;
-        assert_eq!(got, status, "XFF {forwarded:?} with trust proxy alone");
+        ];
+        env.extend_from_slice(proxies);
+        let proxied = start(&mut pipeline, &["ingress"], &env).await;
+        for (forwarded, status) in expected {
+            let headers: Vec<(&str, &str)> = forwarded
+                .map(|value| ("x-forwarded-for", value))
+                .into_iter()
+                .collect();
+            let (got, _) = call(
+                reqwest::Method::GET,
+                &proxied.url("/healthz"),
+                None,
+                None,
+                &headers,
+                None,
+            )
+            .await;
+            assert_eq!(got, *status, "XFF {forwarded:?} behind proxies {proxies:?}");
+        }
     }
 
     // None of it reached Kafka or the attempt store.

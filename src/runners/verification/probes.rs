@@ -654,16 +654,11 @@ fn judge_query(
             return;
         }
         Ok(Err(error)) => {
-            sample.error = Some(format!("postgres {}:{}: {error}", inputs.host, inputs.port));
+            sample.error = Some(unreached(inputs, Some(&error), timeout));
             return;
         }
         Err(_) => {
-            sample.error = Some(format!(
-                "postgres {}:{}: no answer within {} ms",
-                inputs.host,
-                inputs.port,
-                timeout.as_millis()
-            ));
+            sample.error = Some(unreached(inputs, None, timeout));
             return;
         }
     };
@@ -735,17 +730,22 @@ fn judge_select(
             });
             sample.error = Some(format!("postgres refused: {}", error.message()));
         }
-        Ok(Err(error)) => {
-            sample.error = Some(format!("postgres {}:{}: {error}", inputs.host, inputs.port))
-        }
-        Err(_) => {
-            sample.error = Some(format!(
-                "postgres {}:{}: no answer within {} ms",
-                inputs.host,
-                inputs.port,
-                timeout.as_millis()
-            ))
-        }
+        Ok(Err(error)) => sample.error = Some(unreached(inputs, Some(&error), timeout)),
+        Err(_) => sample.error = Some(unreached(inputs, None, timeout)),
+    }
+}
+
+/// Why a Postgres probe reached no server: the client's error, or no
+/// answer within `timeout`.
+fn unreached(inputs: &VerifyPostgres, error: Option<&sqlx::Error>, timeout: Duration) -> String {
+    match error {
+        Some(error) => format!("postgres {}:{}: {error}", inputs.host, inputs.port),
+        None => format!(
+            "postgres {}:{}: no answer within {} ms",
+            inputs.host,
+            inputs.port,
+            timeout.as_millis()
+        ),
     }
 }
 
