@@ -39,4 +39,4 @@ pub use target_keys::TargetKey;
 pub use validate::{
     flag_problems, input_problems, validate_jobspec, validate_jobspec_bytes, MAX_JOBSPEC_BYTES,
 };
-pub use validate::{is_traceparent, looks_secret};
+pub use validate::{is_traceparent, literal_secret, looks_secret};

@@ -310,7 +310,12 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
         (
             &br#"{"type": "pg", "password": {"$secret": "state"}}"#[..],
             "contract",
-            "not a plain value",
+            "holds a secret",
+        ),
+        (
+            &br#"{"type": "pg", "password": "hunter2-hunter2"}"#[..],
+            "contract",
+            "holds a secret",
         ),
     ] {
         let mut wrong = module.clone();

@@ -87,7 +87,7 @@ fn unknown_operation_and_mismatched_inputs() {
     assert_refused(
         with(&[("/operation", json!("verify.tcp.connect"))]),
         &[
-            "inputs.host: required field is missing",
+            "inputs.port: required field is missing",
             "inputs.url: unknown field",
         ],
     );

@@ -587,7 +587,7 @@ fn secret_query_parameter(name: &str) -> bool {
 
 /// Why a literal string is a secret whatever its field is called: a URL
 /// with a password or a credential query parameter, or a secret shape.
-fn literal_secret(text: &str) -> Option<String> {
+pub fn literal_secret(text: &str) -> Option<String> {
     if let Some(shape) = super::secret_shapes::find(text) {
         return Some(format!("a secret-shaped literal ({shape})"));
     }

@@ -396,7 +396,7 @@ impl Run<'_> {
         }
         self.helm_data("helm pull", command)
             .await
-            .map_err(|failure| refused_login(&chart.repository, failure))?;
+            .map_err(|failure| refused_login(&chart.repository, chart.login.as_ref(), failure))?;
         let pulled = std::fs::read_dir(&destination)
             .ok()
             .and_then(|entries| {
@@ -438,18 +438,18 @@ impl Run<'_> {
         repository: &str,
         login: &crate::contract::ops::RepositoryLogin,
     ) -> Result<String, Failure> {
-        let login = self.login_files(login)?;
+        let files = self.login_files(login)?;
         let mut entry = serde_json::json!({
             "name": LOGGED_IN,
             "url": repository,
             "pass_credentials_all": false,
         });
         for (field, value) in [
-            ("username", &login.username),
-            ("password", &login.password),
-            ("certFile", &login.cert_file),
-            ("keyFile", &login.key_file),
-            ("caFile", &login.ca_file),
+            ("username", &files.username),
+            ("password", &files.password),
+            ("certFile", &files.cert_file),
+            ("keyFile", &files.key_file),
+            ("caFile", &files.ca_file),
         ] {
             if let Some(value) = value {
                 entry[field] = value.as_str().into();
@@ -476,7 +476,7 @@ impl Run<'_> {
             .says_why_on_stdout(MAX_DIAGNOSTICS_CAPTURE);
         self.run_helm("helm repo update", command)
             .await
-            .map_err(|failure| refused_login(repository, failure))?;
+            .map_err(|failure| refused_login(repository, Some(login), failure))?;
         Ok(path)
     }
 
@@ -1160,17 +1160,28 @@ struct LoginFiles {
 /// where one is needed, a client certificate it does not take, a server
 /// certificate the login's CA does not vouch for): the JobSpec's doing,
 /// `contract`, said so.
-fn refused_login(repository: &str, failure: Failure) -> Failure {
+fn refused_login(
+    repository: &str,
+    login: Option<&crate::contract::ops::RepositoryLogin>,
+    failure: Failure,
+) -> Failure {
     let refused = [
         "401 Unauthorized",
         "403 Forbidden",
         "no basic auth credentials",
+    ];
+    // A certificate the login did not bring is the repository's or the
+    // network's doing, not the JobSpec's.
+    let tls = [
         "certificate required",
         "bad certificate",
         "unknown certificate authority",
         "certificate signed by unknown authority",
     ];
-    if refused.iter().any(|said| failure.message.contains(said)) {
+    let brought_tls = login.is_some_and(|login| login.ca.is_some() || login.client_cert.is_some());
+    if refused.iter().any(|said| failure.message.contains(said))
+        || (brought_tls && tls.iter().any(|said| failure.message.contains(said)))
+    {
         Failure::contract(format!(
             "inputs.chart.login: the repository `{repository}` refused the login ({})",
             failure.message

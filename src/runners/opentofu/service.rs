@@ -170,15 +170,22 @@ async fn with_backend_config(
     }
     let mut settings: crate::contract::ops::Vars = serde_json::from_slice(&bytes)
         .map_err(|error| contract(format!("not a JSON object of settings: {error}")))?;
-    if let Some(name) = settings
-        .iter()
-        .find_map(|(name, value)| value.is_object().then_some(name))
-    {
+    // No secret by reference (it would never be resolved) nor by value
+    // (it would be written into the plan file): a secret goes inline.
+    let secret = settings.iter().find(|(name, value)| {
+        value.is_object()
+            || value.as_str().is_some_and(|text| {
+                (crate::contract::looks_secret(name) && !text.is_empty())
+                    || crate::contract::literal_secret(text).is_some()
+            })
+    });
+    if let Some((name, _)) = secret {
         return Err(contract(format!(
-            "`{}` is not a plain value: a secret goes in `inputs.backend`, as a reference",
+            "`{}` holds a secret or a reference: a secret goes in `inputs.backend`, as a reference",
             crate::contract::limits::loggable(name)
         )));
     }
+    let inline_conn_str = module.backend.contains_key("conn_str");
     settings.extend(module.backend.clone());
     let mut problems = Vec::new();
     crate::contract::ops::opentofu::backend_problems(
@@ -204,6 +211,13 @@ async fn with_backend_config(
     {
         return Err(Failure::policy(format!(
             "inputs.backend_config: backend `{kind}` is not allowed (operator policy rule tenants.{tenant}.opentofu.backends)"
+        )));
+    }
+    // Intake let an inline secret `conn_str` wait for the type: only pg's
+    // may be one.
+    if inline_conn_str && kind != "pg" {
+        return Err(contract(format!(
+            "the {kind} backend takes no `conn_str` (only the pg backend's may be a secret)"
         )));
     }
     Ok(module)
