@@ -21,6 +21,10 @@ context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 context.load_cert_chain(cert, key)
 context.load_verify_locations(client_ca)
 context.verify_mode = ssl.CERT_REQUIRED
+# TLS 1.2: the client learns that its certificate is missing during the
+# handshake (an alert), not as a reset on its first write afterwards, as
+# TLS 1.3's late client authentication may show it.
+context.maximum_version = ssl.TLSVersion.TLSv1_2
 server.socket = context.wrap_socket(server.socket, server_side=True)
 print(server.server_address[1], flush=True)
 server.serve_forever()

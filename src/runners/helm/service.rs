@@ -1175,6 +1175,7 @@ fn refused_login(
     let tls = [
         "certificate required",
         "bad certificate",
+        "handshake failure",
         "unknown certificate authority",
         "certificate signed by unknown authority",
     ];
