@@ -266,17 +266,63 @@ pub enum AttemptsCommand {
 
 #[derive(Debug, Subcommand)]
 pub enum AuditCommand {
-    /// Walk the hash chain; exits 1 at the first bad seq, naming it.
+    /// Walk the hash chains of the database, the published topic
+    /// (`--from-kafka`) or an evidence bundle (`--file`); exits 1 at the
+    /// first bad attempt and seq, naming them.
     Verify {
         #[arg(long)]
         attempt: Option<Uuid>,
+        /// Read `exec.attempt-events.v1` instead of the database.
+        #[arg(long, conflicts_with = "file")]
+        from_kafka: bool,
+        /// The topic's full name (default: the published log's, prefixed).
+        #[arg(long, requires = "from_kafka")]
+        topic: Option<String>,
+        /// An evidence bundle (`audit export`), checked offline.
+        #[arg(long, conflicts_with = "attempt")]
+        file: Option<std::path::PathBuf>,
+        /// The operator's Ed25519 public key (PEM) the bundle must be signed with.
+        #[arg(long, requires = "file")]
+        public_key: Option<std::path::PathBuf>,
     },
-    /// Print an attempt's history as a timeline (or JSON).
-    Replay {
+    /// The published topic (deduplicated by `ce_id`) against the database,
+    /// attempt by attempt; exits 1 on any event missing, extra or different.
+    Compare {
         #[arg(long)]
-        attempt: Uuid,
+        attempt: Option<Uuid>,
+        /// The topic's full name (default: the published log's, prefixed).
+        #[arg(long)]
+        topic: Option<String>,
+    },
+    /// A timeline of one attempt, of a job's attempts together, or of
+    /// everything since a time, from the database or the published topic.
+    Replay {
+        #[arg(long, group = "selection", required = true)]
+        attempt: Option<Uuid>,
+        #[arg(long, group = "selection")]
+        job: Option<String>,
+        /// RFC 3339 time, or a duration before now (`2h`).
+        #[arg(long, group = "selection")]
+        since: Option<String>,
+        #[arg(long)]
+        from_kafka: bool,
+        #[arg(long, requires = "from_kafka")]
+        topic: Option<String>,
         #[arg(long)]
         json: bool,
+    },
+    /// An evidence bundle of the events that occurred in [since, until), as
+    /// JSON lines on stdout, signed when a key is configured.
+    Export {
+        /// RFC 3339 time, or a duration before now (`24h`).
+        #[arg(long)]
+        since: String,
+        /// RFC 3339 time, or a duration before now (default: now).
+        #[arg(long)]
+        until: Option<String>,
+        /// The operator's Ed25519 private key, PKCS#8 PEM.
+        #[arg(long, env = "EXECPLANE_AUDIT_SIGNING_KEY_FILE")]
+        signing_key: Option<std::path::PathBuf>,
     },
 }
 
@@ -347,6 +393,15 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     if let Command::SandboxReach { addresses } = &cli.command {
         return Ok(crate::runner::sandbox::egress::reach(addresses));
     }
+    // A bundle is checked offline: no configuration, database or broker.
+    if let Command::Audit(AuditCommand::Verify {
+        file: Some(file),
+        public_key,
+        ..
+    }) = &cli.command
+    {
+        return audit::verify_file(file, public_key.as_deref());
+    }
     let (config, policy) = match assemble::load(cli.config.as_deref()) {
         Ok(loaded) => loaded,
         Err(error) => {
@@ -373,11 +428,51 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             println!("migrations applied");
             Ok(ExitCode::SUCCESS)
         }
-        Command::Audit(AuditCommand::Verify { attempt }) => {
+        Command::Audit(AuditCommand::Verify {
+            attempt,
+            from_kafka: true,
+            topic,
+            ..
+        }) => audit::verify_topic(&assemble::kafka(&config), topic, attempt).await,
+        Command::Audit(AuditCommand::Verify { attempt, .. }) => {
             audit::verify(&connect(&config).await?, attempt).await
         }
-        Command::Audit(AuditCommand::Replay { attempt, json }) => {
-            audit::replay(&connect(&config).await?, attempt, json).await
+        Command::Audit(AuditCommand::Compare { attempt, topic }) => {
+            audit::compare(
+                &connect(&config).await?,
+                &assemble::kafka(&config),
+                topic,
+                attempt,
+            )
+            .await
+        }
+        Command::Audit(AuditCommand::Replay {
+            attempt,
+            job,
+            since,
+            from_kafka,
+            topic,
+            json,
+        }) => {
+            let selection = audit::selection(attempt, job, since.as_deref())?;
+            if from_kafka {
+                audit::replay_topic(&assemble::kafka(&config), topic, &selection, json).await
+            } else {
+                audit::replay(&connect(&config).await?, &selection, json).await
+            }
+        }
+        Command::Audit(AuditCommand::Export {
+            since,
+            until,
+            signing_key,
+        }) => {
+            audit::export(
+                &connect(&config).await?,
+                &since,
+                until.as_deref(),
+                signing_key.as_deref(),
+            )
+            .await
         }
         Command::Projection(ProjectionCommand::Rebuild { verify, keep }) => {
             projection::rebuild(&connect(&config).await?, verify, keep).await

@@ -381,27 +381,27 @@ pub fn at_the_end<C: Consumer>(
 ) -> Result<rdkafka::TopicPartitionList, KafkaError> {
     let mut assignment = rdkafka::TopicPartitionList::new();
     for partition in 0..partition_count(consumer, topic)? {
-        let high = high_watermark(consumer, topic, partition)?;
+        let (_, high) = watermarks(consumer, topic, partition)?;
         assignment.add_partition_offset(topic, partition, rdkafka::Offset::Offset(high))?;
     }
     Ok(assignment)
 }
 
-/// The end offset of one partition. A partition whose leader is moving (a
-/// topic just created, a broker restarting) is asked again for up to ten
-/// seconds; any other refusal is returned at once.
-fn high_watermark<C: Consumer>(
+/// The first and the end offset of one partition. A partition whose leader
+/// is moving (a topic just created, a broker restarting) is asked again for
+/// up to ten seconds; any other refusal is returned at once.
+pub fn watermarks<C: Consumer>(
     consumer: &C,
     topic: &str,
     partition: i32,
-) -> Result<i64, KafkaError> {
+) -> Result<(i64, i64), KafkaError> {
     use rdkafka::types::RDKafkaErrorCode::{
         LeaderNotAvailable, NotLeaderForPartition, UnknownTopicOrPartition,
     };
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         match consumer.fetch_watermarks(topic, partition, Duration::from_secs(10)) {
-            Ok((_, high)) => return Ok(high),
+            Ok(marks) => return Ok(marks),
             Err(error)
                 if matches!(
                     error.rdkafka_error_code(),

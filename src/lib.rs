@@ -3,6 +3,7 @@
 
 pub mod artifacts;
 pub mod attempt;
+pub mod audit;
 pub mod bench;
 pub mod cli;
 pub mod codec;

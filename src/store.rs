@@ -33,7 +33,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::PgPool;
 
-pub use audit::{ChainBreak, ChainReport, StoredEvent};
+pub use audit::{ChainBreak, ChainReport, EventLink, EventSelection, StoredEvent};
 pub use batch::{
     append_decided, AppendOutcome, BatchOutcome, InputEnvelope, InputOutcome, IsolatedOutcome,
     LoadedJobs,

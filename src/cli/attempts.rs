@@ -71,7 +71,12 @@ pub async fn show(store: &Store, attempt_id: Uuid, json: bool) -> anyhow::Result
         }
     }
     println!();
-    super::audit::replay(store, attempt_id, false).await
+    super::audit::replay(
+        store,
+        &crate::store::EventSelection::Attempt(attempt_id),
+        false,
+    )
+    .await
 }
 
 pub async fn watch(

@@ -217,7 +217,12 @@ async fn already_known(
             spec.command_id, spec.job_id
         );
     }
-    let _ = super::audit::replay(&store, attempt_id, json).await;
+    let _ = super::audit::replay(
+        &store,
+        &crate::store::EventSelection::Attempt(attempt_id),
+        json,
+    )
+    .await;
     Some(if status == "succeeded" {
         ExitCode::SUCCESS
     } else {

@@ -160,8 +160,9 @@ struct Known {
 
 struct Registry {
     current: HashMap<Family, Known>,
-    /// The previous release's schema of each family, resolved to the current.
-    previous: HashMap<Family, GenericDatumReader<'static>>,
+    /// The specification fingerprint of each family's previous schema (what
+    /// a Confluent id of that schema stands for).
+    previous: HashMap<Family, u64>,
     /// Every schema a reader accepts by fingerprint: current and previous,
     /// each with a reader that resolves it to the current schema. Each is
     /// known by its specification fingerprint and by the one releases up to
@@ -209,7 +210,7 @@ fn registry() -> &'static Registry {
     static REGISTRY: OnceLock<Registry> = OnceLock::new();
     REGISTRY.get_or_init(|| {
         let mut current = HashMap::new();
-        let mut previous_readers = HashMap::new();
+        let mut previous_fingerprints = HashMap::new();
         let mut by_fingerprint = HashMap::new();
         let spec = |family: Family, text: &str| {
             fingerprint(text).unwrap_or_else(|error| {
@@ -230,7 +231,7 @@ fn registry() -> &'static Registry {
             for key in [legacy_fingerprint(schema), current_fingerprint] {
                 by_fingerprint.insert((family, key), reader(schema, schema));
             }
-            previous_readers.insert(family, reader(previous, schema));
+            previous_fingerprints.insert(family, spec(family, family.previous_text()));
             let writer = GenericDatumWriter::builder(schema)
                 .build()
                 .unwrap_or_else(|error| {
@@ -248,7 +249,7 @@ fn registry() -> &'static Registry {
         }
         Registry {
             current,
-            previous: previous_readers,
+            previous: previous_fingerprints,
             by_fingerprint,
         }
     })
@@ -382,36 +383,38 @@ impl Codec {
         family: Family,
         bytes: &[u8],
     ) -> Result<T, CodecError> {
+        let (fingerprint, datum) = self.unframe(family, bytes)?;
+        Self::from_datum_by_fingerprint(family, fingerprint, datum)
+    }
+
+    /// A record of either framing split into its writer schema's
+    /// specification fingerprint and its bare datum: the bytes the event
+    /// log's hash chain covers, however the record was framed.
+    pub fn unframe<'a>(
+        &self,
+        family: Family,
+        bytes: &'a [u8],
+    ) -> Result<(u64, &'a [u8]), CodecError> {
         match bytes {
             [] => Err(CodecError::Empty),
             [0xC3, 0x01, rest @ ..] => {
-                if rest.len() < 8 {
+                let Some((fingerprint, datum)) = rest.split_first_chunk::<8>() else {
                     return Err(CodecError::TruncatedHeader("single-object"));
-                }
-                let mut array = [0u8; 8];
-                array.copy_from_slice(&rest[..8]);
-                let fingerprint = u64::from_le_bytes(array);
-                let reader = registry()
-                    .by_fingerprint
-                    .get(&(family, fingerprint))
-                    .ok_or(CodecError::UnknownFingerprint {
-                        family,
-                        fingerprint,
-                    })?;
-                read_datum(reader, &rest[8..])
+                };
+                Ok((u64::from_le_bytes(*fingerprint), datum))
             }
             [0xC3, ..] => Err(CodecError::TruncatedHeader("single-object")),
             [0x00, rest @ ..] => {
-                if rest.len() < 4 {
+                let Some((id, datum)) = rest.split_first_chunk::<4>() else {
                     return Err(CodecError::TruncatedHeader("Confluent"));
-                }
-                let id = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]);
+                };
+                let id = u32::from_be_bytes(*id);
                 match self.ids.lookup(id) {
                     Some((actual, true)) if actual == family => {
-                        read_datum(&registry().current[&family].reader, &rest[4..])
+                        Ok((Self::fingerprint(family), datum))
                     }
                     Some((actual, false)) if actual == family => {
-                        read_datum(&registry().previous[&family], &rest[4..])
+                        Ok((registry().previous[&family], datum))
                     }
                     Some((actual, _)) => Err(CodecError::WrongFamily {
                         id,

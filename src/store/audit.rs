@@ -7,8 +7,9 @@ use futures_util::TryStreamExt;
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::batch::{chain_hash, GENESIS_HASH};
 use super::{Store, StoreError};
+pub use crate::audit::ChainBreak;
+use crate::audit::{Link, Tip};
 use crate::codec::{AttemptEventRecord, Codec, Family};
 use crate::contract::AttemptEvent;
 
@@ -45,6 +46,23 @@ impl StoredEvent {
         Ok(AttemptEvent::try_from(record)?)
     }
 
+    /// Checks this row as the link after `tip` (`audit::check`), and that
+    /// its payload agrees with its columns; the new tip, or why not.
+    fn check(&self, tip: Tip) -> Result<Tip, String> {
+        let link = Link {
+            seq: self.seq,
+            prev_hash: Some(&self.prev_hash),
+            hash: Some(&self.hash),
+            fingerprint: self.schema_fingerprint as u64,
+            datum: &self.payload,
+        };
+        let (event, next) = crate::audit::check(self.attempt_id, tip, &link)?;
+        match self.mismatch(&event) {
+            Some(reason) => Err(reason),
+            None => Ok(next),
+        }
+    }
+
     /// Why the payload disagrees with the row's own columns, if it does.
     fn mismatch(&self, event: &AttemptEvent) -> Option<String> {
         let checks = [
@@ -69,26 +87,12 @@ impl StoredEvent {
 pub(crate) const EVENT_COLUMNS: &str =
     "position, event_id, attempt_id, job_id, seq, kind, terminal, occurred_at, payload, schema_fingerprint, prev_hash, hash, recorded_at";
 
-/// Where a chain first breaks.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ChainBreak {
-    pub attempt_id: Uuid,
-    pub seq: i64,
-    pub reason: String,
-}
-
 #[derive(Clone, Debug, Default)]
 pub struct ChainReport {
     pub attempts: u64,
     pub events: u64,
     /// The first bad event, in (attempt_id, seq) order; walking stops there.
     pub first_break: Option<ChainBreak>,
-}
-
-struct Walk {
-    attempt_id: Option<Uuid>,
-    expected_seq: i64,
-    tip: [u8; 32],
 }
 
 impl Store {
@@ -119,43 +123,39 @@ impl Store {
             .into_iter()
             .map(|row| (row.get(0), (row.get(1), row.get(2))))
             .collect();
-        let mut walked: HashMap<Uuid, (i64, [u8; 32])> = HashMap::new();
-        let mut walk = Walk {
-            attempt_id: None,
-            expected_seq: 1,
-            tip: GENESIS_HASH,
-        };
+        let mut walked: HashMap<Uuid, Tip> = HashMap::new();
+        let mut walk: Option<(Uuid, Tip)> = None;
         let query = format!(
             "SELECT {EVENT_COLUMNS} FROM attempt_events WHERE $1::uuid IS NULL OR attempt_id = $1 ORDER BY attempt_id, seq"
         );
         let mut rows = sqlx::query(&query).bind(only).fetch(&self.pool);
         while let Some(row) = rows.try_next().await? {
             let event = StoredEvent::from_row(&row)?;
-            if walk.attempt_id != Some(event.attempt_id) {
-                if let Some(previous) = walk.attempt_id {
-                    walked.insert(previous, (walk.expected_seq - 1, walk.tip));
+            let tip = match walk {
+                Some((attempt_id, tip)) if attempt_id == event.attempt_id => tip,
+                previous => {
+                    if let Some((attempt_id, tip)) = previous {
+                        walked.insert(attempt_id, tip);
+                    }
+                    report.attempts += 1;
+                    Tip::GENESIS
                 }
-                walk = Walk {
-                    attempt_id: Some(event.attempt_id),
-                    expected_seq: 1,
-                    tip: GENESIS_HASH,
-                };
-                report.attempts += 1;
-            }
+            };
             report.events += 1;
-            if let Some(reason) = check_link(&walk, &event) {
-                report.first_break = Some(ChainBreak {
-                    attempt_id: event.attempt_id,
-                    seq: event.seq,
-                    reason,
-                });
-                return Ok(report);
+            match event.check(tip) {
+                Ok(next) => walk = Some((event.attempt_id, next)),
+                Err(reason) => {
+                    report.first_break = Some(ChainBreak {
+                        attempt_id: event.attempt_id,
+                        seq: event.seq,
+                        reason,
+                    });
+                    return Ok(report);
+                }
             }
-            walk.expected_seq += 1;
-            walk.tip = event.hash.as_slice().try_into().unwrap_or(GENESIS_HASH);
         }
-        if let Some(previous) = walk.attempt_id {
-            walked.insert(previous, (walk.expected_seq - 1, walk.tip));
+        if let Some((attempt_id, tip)) = walk {
+            walked.insert(attempt_id, tip);
         }
         let mut tip_ids: Vec<&Uuid> = tips.keys().collect();
         tip_ids.sort();
@@ -170,7 +170,9 @@ impl Store {
                     });
                     return Ok(report);
                 }
-                Some((seq, hash)) if seq != last_seq || hash.as_slice() != last_hash.as_slice() => {
+                Some(Tip { seq, hash })
+                    if seq != last_seq || hash.as_slice() != last_hash.as_slice() =>
+                {
                     report.first_break = Some(ChainBreak {
                         attempt_id: *attempt_id,
                         seq: seq + 1,
@@ -185,25 +187,94 @@ impl Store {
     }
 }
 
-fn check_link(walk: &Walk, event: &StoredEvent) -> Option<String> {
-    if event.seq != walk.expected_seq {
-        return Some(format!(
-            "expected seq {} here, found seq {} (events missing or reordered)",
-            walk.expected_seq, event.seq
-        ));
-    }
-    if event.prev_hash.as_slice() != walk.tip.as_slice() {
-        return Some(format!("prev_hash does not link to seq {}", event.seq - 1));
-    }
-    let recomputed = chain_hash(&walk.tip, &event.payload);
-    if event.hash.as_slice() != recomputed.as_slice() {
-        return Some(
-            "hash does not match sha256(prev_hash || payload): the payload or hash was altered"
-                .into(),
+/// Which events a timeline or an export reads from `attempt_events`.
+#[derive(Clone, Debug)]
+pub enum EventSelection {
+    Attempt(Uuid),
+    Job(String),
+    /// Events that occurred in `[from, to)`.
+    Window(DateTime<Utc>, DateTime<Utc>),
+}
+
+/// One event of `attempt_events` as `audit compare` holds it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventLink {
+    pub attempt_id: Uuid,
+    pub seq: i64,
+    pub event_id: Uuid,
+    pub hash: Vec<u8>,
+}
+
+impl Store {
+    /// The selected events in (attempt, seq) order, handed to `each` one at
+    /// a time (an export streams them; nothing is held).
+    pub async fn for_each_event(
+        &self,
+        selection: &EventSelection,
+        mut each: impl FnMut(StoredEvent) -> Result<(), StoreError>,
+    ) -> Result<u64, StoreError> {
+        let filter = match selection {
+            EventSelection::Attempt(_) => "attempt_id = $1",
+            EventSelection::Job(_) => "job_id = $1",
+            EventSelection::Window(..) => "occurred_at >= $1 AND occurred_at < $2",
+        };
+        let query = format!(
+            "SELECT {EVENT_COLUMNS} FROM attempt_events WHERE {filter} ORDER BY attempt_id, seq"
         );
+        let query = match selection {
+            EventSelection::Attempt(attempt) => sqlx::query(&query).bind(*attempt),
+            EventSelection::Job(job) => sqlx::query(&query).bind(job),
+            EventSelection::Window(from, to) => sqlx::query(&query).bind(*from).bind(*to),
+        };
+        let mut rows = query.fetch(&self.pool);
+        let mut count = 0;
+        while let Some(row) = rows.try_next().await? {
+            each(StoredEvent::from_row(&row)?)?;
+            count += 1;
+        }
+        Ok(count)
     }
-    match event.decode() {
-        Err(error) => Some(format!("the payload does not decode: {error}")),
-        Ok(decoded) => event.mismatch(&decoded),
+
+    /// Every event's id and hash (of one attempt, or of all) in one
+    /// snapshot, handed to `each`; and, from the same snapshot, the ids of
+    /// events whose record still waits in the outbox (not yet published,
+    /// so not missing from the topic).
+    pub async fn event_links(
+        &self,
+        only: Option<Uuid>,
+        mut each: impl FnMut(EventLink),
+    ) -> Result<std::collections::HashSet<Uuid>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let pending: Vec<Option<String>> = sqlx::query_scalar(
+            "SELECT headers->>'ce_id' FROM outbox WHERE topic = $1 AND ($2::uuid IS NULL OR key = $2::text)",
+        )
+        .bind(crate::contract::topics::ATTEMPT_EVENTS)
+        .bind(only)
+        .fetch_all(&mut *tx)
+        .await?;
+        {
+            let mut rows = sqlx::query(
+                "SELECT attempt_id, seq, event_id, hash FROM attempt_events WHERE $1::uuid IS NULL OR attempt_id = $1",
+            )
+            .bind(only)
+            .fetch(&mut *tx);
+            while let Some(row) = rows.try_next().await? {
+                each(EventLink {
+                    attempt_id: row.get(0),
+                    seq: row.get(1),
+                    event_id: row.get(2),
+                    hash: row.get(3),
+                });
+            }
+        }
+        tx.commit().await?;
+        Ok(pending
+            .into_iter()
+            .flatten()
+            .filter_map(|id| id.parse().ok())
+            .collect())
     }
 }

@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
-use sha2::{Digest, Sha256};
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
@@ -19,8 +18,7 @@ use crate::attempt::{decide, JobState, Rejection};
 use crate::codec::{AttemptEventRecord, Codec, Family};
 use crate::contract::{AttemptEvent, EventBody, Input, JobSpec, UnixMillis};
 
-/// The hash that precedes an attempt's first event.
-pub const GENESIS_HASH: [u8; 32] = [0; 32];
+pub use crate::audit::{chain_hash, GENESIS_HASH};
 
 /// One input with the id that makes its redelivery a no-op.
 #[derive(Clone, Debug)]
@@ -811,14 +809,6 @@ pub(crate) async fn load_jobs(
     Ok(loaded)
 }
 
-/// The chain link: `sha256(prev_hash || payload)`.
-pub fn chain_hash(prev_hash: &[u8; 32], payload: &[u8]) -> [u8; 32] {
-    let mut hasher = Sha256::new();
-    hasher.update(prev_hash);
-    hasher.update(payload);
-    hasher.finalize().into()
-}
-
 /// THE write: appends decided events (hash-chained), folds them through the
 /// one `apply` into the projection, and writes their outbox rows — inside
 /// the caller's transaction, multi-row. `loaded` is the state the events were
@@ -912,7 +902,12 @@ impl Folded {
                 .unwrap_or(GENESIS_HASH);
             let hash = chain_hash(&prev_hash, &payload);
             folded.chain.insert(event.attempt_id, hash);
-            for message in messages_for(event, &payload, attempt, codec)? {
+            let chained = super::outbox::Chained {
+                datum: &payload,
+                prev_hash: &prev_hash,
+                hash: &hash,
+            };
+            for message in messages_for(event, chained, attempt, codec)? {
                 folded.outbox.push(message);
             }
             if matches!(event.body, EventBody::LeaseGranted { .. }) {

@@ -100,27 +100,47 @@ fn work(
     }))
 }
 
+/// An event as the hash chain holds it: its Avro datum and its links.
+pub(crate) struct Chained<'a> {
+    pub datum: &'a [u8],
+    pub prev_hash: &'a [u8; 32],
+    pub hash: &'a [u8; 32],
+}
+
 /// The outbox rows one event causes, given the attempt after the event.
-/// `datum` is the event's Avro datum, already encoded for the hash chain.
 pub(crate) fn messages_for(
     event: &AttemptEvent,
-    datum: &[u8],
+    chained: Chained<'_>,
     attempt: &Attempt,
     codec: &Codec,
 ) -> Result<Vec<OutboxMessage>, CodecError> {
     let mut messages = Vec::with_capacity(2);
     // Every event goes to the published log, keyed by attempt: a faithful,
-    // ordered copy of attempt_events.
+    // ordered copy of attempt_events, with its links of the hash chain, so
+    // the topic alone proves its integrity (docs/EVENTS.md).
+    let mut published = headers(
+        event.event_id,
+        &format!("io.execplane.attempt.{}", event.body.kind()),
+        event,
+        attempt,
+    );
+    published.insert(
+        crate::audit::SEQ_HEADER.into(),
+        json!(event.seq.to_string()),
+    );
+    published.insert(
+        crate::audit::PREV_HASH_HEADER.into(),
+        json!(hex::encode(chained.prev_hash)),
+    );
+    published.insert(
+        crate::audit::HASH_HEADER.into(),
+        json!(hex::encode(chained.hash)),
+    );
     messages.push(OutboxMessage {
         topic: topics::ATTEMPT_EVENTS.to_owned(),
         key: event.attempt_id.to_string(),
-        headers: headers(
-            event.event_id,
-            &format!("io.execplane.attempt.{}", event.body.kind()),
-            event,
-            attempt,
-        ),
-        payload: codec.frame(Family::AttemptEvent, datum)?,
+        headers: published,
+        payload: codec.frame(Family::AttemptEvent, chained.datum)?,
     });
     match &event.body {
         EventBody::LeaseGranted { .. } => {

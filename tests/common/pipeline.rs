@@ -225,6 +225,18 @@ impl Pipeline {
         self.children.len() - 1
     }
 
+    /// Runs `execplane ARGS` to its end with this pipeline's environment.
+    #[allow(dead_code)]
+    pub fn run(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+        Command::new(env!("CARGO_BIN_EXE_execplane"))
+            .args(args)
+            .envs(self.environment(env))
+            .env("EXECPLANE_LOG", "warn")
+            .stdin(Stdio::null())
+            .output()
+            .expect("execplane runs")
+    }
+
     pub fn pid(&self, index: usize) -> i32 {
         self.children[index]
             .1
