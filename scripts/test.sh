@@ -24,6 +24,8 @@ ensure_rust
 "$ROOT/scripts/helm.sh"
 "$ROOT/scripts/registry.sh"
 "$ROOT/scripts/opentofu.sh"
+# The example consumers of the published log, in Python and Java (docs/EVENTS.md).
+"$ROOT/scripts/consumers.sh"
 
 # sqlx::test creates a fresh database per test from this server; every
 # Kafka test uses its own topic prefix.

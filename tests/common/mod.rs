@@ -400,6 +400,7 @@ pub async fn drive_mixed(store: &Store, jobs: usize) -> usize {
 
 pub mod bao;
 pub mod conformance;
+pub mod consumers;
 pub mod examples;
 pub mod http;
 pub mod ingress;
