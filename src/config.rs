@@ -227,6 +227,10 @@ pub struct DispatcherSettings {
     pub inbox_retention: DurationMs,
     /// `EXECPLANE_CALLBACK_MAX_ATTEMPTS`: HTTP callback deliveries before giving up.
     pub callback_max_attempts: i32,
+    /// `EXECPLANE_CALLBACK_SIGNING_SECRETS`: where each tenant's callback
+    /// signing secrets are in the secret store, `<mount>/<path>` with
+    /// `{tenant}` in the path (key `signing_secrets`); empty: unsigned.
+    pub callback_signing_secrets: String,
 }
 
 impl Default for DispatcherSettings {
@@ -240,6 +244,7 @@ impl Default for DispatcherSettings {
             presence_ttl: DurationMs::from_secs(6),
             inbox_retention: DurationMs::from_secs(7 * 24 * 3600),
             callback_max_attempts: 8,
+            callback_signing_secrets: String::new(),
         }
     }
 }
@@ -793,6 +798,7 @@ settings! {
     "EXECPLANE_SANDBOX_DENY" => runner.sandbox_deny;
     "EXECPLANE_INBOX_RETENTION" => dispatcher.inbox_retention;
     "EXECPLANE_CALLBACK_MAX_ATTEMPTS" => dispatcher.callback_max_attempts;
+    "EXECPLANE_CALLBACK_SIGNING_SECRETS" => dispatcher.callback_signing_secrets;
     "EXECPLANE_VERIFY_PROBES" => verification.probes;
     "EXECPLANE_VERIFY_MAX_TIMEOUT" => verification.max_timeout;
     "EXECPLANE_VERIFY_MAX_BODY_BYTES" => verification.max_body_bytes;
@@ -1187,6 +1193,17 @@ impl Config {
         {
             problems.push("EXECPLANE_VAULT_ADDR: set EXECPLANE_VAULT_TOKEN, or EXECPLANE_VAULT_ROLE_ID and EXECPLANE_VAULT_SECRET_ID".into());
         }
+        let signing = self.dispatcher.callback_signing_secrets.trim();
+        if !signing.is_empty() {
+            if let Err(problem) = crate::contract::callbacks::signing_location(signing) {
+                problems.push(format!("EXECPLANE_CALLBACK_SIGNING_SECRETS: {problem}"));
+            } else if vault.addr.trim().is_empty() {
+                problems.push(
+                    "EXECPLANE_CALLBACK_SIGNING_SECRETS: the secrets are read from the secret store: set EXECPLANE_VAULT_ADDR"
+                        .into(),
+                );
+            }
+        }
         let metrics = self.telemetry.metrics_addr.trim();
         if !metrics.is_empty() && metrics.parse::<std::net::SocketAddr>().is_err() {
             problems.push(format!(
@@ -1409,6 +1426,9 @@ mod tests {
             "EXECPLANE_ARTIFACT_RETENTION_LOGS" => Some("1d".into()),
             "EXECPLANE_ARTIFACT_RETENTION_EVIDENCE" => Some("400d".into()),
             "EXECPLANE_RUNNER_POOL" => Some("zone=a".into()),
+            "EXECPLANE_CALLBACK_SIGNING_SECRETS" => {
+                Some("secret/execplane/{tenant}/callbacks".into())
+            }
             "EXECPLANE_RUNNER_WORK_DIR"
             | "EXECPLANE_VERIFY_PROBE_DIR"
             | "EXECPLANE_HELM_BIN"
@@ -1451,6 +1471,10 @@ mod tests {
                 ("EXECPLANE_S3_SECRET_ACCESS_KEY", "s".to_owned()),
             ],
             "EXECPLANE_VAULT_ADDR" => vec![("EXECPLANE_VAULT_TOKEN", "t".to_owned())],
+            "EXECPLANE_CALLBACK_SIGNING_SECRETS" => vec![
+                ("EXECPLANE_VAULT_ADDR", "http://127.0.0.1:8200".to_owned()),
+                ("EXECPLANE_VAULT_TOKEN", "t".to_owned()),
+            ],
             "EXECPLANE_AVRO_FRAMING" => {
                 vec![("EXECPLANE_CONFLUENT_SCHEMA_IDS", all_ids.to_owned())]
             }

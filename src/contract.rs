@@ -5,6 +5,7 @@
 //! (`crate::codec`) is what travels on Kafka and what the event log hashes.
 
 pub mod artifact_ref;
+pub mod callbacks;
 mod duration;
 mod events;
 mod failure;

@@ -17,7 +17,7 @@ use tracing::{error, info};
 use crate::kafka::{KafkaConfig, KafkaError};
 use crate::store::{Store, StoreError};
 
-pub use callbacks::CallbackConfig;
+pub use callbacks::{CallbackConfig, Signing};
 
 /// Dispatcher settings; defaults are in the README.
 #[derive(Clone, Debug)]

@@ -216,9 +216,13 @@ pub async fn run(
     // Every role of this process shares it; a changed file (or SIGHUP)
     // replaces it for all of them.
     tokio::spawn(policy.clone().watch(core_stop.clone()));
+    let mut dispatcher = assemble::dispatcher(config, policy);
+    if roles.dispatcher {
+        dispatcher.callbacks.signing = callback_signing(config, &core_stop).await?;
+    }
     let mut core = spawn_core(
         config,
-        policy,
+        dispatcher,
         roles,
         ingress_config,
         &store,
@@ -277,10 +281,37 @@ async fn prepare_stack(store: &Store, kafka: &crate::kafka::KafkaConfig) -> anyh
 
 type Tasks = tokio::task::JoinSet<anyhow::Result<()>>;
 
+/// Where the callback worker reads each tenant's signing secrets, when
+/// the operator configured it: the secret store, connected now.
+async fn callback_signing(
+    config: &Config,
+    stop: &CancellationToken,
+) -> anyhow::Result<Option<Arc<crate::dispatcher::Signing>>> {
+    let setting = config.dispatcher.callback_signing_secrets.trim();
+    if setting.is_empty() {
+        return Ok(None);
+    }
+    // Both checked when the settings were read.
+    let (mount, path) =
+        crate::contract::callbacks::signing_location(setting).map_err(anyhow::Error::msg)?;
+    let vault = assemble::secret_store(config)
+        .context("EXECPLANE_CALLBACK_SIGNING_SECRETS needs EXECPLANE_VAULT_ADDR")?;
+    let address = vault.address.clone();
+    let vault = crate::secrets::Vault::connect(vault)
+        .await
+        .map_err(|error| anyhow::anyhow!("secret store at {address}: {error}"))?;
+    vault.keep_alive(stop.clone());
+    Ok(Some(Arc::new(crate::dispatcher::Signing {
+        vault,
+        mount,
+        path,
+    })))
+}
+
 /// The dispatcher, relay, artifact worker and ingress this process runs.
 fn spawn_core(
     config: &Config,
-    policy: &SharedPolicy,
+    dispatcher: crate::dispatcher::DispatcherConfig,
     roles: Roles,
     ingress_config: Option<crate::ingress::IngressConfig>,
     store: &Store,
@@ -294,7 +325,7 @@ fn spawn_core(
             store.clone(),
             kafka.clone(),
             producer.clone(),
-            assemble::dispatcher(config, policy),
+            dispatcher,
             stop.clone(),
         );
         core.spawn(async move { task.await.map_err(anyhow::Error::from) });

@@ -1,14 +1,23 @@
 //! HTTP callbacks of terminal states: POSTed at least once with exponential
 //! backoff and jitter, an `Idempotency-Key` stable across retries, and a
 //! bound on attempts; the outcome is recorded as a `callback_recorded` event.
+//! Signed, when the operator configured where each tenant's secrets are,
+//! as the Standard Webhooks specification says (`contract::callbacks`): a
+//! callback whose secrets cannot be read is not sent unsigned, it is
+//! retried.
 
 use std::time::Duration;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
 
 use rand::Rng;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::DispatcherError;
+use crate::contract::callbacks as contract_callbacks;
 use crate::contract::Input;
 use crate::store::{ClaimedCallback, InputEnvelope, Store};
 
@@ -21,6 +30,43 @@ pub struct CallbackConfig {
     pub poll_interval: Duration,
     /// The operator's policy: where each tenant's callbacks may connect.
     pub policy: crate::policy::SharedPolicy,
+    /// Where each tenant's signing secrets are; `None`: unsigned.
+    pub signing: Option<Arc<Signing>>,
+}
+
+/// Each tenant's signing secrets, read from the secret store and kept a
+/// short while (a rotated secret is in force within [`SECRETS_TTL`]).
+#[derive(Debug)]
+pub struct Signing {
+    pub vault: Arc<crate::secrets::Vault>,
+    pub mount: String,
+    /// With `{tenant}`.
+    pub path: String,
+}
+
+const SECRETS_TTL: Duration = Duration::from_secs(30);
+
+type Secrets = Result<Arc<Vec<Vec<u8>>>, String>;
+
+impl Signing {
+    async fn secrets(&self, tenant: &str) -> Secrets {
+        let path = contract_callbacks::signing_path(&self.path, tenant)?;
+        let reference = crate::contract::SecretRef {
+            name: "callback signing secrets".into(),
+            mount: self.mount.clone(),
+            path,
+            key: contract_callbacks::SIGNING_KEY.into(),
+            generate: None,
+        };
+        let value = self
+            .vault
+            .resolve(&reference)
+            .await
+            .map_err(|error| format!("the signing secrets of tenant `{tenant}`: {error}"))?;
+        contract_callbacks::parse_secrets(value.expose())
+            .map(Arc::new)
+            .map_err(|problem| format!("the signing secrets of tenant `{tenant}`: {problem}"))
+    }
 }
 
 impl Default for CallbackConfig {
@@ -32,6 +78,7 @@ impl Default for CallbackConfig {
             request_timeout: Duration::from_secs(10),
             poll_interval: Duration::from_millis(200),
             policy: crate::policy::SharedPolicy::default(),
+            signing: None,
         }
     }
 }
@@ -59,8 +106,9 @@ pub(super) async fn run(
     // One client per tenant, bound to its destination policy (callbacks
     // follow no redirects); bounded, cleared when full and whenever the
     // operator's policy was reloaded.
-    let mut clients: std::collections::HashMap<String, reqwest::Client> = Default::default();
+    let mut clients: HashMap<String, reqwest::Client> = Default::default();
     let mut clients_policy = String::new();
+    let mut secrets: HashMap<String, (Instant, Secrets)> = HashMap::new();
     while !shutdown.is_cancelled() {
         let policy = config.policy.current();
         if policy.digest() != clients_policy {
@@ -95,11 +143,28 @@ pub(super) async fn run(
             }
             let client = clients[&tenant].clone();
             let destinations = policy.tenant(&tenant).destinations;
+            let signed = match &config.signing {
+                None => None,
+                Some(signing) => {
+                    let fresh = secrets
+                        .get(&tenant)
+                        .is_some_and(|(read, _)| read.elapsed() < SECRETS_TTL);
+                    if !fresh {
+                        if secrets.len() >= 256 {
+                            secrets.clear();
+                        }
+                        let read = signing.secrets(&tenant).await;
+                        secrets.insert(tenant.clone(), (Instant::now(), read));
+                    }
+                    Some(secrets[&tenant].1.clone())
+                }
+            };
             deliveries.push(async move {
                 deliver(
                     shared_store,
                     &client,
                     &destinations,
+                    signed,
                     shared_config,
                     callback,
                 )
@@ -122,12 +187,28 @@ async fn deliver(
     store: &Store,
     client: &reqwest::Client,
     destinations: &crate::policy::DestinationPolicy,
+    signed: Option<Secrets>,
     config: &CallbackConfig,
     callback: ClaimedCallback,
 ) {
+    let body = callback.body.to_string();
+    let timestamp = chrono::Utc::now().timestamp();
+    let signature = signed
+        .map(|secrets| {
+            secrets.map(|secrets| {
+                contract_callbacks::signature(
+                    &secrets,
+                    &callback.idempotency_key,
+                    timestamp,
+                    body.as_bytes(),
+                )
+            })
+        })
+        .transpose();
     let refused = reqwest::Url::parse(&callback.url)
         .map_err(|error| format!("not a URL: {error}"))
-        .and_then(|url| crate::policy::check_url(destinations, &url));
+        .and_then(|url| crate::policy::check_url(destinations, &url))
+        .and(signature.as_ref().map(|_| ()).map_err(Clone::clone));
     let mut request = client
         .post(&callback.url)
         .header("content-type", "application/json")
@@ -136,11 +217,17 @@ async fn deliver(
         .header("ce-id", &callback.idempotency_key)
         .header("ce-type", "io.execplane.attempt.result")
         .header("ce-source", crate::store::CE_SOURCE)
-        .timeout(config.request_timeout)
-        .body(callback.body.to_string());
+        .timeout(config.request_timeout);
     if let Some(traceparent) = &callback.traceparent {
         request = request.header("traceparent", traceparent);
     }
+    if let Ok(Some(signature)) = &signature {
+        request = request
+            .header("webhook-id", &callback.idempotency_key)
+            .header("webhook-timestamp", timestamp.to_string())
+            .header("webhook-signature", signature);
+    }
+    let request = request.body(body);
     let sent = match refused {
         Ok(()) => request
             .send()
