@@ -69,6 +69,9 @@ pub struct Attempt {
     pub fenced_reports: u32,
     /// Set once the HTTP callback was delivered (true) or given up (false).
     pub callback_delivered: Option<bool>,
+    /// The same, for the callback on the JobSpec's topic.
+    #[serde(default)]
+    pub callback_topic_delivered: Option<bool>,
     /// An `opentofu.plan` attempt's approvals (`plan_approved` events).
     #[serde(default)]
     pub plan_approval: Option<PlanApproval>,
@@ -85,6 +88,25 @@ pub struct PlanApproval {
 }
 
 impl Attempt {
+    /// A callback's outcome, once recorded (delivered or given up).
+    pub fn callback_outcome(&self, url: &str) -> Option<bool> {
+        if url.starts_with(crate::contract::callbacks::TOPIC_SCHEME) {
+            self.callback_topic_delivered
+        } else {
+            self.callback_delivered
+        }
+    }
+
+    /// Where a callback's outcome is kept: a topic's callback is
+    /// recorded as `kafka:<topic>` (docs/EVENTS.md, "Callbacks").
+    pub fn callback_outcome_mut(&mut self, url: &str) -> &mut Option<bool> {
+        if url.starts_with(crate::contract::callbacks::TOPIC_SCHEME) {
+            &mut self.callback_topic_delivered
+        } else {
+            &mut self.callback_delivered
+        }
+    }
+
     /// A queued attempt as its first event (seq 1) makes it; the caller
     /// fills in what that event says beyond identity.
     fn first(
@@ -124,6 +146,7 @@ impl Attempt {
             retry_attempt_id: None,
             fenced_reports: 0,
             callback_delivered: None,
+            callback_topic_delivered: None,
             plan_approval: None,
             last_seq: 1,
         }
@@ -442,8 +465,8 @@ fn apply_body(
                 next.updated_at = current.updated_at;
             }
         }
-        EventBody::CallbackRecorded { delivered, .. } => {
-            next.callback_delivered = Some(*delivered);
+        EventBody::CallbackRecorded { url, delivered, .. } => {
+            *next.callback_outcome_mut(url) = Some(*delivered);
             if current.is_terminal() {
                 next.updated_at = current.updated_at;
             }

@@ -120,6 +120,7 @@ pub async fn run(
     ));
     let callbacks = tokio::spawn(callbacks::run(
         store.clone(),
+        (kafka.clone(), producer.clone()),
         config.callbacks.clone(),
         shutdown.clone(),
     ));

@@ -101,6 +101,10 @@ pub struct TenantRules {
     /// one it may overwrite.
     pub secret_write_prefixes: Option<Vec<String>>,
     pub destinations: Option<DestinationRules>,
+    /// Topic prefixes (with `{tenant}`) a JobSpec's `callback.topic` may
+    /// name, under `EXECPLANE_TOPIC_PREFIX`. Default: none, so no callback
+    /// topic at all.
+    pub callback_topics: Option<Vec<String>>,
     /// Operations it may run: `*`, `<runner>.*` or names. Default `*`.
     pub operations: Option<Vec<String>>,
     /// The JobSpec flags it may set. Default: none.
@@ -418,9 +422,34 @@ pub struct TenantPolicy {
     secret_write_prefixes: Vec<(String, String)>,
     pub destinations: DestinationPolicy,
     pub operations: OperationRules,
+    /// The topic prefixes its callbacks may name, `{tenant}` substituted.
+    pub callback_topics: Vec<String>,
 }
 
 impl TenantPolicy {
+    /// Why a callback may not be produced to `topic`, if it may not.
+    pub fn callback_topic_refused(&self, topic: &str) -> Option<String> {
+        if crate::contract::topics::is_own(topic) {
+            return Some(format!("`{topic}` is one of execplane's own topics"));
+        }
+        if self.callback_topics.is_empty() {
+            return Some(
+                "the operator's policy names no callback topic prefix for this tenant (`callback_topics`)"
+                    .into(),
+            );
+        }
+        (!self
+            .callback_topics
+            .iter()
+            .any(|prefix| topic.starts_with(prefix.as_str())))
+        .then(|| {
+            format!(
+                "`{topic}` is outside the operator's callback topic prefixes for this tenant: {}",
+                self.callback_topics.join(", ")
+            )
+        })
+    }
+
     /// Whether a secret reference may be resolved for this tenant.
     pub fn secret_allowed(&self, mount: &str, path: &str) -> bool {
         under(&self.secret_prefixes, mount, path)
@@ -601,8 +630,29 @@ impl OperatorPolicy {
         let mut deny = destinations.deny.clone();
         deny.extend(ALWAYS_DENIED.iter().map(|entry| (*entry).to_owned()));
         let operations = self.operation_rules(tenant, rules, problems);
+        let callback_topics = rules
+            .callback_topics
+            .as_ref()
+            .or(self.defaults.callback_topics.as_ref())
+            .map(|prefixes| {
+                prefixes
+                    .iter()
+                    .map(|prefix| prefix.replace("{tenant}", tenant))
+                    .filter(|prefix| {
+                        let empty = prefix.is_empty();
+                        if empty {
+                            problems.push(format!(
+                                "tenant {tenant}: callback_topics: an empty prefix would allow every topic"
+                            ));
+                        }
+                        !empty
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         TenantPolicy {
             operations,
+            callback_topics,
             secret_prefixes,
             secret_write_prefixes,
             destinations: DestinationPolicy::new(
@@ -738,6 +788,13 @@ impl OperatorPolicy {
             if let Err(message) = tenant.destinations.check_name(&host) {
                 problems.push(Problem::new(path, message));
             }
+        }
+        let topic = spec
+            .callback
+            .as_ref()
+            .and_then(|callback| callback.topic.as_deref());
+        if let Some(refused) = topic.and_then(|topic| tenant.callback_topic_refused(topic)) {
+            problems.push(Problem::new("callback.topic", refused));
         }
         problems
     }

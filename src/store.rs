@@ -21,7 +21,7 @@ mod timers;
 
 pub use artifacts::{ArtifactRow, PendingBundle, Retention, StagedChunk};
 pub use batch::{chain_hash, GENESIS_HASH};
-pub use callbacks::ClaimedCallback;
+pub use callbacks::{Channel, ClaimedCallback};
 pub use ingress::{AttemptLease, ExecutorGrant, LeaseView, LeasedWork};
 pub use reads::{AttemptSummary, KeyWaitView};
 pub use rebuild::SHADOW_SCHEMA;

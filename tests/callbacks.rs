@@ -147,3 +147,117 @@ async fn a_callback_the_policy_does_not_let_the_tenant_reach_is_refused_at_valid
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_callback_topic_gets_the_result_record_once_per_ce_id_and_is_recorded(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    let policy = pipeline.dir.join("callback-topics.yaml");
+    std::fs::write(
+        &policy,
+        format!(
+            "{}  callback_topics: [\"callbacks.{{tenant}}.\"]\n",
+            common::pipeline::LOOPBACK_POLICY
+        ),
+    )
+    .unwrap();
+    pipeline.set_env("EXECPLANE_POLICY_FILE", policy.to_str().unwrap());
+    pipeline.start_roles(1);
+    pipeline.wait_runners(1).await;
+    let topic = "callbacks.team-a.results";
+    let spec = job(
+        "verify.tcp.connect",
+        json!({"host": "127.0.0.1", "port": 5432}),
+        json!({"callback": {"topic": topic}}),
+    );
+    pipeline.submit(&spec).await;
+    let attempt = pipeline.wait_done(&spec.job_id, WAIT).await[0].0;
+    pipeline
+        .wait("the topic callback to be recorded", WAIT, || async {
+            pipeline
+                .events_of(attempt)
+                .await
+                .contains(&"callback_recorded".to_owned())
+        })
+        .await;
+    let store = execplane::store::Store::from_pool(pool.clone());
+    let recorded = store
+        .history(attempt)
+        .await
+        .unwrap()
+        .last()
+        .unwrap()
+        .decode()
+        .unwrap();
+    match recorded.body {
+        execplane::contract::EventBody::CallbackRecorded { url, delivered, .. } => {
+            assert_eq!(
+                (url.as_str(), delivered),
+                ("kafka:callbacks.team-a.results", true)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // The same record as exec.results.v1: the same ce_id and value, once.
+    let on_results = pipeline
+        .consume_all(execplane::contract::topics::RESULTS)
+        .await;
+    let on_callback = pipeline.consume_all(topic).await;
+    let ce_id = |record: &rdkafka::message::OwnedMessage| {
+        use rdkafka::message::Headers;
+        use rdkafka::Message;
+        let headers = record.headers().unwrap();
+        let found = headers.iter().find(|header| header.key == "ce_id").unwrap();
+        String::from_utf8(found.value.unwrap().to_vec()).unwrap()
+    };
+    let ids: std::collections::BTreeSet<String> = on_callback.iter().map(ce_id).collect();
+    assert_eq!(ids.len(), 1, "one result, once per ce_id");
+    let result = on_results
+        .iter()
+        .find(|record| ids.contains(&ce_id(record)))
+        .unwrap();
+    use rdkafka::Message;
+    assert_eq!(on_callback[0].payload(), result.payload());
+    assert_eq!(on_callback[0].key(), result.key());
+    assert_eq!(
+        sqlx::query_scalar::<_, Option<bool>>(
+            "SELECT callback_topic_delivered FROM attempts WHERE attempt_id = $1"
+        )
+        .bind(attempt)
+        .fetch_one(&pool)
+        .await
+        .unwrap(),
+        Some(true)
+    );
+    let rebuild = common::execplane(&pool, &["projection", "rebuild", "--verify"]);
+    assert!(
+        rebuild.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rebuild.stderr)
+    );
+
+    // Another tenant's prefix, execplane's own topic, or none at all: refused
+    // at validation.
+    for (tenant, refused) in [
+        ("team-a", "callbacks.team-b.results"),
+        ("team-a", "exec.results.v1"),
+        ("team-a", "elsewhere"),
+    ] {
+        let mut spec = job(
+            "verify.tcp.connect",
+            json!({"host": "127.0.0.1", "port": 5432}),
+            json!({"callback": {"topic": refused}}),
+        );
+        spec.tenant = tenant.into();
+        let file = pipeline.dir.join("refused.json");
+        std::fs::write(&file, serde_json::to_vec(&spec).unwrap()).unwrap();
+        let validated = common::execplane_with(
+            &pool,
+            &["validate", file.to_str().unwrap()],
+            &[("EXECPLANE_POLICY_FILE", policy.to_str().unwrap())],
+        );
+        let said = String::from_utf8_lossy(&validated.stdout).into_owned()
+            + &String::from_utf8_lossy(&validated.stderr);
+        assert_eq!(validated.status.code(), Some(2), "{refused}: {said}");
+        assert!(said.contains("callback.topic"), "{refused}: {said}");
+    }
+}

@@ -427,7 +427,8 @@ fn decide_callback_outcome(
     if !attempt.is_terminal() {
         return Err(Rejection::NotTerminal { attempt_id });
     }
-    if attempt.callback_delivered.is_none() {
+    // Once per channel: the URL's outcome, the topic's.
+    if attempt.callback_outcome(url).is_none() {
         emit.push(
             attempt_id,
             &attempt.job_id,

@@ -8,6 +8,10 @@ use base64::Engine;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
+/// How a topic's callback is named in its `callback_recorded` event:
+/// `kafka:<topic>`.
+pub const TOPIC_SCHEME: &str = "kafka:";
+
 /// The key of the secret store's entry that holds a tenant's secrets.
 pub const SIGNING_KEY: &str = "signing_secrets";
 

@@ -17,6 +17,23 @@ pub fn work(runner_type: RunnerType) -> String {
     format!("exec.work.{}.v1", runner_type.as_str())
 }
 
+/// Whether `topic` is one of execplane's own (no callback is produced
+/// there, whatever the operator's prefixes say).
+pub fn is_own(topic: &str) -> bool {
+    [
+        COMMANDS,
+        RUNNER_EVENTS,
+        RUNNER_PRESENCE,
+        LOG_CHUNKS,
+        ATTEMPT_EVENTS,
+        ARTIFACTS,
+        RESULTS,
+        DLQ,
+    ]
+    .contains(&topic)
+        || topic.starts_with("exec.work.")
+}
+
 /// Whether records of `topic` are placed by `hash(instance) % partitions`.
 pub fn is_work(topic: &str) -> bool {
     topic.starts_with("exec.work.") && topic.ends_with(".v1")

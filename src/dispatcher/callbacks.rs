@@ -19,7 +19,7 @@ use tracing::{info, warn};
 use super::DispatcherError;
 use crate::contract::callbacks as contract_callbacks;
 use crate::contract::Input;
-use crate::store::{ClaimedCallback, InputEnvelope, Store};
+use crate::store::{Channel, ClaimedCallback, InputEnvelope, Store};
 
 #[derive(Clone, Debug)]
 pub struct CallbackConfig {
@@ -100,6 +100,7 @@ pub fn backoff(config: &CallbackConfig, attempts: i32) -> Duration {
 
 pub(super) async fn run(
     store: Store,
+    (kafka, producer): (crate::kafka::KafkaConfig, rdkafka::producer::FutureProducer),
     config: CallbackConfig,
     shutdown: CancellationToken,
 ) -> Result<(), DispatcherError> {
@@ -124,8 +125,17 @@ pub(super) async fn run(
         };
         let busy = !claimed.is_empty();
         let mut deliveries = Vec::with_capacity(claimed.len());
+        let mut topic_deliveries = Vec::new();
         let (shared_store, shared_config) = (&store, &config);
         for callback in claimed {
+            if callback.channel == Channel::Kafka {
+                let (kafka, producer) = (&kafka, &producer);
+                topic_deliveries.push(async move {
+                    let sent = produce(kafka, producer, shared_config, &callback).await;
+                    conclude(shared_store, shared_config, callback, sent).await;
+                });
+                continue;
+            }
             let tenant = callback
                 .body
                 .get("tenant")
@@ -171,7 +181,11 @@ pub(super) async fn run(
                 .await
             });
         }
-        futures_util::future::join_all(deliveries).await;
+        futures_util::future::join(
+            futures_util::future::join_all(deliveries),
+            futures_util::future::join_all(topic_deliveries),
+        )
+        .await;
         if busy {
             continue;
         }
@@ -235,23 +249,74 @@ async fn deliver(
             .map_err(|error| crate::policy::describe_http_error(&error)),
         Err(refusal) => Err(refusal),
     };
-    let (delivered, status, error) = match sent {
-        Ok(response) if response.status().is_success() => {
-            (true, Some(response.status().as_u16()), None)
-        }
-        Ok(response) => (
-            false,
+    let sent = match sent {
+        Ok(response) if response.status().is_success() => Ok(Some(response.status().as_u16())),
+        Ok(response) => Err((
             Some(response.status().as_u16()),
-            Some(format!("HTTP {}", response.status())),
-        ),
-        Err(error) => (false, None, Some(error)),
+            format!("HTTP {}", response.status()),
+        )),
+        Err(error) => Err((None, error)),
+    };
+    conclude(store, config, callback, sent).await;
+}
+
+/// Produces a topic callback: the exec.results.v1 record, as it is, to the
+/// JobSpec's topic (under the deployment's prefix), keyed by the attempt.
+async fn produce(
+    kafka: &crate::kafka::KafkaConfig,
+    producer: &rdkafka::producer::FutureProducer,
+    config: &CallbackConfig,
+    callback: &ClaimedCallback,
+) -> Result<Option<u16>, (Option<u16>, String)> {
+    let (Some(headers), Some(payload)) = (&callback.headers, &callback.payload) else {
+        return Err((None, "the queued record is missing".into()));
+    };
+    let empty = serde_json::Map::new();
+    let topic = kafka.topic(&callback.url);
+    let key = callback.attempt_id.to_string();
+    let record = rdkafka::producer::FutureRecord::to(&topic)
+        .key(&key)
+        .payload(payload)
+        .headers(crate::kafka::headers_from_json(
+            headers.as_object().unwrap_or(&empty),
+        ));
+    match tokio::time::timeout(
+        config.request_timeout,
+        producer.send(record, config.request_timeout),
+    )
+    .await
+    {
+        Ok(Ok(_)) => Ok(None),
+        Ok(Err((error, _))) => Err((None, format!("producing to {topic}: {error}"))),
+        Err(_) => Err((
+            None,
+            format!("producing to {topic}: no acknowledgement in time"),
+        )),
+    }
+}
+
+/// Records a delivery's outcome, or schedules the next try.
+async fn conclude(
+    store: &Store,
+    config: &CallbackConfig,
+    callback: ClaimedCallback,
+    sent: Result<Option<u16>, (Option<u16>, String)>,
+) {
+    let (delivered, status, error) = match sent {
+        Ok(status) => (true, status, None),
+        Err((status, error)) => (false, status, Some(error)),
     };
     crate::telemetry::metrics::callback(delivered);
     let give_up = !delivered && callback.attempts >= config.max_attempts;
     if delivered || give_up {
+        // A topic's callback is recorded as `kafka:<topic>`.
+        let url = match callback.channel {
+            Channel::Http => callback.url.clone(),
+            Channel::Kafka => format!("{}{}", contract_callbacks::TOPIC_SCHEME, callback.url),
+        };
         let outcome = Input::CallbackOutcome {
             attempt_id: callback.attempt_id,
-            url: callback.url.clone(),
+            url,
             delivered,
             attempts: u32::try_from(callback.attempts).unwrap_or(0),
             http_status: status,
@@ -259,7 +324,10 @@ async fn deliver(
             idempotency_key: callback.idempotency_key.clone(),
         };
         let envelope = InputEnvelope {
-            input_id: format!("callback:{}", callback.idempotency_key),
+            input_id: match callback.channel {
+                Channel::Http => format!("callback:{}", callback.idempotency_key),
+                Channel::Kafka => format!("callback-topic:{}", callback.idempotency_key),
+            },
             source: "callbacks".into(),
             input: outcome,
         };
@@ -271,13 +339,7 @@ async fn deliver(
             return;
         }
         if let Err(failure) = store
-            .finish_callback(
-                callback.attempt_id,
-                callback.terminal_seq,
-                delivered,
-                status,
-                error.as_deref(),
-            )
+            .finish_callback(&callback, delivered, status, error.as_deref())
             .await
         {
             warn!(%failure, "closing the callback failed");
@@ -289,8 +351,7 @@ async fn deliver(
     warn!(attempt_id = %callback.attempt_id, attempts = callback.attempts, error = error.as_deref().unwrap_or(""), retry_in_ms = delay.as_millis() as u64, "callback failed");
     if let Err(failure) = store
         .retry_callback(
-            callback.attempt_id,
-            callback.terminal_seq,
+            &callback,
             delay,
             status,
             error.as_deref().unwrap_or("unknown"),

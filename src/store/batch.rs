@@ -907,16 +907,22 @@ impl Folded {
                 prev_hash: &prev_hash,
                 hash: &hash,
             };
-            for message in messages_for(event, chained, attempt, codec)? {
+            let messages = messages_for(event, chained, attempt, codec)?;
+            if event.body.is_terminal() {
+                let result = messages
+                    .iter()
+                    .find(|message| message.topic == crate::contract::topics::RESULTS);
+                folded
+                    .callbacks
+                    .extend(super::callbacks::pending_for(event, attempt, result));
+            }
+            for message in messages {
                 folded.outbox.push(message);
             }
             if matches!(event.body, EventBody::LeaseGranted { .. }) {
                 folded.granted.insert(event.attempt_id);
             }
             if event.body.is_terminal() {
-                if let Some(callback) = super::callbacks::pending_for(event, attempt) {
-                    folded.callbacks.push(callback);
-                }
                 // The heartbeat timer took this lease: its instance is
                 // suspect until it announces itself again (placement skips
                 // it).

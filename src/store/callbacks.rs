@@ -1,5 +1,6 @@
-//! The HTTP callback queue: rows written with the terminal event, claimed by
-//! the callback worker with `FOR UPDATE SKIP LOCKED`.
+//! The callback queue: rows written with the terminal event (one per
+//! channel: the JobSpec's URL, its topic), claimed by the callback worker
+//! with `FOR UPDATE SKIP LOCKED`.
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -11,6 +12,33 @@ use super::{Store, StoreError};
 use crate::attempt::Attempt;
 use crate::contract::AttemptEvent;
 
+/// Where a callback goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Channel {
+    /// POSTed to the JobSpec's `callback.url`.
+    Http,
+    /// Produced to the JobSpec's `callback.topic`.
+    Kafka,
+}
+
+impl Channel {
+    fn parse(text: &str) -> Self {
+        if text == "kafka" {
+            Channel::Kafka
+        } else {
+            Channel::Http
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Channel::Http => "http",
+            Channel::Kafka => "kafka",
+        }
+    }
+}
+
 #[derive(Debug, Serialize)]
 pub(crate) struct PendingCallback {
     attempt_id: Uuid,
@@ -20,12 +48,51 @@ pub(crate) struct PendingCallback {
     body: serde_json::Value,
     traceparent: Option<String>,
     next_attempt_at: DateTime<Utc>,
+    channel: Channel,
+    headers: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Hex, for the row's `bytea`.
+    payload: Option<String>,
 }
 
-/// The callback a terminal event owes, if the JobSpec names a URL.
-pub(crate) fn pending_for(event: &AttemptEvent, attempt: &Attempt) -> Option<PendingCallback> {
-    let spec = attempt.spec.as_ref()?;
-    let url = spec.callback.as_ref()?.url.clone()?;
+/// The callbacks a terminal event owes: to the JobSpec's URL, and to its
+/// topic, the exec.results.v1 record `result` (the same record, the same
+/// `ce_id`).
+pub(crate) fn pending_for(
+    event: &AttemptEvent,
+    attempt: &Attempt,
+    result: Option<&super::OutboxMessage>,
+) -> Vec<PendingCallback> {
+    let Some(callback) = attempt
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.callback.as_ref())
+    else {
+        return Vec::new();
+    };
+    let mut pending = Vec::new();
+    if let Some(url) = &callback.url {
+        pending.push(http(event, attempt, url.clone()));
+    }
+    if let (Some(topic), Some(result)) = (&callback.topic, result) {
+        pending.push(PendingCallback {
+            attempt_id: event.attempt_id,
+            terminal_seq: i64::try_from(event.seq).unwrap_or(i64::MAX),
+            url: topic.clone(),
+            idempotency_key: format!("{}:{}", event.attempt_id, event.seq),
+            // The record is the result's, in `headers` and `payload`.
+            body: serde_json::json!({}),
+            traceparent: None,
+            next_attempt_at: timestamp(event.occurred_at),
+            channel: Channel::Kafka,
+            headers: Some(result.headers.clone()),
+            payload: Some(hex::encode(&result.payload)),
+        });
+    }
+    pending
+}
+
+fn http(event: &AttemptEvent, attempt: &Attempt, url: String) -> PendingCallback {
+    let spec = attempt.spec.as_ref();
     let idempotency_key = format!("{}:{}", event.attempt_id, event.seq);
     let body = serde_json::json!({
         "attempt_id": attempt.attempt_id,
@@ -43,15 +110,20 @@ pub(crate) fn pending_for(event: &AttemptEvent, attempt: &Attempt) -> Option<Pen
         "idempotency_key": idempotency_key,
         "retry_attempt_id": attempt.retry_attempt_id,
     });
-    Some(PendingCallback {
+    PendingCallback {
         attempt_id: event.attempt_id,
         terminal_seq: i64::try_from(event.seq).unwrap_or(i64::MAX),
         url,
         idempotency_key,
         body,
-        traceparent: spec.trace.as_ref().map(|trace| trace.traceparent.clone()),
+        traceparent: spec
+            .and_then(|spec| spec.trace.as_ref())
+            .map(|trace| trace.traceparent.clone()),
         next_attempt_at: timestamp(event.occurred_at),
-    })
+        channel: Channel::Http,
+        headers: None,
+        payload: None,
+    }
 }
 
 /// A callback claimed for one delivery attempt.
@@ -65,6 +137,10 @@ pub struct ClaimedCallback {
     pub traceparent: Option<String>,
     /// Including this one.
     pub attempts: i32,
+    pub channel: Channel,
+    /// A topic callback's record: its headers and value.
+    pub headers: Option<serde_json::Value>,
+    pub payload: Option<Vec<u8>>,
 }
 
 impl Store {
@@ -90,6 +166,9 @@ impl Store {
                 body: row.get(4),
                 traceparent: row.get(5),
                 attempts: row.get(6),
+                channel: Channel::parse(row.get::<&str, _>(7)),
+                headers: row.get(8),
+                payload: row.get(9),
             })
             .collect())
     }
@@ -97,21 +176,21 @@ impl Store {
     /// Schedules the next delivery attempt after a failure.
     pub async fn retry_callback(
         &self,
-        attempt_id: Uuid,
-        terminal_seq: i64,
+        callback: &ClaimedCallback,
         delay: std::time::Duration,
         status: Option<u16>,
         error: &str,
     ) -> Result<(), StoreError> {
         sqlx::query(
             "UPDATE callbacks SET next_attempt_at = now() + make_interval(secs => $3), last_status = $4, last_error = $5
-             WHERE attempt_id = $1 AND terminal_seq = $2",
+             WHERE attempt_id = $1 AND terminal_seq = $2 AND channel = $6",
         )
-        .bind(attempt_id)
-        .bind(terminal_seq)
+        .bind(callback.attempt_id)
+        .bind(callback.terminal_seq)
         .bind(delay.as_secs_f64())
         .bind(status.map(i32::from))
         .bind(error)
+        .bind(callback.channel.as_str())
         .execute(&self.pool)
         .await?;
         Ok(())
@@ -120,18 +199,18 @@ impl Store {
     /// Marks a callback delivered or given up.
     pub async fn finish_callback(
         &self,
-        attempt_id: Uuid,
-        terminal_seq: i64,
+        callback: &ClaimedCallback,
         delivered: bool,
         status: Option<u16>,
         error: Option<&str>,
     ) -> Result<(), StoreError> {
-        sqlx::query("UPDATE callbacks SET status = $3, last_status = $4, last_error = $5 WHERE attempt_id = $1 AND terminal_seq = $2")
-            .bind(attempt_id)
-            .bind(terminal_seq)
+        sqlx::query("UPDATE callbacks SET status = $3, last_status = $4, last_error = $5 WHERE attempt_id = $1 AND terminal_seq = $2 AND channel = $6")
+            .bind(callback.attempt_id)
+            .bind(callback.terminal_seq)
             .bind(if delivered { "delivered" } else { "failed" })
             .bind(status.map(i32::from))
             .bind(error)
+            .bind(callback.channel.as_str())
             .execute(&self.pool)
             .await?;
         Ok(())

@@ -106,6 +106,7 @@ pub(crate) struct AttemptRow {
     pub retry_attempt_id: Option<Uuid>,
     pub fenced_reports: i32,
     pub callback_delivered: Option<bool>,
+    pub callback_topic_delivered: Option<bool>,
     pub plan_approval: Option<crate::attempt::PlanApproval>,
     pub last_seq: i64,
     #[serde(with = "bytea")]
@@ -144,6 +145,7 @@ pub(crate) const ATTEMPT_COLUMNS: &[&str] = &[
     "retry_attempt_id",
     "fenced_reports",
     "callback_delivered",
+    "callback_topic_delivered",
     "plan_approval",
     "last_seq",
     "last_hash",
@@ -277,6 +279,7 @@ pub(crate) fn attempt_row(attempt: &Attempt, last_hash: &[u8]) -> AttemptRow {
         retry_attempt_id: attempt.retry_attempt_id,
         fenced_reports: i32::try_from(attempt.fenced_reports).unwrap_or(i32::MAX),
         callback_delivered: attempt.callback_delivered,
+        callback_topic_delivered: attempt.callback_topic_delivered,
         plan_approval: attempt.plan_approval.clone(),
         last_seq: i64::try_from(attempt.last_seq).unwrap_or(i64::MAX),
         last_hash: last_hash.to_vec(),
@@ -391,6 +394,7 @@ pub(crate) fn attempt_from_rows(
         retry_attempt_id: row.retry_attempt_id,
         fenced_reports: u32::try_from(row.fenced_reports).unwrap_or(0),
         callback_delivered: row.callback_delivered,
+        callback_topic_delivered: row.callback_topic_delivered,
         plan_approval: row.plan_approval,
         last_seq: u64::try_from(row.last_seq).unwrap_or(0),
     })
