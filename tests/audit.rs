@@ -193,28 +193,14 @@ async fn the_published_log_proves_itself_and_agrees_with_the_database(pool: PgPo
         header(record, "execplane_seq").parse::<i64>().unwrap();
     }
     // Both example consumers fold the topic to the database's states.
-    let states: Vec<(Uuid, String, i64)> =
-        sqlx::query_as("SELECT attempt_id, status, last_seq FROM attempts ORDER BY attempt_id")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
+    let states = common::consumers::stored_states(&pool).await;
     for (name, command) in common::consumers::each() {
         let fold = common::consumers::fold(name, command, &pipeline.brokers, &published, &[]);
-        let folded: Vec<(Uuid, String, i64)> = fold["attempts"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(attempt, state)| {
-                (
-                    attempt.parse().unwrap(),
-                    state["status"].as_str().unwrap().to_owned(),
-                    state["last_seq"].as_i64().unwrap(),
-                )
-            })
-            .collect();
-        let mut folded = folded;
-        folded.sort();
-        assert_eq!(folded, states, "the {name} consumer's fold");
+        assert_eq!(
+            common::consumers::folded_states(&fold),
+            states,
+            "the {name} consumer's fold"
+        );
     }
 
     // Three records published again, as a relay does after a crash.

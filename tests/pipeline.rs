@@ -394,26 +394,14 @@ async fn with_confluent_framing_configured_a_job_runs_end_to_end(pool: PgPool) {
         format!("{}={schema}", id_of(Family::AttemptEvent)),
     ];
     let topic = pipeline.kafka.topic(topics::ATTEMPT_EVENTS);
-    let states: Vec<(String, String, i64)> =
-        sqlx::query_as("SELECT attempt_id::text, status, last_seq FROM attempts ORDER BY 1")
-            .fetch_all(&pool)
-            .await
-            .unwrap();
+    let states = common::consumers::stored_states(&pool).await;
     for (name, command) in common::consumers::each() {
         let fold = common::consumers::fold(name, command, &pipeline.brokers, &topic, &id);
-        let folded: Vec<(String, String, i64)> = fold["attempts"]
-            .as_object()
-            .unwrap()
-            .iter()
-            .map(|(attempt, state)| {
-                (
-                    attempt.clone(),
-                    state["status"].as_str().unwrap().to_owned(),
-                    state["last_seq"].as_i64().unwrap(),
-                )
-            })
-            .collect();
-        assert_eq!(folded, states, "the {name} consumer");
+        assert_eq!(
+            common::consumers::folded_states(&fold),
+            states,
+            "the {name} consumer"
+        );
     }
     let verified = pipeline.run(&["audit", "verify", "--from-kafka"], &[]);
     assert!(

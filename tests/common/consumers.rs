@@ -78,3 +78,33 @@ pub fn fold(
     serde_json::from_slice(&output.stdout)
         .unwrap_or_else(|error| panic!("the {name} consumer's output: {error}"))
 }
+
+/// Each attempt's (id, status, last seq) in a consumer's fold, by id.
+pub fn folded_states(fold: &Value) -> Vec<(String, String, i64)> {
+    let mut states: Vec<(String, String, i64)> = fold["attempts"]
+        .as_object()
+        .expect("the fold's attempts")
+        .iter()
+        .map(|(attempt, state)| {
+            (
+                attempt.clone(),
+                state["status"].as_str().unwrap_or_default().to_owned(),
+                state["last_seq"].as_i64().unwrap_or_default(),
+            )
+        })
+        .collect();
+    states.sort();
+    states
+}
+
+/// The same of the projection in Postgres.
+pub async fn stored_states(pool: &sqlx::PgPool) -> Vec<(String, String, i64)> {
+    let mut states: Vec<(String, String, i64)> =
+        sqlx::query_as("SELECT attempt_id::text, status, last_seq FROM attempts")
+            .fetch_all(pool)
+            .await
+            .expect("the projection reads");
+    // Byte order, as the fold's (a collation may order text otherwise).
+    states.sort();
+    states
+}
