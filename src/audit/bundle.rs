@@ -300,6 +300,26 @@ pub fn verify(input: impl BufRead, key: Option<&PKey<Public>>) -> Result<Verifie
             reason: "no trailer: the bundle is cut short".into(),
         });
     };
+    let signed = check_trailer(&trailer, at, &computed, events, &tips, key)?;
+    Ok(Verified {
+        header,
+        attempts: tips.len(),
+        events,
+        signed,
+    })
+}
+
+/// The trailer against what the lines before it hold (`computed`, the
+/// digest; `events`; the chains' `tips`), and its signature against `key`:
+/// whether the signature was checked.
+fn check_trailer(
+    trailer: &Trailer,
+    at: usize,
+    computed: &str,
+    events: u64,
+    tips: &BTreeMap<Uuid, Tip>,
+    key: Option<&PKey<Public>>,
+) -> Result<bool, BundleError> {
     let malformed = |reason: String| BundleError::Malformed { line: at, reason };
     if trailer.digest != computed {
         return Err(malformed(
@@ -323,13 +343,11 @@ pub fn verify(input: impl BufRead, key: Option<&PKey<Public>>) -> Result<Verifie
     if trailer.heads != heads {
         return Err(malformed("the heads are not where the chains end".into()));
     }
-    let signed = match (key, &trailer.signature) {
-        (None, _) => false,
-        (Some(_), None) => {
-            return Err(BundleError::Signature(
-                "the bundle is not signed, and a public key was given".into(),
-            ))
-        }
+    match (key, &trailer.signature) {
+        (None, _) => Ok(false),
+        (Some(_), None) => Err(BundleError::Signature(
+            "the bundle is not signed, and a public key was given".into(),
+        )),
         (Some(key), Some(signature)) => {
             let message = signed_message(
                 &signature.public_key,
@@ -338,15 +356,9 @@ pub fn verify(input: impl BufRead, key: Option<&PKey<Public>>) -> Result<Verifie
                 &trailer.heads,
             );
             check_signature(key, signature, &message)?;
-            true
+            Ok(true)
         }
-    };
-    Ok(Verified {
-        header,
-        attempts: tips.len(),
-        events,
-        signed,
-    })
+    }
 }
 
 fn check_event(tips: &mut BTreeMap<Uuid, Tip>, line: &EventLine) -> Result<(), String> {

@@ -167,20 +167,7 @@ pub async fn compare(
             )),
         }
     }
-    let mut extra = Findings::new("on the topic only");
-    let mut attempts: Vec<_> = walk.attempts().collect();
-    attempts.sort_by_key(|(attempt_id, _)| **attempt_id);
-    for (attempt_id, seen) in attempts {
-        for (index, event) in seen.iter().enumerate() {
-            if event.early && !event.matched {
-                extra.lines.push(format!(
-                    "attempt {attempt_id} seq {} (event {})",
-                    index + 1,
-                    event.event_id
-                ));
-            }
-        }
-    }
+    let extra = extras(&walk);
     missing.lines.sort();
     different.lines.sort();
     let (topic_attempts, topic_events) = walk.totals();
@@ -213,6 +200,26 @@ pub async fn compare(
         walk.broken()
     );
     Ok(ExitCode::from(1))
+}
+
+/// The events read before the first end that no event of the database
+/// matched.
+fn extras(walk: &Walk) -> Findings {
+    let mut extra = Findings::new("on the topic only");
+    let mut attempts: Vec<_> = walk.attempts().collect();
+    attempts.sort_by_key(|(attempt_id, _)| **attempt_id);
+    for (attempt_id, seen) in attempts {
+        for (index, event) in seen.iter().enumerate() {
+            if event.early && !event.matched {
+                extra.lines.push(format!(
+                    "attempt {attempt_id} seq {} (event {})",
+                    index + 1,
+                    event.event_id
+                ));
+            }
+        }
+    }
+    extra
 }
 
 fn differs(seen: &topic::Seen, link: &crate::store::EventLink) -> Option<String> {
