@@ -635,8 +635,17 @@ impl OperatorPolicy {
             .as_ref()
             .or(self.defaults.callback_topics.as_ref())
             .map(|prefixes| {
+                // A name with `.` or `_` could nest in another tenant's
+                // topics (`callbacks.team-a.` is a prefix of
+                // `callbacks.team-a.evil.`), or collide with them (Kafka
+                // takes `.` and `_` for one): such a tenant gets no topic
+                // from a `{tenant}` prefix.
+                let plain = tenant
+                    .chars()
+                    .all(|character| character.is_ascii_alphanumeric() || character == '-');
                 prefixes
                     .iter()
+                    .filter(|prefix| plain || !prefix.contains("{tenant}"))
                     .map(|prefix| prefix.replace("{tenant}", tenant))
                     .filter(|prefix| {
                         let empty = prefix.is_empty();

@@ -239,6 +239,8 @@ async fn a_callback_topic_gets_the_result_record_once_per_ce_id_and_is_recorded(
     // at validation.
     for (tenant, refused) in [
         ("team-a", "callbacks.team-b.results"),
+        // A name that would nest in another's topics gets none.
+        ("team-a.evil", "callbacks.team-a.evil.results"),
         ("team-a", "exec.results.v1"),
         ("team-a", "elsewhere"),
     ] {
