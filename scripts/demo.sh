@@ -96,6 +96,9 @@ JOB_ID=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["job_id
 log "the same job through the execute API ($INGRESS/v1/jobs/$JOB_ID):"
 curl -fsS -H "Authorization: Bearer $EXECPLANE_API_KEY" "$INGRESS/v1/jobs/$JOB_ID" |
   python3 -c 'import json,sys; d=json.load(sys.stdin); a=d["attempts"][-1]; print("job %s: attempt %s is %s" % (d["job"]["job_id"], a["attempt_id"], a["status"]))'
+# The console answers (a browser signs in there with the same key).
+curl -fsS -o /dev/null -w "the operator console: $INGRESS/console (HTTP %{http_code} to sign in; the key is EXECPLANE_API_KEY)\n" "$INGRESS/console/sign-in" ||
+  die "the console did not answer"
 # Every example, each to the end the README's table gives it (all succeed).
 for example in examples/*.json; do
   name=$(basename "$example" .json)

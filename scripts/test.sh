@@ -11,6 +11,9 @@ apt_install cmake libcurl4-openssl-dev zlib1g-dev libssl-dev
 # util-linux's prlimit (docs/SECURITY.md).
 # nftables keeps the sandbox's uids off the platform's endpoints.
 apt_install bubblewrap util-linux nftables
+# The console's tests drive a real headless Chromium through WebDriver
+# (tests/common/browser.rs).
+apt_install chromium chromium-driver
 # The ingress tests drive executors written in Python (standard library only).
 command -v python3 >/dev/null 2>&1 || apt_install python3
 ensure_rust

@@ -11,7 +11,9 @@
 //! Postgres, where a lease is committed before its work record is even
 //! relayed) when it polls.
 
+pub mod access;
 pub mod api;
+pub mod console;
 pub mod executor;
 pub mod feed;
 pub mod frame;
@@ -233,6 +235,9 @@ pub enum IngressError {
     /// A JobSpec the operator's policy refuses for its tenant.
     #[error("refused by the operator's policy")]
     PolicyProblems(Vec<Problem>),
+    /// A principal without the role the call needs, on what it may see.
+    #[error("forbidden: {0}")]
+    Forbidden(String),
     #[error("{0} not found")]
     NotFound(String),
     #[error("session unknown: register again")]
@@ -241,6 +246,9 @@ pub enum IngressError {
     Conflict(String),
     #[error("request too large")]
     TooLarge,
+    /// Stored content that fails its recorded digest: never served.
+    #[error("{0}")]
+    Corrupt(String),
     #[error("unavailable: {0}")]
     Unavailable(String),
 }
@@ -279,10 +287,12 @@ impl IngressError {
             IngressError::Unauthorized => 401,
             IngressError::NotAllowed
             | IngressError::Policy(_)
-            | IngressError::PolicyProblems(_) => 403,
+            | IngressError::PolicyProblems(_)
+            | IngressError::Forbidden(_) => 403,
             IngressError::NotFound(_) | IngressError::SessionUnknown => 404,
             IngressError::Conflict(_) => 409,
             IngressError::TooLarge => 413,
+            IngressError::Corrupt(_) => 502,
             IngressError::Unavailable(_) => 503,
         }
     }
@@ -302,6 +312,9 @@ impl IngressError {
             IngressError::PolicyProblems(problems) => {
                 json!({"error": "forbidden_by_policy", "problems": problems})
             }
+            IngressError::Forbidden(message) => {
+                json!({"error": "forbidden", "reason": "role", "message": message})
+            }
             IngressError::NotFound(what) => {
                 json!({"error": "not_found", "message": format!("{what} not found")})
             }
@@ -310,6 +323,9 @@ impl IngressError {
             }
             IngressError::Conflict(message) => json!({"error": "conflict", "message": message}),
             IngressError::TooLarge => json!({"error": "too_large"}),
+            IngressError::Corrupt(message) => {
+                json!({"error": "artifact_corrupt", "message": message})
+            }
             IngressError::Unavailable(message) => {
                 json!({"error": "unavailable", "message": message})
             }
@@ -350,6 +366,10 @@ pub struct Ingress {
     pub storage: Arc<crate::artifacts::Storage>,
     /// Uploads held in memory at once (each up to `max_output` bytes).
     pub uploads: tokio::sync::Semaphore,
+    /// Artifact downloads held in memory at once.
+    pub downloads: tokio::sync::Semaphore,
+    /// Console sign-in sessions.
+    pub sessions: console::session::Sessions,
     http_client: reqwest::Client,
 }
 
@@ -384,6 +404,8 @@ impl Ingress {
             shutdown,
             storage,
             uploads: tokio::sync::Semaphore::new(MAX_CONCURRENT_UPLOADS),
+            downloads: tokio::sync::Semaphore::new(api::MAX_CONCURRENT_DOWNLOADS),
+            sessions: console::session::Sessions::default(),
             http_client,
         }))
     }
@@ -492,8 +514,11 @@ pub async fn run(
         .await
         .with_context(|| format!("binding the ingress TCP listener on {}", config.tcp))?;
     info!(http = %config.http, tcp = %config.tcp, "ingress listening");
-    if config.api_key.is_empty() {
-        tracing::warn!("the execute API is off: no EXECPLANE_API_KEY is set (the executors' key never opens it); submit through Kafka, or set a key of its own");
+    let principals = !config.policy.current().principals().is_empty();
+    if principals && !config.api_key.is_empty() {
+        tracing::warn!("the policy names principals: EXECPLANE_API_KEY no longer opens the execute API or the console (each principal's own key does)");
+    } else if !principals && config.api_key.is_empty() {
+        tracing::warn!("the execute API and the console are off: no EXECPLANE_API_KEY is set and the policy names no principals (the executors' key never opens them); submit through Kafka, or set a key of its own");
     }
     let ingress = Ingress::new(config, store, kafka, producer, storage, shutdown.clone())?;
     let presence = tokio::spawn(executor::announce_sessions(

@@ -48,6 +48,7 @@ pub mod helm;
 pub mod kubernetes;
 pub mod live;
 pub mod opentofu;
+pub mod principals;
 pub mod rules;
 pub mod ssh;
 
@@ -147,6 +148,8 @@ struct PolicyFile {
     concurrency: concurrency::Concurrency,
     #[serde(default)]
     helm_marketplace: Vec<helm::MarketplaceChart>,
+    #[serde(default)]
+    principals: BTreeMap<String, principals::PrincipalEntry>,
 }
 
 /// How a policy file is written: YAML (`.yaml`, `.yml`) or TOML.
@@ -473,6 +476,8 @@ pub struct OperatorPolicy {
     concurrency: concurrency::Concurrency,
     /// Charts any tenant with `helm.marketplace` may install.
     helm_marketplace: Vec<helm::MarketplaceChart>,
+    /// Who may call the execute API and the console (empty: the shared key).
+    principals: principals::Principals,
     /// `sha256:<hex>` of the file as read (of the empty string without a file).
     digest: String,
 }
@@ -524,7 +529,12 @@ impl OperatorPolicy {
                 serde_yaml::from_str(text).map_err(|error| vec![error.to_string()])?
             }
         };
+        let (principals, mut problems) = match principals::Principals::parse(&file.principals) {
+            Ok(principals) => (principals, Vec::new()),
+            Err(problems) => (principals::Principals::default(), problems),
+        };
         let policy = Self {
+            principals,
             defaults: file.defaults,
             tenants: file.tenants,
             requires: file.requires,
@@ -535,7 +545,7 @@ impl OperatorPolicy {
             digest: format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes()))),
         };
         // Parse every tenant once now, so a bad entry fails at startup.
-        let mut problems = policy.table_problems();
+        problems.extend(policy.table_problems());
         policy.build("{defaults}", &policy.defaults, &mut problems);
         for (tenant, rules) in &policy.tenants {
             policy.build(tenant, rules, &mut problems);
@@ -579,6 +589,11 @@ impl OperatorPolicy {
             );
         }
         problems
+    }
+
+    /// The principals of the execute API and the console.
+    pub fn principals(&self) -> &principals::Principals {
+        &self.principals
     }
 
     /// The operator's ssh template `id`: what the ssh runner runs.

@@ -10,6 +10,7 @@ mod audit;
 mod batch;
 mod bench;
 mod callbacks;
+pub mod console;
 mod ingress;
 mod outbox;
 mod reads;

@@ -141,9 +141,18 @@ tenants:
       backends: [local, pg]
       env: [PROVIDER_TOKEN]
       approvers: [reviewer, pipeline-test]
-"#
+principals:
+  reviewer: {{key_sha256: "{}", roles: {{team-a: [approver]}}}}
+  pipeline-test: {{key_sha256: "{}", roles: {{team-a: [operator, approver]}}}}
+"#,
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(REVIEWER_KEY)),
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(REQUESTER_KEY)),
     )
 }
+
+/// The console keys of the plan's approver and of its requester.
+const REVIEWER_KEY: &str = "reviewer-key-for-the-console-0123";
+const REQUESTER_KEY: &str = "requester-key-for-the-console-0123";
 
 struct Stack {
     pipeline: Pipeline,
@@ -886,4 +895,91 @@ async fn the_opentofu_runner_conforms(pool: PgPool) {
         artifacts: stack.pipeline.dir.join("artifacts"),
     };
     common::conformance::suite(RunnerType::Opentofu, &stack.pipeline, fixture).await;
+}
+
+/// Four eyes in the console: the plan's requester cannot approve it there;
+/// an approver does, with a click on the approvals page, the log names the
+/// approver, and the apply that names the plan runs.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn an_approver_approves_a_plan_in_the_console_and_its_apply_runs(pool: PgPool) {
+    use common::browser::Browser;
+    let bao = Bao::new();
+    let mut stack = stack(&pool, &bao).await;
+    stack.put_secrets(&bao, "host=unused", "token").await;
+    let ingress = common::ingress::start(&mut stack.pipeline, &["ingress"], &[]).await;
+    let mut module = stack.module(json!({"greeting": "approved"}), json!({}));
+    module["workspace"] = json!("console");
+    let plan_spec = stack.job("opentofu.plan", module.clone(), json!({}));
+    let (status, _, message, result) = stack.run(&plan_spec).await;
+    assert_eq!(status, "succeeded", "{message}");
+    let artifact = result["plan"]["artifact"].as_str().unwrap().to_owned();
+    let planned = stack.pipeline.attempts(&plan_spec.job_id).await[0].0;
+
+    let browser = Browser::start().await;
+    let approve = format!(".plan[data-attempt=\"{planned}\"] button.approve");
+    for (key, who) in [(REQUESTER_KEY, "pipeline-test"), (REVIEWER_KEY, "reviewer")] {
+        browser.goto(&ingress.url("/console")).await;
+        if !browser.all("#sign-out").await.is_empty() {
+            browser.click("#sign-out").await;
+        }
+        browser.type_into("#key", key).await;
+        browser.click("#sign-in").await;
+        assert_eq!(browser.text_of("#principal").await, who);
+        browser.goto(&ingress.url("/console/approvals")).await;
+        let card = browser
+            .text_of(&format!(".plan[data-attempt=\"{planned}\"]"))
+            .await;
+        for shown in [
+            "network",
+            "console",
+            "pipeline-test",
+            "null_resource.greeting",
+        ] {
+            assert!(card.contains(shown), "{shown} in {card}");
+        }
+        browser.click(&approve).await;
+        if who == "pipeline-test" {
+            let error = browser.text_of("#error").await;
+            assert!(error.contains("requested the plan"), "four eyes: {error}");
+        }
+    }
+    let approval = approve_wait(&pool, planned).await;
+    assert_eq!(approval["approved_by"], json!(["reviewer"]), "{approval}");
+    let (_, attempt) = common::ingress::call(
+        reqwest::Method::GET,
+        &ingress.url(&format!("/v1/attempts/{planned}")),
+        Some(REVIEWER_KEY),
+        None,
+        &[],
+        None,
+    )
+    .await;
+    let approved = attempt["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|entry| entry["kind"] == "plan_approved")
+        .unwrap_or_else(|| panic!("no plan_approved in {attempt}"));
+    assert!(
+        approved["summary"].as_str().unwrap().contains("reviewer"),
+        "the log names the approver: {approved}"
+    );
+    browser
+        .goto(&ingress.url(&format!("/console/attempts/{planned}")))
+        .await;
+    assert_eq!(browser.text_of("#approval").await, "by reviewer");
+
+    let mut inputs = module;
+    inputs["plan_artifact"] = json!(artifact);
+    let apply = stack.job(
+        "opentofu.apply",
+        inputs,
+        json!({"policy": {"approved_plan_digest": artifact}}),
+    );
+    let (status, _, message, result) = stack.run(&apply).await;
+    assert_eq!(status, "succeeded", "{message}");
+    assert_eq!(
+        result["outputs"]["greeting"]["value"], "approved",
+        "{result}"
+    );
 }

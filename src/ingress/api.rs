@@ -7,10 +7,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use uuid::Uuid;
 
+use super::access::speaking_for;
 use super::{Ingress, IngressError};
 use crate::codec::{CommandRecord, Family};
 use crate::contract::{topics, validate_jobspec_bytes, AttemptEvent};
 use crate::kafka::cloudevent_headers;
+use crate::policy::principals::{Principal, Role};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Submitted {
@@ -42,7 +44,9 @@ pub struct CancelAccepted {
 #[serde(deny_unknown_fields)]
 pub struct ApproveRequest {
     pub plan_digest: String,
-    pub approved_by: String,
+    /// The approver; with principals, the caller's own name or left out.
+    #[serde(default)]
+    pub approved_by: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -85,11 +89,19 @@ impl Ingress {
     /// spec wins over the request's header.
     pub async fn submit(
         &self,
+        principal: &Principal,
         body: &[u8],
         traceparent: Option<&str>,
     ) -> Result<Submitted, IngressError> {
         let spec = validate_jobspec_bytes(body)
             .map_err(|problems| IngressError::BadRequest(problems.0))?;
+        if !principal.may(Role::Operator, &spec.tenant) {
+            return Err(IngressError::Forbidden(format!(
+                "`{}` lacks the operator role for tenant `{}`",
+                principal.name, spec.tenant
+            )));
+        }
+        speaking_for(principal, "requested_by", Some(&spec.requested_by))?;
         // The same order as intake: the operator's policy, then whether
         // this release runs the operation.
         let refused = self.config.policy.current().check_jobspec(&spec);
@@ -112,7 +124,7 @@ impl Ingress {
             traceparent,
         )
         .await?;
-        tracing::info!(job_id = %spec.job_id, command_id = %spec.command_id, operation = %spec.operation, "job submitted through the execute API");
+        tracing::info!(principal = %principal.name, job_id = %spec.job_id, command_id = %spec.command_id, operation = %spec.operation, "job submitted through the execute API");
         Ok(Submitted {
             job_id: spec.job_id,
             command_id: spec.command_id,
@@ -121,6 +133,7 @@ impl Ingress {
 
     pub async fn cancel(
         &self,
+        principal: &Principal,
         attempt_id: Uuid,
         request: CancelRequest,
         traceparent: Option<&str>,
@@ -128,11 +141,15 @@ impl Ingress {
         let reason = request
             .reason
             .unwrap_or_else(|| "cancelled through the execute API".into());
-        let requested_by = request.requested_by.unwrap_or_else(|| "execute-api".into());
+        let requested_by =
+            speaking_for(principal, "requested_by", request.requested_by.as_deref())?
+                .unwrap_or_else(|| "execute-api".into());
         let problems = crate::contract::limits::check_cancel(&reason, &requested_by);
         if !problems.is_empty() {
             return Err(IngressError::BadRequest(problems));
         }
+        self.attempt_for(principal, attempt_id, Role::Operator)
+            .await?;
         let Some(attempt) = self.store.attempt_lease(attempt_id).await? else {
             return Err(IngressError::NotFound(format!("attempt {attempt_id}")));
         };
@@ -158,6 +175,7 @@ impl Ingress {
             traceparent,
         )
         .await?;
+        tracing::info!(principal = %principal.name, %attempt_id, %command_id, "cancel requested through the execute API");
         Ok(CancelAccepted {
             attempt_id,
             command_id,
@@ -171,26 +189,25 @@ impl Ingress {
     /// keyed by the plan's job. Intake decides again; this answers at once.
     pub async fn approve(
         &self,
+        principal: &Principal,
         attempt_id: Uuid,
         request: ApproveRequest,
         traceparent: Option<&str>,
     ) -> Result<ApprovalAccepted, IngressError> {
         use crate::contract::Problem;
         let mut problems = Vec::new();
+        let approved_by = speaking_for(principal, "approved_by", request.approved_by.as_deref())?
+            .unwrap_or_default();
         if let Err(message) = crate::contract::artifact_ref::InputRef::parse(&request.plan_digest) {
             problems.push(Problem::new("plan_digest", message));
         }
-        crate::contract::limits::check_identifier(
-            "approved_by",
-            &request.approved_by,
-            &mut problems,
-        );
+        crate::contract::limits::check_identifier("approved_by", &approved_by, &mut problems);
         if !problems.is_empty() {
             return Err(IngressError::BadRequest(problems));
         }
-        let Some(attempt) = self.store.attempt_json(attempt_id).await? else {
-            return Err(IngressError::NotFound(format!("attempt {attempt_id}")));
-        };
+        let attempt = self
+            .attempt_for(principal, attempt_id, Role::Approver)
+            .await?;
         let text = |field: &str| attempt[field].as_str().unwrap_or_default().to_owned();
         let (tenant, job_id) = (text("tenant"), text("job_id"));
         let rules = self
@@ -200,12 +217,12 @@ impl Ingress {
             .tenant(&tenant)
             .operations
             .opentofu;
-        if !rules.may_approve(&request.approved_by) {
+        if !rules.may_approve(&approved_by) {
             return Err(IngressError::PolicyProblems(vec![Problem::new(
                 "approved_by",
                 format!(
                     "`{}` may not approve tenant `{tenant}`'s plans (operator policy rule `tenants.{tenant}.opentofu.approvers`)",
-                    request.approved_by
+                    approved_by
                 ),
             )]));
         }
@@ -220,7 +237,7 @@ impl Ingress {
                 .as_str()
                 .unwrap_or_default(),
             plan_digest: &request.plan_digest,
-            approved_by: &request.approved_by,
+            approved_by: &approved_by,
             self_approve: rules.self_approve,
         };
         if let Some(reason) = crate::attempt::approval_refusal(&asked) {
@@ -235,7 +252,7 @@ impl Ingress {
                 plan_attempt_id: attempt_id.to_string(),
                 plan_digest: request.plan_digest.clone(),
                 tenant,
-                approved_by: request.approved_by,
+                approved_by,
             },
             chrono::Utc::now().timestamp_millis(),
         );
@@ -246,6 +263,7 @@ impl Ingress {
             traceparent,
         )
         .await?;
+        tracing::info!(principal = %principal.name, %attempt_id, %command_id, "plan approved through the execute API");
         Ok(ApprovalAccepted {
             attempt_id,
             plan_digest: request.plan_digest,
@@ -254,10 +272,12 @@ impl Ingress {
     }
 
     /// State plus timeline.
-    pub async fn attempt(&self, attempt_id: Uuid) -> Result<serde_json::Value, IngressError> {
-        let Some(row) = self.store.attempt_json(attempt_id).await? else {
-            return Err(IngressError::NotFound(format!("attempt {attempt_id}")));
-        };
+    pub async fn attempt(
+        &self,
+        principal: &Principal,
+        attempt_id: Uuid,
+    ) -> Result<serde_json::Value, IngressError> {
+        let row = self.readable_attempt(principal, attempt_id).await?;
         let timeline: Vec<serde_json::Value> = self
             .events_after(attempt_id, 0)
             .await?
@@ -267,10 +287,21 @@ impl Ingress {
         Ok(json!({"attempt": row, "timeline": timeline}))
     }
 
-    pub async fn job(&self, job_id: &str) -> Result<serde_json::Value, IngressError> {
+    /// A job and its attempts, if `principal` may read its tenant.
+    pub async fn job(
+        &self,
+        principal: &Principal,
+        job_id: &str,
+    ) -> Result<serde_json::Value, IngressError> {
         self.store
             .job_json(job_id)
             .await?
+            .filter(|job| {
+                principal.may(
+                    Role::Viewer,
+                    job["job"]["tenant"].as_str().unwrap_or_default(),
+                )
+            })
             .ok_or_else(|| IngressError::NotFound(format!("job {job_id}")))
     }
 
@@ -286,5 +317,87 @@ impl Ingress {
             .iter()
             .map(|stored| stored.decode().map_err(IngressError::from))
             .collect()
+    }
+}
+
+/// One artifact of an attempt, as `GET /v1/attempts/{id}/artifacts` lists it.
+#[derive(Clone, Debug, Serialize)]
+pub struct ArtifactView {
+    pub name: String,
+    /// Its retention class: `logs`, `rendered` or `evidence`.
+    pub class: String,
+    pub media_type: String,
+    pub size: i64,
+    pub sha256: String,
+    pub producer: String,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
+impl From<&crate::store::ArtifactRow> for ArtifactView {
+    fn from(row: &crate::store::ArtifactRow) -> Self {
+        Self {
+            name: row.name.clone(),
+            class: row.retention_class.clone(),
+            media_type: row.media_type.clone(),
+            size: row.size,
+            sha256: row.sha256.clone(),
+            producer: row.producer.clone(),
+            created_at: row.created_at,
+        }
+    }
+}
+
+/// Artifact downloads one ingress holds in memory at once: each is read
+/// whole and its digest checked before a byte is sent.
+pub const MAX_CONCURRENT_DOWNLOADS: usize = 4;
+/// How long a download waits for a slot before it is answered 503.
+const DOWNLOAD_SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl Ingress {
+    /// An attempt's artifacts, if `principal` may read its tenant.
+    pub async fn artifacts(
+        &self,
+        principal: &Principal,
+        attempt_id: Uuid,
+    ) -> Result<Vec<crate::store::ArtifactRow>, IngressError> {
+        self.readable_attempt(principal, attempt_id).await?;
+        Ok(self.store.artifacts_of(attempt_id).await?)
+    }
+
+    /// One artifact's bytes, read whole and checked against the sha256
+    /// the manifest recorded: bytes that do not match are never served
+    /// (an error is logged and counted, and the caller gets a 502).
+    pub async fn artifact(
+        &self,
+        principal: &Principal,
+        attempt_id: Uuid,
+        name: &str,
+    ) -> Result<(crate::store::ArtifactRow, Vec<u8>), IngressError> {
+        use crate::artifacts::ArtifactStorage;
+        let row = self
+            .artifacts(principal, attempt_id)
+            .await?
+            .into_iter()
+            .find(|row| row.name == name)
+            .ok_or_else(|| IngressError::NotFound(format!("artifact `{name}`")))?;
+        let _slot = tokio::time::timeout(DOWNLOAD_SLOT_WAIT, self.downloads.acquire())
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .ok_or_else(|| IngressError::Unavailable("too many downloads at once; retry".into()))?;
+        let bytes = self.storage.get(&row.storage_key).await.map_err(|error| {
+            tracing::warn!(%attempt_id, artifact = %row.name, %error, "artifact unreadable");
+            IngressError::Unavailable("the artifact storage did not answer".into())
+        })?;
+        let actual = crate::artifacts::sha256_hex(&bytes);
+        if actual != row.sha256 {
+            tracing::error!(%attempt_id, artifact = %row.name, recorded = %row.sha256, %actual, "artifact content does not match its recorded sha256: not served");
+            crate::telemetry::metrics::artifact_digest_mismatch();
+            return Err(IngressError::Corrupt(format!(
+                "artifact `{name}` on the storage does not match its recorded sha256 {}: not served",
+                row.sha256
+            )));
+        }
+        Ok((row, bytes))
     }
 }

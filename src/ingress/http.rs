@@ -32,6 +32,7 @@ use super::protocol::{
 };
 use super::{key_matches, Caller, Ingress, IngressError};
 use crate::contract::Problem;
+use crate::policy::principals::Principal;
 
 /// The executor id header of executor routes.
 pub const EXECUTOR_HEADER: &str = "x-execplane-executor";
@@ -369,7 +370,7 @@ pub async fn serve(
 
 /// Every route, as (method, path); `docs/openapi.yaml` documents exactly
 /// these (a unit test holds it to that).
-pub const ROUTES: [(&str, &str); 14] = [
+pub const ROUTES: [(&str, &str); 16] = [
     ("get", "/healthz"),
     ("get", "/readyz"),
     ("get", "/metrics"),
@@ -384,6 +385,8 @@ pub const ROUTES: [(&str, &str); 14] = [
     ("post", "/v1/attempts/{attempt_id}/cancel"),
     ("post", "/v1/attempts/{attempt_id}/approve"),
     ("put", "/v1/executor/outputs/{attempt_id}/{name}"),
+    ("get", "/v1/attempts/{attempt_id}/artifacts"),
+    ("get", "/v1/attempts/{attempt_id}/artifacts/{name}"),
 ];
 
 pub fn router(ingress: Arc<Ingress>) -> Router {
@@ -403,11 +406,17 @@ pub fn router(ingress: Arc<Ingress>) -> Router {
         .route(ROUTES[11].1, post(cancel))
         .route(ROUTES[12].1, post(approve))
         .route(ROUTES[13].1, put(output))
+        .route(ROUTES[14].1, get(artifacts))
+        .route(ROUTES[15].1, get(artifact))
+        .merge(super::console::router())
         .fallback(|| async { IngressError::NotFound("route".into()) })
         .layer(axum::middleware::from_fn_with_state(ingress.clone(), guard))
         .layer(axum::extract::DefaultBodyLimit::max(max_body))
         .with_state(ingress)
 }
+
+pub(crate) const EXECUTE_API_OFF: &str =
+    "the execute API (off: this ingress has no EXECPLANE_API_KEY and its policy no principals)";
 
 /// Which key a route needs.
 enum Needs {
@@ -488,33 +497,39 @@ fn admit(ingress: &Ingress, client: IpAddr, request: &mut Request) -> Result<(),
         crate::telemetry::metrics::ingress_auth_refused("client_not_allowed");
         return Err(IngressError::NotAllowed);
     }
-    let expected = match needs(request.uri().path()) {
-        Needs::Nothing => return Ok(()),
-        Needs::ExecutorKey => &ingress.config.ingress_key,
-        // No key of its own: the execute API is off, whatever is presented.
-        Needs::ApiKey if ingress.config.api_key.is_empty() => {
-            return Err(IngressError::NotFound(
-                "the execute API (off: this ingress has no EXECPLANE_API_KEY)".into(),
-            ))
-        }
-        Needs::ApiKey => &ingress.config.api_key,
+    let needs = needs(request.uri().path());
+    if matches!(needs, Needs::Nothing) {
+        return Ok(());
+    }
+    if matches!(needs, Needs::ApiKey) && !ingress.api_on() {
+        return Err(IngressError::NotFound(EXECUTE_API_OFF.into()));
+    }
+    let Some(presented) = bearer(request.headers()).map(<[u8]>::to_vec) else {
+        crate::telemetry::metrics::ingress_auth_refused("key_missing");
+        return Err(IngressError::Unauthorized);
     };
-    match bearer(request.headers()) {
-        None => {
-            crate::telemetry::metrics::ingress_auth_refused("key_missing");
-            return Err(IngressError::Unauthorized);
-        }
-        Some(presented) if !key_matches(presented, expected) => {
+    match needs {
+        Needs::ExecutorKey if !key_matches(&presented, &ingress.config.ingress_key) => {
             crate::telemetry::metrics::ingress_auth_refused("key_wrong");
             return Err(IngressError::Unauthorized);
         }
-        Some(_) => {
-            if let Some(slot) = request.extensions().get::<SlotHandle>() {
-                slot.authenticated();
+        Needs::ExecutorKey | Needs::Nothing => {}
+        Needs::ApiKey => match ingress.principal_of(&presented) {
+            // No key of its own: the execute API is off, whatever is presented.
+            Ok(None) => return Err(IngressError::NotFound(EXECUTE_API_OFF.into())),
+            Ok(Some(principal)) => {
+                request.extensions_mut().insert(principal);
             }
-        }
+            Err(error) => {
+                crate::telemetry::metrics::ingress_auth_refused("key_wrong");
+                return Err(error);
+            }
+        },
     }
-    if matches!(needs(request.uri().path()), Needs::ExecutorKey) {
+    if let Some(slot) = request.extensions().get::<SlotHandle>() {
+        slot.authenticated();
+    }
+    if matches!(needs, Needs::ExecutorKey) {
         let executor_id = request
             .headers()
             .get(EXECUTOR_HEADER)
@@ -701,12 +716,25 @@ async fn output(
     Ok((StatusCode::CREATED, Json(stored)))
 }
 
+/// The principal the guard authenticated (execute API routes only).
+type Who = Option<axum::Extension<Principal>>;
+
+fn who(principal: Who) -> Result<Principal, IngressError> {
+    principal
+        .map(|axum::Extension(principal)| principal)
+        .ok_or(IngressError::Unauthorized)
+}
+
 async fn submit(
     State(ingress): State<Arc<Ingress>>,
+    principal: Who,
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<super::api::Submitted>), IngressError> {
-    let submitted = ingress.submit(&body(raw)?, traceparent(&headers)).await?;
+    let principal = who(principal)?;
+    let submitted = ingress
+        .submit(&principal, &body(raw)?, traceparent(&headers))
+        .await?;
     Ok((StatusCode::ACCEPTED, Json(submitted)))
 }
 
@@ -717,6 +745,7 @@ fn attempt_id(text: &str) -> Result<Uuid, IngressError> {
 
 async fn cancel(
     State(ingress): State<Arc<Ingress>>,
+    principal: Who,
     Path(id): Path<String>,
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
@@ -729,13 +758,14 @@ async fn cancel(
         protocol::parse(&raw).map_err(IngressError::BadRequest)?
     };
     let accepted = ingress
-        .cancel(attempt_id, request, traceparent(&headers))
+        .cancel(&who(principal)?, attempt_id, request, traceparent(&headers))
         .await?;
     Ok((StatusCode::ACCEPTED, Json(accepted)))
 }
 
 async fn approve(
     State(ingress): State<Arc<Ingress>>,
+    principal: Who,
     Path(id): Path<String>,
     headers: HeaderMap,
     raw: Result<Bytes, BytesRejection>,
@@ -744,23 +774,90 @@ async fn approve(
     let request: super::api::ApproveRequest =
         protocol::parse(&body(raw)?).map_err(IngressError::BadRequest)?;
     let accepted = ingress
-        .approve(attempt_id, request, traceparent(&headers))
+        .approve(&who(principal)?, attempt_id, request, traceparent(&headers))
         .await?;
     Ok((StatusCode::ACCEPTED, Json(accepted)))
 }
 
 async fn attempt(
     State(ingress): State<Arc<Ingress>>,
+    principal: Who,
     Path(id): Path<String>,
 ) -> Result<Json<serde_json::Value>, IngressError> {
-    Ok(Json(ingress.attempt(attempt_id(&id)?).await?))
+    Ok(Json(
+        ingress.attempt(&who(principal)?, attempt_id(&id)?).await?,
+    ))
 }
 
 async fn job(
     State(ingress): State<Arc<Ingress>>,
+    principal: Who,
     Path(job_id): Path<String>,
 ) -> Result<Json<serde_json::Value>, IngressError> {
-    Ok(Json(ingress.job(&job_id).await?))
+    Ok(Json(ingress.job(&who(principal)?, &job_id).await?))
+}
+
+async fn artifacts(
+    State(ingress): State<Arc<Ingress>>,
+    principal: Who,
+    Path(id): Path<String>,
+) -> Result<Json<Vec<super::api::ArtifactView>>, IngressError> {
+    let rows = ingress
+        .artifacts(&who(principal)?, attempt_id(&id)?)
+        .await?;
+    Ok(Json(rows.iter().map(Into::into).collect()))
+}
+
+/// The header that carries a downloaded artifact's sha256 (hex).
+pub const SHA256_HEADER: &str = "x-execplane-sha256";
+
+async fn artifact(
+    State(ingress): State<Arc<Ingress>>,
+    principal: Who,
+    Path((id, name)): Path<(String, String)>,
+) -> Result<Response, IngressError> {
+    let (row, bytes) = ingress
+        .artifact(&who(principal)?, attempt_id(&id)?, &name)
+        .await?;
+    Ok(artifact_response(&row, bytes))
+}
+
+/// An artifact's bytes as a download: its media type, its sha256 (hex in
+/// [`SHA256_HEADER`], and as RFC 9530 `Repr-Digest`), never sniffed or
+/// rendered by a browser.
+pub fn artifact_response(row: &crate::store::ArtifactRow, bytes: Vec<u8>) -> Response {
+    use base64::Engine;
+    let digest = hex::decode(&row.sha256).unwrap_or_default();
+    let headers = [
+        (
+            header::CONTENT_TYPE,
+            HeaderValue::from_str(&row.media_type)
+                .unwrap_or(HeaderValue::from_static("application/octet-stream")),
+        ),
+        (
+            header::CONTENT_DISPOSITION,
+            // Artifact names are letters, digits, `.`, `_` and `-`.
+            HeaderValue::from_str(&format!("attachment; filename=\"{}\"", row.name))
+                .unwrap_or(HeaderValue::from_static("attachment")),
+        ),
+        (
+            header::HeaderName::from_static(SHA256_HEADER),
+            HeaderValue::from_str(&row.sha256).unwrap_or(HeaderValue::from_static("")),
+        ),
+        (
+            header::HeaderName::from_static("repr-digest"),
+            HeaderValue::from_str(&format!(
+                "sha-256=:{}:",
+                base64::engine::general_purpose::STANDARD.encode(digest)
+            ))
+            .unwrap_or(HeaderValue::from_static("")),
+        ),
+        (
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ),
+    ];
+    (headers, bytes).into_response()
 }
 
 /// The history as JSON, or, when the client accepts `text/event-stream`,
@@ -768,13 +865,14 @@ async fn job(
 /// after the terminal event. `Last-Event-ID` resumes after that seq.
 async fn events(
     State(ingress): State<Arc<Ingress>>,
+    principal: Who,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, IngressError> {
     let attempt_id = attempt_id(&id)?;
-    if ingress.store.attempt_json(attempt_id).await?.is_none() {
-        return Err(IngressError::NotFound(format!("attempt {attempt_id}")));
-    }
+    ingress
+        .readable_attempt(&who(principal)?, attempt_id)
+        .await?;
     let wants_stream = headers
         .get(header::ACCEPT)
         .and_then(|value| value.to_str().ok())
@@ -788,9 +886,30 @@ async fn events(
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.trim().parse::<i64>().ok())
         .unwrap_or(0);
-    Ok(Sse::new(event_stream(ingress, attempt_id, after))
+    Ok(live(ingress, attempt_id, after, api_event))
+}
+
+/// The execute API's event: `id` = seq, `event` = kind, the event as data.
+fn api_event(event: &crate::contract::AttemptEvent) -> Event {
+    Event::default()
+        .id(event.seq.to_string())
+        .event(event.body.kind())
+        .json_data(event)
+        .unwrap_or_else(|_| Event::default().comment("unencodable event"))
+}
+
+/// An attempt's events after `after`, live as Server-Sent Events until its
+/// terminal event, each as `render` makes it (the execute API's stream and
+/// the console's).
+pub fn live(
+    ingress: Arc<Ingress>,
+    attempt_id: Uuid,
+    after: i64,
+    render: fn(&crate::contract::AttemptEvent) -> Event,
+) -> Response {
+    Sse::new(event_stream(ingress, attempt_id, after, render))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response())
+        .into_response()
 }
 
 struct StreamState {
@@ -809,6 +928,7 @@ fn event_stream(
     ingress: Arc<Ingress>,
     attempt_id: Uuid,
     after: i64,
+    render: fn(&crate::contract::AttemptEvent) -> Event,
 ) -> impl Stream<Item = Result<Event, Infallible>> {
     let watch = ingress.feed.attempt(attempt_id);
     let state = StreamState {
@@ -820,19 +940,14 @@ fn event_stream(
         watch,
         read: false,
     };
-    futures_util::stream::unfold(state, |mut state| async move {
+    futures_util::stream::unfold(state, move |mut state| async move {
         loop {
             if let Some(event) = state.pending.pop_front() {
                 state.after = i64::try_from(event.seq).unwrap_or(i64::MAX);
                 if event.body.is_terminal() {
                     state.done = true;
                 }
-                let sse = Event::default()
-                    .id(event.seq.to_string())
-                    .event(event.body.kind())
-                    .json_data(&event)
-                    .unwrap_or_else(|_| Event::default().comment("unencodable event"));
-                return Some((Ok(sse), state));
+                return Some((Ok(render(&event)), state));
             }
             if state.done || state.ingress.shutdown.is_cancelled() {
                 return None;

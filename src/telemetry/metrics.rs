@@ -442,6 +442,7 @@ pub const ARTIFACT_DETECTIONS: &str = "execplane_artifact_detections_total";
 pub const ARTIFACT_BACKLOG: &str = "execplane_artifact_backlog";
 pub const ARTIFACTS_STORED: &str = "execplane_artifacts_stored_total";
 pub const ARTIFACT_STORE_FAILURES: &str = "execplane_artifact_store_failures_total";
+pub const ARTIFACT_DIGEST_MISMATCHES: &str = "execplane_artifact_digest_mismatches_total";
 
 pub(crate) fn describe_artifacts() {
     describe_counter!(
@@ -464,6 +465,11 @@ pub(crate) fn describe_artifacts() {
         Unit::Count,
         "artifact writes the storage refused or did not answer"
     );
+    describe_counter!(
+        ARTIFACT_DIGEST_MISMATCHES,
+        Unit::Count,
+        "artifact downloads refused: the stored bytes do not match the recorded sha256"
+    );
 }
 
 pub fn artifact_detection(detector: &'static str, count: usize) {
@@ -480,6 +486,10 @@ pub fn artifact_stored(class: &'static str) {
 
 pub fn artifact_store_failed() {
     counter!(ARTIFACT_STORE_FAILURES).increment(1);
+}
+
+pub fn artifact_digest_mismatch() {
+    counter!(ARTIFACT_DIGEST_MISMATCHES).increment(1);
 }
 
 #[cfg(test)]

@@ -399,6 +399,7 @@ pub async fn drive_mixed(store: &Store, jobs: usize) -> usize {
 }
 
 pub mod bao;
+pub mod browser;
 pub mod conformance;
 pub mod consumers;
 pub mod examples;

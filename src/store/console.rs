@@ -1,0 +1,243 @@
+//! What the operator console reads (docs/INGRESS.md, "The console"): counts
+//! for the overview, attempt pages by cursor, plans awaiting approval. Each
+//! takes the tenants the reader may see (`None`: every tenant).
+
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+use uuid::Uuid;
+
+use super::{Store, StoreError};
+
+/// The overview's counts.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Overview {
+    /// (status, attempts) now.
+    pub by_state: Vec<(String, i64)>,
+    /// (status, failure category, attempts) ended in the last hour.
+    pub ended_last_hour: Vec<(String, Option<String>, i64)>,
+    /// (runner type, live instances, capacity, in flight).
+    pub runners: Vec<(String, i64, i64, i64)>,
+}
+
+/// Which attempts a listing shows.
+#[derive(Clone, Debug, Default, serde::Deserialize)]
+pub struct AttemptFilter {
+    #[serde(default)]
+    pub state: Option<String>,
+    #[serde(default)]
+    pub operation: Option<String>,
+    #[serde(default)]
+    pub tenant: Option<String>,
+    #[serde(default)]
+    pub runner_type: Option<String>,
+    #[serde(default)]
+    pub job_id: Option<String>,
+}
+
+/// Where a page of attempts starts: after this (created_at, attempt_id),
+/// newest first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cursor {
+    pub created_at: DateTime<Utc>,
+    pub attempt_id: Uuid,
+}
+
+impl Cursor {
+    /// `<unix micros>.<attempt id>`: opaque to readers, exact for Postgres.
+    pub fn encode(&self) -> String {
+        format!("{}.{}", self.created_at.timestamp_micros(), self.attempt_id)
+    }
+
+    pub fn decode(text: &str) -> Option<Self> {
+        let (micros, id) = text.split_once('.')?;
+        Some(Self {
+            created_at: DateTime::from_timestamp_micros(micros.parse().ok()?)?,
+            attempt_id: Uuid::parse_str(id).ok()?,
+        })
+    }
+}
+
+/// One line of the attempts list.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct AttemptLine {
+    pub attempt_id: Uuid,
+    pub job_id: String,
+    pub attempt_no: i32,
+    pub tenant: String,
+    pub operation: String,
+    pub runner_type: Option<String>,
+    pub status: String,
+    pub failure_category: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// A plan that waits for its approval.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct AwaitingPlan {
+    pub attempt_id: Uuid,
+    pub job_id: String,
+    pub tenant: String,
+    pub requested_by: Option<String>,
+    pub spec: Option<serde_json::Value>,
+    pub result_json: Option<String>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// The attempts page's query (public for the test that reads its plan).
+pub fn attempts_page<'a>(
+    tenants: Option<&'a [String]>,
+    filter: &'a AttemptFilter,
+    cursor: Option<Cursor>,
+    limit: i64,
+) -> sqlx::QueryBuilder<'a, sqlx::Postgres> {
+    let mut query = sqlx::QueryBuilder::new(
+        "SELECT attempt_id, job_id, attempt_no, tenant, operation, runner_type, status, \
+         failure_category, created_at, updated_at FROM attempts WHERE true",
+    );
+    if let Some(tenants) = tenants {
+        query
+            .push(" AND tenant = ANY(")
+            .push_bind(tenants)
+            .push(")");
+    }
+    for (column, value) in [
+        ("status", &filter.state),
+        ("operation", &filter.operation),
+        ("tenant", &filter.tenant),
+        ("runner_type", &filter.runner_type),
+        ("job_id", &filter.job_id),
+    ] {
+        if let Some(value) = value {
+            query
+                .push(format!(" AND {column} = "))
+                .push_bind(value.as_str());
+        }
+    }
+    if let Some(cursor) = cursor {
+        query
+            .push(" AND (created_at, attempt_id) < (")
+            .push_bind(cursor.created_at)
+            .push(", ")
+            .push_bind(cursor.attempt_id)
+            .push(")");
+    }
+    query
+        .push(" ORDER BY created_at DESC, attempt_id DESC LIMIT ")
+        .push_bind(limit);
+    query
+}
+
+impl Store {
+    pub async fn console_overview(
+        &self,
+        tenants: Option<&[String]>,
+        fresh_after: DateTime<Utc>,
+    ) -> Result<Overview, StoreError> {
+        let by_state = sqlx::query(
+            "SELECT status, count(*) FROM attempts
+             WHERE $1::text[] IS NULL OR tenant = ANY($1) GROUP BY status ORDER BY status",
+        )
+        .bind(tenants)
+        .fetch_all(self.pool())
+        .await?
+        .iter()
+        .map(|row| (row.get(0), row.get(1)))
+        .collect();
+        let ended_last_hour = sqlx::query(
+            "SELECT status, failure_category, count(*) FROM attempts
+             WHERE finished_at >= now() - interval '1 hour'
+               AND ($1::text[] IS NULL OR tenant = ANY($1))
+             GROUP BY status, failure_category ORDER BY status, failure_category",
+        )
+        .bind(tenants)
+        .fetch_all(self.pool())
+        .await?
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2)))
+        .collect();
+        let runners = sqlx::query(
+            "SELECT r.runner_type, count(*), COALESCE(sum(r.capacity), 0)::bigint,
+                    COALESCE(sum((SELECT count(*) FROM leases l
+                                  WHERE l.runner_instance = r.instance_id AND l.active)), 0)::bigint
+             FROM runner_instances r
+             WHERE r.last_seen_at >= $1 AND r.status = 'ready'
+             GROUP BY r.runner_type ORDER BY r.runner_type",
+        )
+        .bind(fresh_after)
+        .fetch_all(self.pool())
+        .await?
+        .iter()
+        .map(|row| (row.get(0), row.get(1), row.get(2), row.get(3)))
+        .collect();
+        Ok(Overview {
+            by_state,
+            ended_last_hour,
+            runners,
+        })
+    }
+
+    /// Up to `limit` attempts after `cursor`, newest first, of `tenants`
+    /// and the filter: a keyset page over `attempts_newest` (only the
+    /// conditions given are written, so the cursor is always the index's
+    /// bound and a later page costs what the first does).
+    pub async fn console_attempts(
+        &self,
+        tenants: Option<&[String]>,
+        filter: &AttemptFilter,
+        cursor: Option<Cursor>,
+        limit: i64,
+    ) -> Result<Vec<AttemptLine>, StoreError> {
+        let mut query = attempts_page(tenants, filter, cursor, limit);
+        let rows = query.build().fetch_all(self.pool()).await?;
+        Ok(rows
+            .iter()
+            .map(|row| AttemptLine {
+                attempt_id: row.get(0),
+                job_id: row.get(1),
+                attempt_no: row.get(2),
+                tenant: row.get(3),
+                operation: row.get(4),
+                runner_type: row.get(5),
+                status: row.get(6),
+                failure_category: row.get(7),
+                created_at: row.get(8),
+                updated_at: row.get(9),
+            })
+            .collect())
+    }
+
+    /// Succeeded `opentofu.plan` attempts no one has approved yet, newest
+    /// first (at most `limit`).
+    pub async fn plans_awaiting_approval(
+        &self,
+        tenants: Option<&[String]>,
+        limit: i64,
+    ) -> Result<Vec<AwaitingPlan>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT a.attempt_id, a.job_id, a.tenant, j.spec->>'requested_by', j.spec,
+                    a.result_json, a.finished_at
+             FROM attempts a JOIN jobs j USING (job_id)
+             WHERE a.operation = 'opentofu.plan' AND a.status = 'succeeded'
+               AND a.plan_approval IS NULL
+               AND ($1::text[] IS NULL OR a.tenant = ANY($1))
+             ORDER BY a.created_at DESC, a.attempt_id DESC LIMIT $2",
+        )
+        .bind(tenants)
+        .bind(limit)
+        .fetch_all(self.pool())
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|row| AwaitingPlan {
+                attempt_id: row.get(0),
+                job_id: row.get(1),
+                tenant: row.get(2),
+                requested_by: row.get(3),
+                spec: row.get(4),
+                result_json: row.get(5),
+                finished_at: row.get(6),
+            })
+            .collect())
+    }
+}
