@@ -370,6 +370,8 @@ pub struct Ingress {
     pub downloads: tokio::sync::Semaphore,
     /// Console sign-in sessions.
     pub sessions: console::session::Sessions,
+    /// The console overview's DLQ count and when it was taken.
+    pub dlq_count: tokio::sync::Mutex<Option<(std::time::Instant, Option<i64>)>>,
     http_client: reqwest::Client,
 }
 
@@ -406,6 +408,7 @@ impl Ingress {
             uploads: tokio::sync::Semaphore::new(MAX_CONCURRENT_UPLOADS),
             downloads: tokio::sync::Semaphore::new(api::MAX_CONCURRENT_DOWNLOADS),
             sessions: console::session::Sessions::default(),
+            dlq_count: tokio::sync::Mutex::default(),
             http_client,
         }))
     }

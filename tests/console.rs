@@ -328,6 +328,19 @@ async fn the_console_shows_each_principal_its_own_tenants_and_acts_only_with_its
     ] {
         assert_eq!(operator.post(&cancel_form, &form).await, 403);
     }
+    // A form from another site: refused before it is read, token or not.
+    let token = operator.csrf(&ingress).await;
+    let status = operator
+        .client
+        .post(&cancel_form)
+        .header("cookie", &operator.cookie)
+        .header("origin", "http://elsewhere.example")
+        .form(&[("csrf", token.as_str()), ("reason", "from elsewhere")])
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 403, "a cross-site form");
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(status_of(&pool, hanger_id).await, "running");
     browser
@@ -370,6 +383,11 @@ async fn the_console_shows_each_principal_its_own_tenants_and_acts_only_with_its
             .unwrap();
         assert_eq!(response.status(), 200);
         assert_eq!(response.headers()["x-execplane-sha256"], sha256.as_str());
+        assert_eq!(
+            response.headers()["content-security-policy"],
+            "default-src 'none'; sandbox",
+            "a tenant's file is never a page of the console"
+        );
         let bytes = response.bytes().await.unwrap();
         assert_eq!(&hex::encode(Sha256::digest(&bytes)), sha256);
         let _ = storage_key;

@@ -15,6 +15,7 @@ pub mod session;
 pub mod views;
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -38,6 +39,10 @@ pub const COOKIE: &str = "execplane_session";
 pub const PAGE_SIZE: i64 = 50;
 /// Bytes of a log artifact shown inline on the attempt page.
 pub const LOG_PREVIEW_BYTES: usize = 64 * 1024;
+/// Log artifacts larger than this are not read for a preview.
+const MAX_PREVIEWED_LOG: i64 = 8 * 1024 * 1024;
+/// How long the overview's DLQ count is reused.
+const DLQ_COUNT_TTL: Duration = Duration::from_secs(15);
 
 const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
                    connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
@@ -63,14 +68,24 @@ pub fn router() -> Router<Arc<Ingress>> {
         .layer(axum::middleware::from_fn(secure_headers))
 }
 
-/// Headers every console response carries.
+/// Headers every console response carries; a form posted from another
+/// site (`Sec-Fetch-Site: cross-site`, or an `Origin` that is not this
+/// host) is refused before it is read, sign-in included (so no page
+/// elsewhere can sign a browser in as someone else).
 async fn secure_headers(request: Request, next: Next) -> Response {
+    if request.method() == axum::http::Method::POST && cross_site(request.headers()) {
+        crate::telemetry::metrics::ingress_auth_refused("console_cross_site");
+        return IngressError::Forbidden("a form posted from another site".into()).into_response();
+    }
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static(CSP),
-    );
+    // A download keeps its own (stricter) policy.
+    if !headers.contains_key(header::CONTENT_SECURITY_POLICY) {
+        headers.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CSP),
+        );
+    }
     headers.insert(
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
@@ -84,6 +99,27 @@ async fn secure_headers(request: Request, next: Next) -> Response {
         headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
     response
+}
+
+/// Whether a request comes from a page of another site: by the browser's
+/// `Sec-Fetch-Site`, or (a browser without it) by `Origin` against the host
+/// the browser asked for (`X-Forwarded-Host` behind a proxy; a cross-site
+/// form cannot set that header).
+fn cross_site(headers: &HeaderMap) -> bool {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .map(|value| value.to_str().unwrap_or("\u{0}").to_owned())
+    };
+    if let Some(site) = text("sec-fetch-site") {
+        return site != "same-origin" && site != "none";
+    }
+    let Some(origin) = text("origin") else {
+        return false;
+    };
+    let host = text("x-forwarded-host").or_else(|| text("host"));
+    let origin_host = origin.split_once("://").map(|(_, rest)| rest.to_owned());
+    origin_host.is_none() || origin_host != host
 }
 
 /// A signed-in request: who, and its session.
@@ -624,6 +660,19 @@ impl Ingress {
         use crate::artifacts::ArtifactStorage;
         let mut previews = Vec::new();
         for row in artifacts.iter().filter(|row| row.name.ends_with(".log")) {
+            if row.size > MAX_PREVIEWED_LOG {
+                previews.push((
+                    row.name.clone(),
+                    format!("({} bytes: too large to show here; download it)", row.size),
+                ));
+                continue;
+            }
+            // Read whole to check its digest: one of the downloads' slots.
+            let Ok(Ok(_slot)) =
+                tokio::time::timeout(Duration::from_secs(5), self.downloads.acquire()).await
+            else {
+                continue;
+            };
             let Ok(bytes) = self.storage.get(&row.storage_key).await else {
                 continue;
             };
@@ -641,7 +690,20 @@ impl Ingress {
 
     /// Records produced to the DLQ in the last hour, all partitions (from
     /// the broker's offsets by time); `None` when the broker did not say.
+    /// Asked at most every [`DLQ_COUNT_TTL`], by one request at a time.
     async fn dlq_last_hour(&self) -> Option<i64> {
+        let mut cached = self.dlq_count.lock().await;
+        if let Some((at, count)) = *cached {
+            if at.elapsed() < DLQ_COUNT_TTL {
+                return count;
+            }
+        }
+        let count = self.count_dlq().await;
+        *cached = Some((Instant::now(), count));
+        count
+    }
+
+    async fn count_dlq(&self) -> Option<i64> {
         let kafka = self.kafka.clone();
         tokio::task::spawn_blocking(move || -> anyhow::Result<i64> {
             use rdkafka::consumer::Consumer;
@@ -654,7 +716,7 @@ impl Ingress {
             for partition in 0..partitions {
                 list.add_partition_offset(&topic, partition, Offset::Offset(since))?;
             }
-            let found = consumer.offsets_for_times(list, std::time::Duration::from_secs(3))?;
+            let found = consumer.offsets_for_times(list, Duration::from_secs(3))?;
             let mut total = 0;
             for partition in 0..partitions {
                 let (_, high) = crate::kafka::watermarks(&consumer, &topic, partition)?;
@@ -680,4 +742,49 @@ impl Ingress {
 /// Which role a page's controls need, for the templates.
 pub fn may(signed: &SignedIn, role: Role, tenant: &str) -> bool {
     signed.principal.may(role, tenant)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cross_site;
+    use axum::http::HeaderMap;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (name, value) in pairs {
+            map.insert(*name, value.parse().unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn forms_from_another_site_are_told_apart() {
+        for (pairs, cross) in [
+            (vec![("sec-fetch-site", "same-origin")], false),
+            (vec![("sec-fetch-site", "none")], false),
+            (vec![("sec-fetch-site", "same-site")], true),
+            (
+                vec![
+                    ("sec-fetch-site", "cross-site"),
+                    ("origin", "http://h:1"),
+                    ("host", "h:1"),
+                ],
+                true,
+            ),
+            (vec![("origin", "http://h:1"), ("host", "h:1")], false),
+            (vec![("origin", "http://evil:1"), ("host", "h:1")], true),
+            (vec![("origin", "null"), ("host", "h:1")], true),
+            (
+                vec![
+                    ("origin", "https://console.example"),
+                    ("host", "10.0.0.5:3000"),
+                    ("x-forwarded-host", "console.example"),
+                ],
+                false,
+            ),
+            (vec![("host", "h:1")], false),
+        ] {
+            assert_eq!(cross_site(&headers(&pairs)), cross, "{pairs:?}");
+        }
+    }
 }

@@ -856,6 +856,12 @@ pub fn artifact_response(row: &crate::store::ArtifactRow, bytes: Vec<u8>) -> Res
             header::X_CONTENT_TYPE_OPTIONS,
             HeaderValue::from_static("nosniff"),
         ),
+        // A tenant's file is never a page of the ingress's origin, even
+        // if a browser were to render it.
+        (
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("default-src 'none'; sandbox"),
+        ),
     ];
     (headers, bytes).into_response()
 }
