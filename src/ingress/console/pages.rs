@@ -126,7 +126,7 @@ pub fn overview(signed: &SignedIn, counts: &Overview, dlq: Option<i64>) -> Marku
                         tbody {
                             @for (state, count) in &counts.by_state {
                                 tr data-state=(state) data-count=(count) {
-                                    td { a href={ "/console/attempts?state=" (state) } { span class={ "badge " (state) } { (state) } } }
+                                    td { a href={ "/console/attempts?state=" (state) } { (badge(state)) } }
                                     td.num { (count) }
                                 }
                             }
@@ -143,7 +143,7 @@ pub fn overview(signed: &SignedIn, counts: &Overview, dlq: Option<i64>) -> Marku
                             tbody {
                                 @for (state, category, count) in &counts.ended_last_hour {
                                     tr {
-                                        td { span class={ "badge " (state) } { (state) } }
+                                        td { (badge(state)) }
                                         td { (category.as_deref().unwrap_or("—")) }
                                         td.num { (count) }
                                     }
@@ -184,6 +184,11 @@ pub fn overview(signed: &SignedIn, counts: &Overview, dlq: Option<i64>) -> Marku
             }
         },
     )
+}
+
+/// A state as a coloured badge.
+fn badge(state: &str) -> Markup {
+    html! { span class={ "badge " (state) } { (state) } }
 }
 
 fn filter_query(filter: &AttemptFilter) -> String {
@@ -249,7 +254,7 @@ pub fn attempts(
                             td { a href=(job_link(&line.job_id)) { (line.job_id) } }
                             td { (line.tenant) }
                             td { (line.operation) }
-                            td { span class={ "badge " (line.status) } { (line.status) } }
+                            td { (badge(&line.status)) }
                             td { (line.failure_category.as_deref().unwrap_or("")) }
                         }
                     }
@@ -521,7 +526,7 @@ pub fn job(signed: &SignedIn, job: &Value) -> Markup {
             dl.facts.card {
                 dt { "Tenant" } dd { (text_of(row, "tenant")) }
                 dt { "Operation" } dd { (text_of(row, "operation")) }
-                dt { "State" } dd { span class={ "badge " (text_of(row, "status")) } { (text_of(row, "status")) } }
+                dt { "State" } dd { (badge(text_of(row, "status"))) }
                 dt { "Requested by" } dd { (text_of(&row["spec"], "requested_by")) }
                 dt { "Created" } dd { (text_of(row, "created_at")) }
             }
@@ -533,7 +538,7 @@ pub fn job(signed: &SignedIn, job: &Value) -> Markup {
                         tr {
                             td { (attempt["attempt_no"]) }
                             td { a.mono href={ "/console/attempts/" (text_of(attempt, "attempt_id")) } { (text_of(attempt, "attempt_id")) } }
-                            td { span class={ "badge " (text_of(attempt, "status")) } { (text_of(attempt, "status")) } }
+                            td { (badge(text_of(attempt, "status"))) }
                             td {
                                 @if let Some(category) = attempt["failure_category"].as_str() { strong { (category) } ": " }
                                 (attempt["message"].as_str().unwrap_or(""))
