@@ -367,7 +367,7 @@ pub struct Ingress {
     /// Uploads held in memory at once (each up to `max_output` bytes).
     pub uploads: tokio::sync::Semaphore,
     /// Artifact downloads held in memory at once.
-    pub downloads: tokio::sync::Semaphore,
+    pub downloads: Arc<tokio::sync::Semaphore>,
     /// Console sign-in sessions.
     pub sessions: console::session::Sessions,
     /// The console overview's DLQ count and when it was taken.
@@ -406,7 +406,7 @@ impl Ingress {
             shutdown,
             storage,
             uploads: tokio::sync::Semaphore::new(MAX_CONCURRENT_UPLOADS),
-            downloads: tokio::sync::Semaphore::new(api::MAX_CONCURRENT_DOWNLOADS),
+            downloads: Arc::new(tokio::sync::Semaphore::new(api::MAX_CONCURRENT_DOWNLOADS)),
             sessions: console::session::Sessions::default(),
             dlq_count: tokio::sync::Mutex::default(),
             http_client,

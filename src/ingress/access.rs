@@ -73,7 +73,7 @@ impl Ingress {
             .ok_or_else(not_found)?;
         let tenant = row["tenant"].as_str().unwrap_or_default();
         if principal.may(Role::Viewer, tenant) {
-            Ok(row)
+            Ok(unseen_holders_removed(principal, row))
         } else {
             Err(not_found())
         }
@@ -98,6 +98,24 @@ impl Ingress {
         }
         Ok(row)
     }
+}
+
+/// An attempt row without the holders of its target keys (`waiting_for[]
+/// .held_by`) unless the principal reads every tenant: a key such as
+/// `node:<address>` is shared by tenants, and its holders are attempt ids
+/// of others. The counts stay.
+pub fn unseen_holders_removed(
+    principal: &Principal,
+    mut row: serde_json::Value,
+) -> serde_json::Value {
+    if principal.readable_tenants().is_some() {
+        for wait in row["waiting_for"].as_array_mut().into_iter().flatten() {
+            if let Some(wait) = wait.as_object_mut() {
+                wait.remove("held_by");
+            }
+        }
+    }
+    row
 }
 
 /// Who a state-changing call speaks for: the principal itself. A body may

@@ -196,8 +196,9 @@ impl Ingress {
     ) -> Result<ApprovalAccepted, IngressError> {
         use crate::contract::Problem;
         let mut problems = Vec::new();
+        // The shared key without a name approves as itself.
         let approved_by = speaking_for(principal, "approved_by", request.approved_by.as_deref())?
-            .unwrap_or_default();
+            .unwrap_or_else(|| principal.name.clone());
         if let Err(message) = crate::contract::artifact_ref::InputRef::parse(&request.plan_digest) {
             problems.push(Problem::new("plan_digest", message));
         }
@@ -302,6 +303,12 @@ impl Ingress {
                     job["job"]["tenant"].as_str().unwrap_or_default(),
                 )
             })
+            .map(|mut job| {
+                for attempt in job["attempts"].as_array_mut().into_iter().flatten() {
+                    *attempt = super::access::unseen_holders_removed(principal, attempt.take());
+                }
+                job
+            })
             .ok_or_else(|| IngressError::NotFound(format!("job {job_id}")))
     }
 
@@ -366,13 +373,14 @@ impl Ingress {
 
     /// One artifact's bytes, read whole and checked against the sha256
     /// the manifest recorded: bytes that do not match are never served
-    /// (an error is logged and counted, and the caller gets a 502).
+    /// (an error is logged and counted, and the caller gets a 502). The
+    /// download slot comes with them: it is held until they are sent.
     pub async fn artifact(
         &self,
         principal: &Principal,
         attempt_id: Uuid,
         name: &str,
-    ) -> Result<(crate::store::ArtifactRow, Vec<u8>), IngressError> {
+    ) -> Result<Download, IngressError> {
         use crate::artifacts::ArtifactStorage;
         let row = self
             .artifacts(principal, attempt_id)
@@ -380,7 +388,7 @@ impl Ingress {
             .into_iter()
             .find(|row| row.name == name)
             .ok_or_else(|| IngressError::NotFound(format!("artifact `{name}`")))?;
-        let _slot = tokio::time::timeout(DOWNLOAD_SLOT_WAIT, self.downloads.acquire())
+        let slot = tokio::time::timeout(DOWNLOAD_SLOT_WAIT, self.downloads.clone().acquire_owned())
             .await
             .ok()
             .and_then(Result::ok)
@@ -398,6 +406,14 @@ impl Ingress {
                 row.sha256
             )));
         }
-        Ok((row, bytes))
+        Ok(Download { row, bytes, slot })
     }
+}
+
+/// An artifact checked against its digest, with the download slot its
+/// bytes hold in memory until they are sent (or the client goes).
+pub struct Download {
+    pub row: crate::store::ArtifactRow,
+    pub bytes: Vec<u8>,
+    pub slot: tokio::sync::OwnedSemaphorePermit,
 }

@@ -355,7 +355,8 @@ async fn attempts(
                 rejection.body_text(),
             )])
         })?;
-        // An empty field of the filter form is no filter.
+        // An empty field of the filter form is no filter; a field Postgres
+        // cannot hold is refused.
         for value in [
             &mut query.filter.state,
             &mut query.filter.operation,
@@ -365,6 +366,11 @@ async fn attempts(
         ] {
             if value.as_deref().is_some_and(|text| text.trim().is_empty()) {
                 *value = None;
+            }
+            if value.as_deref().is_some_and(|text| text.contains('\0')) {
+                return Err(IngressError::BadRequest(vec![
+                    crate::contract::Problem::new("query", "a filter holds U+0000"),
+                ]));
             }
         }
         let cursor = match query.after.as_deref().filter(|text| !text.is_empty()) {
@@ -491,7 +497,7 @@ async fn artifact(
     }
     .await;
     match result {
-        Ok((row, bytes)) => super::http::artifact_response(&row, bytes),
+        Ok(download) => super::http::artifact_response(download),
         Err(error) => error_page(error, Some(&signed)),
     }
 }

@@ -816,17 +816,21 @@ async fn artifact(
     principal: Who,
     Path((id, name)): Path<(String, String)>,
 ) -> Result<Response, IngressError> {
-    let (row, bytes) = ingress
+    let download = ingress
         .artifact(&who(principal)?, attempt_id(&id)?, &name)
         .await?;
-    Ok(artifact_response(&row, bytes))
+    Ok(artifact_response(download))
 }
 
 /// An artifact's bytes as a download: its media type, its sha256 (hex in
 /// [`SHA256_HEADER`], and as RFC 9530 `Repr-Digest`), never sniffed or
-/// rendered by a browser.
-pub fn artifact_response(row: &crate::store::ArtifactRow, bytes: Vec<u8>) -> Response {
+/// rendered by a browser. Sent in chunks by a body that owns the download
+/// slot, so the slot bounds the memory of downloads still being sent, not
+/// only of those being read.
+pub fn artifact_response(download: super::api::Download) -> Response {
     use base64::Engine;
+    let super::api::Download { row, bytes, slot } = download;
+    let row = &row;
     let digest = hex::decode(&row.sha256).unwrap_or_default();
     let headers = [
         (
@@ -863,7 +867,16 @@ pub fn artifact_response(row: &crate::store::ArtifactRow, bytes: Vec<u8>) -> Res
             HeaderValue::from_static("default-src 'none'; sandbox"),
         ),
     ];
-    (headers, bytes).into_response()
+    const CHUNK: usize = 64 * 1024;
+    let bytes = Bytes::from(bytes);
+    let chunks = (0..bytes.len())
+        .step_by(CHUNK)
+        .map(move |at| Ok::<_, Infallible>(bytes.slice(at..(at + CHUNK).min(bytes.len()))));
+    let body =
+        futures_util::stream::unfold((chunks, Some(slot)), |(mut chunks, slot)| async move {
+            chunks.next().map(|chunk| (chunk, (chunks, slot)))
+        });
+    (headers, axum::body::Body::from_stream(body)).into_response()
 }
 
 /// The history as JSON, or, when the client accepts `text/event-stream`,

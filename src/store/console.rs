@@ -50,8 +50,13 @@ impl Cursor {
 
     pub fn decode(text: &str) -> Option<Self> {
         let (micros, id) = text.split_once('.')?;
+        // 1970 to 9999: what Postgres holds and execplane writes.
+        let micros: i64 = micros.parse().ok()?;
+        if !(0..=253_402_300_799_999_999).contains(&micros) {
+            return None;
+        }
         Some(Self {
-            created_at: DateTime::from_timestamp_micros(micros.parse().ok()?)?,
+            created_at: DateTime::from_timestamp_micros(micros)?,
             attempt_id: Uuid::parse_str(id).ok()?,
         })
     }
@@ -239,5 +244,29 @@ impl Store {
                 finished_at: row.get(6),
             })
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cursor;
+
+    #[test]
+    fn a_cursor_round_trips_and_one_out_of_range_is_refused() {
+        let cursor = Cursor {
+            created_at: chrono::DateTime::from_timestamp_micros(1_800_000_000_123_456).unwrap(),
+            attempt_id: uuid::Uuid::new_v4(),
+        };
+        assert_eq!(Cursor::decode(&cursor.encode()), Some(cursor));
+        let id = cursor.attempt_id;
+        for text in [
+            format!("-1.{id}"),
+            format!("-6311390400000000000.{id}"),
+            format!("253402300800000000.{id}"),
+            "1.not-a-uuid".to_owned(),
+            "nothing".to_owned(),
+        ] {
+            assert_eq!(Cursor::decode(&text), None, "{text}");
+        }
     }
 }

@@ -118,14 +118,20 @@ impl Sessions {
 
     /// Whether `client` may try to sign in now (fewer than
     /// [`MAX_FAILURES`] failures in the current window).
+    /// When [`MAX_FAILING_CLIENTS`] addresses all have live windows, an
+    /// address not among them may not try either (closed, not open: a
+    /// flood of addresses must not lift the limit).
     pub fn may_try(&self, client: IpAddr) -> bool {
         let now = Instant::now();
-        self.lock()
-            .failures
-            .get(&client)
-            .is_none_or(|(count, since)| {
-                *count < MAX_FAILURES || now.duration_since(*since) >= FAILURE_WINDOW
-            })
+        let mut held = self.lock();
+        if held.failures.len() >= MAX_FAILING_CLIENTS && !held.failures.contains_key(&client) {
+            held.failures
+                .retain(|_, (_, since)| now.duration_since(*since) < FAILURE_WINDOW);
+            return held.failures.len() < MAX_FAILING_CLIENTS;
+        }
+        held.failures.get(&client).is_none_or(|(count, since)| {
+            *count < MAX_FAILURES || now.duration_since(*since) >= FAILURE_WINDOW
+        })
     }
 
     /// Counts a failed sign-in of `client`.
@@ -137,7 +143,8 @@ impl Sessions {
                 .retain(|_, (_, since)| now.duration_since(*since) < FAILURE_WINDOW);
         }
         if held.failures.len() >= MAX_FAILING_CLIENTS && !held.failures.contains_key(&client) {
-            // Every slot is a live window: the newcomer waits for one.
+            // Every slot is a live window: `may_try` refuses newcomers
+            // until one ends.
             return;
         }
         let entry = held.failures.entry(client).or_insert((0, now));
@@ -189,5 +196,10 @@ mod tests {
         }
         assert!(!sessions.may_try(client));
         assert!(sessions.may_try("192.0.2.2".parse().unwrap()));
+        // Every slot a live window: a new address is refused, not let in.
+        for n in 0..MAX_FAILING_CLIENTS as u32 {
+            sessions.failed(IpAddr::from((0x0a00_0000_u32 + n).to_be_bytes()));
+        }
+        assert!(!sessions.may_try("192.0.2.3".parse().unwrap()));
     }
 }
