@@ -558,7 +558,9 @@ async fn the_execute_api_runs_a_job_streams_its_events_and_cancels(pool: PgPool)
             json!({"plan_digest": "sha256:nope", "approved_by": "alice"}),
             400,
         ),
-        (json!({"plan_digest": digest}), 400),
+        // No approver named: the shared key approves as `api-key`, which
+        // the policy does not name.
+        (json!({"plan_digest": digest}), 403),
     ] {
         let (status, reply) = call(
             reqwest::Method::POST,
