@@ -571,7 +571,7 @@ async fn artifacts_put(
     use crate::artifacts::inputs::MAX_INPUT_BYTES;
     for tenant in tenants {
         let mut problems = Vec::new();
-        crate::contract::limits::check_identifier("--tenant", tenant, &mut problems);
+        crate::contract::limits::check_tenant("--tenant", tenant, &mut problems);
         if let Some(problem) = problems.first() {
             eprintln!("{problem}");
             return Ok(ExitCode::from(2));

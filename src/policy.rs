@@ -368,6 +368,26 @@ impl DestinationPolicy {
     }
 }
 
+/// Why a callback topic prefix cannot be the operator's, if it cannot:
+/// empty, it would allow every topic; a `{tenant}` not closed by a
+/// character no tenant name holds (`.` or `_`) would give tenant `team`
+/// every topic of `team-a` (`callbacks.team` is a prefix of
+/// `callbacks.team-a.x`).
+fn topic_prefix_problem(prefix: &str) -> Option<&'static str> {
+    if prefix.is_empty() {
+        return Some("an empty prefix would allow every topic");
+    }
+    let closed = prefix.split("{tenant}").skip(1).all(|after| {
+        after
+            .bytes()
+            .next()
+            .is_some_and(|byte| matches!(byte, b'.' | b'_'))
+    });
+    (!closed).then_some(
+        "`{tenant}` must be followed by `.` or `_`, or one tenant's prefix would cover another's topics",
+    )
+}
+
 /// The secret prefix of a tenant that says none: its own name.
 const OWN_PREFIX: &str = "*/{tenant}/";
 
@@ -548,6 +568,9 @@ impl OperatorPolicy {
         problems.extend(policy.table_problems());
         policy.build("{defaults}", &policy.defaults, &mut problems);
         for (tenant, rules) in &policy.tenants {
+            if let Err(problem) = crate::contract::limits::tenant_name(tenant) {
+                problems.push(format!("tenants: {problem}"));
+            }
             policy.build(tenant, rules, &mut problems);
         }
         if problems.is_empty() {
@@ -650,27 +673,19 @@ impl OperatorPolicy {
             .as_ref()
             .or(self.defaults.callback_topics.as_ref())
             .map(|prefixes| {
-                // A name with `.` or `_` could nest in another tenant's
-                // topics (`callbacks.team-a.` is a prefix of
-                // `callbacks.team-a.evil.`), or collide with them (Kafka
-                // takes `.` and `_` for one): such a tenant gets no topic
-                // from a `{tenant}` prefix.
-                let plain = tenant
-                    .chars()
-                    .all(|character| character.is_ascii_alphanumeric() || character == '-');
                 prefixes
                     .iter()
-                    .filter(|prefix| plain || !prefix.contains("{tenant}"))
-                    .map(|prefix| prefix.replace("{tenant}", tenant))
                     .filter(|prefix| {
-                        let empty = prefix.is_empty();
-                        if empty {
+                        let problem = topic_prefix_problem(prefix);
+                        if let Some(problem) = &problem {
                             problems.push(format!(
-                                "tenant {tenant}: callback_topics: an empty prefix would allow every topic"
+                                "tenant {tenant}: callback_topics: `{}`: {problem}",
+                                prefix.escape_debug()
                             ));
                         }
-                        !empty
+                        problem.is_none()
                     })
+                    .map(|prefix| prefix.replace("{tenant}", tenant))
                     .collect()
             })
             .unwrap_or_default();
@@ -992,6 +1007,43 @@ mod tests {
         assert!(!team_a.secret_allowed("secret", "team-b/db"));
         assert!(!team_a.secret_allowed("secret", "team-a-evil/db"));
         assert!(!team_a.secret_allowed("secret", "apps/team-a/db"));
+    }
+
+    #[test]
+    fn tenant_names_and_callback_topic_prefixes_cannot_reach_another_tenant() {
+        // A `/` would put tenant `execplane/team-b` under team-b's secrets,
+        // an unclosed `{tenant}` tenant `team` over team-a's topics.
+        for (file, problem) in [
+            ("tenants:\n  execplane/team-b: {}\n", "is not a tenant name"),
+            ("tenants:\n  Team-A: {}\n", "is not a tenant name"),
+            ("tenants:\n  team_a: {}\n", "is not a tenant name"),
+            (
+                "principals:\n  p:\n    key_sha256: \"0000000000000000000000000000000000000000000000000000000000000000\"\n    roles: {\"a/b\": [viewer]}\n",
+                "is not a tenant name",
+            ),
+            (
+                "defaults:\n  callback_topics: [\"callbacks.{tenant}\"]\n",
+                "must be followed by `.` or `_`",
+            ),
+            (
+                "tenants:\n  a:\n    callback_topics: [\"{tenant}-x.\"]\n",
+                "must be followed by `.` or `_`",
+            ),
+        ] {
+            let problems = OperatorPolicy::from_yaml(file).unwrap_err();
+            assert!(
+                problems.iter().any(|found| found.contains(problem)),
+                "{file}: {problems:?}"
+            );
+        }
+        let policy =
+            OperatorPolicy::from_yaml("defaults:\n  callback_topics: [\"callbacks.{tenant}.\"]\n")
+                .unwrap();
+        let team = policy.tenant("team");
+        assert!(team.callback_topic_refused("callbacks.team.done").is_none());
+        assert!(team
+            .callback_topic_refused("callbacks.team-a.done")
+            .is_some());
     }
 
     #[test]

@@ -117,6 +117,27 @@ async fn a_signed_callback_verifies_with_the_recipe_and_a_tampered_or_stale_one_
     ));
     let stranger = "whsec_YW5vdGhlci10ZW5hbnRzLXNlY3JldC12YWx1ZQ==";
     assert!(!recipe(&[stranger], headers, &received.body, None));
+
+    // Team-a's secrets are execplane's, whatever a tenant's prefixes say:
+    // the default `*/{tenant}/` of a tenant named `execplane` covers
+    // `secret/execplane/...`, and of one named `execplane/cb-...` covers
+    // team-a's entry exactly. Both are refused before anything runs.
+    for (tenant, category) in [("execplane", "policy"), (place.as_str(), "contract")] {
+        let mut thief = job(
+            "verify.tcp.connect",
+            json!({"host": "127.0.0.1", "port": 5432}),
+            json!({"secret_refs": [{
+                "name": "stolen", "mount": "secret",
+                "path": format!("{place}/team-a"), "key": "signing_secrets",
+            }]}),
+        );
+        thief.tenant = tenant.into();
+        pipeline.submit(&thief).await;
+        let ended = pipeline.wait_done(&thief.job_id, WAIT).await;
+        assert_eq!(ended.len(), 1, "{tenant}");
+        assert_eq!(ended[0].1, "rejected", "{tenant}");
+        assert_eq!(ended[0].2.as_deref(), Some(category), "{tenant}");
+    }
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
@@ -237,12 +258,12 @@ async fn a_callback_topic_gets_the_result_record_once_per_ce_id_and_is_recorded(
 
     // Another tenant's prefix, execplane's own topic, or none at all: refused
     // at validation.
-    for (tenant, refused) in [
-        ("team-a", "callbacks.team-b.results"),
-        // A name that would nest in another's topics gets none.
-        ("team-a.evil", "callbacks.team-a.evil.results"),
-        ("team-a", "exec.results.v1"),
-        ("team-a", "elsewhere"),
+    // A name that would nest in another's topics is no tenant's name.
+    for (tenant, refused, field) in [
+        ("team-a", "callbacks.team-b.results", "callback.topic"),
+        ("team-a.evil", "callbacks.team-a.evil.results", "tenant"),
+        ("team-a", "exec.results.v1", "callback.topic"),
+        ("team-a", "elsewhere", "callback.topic"),
     ] {
         let mut spec = job(
             "verify.tcp.connect",
@@ -260,6 +281,6 @@ async fn a_callback_topic_gets_the_result_record_once_per_ce_id_and_is_recorded(
         let said = String::from_utf8_lossy(&validated.stdout).into_owned()
             + &String::from_utf8_lossy(&validated.stderr);
         assert_eq!(validated.status.code(), Some(2), "{refused}: {said}");
-        assert!(said.contains("callback.topic"), "{refused}: {said}");
+        assert!(said.contains(&format!("- {field}:")), "{refused}: {said}");
     }
 }

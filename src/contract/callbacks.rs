@@ -37,18 +37,34 @@ pub fn signing_location(setting: &str) -> Result<(String, String), String> {
 /// The path of one tenant's secrets. A tenant whose name could leave its
 /// own path is refused.
 pub fn signing_path(template: &str, tenant: &str) -> Result<String, String> {
-    let plain = !tenant.is_empty()
-        && tenant.chars().all(|character| {
-            character.is_ascii_alphanumeric() || matches!(character, '-' | '_' | '.')
-        })
-        && !tenant.contains("..");
-    if !plain {
-        return Err(format!(
-            "tenant `{}` cannot name a secret path",
-            tenant.escape_debug()
-        ));
-    }
+    super::limits::tenant_name(tenant)?;
     Ok(template.replace("{tenant}", tenant))
+}
+
+/// Whether `mount`/`path` is some tenant's signing secrets at `location`
+/// ([`signing_location`]). Those are execplane's, never a JobSpec's to
+/// read or write, whatever prefixes the operator's policy gives a tenant:
+/// the default `*/{tenant}/` of a tenant named `execplane` would
+/// otherwise cover `secret/execplane/{tenant}/callbacks` of every tenant.
+/// `{tenant}` matches any text here, `/` included, and empty segments are
+/// dropped first, as the secret store drops them.
+pub fn is_signing_entry(location: &(String, String), mount: &str, path: &str) -> bool {
+    let segments = |text: &str| {
+        text.split('/')
+            .filter(|segment| !segment.is_empty())
+            .collect::<Vec<_>>()
+            .join("/")
+    };
+    if segments(mount) != segments(&location.0) {
+        return false;
+    }
+    let pattern = segments(&location.1)
+        .split("{tenant}")
+        .map(regex::escape)
+        .collect::<Vec<_>>()
+        .join(".+");
+    regex::Regex::new(&format!("^{pattern}$"))
+        .is_ok_and(|pattern| pattern.is_match(&segments(path)))
 }
 
 /// The secrets of one entry: `whsec_<base64>` values separated by
@@ -129,6 +145,27 @@ mod tests {
         assert!(signing_location("secret/../{tenant}").is_err());
         assert!(signing_path("a/{tenant}", "../team-b").is_err());
         assert!(signing_path("a/{tenant}", "team/b").is_err());
+        let location = signing_location("secret/execplane/{tenant}/callbacks").unwrap();
+        for (mount, path) in [
+            ("secret", "execplane/team-b/callbacks"),
+            ("secret", "/execplane//team-b/callbacks/"),
+            ("secret/", "execplane/a/b/callbacks"),
+        ] {
+            assert!(is_signing_entry(&location, mount, path), "{mount} {path}");
+        }
+        for (mount, path) in [
+            ("kv", "execplane/team-b/callbacks"),
+            ("secret", "execplane/callbacks"),
+            ("secret", "execplane//callbacks"),
+            ("secret", "execplane/team-b/callbacks-old"),
+            ("secret", "execplane/team-b"),
+            ("secret", "team-b/callbacks"),
+        ] {
+            assert!(!is_signing_entry(&location, mount, path), "{mount} {path}");
+        }
+        let at_end = signing_location("kv/hooks/{tenant}").unwrap();
+        assert!(is_signing_entry(&at_end, "kv", "hooks/team-b"));
+        assert!(!is_signing_entry(&at_end, "kv", "hooks"));
         assert_eq!(signing_path("a/{tenant}", "team-a").unwrap(), "a/team-a");
         assert!(parse_secrets("").is_err());
         assert!(parse_secrets("whsec_c2hvcnQ=").is_err(), "too short");

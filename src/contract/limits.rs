@@ -47,6 +47,42 @@ pub fn check_identifier_within(
     }
 }
 
+/// Longest tenant name, in characters (a DNS label).
+pub const MAX_TENANT_CHARS: usize = 63;
+
+/// A tenant's name: a DNS label (`a-z`, `0-9` and `-`, 1 to 63 characters,
+/// a letter or digit at each end). The name is substituted into the
+/// operator's secret prefixes, storage keys and callback topic prefixes:
+/// a `/` in it would reach into another tenant's secrets (`*/{tenant}/` of
+/// tenant `execplane/team-b`), a `.` or `_` into another's topics, and a
+/// capital would make `Team-A` a second `team-a` to a human reader.
+pub fn check_tenant(path: &str, text: &str, problems: &mut Vec<Problem>) {
+    if let Err(problem) = tenant_name(text) {
+        problems.push(Problem::new(path, problem));
+    }
+}
+
+/// As [`check_tenant`], the problem as text.
+pub fn tenant_name(text: &str) -> Result<(), String> {
+    let bytes = text.as_bytes();
+    let inner = |byte: &u8| byte.is_ascii_lowercase() || byte.is_ascii_digit();
+    if bytes.is_empty() || bytes.len() > MAX_TENANT_CHARS {
+        return Err(format!(
+            "a tenant's name is 1 to {MAX_TENANT_CHARS} characters"
+        ));
+    }
+    if !bytes.iter().all(|byte| inner(byte) || *byte == b'-')
+        || !inner(&bytes[0])
+        || !inner(&bytes[bytes.len() - 1])
+    {
+        return Err(format!(
+            "`{}` is not a tenant name: a-z, 0-9 and `-`, a letter or digit at each end",
+            loggable(text)
+        ));
+    }
+    Ok(())
+}
+
 /// Free text: at most `max_bytes`, no U+0000 and no control characters but
 /// newline, carriage return and tab.
 pub fn check_free_text(path: &str, text: &str, max_bytes: usize, problems: &mut Vec<Problem>) {

@@ -139,12 +139,14 @@ impl Fields {
     fn check(&self, object: &Map<String, Value>, problems: &mut Vec<Problem>) {
         for (field, value) in [
             ("job_id", &self.job_id),
-            ("tenant", &self.tenant),
             ("requested_by", &self.requested_by),
         ] {
             if let Some(text) = value {
                 check_identifier(field, text, problems);
             }
+        }
+        if let Some(tenant) = &self.tenant {
+            super::limits::check_tenant("tenant", tenant, problems);
         }
         self.check_secrets(object, problems);
         if let Some(inputs) = &self.inputs {
@@ -1015,6 +1017,31 @@ mod tests {
         let spec = validate_jobspec(&http_spec()).unwrap();
         assert_eq!(spec.timeouts, Timeouts::default());
         assert_eq!(spec.retry.max_attempts, 3);
+    }
+
+    #[test]
+    fn a_tenant_is_a_dns_label() {
+        for good in ["team-a", "t", "0", &"a".repeat(63)] {
+            let mut spec = http_spec();
+            spec["tenant"] = json!(good);
+            assert!(validate_jobspec(&spec).is_ok(), "{good}");
+        }
+        for bad in [
+            "execplane/team-b",
+            "../team-b",
+            "Team-A",
+            "team_a",
+            "team.a",
+            "-a",
+            "a-",
+            " a",
+            "é",
+            &"a".repeat(64),
+        ] {
+            let mut spec = http_spec();
+            spec["tenant"] = json!(bad);
+            assert_eq!(paths(&spec), vec!["tenant"], "{bad}");
+        }
     }
 
     #[test]

@@ -141,14 +141,9 @@ impl Principals {
                     other.name
                 ));
             }
-            for tenant in entry.roles.keys() {
-                let mut refused = Vec::new();
-                crate::contract::limits::check_identifier("", tenant, &mut refused);
-                if !refused.is_empty() {
-                    problems.push(format!(
-                        "{field}.roles: `{}` is not a tenant name",
-                        tenant.escape_debug()
-                    ));
+            for tenant in entry.roles.keys().filter(|tenant| *tenant != "*") {
+                if let Err(problem) = crate::contract::limits::tenant_name(tenant) {
+                    problems.push(format!("{field}.roles: {problem}"));
                 }
             }
             entries.push((
