@@ -88,7 +88,14 @@ impl StoreError {
                     // 08: connection; 40: transaction rollback (serialization,
                     // deadlock); 53: insufficient resources; 57: operator
                     // intervention (shutdown, cancel); 58: system error.
-                    ["08", "40", "53", "57", "58"]
+                    // And the deployment's, never a record's (every statement
+                    // is fixed text with bound values): 25, a read-only
+                    // transaction (a failed-over primary); 42, a table,
+                    // column or privilege missing (a migration or grant not
+                    // in place yet); 55, an object not in the state needed.
+                    // Refused as a record's, every record would be
+                    // dead-lettered until the operator mends it.
+                    ["08", "25", "40", "42", "53", "55", "57", "58"]
                         .iter()
                         .any(|class| code.starts_with(class))
                 })

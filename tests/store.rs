@@ -692,6 +692,50 @@ async fn one_input_the_database_refuses_is_isolated_and_the_rest_are_decided(poo
         .is_none());
 }
 
+/// A database that refuses every statement for a reason of the deployment's
+/// (here a table that is missing, as under a migration not yet applied) is
+/// waited out: the record is decided once the table is back, never
+/// dead-lettered as if it were the record's fault.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_missing_table_is_waited_out_not_blamed_on_the_record(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    let id = Uuid::new_v4();
+    let inputs = [envelope(
+        &format!("command:{id}"),
+        Input::Execute {
+            policy_digest: None,
+            target_keys: Vec::new(),
+            spec: Box::new(spec(id, "away/1", "verify.tcp.connect")),
+        },
+    )];
+    sqlx::query("ALTER TABLE inbox RENAME TO inbox_away")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let deciding = {
+        let store = store.clone();
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move { store.process_isolating(&inputs, None, &shutdown).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(1_500)).await;
+    assert!(!deciding.is_finished(), "it gave up on the record");
+    sqlx::query("ALTER TABLE inbox_away RENAME TO inbox")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let decided = tokio::time::timeout(std::time::Duration::from_secs(30), deciding)
+        .await
+        .expect("decided once the table is back")
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(decided.decisions[0], Ok(InputOutcome::Applied { .. })),
+        "{:?}",
+        decided.decisions[0]
+    );
+}
+
 /// Two dispatchers grant two attempts of one target key (limit 1) at the
 /// same moment: the key's lock orders them, the second counts the first's
 /// hold and leases nothing; once the holder ends, the other is leased.
