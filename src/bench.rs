@@ -1,6 +1,7 @@
 //! `execplane bench`: figures, never assertions.
 
 pub mod ansible;
+pub mod cost;
 pub mod kubernetes;
 pub mod opentofu;
 pub mod pipeline;

@@ -95,6 +95,14 @@ pub struct PipelineReport {
     pub command_to_terminal: Percentiles,
     pub postgres_rows_per_attempt: f64,
     pub kafka_records_per_attempt: f64,
+    /// WAL the database cluster wrote during the run, per attempt.
+    pub wal_bytes_per_attempt: f64,
+    /// CPU time of every process on the machine (roles, broker, Postgres,
+    /// the bench's own producer and follower) during the run, per attempt.
+    pub cpu_ms_per_attempt: f64,
+    /// CPU time of the bench's process alone (every role, and the bench's
+    /// producer and follower), per attempt.
+    pub process_cpu_ms_per_attempt: f64,
     pub bare_kafka_records: u64,
     pub bare_postgres_rows: u64,
     pub bare_seconds: f64,
@@ -223,6 +231,7 @@ async fn drive(
         submit_seconds,
         drain_started,
         seconds,
+        cost,
     } = run?;
     // A refused job measures nothing: say why rather than report zeros.
     if let Some(why) = &observed.rejected {
@@ -240,6 +249,7 @@ async fn drive(
         submit_seconds,
         seconds,
         drain_started,
+        cost,
         rows,
         records,
         bare_kafka_seconds,
@@ -257,6 +267,8 @@ struct Followed {
     /// When the backlog's drain began (with `--backlog`).
     drain_started: Option<i64>,
     seconds: f64,
+    /// What the run cost, from the first command to the last terminal state.
+    cost: super::cost::Cost,
 }
 
 async fn run_jobs(rig: &mut Rig<'_>, args: &PipelineBenchArgs) -> anyhow::Result<Followed> {
@@ -265,6 +277,7 @@ async fn run_jobs(rig: &mut Rig<'_>, args: &PipelineBenchArgs) -> anyhow::Result
     }
     let follower = rig.follow_events()?;
     let specs = bench_specs(args.jobs, rig.port);
+    let meter = super::cost::Meter::start(&rig.store).await?;
     let started = Instant::now();
     let issued = rig.submit(&specs, args.rate).await?;
     let submit_seconds = started.elapsed().as_secs_f64();
@@ -277,12 +290,14 @@ async fn run_jobs(rig: &mut Rig<'_>, args: &PipelineBenchArgs) -> anyhow::Result
     }
     let observed = Observed::follow(&follower, &rig.kafka, &issued, args).await;
     let seconds = started.elapsed().as_secs_f64();
+    let cost = meter.read(&rig.store).await?;
     Ok(Followed {
         observed,
         issued,
         submit_seconds,
         drain_started,
         seconds,
+        cost,
     })
 }
 
@@ -564,11 +579,54 @@ struct Observed {
     rejected: Option<String>,
 }
 
+/// A line on standard error, rewritten once a second while the run goes
+/// on, when standard error is a terminal: how many jobs have ended, and
+/// how fast they end now.
+struct Progress {
+    jobs: usize,
+    /// When it was last shown, and how many had ended then; `None`: not
+    /// on a terminal.
+    last: Option<(Instant, usize)>,
+}
+
+impl Progress {
+    fn new(jobs: usize) -> Self {
+        use std::io::IsTerminal;
+        Self {
+            jobs,
+            last: std::io::stderr().is_terminal().then(|| (Instant::now(), 0)),
+        }
+    }
+
+    fn show(&mut self, ended: usize) {
+        let Some((at, before)) = self.last else {
+            return;
+        };
+        let elapsed = at.elapsed();
+        if elapsed < Duration::from_secs(1) {
+            return;
+        }
+        let rate = (ended - before) as f64 / elapsed.as_secs_f64();
+        eprint!(
+            "\r  {ended:>9} of {} ended, {rate:>7.0}/s now   ",
+            self.jobs
+        );
+        self.last = Some((Instant::now(), ended));
+    }
+
+    fn done(&self, ended: usize) {
+        if self.last.is_some() {
+            eprintln!("\r  {ended:>9} of {} ended{:24}", self.jobs, "");
+        }
+    }
+}
+
 /// What the run measured besides the observed events.
 struct RunFigures {
     submit_seconds: f64,
     seconds: f64,
     drain_started: Option<i64>,
+    cost: super::cost::Cost,
     rows: u64,
     records: u64,
     bare_kafka_seconds: f64,
@@ -585,10 +643,12 @@ impl Observed {
     ) -> Self {
         let mut observed = Self::default();
         let wait_until = Instant::now() + Duration::from_secs(args.timeout_secs);
+        let mut progress = Progress::new(args.jobs);
         while observed.terminal.len() < args.jobs
             && observed.rejected.is_none()
             && Instant::now() < wait_until
         {
+            progress.show(observed.terminal.len());
             let Ok(Ok(message)) =
                 tokio::time::timeout(Duration::from_secs(5), follower.recv()).await
             else {
@@ -605,6 +665,7 @@ impl Observed {
                 observed.note(&event, issued);
             }
         }
+        progress.done(observed.terminal.len());
         observed
     }
 
@@ -669,6 +730,9 @@ impl Observed {
             command_to_terminal: percentiles(self.terminal.into_values().collect()),
             postgres_rows_per_attempt: run.rows as f64 / completed,
             kafka_records_per_attempt: run.records as f64 / completed,
+            wal_bytes_per_attempt: run.cost.wal_bytes as f64 / completed,
+            cpu_ms_per_attempt: run.cost.machine_cpu_ms / completed,
+            process_cpu_ms_per_attempt: run.cost.process_cpu_ms / completed,
             bare_kafka_records: run.records,
             bare_postgres_rows: run.rows,
             bare_seconds,
@@ -759,6 +823,14 @@ fn print_report(report: &PipelineReport) {
     println!(
         "  kafka records/attempt {:>10.1}",
         report.kafka_records_per_attempt
+    );
+    println!(
+        "  WAL bytes/attempt     {:>10.0}",
+        report.wal_bytes_per_attempt
+    );
+    println!(
+        "  CPU ms/attempt        {:>10.2} on the whole machine (broker and Postgres included; {:.2} in this process)",
+        report.cpu_ms_per_attempt, report.process_cpu_ms_per_attempt
     );
     if report.bare_seconds > 0.0 {
         println!(

@@ -31,6 +31,26 @@ impl Store {
         Ok(())
     }
 
+    /// Where the cluster's WAL ends now.
+    pub async fn wal_lsn(&self) -> Result<String, StoreError> {
+        Ok(
+            sqlx::query_scalar("SELECT pg_current_wal_insert_lsn()::text")
+                .fetch_one(&self.pool)
+                .await?,
+        )
+    }
+
+    /// Bytes of WAL written since `lsn` ([`Store::wal_lsn`]).
+    pub async fn wal_bytes_since(&self, lsn: &str) -> Result<u64, StoreError> {
+        let bytes: i64 = sqlx::query_scalar(
+            "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1::pg_lsn)::bigint",
+        )
+        .bind(lsn)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(bytes.max(0) as u64)
+    }
+
     /// Rows inserted and updated in the tables of `schema` so far.
     pub async fn rows_written(&self, schema: &str) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar(
