@@ -171,8 +171,7 @@ impl Attempt {
         self.status.is_terminal()
     }
 
-    /// The deadlines that are armed in this state, each at most once. The
-    /// `deadlines` table is exactly this list for every live attempt.
+    /// The deadlines that are armed in this state, each at most once.
     pub fn deadlines(&self) -> Vec<(TimerKind, UnixMillis)> {
         let Some(spec) = &self.spec else {
             return Vec::new();
@@ -205,6 +204,15 @@ impl Attempt {
         }
         deadlines.sort();
         deadlines
+    }
+
+    /// The armed deadline due first (of two due together, the one whose
+    /// name sorts first): the attempt row's `next_deadline` and
+    /// `next_timer`, which the sweeper reads.
+    pub fn next_deadline(&self) -> Option<(TimerKind, UnixMillis)> {
+        self.deadlines()
+            .into_iter()
+            .min_by_key(|(kind, due)| (*due, kind.as_str()))
     }
 
     pub fn deadline(&self, timer: TimerKind) -> Option<UnixMillis> {

@@ -12,7 +12,7 @@ pub async fn rebuild(store: &Store, verify: bool, keep: bool) -> anyhow::Result<
         return Ok(ExitCode::SUCCESS);
     }
     if report.is_clean() {
-        println!("projection matches the rebuild: jobs, attempts, leases, deadlines, target keys");
+        println!("projection matches the rebuild: jobs, attempts (deadlines included), leases, target keys");
         return Ok(ExitCode::SUCCESS);
     }
     for diff in &report.diffs {

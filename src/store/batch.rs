@@ -8,9 +8,9 @@ use uuid::Uuid;
 
 use super::outbox::messages_for;
 use super::rows::{
-    attempt_from_rows, attempt_row, deadline_rows, insert_sql, job_row, lease_row, target_key_rows,
-    timestamp, AttemptRow, DeadlineRow, JobRow, LeaseRow, TargetKeyRow, ATTEMPT_COLUMNS,
-    DEADLINE_COLUMNS, JOB_COLUMNS, LEASE_COLUMNS, TARGET_KEY_COLUMNS,
+    attempt_from_rows, attempt_row, insert_sql, job_row, lease_row, target_key_rows, timestamp,
+    AttemptRow, JobRow, LeaseRow, TargetKeyRow, ATTEMPT_COLUMNS, JOB_COLUMNS, LEASE_COLUMNS,
+    TARGET_KEY_COLUMNS,
 };
 use super::{Store, StoreError};
 use crate::attempt::placement::{LiveInstance, QueuedAttempt};
@@ -840,7 +840,7 @@ async fn append_in(
         ProjectionTarget::Live,
         &folded.jobs,
         &touched,
-        &folded.granted,
+        &folded.leases,
         &folded.chain,
     )
     .await?;
@@ -862,7 +862,8 @@ struct Folded {
     chain: HashMap<Uuid, [u8; 32]>,
     rows: EventColumns,
     outbox: OutboxColumns,
-    granted: HashSet<Uuid>,
+    /// The attempts whose lease row is written, and how.
+    leases: HashMap<Uuid, LeaseWrite>,
     callbacks: Vec<super::callbacks::PendingCallback>,
     lost_leases: Vec<(String, chrono::DateTime<chrono::Utc>)>,
 }
@@ -878,7 +879,7 @@ impl Folded {
             chain: loaded.last_hash.clone(),
             rows: EventColumns::default(),
             outbox: OutboxColumns::default(),
-            granted: HashSet::new(),
+            leases: HashMap::new(),
             callbacks: Vec::new(),
             lost_leases: Vec::new(),
         };
@@ -887,6 +888,9 @@ impl Folded {
                 .jobs
                 .entry(event.job_id.clone())
                 .or_insert_with(|| loaded.jobs.get(&event.job_id).cloned().unwrap_or_default());
+            let lease_before = state
+                .attempt(event.attempt_id)
+                .and_then(|attempt| attempt.lease.clone());
             state.apply_all(std::slice::from_ref(event))?;
             let attempt = state.attempt(event.attempt_id).ok_or_else(|| {
                 StoreError::Corrupt(format!(
@@ -920,7 +924,12 @@ impl Folded {
                 folded.outbox.push(message);
             }
             if matches!(event.body, EventBody::LeaseGranted { .. }) {
-                folded.granted.insert(event.attempt_id);
+                folded.leases.insert(event.attempt_id, LeaseWrite::Insert);
+            } else if attempt.lease != lease_before {
+                folded
+                    .leases
+                    .entry(event.attempt_id)
+                    .or_insert(LeaseWrite::Update);
             }
             if event.body.is_terminal() {
                 // The heartbeat timer took this lease: its instance is
@@ -1002,26 +1011,34 @@ pub(crate) enum ProjectionTarget<'a> {
     Shadow(&'a str),
 }
 
+/// How an attempt's lease row is written: a lease granted is inserted (a
+/// second for the attempt is refused); one extended or ended is updated.
+/// An event that leaves the lease as it was writes no lease row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LeaseWrite {
+    Insert,
+    Update,
+}
+
 /// Writes the projection rows of the touched attempts of `jobs`.
 pub(crate) async fn write_projection(
     conn: &mut PgConnection,
     target: ProjectionTarget<'_>,
     jobs: &BTreeMap<String, JobState>,
     touched: &BTreeSet<Uuid>,
-    granted: &HashSet<Uuid>,
+    leases: &HashMap<Uuid, LeaseWrite>,
     chain: &HashMap<Uuid, [u8; 32]>,
 ) -> Result<usize, StoreError> {
     let schema_name = match target {
         ProjectionTarget::Live => String::new(),
         ProjectionTarget::Shadow(schema) => schema.to_owned(),
     };
-    let rows = ProjectionRows::collect(jobs, touched, granted, chain);
+    let rows = ProjectionRows::collect(jobs, touched, leases, chain);
     rows.write(conn, &schema_name).await?;
     Ok(rows.jobs.len()
         + rows.attempts.len()
         + rows.new_leases.len()
         + rows.changed_leases.len()
-        + rows.deadlines.len()
         + rows.target_keys.len())
 }
 
@@ -1033,9 +1050,6 @@ struct ProjectionRows {
     new_leases: Vec<LeaseRow>,
     /// Leases extended or ended (updated by id and epoch).
     changed_leases: Vec<LeaseRow>,
-    deadlines: Vec<DeadlineRow>,
-    /// The attempts whose deadlines (and target key rows) are replaced.
-    deadline_owners: Vec<Uuid>,
     target_keys: Vec<TargetKeyRow>,
     /// Touched attempts that have (or had) target keys.
     key_owners: Vec<Uuid>,
@@ -1045,7 +1059,7 @@ impl ProjectionRows {
     fn collect(
         jobs: &BTreeMap<String, JobState>,
         touched: &BTreeSet<Uuid>,
-        granted: &HashSet<Uuid>,
+        leases: &HashMap<Uuid, LeaseWrite>,
         chain: &HashMap<Uuid, [u8; 32]>,
     ) -> Self {
         let mut rows = Self {
@@ -1053,8 +1067,6 @@ impl ProjectionRows {
             attempts: Vec::new(),
             new_leases: Vec::new(),
             changed_leases: Vec::new(),
-            deadlines: Vec::new(),
-            deadline_owners: Vec::new(),
             target_keys: Vec::new(),
             key_owners: Vec::new(),
         };
@@ -1071,15 +1083,14 @@ impl ProjectionRows {
                     .copied()
                     .unwrap_or(GENESIS_HASH);
                 rows.attempts.push(attempt_row(attempt, &hash));
-                if let Some(lease) = lease_row(attempt) {
-                    if granted.contains(&attempt.attempt_id) {
+                let write = leases.get(&attempt.attempt_id);
+                if let Some((lease, write)) = lease_row(attempt).zip(write) {
+                    if *write == LeaseWrite::Insert {
                         rows.new_leases.push(lease);
                     } else {
                         rows.changed_leases.push(lease);
                     }
                 }
-                rows.deadline_owners.push(attempt.attempt_id);
-                rows.deadlines.extend(deadline_rows(attempt));
                 if !attempt.target_keys.is_empty() {
                     rows.key_owners.push(attempt.attempt_id);
                     rows.target_keys.extend(target_key_rows(attempt));
@@ -1092,7 +1103,8 @@ impl ProjectionRows {
         rows
     }
 
-    /// One multi-row statement per table (two for deadlines: delete, insert).
+    /// One multi-row statement per table (two for target keys: delete,
+    /// insert); an attempt's deadlines are columns of its row.
     async fn write(&self, conn: &mut PgConnection, schema_name: &str) -> Result<(), StoreError> {
         let qualified = |table: &str| {
             if schema_name.is_empty() {
@@ -1134,24 +1146,6 @@ impl ProjectionRows {
                 leases = qualified("leases")
             ))
             .bind(serde_json::to_value(&self.changed_leases)?)
-            .execute(&mut *conn)
-            .await?;
-        }
-        sqlx::query(&format!(
-            "DELETE FROM {} WHERE attempt_id = ANY($1)",
-            qualified("deadlines")
-        ))
-        .bind(&self.deadline_owners)
-        .execute(&mut *conn)
-        .await?;
-        if !self.deadlines.is_empty() {
-            sqlx::query(&insert_sql(
-                schema_name,
-                "deadlines",
-                DEADLINE_COLUMNS,
-                None,
-            ))
-            .bind(serde_json::to_value(&self.deadlines)?)
             .execute(&mut *conn)
             .await?;
         }

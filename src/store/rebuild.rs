@@ -1,23 +1,22 @@
 //! Projection rebuild: fold `attempt_events` through the one `apply` into a
 //! shadow schema and diff it against the live projection.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use futures_util::TryStreamExt;
 use uuid::Uuid;
 
 use super::audit::{StoredEvent, EVENT_COLUMNS};
-use super::batch::{write_projection, ProjectionTarget};
+use super::batch::{write_projection, LeaseWrite, ProjectionTarget};
 use super::{Store, StoreError};
 use crate::attempt::{apply, Attempt, JobState};
 
 /// The shadow schema a rebuild writes into.
 pub const SHADOW_SCHEMA: &str = "execplane_shadow";
-const TABLES: [(&str, &str); 5] = [
+const TABLES: [(&str, &str); 4] = [
     ("jobs", "job_id"),
     ("attempts", "attempt_id"),
     ("leases", "lease_id"),
-    ("deadlines", "attempt_id, kind"),
     ("target_keys", "key, attempt_id"),
 ];
 const SHOWN_ROWS: i64 = 10;
@@ -101,13 +100,14 @@ impl Store {
                 .push(attempt);
         }
         let mut touched = BTreeSet::new();
-        let mut granted = HashSet::new();
+        // Every lease is new in the shadow schema.
+        let mut leases = HashMap::new();
         for state in jobs.values_mut() {
             state.attempts.sort_by_key(|attempt| attempt.attempt_no);
             for attempt in &state.attempts {
                 touched.insert(attempt.attempt_id);
                 if attempt.lease.is_some() {
-                    granted.insert(attempt.attempt_id);
+                    leases.insert(attempt.attempt_id, LeaseWrite::Insert);
                 }
             }
         }
@@ -125,7 +125,7 @@ impl Store {
                 ProjectionTarget::Shadow(SHADOW_SCHEMA),
                 &part,
                 &touched,
-                &granted,
+                &leases,
                 &tips,
             )
             .await?;

@@ -111,6 +111,9 @@ pub(crate) struct AttemptRow {
     pub last_seq: i64,
     #[serde(with = "bytea")]
     pub last_hash: Vec<u8>,
+    /// The armed deadline due first ([`Attempt::next_deadline`]).
+    pub next_deadline: Option<DateTime<Utc>>,
+    pub next_timer: Option<String>,
 }
 
 pub(crate) const ATTEMPT_COLUMNS: &[&str] = &[
@@ -149,6 +152,8 @@ pub(crate) const ATTEMPT_COLUMNS: &[&str] = &[
     "plan_approval",
     "last_seq",
     "last_hash",
+    "next_deadline",
+    "next_timer",
 ];
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -173,15 +178,6 @@ pub(crate) const LEASE_COLUMNS: &[&str] = &[
     "expires_at",
     "active",
 ];
-
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub(crate) struct DeadlineRow {
-    pub attempt_id: Uuid,
-    pub kind: String,
-    pub due_at: DateTime<Utc>,
-}
-
-pub(crate) const DEADLINE_COLUMNS: &[&str] = &["attempt_id", "kind", "due_at"];
 
 /// One target key of a live attempt: waiting for it (queued) or holding it
 /// (leased to its end). Terminal attempts have none.
@@ -243,6 +239,7 @@ pub(crate) fn job_row(state: &JobState) -> Option<JobRow> {
 
 pub(crate) fn attempt_row(attempt: &Attempt, last_hash: &[u8]) -> AttemptRow {
     let cancel = attempt.cancel.as_ref();
+    let next = attempt.next_deadline();
     AttemptRow {
         attempt_id: attempt.attempt_id,
         job_id: attempt.job_id.clone(),
@@ -283,6 +280,8 @@ pub(crate) fn attempt_row(attempt: &Attempt, last_hash: &[u8]) -> AttemptRow {
         plan_approval: attempt.plan_approval.clone(),
         last_seq: i64::try_from(attempt.last_seq).unwrap_or(i64::MAX),
         last_hash: last_hash.to_vec(),
+        next_deadline: next.map(|(_, due)| timestamp(due)),
+        next_timer: next.map(|(kind, _)| kind.as_str().to_owned()),
     }
 }
 
@@ -298,18 +297,6 @@ pub(crate) fn lease_row(attempt: &Attempt) -> Option<LeaseRow> {
         expires_at: timestamp(lease.expires_at),
         active: lease.active,
     })
-}
-
-pub(crate) fn deadline_rows(attempt: &Attempt) -> Vec<DeadlineRow> {
-    attempt
-        .deadlines()
-        .into_iter()
-        .map(|(kind, due)| DeadlineRow {
-            attempt_id: attempt.attempt_id,
-            kind: kind.as_str().to_owned(),
-            due_at: timestamp(due),
-        })
-        .collect()
 }
 
 /// Rebuilds the in-memory attempt from its projection rows.

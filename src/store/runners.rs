@@ -285,14 +285,7 @@ pub(crate) async fn live_instances_in(
 /// The advisory lock key of the analysing dispatcher ("analyze").
 const ANALYZE_LOCK: i64 = 0x0061_6e61_6c79_7a65;
 
-const HOT_TABLES: [&str; 6] = [
-    "jobs",
-    "attempts",
-    "leases",
-    "deadlines",
-    "inbox",
-    "runner_instances",
-];
+const HOT_TABLES: [&str; 5] = ["jobs", "attempts", "leases", "inbox", "runner_instances"];
 
 impl Store {
     /// Analyses each hot table that has more than doubled (by at least

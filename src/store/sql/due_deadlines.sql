@@ -1,6 +1,5 @@
-SELECT d.attempt_id, d.kind, d.due_at FROM deadlines d
-JOIN attempts a ON a.attempt_id = d.attempt_id
+SELECT a.attempt_id, a.next_timer, a.next_deadline FROM attempts a
 JOIN jobs j ON j.job_id = a.job_id
-WHERE d.due_at <= $1
-ORDER BY d.due_at LIMIT $2
+WHERE a.next_deadline <= $1
+ORDER BY a.next_deadline LIMIT $2
 FOR UPDATE OF j SKIP LOCKED
