@@ -84,7 +84,7 @@ async fn a_duplicate_command_id_gives_one_job(pool: PgPool) {
     assert_eq!(count(&pool, "SELECT count(*) FROM attempt_events").await, 1);
     assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 4);
     // And the database itself refuses a second job row for the command.
-    let error = sqlx::query("INSERT INTO jobs SELECT 'dup/3', command_id, tenant, operation, spec, attempts, latest_attempt_id, status, created_at, updated_at FROM jobs")
+    let error = sqlx::query("INSERT INTO jobs SELECT 'dup/3', command_id, tenant, operation, spec, attempts, latest_attempt_id, created_at FROM jobs")
         .execute(&pool)
         .await
         .unwrap_err();

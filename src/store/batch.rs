@@ -840,6 +840,7 @@ async fn append_in(
         ProjectionTarget::Live,
         &folded.jobs,
         &touched,
+        &folded.new_attempts,
         &folded.leases,
         &folded.chain,
     )
@@ -862,6 +863,9 @@ struct Folded {
     chain: HashMap<Uuid, [u8; 32]>,
     rows: EventColumns,
     outbox: OutboxColumns,
+    /// The jobs that got an attempt (their first, or a retry): only their
+    /// rows are written.
+    new_attempts: BTreeSet<String>,
     /// The attempts whose lease row is written, and how.
     leases: HashMap<Uuid, LeaseWrite>,
     callbacks: Vec<super::callbacks::PendingCallback>,
@@ -879,6 +883,7 @@ impl Folded {
             chain: loaded.last_hash.clone(),
             rows: EventColumns::default(),
             outbox: OutboxColumns::default(),
+            new_attempts: BTreeSet::new(),
             leases: HashMap::new(),
             callbacks: Vec::new(),
             lost_leases: Vec::new(),
@@ -891,6 +896,7 @@ impl Folded {
             let lease_before = state
                 .attempt(event.attempt_id)
                 .and_then(|attempt| attempt.lease.clone());
+            let latest_before = state.latest().map(|attempt| attempt.attempt_id);
             state.apply_all(std::slice::from_ref(event))?;
             let attempt = state.attempt(event.attempt_id).ok_or_else(|| {
                 StoreError::Corrupt(format!(
@@ -922,6 +928,9 @@ impl Folded {
             }
             for message in messages {
                 folded.outbox.push(message);
+            }
+            if state.latest().map(|latest| latest.attempt_id) != latest_before {
+                folded.new_attempts.insert(event.job_id.clone());
             }
             if matches!(event.body, EventBody::LeaseGranted { .. }) {
                 folded.leases.insert(event.attempt_id, LeaseWrite::Insert);
@@ -1026,6 +1035,7 @@ pub(crate) async fn write_projection(
     target: ProjectionTarget<'_>,
     jobs: &BTreeMap<String, JobState>,
     touched: &BTreeSet<Uuid>,
+    new_attempts: &BTreeSet<String>,
     leases: &HashMap<Uuid, LeaseWrite>,
     chain: &HashMap<Uuid, [u8; 32]>,
 ) -> Result<usize, StoreError> {
@@ -1033,7 +1043,7 @@ pub(crate) async fn write_projection(
         ProjectionTarget::Live => String::new(),
         ProjectionTarget::Shadow(schema) => schema.to_owned(),
     };
-    let rows = ProjectionRows::collect(jobs, touched, leases, chain);
+    let rows = ProjectionRows::collect(jobs, touched, new_attempts, leases, chain);
     rows.write(conn, &schema_name).await?;
     Ok(rows.jobs.len()
         + rows.attempts.len()
@@ -1059,6 +1069,7 @@ impl ProjectionRows {
     fn collect(
         jobs: &BTreeMap<String, JobState>,
         touched: &BTreeSet<Uuid>,
+        new_attempts: &BTreeSet<String>,
         leases: &HashMap<Uuid, LeaseWrite>,
         chain: &HashMap<Uuid, [u8; 32]>,
     ) -> Self {
@@ -1071,13 +1082,11 @@ impl ProjectionRows {
             key_owners: Vec::new(),
         };
         for state in jobs.values() {
-            let mut job_touched = false;
             for attempt in state
                 .attempts
                 .iter()
                 .filter(|attempt| touched.contains(&attempt.attempt_id))
             {
-                job_touched = true;
                 let hash = chain
                     .get(&attempt.attempt_id)
                     .copied()
@@ -1096,7 +1105,12 @@ impl ProjectionRows {
                     rows.target_keys.extend(target_key_rows(attempt));
                 }
             }
-            if job_touched {
+            // A job's row changes only with a new attempt.
+            if state
+                .attempts
+                .first()
+                .is_some_and(|first| new_attempts.contains(&first.job_id))
+            {
                 rows.jobs.extend(job_row(state));
             }
         }
@@ -1113,15 +1127,17 @@ impl ProjectionRows {
                 format!("\"{schema_name}\".{table}")
             }
         };
-        sqlx::query(&insert_sql(
-            schema_name,
-            "jobs",
-            JOB_COLUMNS,
-            Some("job_id"),
-        ))
-        .bind(serde_json::to_value(&self.jobs)?)
-        .execute(&mut *conn)
-        .await?;
+        if !self.jobs.is_empty() {
+            sqlx::query(&insert_sql(
+                schema_name,
+                "jobs",
+                JOB_COLUMNS,
+                Some("job_id"),
+            ))
+            .bind(serde_json::to_value(&self.jobs)?)
+            .execute(&mut *conn)
+            .await?;
+        }
         sqlx::query(&insert_sql(
             schema_name,
             "attempts",

@@ -125,6 +125,7 @@ impl Store {
                 ProjectionTarget::Shadow(SHADOW_SCHEMA),
                 &part,
                 &touched,
+                &part.keys().cloned().collect(),
                 &leases,
                 &tips,
             )

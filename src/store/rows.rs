@@ -55,9 +55,7 @@ pub(crate) struct JobRow {
     pub spec: Option<serde_json::Value>,
     pub attempts: i32,
     pub latest_attempt_id: Uuid,
-    pub status: String,
     pub created_at: DateTime<Utc>,
-    pub updated_at: DateTime<Utc>,
 }
 
 pub(crate) const JOB_COLUMNS: &[&str] = &[
@@ -68,9 +66,7 @@ pub(crate) const JOB_COLUMNS: &[&str] = &[
     "spec",
     "attempts",
     "latest_attempt_id",
-    "status",
     "created_at",
-    "updated_at",
 ];
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -224,16 +220,7 @@ pub(crate) fn job_row(state: &JobState) -> Option<JobRow> {
             .and_then(|spec| serde_json::to_value(spec.as_ref()).ok()),
         attempts: i32::try_from(latest.attempt_no).unwrap_or(i32::MAX),
         latest_attempt_id: latest.attempt_id,
-        status: latest.status.as_str().to_owned(),
         created_at: timestamp(first.created_at),
-        updated_at: timestamp(
-            state
-                .attempts
-                .iter()
-                .map(|attempt| attempt.updated_at)
-                .max()
-                .unwrap_or(first.updated_at),
-        ),
     })
 }
 
