@@ -681,8 +681,10 @@ async fn place_created(
     if grants.is_empty() {
         return Ok(());
     }
-    let fresh = claim_inputs(conn, &grants).await?;
-    for (grant, fresh) in grants.iter().zip(fresh) {
+    // No inbox row: these grants are made and decided in this transaction,
+    // never redelivered, and a grant of an attempt that is not queued any
+    // more is refused by the state itself.
+    for grant in &grants {
         let Input::Grant { attempt_id, .. } = &grant.input else {
             continue;
         };
@@ -695,10 +697,8 @@ async fn place_created(
         };
         context.attempt_jobs.insert(*attempt_id, job_id);
         // Not queued any more (cancelled in the same batch): refused, and
-        // nothing but the inbox row is written.
-        if fresh {
-            context.decide(grant, now, events)?;
-        }
+        // nothing is written.
+        context.decide(grant, now, events)?;
     }
     Ok(())
 }
