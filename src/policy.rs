@@ -447,6 +447,8 @@ pub struct TenantPolicy {
     pub operations: OperationRules,
     /// The topic prefixes its callbacks may name, `{tenant}` substituted.
     pub callback_topics: Vec<String>,
+    /// Secret locations (`{tenant}` any tenant) no tenant may read or write.
+    reserved_secrets: Vec<(String, String)>,
 }
 
 impl TenantPolicy {
@@ -475,15 +477,28 @@ impl TenantPolicy {
 
     /// Whether a secret reference may be resolved for this tenant.
     pub fn secret_allowed(&self, mount: &str, path: &str) -> bool {
-        under(&self.secret_prefixes, mount, path)
+        !self.secret_reserved(mount, path) && under(&self.secret_prefixes, mount, path)
     }
 
     /// Whether a runner may write this tenant's secret at `mount`/`path`
     /// (a generated value, sensitive outputs).
     pub fn secret_writable(&self, mount: &str, path: &str) -> bool {
-        under(&self.secret_write_prefixes, mount, path)
+        !self.secret_reserved(mount, path) && under(&self.secret_write_prefixes, mount, path)
+    }
+
+    /// Whether `mount`/`path` is execplane's own (a tenant's callback
+    /// signing secrets): no tenant reads or writes it, whatever its
+    /// prefixes cover.
+    pub fn secret_reserved(&self, mount: &str, path: &str) -> bool {
+        self.reserved_secrets
+            .iter()
+            .any(|location| crate::contract::callbacks::is_signing_entry(location, mount, path))
     }
 }
+
+/// Why a JobSpec may not name a reserved secret location.
+pub const RESERVED_SECRET: &str =
+    "a tenant's callback signing secrets are execplane's: no JobSpec may read or write them";
 
 /// The operator's policy for every tenant.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -498,6 +513,9 @@ pub struct OperatorPolicy {
     helm_marketplace: Vec<helm::MarketplaceChart>,
     /// Who may call the execute API and the console (empty: the shared key).
     principals: principals::Principals,
+    /// Secret locations that are execplane's own, from its settings (the
+    /// callback signing secrets), not from the file.
+    reserved_secrets: Vec<(String, String)>,
     /// `sha256:<hex>` of the file as read (of the empty string without a file).
     digest: String,
 }
@@ -555,6 +573,7 @@ impl OperatorPolicy {
         };
         let policy = Self {
             principals,
+            reserved_secrets: Vec::new(),
             defaults: file.defaults,
             tenants: file.tenants,
             requires: file.requires,
@@ -641,6 +660,14 @@ impl OperatorPolicy {
         &self.digest
     }
 
+    /// Reserves a secret location (`<mount>`, path with `{tenant}`) as
+    /// execplane's own: no tenant's JobSpec reads or writes it.
+    pub fn reserve_secrets(&mut self, location: (String, String)) {
+        if !self.reserved_secrets.contains(&location) {
+            self.reserved_secrets.push(location);
+        }
+    }
+
     /// The effective rules of `tenant`.
     pub fn tenant(&self, tenant: &str) -> TenantPolicy {
         let rules = self.tenants.get(tenant).cloned().unwrap_or_default();
@@ -692,6 +719,7 @@ impl OperatorPolicy {
         TenantPolicy {
             operations,
             callback_topics,
+            reserved_secrets: self.reserved_secrets.clone(),
             secret_prefixes,
             secret_write_prefixes,
             destinations: DestinationPolicy::new(
@@ -803,6 +831,13 @@ impl OperatorPolicy {
         }
         .run();
         for (index, secret) in spec.secret_refs.iter().enumerate() {
+            if tenant.secret_reserved(&secret.mount, &secret.path) {
+                problems.push(Problem::new(
+                    format!("secret_refs[{index}]"),
+                    RESERVED_SECRET,
+                ));
+                continue;
+            }
             let writes = secret.generate.is_some();
             if writes && !tenant.secret_writable(&secret.mount, &secret.path) {
                 problems.push(Problem::new(

@@ -169,6 +169,14 @@ async fn stack(pool: &PgPool, bao: &Bao) -> Stack {
     let policy_file = pipeline.dir.join("policy.yaml");
     std::fs::write(&policy_file, policy(&digest)).unwrap();
     pipeline.set_env("EXECPLANE_POLICY_FILE", policy_file.to_str().unwrap());
+    // The callback signing secrets where team-a's default prefix
+    // (`*/team-a/`) covers them: still execplane's, never a JobSpec's.
+    pipeline.set_env("EXECPLANE_VAULT_ADDR", &bao.address);
+    pipeline.set_env("EXECPLANE_VAULT_TOKEN", &bao.root);
+    pipeline.set_env(
+        "EXECPLANE_CALLBACK_SIGNING_SECRETS",
+        "secret/team-a/{tenant}/callbacks",
+    );
     pipeline.spawn(&["dispatcher"], &[]);
     pipeline.spawn(&["relay"], &[]);
     let storage = pipeline.dir.join("artifacts");
@@ -179,8 +187,6 @@ async fn stack(pool: &PgPool, bao: &Bao) -> Stack {
     let runner = pipeline.spawn(
         &["runner", "opentofu"],
         &[
-            ("EXECPLANE_VAULT_ADDR", bao.address.as_str()),
-            ("EXECPLANE_VAULT_TOKEN", bao.root.as_str()),
             ("EXECPLANE_ARTIFACT_DIR", storage.to_str().unwrap()),
             ("EXECPLANE_TOFU_BIN", tofu_bin().to_str().unwrap()),
             ("EXECPLANE_TOFU_PROVIDER_MIRROR", mirror().to_str().unwrap()),
@@ -827,6 +833,13 @@ async fn a_sensitive_output_is_written_to_vault_and_nowhere_else(pool: PgPool) {
     let (_, category, message, _) = stack.run(&theirs).await;
     assert_eq!(category.as_deref(), Some("policy"), "{message}");
     assert!(message.contains("inputs.sensitive_outputs_to"), "{message}");
+    // A sensitive output written over team-b's signing secrets would sign
+    // team-b's callbacks with a key the module chose.
+    inputs["sensitive_outputs_to"] = json!({"mount": "secret", "path": "team-a/team-b/callbacks"});
+    let forger = stack.job("opentofu.apply", inputs.clone(), explicit.clone());
+    let (_, category, message, _) = stack.run(&forger).await;
+    assert_eq!(category.as_deref(), Some("policy"), "{message}");
+    assert!(message.contains("callback signing secrets"), "{message}");
     let path = format!("team-a/outputs-{}", stack.secrets);
     inputs["sensitive_outputs_to"] = json!({"mount": "secret", "path": path});
     let apply = stack.job("opentofu.apply", inputs, explicit);

@@ -60,17 +60,29 @@ fn check(config: &Config, problems: &mut Vec<String>) -> SharedPolicy {
         problems.push(format!("EXECPLANE_ARTIFACT_DETECTORS: {message}"));
     }
     let file = config.policy.file.trim();
-    if file.is_empty() {
-        return SharedPolicy::default();
-    }
-    SharedPolicy::from_file(Path::new(file)).unwrap_or_else(|found| {
-        problems.extend(
-            found
-                .into_iter()
-                .map(|problem| format!("EXECPLANE_POLICY_FILE: {problem}")),
-        );
+    let policy = if file.is_empty() {
         SharedPolicy::default()
-    })
+    } else {
+        SharedPolicy::from_file(Path::new(file)).unwrap_or_else(|found| {
+            problems.extend(
+                found
+                    .into_iter()
+                    .map(|problem| format!("EXECPLANE_POLICY_FILE: {problem}")),
+            );
+            SharedPolicy::default()
+        })
+    };
+    // The callback signing secrets are execplane's: reserved in every role
+    // that has the setting (the dispatcher's intake, and a runner's own
+    // check before it resolves or writes a secret). A bad setting is
+    // reported by the setting's own check.
+    match crate::contract::callbacks::signing_location(&config.dispatcher.callback_signing_secrets)
+    {
+        Ok(location) if !config.dispatcher.callback_signing_secrets.trim().is_empty() => {
+            policy.reserving_secrets(location)
+        }
+        _ => policy,
+    }
 }
 
 pub fn kafka(config: &Config) -> crate::kafka::KafkaConfig {

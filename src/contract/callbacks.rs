@@ -28,8 +28,14 @@ pub fn signing_location(setting: &str) -> Result<(String, String), String> {
     if !path.contains("{tenant}") {
         return Err("the path must hold `{tenant}`: each tenant has its own secrets".into());
     }
-    if mount.is_empty() || path.split('/').any(|part| part.is_empty() || part == "..") {
-        return Err("empty or `..` segments".into());
+    // `.` too: the secret store's client drops it, so `secret/./x/{tenant}`
+    // would read `secret/x/...` while matching only itself.
+    if mount.is_empty()
+        || path
+            .split('/')
+            .any(|part| part.is_empty() || part == ".." || part == ".")
+    {
+        return Err("empty, `.` or `..` segments".into());
     }
     Ok((mount.to_owned(), path.to_owned()))
 }
@@ -143,6 +149,7 @@ mod tests {
         );
         assert!(signing_location("secret/execplane/callbacks").is_err());
         assert!(signing_location("secret/../{tenant}").is_err());
+        assert!(signing_location("secret/./x/{tenant}").is_err());
         assert!(signing_path("a/{tenant}", "../team-b").is_err());
         assert!(signing_path("a/{tenant}", "team/b").is_err());
         let location = signing_location("secret/execplane/{tenant}/callbacks").unwrap();

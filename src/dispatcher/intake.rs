@@ -381,28 +381,6 @@ fn decode_command(config: &DispatcherConfig, record: CommandRecord) -> Decoded {
     }
 }
 
-/// The JobSpec's secret references that name a tenant's callback signing
-/// secrets: execplane's own, whatever the tenant's prefixes allow.
-fn signing_refused(config: &DispatcherConfig, spec: &crate::contract::JobSpec) -> Vec<Problem> {
-    let Some(signing) = &config.callbacks.signing else {
-        return Vec::new();
-    };
-    let location = (signing.mount.clone(), signing.path.clone());
-    spec.secret_refs
-        .iter()
-        .enumerate()
-        .filter(|(_, secret)| {
-            crate::contract::callbacks::is_signing_entry(&location, &secret.mount, &secret.path)
-        })
-        .map(|(index, _)| {
-            Problem::new(
-                format!("secret_refs[{index}]"),
-                "a tenant's callback signing secrets are execplane's: no JobSpec may name them",
-            )
-        })
-        .collect()
-}
-
 /// An ExecuteJob: valid and within the operator's policy, it executes; a
 /// contract or policy violation that names its command and job becomes a
 /// visible `rejected` attempt; anything else is poison.
@@ -418,8 +396,7 @@ fn decode_execute(
         Ok(valid) => {
             // The operator's policy first: a tenant asking for what it may
             // not do is told so, whether or not this release runs it.
-            let mut refused = policy.check_jobspec(&valid);
-            refused.extend(signing_refused(config, &valid));
+            let refused = policy.check_jobspec(&valid);
             let (category, problems) = if !refused.is_empty() {
                 (FailureCategory::Policy, refused)
             } else if let Some(problem) = valid.operation.not_implemented() {

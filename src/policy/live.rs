@@ -22,6 +22,8 @@ pub struct SharedPolicy {
     current: Arc<RwLock<Arc<OperatorPolicy>>>,
     /// The file it was read from (none: the built-in defaults, fixed).
     path: Option<PathBuf>,
+    /// Secret locations reserved in every policy read ([`OperatorPolicy::reserve_secrets`]).
+    reserved_secrets: Vec<(String, String)>,
 }
 
 impl PartialEq for SharedPolicy {
@@ -38,6 +40,7 @@ impl From<OperatorPolicy> for SharedPolicy {
         Self {
             current: Arc::new(RwLock::new(Arc::new(policy))),
             path: None,
+            reserved_secrets: Vec::new(),
         }
     }
 }
@@ -49,7 +52,29 @@ impl SharedPolicy {
         Ok(Self {
             current: Arc::new(RwLock::new(Arc::new(policy))),
             path: Some(path.to_owned()),
+            reserved_secrets: Vec::new(),
         })
+    }
+
+    /// Reserves a secret location in the policy in force and in every one
+    /// read later: execplane's own (the callback signing secrets), which no
+    /// tenant reads or writes whatever the file says.
+    pub fn reserving_secrets(mut self, location: (String, String)) -> Self {
+        self.reserved_secrets.push(location);
+        let mut policy = (*self.current()).clone();
+        for location in &self.reserved_secrets {
+            policy.reserve_secrets(location.clone());
+        }
+        self.swap(policy);
+        self
+    }
+
+    fn swap(&self, policy: OperatorPolicy) {
+        let mut current = match self.current.write() {
+            Ok(current) => current,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *current = Arc::new(policy);
     }
 
     /// The policy in force now. Take it once per decision: a reload
@@ -79,12 +104,11 @@ impl SharedPolicy {
         if digest == self.current().digest() {
             return Ok(false);
         }
-        let policy = OperatorPolicy::parse_file(path, &text)?;
-        let mut current = match self.current.write() {
-            Ok(current) => current,
-            Err(poisoned) => poisoned.into_inner(),
-        };
-        *current = Arc::new(policy);
+        let mut policy = OperatorPolicy::parse_file(path, &text)?;
+        for location in &self.reserved_secrets {
+            policy.reserve_secrets(location.clone());
+        }
+        self.swap(policy);
         Ok(true)
     }
 

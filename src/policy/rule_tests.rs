@@ -397,3 +397,47 @@ fn a_generated_secret_goes_only_where_the_tenant_may_write() {
         .collect();
     assert_eq!(paths, ["secret_refs[0].generate"], "{problems:?}");
 }
+
+#[test]
+fn the_callback_signing_secrets_are_no_tenant_s_to_read_or_write() {
+    // Tenant `execplane`'s default prefix `*/execplane/` covers every
+    // tenant's signing secrets at secret/execplane/{tenant}/callbacks.
+    let mut policy = OperatorPolicy::default();
+    policy.reserve_secrets(("secret".into(), "execplane/{tenant}/callbacks".into()));
+    let tenant = policy.tenant("execplane");
+    assert!(tenant.secret_allowed("secret", "execplane/other"));
+    for path in [
+        "execplane/team-b/callbacks",
+        "/execplane//team-b/callbacks/",
+    ] {
+        assert!(!tenant.secret_allowed("secret", path), "{path}");
+        assert!(!tenant.secret_writable("secret", path), "{path}");
+    }
+    let reading = spec(
+        "execplane",
+        "verify.http.endpoint",
+        json!({"url": "https://api.example.com/", "headers": {"authorization": {"$secret": "s"}}}),
+        json!({"secret_refs": [{"name": "s", "mount": "secret",
+                                "path": "execplane/team-b/callbacks", "key": "signing_secrets"}]}),
+    );
+    let problems = policy.check_jobspec(&reading);
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0].path, "secret_refs[0]");
+    assert!(problems[0].message.contains("callback signing secrets"));
+    // A sensitive output is a write the JobSpec names outside secret_refs.
+    let writing = spec(
+        "execplane",
+        "opentofu.output",
+        json!({"package": {"name": "m", "version": "1.0.0", "digest": format!("sha256:{}", "0".repeat(64))},
+               "sensitive_outputs_to": {"mount": "secret", "path": "execplane/team-b/callbacks"}}),
+        json!({}),
+    );
+    let problems = policy.check_jobspec(&writing);
+    assert!(
+        problems
+            .iter()
+            .any(|problem| problem.path == "inputs.sensitive_outputs_to"
+                && problem.message.contains("callback signing secrets")),
+        "{problems:?}"
+    );
+}

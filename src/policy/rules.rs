@@ -188,7 +188,10 @@ impl Check<'_> {
     /// A secret written for the tenant falls under its secret write
     /// prefixes (not merely its read prefixes: a shared one is read-only).
     fn secret_write(&mut self, field: &str, location: &crate::contract::ops::SecretLocation) {
-        if !self.tenant.secret_writable(&location.mount, &location.path) {
+        if self.tenant.secret_reserved(&location.mount, &location.path) {
+            self.problems
+                .push(Problem::new(field, super::RESERVED_SECRET));
+        } else if !self.tenant.secret_writable(&location.mount, &location.path) {
             self.problems.push(Problem::new(
                 field,
                 format!(
