@@ -76,12 +76,11 @@ fn check(config: &Config, problems: &mut Vec<String>) -> SharedPolicy {
     // that has the setting (the dispatcher's intake, and a runner's own
     // check before it resolves or writes a secret). A bad setting is
     // reported by the setting's own check.
+    // (An empty setting, unsigned callbacks, is no location either.)
     match crate::contract::callbacks::signing_location(&config.dispatcher.callback_signing_secrets)
     {
-        Ok(location) if !config.dispatcher.callback_signing_secrets.trim().is_empty() => {
-            policy.reserving_secrets(location)
-        }
-        _ => policy,
+        Ok(location) => policy.reserving_secrets(location),
+        Err(_) => policy,
     }
 }
 
