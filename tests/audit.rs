@@ -105,15 +105,7 @@ async fn mixed_run(pipeline: &mut Pipeline) {
     for spec in &burst {
         pipeline.wait_done(&spec.job_id, WAIT).await;
     }
-    pipeline
-        .wait("the relay to drain the outbox", WAIT, || async {
-            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox")
-                .fetch_one(&pipeline.pool)
-                .await
-                .unwrap()
-                == 0
-        })
-        .await;
+    pipeline.wait_published(WAIT).await;
 }
 
 /// Creates `topic` with the published log's partition count.

@@ -540,19 +540,7 @@ async fn a_broker_killed_mid_run_loses_nothing_and_runs_nothing_twice(pool: sqlx
 
     // The published log, deduplicated by event id, is the database's: one
     // terminal event per attempt, in the same order.
-    pipeline
-        .wait(
-            "the relay to drain the outbox",
-            Duration::from_secs(120),
-            || async {
-                sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox")
-                    .fetch_one(&pool)
-                    .await
-                    .unwrap()
-                    == 0
-            },
-        )
-        .await;
+    pipeline.wait_published(Duration::from_secs(120)).await;
     let mut published = pipeline.published_events().await;
     for events in published.values_mut() {
         let mut seen = std::collections::HashSet::new();

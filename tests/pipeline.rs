@@ -166,15 +166,7 @@ async fn verification_jobs_reach_the_right_terminal_states_and_are_published(poo
     );
 
     // Published in order, a faithful copy of the log; results on their topic.
-    pipeline
-        .wait("the relay to drain the outbox", WAIT, || async {
-            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox")
-                .fetch_one(&pool)
-                .await
-                .unwrap()
-                == 0
-        })
-        .await;
+    pipeline.wait_published(WAIT).await;
     let published = pipeline.published_events().await;
     let stored = pipeline.stored_events().await;
     assert_eq!(published, stored);
@@ -351,15 +343,7 @@ async fn with_confluent_framing_configured_a_job_runs_end_to_end(pool: PgPool) {
         pipeline.wait_done(&spec.job_id, WAIT).await[0].1,
         "succeeded"
     );
-    pipeline
-        .wait("the relay to drain the outbox", WAIT, || async {
-            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox")
-                .fetch_one(&pool)
-                .await
-                .unwrap()
-                == 0
-        })
-        .await;
+    pipeline.wait_published(WAIT).await;
     // Every record every role wrote is framed 00 + the family's registry id.
     let id_of = |family: Family| ids.iter().find(|(f, _)| *f == family).unwrap().1;
     for (topic, family) in [
@@ -856,15 +840,7 @@ async fn a_dispatcher_killed_mid_batch_loses_nothing_and_the_published_log_folds
         "{}",
         String::from_utf8_lossy(&rebuild.stderr)
     );
-    pipeline
-        .wait("the relay to drain the outbox", WAIT, || async {
-            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM outbox")
-                .fetch_one(&pool)
-                .await
-                .unwrap()
-                == 0
-        })
-        .await;
+    pipeline.wait_published(WAIT).await;
     // Fold exec.attempt-events.v1 from the beginning: equal to the Postgres log
     // (a re-published record is recognised by its event id).
     let mut published = pipeline.published_events().await;

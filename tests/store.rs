@@ -7,9 +7,11 @@ use std::collections::BTreeMap;
 
 use common::{database_url, drive_mixed, execplane, spec, BASE};
 use execplane::attempt::{attempt_id_for, decide, Rejection};
-use execplane::codec::Codec;
+use execplane::codec::{Codec, Family};
 use execplane::contract::Input;
-use execplane::store::{append_decided, InputEnvelope, InputOutcome, LoadedJobs, Store};
+use execplane::store::{
+    append_decided, InputEnvelope, InputOutcome, LoadedJobs, Origin, OutboxRow, Store,
+};
 use sqlx::{PgPool, Row};
 use uuid::Uuid;
 
@@ -356,17 +358,43 @@ async fn projection_rebuild_verify_passes_after_a_mixed_workload_and_fails_on_co
     assert_eq!(count(&pool, "SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'execplane_shadow'").await, 0);
 }
 
+/// Every record the relay would publish now, acknowledged as it goes: the
+/// log's in the order read; the outbox's rows stay, read again each round.
+async fn relay_log(store: &Store, round: i64) -> Vec<OutboxRow> {
+    let mut lock = store.try_relay_lock().await.unwrap().unwrap();
+    let mut logged = Vec::new();
+    loop {
+        let log: Vec<OutboxRow> = lock
+            .next_rows(round)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|row| matches!(row.origin, Origin::Log(_)))
+            .collect();
+        if log.is_empty() {
+            break;
+        }
+        let origins: Vec<Origin> = log.iter().map(|row| row.origin).collect();
+        lock.acknowledge(&origins).await.unwrap();
+        logged.extend(log);
+    }
+    lock.release().await;
+    logged
+}
+
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
-async fn outbox_rows_mirror_the_log_in_order(pool: PgPool) {
+async fn the_relay_publishes_the_log_itself_in_order_and_the_outbox_the_rest(pool: PgPool) {
     let store = Store::from_pool(pool.clone());
     drive_mixed(&store, 20).await;
-    let events = count(&pool, "SELECT count(*) FROM attempt_events").await;
-    let published = count(
-        &pool,
-        "SELECT count(*) FROM outbox WHERE topic = 'exec.attempt-events.v1'",
-    )
-    .await;
-    assert_eq!(events, published);
+    // No event is copied: the outbox holds what events cause, nothing more.
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM outbox WHERE topic = 'exec.attempt-events.v1'"
+        )
+        .await,
+        0
+    );
     let terminal = count(&pool, "SELECT count(*) FROM attempt_events WHERE terminal").await;
     assert_eq!(
         count(
@@ -383,14 +411,121 @@ async fn outbox_rows_mirror_the_log_in_order(pool: PgPool) {
     .await;
     assert_eq!(count(&pool, "SELECT count(*) FROM outbox WHERE topic = 'exec.work.verification.v1' AND headers->>'ce_type' = 'io.execplane.work.item'").await
         + count(&pool, "SELECT count(*) FROM outbox WHERE topic = 'exec.work.ssh.v1' AND headers->>'ce_type' = 'io.execplane.work.item'").await, grants);
-    // Per attempt, outbox order is seq order; ce_id is the event id.
-    let mismatched = count(
-        &pool,
-        "SELECT count(*) FROM (SELECT key, (headers->>'ce_id')::uuid AS id, row_number() OVER (PARTITION BY key ORDER BY id) AS n FROM outbox WHERE topic = 'exec.attempt-events.v1') o
-         JOIN attempt_events e ON e.event_id = o.id WHERE e.seq <> o.n",
+
+    // The relay reads every event once, in the log's order, and its record
+    // is the event's: its id, seq and links, its datum framed.
+    let stored = sqlx::query(
+        "SELECT event_id, attempt_id, seq, payload, prev_hash, hash FROM attempt_events ORDER BY position",
     )
-    .await;
-    assert_eq!(mismatched, 0);
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let logged = relay_log(&store, 7).await;
+    assert_eq!(logged.len(), stored.len());
+    let codec = Codec::default();
+    for (record, row) in logged.iter().zip(&stored) {
+        let header = |name: &str| record.headers[name].as_str().unwrap().to_owned();
+        assert_eq!(record.topic, "exec.attempt-events.v1");
+        assert_eq!(header("ce_id"), row.get::<Uuid, _>(0).to_string());
+        assert_eq!(record.key, row.get::<Uuid, _>(1).to_string());
+        assert_eq!(header("execplane_seq"), row.get::<i64, _>(2).to_string());
+        assert_eq!(
+            header("execplane_prev_hash"),
+            hex::encode(row.get::<Vec<u8>, _>(4))
+        );
+        assert_eq!(
+            header("execplane_hash"),
+            hex::encode(row.get::<Vec<u8>, _>(5))
+        );
+        let datum: Vec<u8> = row.get(3);
+        assert_eq!(
+            record.payload,
+            codec.frame(Family::AttemptEvent, &datum).unwrap()
+        );
+    }
+    // Published, the log waits no more; the outbox's rows still do.
+    assert_eq!(
+        store.unpublished().await.unwrap(),
+        count(&pool, "SELECT count(*) FROM outbox").await
+    );
+    assert!(relay_log(&store, 7).await.is_empty());
+}
+
+/// The contract the relay's cursor rests on (docs/ARCHITECTURE.md,
+/// "Relay"): a transaction that took log positions holds every later one
+/// back until it ends, so no position becomes visible after a greater one.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn an_open_append_holds_back_every_later_position(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    let mut grants = Vec::new();
+    for job in ["order/1", "order/2"] {
+        let command_id = Uuid::new_v4();
+        let attempt_id = attempt_id_for(command_id, 1);
+        let execute = Input::Execute {
+            policy_digest: None,
+            target_keys: Vec::new(),
+            spec: Box::new(spec(command_id, job, "verify.tcp.connect")),
+        };
+        store
+            .process_batch(&[envelope(job, execute)], BASE)
+            .await
+            .unwrap();
+        let state = store.job_state(job).await.unwrap();
+        let mut loaded = LoadedJobs::default();
+        loaded.jobs.insert(job.into(), state.clone());
+        let tip: Vec<u8> =
+            sqlx::query_scalar("SELECT last_hash FROM attempts WHERE attempt_id = $1")
+                .bind(attempt_id)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+        loaded.last_hash.insert(attempt_id, tip.try_into().unwrap());
+        let grant = Input::Grant {
+            attempt_id,
+            runner_instance: "runner-a".into(),
+        };
+        grants.push((loaded, decide(&state, &grant, BASE + 1).unwrap()));
+    }
+    let created = relay_log(&store, 100).await;
+    assert_eq!(created.len(), 2);
+
+    // The first grant is appended and its transaction left open; the
+    // second, appended meanwhile, waits for it at the append lock.
+    let (first_loaded, first_grant) = grants.remove(0);
+    let (second_loaded, second_grant) = grants.remove(0);
+    let expected: Vec<String> = [&first_grant, &second_grant]
+        .iter()
+        .map(|events| events[0].attempt_id.to_string())
+        .collect();
+    let mut first = pool.begin().await.unwrap();
+    append_decided(&mut first, &Codec::default(), &first_loaded, &first_grant)
+        .await
+        .unwrap();
+    let second = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let mut tx = pool.begin().await.unwrap();
+            append_decided(&mut tx, &Codec::default(), &second_loaded, &second_grant)
+                .await
+                .unwrap();
+            tx.commit().await.unwrap();
+        })
+    };
+    let waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted";
+    while count(&pool, waiting).await == 0 {
+        assert!(!second.is_finished(), "the second append did not wait");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Neither is visible to the relay, and neither is passed over.
+    assert!(relay_log(&store, 100).await.is_empty());
+    first.commit().await.unwrap();
+    second.await.unwrap();
+    let granted: Vec<String> = relay_log(&store, 100)
+        .await
+        .iter()
+        .map(|record| record.key.clone())
+        .collect();
+    assert_eq!(granted, expected);
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]

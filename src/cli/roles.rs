@@ -496,7 +496,7 @@ async fn settle(store: &Store, kafka: &crate::kafka::KafkaConfig, roles: Roles, 
                 .ok()
                 .flatten()
                 .is_some_and(|until| until >= since);
-        let drained = !roles.relay || store.outbox_len().await.is_ok_and(|rows| rows == 0);
+        let drained = !roles.relay || store.unpublished().await.is_ok_and(|rows| rows == 0);
         if decided && drained {
             return;
         }

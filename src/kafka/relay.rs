@@ -1,9 +1,11 @@
-//! The outbox relay: publishes outbox rows in id order with the idempotent
-//! producer, then deletes them. Woken by LISTEN/NOTIFY, batching what piled
-//! up. One relay is active at a time (a Postgres advisory lock held on a
-//! connection of its own), so per-key order is the outbox's id order. A
-//! crash between publish and delete re-publishes; every record carries its
-//! stable `ce_id` (and runners never start one lease twice).
+//! The relay: publishes the outbox's rows in id order, and the log's events
+//! in position order from its cursor, with the idempotent producer; then
+//! deletes the rows and moves the cursor. Woken by LISTEN/NOTIFY, batching
+//! what piled up. One relay is active at a time (a Postgres advisory lock
+//! held on a connection of its own), so per-key order is the outbox's id
+//! order and the log's position order. A crash between publish and
+//! acknowledgement re-publishes; every record carries its stable `ce_id`
+//! (and runners never start one lease twice).
 //!
 //! Publication windows never overlap (docs/ARCHITECTURE.md, "Relay"):
 //! - every round starts by reading the outbox on the lock's connection, so
@@ -27,7 +29,7 @@ use tracing::{debug, info, warn};
 
 use super::{headers_from_json, partition_count, work_partition, KafkaConfig, KafkaError};
 use crate::contract::topics;
-use crate::store::{OutboxRow, RelayLock, Store, StoreError};
+use crate::store::{Origin, OutboxRow, RelayLock, Store, StoreError};
 
 #[derive(Clone, Debug)]
 pub struct RelayConfig {
@@ -197,14 +199,14 @@ impl Leader<'_> {
             match self.round(&rows, checked_at, &mut proved).await? {
                 Some(published) => {
                     failures = 0;
-                    self.lock.delete(&published.ids).await?;
+                    self.lock.acknowledge(&published.origins).await?;
                     crate::telemetry::metrics::outbox_round(
                         rows.len(),
                         &published.topics,
                         published.started.elapsed().as_secs_f64(),
                     );
                     debug!(
-                        rows = published.ids.len(),
+                        rows = published.origins.len(),
                         elapsed_ms = published.started.elapsed().as_millis() as u64,
                         "outbox published"
                     );
@@ -222,7 +224,7 @@ impl Leader<'_> {
     }
 
     /// Enqueues `rows` in order and waits for the broker; `None` when a
-    /// record failed (nothing is deleted; the round is retried).
+    /// record failed (nothing is acknowledged; the round is retried).
     async fn round(
         &mut self,
         rows: &[OutboxRow],
@@ -231,7 +233,7 @@ impl Leader<'_> {
     ) -> Result<Option<Published>, RelayError> {
         let started = Instant::now();
         let mut published = Published {
-            ids: Vec::with_capacity(rows.len()),
+            origins: Vec::with_capacity(rows.len()),
             topics: Vec::with_capacity(rows.len()),
             started,
         };
@@ -259,11 +261,10 @@ impl Leader<'_> {
             } else {
                 None
             };
-            let empty = serde_json::Map::new();
             let mut record = FutureRecord::to(&full)
                 .key(&row.key)
                 .payload(&row.payload)
-                .headers(headers_from_json(row.headers.as_object().unwrap_or(&empty)));
+                .headers(headers_from_json(&row.headers));
             if let Some(partition) = partition {
                 record = record.partition(partition);
             }
@@ -298,7 +299,7 @@ impl Leader<'_> {
             if failed {
                 break;
             }
-            published.ids.push(row.id);
+            published.origins.push(row.origin);
             published.topics.push(row.topic.clone());
         }
         for delivery in deliveries {
@@ -316,7 +317,7 @@ impl Leader<'_> {
 }
 
 struct Published {
-    ids: Vec<i64>,
+    origins: Vec<Origin>,
     topics: Vec<String>,
     started: Instant,
 }

@@ -237,8 +237,9 @@ impl Store {
 
     /// Every event's id and hash (of one attempt, or of all) in one
     /// snapshot, handed to `each`; and, from the same snapshot, the ids of
-    /// events whose record still waits in the outbox (not yet published,
-    /// so not missing from the topic).
+    /// events whose record still waits to be published (past the relay's
+    /// cursor, or copied to the outbox before migration 0018), so not
+    /// missing from the topic.
     pub async fn event_links(
         &self,
         only: Option<Uuid>,
@@ -249,7 +250,11 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         let pending: Vec<Option<String>> = sqlx::query_scalar(
-            "SELECT headers->>'ce_id' FROM outbox WHERE topic = $1 AND ($2::uuid IS NULL OR key = $2::text)",
+            "SELECT headers->>'ce_id' FROM outbox WHERE topic = $1 AND ($2::uuid IS NULL OR key = $2::text)
+             UNION ALL
+             SELECT event_id::text FROM attempt_events
+             WHERE position > (SELECT published_position FROM relay_state WHERE id = 1)
+               AND ($2::uuid IS NULL OR attempt_id = $2)",
         )
         .bind(crate::contract::topics::ATTEMPT_EVENTS)
         .bind(only)

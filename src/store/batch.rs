@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
-use super::outbox::messages_for;
+use super::outbox::{messages_for, trace_of};
 use super::rows::{
     attempt_from_rows, attempt_row, insert_sql, job_row, lease_row, target_key_rows, timestamp,
     AttemptRow, JobRow, LeaseRow, TargetKeyRow, ATTEMPT_COLUMNS, JOB_COLUMNS, LEASE_COLUMNS,
@@ -832,8 +832,7 @@ async fn append_in(
     if events.is_empty() {
         return Ok(AppendOutcome::default());
     }
-    let folded = Folded::fold(codec, loaded, events)?;
-    folded.insert_events(conn).await?;
+    let mut folded = Folded::fold(codec, loaded, events)?;
     let touched: BTreeSet<Uuid> = events.iter().map(|event| event.attempt_id).collect();
     let projection_rows = write_projection(
         conn,
@@ -846,6 +845,9 @@ async fn append_in(
     )
     .await?;
     let outbox_rows = folded.insert_consequences(conn).await?;
+    // Last: the events take their positions under the append lock, held
+    // until the transaction ends (docs/ARCHITECTURE.md, "Relay").
+    folded.rows.insert(conn).await?;
     Ok(AppendOutcome {
         events: events.len(),
         outbox_rows,
@@ -912,12 +914,7 @@ impl Folded {
                 .unwrap_or(GENESIS_HASH);
             let hash = chain_hash(&prev_hash, &payload);
             folded.chain.insert(event.attempt_id, hash);
-            let chained = super::outbox::Chained {
-                datum: &payload,
-                prev_hash: &prev_hash,
-                hash: &hash,
-            };
-            let messages = messages_for(event, chained, attempt, codec)?;
+            let messages = messages_for(event, attempt, codec)?;
             if event.body.is_terminal() {
                 let result = messages
                     .iter()
@@ -952,36 +949,16 @@ impl Folded {
                     }
                 }
             }
-            folded.rows.push(event, payload, prev_hash, hash);
+            folded
+                .rows
+                .push(event, payload, prev_hash, hash, trace_of(attempt));
         }
         Ok(folded)
     }
 
-    async fn insert_events(&self, conn: &mut PgConnection) -> Result<(), StoreError> {
-        let rows = &self.rows;
-        sqlx::query(include_str!("sql/append_events.sql"))
-            .bind(&rows.event_id)
-            .bind(&rows.attempt_id)
-            .bind(&rows.job_id)
-            .bind(&rows.seq)
-            .bind(&rows.kind)
-            .bind(&rows.terminal)
-            .bind(&rows.occurred_at)
-            .bind(&rows.payload)
-            .bind(vec![
-                Codec::fingerprint(Family::AttemptEvent) as i64;
-                rows.event_id.len()
-            ])
-            .bind(&rows.prev_hash)
-            .bind(&rows.hash)
-            .execute(&mut *conn)
-            .await?;
-        Ok(())
-    }
-
     /// Outbox rows, lost-lease marks and callbacks; the outbox row count.
-    async fn insert_consequences(self, conn: &mut PgConnection) -> Result<usize, StoreError> {
-        let outbox = self.outbox;
+    async fn insert_consequences(&mut self, conn: &mut PgConnection) -> Result<usize, StoreError> {
+        let outbox = std::mem::take(&mut self.outbox);
         let outbox_rows = outbox.topic.len();
         if outbox_rows > 0 {
             sqlx::query(include_str!("sql/insert_outbox.sql"))
@@ -994,7 +971,7 @@ impl Folded {
         }
         if !self.lost_leases.is_empty() {
             let (instances, at): (Vec<String>, Vec<chrono::DateTime<chrono::Utc>>) =
-                self.lost_leases.into_iter().unzip();
+                std::mem::take(&mut self.lost_leases).into_iter().unzip();
             sqlx::query(include_str!("sql/mark_lost_leases.sql"))
                 .bind(&instances)
                 .bind(&at)
@@ -1201,6 +1178,8 @@ struct EventColumns {
     payload: Vec<Vec<u8>>,
     prev_hash: Vec<Vec<u8>>,
     hash: Vec<Vec<u8>>,
+    traceparent: Vec<Option<String>>,
+    tracestate: Vec<Option<String>>,
 }
 
 impl EventColumns {
@@ -1210,6 +1189,7 @@ impl EventColumns {
         payload: Vec<u8>,
         prev_hash: [u8; 32],
         hash: [u8; 32],
+        trace: Option<&crate::contract::TraceContext>,
     ) {
         self.event_id.push(event.event_id);
         self.attempt_id.push(event.attempt_id);
@@ -1221,6 +1201,33 @@ impl EventColumns {
         self.payload.push(payload);
         self.prev_hash.push(prev_hash.to_vec());
         self.hash.push(hash.to_vec());
+        self.traceparent
+            .push(trace.map(|trace| trace.traceparent.clone()));
+        self.tracestate
+            .push(trace.and_then(|trace| trace.tracestate.clone()));
+    }
+
+    async fn insert(&self, conn: &mut PgConnection) -> Result<(), StoreError> {
+        sqlx::query(include_str!("sql/append_events.sql"))
+            .bind(&self.event_id)
+            .bind(&self.attempt_id)
+            .bind(&self.job_id)
+            .bind(&self.seq)
+            .bind(&self.kind)
+            .bind(&self.terminal)
+            .bind(&self.occurred_at)
+            .bind(&self.payload)
+            .bind(vec![
+                Codec::fingerprint(Family::AttemptEvent) as i64;
+                self.event_id.len()
+            ])
+            .bind(&self.prev_hash)
+            .bind(&self.hash)
+            .bind(&self.traceparent)
+            .bind(&self.tracestate)
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
     }
 }
 

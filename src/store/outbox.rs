@@ -1,6 +1,9 @@
-//! What each event causes to be published, as outbox rows. Pure mapping; the
-//! relay (Kafka side) moves the rows. Every record carries a stable
-//! CloudEvents id, so a re-publish after a crash is deduplicated downstream.
+//! What each event causes to be published. Pure mapping; the relay (Kafka
+//! side) moves the records. An event's own record on the published log is
+//! built from its row of `attempt_events` ([`log_record`]); what else it
+//! causes (work records, results) is written to `outbox` with it
+//! ([`messages_for`]). Every record carries a stable CloudEvents id, so a
+//! re-publish after a crash is deduplicated downstream.
 
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
@@ -9,7 +12,9 @@ use crate::attempt::Attempt;
 use crate::codec::{
     Codec, CodecError, Family, JobSpecRecord, ResultRecord, TerminalStatus, WorkRecord, WorkType,
 };
-use crate::contract::{topics, AttemptEvent, EventBody, Operation, TerminalOutcome};
+use crate::contract::{
+    topics, AttemptEvent, EventBody, Operation, TerminalOutcome, TraceContext, UnixMillis,
+};
 
 /// `ce_source` of records the dispatcher causes.
 pub const CE_SOURCE: &str = "execplane/dispatcher";
@@ -32,15 +37,21 @@ fn derived_id(event: &AttemptEvent, purpose: &str) -> Uuid {
     Uuid::new_v5(&RECORD_NAMESPACE, &name)
 }
 
-fn headers(id: Uuid, ce_type: &str, event: &AttemptEvent, attempt: &Attempt) -> Map<String, Value> {
+/// The CloudEvents headers of a record about an attempt.
+fn cloud_headers(
+    id: Uuid,
+    ce_type: &str,
+    time: UnixMillis,
+    attempt_id: Uuid,
+    trace: Option<&TraceContext>,
+) -> Map<String, Value> {
     let id = id.to_string();
-    let subject = event.attempt_id.to_string();
-    let trace = attempt.spec.as_ref().and_then(|spec| spec.trace.as_ref());
+    let subject = attempt_id.to_string();
     let cloud_event = crate::codec::CloudEvent {
         id: &id,
         ce_type,
         source: CE_SOURCE,
-        time: event.occurred_at,
+        time,
         subject: Some(&subject),
         traceparent: trace.map(|trace| trace.traceparent.as_str()),
         tracestate: trace.and_then(|trace| trace.tracestate.as_deref()),
@@ -50,6 +61,21 @@ fn headers(id: Uuid, ce_type: &str, event: &AttemptEvent, attempt: &Attempt) -> 
         .into_iter()
         .map(|(name, value)| (name.to_owned(), Value::String(value)))
         .collect()
+}
+
+fn headers(id: Uuid, ce_type: &str, event: &AttemptEvent, attempt: &Attempt) -> Map<String, Value> {
+    cloud_headers(
+        id,
+        ce_type,
+        event.occurred_at,
+        event.attempt_id,
+        trace_of(attempt),
+    )
+}
+
+/// The trace an attempt's records carry: its spec's.
+pub(crate) fn trace_of(attempt: &Attempt) -> Option<&TraceContext> {
+    attempt.spec.as_ref().and_then(|spec| spec.trace.as_ref())
 }
 
 fn work(
@@ -100,48 +126,64 @@ fn work(
     }))
 }
 
-/// An event as the hash chain holds it: its Avro datum and its links.
-pub(crate) struct Chained<'a> {
-    pub datum: &'a [u8],
-    pub prev_hash: &'a [u8; 32],
-    pub hash: &'a [u8; 32],
+/// An appended event as the relay reads it from `attempt_events`: all its
+/// record on the published log is made of.
+#[derive(Clone, Debug)]
+pub struct LoggedEvent {
+    /// Its place in the log, committed in order (docs/ARCHITECTURE.md,
+    /// "Relay").
+    pub position: i64,
+    pub event_id: Uuid,
+    pub attempt_id: Uuid,
+    pub seq: i64,
+    pub kind: String,
+    pub occurred_at: UnixMillis,
+    /// The Avro datum the chain hashes.
+    pub datum: Vec<u8>,
+    pub prev_hash: [u8; 32],
+    pub hash: [u8; 32],
+    pub trace: Option<TraceContext>,
 }
 
-/// The outbox rows one event causes, given the attempt after the event.
-pub(crate) fn messages_for(
-    event: &AttemptEvent,
-    chained: Chained<'_>,
-    attempt: &Attempt,
-    codec: &Codec,
-) -> Result<Vec<OutboxMessage>, CodecError> {
-    let mut messages = Vec::with_capacity(2);
-    // Every event goes to the published log, keyed by attempt: a faithful,
-    // ordered copy of attempt_events, with its links of the hash chain, so
-    // the topic alone proves its integrity (docs/EVENTS.md).
-    let mut published = headers(
+/// An event's record on the published log, keyed by attempt: a faithful,
+/// ordered copy of its row, with its links of the hash chain, so the topic
+/// alone proves its integrity (docs/EVENTS.md).
+pub(crate) fn log_record(event: &LoggedEvent, codec: &Codec) -> Result<OutboxMessage, CodecError> {
+    let mut headers = cloud_headers(
         event.event_id,
-        &format!("io.execplane.attempt.{}", event.body.kind()),
-        event,
-        attempt,
+        &format!("io.execplane.attempt.{}", event.kind),
+        event.occurred_at,
+        event.attempt_id,
+        event.trace.as_ref(),
     );
-    published.insert(
+    headers.insert(
         crate::audit::SEQ_HEADER.into(),
         json!(event.seq.to_string()),
     );
-    published.insert(
+    headers.insert(
         crate::audit::PREV_HASH_HEADER.into(),
-        json!(hex::encode(chained.prev_hash)),
+        json!(hex::encode(event.prev_hash)),
     );
-    published.insert(
+    headers.insert(
         crate::audit::HASH_HEADER.into(),
-        json!(hex::encode(chained.hash)),
+        json!(hex::encode(event.hash)),
     );
-    messages.push(OutboxMessage {
+    Ok(OutboxMessage {
         topic: topics::ATTEMPT_EVENTS.to_owned(),
         key: event.attempt_id.to_string(),
-        headers: published,
-        payload: codec.frame(Family::AttemptEvent, chained.datum)?,
-    });
+        headers,
+        payload: codec.frame(Family::AttemptEvent, &event.datum)?,
+    })
+}
+
+/// The outbox rows one event causes besides its own record on the log,
+/// given the attempt after the event.
+pub(crate) fn messages_for(
+    event: &AttemptEvent,
+    attempt: &Attempt,
+    codec: &Codec,
+) -> Result<Vec<OutboxMessage>, CodecError> {
+    let mut messages = Vec::with_capacity(1);
     match &event.body {
         EventBody::LeaseGranted { .. } => {
             messages.extend(work(event, attempt, WorkType::WorkItem, codec, None)?)

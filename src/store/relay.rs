@@ -1,29 +1,47 @@
-//! The outbox as the relay sees it: the advisory lock that makes one relay
-//! active, held on a connection of its own, and the reads and deletes made
-//! on that same connection, so a relay that lost the connection (and with
-//! it the lock) learns it before it publishes another row.
+//! What the relay publishes, as it sees it: the events of the log past its
+//! cursor and the outbox's rows; the advisory lock that makes one relay
+//! active, held on a connection of its own; and the reads, deletes and
+//! cursor moves made on that same connection, so a relay that lost the
+//! connection (and with it the lock) learns it before it publishes another
+//! record.
 
 use sqlx::postgres::PgConnection;
 use sqlx::{Connection, Row};
 
+use uuid::Uuid;
+
+use super::outbox::{log_record, LoggedEvent};
 use super::{Store, StoreError};
+use crate::codec::Codec;
+use crate::contract::TraceContext;
 
 /// The advisory lock key of the active relay ("execplan").
 const RELAY_LOCK: i64 = 0x6578_6563_706c_616e;
 
-/// One outbox row to publish.
+/// Where a record to publish comes from, and so how it is acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// A row of `outbox`, deleted once published.
+    Outbox(i64),
+    /// An event of the log at this position: the cursor moves past it once
+    /// it is published.
+    Log(i64),
+}
+
+/// One record to publish.
 #[derive(Clone, Debug)]
 pub struct OutboxRow {
-    pub id: i64,
+    pub origin: Origin,
     pub topic: String,
     pub key: String,
-    pub headers: serde_json::Value,
+    pub headers: serde_json::Map<String, serde_json::Value>,
     pub payload: Vec<u8>,
 }
 
 /// The relay's dedicated connection, holding the lock.
 pub struct RelayLock {
     connection: PgConnection,
+    codec: Codec,
 }
 
 impl Store {
@@ -44,7 +62,10 @@ impl Store {
             .fetch_one(&mut connection)
             .await?;
         if acquired {
-            Ok(Some(RelayLock { connection }))
+            Ok(Some(RelayLock {
+                connection,
+                codec: self.codec.clone(),
+            }))
         } else {
             connection.close().await.ok();
             Ok(None)
@@ -53,24 +74,55 @@ impl Store {
 }
 
 impl RelayLock {
-    /// The oldest outbox rows, read on the lock's connection: a successful
-    /// read proves the lock is still held (it lives as long as the session).
+    /// The next records to publish, read on the lock's connection (a
+    /// successful read proves the lock is still held: it lives as long as
+    /// the session): the oldest outbox rows, then the log's events past the
+    /// cursor, up to `limit` of each. The log waits while the outbox still
+    /// holds event records copied before migration 0018, so an attempt's
+    /// events keep their order across the upgrade.
     pub async fn next_rows(&mut self, limit: i64) -> Result<Vec<OutboxRow>, StoreError> {
-        let rows =
+        let mut rows: Vec<OutboxRow> =
             sqlx::query("SELECT id, topic, key, headers, payload FROM outbox ORDER BY id LIMIT $1")
                 .bind(limit)
                 .fetch_all(&mut self.connection)
-                .await?;
-        Ok(rows
-            .into_iter()
-            .map(|row| OutboxRow {
-                id: row.get(0),
-                topic: row.get(1),
-                key: row.get(2),
-                headers: row.get(3),
-                payload: row.get(4),
-            })
-            .collect())
+                .await?
+                .into_iter()
+                .map(|row| {
+                    let headers = match row.get(3) {
+                        serde_json::Value::Object(headers) => headers,
+                        _ => serde_json::Map::new(),
+                    };
+                    OutboxRow {
+                        origin: Origin::Outbox(row.get(0)),
+                        topic: row.get(1),
+                        key: row.get(2),
+                        headers,
+                        payload: row.get(4),
+                    }
+                })
+                .collect();
+        if rows
+            .iter()
+            .any(|row| row.topic == crate::contract::topics::ATTEMPT_EVENTS)
+        {
+            return Ok(rows);
+        }
+        let logged = sqlx::query(include_str!("sql/unpublished_events.sql"))
+            .bind(limit)
+            .fetch_all(&mut self.connection)
+            .await?;
+        for row in &logged {
+            let event = logged_event(row)?;
+            let record = log_record(&event, &self.codec)?;
+            rows.push(OutboxRow {
+                origin: Origin::Log(event.position),
+                topic: record.topic,
+                key: record.key,
+                headers: record.headers,
+                payload: record.payload,
+            });
+        }
+        Ok(rows)
     }
 
     /// Proves the lock is still held, and records that this relay may
@@ -98,12 +150,25 @@ impl RelayLock {
         ))
     }
 
-    /// Deletes published rows.
-    pub async fn delete(&mut self, ids: &[i64]) -> Result<(), StoreError> {
-        sqlx::query("DELETE FROM outbox WHERE id = ANY($1)")
-            .bind(ids)
-            .execute(&mut self.connection)
-            .await?;
+    /// Acknowledges published records: deletes their outbox rows and
+    /// moves the cursor past their events, in one statement.
+    pub async fn acknowledge(&mut self, published: &[Origin]) -> Result<(), StoreError> {
+        let mut ids = Vec::new();
+        let mut position = 0i64;
+        for origin in published {
+            match origin {
+                Origin::Outbox(id) => ids.push(*id),
+                Origin::Log(at) => position = position.max(*at),
+            }
+        }
+        sqlx::query(
+            "WITH deleted AS (DELETE FROM outbox WHERE id = ANY($1))
+             UPDATE relay_state SET published_position = greatest(published_position, $2) WHERE id = 1",
+        )
+        .bind(&ids)
+        .bind(position)
+        .execute(&mut self.connection)
+        .await?;
         Ok(())
     }
 
@@ -139,11 +204,44 @@ impl OutboxListener {
     }
 }
 
+/// An event row of `unpublished_events.sql`.
+fn logged_event(row: &sqlx::postgres::PgRow) -> Result<LoggedEvent, StoreError> {
+    let link = |index: usize| -> Result<[u8; 32], StoreError> {
+        let bytes: Vec<u8> = row.get(index);
+        bytes.try_into().map_err(|_| {
+            StoreError::Corrupt(format!(
+                "a hash of event {} is not 32 bytes",
+                row.get::<Uuid, _>(1)
+            ))
+        })
+    };
+    let occurred_at: chrono::DateTime<chrono::Utc> = row.get(5);
+    let traceparent: Option<String> = row.get(9);
+    Ok(LoggedEvent {
+        position: row.get(0),
+        event_id: row.get(1),
+        attempt_id: row.get(2),
+        seq: row.get(3),
+        kind: row.get(4),
+        occurred_at: occurred_at.timestamp_millis(),
+        datum: row.get(6),
+        prev_hash: link(7)?,
+        hash: link(8)?,
+        trace: traceparent.map(|traceparent| TraceContext {
+            traceparent,
+            tracestate: row.get(10),
+        }),
+    })
+}
+
 impl Store {
-    /// Rows waiting in the outbox.
-    pub async fn outbox_len(&self) -> Result<i64, StoreError> {
-        Ok(sqlx::query_scalar("SELECT count(*) FROM outbox")
-            .fetch_one(&self.pool)
-            .await?)
+    /// Records waiting to be published: outbox rows, and the log's events
+    /// past the relay's cursor.
+    pub async fn unpublished(&self) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query_scalar(include_str!("sql/unpublished_count.sql"))
+                .fetch_one(&self.pool)
+                .await?,
+        )
     }
 }

@@ -169,14 +169,11 @@ fn describe_dispatcher() {
     );
 }
 
-/// The metrics of the outbox relay.
+/// The metrics of the relay (named `outbox` since before the log was one
+/// of its sources).
 fn describe_relay() {
-    describe_gauge!(OUTBOX_BACKLOG, Unit::Count, "outbox rows waiting to be published, as of the relay's last read (capped at its batch size)");
-    describe_counter!(
-        OUTBOX_PUBLISHED,
-        Unit::Count,
-        "outbox rows published, by topic"
-    );
+    describe_gauge!(OUTBOX_BACKLOG, Unit::Count, "records waiting to be published (events past the relay's cursor, outbox rows), as of the relay's last read (capped at its batch size for each)");
+    describe_counter!(OUTBOX_PUBLISHED, Unit::Count, "records published, by topic");
     describe_histogram!(
         OUTBOX_PUBLISH_SECONDS,
         Unit::Seconds,

@@ -308,6 +308,16 @@ impl Pipeline {
         .await;
     }
 
+    /// Waits until the relay has published everything: no outbox row, no
+    /// event past its cursor.
+    pub async fn wait_published(&self, timeout: Duration) {
+        let store = execplane::store::Store::from_pool(self.pool.clone());
+        self.wait("the relay to publish everything", timeout, || async {
+            store.unpublished().await.unwrap() == 0
+        })
+        .await;
+    }
+
     pub async fn wait<F, Fut>(&self, what: &str, timeout: Duration, mut condition: F)
     where
         F: FnMut() -> Fut,

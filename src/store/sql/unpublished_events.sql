@@ -1,0 +1,8 @@
+-- The log's events past the relay's cursor, in position order: positions
+-- become visible in the order they were taken (migration 0018), so none
+-- is ever passed over.
+SELECT position, event_id, attempt_id, seq, kind, occurred_at, payload, prev_hash, hash, traceparent, tracestate
+FROM attempt_events
+WHERE position > (SELECT published_position FROM relay_state WHERE id = 1)
+ORDER BY position
+LIMIT $1
