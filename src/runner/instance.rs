@@ -1,4 +1,5 @@
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,13 +34,18 @@ struct Running {
 
 /// Every (attempt, lease epoch) this instance has started, kept until its
 /// lease can no longer be valid: a work record delivered again (a relay
-/// that died between publishing and deleting its outbox rows publishes it
-/// once more) must never run the operation twice (docs/ARCHITECTURE.md,
-/// "Runners").
+/// that died between publishing and acknowledging it publishes it once
+/// more) must never run the operation twice (docs/ARCHITECTURE.md,
+/// "Runners"). Forgetting costs O(log n) per start, whatever the number
+/// remembered.
 #[derive(Debug, Default)]
 pub(super) struct StartedLeases {
     /// (attempt, epoch) → the lease expiry the work record carried.
     started: HashMap<(Uuid, u64), i64>,
+    /// (expiry, attempt, epoch), soonest first. An extension pushes a new
+    /// entry; the old one is stale (its expiry is no longer the lease's)
+    /// and forgets nothing when it comes up.
+    expiries: BinaryHeap<Reverse<(i64, Uuid, u64)>>,
 }
 
 /// How long past its lease expiry a started lease is remembered: a record
@@ -56,8 +62,7 @@ impl StartedLeases {
         expires_at: i64,
         now: i64,
     ) -> Admission {
-        self.started
-            .retain(|_, expiry| now <= *expiry + REMEMBER_PAST_EXPIRY_MS);
+        self.forget_until(now);
         if self.started.contains_key(&(attempt_id, epoch)) {
             return Admission::AlreadyStarted;
         }
@@ -65,13 +70,31 @@ impl StartedLeases {
             return Admission::Expired;
         }
         self.started.insert((attempt_id, epoch), expires_at);
+        self.expiries.push(Reverse((expires_at, attempt_id, epoch)));
         Admission::Start
     }
 
     /// A lease extension moves how long the start is remembered.
     pub(super) fn extend(&mut self, attempt_id: Uuid, epoch: u64, expires_at: i64) {
         if let Some(expiry) = self.started.get_mut(&(attempt_id, epoch)) {
-            *expiry = (*expiry).max(expires_at);
+            if expires_at > *expiry {
+                *expiry = expires_at;
+                self.expiries.push(Reverse((expires_at, attempt_id, epoch)));
+            }
+        }
+    }
+
+    /// Forgets the leases remembered long enough by `now`.
+    fn forget_until(&mut self, now: i64) {
+        while let Some(Reverse((expiry, attempt_id, epoch))) = self.expiries.peek().copied() {
+            if now <= expiry + REMEMBER_PAST_EXPIRY_MS {
+                break;
+            }
+            self.expiries.pop();
+            let key = (attempt_id, epoch);
+            if self.started.get(&key) == Some(&expiry) {
+                self.started.remove(&key);
+            }
         }
     }
 }
@@ -511,5 +534,26 @@ mod tests {
             started.admit(attempt, 2, 300_000, 200_000),
             Admission::Start
         );
+    }
+
+    #[test]
+    fn what_is_remembered_is_forgotten_once_its_lease_cannot_be_valid() {
+        let mut started = StartedLeases::default();
+        let extended = Uuid::new_v4();
+        started.admit(extended, 1, 10_000, 0);
+        started.extend(extended, 1, 500_000);
+        for index in 0..1_000 {
+            started.admit(Uuid::new_v4(), 1, 10_000 + index, 0);
+        }
+        // Long after those leases, one start forgets all but the extended.
+        started.admit(Uuid::new_v4(), 1, 400_000, 300_000);
+        assert_eq!(started.started.len(), 2);
+        assert_eq!(
+            started.admit(extended, 1, 500_000, 300_000),
+            Admission::AlreadyStarted
+        );
+        started.admit(Uuid::new_v4(), 1, 700_000, 600_000);
+        assert_eq!(started.started.len(), 1);
+        assert_eq!(started.expiries.len(), 1);
     }
 }
