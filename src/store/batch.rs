@@ -127,7 +127,7 @@ impl Store {
     /// Loads one job's state (no lock), for readers and tests.
     pub async fn job_state(&self, job_id: &str) -> Result<JobState, StoreError> {
         let mut conn = self.pool.acquire().await?;
-        let loaded = load_jobs(&mut conn, &[job_id.to_owned()], false).await?;
+        let loaded = load_jobs(&mut conn, &[job_id.to_owned()], &[], false).await?;
         Ok(loaded.jobs.get(job_id).cloned().unwrap_or_default())
     }
 }
@@ -432,34 +432,28 @@ impl BatchContext {
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
-        let attempt_jobs: HashMap<Uuid, String> = if attempt_ids.is_empty() {
-            HashMap::new()
-        } else {
-            sqlx::query("SELECT attempt_id, job_id FROM attempts WHERE attempt_id = ANY($1)")
-                .bind(&attempt_ids)
-                .fetch_all(&mut *conn)
-                .await?
-                .into_iter()
-                .map(|row| (row.get(0), row.get(1)))
-                .collect()
-        };
         let mut job_ids = BTreeSet::new();
         let mut command_ids = BTreeSet::new();
         for envelope in fresh_inputs() {
             if let Some(job_id) = job_key(&envelope.input) {
                 job_ids.insert(job_id.to_owned());
             }
-            if let Some(job_id) =
-                attempt_key(&envelope.input).and_then(|attempt_id| attempt_jobs.get(&attempt_id))
-            {
-                job_ids.insert(job_id.clone());
-            }
             if let Some(command_id) = command_key(&envelope.input) {
                 command_ids.insert(command_id);
             }
         }
         let job_ids: Vec<String> = job_ids.into_iter().collect();
-        let loaded = load_jobs(conn, &job_ids, true).await?;
+        let loaded = load_jobs(conn, &job_ids, &attempt_ids, true).await?;
+        let attempt_jobs: HashMap<Uuid, String> = loaded
+            .jobs
+            .iter()
+            .flat_map(|(job_id, state)| {
+                state
+                    .attempts
+                    .iter()
+                    .map(move |attempt| (attempt.attempt_id, job_id.clone()))
+            })
+            .collect();
         let command_ids: Vec<Uuid> = command_ids.into_iter().collect();
         let command_owner: HashMap<Uuid, String> = if command_ids.is_empty() {
             HashMap::new()
@@ -742,22 +736,32 @@ async fn first_subjects(
     Ok(firsts)
 }
 
-/// Loads jobs, their attempts and leases from the projection; with `lock`,
-/// takes row locks on the job rows (in job id order).
+/// Loads jobs (named, or by one of their attempts), their attempts and
+/// leases from the projection, in two statements; with `lock`, takes row
+/// locks on the job rows (in job id order), then on their attempts.
 pub(crate) async fn load_jobs(
     conn: &mut PgConnection,
     job_ids: &[String],
+    attempt_ids: &[Uuid],
     lock: bool,
 ) -> Result<LoadedJobs, StoreError> {
     let mut loaded = LoadedJobs::default();
-    if job_ids.is_empty() {
+    if job_ids.is_empty() && attempt_ids.is_empty() {
         return Ok(loaded);
     }
+    // The jobs first, locked in job-id order; then their attempts, in a
+    // statement of its own: under READ COMMITTED its snapshot is taken once
+    // the job locks are held, so it sees an attempt another transaction
+    // added to a job while this one waited for the job's lock.
     let lock_clause = if lock { " FOR UPDATE" } else { "" };
     let job_rows = sqlx::query(&format!(
-        "SELECT to_jsonb(j) FROM jobs j WHERE job_id = ANY($1) ORDER BY job_id{lock_clause}"
+        "SELECT to_jsonb(j) FROM jobs j \
+         WHERE job_id = ANY(array_cat($1::text[], \
+             ARRAY(SELECT job_id FROM attempts WHERE attempt_id = ANY($2)))) \
+         ORDER BY job_id{lock_clause}"
     ))
     .bind(job_ids)
+    .bind(attempt_ids)
     .fetch_all(&mut *conn)
     .await?;
     let mut specs: HashMap<String, Option<JobSpec>> = HashMap::new();
@@ -772,27 +776,28 @@ pub(crate) async fn load_jobs(
         };
         specs.insert(job.job_id, spec);
     }
-    let mut leases: HashMap<Uuid, LeaseRow> = HashMap::new();
-    for row in sqlx::query("SELECT to_jsonb(l) FROM leases l WHERE job_id = ANY($1)")
-        .bind(job_ids)
-        .fetch_all(&mut *conn)
-        .await?
-    {
-        let lease: LeaseRow = serde_json::from_value(row.get(0))
-            .map_err(|error| StoreError::Corrupt(format!("leases row: {error}")))?;
-        leases.insert(lease.attempt_id, lease);
+    if specs.is_empty() {
+        return Ok(loaded);
     }
+    let locked_ids: Vec<&str> = specs.keys().map(String::as_str).collect();
+    let lock_clause = if lock { " FOR UPDATE OF a" } else { "" };
     let attempts_sql = format!(
-        "SELECT to_jsonb(a) FROM attempts a \
-         WHERE job_id = ANY($1) ORDER BY job_id, attempt_no{lock_clause}"
+        "SELECT to_jsonb(a), to_jsonb(l) FROM attempts a \
+         LEFT JOIN leases l ON l.attempt_id = a.attempt_id \
+         WHERE a.job_id = ANY($1) ORDER BY a.job_id, a.attempt_no{lock_clause}"
     );
     for row in sqlx::query(&attempts_sql)
-        .bind(job_ids)
+        .bind(&locked_ids)
         .fetch_all(&mut *conn)
         .await?
     {
         let attempt: AttemptRow = serde_json::from_value(row.get(0))
             .map_err(|error| StoreError::Corrupt(format!("attempts row: {error}")))?;
+        let lease: Option<LeaseRow> = row
+            .get::<Option<serde_json::Value>, _>(1)
+            .map(serde_json::from_value)
+            .transpose()
+            .map_err(|error| StoreError::Corrupt(format!("leases row: {error}")))?;
         let hash: [u8; 32] = attempt.last_hash.as_slice().try_into().map_err(|_| {
             StoreError::Corrupt(format!(
                 "attempt {}: last_hash is not 32 bytes",
@@ -800,7 +805,6 @@ pub(crate) async fn load_jobs(
             ))
         })?;
         let spec = specs.get(&attempt.job_id).and_then(Option::as_ref);
-        let lease = leases.remove(&attempt.attempt_id);
         loaded.last_hash.insert(attempt.attempt_id, hash);
         let job_id = attempt.job_id.clone();
         let state = attempt_from_rows(attempt, spec, lease)?;
