@@ -15,7 +15,9 @@ pub mod placement;
 #[cfg(test)]
 mod proptests;
 
-pub use decide::{approval_refusal, decide, ApprovalAsked, Rejection};
+pub use decide::{
+    approval_refusal, decide, dedupes_by_state, repeats_an_applied_report, ApprovalAsked, Rejection,
+};
 pub use fencing::{lease_refusal, LeaseFacts};
 pub use ids::{attempt_id_for, event_id_for, lease_id_for, report_event_id_for};
 

@@ -67,6 +67,10 @@ async fn mixed_run(pipeline: &mut Pipeline) {
     pipeline
         .wait_status(&loses_its_lease.job_id, "running", WAIT)
         .await;
+    // Only the one job is to lose its lease: the others end first.
+    for spec in [&succeeds, &fails] {
+        pipeline.wait_done(&spec.job_id, WAIT).await;
+    }
     pipeline.signal(runner, "KILL");
     pipeline.spawn(&["runner", "verification"], &[]);
     let expected = [

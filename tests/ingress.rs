@@ -122,7 +122,7 @@ async fn python_executors_complete_attempts_over_http_and_over_tcp(pool: PgPool)
             assert_eq!(stored["operation"], "verify.tcp.connect");
         }
         // The finished report sent twice under one idempotency key is one
-        // event (without the key, the second would be `report_fenced`).
+        // event (without the key, the second repeats the first: no event).
         let kinds = pipeline.events_of(attempts[0].0).await;
         // The HTTP executor's heartbeat carries progress, which is recorded.
         let expected: &[&str] = if name == "python-http" {

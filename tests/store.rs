@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use common::{database_url, drive_mixed, execplane, spec, BASE};
 use execplane::attempt::{attempt_id_for, decide, Rejection};
 use execplane::codec::{Codec, Family};
-use execplane::contract::Input;
+use execplane::contract::{Input, ReportBody, ReportedOutcome, RunnerReport};
 use execplane::store::{
     append_decided, InputEnvelope, InputOutcome, LoadedJobs, Origin, OutboxRow, Store,
 };
@@ -641,6 +641,88 @@ async fn pruning_forgets_old_inbox_ids_only(pool: PgPool) {
         count(&pool, "SELECT count(*) FROM inbox").await,
         before - old
     );
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_redelivered_started_or_finished_is_a_no_op_without_an_inbox_row(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    let command_id = Uuid::new_v4();
+    let attempt_id = attempt_id_for(command_id, 1);
+    let execute = Input::Execute {
+        policy_digest: None,
+        target_keys: Vec::new(),
+        spec: Box::new(spec(command_id, "repeat/1", "verify.tcp.connect")),
+    };
+    let report = |id: &str, epoch: u64, body: ReportBody| {
+        envelope(
+            id,
+            Input::Report(RunnerReport {
+                attempt_id,
+                lease_epoch: epoch,
+                runner_instance: "runner-a".into(),
+                body,
+            }),
+        )
+    };
+    let finished = || ReportBody::Finished {
+        outcome: ReportedOutcome::Succeeded,
+        category: None,
+        message: "done".into(),
+        result_json: None,
+        outputs: Vec::new(),
+    };
+    store
+        .process_batch(&[envelope("command", execute)], BASE)
+        .await
+        .unwrap();
+    let grant = Input::Grant {
+        attempt_id,
+        runner_instance: "runner-a".into(),
+    };
+    let granted = store
+        .process_batch(&[envelope("grant", grant)], BASE)
+        .await
+        .unwrap();
+    assert_eq!(granted.outcomes, vec![InputOutcome::Applied { events: 1 }]);
+    let reports = [
+        report("started", 1, ReportBody::Started),
+        report("finished", 1, finished()),
+    ];
+    let first = store.process_batch(&reports, BASE + 1).await.unwrap();
+    assert_eq!(
+        first.outcomes,
+        vec![InputOutcome::Applied { events: 1 }; 2],
+        "started, then finished"
+    );
+    // The reports claimed no inbox row; delivered again (a dispatcher that
+    // died before committing its offsets), they decide nothing.
+    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 2);
+    let events = count(&pool, "SELECT count(*) FROM attempt_events").await;
+    for at in [BASE + 2, BASE + 3] {
+        let again = store.process_batch(&reports, at).await.unwrap();
+        assert_eq!(again.outcomes, vec![InputOutcome::Applied { events: 0 }; 2]);
+    }
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM attempt_events").await,
+        events
+    );
+    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 2);
+    // A late report of another lease is fenced once, however often it is
+    // delivered: it claims its inbox row.
+    let stale = [report("stale", 2, finished())];
+    let fenced = store.process_batch(&stale, BASE + 4).await.unwrap();
+    assert_eq!(fenced.outcomes, vec![InputOutcome::Applied { events: 1 }]);
+    let again = store.process_batch(&stale, BASE + 5).await.unwrap();
+    assert_eq!(again.outcomes, vec![InputOutcome::Duplicate]);
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM attempt_events WHERE kind = 'report_fenced'"
+        )
+        .await,
+        1
+    );
+    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 3);
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]

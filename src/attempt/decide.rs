@@ -529,11 +529,44 @@ fn lease_ttl(attempt: &Attempt) -> i64 {
         .map_or(30_000, |spec| spec.timeouts.heartbeat.as_i64())
 }
 
+/// Whether `report` repeats a report of its lease that was applied: a
+/// `started` once the attempt has started, a `finished` once the lease's
+/// own report ended it (no timer did). An attempt has one lease, so the
+/// lease names the report. A repeat decides nothing, however often it is
+/// delivered and whatever happened since: it is not fenced, since nothing
+/// was late.
+pub fn repeats_an_applied_report(attempt: &Attempt, report: &RunnerReport) -> bool {
+    let same_lease = attempt.lease.as_ref().is_some_and(|lease| {
+        lease.epoch == report.lease_epoch && lease.runner_instance == report.runner_instance
+    });
+    same_lease
+        && match report.body {
+            ReportBody::Started => attempt.started_at.is_some(),
+            ReportBody::Finished { .. } => attempt.is_terminal() && attempt.timer_fired.is_none(),
+            ReportBody::Heartbeat { .. } | ReportBody::Progress { .. } => false,
+        }
+}
+
+/// Whether the state alone makes every delivery of `report` after this one
+/// decide nothing, so that it needs no inbox row (docs/ARCHITECTURE.md,
+/// "The consistency model"): a `started` or `finished` accepted now (its
+/// next delivery repeats it) or already a repeat. A heartbeat or progress
+/// report is not: a heartbeat delivered again could extend its lease again.
+pub fn dedupes_by_state(attempt: &Attempt, report: &RunnerReport) -> bool {
+    matches!(
+        report.body,
+        ReportBody::Started | ReportBody::Finished { .. }
+    ) && (fence_reason(attempt, report).is_none() || repeats_an_applied_report(attempt, report))
+}
+
 fn decide_report(emit: &mut Emitter<'_>, report: &RunnerReport) -> Result<(), Rejection> {
     let attempt = emit
         .job
         .attempt(report.attempt_id)
         .ok_or(Rejection::UnknownAttempt(report.attempt_id))?;
+    if repeats_an_applied_report(attempt, report) {
+        return Ok(());
+    }
     if let Some(reason) = fence_reason(attempt, report) {
         emit.push(
             attempt.attempt_id,

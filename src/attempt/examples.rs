@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use uuid::Uuid;
 
-use super::{attempt_id_for, decide, JobState, Rejection};
+use super::{
+    attempt_id_for, decide, dedupes_by_state, repeats_an_applied_report, JobState, Rejection,
+};
 use crate::contract::{
     AttemptEvent, AttemptStatus, DurationMs, EventBody, FailureCategory, Input, JobSpec, Operation,
     ReportBody, ReportedOutcome, RunnerReport, TargetKey, TerminalOutcome, TimerKind,
@@ -216,6 +218,75 @@ fn reports_under_another_epoch_or_from_another_instance_are_fenced() {
         kinds(&story.report(1, 1, "r-1", ReportBody::Started)),
         ["started"]
     );
+}
+
+#[test]
+fn a_repeated_started_or_finished_of_the_lease_decides_nothing_and_needs_no_inbox_row() {
+    let mut story = Story::new(Operation::VerifyHttpEndpoint, 1);
+    story.grant(1, "r-1");
+    let started = RunnerReport {
+        attempt_id: story.attempt_id(1),
+        lease_epoch: 1,
+        runner_instance: "r-1".into(),
+        body: ReportBody::Started,
+    };
+    let finished = RunnerReport {
+        body: failed(FailureCategory::VerificationFailed),
+        ..started.clone()
+    };
+    let attempt = |story: &Story| story.job.attempt(story.attempt_id(1)).unwrap().clone();
+    // Accepted now, so the state will dedupe its next delivery.
+    assert!(dedupes_by_state(&attempt(&story), &started));
+    assert_eq!(
+        kinds(&story.ok(&Input::Report(started.clone()))),
+        ["started"]
+    );
+    assert!(story.ok(&Input::Report(started.clone())).is_empty());
+    assert!(dedupes_by_state(&attempt(&story), &finished));
+    assert_eq!(
+        kinds(&story.ok(&Input::Report(finished.clone()))),
+        ["finished"]
+    );
+    // Delivered again after the end: repeats, not late reports.
+    for report in [&started, &finished] {
+        assert!(repeats_an_applied_report(&attempt(&story), report));
+        assert!(dedupes_by_state(&attempt(&story), report));
+        assert!(story.ok(&Input::Report(report.clone())).is_empty());
+    }
+    // A heartbeat is not deduped by the state; a report of another lease
+    // after the end is fenced, and needs its inbox row.
+    let heartbeat = RunnerReport {
+        body: heartbeat(),
+        ..started.clone()
+    };
+    assert!(!dedupes_by_state(&attempt(&story), &heartbeat));
+    let stale = RunnerReport {
+        lease_epoch: 2,
+        ..finished.clone()
+    };
+    assert!(!dedupes_by_state(&attempt(&story), &stale));
+    assert_eq!(kinds(&story.ok(&Input::Report(stale))), ["report_fenced"]);
+}
+
+#[test]
+fn a_finished_report_after_a_timer_ended_the_attempt_is_fenced_every_time() {
+    let mut story = Story::new(Operation::VerifyHttpEndpoint, 1);
+    story.grant(1, "r-1");
+    story.report(1, 1, "r-1", ReportBody::Started);
+    story.now += TTL * 2;
+    assert_eq!(kinds(&story.timer(1, TimerKind::Heartbeat)), ["finished"]);
+    let late = RunnerReport {
+        attempt_id: story.attempt_id(1),
+        lease_epoch: 1,
+        runner_instance: "r-1".into(),
+        body: failed(FailureCategory::VerificationFailed),
+    };
+    let attempt = story.job.attempt(story.attempt_id(1)).unwrap().clone();
+    // Late, not a repeat: fenced, and its inbox row keeps a redelivery from
+    // being fenced twice.
+    assert!(!repeats_an_applied_report(&attempt, &late));
+    assert!(!dedupes_by_state(&attempt, &late));
+    assert_eq!(kinds(&story.ok(&Input::Report(late))), ["report_fenced"]);
 }
 
 #[test]

@@ -372,15 +372,18 @@ impl World {
         input: &Input,
         events: &[AttemptEvent],
     ) -> Result<(), TestCaseError> {
-        // Fencing: a report that is not from the active lease holder yields
-        // exactly one fenced-report event and nothing else.
+        // Fencing: a report that repeats one of its lease's applied reports
+        // yields nothing; any other that is not from the active lease
+        // holder yields exactly one fenced-report event and nothing else.
         if let Input::Report(report) = input {
             let attempt = before.attempt(report.attempt_id).unwrap();
             let current = attempt.active_lease().filter(|_| !attempt.is_terminal());
             let valid = current.is_some_and(|lease| {
                 lease.epoch == report.lease_epoch && lease.runner_instance == report.runner_instance
             });
-            if !valid {
+            if crate::attempt::repeats_an_applied_report(attempt, report) {
+                prop_assert!(events.is_empty(), "a repeat decided {:?}", events);
+            } else if !valid {
                 prop_assert_eq!(events.len(), 1);
                 let fenced = matches!(events[0].body, EventBody::ReportFenced { .. });
                 prop_assert!(fenced, "stale report not fenced: {:?}", events);

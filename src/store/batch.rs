@@ -288,14 +288,34 @@ pub(crate) async fn process_in(
     now: UnixMillis,
     placing: Option<Placing<'_>>,
 ) -> Result<BatchOutcome, StoreError> {
-    // 1. Claim input ids; a repeat inside the batch is a duplicate too.
-    let fresh = claim_inputs(conn, inputs).await?;
+    // 1. Lock and load the jobs the batch's inputs touch (in job-id order:
+    //    concurrent batches lock in one order); a repeat of an id inside
+    //    the batch is a duplicate.
+    let mut seen = HashSet::new();
+    let firsts: Vec<bool> = inputs
+        .iter()
+        .map(|envelope| seen.insert(envelope.input_id.as_str()))
+        .collect();
+    let mut context = BatchContext::load(conn, inputs, &firsts).await?;
+    // 2. Claim input ids, but for the reports the state dedupes by itself
+    //    (docs/ARCHITECTURE.md, "The consistency model"); a claimed id seen
+    //    before is a duplicate.
+    let claims: Vec<bool> = inputs
+        .iter()
+        .zip(&firsts)
+        .map(|(envelope, first)| *first && context.needs_inbox(envelope))
+        .collect();
+    let claimed = claim_inputs(conn, inputs, &claims).await?;
+    let fresh: Vec<bool> = inputs
+        .iter()
+        .zip(firsts.iter().zip(&claims))
+        .map(|(envelope, (first, claim))| {
+            *first && (!claim || claimed.contains(&envelope.input_id))
+        })
+        .collect();
     // A repeated id is a redelivery only if it stands for the same thing; a
     // command id reused for another job or cancel is refused, not dropped.
     let first_subjects = first_subjects(conn, inputs, &fresh).await?;
-    // 2. Lock and load the jobs the fresh inputs touch (in job-id order:
-    //    concurrent batches lock in one order).
-    let mut context = BatchContext::load(conn, inputs, &fresh).await?;
     // 3. Decide, input by input, on a working copy.
     let mut outcomes = Vec::with_capacity(inputs.len());
     let mut events = Vec::new();
@@ -343,24 +363,25 @@ pub(crate) async fn process_in(
     })
 }
 
-/// Claims the inputs' ids in the inbox; true for each input that is new
-/// (and the first of its id in the batch).
+/// Claims in the inbox the ids of the inputs `claims` marks; the ids
+/// claimed now (not seen before).
 async fn claim_inputs(
     conn: &mut PgConnection,
     inputs: &[InputEnvelope],
-) -> Result<Vec<bool>, StoreError> {
-    let mut seen = HashSet::new();
+    claims: &[bool],
+) -> Result<HashSet<String>, StoreError> {
     let mut ids = Vec::new();
     let mut sources = Vec::new();
     let mut subjects = Vec::new();
-    for envelope in inputs {
-        if seen.insert(envelope.input_id.as_str()) {
-            ids.push(envelope.input_id.clone());
-            sources.push(envelope.source.clone());
-            subjects.push(subject(&envelope.input));
-        }
+    for (envelope, _) in inputs.iter().zip(claims).filter(|(_, claim)| **claim) {
+        ids.push(envelope.input_id.clone());
+        sources.push(envelope.source.clone());
+        subjects.push(subject(&envelope.input));
     }
-    let claimed: HashSet<String> = sqlx::query(
+    if ids.is_empty() {
+        return Ok(HashSet::new());
+    }
+    Ok(sqlx::query(
         "INSERT INTO inbox (input_id, source, subject)
          SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[])
          ON CONFLICT DO NOTHING RETURNING input_id",
@@ -372,14 +393,7 @@ async fn claim_inputs(
     .await?
     .into_iter()
     .map(|row| row.get(0))
-    .collect();
-    let mut taken = HashSet::new();
-    Ok(inputs
-        .iter()
-        .map(|envelope| {
-            claimed.contains(&envelope.input_id) && taken.insert(envelope.input_id.as_str())
-        })
-        .collect())
+    .collect())
 }
 
 /// A repeated input: a duplicate, or a reused id refused with both subjects.
@@ -415,16 +429,19 @@ struct BatchContext {
 }
 
 impl BatchContext {
+    /// Loads what the inputs `firsts` marks (each the first of its id in
+    /// the batch) may need; which of them were seen before is known only
+    /// once the loaded state says which need an inbox row.
     async fn load(
         conn: &mut PgConnection,
         inputs: &[InputEnvelope],
-        fresh: &[bool],
+        firsts: &[bool],
     ) -> Result<Self, StoreError> {
         let fresh_inputs = || {
             inputs
                 .iter()
-                .zip(fresh)
-                .filter(|(_, fresh)| **fresh)
+                .zip(firsts)
+                .filter(|(_, first)| **first)
                 .map(|(envelope, _)| envelope)
         };
         let attempt_ids: Vec<Uuid> = fresh_inputs()
@@ -509,6 +526,22 @@ impl BatchContext {
             key_holders,
             approved_plans,
         })
+    }
+
+    /// Whether an input needs an inbox row to make its redelivery a no-op:
+    /// every input but a `started` or `finished` report the loaded state
+    /// dedupes by itself (accepted now, or a repeat of one applied). A
+    /// runner sends one of each per lease, in order, so what a batch
+    /// decides before it cannot make it late.
+    fn needs_inbox(&self, envelope: &InputEnvelope) -> bool {
+        let Input::Report(report) = &envelope.input else {
+            return true;
+        };
+        let attempt = self
+            .attempt_jobs
+            .get(&report.attempt_id)
+            .and_then(|job_id| self.loaded.jobs.get(job_id)?.attempt(report.attempt_id));
+        !attempt.is_some_and(|attempt| crate::attempt::dedupes_by_state(attempt, report))
     }
 
     /// Decides one fresh input on the working copy; its events are added.
