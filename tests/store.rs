@@ -27,6 +27,48 @@ async fn count(pool: &PgPool, sql: &str) -> i64 {
     sqlx::query_scalar(sql).fetch_one(pool).await.unwrap()
 }
 
+/// Creates job `job_id` with one queued attempt; the attempt's id.
+async fn create_job(store: &Store, job_id: &str) -> Uuid {
+    let command_id = Uuid::new_v4();
+    let execute = Input::Execute {
+        policy_digest: None,
+        target_keys: Vec::new(),
+        spec: Box::new(spec(command_id, job_id, "verify.tcp.connect")),
+    };
+    store
+        .process_batch(&[envelope(job_id, execute)], BASE)
+        .await
+        .unwrap();
+    attempt_id_for(command_id, 1)
+}
+
+/// A grant of the attempt to `instance`, decided on the job's state as
+/// committed, and that state (with the attempt's chain tip) to append it on:
+/// what a dispatcher holds between its decision and its append.
+async fn decided_grant(
+    store: &Store,
+    pool: &PgPool,
+    job_id: &str,
+    attempt_id: Uuid,
+    instance: &str,
+) -> (LoadedJobs, Vec<execplane::contract::AttemptEvent>) {
+    let state = store.job_state(job_id).await.unwrap();
+    let mut loaded = LoadedJobs::default();
+    loaded.jobs.insert(job_id.into(), state.clone());
+    let tip: Vec<u8> = sqlx::query_scalar("SELECT last_hash FROM attempts WHERE attempt_id = $1")
+        .bind(attempt_id)
+        .fetch_one(pool)
+        .await
+        .unwrap();
+    loaded.last_hash.insert(attempt_id, tip.try_into().unwrap());
+    let grant = Input::Grant {
+        attempt_id,
+        runner_instance: instance.into(),
+    };
+    let events = decide(&state, &grant, BASE + 1).unwrap();
+    (loaded, events)
+}
+
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn a_duplicate_command_id_gives_one_job(pool: PgPool) {
     let store = Store::from_pool(pool.clone());
@@ -96,45 +138,10 @@ async fn a_duplicate_command_id_gives_one_job(pool: PgPool) {
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn of_two_concurrent_lease_grants_the_database_refuses_the_second(pool: PgPool) {
     let store = Store::from_pool(pool.clone());
-    let command_id = Uuid::new_v4();
-    let attempt_id = attempt_id_for(command_id, 1);
-    let execute = Input::Execute {
-        policy_digest: None,
-        target_keys: Vec::new(),
-        spec: Box::new(spec(command_id, "race/1", "verify.tcp.connect")),
-    };
-    store
-        .process_batch(&[envelope("create", execute)], BASE)
-        .await
-        .unwrap();
-
+    let attempt_id = create_job(&store, "race/1").await;
     // Two dispatchers read the same queued state and each decides a grant.
-    let state = store.job_state("race/1").await.unwrap();
-    let mut loaded = LoadedJobs::default();
-    loaded.jobs.insert("race/1".into(), state.clone());
-    let tip: Vec<u8> = sqlx::query_scalar("SELECT last_hash FROM attempts")
-        .fetch_one(&pool)
-        .await
-        .unwrap();
-    loaded.last_hash.insert(attempt_id, tip.try_into().unwrap());
-    let grant_a = decide(
-        &state,
-        &Input::Grant {
-            attempt_id,
-            runner_instance: "runner-a".into(),
-        },
-        BASE + 1,
-    )
-    .unwrap();
-    let grant_b = decide(
-        &state,
-        &Input::Grant {
-            attempt_id,
-            runner_instance: "runner-b".into(),
-        },
-        BASE + 1,
-    )
-    .unwrap();
+    let (loaded, grant_a) = decided_grant(&store, &pool, "race/1", attempt_id, "runner-a").await;
+    let (_, grant_b) = decided_grant(&store, &pool, "race/1", attempt_id, "runner-b").await;
 
     let codec = Codec::default();
     let mut first = pool.begin().await.unwrap();
@@ -459,32 +466,8 @@ async fn an_open_append_holds_back_every_later_position(pool: PgPool) {
     let store = Store::from_pool(pool.clone());
     let mut grants = Vec::new();
     for job in ["order/1", "order/2"] {
-        let command_id = Uuid::new_v4();
-        let attempt_id = attempt_id_for(command_id, 1);
-        let execute = Input::Execute {
-            policy_digest: None,
-            target_keys: Vec::new(),
-            spec: Box::new(spec(command_id, job, "verify.tcp.connect")),
-        };
-        store
-            .process_batch(&[envelope(job, execute)], BASE)
-            .await
-            .unwrap();
-        let state = store.job_state(job).await.unwrap();
-        let mut loaded = LoadedJobs::default();
-        loaded.jobs.insert(job.into(), state.clone());
-        let tip: Vec<u8> =
-            sqlx::query_scalar("SELECT last_hash FROM attempts WHERE attempt_id = $1")
-                .bind(attempt_id)
-                .fetch_one(&pool)
-                .await
-                .unwrap();
-        loaded.last_hash.insert(attempt_id, tip.try_into().unwrap());
-        let grant = Input::Grant {
-            attempt_id,
-            runner_instance: "runner-a".into(),
-        };
-        grants.push((loaded, decide(&state, &grant, BASE + 1).unwrap()));
+        let attempt_id = create_job(&store, job).await;
+        grants.push(decided_grant(&store, &pool, job, attempt_id, "runner-a").await);
     }
     let created = relay_log(&store, 100).await;
     assert_eq!(created.len(), 2);
@@ -646,13 +629,7 @@ async fn pruning_forgets_old_inbox_ids_only(pool: PgPool) {
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn a_redelivered_started_or_finished_is_a_no_op_without_an_inbox_row(pool: PgPool) {
     let store = Store::from_pool(pool.clone());
-    let command_id = Uuid::new_v4();
-    let attempt_id = attempt_id_for(command_id, 1);
-    let execute = Input::Execute {
-        policy_digest: None,
-        target_keys: Vec::new(),
-        spec: Box::new(spec(command_id, "repeat/1", "verify.tcp.connect")),
-    };
+    let attempt_id = create_job(&store, "repeat/1").await;
     let report = |id: &str, epoch: u64, body: ReportBody| {
         envelope(
             id,
@@ -671,10 +648,6 @@ async fn a_redelivered_started_or_finished_is_a_no_op_without_an_inbox_row(pool:
         result_json: None,
         outputs: Vec::new(),
     };
-    store
-        .process_batch(&[envelope("command", execute)], BASE)
-        .await
-        .unwrap();
     let grant = Input::Grant {
         attempt_id,
         runner_instance: "runner-a".into(),
