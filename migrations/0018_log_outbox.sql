@@ -28,9 +28,15 @@ ALTER TABLE attempt_events ADD COLUMN traceparent text, ADD COLUMN tracestate te
 
 -- How far the log has been published: every event at or before this
 -- position is on the topic. The events appended before this migration had
--- their records copied to `outbox`, which the relay still drains first.
-ALTER TABLE relay_state ADD COLUMN published_position bigint NOT NULL DEFAULT 0;
-UPDATE relay_state SET published_position = (SELECT coalesce(max(position), 0) FROM attempt_events);
+-- their records copied to `outbox`: the log waits until the outbox holds
+-- no row from before it (`legacy_outbox_until`), so an attempt's events
+-- keep their order across the upgrade.
+ALTER TABLE relay_state
+    ADD COLUMN published_position bigint NOT NULL DEFAULT 0,
+    ADD COLUMN legacy_outbox_until bigint NOT NULL DEFAULT 0;
+UPDATE relay_state SET
+    published_position = (SELECT coalesce(max(position), 0) FROM attempt_events),
+    legacy_outbox_until = (SELECT coalesce(max(id), 0) FROM outbox);
 
 -- An appended event wakes the relay as an outbox row does.
 CREATE TRIGGER attempt_events_notify AFTER INSERT ON attempt_events

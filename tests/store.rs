@@ -458,6 +458,41 @@ async fn the_relay_publishes_the_log_itself_in_order_and_the_outbox_the_rest(poo
     assert!(relay_log(&store, 7).await.is_empty());
 }
 
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn the_log_waits_for_the_outbox_rows_from_before_it_was_the_source(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    // An upgraded database: event records copied to the outbox before
+    // migration 0018 (here, one), then events appended since.
+    sqlx::query(
+        "INSERT INTO outbox (topic, key, headers, payload) VALUES ('exec.attempt-events.v1', 'a', '{}', '')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE relay_state SET legacy_outbox_until = (SELECT max(id) FROM outbox)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    create_job(&store, "upgraded/1").await;
+    let mut lock = store.try_relay_lock().await.unwrap().unwrap();
+    let first = lock.next_rows(100).await.unwrap();
+    let origins: Vec<Origin> = first.iter().map(|row| row.origin).collect();
+    assert!(
+        matches!(origins[..], [Origin::Outbox(_)]),
+        "the old row alone: {origins:?}"
+    );
+    lock.acknowledge(&origins).await.unwrap();
+    let next = lock.next_rows(100).await.unwrap();
+    assert!(
+        matches!(
+            next.iter().map(|row| row.origin).collect::<Vec<_>>()[..],
+            [Origin::Log(_)]
+        ),
+        "then the log"
+    );
+    lock.release().await;
+}
+
 /// The contract the relay's cursor rests on (docs/ARCHITECTURE.md,
 /// "Relay"): a transaction that took log positions holds every later one
 /// back until it ends, so no position becomes visible after a greater one.

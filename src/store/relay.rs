@@ -78,8 +78,9 @@ impl RelayLock {
     /// successful read proves the lock is still held: it lives as long as
     /// the session): the oldest outbox rows, then the log's events past the
     /// cursor, up to `limit` of each. The log waits while the outbox still
-    /// holds event records copied before migration 0018, so an attempt's
-    /// events keep their order across the upgrade.
+    /// holds rows from before migration 0018 (event records were copied
+    /// there then), so an attempt's events keep their order across the
+    /// upgrade.
     pub async fn next_rows(&mut self, limit: i64) -> Result<Vec<OutboxRow>, StoreError> {
         let mut rows: Vec<OutboxRow> =
             sqlx::query("SELECT id, topic, key, headers, payload FROM outbox ORDER BY id LIMIT $1")
@@ -101,12 +102,6 @@ impl RelayLock {
                     }
                 })
                 .collect();
-        if rows
-            .iter()
-            .any(|row| row.topic == crate::contract::topics::ATTEMPT_EVENTS)
-        {
-            return Ok(rows);
-        }
         let logged = sqlx::query(include_str!("sql/unpublished_events.sql"))
             .bind(limit)
             .fetch_all(&mut self.connection)
