@@ -484,6 +484,66 @@ fn confluent_framing_writes_the_current_id_and_reads_previous_ids() {
 }
 
 #[test]
+fn a_stored_datum_is_framed_with_the_schema_it_was_written_with() {
+    use execplane::codec::RegistryIds;
+    let ids: HashMap<Family, u32> = Family::ALL
+        .into_iter()
+        .enumerate()
+        .map(|(index, family)| (family, 100 + index as u32))
+        .collect();
+    let confluent = Codec::new(
+        Framing::Confluent,
+        RegistryIds {
+            current: ids.clone(),
+            previous: HashMap::from([(Family::AttemptEvent, 7)]),
+        },
+    )
+    .unwrap();
+    let datum = Codec::datum(Family::AttemptEvent, &AttemptEventRecord::from(&all_events()[2])).unwrap();
+    // The previous schema's fingerprint, as a reader learns it from its id.
+    let mut by_previous_id = vec![0, 0, 0, 0, 7];
+    by_previous_id.extend_from_slice(&datum);
+    let (previous, _) = confluent
+        .unframe(Family::AttemptEvent, &by_previous_id)
+        .unwrap();
+    assert_ne!(previous, Codec::fingerprint(Family::AttemptEvent));
+    // Framed again as written: under its own id, or its own fingerprint.
+    assert_eq!(
+        confluent
+            .frame_written_with(Family::AttemptEvent, previous, &datum)
+            .unwrap(),
+        by_previous_id
+    );
+    let single = Codec::default()
+        .frame_written_with(Family::AttemptEvent, previous, &datum)
+        .unwrap();
+    assert_eq!(single[..2], [0xC3, 0x01]);
+    assert_eq!(u64::from_le_bytes(single[2..10].try_into().unwrap()), previous);
+    // The current schema is framed as `frame` frames it; a schema this
+    // release cannot name is refused, never framed as another.
+    assert_eq!(
+        Codec::default()
+            .frame_written_with(Family::AttemptEvent, Codec::fingerprint(Family::AttemptEvent), &datum)
+            .unwrap(),
+        Codec::default().frame(Family::AttemptEvent, &datum).unwrap()
+    );
+    assert!(Codec::default()
+        .frame_written_with(Family::AttemptEvent, 42, &datum)
+        .is_err());
+    let without_previous_id = Codec::new(
+        Framing::Confluent,
+        RegistryIds {
+            current: ids,
+            previous: HashMap::new(),
+        },
+    )
+    .unwrap();
+    assert!(without_previous_id
+        .frame_written_with(Family::AttemptEvent, previous, &datum)
+        .is_err());
+}
+
+#[test]
 fn single_object_header_is_the_spec_fingerprint() {
     // CRC-64-AVRO of the canonical form, little-endian, after C3 01.
     let bytes = Codec::default()

@@ -461,10 +461,10 @@ async fn the_relay_publishes_the_log_itself_in_order_and_the_outbox_the_rest(poo
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn the_log_waits_for_the_outbox_rows_from_before_it_was_the_source(pool: PgPool) {
     let store = Store::from_pool(pool.clone());
-    // An upgraded database: event records copied to the outbox before
-    // migration 0018 (here, one), then events appended since.
+    // An upgraded database: rows in the outbox from before migration 0018
+    // (here, one), then events appended since.
     sqlx::query(
-        "INSERT INTO outbox (topic, key, headers, payload) VALUES ('exec.attempt-events.v1', 'a', '{}', '')",
+        "INSERT INTO outbox (topic, key, headers, payload) VALUES ('exec.results.v1', 'a', '{}', '')",
     )
     .execute(&pool)
     .await
@@ -491,6 +491,42 @@ async fn the_log_waits_for_the_outbox_rows_from_before_it_was_the_source(pool: P
         "then the log"
     );
     lock.release().await;
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn no_insert_takes_a_position_around_the_lock_and_no_event_is_copied_to_the_outbox(
+    pool: PgPool,
+) {
+    let store = Store::from_pool(pool.clone());
+    create_job(&store, "guarded/1").await;
+    // An insert naming its own position gets the next one all the same.
+    sqlx::query(
+        "INSERT INTO attempt_events (position, event_id, attempt_id, job_id, seq, kind, terminal, occurred_at, payload, schema_fingerprint, prev_hash, hash)
+         SELECT 1000000, gen_random_uuid(), gen_random_uuid(), job_id, 1, kind, terminal, occurred_at, payload, schema_fingerprint, prev_hash, hash
+         FROM attempt_events LIMIT 1",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let positions: Vec<i64> =
+        sqlx::query_scalar("SELECT position FROM attempt_events ORDER BY position")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert_eq!(positions, [1, 2]);
+    // A dispatcher of an earlier release copying an event to the outbox is
+    // refused with a state it retries, never dead-letters.
+    let error = sqlx::query(
+        "INSERT INTO outbox (topic, key, headers, payload) VALUES ('exec.attempt-events.v1', 'a', '{}', '')",
+    )
+    .execute(&pool)
+    .await
+    .unwrap_err();
+    let code = error
+        .as_database_error()
+        .and_then(|error| error.code())
+        .unwrap_or_default();
+    assert_eq!(code, "55000", "{error}");
 }
 
 /// The contract the relay's cursor rests on (docs/ARCHITECTURE.md,
@@ -529,7 +565,8 @@ async fn an_open_append_holds_back_every_later_position(pool: PgPool) {
             tx.commit().await.unwrap();
         })
     };
-    let waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted";
+    let waiting = "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+                   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())";
     while count(&pool, waiting).await == 0 {
         assert!(!second.is_finished(), "the second append did not wait");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;

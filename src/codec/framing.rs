@@ -356,17 +356,47 @@ impl Codec {
         self.frame(family, &Self::datum(family, value)?)
     }
 
-    /// Frames an already encoded datum.
+    /// Frames a datum written with the current schema.
     pub fn frame(&self, family: Family, datum: &[u8]) -> Result<Vec<u8>, CodecError> {
+        self.frame_written_with(family, Self::fingerprint(family), datum)
+    }
+
+    /// Frames a datum written with the schema of `fingerprint`, as it was
+    /// framed when written: a stored event is published with its own writer
+    /// schema, whatever the current one is now. Refused for a schema this
+    /// release cannot name (in Confluent framing, the current and the
+    /// previous one, each by its configured registry id).
+    pub fn frame_written_with(
+        &self,
+        family: Family,
+        fingerprint: u64,
+        datum: &[u8],
+    ) -> Result<Vec<u8>, CodecError> {
+        let unknown = || CodecError::UnknownFingerprint {
+            family,
+            fingerprint,
+        };
+        if !registry().by_fingerprint.contains_key(&(family, fingerprint)) {
+            return Err(unknown());
+        }
         let mut framed = Vec::with_capacity(datum.len() + 10);
         match &self.framing {
             Framing::SingleObject => {
                 framed.extend_from_slice(&[0xC3, 0x01]);
-                framed.extend_from_slice(&Self::fingerprint(family).to_le_bytes());
+                framed.extend_from_slice(&fingerprint.to_le_bytes());
             }
             Framing::Confluent => {
-                let id = self.ids.current.get(&family).ok_or_else(|| {
-                    CodecError::Invalid(format!("no registry schema id configured for {family:?}"))
+                let (ids, which) = if fingerprint == Self::fingerprint(family) {
+                    (&self.ids.current, "current")
+                } else if registry().previous.get(&family) == Some(&fingerprint) {
+                    (&self.ids.previous, "previous")
+                } else {
+                    return Err(unknown());
+                };
+                let id = ids.get(&family).ok_or_else(|| {
+                    CodecError::Invalid(format!(
+                        "no registry schema id configured for the {which} schema of {family:?}"
+                    ))
                 })?;
                 framed.push(0x00);
                 framed.extend_from_slice(&id.to_be_bytes());

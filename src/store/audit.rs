@@ -252,9 +252,8 @@ impl Store {
         let pending: Vec<Option<String>> = sqlx::query_scalar(
             "SELECT headers->>'ce_id' FROM outbox WHERE topic = $1 AND ($2::uuid IS NULL OR key = $2::text)
              UNION ALL
-             SELECT event_id::text FROM attempt_events
-             WHERE position > (SELECT published_position FROM relay_state WHERE id = 1)
-               AND ($2::uuid IS NULL OR attempt_id = $2)",
+             SELECT event_id::text FROM unpublished_events
+             WHERE $2::uuid IS NULL OR attempt_id = $2",
         )
         .bind(crate::contract::topics::ATTEMPT_EVENTS)
         .bind(only)

@@ -138,8 +138,10 @@ pub struct LoggedEvent {
     pub seq: i64,
     pub kind: String,
     pub occurred_at: UnixMillis,
-    /// The Avro datum the chain hashes.
+    /// The Avro datum the chain hashes, and its writer schema's
+    /// fingerprint: the record is framed as the event was written.
     pub datum: Vec<u8>,
+    pub fingerprint: u64,
     pub prev_hash: [u8; 32],
     pub hash: [u8; 32],
     pub trace: Option<TraceContext>,
@@ -172,7 +174,7 @@ pub(crate) fn log_record(event: &LoggedEvent, codec: &Codec) -> Result<OutboxMes
         topic: topics::ATTEMPT_EVENTS.to_owned(),
         key: event.attempt_id.to_string(),
         headers,
-        payload: codec.frame(Family::AttemptEvent, &event.datum)?,
+        payload: codec.frame_written_with(Family::AttemptEvent, event.fingerprint, &event.datum)?,
     })
 }
 

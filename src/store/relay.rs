@@ -102,7 +102,7 @@ impl RelayLock {
                     }
                 })
                 .collect();
-        let logged = sqlx::query(include_str!("sql/unpublished_events.sql"))
+        let logged = sqlx::query(include_str!("sql/next_log_events.sql"))
             .bind(limit)
             .fetch_all(&mut self.connection)
             .await?;
@@ -199,7 +199,7 @@ impl OutboxListener {
     }
 }
 
-/// An event row of `unpublished_events.sql`.
+/// An event row of `next_log_events.sql`.
 fn logged_event(row: &sqlx::postgres::PgRow) -> Result<LoggedEvent, StoreError> {
     let link = |index: usize| -> Result<[u8; 32], StoreError> {
         let bytes: Vec<u8> = row.get(index);
@@ -212,6 +212,7 @@ fn logged_event(row: &sqlx::postgres::PgRow) -> Result<LoggedEvent, StoreError> 
     };
     let occurred_at: chrono::DateTime<chrono::Utc> = row.get(5);
     let traceparent: Option<String> = row.get(9);
+    let fingerprint: i64 = row.get(11);
     Ok(LoggedEvent {
         position: row.get(0),
         event_id: row.get(1),
@@ -220,6 +221,7 @@ fn logged_event(row: &sqlx::postgres::PgRow) -> Result<LoggedEvent, StoreError> 
         kind: row.get(4),
         occurred_at: occurred_at.timestamp_millis(),
         datum: row.get(6),
+        fingerprint: fingerprint as u64,
         prev_hash: link(7)?,
         hash: link(8)?,
         trace: traceparent.map(|traceparent| TraceContext {
