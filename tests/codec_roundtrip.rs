@@ -499,7 +499,11 @@ fn a_stored_datum_is_framed_with_the_schema_it_was_written_with() {
         },
     )
     .unwrap();
-    let datum = Codec::datum(Family::AttemptEvent, &AttemptEventRecord::from(&all_events()[2])).unwrap();
+    let datum = Codec::datum(
+        Family::AttemptEvent,
+        &AttemptEventRecord::from(&all_events()[2]),
+    )
+    .unwrap();
     // The previous schema's fingerprint, as a reader learns it from its id.
     let mut by_previous_id = vec![0, 0, 0, 0, 7];
     by_previous_id.extend_from_slice(&datum);
@@ -518,14 +522,23 @@ fn a_stored_datum_is_framed_with_the_schema_it_was_written_with() {
         .frame_written_with(Family::AttemptEvent, previous, &datum)
         .unwrap();
     assert_eq!(single[..2], [0xC3, 0x01]);
-    assert_eq!(u64::from_le_bytes(single[2..10].try_into().unwrap()), previous);
+    assert_eq!(
+        u64::from_le_bytes(single[2..10].try_into().unwrap()),
+        previous
+    );
     // The current schema is framed as `frame` frames it; a schema this
     // release cannot name is refused, never framed as another.
     assert_eq!(
         Codec::default()
-            .frame_written_with(Family::AttemptEvent, Codec::fingerprint(Family::AttemptEvent), &datum)
+            .frame_written_with(
+                Family::AttemptEvent,
+                Codec::fingerprint(Family::AttemptEvent),
+                &datum
+            )
             .unwrap(),
-        Codec::default().frame(Family::AttemptEvent, &datum).unwrap()
+        Codec::default()
+            .frame(Family::AttemptEvent, &datum)
+            .unwrap()
     );
     assert!(Codec::default()
         .frame_written_with(Family::AttemptEvent, 42, &datum)

@@ -376,7 +376,10 @@ impl Codec {
             family,
             fingerprint,
         };
-        if !registry().by_fingerprint.contains_key(&(family, fingerprint)) {
+        if !registry()
+            .by_fingerprint
+            .contains_key(&(family, fingerprint))
+        {
             return Err(unknown());
         }
         let mut framed = Vec::with_capacity(datum.len() + 10);
