@@ -3,6 +3,8 @@
 
 use std::collections::HashMap;
 
+use execplane::codec::RegistryIds;
+
 use execplane::attempt::{attempt_id_for, event_id_for};
 use execplane::codec::{
     ApprovePlanRecord, AttemptEventRecord, CancelAttemptRecord, Codec, CodecError, CommandKind,
@@ -428,9 +430,9 @@ fn a_record_framed_by_a_spec_conforming_producer_is_read_and_old_records_still_a
     assert_eq!(back, event);
 }
 
-#[test]
-fn confluent_framing_writes_the_current_id_and_reads_previous_ids() {
-    use execplane::codec::RegistryIds;
+/// Registry ids 100.. for every family, in Confluent framing, with id 7 for
+/// the previous attempt-event schema: the ids and the codec.
+fn confluent_with_previous() -> (HashMap<Family, u32>, Codec) {
     let ids: HashMap<Family, u32> = Family::ALL
         .into_iter()
         .enumerate()
@@ -444,6 +446,12 @@ fn confluent_framing_writes_the_current_id_and_reads_previous_ids() {
         },
     )
     .unwrap();
+    (ids, codec)
+}
+
+#[test]
+fn confluent_framing_writes_the_current_id_and_reads_previous_ids() {
+    let (ids, codec) = confluent_with_previous();
     let event = AttemptEventRecord::from(&all_events()[2]);
     let bytes = codec.encode(Family::AttemptEvent, &event).unwrap();
     assert_eq!(bytes[0], 0);
@@ -485,20 +493,7 @@ fn confluent_framing_writes_the_current_id_and_reads_previous_ids() {
 
 #[test]
 fn a_stored_datum_is_framed_with_the_schema_it_was_written_with() {
-    use execplane::codec::RegistryIds;
-    let ids: HashMap<Family, u32> = Family::ALL
-        .into_iter()
-        .enumerate()
-        .map(|(index, family)| (family, 100 + index as u32))
-        .collect();
-    let confluent = Codec::new(
-        Framing::Confluent,
-        RegistryIds {
-            current: ids.clone(),
-            previous: HashMap::from([(Family::AttemptEvent, 7)]),
-        },
-    )
-    .unwrap();
+    let (ids, confluent) = confluent_with_previous();
     let datum = Codec::datum(
         Family::AttemptEvent,
         &AttemptEventRecord::from(&all_events()[2]),
