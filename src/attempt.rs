@@ -362,13 +362,7 @@ fn apply_first(event: &AttemptEvent) -> Result<Attempt, ApplyError> {
             attempt.policy_digest = policy_digest.clone();
             attempt.status = AttemptStatus::Rejected;
             attempt.failure_category = Some(*category);
-            attempt.message = Some(
-                problems
-                    .iter()
-                    .map(ToString::to_string)
-                    .collect::<Vec<_>>()
-                    .join("; "),
-            );
+            attempt.message = Some(rejection_message(problems));
             attempt.finished_at = Some(event.occurred_at);
             Ok(attempt)
         }
@@ -376,6 +370,15 @@ fn apply_first(event: &AttemptEvent) -> Result<Attempt, ApplyError> {
             "an attempt's history must start with `created` or `rejected`",
         )),
     }
+}
+
+/// A rejected attempt's message: its problems, in order.
+pub(crate) fn rejection_message(problems: &[crate::contract::Problem]) -> String {
+    problems
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// Any later event: it must follow the last one, and nothing but

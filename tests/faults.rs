@@ -165,8 +165,9 @@ async fn a_work_record_published_again_after_a_relay_crash_never_runs_twice(pool
     let mut pipeline = Pipeline::new(&pool).await;
     pipeline.spawn(&["dispatcher"], &[]);
     let runner = pipeline.spawn(&["runner", "verification"], &[]);
-    // The relay will publish its first round and then hang in its DELETE:
-    // killed there, it dies between publishing and deleting.
+    // The relay will publish its first round and then hang moving its
+    // cursor past it: killed there, it dies between publishing and
+    // acknowledging.
     sqlx::query(
         "CREATE FUNCTION test_stall() RETURNS trigger LANGUAGE plpgsql AS $$
          BEGIN PERFORM pg_sleep(600); RETURN NULL; END $$",
@@ -174,7 +175,7 @@ async fn a_work_record_published_again_after_a_relay_crash_never_runs_twice(pool
     .execute(&pool)
     .await
     .unwrap();
-    sqlx::query("CREATE TRIGGER test_stall BEFORE DELETE ON outbox FOR EACH STATEMENT EXECUTE FUNCTION test_stall()")
+    sqlx::query("CREATE TRIGGER test_stall BEFORE UPDATE ON relay_state FOR EACH ROW WHEN (NEW.published_position <> OLD.published_position) EXECUTE FUNCTION test_stall()")
         .execute(&pool)
         .await
         .unwrap();
@@ -209,7 +210,7 @@ async fn a_work_record_published_again_after_a_relay_crash_never_runs_twice(pool
         .await;
     pipeline.signal(relay, "KILL");
     assert!(terminate_relay_backends(&pool).await >= 1);
-    sqlx::query("DROP TRIGGER test_stall ON outbox")
+    sqlx::query("DROP TRIGGER test_stall ON relay_state")
         .execute(&pool)
         .await
         .unwrap();

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use common::{database_url, drive_mixed, execplane, spec, BASE};
 use execplane::attempt::{attempt_id_for, decide, Rejection};
-use execplane::codec::{Codec, Family};
+use execplane::codec::{Codec, Family, ResultRecord, WorkRecord, WorkType};
 use execplane::contract::{Input, ReportBody, ReportedOutcome, RunnerReport};
 use execplane::store::{
     append_decided, InputEnvelope, InputOutcome, LoadedJobs, Origin, OutboxRow, Store,
@@ -390,49 +390,32 @@ async fn relay_log(store: &Store, round: i64) -> Vec<OutboxRow> {
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
-async fn the_relay_publishes_the_log_itself_in_order_and_the_outbox_the_rest(pool: PgPool) {
+async fn the_relay_publishes_the_log_itself_in_order_and_derives_what_each_event_causes(
+    pool: PgPool,
+) {
     let store = Store::from_pool(pool.clone());
     drive_mixed(&store, 20).await;
-    // No event is copied: the outbox holds what events cause, nothing more.
-    assert_eq!(
-        count(
-            &pool,
-            "SELECT count(*) FROM outbox WHERE topic = 'exec.attempt-events.v1'"
-        )
-        .await,
-        0
-    );
-    let terminal = count(&pool, "SELECT count(*) FROM attempt_events WHERE terminal").await;
-    assert_eq!(
-        count(
-            &pool,
-            "SELECT count(*) FROM outbox WHERE topic = 'exec.results.v1'"
-        )
-        .await,
-        terminal
-    );
-    let grants = count(
-        &pool,
-        "SELECT count(*) FROM attempt_events WHERE kind = 'lease_granted'",
-    )
-    .await;
-    assert_eq!(count(&pool, "SELECT count(*) FROM outbox WHERE topic = 'exec.work.verification.v1' AND headers->>'ce_type' = 'io.execplane.work.item'").await
-        + count(&pool, "SELECT count(*) FROM outbox WHERE topic = 'exec.work.ssh.v1' AND headers->>'ce_type' = 'io.execplane.work.item'").await, grants);
+    // Nothing is copied to the outbox: not the events, not what they cause.
+    assert_eq!(count(&pool, "SELECT count(*) FROM outbox").await, 0);
 
     // The relay reads every event once, in the log's order, and its record
-    // is the event's: its id, seq and links, its datum framed.
+    // is the event's: its id, seq and links, its datum framed. What the
+    // event causes follows it, acknowledged with it.
     let stored = sqlx::query(
-        "SELECT event_id, attempt_id, seq, payload, prev_hash, hash FROM attempt_events ORDER BY position",
+        "SELECT event_id, attempt_id, seq, payload, prev_hash, hash, position, kind FROM attempt_events ORDER BY position",
     )
     .fetch_all(&pool)
     .await
     .unwrap();
     let logged = relay_log(&store, 7).await;
-    assert_eq!(logged.len(), stored.len());
     let codec = Codec::default();
-    for (record, row) in logged.iter().zip(&stored) {
+    let mut records = logged.iter().peekable();
+    let (mut results, mut work_items) = (0, 0);
+    for row in &stored {
+        let record = records.next().expect("a record for every event");
         let header = |name: &str| record.headers[name].as_str().unwrap().to_owned();
         assert_eq!(record.topic, "exec.attempt-events.v1");
+        assert_eq!(record.origin, Origin::Log(row.get(6)));
         assert_eq!(header("ce_id"), row.get::<Uuid, _>(0).to_string());
         assert_eq!(record.key, row.get::<Uuid, _>(1).to_string());
         assert_eq!(header("execplane_seq"), row.get::<i64, _>(2).to_string());
@@ -449,13 +432,85 @@ async fn the_relay_publishes_the_log_itself_in_order_and_the_outbox_the_rest(poo
             record.payload,
             codec.frame(Family::AttemptEvent, &datum).unwrap()
         );
+        let attempt_id: Uuid = row.get(1);
+        let kind: String = row.get(7);
+        while let Some(derived) = records.next_if(|next| next.topic != "exec.attempt-events.v1") {
+            assert_eq!(derived.origin, record.origin);
+            if derived.topic == "exec.results.v1" {
+                results += 1;
+                assert!(matches!(kind.as_str(), "finished" | "rejected"), "{kind}");
+                let result: ResultRecord = codec.decode(Family::Result, &derived.payload).unwrap();
+                let status: String =
+                    sqlx::query_scalar("SELECT status FROM attempts WHERE attempt_id = $1")
+                        .bind(attempt_id)
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap();
+                assert_eq!(
+                    serde_json::to_value(result.status).unwrap(),
+                    status.as_str()
+                );
+                assert_eq!(result.terminal_seq, row.get::<i64, _>(2));
+            } else {
+                let work: WorkRecord = codec.decode(Family::WorkItem, &derived.payload).unwrap();
+                assert_eq!(work.attempt_id, attempt_id.to_string());
+                let (lease_id, instance): (Uuid, String) = sqlx::query_as(
+                    "SELECT lease_id, runner_instance FROM leases WHERE attempt_id = $1",
+                )
+                .bind(attempt_id)
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+                assert_eq!(
+                    (work.lease_id.as_str(), derived.key.as_str()),
+                    (lease_id.to_string().as_str(), instance.as_str())
+                );
+                if kind == "lease_granted" {
+                    work_items += 1;
+                    assert_eq!(work.kind, WorkType::WorkItem);
+                    assert!(work.spec.is_some());
+                }
+            }
+        }
     }
-    // Published, the log waits no more; the outbox's rows still do.
+    assert!(records.next().is_none());
     assert_eq!(
-        store.unpublished().await.unwrap(),
-        count(&pool, "SELECT count(*) FROM outbox").await
+        results,
+        count(&pool, "SELECT count(*) FROM attempt_events WHERE terminal").await
     );
+    assert_eq!(
+        work_items,
+        count(
+            &pool,
+            "SELECT count(*) FROM attempt_events WHERE kind = 'lease_granted'"
+        )
+        .await
+    );
+    // Published, nothing waits; a relay reads nothing more.
+    assert_eq!(store.unpublished().await.unwrap(), 0);
     assert!(relay_log(&store, 7).await.is_empty());
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn events_from_before_records_were_derived_cause_none(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    drive_mixed(&store, 3).await;
+    // An upgraded database: these events had what they cause written to
+    // the outbox by the release before migration 0019.
+    sqlx::query(
+        "UPDATE relay_state SET derived_after = (SELECT max(position) FROM attempt_events)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let logged = relay_log(&store, 50).await;
+    assert_eq!(
+        logged.len() as i64,
+        count(&pool, "SELECT count(*) FROM attempt_events").await
+    );
+    assert!(logged
+        .iter()
+        .all(|record| record.topic == "exec.attempt-events.v1"));
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
@@ -464,7 +519,7 @@ async fn the_log_waits_for_the_outbox_rows_from_before_it_was_the_source(pool: P
     // An upgraded database: rows in the outbox from before migration 0018
     // (here, one), then events appended since.
     sqlx::query(
-        "INSERT INTO outbox (topic, key, headers, payload) VALUES ('exec.results.v1', 'a', '{}', '')",
+        "INSERT INTO outbox (topic, key, headers, payload) VALUES ('exec.artifacts.v1', 'a', '{}', '')",
     )
     .execute(&pool)
     .await
@@ -527,6 +582,21 @@ async fn no_insert_takes_a_position_around_the_lock_and_no_event_is_copied_to_th
         .and_then(|error| error.code())
         .unwrap_or_default();
     assert_eq!(code, "55000", "{error}");
+    // So is one writing what an event causes: the relay derives that now.
+    for topic in ["exec.results.v1", "exec.work.ssh.v1"] {
+        let error = sqlx::query(
+            "INSERT INTO outbox (topic, key, headers, payload) VALUES ($1, 'a', '{}', '')",
+        )
+        .bind(topic)
+        .execute(&pool)
+        .await
+        .unwrap_err();
+        let code = error
+            .as_database_error()
+            .and_then(|error| error.code())
+            .unwrap_or_default();
+        assert_eq!(code, "55000", "{topic}: {error}");
+    }
 }
 
 /// The contract the relay's cursor rests on (docs/ARCHITECTURE.md,
@@ -578,6 +648,7 @@ async fn an_open_append_holds_back_every_later_position(pool: PgPool) {
     let granted: Vec<String> = relay_log(&store, 100)
         .await
         .iter()
+        .filter(|record| record.topic == "exec.attempt-events.v1")
         .map(|record| record.key.clone())
         .collect();
     assert_eq!(granted, expected);

@@ -227,10 +227,8 @@ async fn phase(
                 busy += began.elapsed();
                 figures.inputs += batch.len() as u64;
                 figures.events += outcome.events.len() as u64;
-                figures.rows += (outcome.events.len()
-                    + outcome.projection_rows
-                    + outcome.outbox_rows
-                    + batch.len()) as u64;
+                figures.rows +=
+                    (outcome.events.len() + outcome.projection_rows + batch.len()) as u64;
                 figures.transactions += 1;
             }
             anyhow::Ok((figures, busy))

@@ -916,6 +916,18 @@ pub enum TerminalStatus {
     OutcomeUnknown,
 }
 
+impl From<TerminalOutcome> for TerminalStatus {
+    fn from(outcome: TerminalOutcome) -> Self {
+        match outcome {
+            TerminalOutcome::Succeeded => Self::Succeeded,
+            TerminalOutcome::Failed => Self::Failed,
+            TerminalOutcome::TimedOut => Self::TimedOut,
+            TerminalOutcome::Cancelled => Self::Cancelled,
+            TerminalOutcome::OutcomeUnknown => Self::OutcomeUnknown,
+        }
+    }
+}
+
 /// exec.results.v1.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ResultRecord {

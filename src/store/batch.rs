@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
-use super::outbox::{messages_for, trace_of};
+use super::outbox::trace_of;
 use super::rows::{
     attempt_from_rows, attempt_row, insert_sql, job_row, lease_row, target_key_rows, timestamp,
     AttemptRow, JobRow, LeaseRow, TargetKeyRow, ATTEMPT_COLUMNS, JOB_COLUMNS, LEASE_COLUMNS,
@@ -74,7 +74,6 @@ pub struct BatchOutcome {
     /// One per input, in input order.
     pub outcomes: Vec<InputOutcome>,
     pub events: Vec<AttemptEvent>,
-    pub outbox_rows: usize,
     pub projection_rows: usize,
 }
 
@@ -89,7 +88,6 @@ pub struct LoadedJobs {
 #[derive(Clone, Debug, Default)]
 pub struct AppendOutcome {
     pub events: usize,
-    pub outbox_rows: usize,
     pub projection_rows: usize,
 }
 
@@ -358,7 +356,6 @@ pub(crate) async fn process_in(
     Ok(BatchOutcome {
         outcomes,
         events,
-        outbox_rows: appended.outbox_rows,
         projection_rows: appended.projection_rows,
     })
 }
@@ -847,7 +844,7 @@ pub(crate) async fn load_jobs(
 }
 
 /// THE write: appends decided events (hash-chained), folds them through the
-/// one `apply` into the projection, and writes their outbox rows — inside
+/// one `apply` into the projection, and writes what they enqueue — inside
 /// the caller's transaction, multi-row. `loaded` is the state the events were
 /// decided on. The database refuses anything that races it: `(attempt_id,
 /// seq)` and the one-lease-per-attempt key are unique.
@@ -881,27 +878,26 @@ async fn append_in(
         &folded.chain,
     )
     .await?;
-    let outbox_rows = folded.insert_consequences(conn).await?;
+    folded.insert_consequences(conn).await?;
     // Last: the events take their positions under the append lock, held
     // until the transaction ends (docs/ARCHITECTURE.md, "Relay").
     folded.rows.insert(conn).await?;
     Ok(AppendOutcome {
         events: events.len(),
-        outbox_rows,
         projection_rows,
     })
 }
 
 /// A batch of decided events folded through the one `apply`, event by
 /// event: the event rows with their chain links, the jobs as they stand
-/// after them, and what each event sends (outbox rows, which need the
-/// attempt as of that event), enqueues (callbacks) or marks (instances whose
-/// lease the heartbeat timer took).
+/// after them, and what each event enqueues (callbacks, which need the
+/// attempt as of that event) or marks (instances whose lease the heartbeat
+/// timer took). What it publishes besides itself the relay derives from the
+/// log.
 struct Folded {
     jobs: BTreeMap<String, JobState>,
     chain: HashMap<Uuid, [u8; 32]>,
     rows: EventColumns,
-    outbox: OutboxColumns,
     /// The jobs that got an attempt (their first, or a retry): only their
     /// rows are written.
     new_attempts: BTreeSet<String>,
@@ -921,7 +917,6 @@ impl Folded {
             jobs: BTreeMap::new(),
             chain: loaded.last_hash.clone(),
             rows: EventColumns::default(),
-            outbox: OutboxColumns::default(),
             new_attempts: BTreeSet::new(),
             leases: HashMap::new(),
             callbacks: Vec::new(),
@@ -951,17 +946,10 @@ impl Folded {
                 .unwrap_or(GENESIS_HASH);
             let hash = chain_hash(&prev_hash, &payload);
             folded.chain.insert(event.attempt_id, hash);
-            let messages = messages_for(event, attempt, codec)?;
             if event.body.is_terminal() {
-                let result = messages
-                    .iter()
-                    .find(|message| message.topic == crate::contract::topics::RESULTS);
                 folded
                     .callbacks
-                    .extend(super::callbacks::pending_for(event, attempt, result));
-            }
-            for message in messages {
-                folded.outbox.push(message);
+                    .extend(super::callbacks::pending_for(event, attempt, codec)?);
             }
             if state.latest().map(|latest| latest.attempt_id) != latest_before {
                 folded.new_attempts.insert(event.job_id.clone());
@@ -993,19 +981,8 @@ impl Folded {
         Ok(folded)
     }
 
-    /// Outbox rows, lost-lease marks and callbacks; the outbox row count.
-    async fn insert_consequences(&mut self, conn: &mut PgConnection) -> Result<usize, StoreError> {
-        let outbox = std::mem::take(&mut self.outbox);
-        let outbox_rows = outbox.topic.len();
-        if outbox_rows > 0 {
-            sqlx::query(include_str!("sql/insert_outbox.sql"))
-                .bind(&outbox.topic)
-                .bind(&outbox.key)
-                .bind(&outbox.headers)
-                .bind(&outbox.payload)
-                .execute(&mut *conn)
-                .await?;
-        }
+    /// Lost-lease marks and callbacks.
+    async fn insert_consequences(&mut self, conn: &mut PgConnection) -> Result<(), StoreError> {
         if !self.lost_leases.is_empty() {
             let (instances, at): (Vec<String>, Vec<chrono::DateTime<chrono::Utc>>) =
                 std::mem::take(&mut self.lost_leases).into_iter().unzip();
@@ -1021,7 +998,7 @@ impl Folded {
                 .execute(&mut *conn)
                 .await?;
         }
-        Ok(outbox_rows)
+        Ok(())
     }
 }
 
@@ -1265,23 +1242,5 @@ impl EventColumns {
             .execute(&mut *conn)
             .await?;
         Ok(())
-    }
-}
-
-#[derive(Default)]
-struct OutboxColumns {
-    topic: Vec<String>,
-    key: Vec<String>,
-    headers: Vec<String>,
-    payload: Vec<Vec<u8>>,
-}
-
-impl OutboxColumns {
-    fn push(&mut self, message: super::OutboxMessage) {
-        self.topic.push(message.topic);
-        self.key.push(message.key);
-        self.headers
-            .push(serde_json::Value::Object(message.headers).to_string());
-        self.payload.push(message.payload);
     }
 }

@@ -7,9 +7,11 @@ use serde::Serialize;
 use sqlx::Row;
 use uuid::Uuid;
 
+use super::outbox::AttemptFacts;
 use super::rows::{enum_text, timestamp};
 use super::{Store, StoreError};
 use crate::attempt::Attempt;
+use crate::codec::{Codec, CodecError};
 use crate::contract::AttemptEvent;
 
 /// Where a callback goes.
@@ -60,19 +62,23 @@ pub(crate) struct PendingCallback {
 pub(crate) fn pending_for(
     event: &AttemptEvent,
     attempt: &Attempt,
-    result: Option<&super::OutboxMessage>,
-) -> Vec<PendingCallback> {
+    codec: &Codec,
+) -> Result<Vec<PendingCallback>, CodecError> {
     let Some(callback) = attempt
         .spec
         .as_ref()
         .and_then(|spec| spec.callback.as_ref())
     else {
-        return Vec::new();
+        return Ok(Vec::new());
     };
     let mut pending = Vec::new();
     if let Some(url) = &callback.url {
         pending.push(http(event, attempt, url.clone()));
     }
+    let result = match &callback.topic {
+        Some(_) => super::outbox::result(event, &AttemptFacts::of(attempt), codec)?,
+        None => None,
+    };
     if let (Some(topic), Some(result)) = (&callback.topic, result) {
         pending.push(PendingCallback {
             attempt_id: event.attempt_id,
@@ -84,11 +90,11 @@ pub(crate) fn pending_for(
             traceparent: None,
             next_attempt_at: timestamp(event.occurred_at),
             channel: Channel::Kafka,
-            headers: Some(result.headers.clone()),
+            headers: Some(result.headers),
             payload: Some(hex::encode(&result.payload)),
         });
     }
-    pending
+    Ok(pending)
 }
 
 fn http(event: &AttemptEvent, attempt: &Attempt, url: String) -> PendingCallback {

@@ -1,9 +1,11 @@
 //! What each event causes to be published. Pure mapping; the relay (Kafka
 //! side) moves the records. An event's own record on the published log is
 //! built from its row of `attempt_events` ([`log_record`]); what else it
-//! causes (work records, results) is written to `outbox` with it
-//! ([`messages_for`]). Every record carries a stable CloudEvents id, so a
-//! re-publish after a crash is deduplicated downstream.
+//! causes (work records, results) is derived from the event and its
+//! attempt's fixed columns when the relay publishes it
+//! ([`derived_records`]). Every record carries a stable CloudEvents id, so
+//! a re-publish after a crash is deduplicated downstream. The outbox table
+//! holds what other writers publish (artifact records).
 
 use serde_json::{json, Map, Value};
 use uuid::Uuid;
@@ -13,7 +15,7 @@ use crate::codec::{
     Codec, CodecError, Family, JobSpecRecord, ResultRecord, TerminalStatus, WorkRecord, WorkType,
 };
 use crate::contract::{
-    topics, AttemptEvent, EventBody, Operation, TerminalOutcome, TraceContext, UnixMillis,
+    topics, AttemptEvent, EventBody, JobSpec, Operation, TraceContext, UnixMillis,
 };
 
 /// `ce_source` of records the dispatcher causes.
@@ -63,13 +65,66 @@ fn cloud_headers(
         .collect()
 }
 
-fn headers(id: Uuid, ce_type: &str, event: &AttemptEvent, attempt: &Attempt) -> Map<String, Value> {
+/// What an event's derived records are made of besides the event itself:
+/// its attempt's fixed columns, the attempt's lease, and the spec (read for
+/// a work item only). The relay reads them with the event
+/// (`next_log_events.sql`); intake has them in the attempt it folded.
+#[derive(Clone, Debug)]
+pub struct AttemptFacts {
+    pub job_id: String,
+    pub command_id: Uuid,
+    pub attempt_no: u32,
+    pub tenant: String,
+    pub operation: String,
+    /// The attempt's lease: its identity is fixed once granted, its expiry
+    /// is as of when the records are built.
+    pub lease: Option<LeaseFacts>,
+    pub spec: Option<JobSpec>,
+    pub trace: Option<TraceContext>,
+}
+
+#[derive(Clone, Debug)]
+pub struct LeaseFacts {
+    pub lease_id: Uuid,
+    pub runner_instance: String,
+    pub epoch: u64,
+    pub expires_at: UnixMillis,
+}
+
+impl AttemptFacts {
+    /// The facts of an attempt intake holds (its spec not copied: intake
+    /// builds results from them, never work items).
+    pub(crate) fn of(attempt: &Attempt) -> Self {
+        Self {
+            job_id: attempt.job_id.clone(),
+            command_id: attempt.command_id,
+            attempt_no: attempt.attempt_no,
+            tenant: attempt.tenant.clone(),
+            operation: attempt.operation.clone(),
+            lease: attempt.lease.as_ref().map(|lease| LeaseFacts {
+                lease_id: lease.lease_id,
+                runner_instance: lease.runner_instance.clone(),
+                epoch: lease.epoch,
+                expires_at: lease.expires_at,
+            }),
+            spec: None,
+            trace: trace_of(attempt).cloned(),
+        }
+    }
+}
+
+fn headers(
+    id: Uuid,
+    ce_type: &str,
+    event: &AttemptEvent,
+    facts: &AttemptFacts,
+) -> Map<String, Value> {
     cloud_headers(
         id,
         ce_type,
         event.occurred_at,
         event.attempt_id,
-        trace_of(attempt),
+        facts.trace.as_ref(),
     )
 }
 
@@ -80,15 +135,13 @@ pub(crate) fn trace_of(attempt: &Attempt) -> Option<&TraceContext> {
 
 fn work(
     event: &AttemptEvent,
-    attempt: &Attempt,
+    facts: &AttemptFacts,
     kind: WorkType,
+    lease: Option<&LeaseFacts>,
     codec: &Codec,
     reason: Option<String>,
 ) -> Result<Option<OutboxMessage>, CodecError> {
-    let (Some(lease), Ok(operation)) = (
-        attempt.lease.as_ref(),
-        attempt.operation.parse::<Operation>(),
-    ) else {
+    let (Some(lease), Ok(operation)) = (lease, facts.operation.parse::<Operation>()) else {
         return Ok(None);
     };
     let id = derived_id(event, "work");
@@ -96,14 +149,14 @@ fn work(
         record_id: id.to_string(),
         runner_instance: lease.runner_instance.clone(),
         kind,
-        attempt_id: attempt.attempt_id.to_string(),
-        job_id: attempt.job_id.clone(),
-        attempt_no: i32::try_from(attempt.attempt_no).unwrap_or(i32::MAX),
+        attempt_id: event.attempt_id.to_string(),
+        job_id: facts.job_id.clone(),
+        attempt_no: i32::try_from(facts.attempt_no).unwrap_or(i32::MAX),
         lease_id: lease.lease_id.to_string(),
         lease_epoch: i64::try_from(lease.epoch).unwrap_or(i64::MAX),
         expires_at: Some(lease.expires_at),
         spec: (kind == WorkType::WorkItem)
-            .then(|| attempt.spec.as_deref().map(JobSpecRecord::from))
+            .then(|| facts.spec.as_ref().map(JobSpecRecord::from))
             .flatten(),
         reason,
     };
@@ -113,7 +166,7 @@ fn work(
         WorkType::LeaseRevoked => "io.execplane.work.lease_revoked",
         WorkType::Cancel => "io.execplane.work.cancel",
     };
-    let mut headers = headers(id, ce_type, event, attempt);
+    let mut headers = headers(id, ce_type, event, facts);
     headers.insert(
         "execplane_runner_instance".into(),
         json!(lease.runner_instance),
@@ -178,26 +231,61 @@ pub(crate) fn log_record(event: &LoggedEvent, codec: &Codec) -> Result<OutboxMes
     })
 }
 
-/// The outbox rows one event causes besides its own record on the log,
-/// given the attempt after the event.
-pub(crate) fn messages_for(
+/// The records one event causes besides its own on the log: a runner's
+/// work item, lease extension, revocation or cancel, and the result.
+/// Derived from the event and its attempt's facts alone, so the relay
+/// builds them when it publishes the event (docs/ARCHITECTURE.md, "Relay").
+pub(crate) fn derived_records(
     event: &AttemptEvent,
-    attempt: &Attempt,
+    facts: &AttemptFacts,
     codec: &Codec,
 ) -> Result<Vec<OutboxMessage>, CodecError> {
     let mut messages = Vec::with_capacity(1);
+    let lease = facts.lease.as_ref();
     match &event.body {
-        EventBody::LeaseGranted { .. } => {
-            messages.extend(work(event, attempt, WorkType::WorkItem, codec, None)?)
+        EventBody::LeaseGranted {
+            lease_id,
+            epoch,
+            runner_instance,
+            expires_at,
+        } => {
+            let granted = LeaseFacts {
+                lease_id: *lease_id,
+                runner_instance: runner_instance.clone(),
+                epoch: *epoch,
+                expires_at: *expires_at,
+            };
+            let granted = Some(&granted);
+            messages.extend(work(
+                event,
+                facts,
+                WorkType::WorkItem,
+                granted,
+                codec,
+                None,
+            )?)
         }
-        EventBody::LeaseExtended { .. } => {
-            messages.extend(work(event, attempt, WorkType::LeaseExtended, codec, None)?)
+        EventBody::LeaseExtended { epoch, expires_at } => {
+            let extended = lease.map(|lease| LeaseFacts {
+                epoch: *epoch,
+                expires_at: *expires_at,
+                ..lease.clone()
+            });
+            messages.extend(work(
+                event,
+                facts,
+                WorkType::LeaseExtended,
+                extended.as_ref(),
+                codec,
+                None,
+            )?)
         }
         EventBody::CancelRequested { reason, .. } => {
             messages.extend(work(
                 event,
-                attempt,
+                facts,
                 WorkType::Cancel,
+                lease,
                 codec,
                 Some(reason.clone()),
             )?);
@@ -210,61 +298,81 @@ pub(crate) fn messages_for(
             if *lease_revoked {
                 messages.extend(work(
                     event,
-                    attempt,
+                    facts,
                     WorkType::LeaseRevoked,
+                    lease,
                     codec,
                     Some(message.clone()),
                 )?);
             }
-            messages.push(result(event, attempt, codec)?);
+            messages.extend(result(event, facts, codec)?);
         }
-        EventBody::Rejected { .. } => messages.push(result(event, attempt, codec)?),
+        EventBody::Rejected { .. } => messages.extend(result(event, facts, codec)?),
         _ => {}
     }
     Ok(messages)
 }
 
-fn result(
+/// The result record of a terminal event (`None` for any other).
+pub(crate) fn result(
     event: &AttemptEvent,
-    attempt: &Attempt,
+    facts: &AttemptFacts,
     codec: &Codec,
-) -> Result<OutboxMessage, CodecError> {
-    let status = match attempt.outcome {
-        None => TerminalStatus::Rejected,
-        Some(TerminalOutcome::Succeeded) => TerminalStatus::Succeeded,
-        Some(TerminalOutcome::Failed) => TerminalStatus::Failed,
-        Some(TerminalOutcome::TimedOut) => TerminalStatus::TimedOut,
-        Some(TerminalOutcome::Cancelled) => TerminalStatus::Cancelled,
-        Some(TerminalOutcome::OutcomeUnknown) => TerminalStatus::OutcomeUnknown,
+) -> Result<Option<OutboxMessage>, CodecError> {
+    let (status, category, message, result_json, retry_attempt_id) = match &event.body {
+        EventBody::Finished {
+            outcome,
+            category,
+            message,
+            result_json,
+            retry_attempt_id,
+            ..
+        } => (
+            TerminalStatus::from(*outcome),
+            *category,
+            message.clone(),
+            result_json.clone(),
+            *retry_attempt_id,
+        ),
+        EventBody::Rejected {
+            category, problems, ..
+        } => (
+            TerminalStatus::Rejected,
+            Some(*category),
+            crate::attempt::rejection_message(problems),
+            None,
+            None,
+        ),
+        _ => return Ok(None),
     };
     let idempotency_key = format!("{}:{}", event.attempt_id, event.seq);
     let record = ResultRecord {
-        attempt_id: attempt.attempt_id.to_string(),
-        job_id: attempt.job_id.clone(),
-        command_id: attempt.command_id.to_string(),
-        attempt_no: i32::try_from(attempt.attempt_no).unwrap_or(i32::MAX),
-        tenant: attempt.tenant.clone(),
-        operation: attempt.operation.clone(),
+        attempt_id: event.attempt_id.to_string(),
+        job_id: facts.job_id.clone(),
+        command_id: facts.command_id.to_string(),
+        attempt_no: i32::try_from(facts.attempt_no).unwrap_or(i32::MAX),
+        tenant: facts.tenant.clone(),
+        operation: facts.operation.clone(),
         status,
-        category: attempt.failure_category,
-        message: attempt.message.clone().unwrap_or_default(),
-        result_json: attempt.result_json.clone(),
-        finished_at: attempt.finished_at.unwrap_or(event.occurred_at),
+        category,
+        message,
+        result_json,
+        finished_at: event.occurred_at,
         terminal_seq: i64::try_from(event.seq).unwrap_or(i64::MAX),
         idempotency_key: idempotency_key.clone(),
-        retry_attempt_id: attempt.retry_attempt_id.map(|id| id.to_string()),
+        retry_attempt_id: retry_attempt_id.map(|id| id.to_string()),
     };
     let mut headers = headers(
         derived_id(event, "result"),
         "io.execplane.attempt.result",
         event,
-        attempt,
+        facts,
     );
     headers.insert("idempotency_key".into(), json!(idempotency_key));
-    Ok(OutboxMessage {
+    Ok(Some(OutboxMessage {
         topic: topics::RESULTS.to_owned(),
-        key: attempt.attempt_id.to_string(),
+        key: event.attempt_id.to_string(),
         headers,
         payload: codec.encode(Family::Result, &record)?,
-    })
+    }))
 }

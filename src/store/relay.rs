@@ -10,10 +10,10 @@ use sqlx::{Connection, Row};
 
 use uuid::Uuid;
 
-use super::outbox::{log_record, LoggedEvent};
+use super::outbox::{derived_records, log_record, AttemptFacts, LeaseFacts, LoggedEvent};
 use super::{Store, StoreError};
-use crate::codec::Codec;
-use crate::contract::TraceContext;
+use crate::codec::{AttemptEventRecord, Codec, Family};
+use crate::contract::{AttemptEvent, JobSpec, TraceContext};
 
 /// The advisory lock key of the active relay ("execplan").
 const RELAY_LOCK: i64 = 0x6578_6563_706c_616e;
@@ -77,10 +77,11 @@ impl RelayLock {
     /// The next records to publish, read on the lock's connection (a
     /// successful read proves the lock is still held: it lives as long as
     /// the session): the oldest outbox rows, then the log's events past the
-    /// cursor, up to `limit` of each. The log waits while the outbox still
-    /// holds rows from before migration 0018 (event records were copied
-    /// there then), so an attempt's events keep their order across the
-    /// upgrade.
+    /// cursor, up to `limit` of each, each followed by the records it
+    /// causes (derived from it since migration 0019). The log waits while
+    /// the outbox still holds rows from before migration 0018 (event
+    /// records were copied there then), so an attempt's events keep their
+    /// order across the upgrade.
     pub async fn next_rows(&mut self, limit: i64) -> Result<Vec<OutboxRow>, StoreError> {
         let mut rows: Vec<OutboxRow> =
             sqlx::query("SELECT id, topic, key, headers, payload FROM outbox ORDER BY id LIMIT $1")
@@ -108,14 +109,23 @@ impl RelayLock {
             .await?;
         for row in &logged {
             let event = logged_event(row)?;
-            let record = log_record(&event, &self.codec)?;
-            rows.push(OutboxRow {
+            let mut records = vec![log_record(&event, &self.codec)?];
+            if let Some(facts) = attempt_facts(row, &event)? {
+                let decoded: AttemptEventRecord = Codec::from_datum_by_fingerprint(
+                    Family::AttemptEvent,
+                    event.fingerprint,
+                    &event.datum,
+                )?;
+                let decoded = AttemptEvent::try_from(decoded)?;
+                records.extend(derived_records(&decoded, &facts, &self.codec)?);
+            }
+            rows.extend(records.into_iter().map(|record| OutboxRow {
                 origin: Origin::Log(event.position),
                 topic: record.topic,
                 key: record.key,
                 headers: record.headers,
                 payload: record.payload,
-            });
+            }));
         }
         Ok(rows)
     }
@@ -229,6 +239,53 @@ fn logged_event(row: &sqlx::postgres::PgRow) -> Result<LoggedEvent, StoreError> 
             tracestate: row.get(10),
         }),
     })
+}
+
+/// What the records an event causes are made of besides the event, read
+/// with it (`next_log_events.sql`); `None` for an event that causes none.
+fn attempt_facts(
+    row: &sqlx::postgres::PgRow,
+    event: &LoggedEvent,
+) -> Result<Option<AttemptFacts>, StoreError> {
+    let Some(job_id) = row.get::<Option<String>, _>(12) else {
+        return Ok(None);
+    };
+    let lease = match (
+        row.get(17),
+        row.get(18),
+        row.get::<Option<i64>, _>(19),
+        row.get::<Option<chrono::DateTime<chrono::Utc>>, _>(20),
+    ) {
+        (Some(lease_id), Some(runner_instance), Some(epoch), Some(expires_at)) => {
+            Some(LeaseFacts {
+                lease_id,
+                runner_instance,
+                epoch: u64::try_from(epoch).unwrap_or(0),
+                expires_at: expires_at.timestamp_millis(),
+            })
+        }
+        _ => None,
+    };
+    let spec = row
+        .get::<Option<serde_json::Value>, _>(21)
+        .map(serde_json::from_value::<JobSpec>)
+        .transpose()
+        .map_err(|error| {
+            StoreError::Corrupt(format!(
+                "the spec of attempt {} does not read back: {error}",
+                event.attempt_id
+            ))
+        })?;
+    Ok(Some(AttemptFacts {
+        job_id,
+        command_id: row.get(13),
+        attempt_no: u32::try_from(row.get::<i32, _>(14)).unwrap_or(0),
+        tenant: row.get(15),
+        operation: row.get(16),
+        lease,
+        spec,
+        trace: event.trace.clone(),
+    }))
 }
 
 impl Store {
