@@ -770,7 +770,7 @@ async fn pruning_forgets_old_inbox_ids_only(pool: PgPool) {
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
-async fn a_redelivered_started_or_finished_is_a_no_op_without_an_inbox_row(pool: PgPool) {
+async fn a_redelivered_grant_started_or_finished_is_a_no_op_without_an_inbox_row(pool: PgPool) {
     let store = Store::from_pool(pool.clone());
     let attempt_id = create_job(&store, "repeat/1").await;
     let report = |id: &str, epoch: u64, body: ReportBody| {
@@ -796,10 +796,23 @@ async fn a_redelivered_started_or_finished_is_a_no_op_without_an_inbox_row(pool:
         runner_instance: "runner-a".into(),
     };
     let granted = store
-        .process_batch(&[envelope("grant", grant)], BASE)
+        .process_batch(&[envelope("grant", grant.clone())], BASE)
         .await
         .unwrap();
     assert_eq!(granted.outcomes, vec![InputOutcome::Applied { events: 1 }]);
+    // Nor does a grant: decided again, it finds its attempt leased.
+    let again = store
+        .process_batch(&[envelope("grant", grant)], BASE)
+        .await
+        .unwrap();
+    assert!(
+        matches!(
+            again.outcomes[..],
+            [InputOutcome::Rejected(Rejection::NotQueued { .. })]
+        ),
+        "{:?}",
+        again.outcomes
+    );
     let reports = [
         report("started", 1, ReportBody::Started),
         report("finished", 1, finished()),
@@ -811,8 +824,9 @@ async fn a_redelivered_started_or_finished_is_a_no_op_without_an_inbox_row(pool:
         "started, then finished"
     );
     // The reports claimed no inbox row; delivered again (a dispatcher that
-    // died before committing its offsets), they decide nothing.
-    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 2);
+    // died before committing its offsets), they decide nothing. The
+    // command's is the only row.
+    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 1);
     let events = count(&pool, "SELECT count(*) FROM attempt_events").await;
     for at in [BASE + 2, BASE + 3] {
         let again = store.process_batch(&reports, at).await.unwrap();
@@ -822,7 +836,7 @@ async fn a_redelivered_started_or_finished_is_a_no_op_without_an_inbox_row(pool:
         count(&pool, "SELECT count(*) FROM attempt_events").await,
         events
     );
-    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 2);
+    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 1);
     // A late report of another lease is fenced once, however often it is
     // delivered: it claims its inbox row.
     let stale = [report("stale", 2, finished())];
@@ -838,7 +852,7 @@ async fn a_redelivered_started_or_finished_is_a_no_op_without_an_inbox_row(pool:
         .await,
         1
     );
-    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 3);
+    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 2);
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]

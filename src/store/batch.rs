@@ -30,9 +30,10 @@ pub struct InputEnvelope {
 }
 
 impl InputEnvelope {
-    /// A lease grant: one decision per (attempt, instance), whoever makes
-    /// it (intake placing new attempts, the placement task the rest), so a
-    /// grant decided twice is a duplicate in the inbox.
+    /// A lease grant of `attempt_id` to an instance, whoever makes it
+    /// (intake placing new attempts, the placement task the rest). It
+    /// claims no inbox row: decided twice, it finds its attempt leased and
+    /// is refused.
     pub fn grant(attempt_id: Uuid, runner_instance: String) -> Self {
         Self {
             input_id: format!("grant:{attempt_id}:{runner_instance}"),
@@ -329,28 +330,6 @@ pub(crate) async fn process_in(
     if let Some(placing) = placing {
         place_created(conn, &mut context, placing, now, &mut events).await?;
     }
-    // A grant refused because its keys are busy may be right a moment
-    // later: its id must not stay claimed, or the same grant would be a
-    // duplicate forever.
-    let transient: Vec<&str> = inputs
-        .iter()
-        .zip(&outcomes)
-        .filter(|(_, outcome)| {
-            matches!(
-                outcome,
-                InputOutcome::Rejected(
-                    Rejection::TargetKeyBusy { .. } | Rejection::TargetKeyUnread { .. }
-                )
-            )
-        })
-        .map(|(envelope, _)| envelope.input_id.as_str())
-        .collect();
-    if !transient.is_empty() {
-        sqlx::query("DELETE FROM inbox WHERE input_id = ANY($1)")
-            .bind(&transient)
-            .execute(&mut *conn)
-            .await?;
-    }
     // 5. Append through the one write function.
     let appended = append_in(conn, codec, &context.loaded, &events).await?;
     Ok(BatchOutcome {
@@ -526,13 +505,18 @@ impl BatchContext {
     }
 
     /// Whether an input needs an inbox row to make its redelivery a no-op:
-    /// every input but a `started` or `finished` report the loaded state
-    /// dedupes by itself (accepted now, or a repeat of one applied). A
-    /// runner sends one of each per lease, in order, so what a batch
-    /// decides before it cannot make it late.
+    /// every input but those the state dedupes by itself.
+    /// - A grant: an attempt is queued once, and a grant of an attempt that
+    ///   is not queued is refused, so a grant decided again writes nothing.
+    /// - A `started` or `finished` report the loaded state dedupes
+    ///   (accepted now, or a repeat of one applied). A runner sends one of
+    ///   each per lease, in order, so what a batch decides before it cannot
+    ///   make it late.
     fn needs_inbox(&self, envelope: &InputEnvelope) -> bool {
-        let Input::Report(report) = &envelope.input else {
-            return true;
+        let report = match &envelope.input {
+            Input::Grant { .. } => return false,
+            Input::Report(report) => report,
+            _ => return true,
         };
         let attempt = self
             .attempt_jobs
