@@ -2,6 +2,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// glibc's allocator was a tenth of the machine's CPU under load (its
+/// free lists, consolidation and locks; docs/BENCHMARKS.md); mimalloc's
+/// per-thread heaps cost a fraction of that.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let cli = execplane::cli::Cli::parse();
     // The tool supervisor is synchronous and must not start a runtime's
