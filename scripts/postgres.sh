@@ -9,8 +9,30 @@ if ! command -v pg_ctlcluster >/dev/null 2>&1 && ! ls /usr/lib/postgresql/*/bin/
 fi
 apt_install postgresql-client
 
+# The platform's settings for a write-heavy log (docs/BENCHMARKS.md,
+# "Postgres settings"): Debian's defaults size the buffer cache at 128 MB
+# and checkpoint every 1 GB of WAL, so a long run writes a full page image
+# of nearly every index page it touches, again and again, and its WAL per
+# attempt grows with the tables.
+version="$(ls /etc/postgresql | sort -V | tail -1)"
+tuning="/etc/postgresql/$version/main/conf.d/execplane.conf"
+wanted_tuning="# execplane local stack (scripts/postgres.sh)
+shared_buffers = 1GB
+wal_compression = lz4
+max_wal_size = 8GB
+checkpoint_timeout = 15min
+checkpoint_completion_target = 0.9"
+if [ "$(cat "$tuning" 2>/dev/null)" != "$wanted_tuning" ]; then
+  log "writing $tuning"
+  printf '%s\n' "$wanted_tuning" | as_root tee "$tuning" >/dev/null
+  if port_open "$PGPORT_WANTED"; then
+    log "restarting Postgres $version for its new settings"
+    as_root pg_ctlcluster --skip-systemctl-redirect "$version" main restart
+    wait_port "$PGPORT_WANTED" 30 "Postgres"
+  fi
+fi
+
 if ! port_open "$PGPORT_WANTED"; then
-  version="$(ls /etc/postgresql | sort -V | tail -1)"
   log "starting Postgres $version"
   as_root pg_ctlcluster --skip-systemctl-redirect "$version" main start
   wait_port "$PGPORT_WANTED" 30 "Postgres"
