@@ -492,6 +492,34 @@ async fn the_relay_publishes_the_log_itself_in_order_and_derives_what_each_event
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn an_event_whose_records_cannot_be_built_does_not_hold_the_log_back(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    let first = create_job(&store, "unreadable/1").await;
+    create_job(&store, "readable/2").await;
+    let (loaded, grant) = decided_grant(&store, &pool, "unreadable/1", first, "runner-a").await;
+    let mut tx = pool.begin().await.unwrap();
+    append_decided(&mut tx, &Codec::default(), &loaded, &grant)
+        .await
+        .unwrap();
+    tx.commit().await.unwrap();
+    // A stored spec this release cannot read (written by another, say).
+    sqlx::query("UPDATE jobs SET spec = '{\"unreadable\": true}' WHERE job_id = 'unreadable/1'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let logged = relay_log(&store, 100).await;
+    // Every event is published, the grant without its work item.
+    assert_eq!(
+        logged
+            .iter()
+            .map(|record| record.topic.as_str())
+            .collect::<Vec<_>>(),
+        ["exec.attempt-events.v1"; 3]
+    );
+    assert_eq!(store.unpublished().await.unwrap(), 0);
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn events_from_before_records_were_derived_cause_none(pool: PgPool) {
     let store = Store::from_pool(pool.clone());
     drive_mixed(&store, 3).await;

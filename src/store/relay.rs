@@ -110,14 +110,18 @@ impl RelayLock {
         for row in &logged {
             let event = logged_event(row)?;
             let mut records = vec![log_record(&event, &self.codec)?];
-            if let Some(facts) = attempt_facts(row, &event)? {
-                let decoded: AttemptEventRecord = Codec::from_datum_by_fingerprint(
-                    Family::AttemptEvent,
-                    event.fingerprint,
-                    &event.datum,
-                )?;
-                let decoded = AttemptEvent::try_from(decoded)?;
-                records.extend(derived_records(&decoded, &facts, &self.codec)?);
+            // What cannot be derived (a stored spec this release cannot
+            // read) is this event's loss alone: its attempt waits for a
+            // work item or result that never comes and ends by its timers,
+            // while every other record keeps moving.
+            match derived(row, &event, &self.codec) {
+                Ok(derived) => records.extend(derived),
+                Err(error) => tracing::error!(
+                    attempt_id = %event.attempt_id,
+                    seq = event.seq,
+                    %error,
+                    "cannot build the records this event causes; publishing the event alone"
+                ),
             }
             rows.extend(records.into_iter().map(|record| OutboxRow {
                 origin: Origin::Log(event.position),
@@ -239,6 +243,24 @@ fn logged_event(row: &sqlx::postgres::PgRow) -> Result<LoggedEvent, StoreError> 
             tracestate: row.get(10),
         }),
     })
+}
+
+/// The records an event causes besides its own (none for most).
+fn derived(
+    row: &sqlx::postgres::PgRow,
+    event: &LoggedEvent,
+    codec: &Codec,
+) -> Result<Vec<super::OutboxMessage>, StoreError> {
+    let Some(facts) = attempt_facts(row, event)? else {
+        return Ok(Vec::new());
+    };
+    let decoded: AttemptEventRecord =
+        Codec::from_datum_by_fingerprint(Family::AttemptEvent, event.fingerprint, &event.datum)?;
+    Ok(derived_records(
+        &AttemptEvent::try_from(decoded)?,
+        &facts,
+        codec,
+    )?)
 }
 
 /// What the records an event causes are made of besides the event, read
