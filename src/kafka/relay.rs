@@ -16,9 +16,10 @@
 //!   producer gives up on any record not delivered within `message_timeout`;
 //! - the active relay keeps `relay_state.active_until` (the instant until
 //!   which it may still publish) ahead of both, and a relay that takes the
-//!   lock waits until that instant before it publishes: whatever a
-//!   predecessor that lost its connection still had in flight has landed or
-//!   been dropped by then. A first relay waits for nothing.
+//!   lock waits until that instant, and proves it still holds the lock,
+//!   before it publishes: whatever a predecessor that lost its connection
+//!   still had in flight has landed or been dropped by then. A first relay
+//!   waits for nothing.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -116,6 +117,13 @@ pub async fn run(
                 lock.release().await;
                 break;
             }
+        }
+        // Proves the lock again before publishing: a connection cut while
+        // this relay waited took the lock with it, and another relay may
+        // hold it now.
+        if let Err(error) = lock.prove(config.horizon()).await {
+            warn!(%error, "relay lost its lock connection while it waited; standing by");
+            continue;
         }
         let mut leader = Leader {
             lock,
