@@ -56,6 +56,12 @@ pub struct PipelineBenchArgs {
     /// Skip the bare-pipeline comparison (long runs).
     #[arg(long)]
     pub no_bare: bool,
+    /// Jobs run to their end, at the target rate, before the measured
+    /// ones, and left out of every figure: the pipeline's first seconds
+    /// (consumer groups joining, connections and statement caches
+    /// filling) are not its steady state. None with `--backlog`.
+    #[arg(long, default_value_t = 500)]
+    pub warmup: usize,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -84,6 +90,8 @@ fn percentiles(mut samples: Vec<i64>) -> Percentiles {
 #[derive(Debug, Serialize)]
 pub struct PipelineReport {
     pub jobs: usize,
+    /// Jobs run before the measured ones, in no figure.
+    pub warmup_jobs: usize,
     pub target_rate: u32,
     pub completed: usize,
     pub succeeded: usize,
@@ -221,11 +229,12 @@ async fn drive(
     prefix: &str,
 ) -> anyhow::Result<PipelineReport> {
     let mut rig = Rig::start(config, policy, args, schema, prefix).await?;
-    let run = run_jobs(&mut rig, args).await;
+    let run = run_jobs(&mut rig, args, schema).await;
     // Stopped on every path: a rig left running past its schema's drop
     // fills the log with its roles' failures.
     rig.stop().await;
     let Followed {
+        before,
         observed,
         issued,
         submit_seconds,
@@ -238,8 +247,8 @@ async fn drive(
         anyhow::bail!("the bench's jobs were rejected at intake: {why}");
     }
 
-    let rows = rig.store.rows_written(schema).await?.max(0) as u64;
-    let records = rig.records_written()?;
+    let rows = (rig.store.rows_written(schema).await? - before.rows).max(0) as u64;
+    let records = rig.records_written()?.saturating_sub(before.records);
     let (bare_kafka_seconds, bare_postgres_seconds) = if args.no_bare {
         (0.0, 0.0)
     } else {
@@ -260,6 +269,8 @@ async fn drive(
 
 /// The bench's jobs, submitted and followed to their end.
 struct Followed {
+    /// What the warm-up wrote, left out of the figures.
+    before: Written,
     observed: Observed,
     /// When each job was issued, by job id.
     issued: HashMap<String, i64>,
@@ -271,12 +282,57 @@ struct Followed {
     cost: super::cost::Cost,
 }
 
-async fn run_jobs(rig: &mut Rig<'_>, args: &PipelineBenchArgs) -> anyhow::Result<Followed> {
+/// Rows written so far, once the count has settled: each backend reports
+/// its rows to the statistics in its own time (within a second when busy,
+/// up to ten when idle), so a count read at once misses the last ones.
+async fn settled_rows(store: &Store, schema: &str) -> anyhow::Result<i64> {
+    let mut rows = store.rows_written(schema).await?;
+    let mut unchanged = 0;
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = store.rows_written(schema).await?;
+        unchanged = if now == rows { unchanged + 1 } else { 0 };
+        rows = now;
+        if unchanged == 2 {
+            break;
+        }
+    }
+    Ok(rows)
+}
+
+/// Rows and records written so far.
+#[derive(Debug, Default)]
+struct Written {
+    rows: i64,
+    records: u64,
+}
+
+async fn run_jobs(
+    rig: &mut Rig<'_>,
+    args: &PipelineBenchArgs,
+    schema: &str,
+) -> anyhow::Result<Followed> {
     if !args.backlog {
         rig.start_runner().await?;
     }
     let follower = rig.follow_events()?;
-    let specs = bench_specs(args.jobs, rig.port);
+    let timeout = Duration::from_secs(args.timeout_secs);
+    if !args.backlog && args.warmup > 0 {
+        let warmup = bench_specs("bench-warmup", args.warmup, rig.port);
+        let issued = rig.submit(&warmup, args.rate).await?;
+        let observed = Observed::follow(&follower, &rig.kafka, &issued, timeout).await;
+        anyhow::ensure!(
+            observed.terminal.len() == warmup.len(),
+            "only {} of the {} warm-up jobs ended",
+            observed.terminal.len(),
+            warmup.len()
+        );
+    }
+    let before = Written {
+        rows: settled_rows(&rig.store, schema).await?,
+        records: rig.records_written()?,
+    };
+    let specs = bench_specs("bench", args.jobs, rig.port);
     let meter = super::cost::Meter::start(&rig.store).await?;
     let started = Instant::now();
     let issued = rig.submit(&specs, args.rate).await?;
@@ -288,10 +344,11 @@ async fn run_jobs(rig: &mut Rig<'_>, args: &PipelineBenchArgs) -> anyhow::Result
         drain_started = Some(chrono::Utc::now().timestamp_millis());
         rig.start_runner().await?;
     }
-    let observed = Observed::follow(&follower, &rig.kafka, &issued, args).await;
+    let observed = Observed::follow(&follower, &rig.kafka, &issued, timeout).await;
     let seconds = started.elapsed().as_secs_f64();
     let cost = meter.read(&rig.store).await?;
     Ok(Followed {
+        before,
         observed,
         issued,
         submit_seconds,
@@ -549,12 +606,12 @@ async fn send_when_room(
 }
 
 /// One TCP-connect probe job per index, against the rig's listener.
-fn bench_specs(jobs: usize, port: u16) -> Vec<JobSpec> {
+fn bench_specs(name: &str, jobs: usize, port: u16) -> Vec<JobSpec> {
     (0..jobs)
         .map(|index| {
             validate_jobspec(&serde_json::json!({
                 "command_id": Uuid::new_v4().to_string(),
-                "job_id": format!("bench/{index}"),
+                "job_id": format!("{name}/{index}"),
                 "tenant": "bench",
                 "requested_by": "execplane-bench",
                 "operation": "verify.tcp.connect",
@@ -639,12 +696,12 @@ impl Observed {
         follower: &StreamConsumer,
         kafka: &KafkaConfig,
         issued: &HashMap<String, i64>,
-        args: &PipelineBenchArgs,
+        timeout: Duration,
     ) -> Self {
         let mut observed = Self::default();
-        let wait_until = Instant::now() + Duration::from_secs(args.timeout_secs);
-        let mut progress = Progress::new(args.jobs);
-        while observed.terminal.len() < args.jobs
+        let wait_until = Instant::now() + timeout;
+        let mut progress = Progress::new(issued.len());
+        while observed.terminal.len() < issued.len()
             && observed.rejected.is_none()
             && Instant::now() < wait_until
         {
@@ -718,6 +775,7 @@ impl Observed {
         let bare_seconds = run.bare_kafka_seconds + run.bare_postgres_seconds;
         PipelineReport {
             jobs: args.jobs,
+            warmup_jobs: if args.backlog { 0 } else { args.warmup },
             target_rate: args.rate,
             completed: terminal_count,
             succeeded: self.succeeded,
@@ -799,8 +857,8 @@ async fn bare(
 
 fn print_report(report: &PipelineReport) {
     println!(
-        "pipeline bench: {} jobs at a target of {}/s; {} reached a terminal state ({} succeeded)",
-        report.jobs, report.target_rate, report.completed, report.succeeded
+        "pipeline bench: {} jobs at a target of {}/s, after {} warm-up jobs; {} reached a terminal state ({} succeeded)",
+        report.jobs, report.target_rate, report.warmup_jobs, report.completed, report.succeeded
     );
     println!(
         "  throughput            {:>10.0} attempts/s end to end",
