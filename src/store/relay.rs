@@ -55,7 +55,11 @@ impl Store {
             .connect_options()
             .as_ref()
             .clone()
-            .application_name("execplane-relay");
+            .application_name("execplane-relay")
+            // Its reads return what is new, a few rows to a batch: starting
+            // parallel workers for them cost more than the reads (the
+            // planner takes the unpublished range for a third of the log).
+            .options([("max_parallel_workers_per_gather", "0")]);
         let mut connection = PgConnection::connect_with(&options).await?;
         let acquired: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
             .bind(RELAY_LOCK)
