@@ -76,10 +76,11 @@ pub(crate) fn pending_for(
         pending.push(http(event, attempt, url.clone()));
     }
     let result = match &callback.topic {
-        Some(_) => super::outbox::result(event, &AttemptFacts::of(attempt), codec)?,
+        Some(topic) => super::outbox::result(event, &AttemptFacts::of(attempt), codec)?
+            .map(|result| (topic, result)),
         None => None,
     };
-    if let (Some(topic), Some(result)) = (&callback.topic, result) {
+    if let Some((topic, result)) = result {
         pending.push(PendingCallback {
             attempt_id: event.attempt_id,
             terminal_seq: i64::try_from(event.seq).unwrap_or(i64::MAX),
