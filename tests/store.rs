@@ -492,6 +492,53 @@ async fn the_relay_publishes_the_log_itself_in_order_and_derives_what_each_event
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_rejected_command_gets_its_result_from_the_log(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    let command_id = Uuid::new_v4();
+    let invalid = Input::ExecuteInvalid {
+        command_id,
+        job_id: "rejected/1".into(),
+        tenant: "team-a".into(),
+        operation: "verify.tcp.connect".into(),
+        category: execplane::contract::FailureCategory::Contract,
+        problems: vec![execplane::contract::Problem::new(
+            "inputs.port",
+            "out of range",
+        )],
+        policy_digest: None,
+    };
+    store
+        .process_batch(&[envelope("rejected", invalid)], BASE)
+        .await
+        .unwrap();
+    let logged = relay_log(&store, 100).await;
+    let topics: Vec<&str> = logged.iter().map(|record| record.topic.as_str()).collect();
+    assert_eq!(topics, ["exec.attempt-events.v1", "exec.results.v1"]);
+    let result: ResultRecord = Codec::default()
+        .decode(Family::Result, &logged[1].payload)
+        .unwrap();
+    assert_eq!(
+        (
+            result.job_id.as_str(),
+            result.command_id,
+            result.tenant.as_str(),
+            result.status,
+            result.category,
+            result.terminal_seq,
+        ),
+        (
+            "rejected/1",
+            command_id.to_string(),
+            "team-a",
+            execplane::codec::TerminalStatus::Rejected,
+            Some(execplane::contract::FailureCategory::Contract),
+            1
+        )
+    );
+    assert!(result.message.contains("inputs.port"), "{}", result.message);
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn an_event_whose_records_cannot_be_built_does_not_hold_the_log_back(pool: PgPool) {
     let store = Store::from_pool(pool.clone());
     let first = create_job(&store, "unreadable/1").await;
