@@ -15,7 +15,7 @@ use crate::codec::{
     Codec, CodecError, Family, JobSpecRecord, ResultRecord, TerminalStatus, WorkRecord, WorkType,
 };
 use crate::contract::{
-    topics, AttemptEvent, EventBody, JobSpec, Operation, TraceContext, UnixMillis,
+    topics, AttemptEvent, EventBody, JobSpec, LeaseInfo, Operation, TraceContext, UnixMillis,
 };
 
 /// `ce_source` of records the dispatcher causes.
@@ -78,17 +78,9 @@ pub struct AttemptFacts {
     pub operation: String,
     /// The attempt's lease: its identity is fixed once granted, its expiry
     /// is as of when the records are built.
-    pub lease: Option<LeaseFacts>,
+    pub lease: Option<LeaseInfo>,
     pub spec: Option<JobSpec>,
     pub trace: Option<TraceContext>,
-}
-
-#[derive(Clone, Debug)]
-pub struct LeaseFacts {
-    pub lease_id: Uuid,
-    pub runner_instance: String,
-    pub epoch: u64,
-    pub expires_at: UnixMillis,
 }
 
 impl AttemptFacts {
@@ -101,12 +93,7 @@ impl AttemptFacts {
             attempt_no: attempt.attempt_no,
             tenant: attempt.tenant.clone(),
             operation: attempt.operation.clone(),
-            lease: attempt.lease.as_ref().map(|lease| LeaseFacts {
-                lease_id: lease.lease_id,
-                runner_instance: lease.runner_instance.clone(),
-                epoch: lease.epoch,
-                expires_at: lease.expires_at,
-            }),
+            lease: attempt.lease.clone(),
             spec: None,
             trace: trace_of(attempt).cloned(),
         }
@@ -137,7 +124,7 @@ fn work(
     event: &AttemptEvent,
     facts: &AttemptFacts,
     kind: WorkType,
-    lease: Option<&LeaseFacts>,
+    lease: Option<&LeaseInfo>,
     codec: &Codec,
     reason: Option<String>,
 ) -> Result<Option<OutboxMessage>, CodecError> {
@@ -249,11 +236,13 @@ pub(crate) fn derived_records(
             runner_instance,
             expires_at,
         } => {
-            let granted = LeaseFacts {
+            let granted = LeaseInfo {
                 lease_id: *lease_id,
-                runner_instance: runner_instance.clone(),
                 epoch: *epoch,
+                runner_instance: runner_instance.clone(),
+                granted_at: event.occurred_at,
                 expires_at: *expires_at,
+                active: true,
             };
             let granted = Some(&granted);
             messages.extend(work(
@@ -266,7 +255,7 @@ pub(crate) fn derived_records(
             )?)
         }
         EventBody::LeaseExtended { epoch, expires_at } => {
-            let extended = lease.map(|lease| LeaseFacts {
+            let extended = lease.map(|lease| LeaseInfo {
                 epoch: *epoch,
                 expires_at: *expires_at,
                 ..lease.clone()

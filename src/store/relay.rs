@@ -10,7 +10,8 @@ use sqlx::{Connection, Row};
 
 use uuid::Uuid;
 
-use super::outbox::{derived_records, log_record, AttemptFacts, LeaseFacts, LoggedEvent};
+use super::outbox::{derived_records, log_record, AttemptFacts, LoggedEvent};
+use super::rows::{lease_info, LeaseRow};
 use super::{Store, StoreError};
 use crate::codec::{AttemptEventRecord, Codec, Family};
 use crate::contract::{AttemptEvent, JobSpec, TraceContext};
@@ -276,24 +277,14 @@ fn attempt_facts(
     let Some(job_id) = row.get::<Option<String>, _>(12) else {
         return Ok(None);
     };
-    let lease = match (
-        row.get(17),
-        row.get(18),
-        row.get::<Option<i64>, _>(19),
-        row.get::<Option<chrono::DateTime<chrono::Utc>>, _>(20),
-    ) {
-        (Some(lease_id), Some(runner_instance), Some(epoch), Some(expires_at)) => {
-            Some(LeaseFacts {
-                lease_id,
-                runner_instance,
-                epoch: u64::try_from(epoch).unwrap_or(0),
-                expires_at: expires_at.timestamp_millis(),
-            })
-        }
-        _ => None,
-    };
+    let lease = row
+        .get::<Option<serde_json::Value>, _>(17)
+        .map(serde_json::from_value::<LeaseRow>)
+        .transpose()
+        .map_err(|error| StoreError::Corrupt(format!("leases row: {error}")))?
+        .map(lease_info);
     let spec = row
-        .get::<Option<serde_json::Value>, _>(21)
+        .get::<Option<serde_json::Value>, _>(18)
         .map(serde_json::from_value::<JobSpec>)
         .transpose()
         .map_err(|error| {

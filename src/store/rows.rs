@@ -286,6 +286,18 @@ pub(crate) fn lease_row(attempt: &Attempt) -> Option<LeaseRow> {
     })
 }
 
+/// A lease as the attempt holds it, from its row.
+pub(crate) fn lease_info(lease: LeaseRow) -> LeaseInfo {
+    LeaseInfo {
+        lease_id: lease.lease_id,
+        epoch: u64::try_from(lease.epoch).unwrap_or(0),
+        runner_instance: lease.runner_instance,
+        granted_at: millis(lease.granted_at),
+        expires_at: millis(lease.expires_at),
+        active: lease.active,
+    }
+}
+
 /// Rebuilds the in-memory attempt from its projection rows.
 pub(crate) fn attempt_from_rows(
     row: AttemptRow,
@@ -329,14 +341,7 @@ pub(crate) fn attempt_from_rows(
         previous_attempt_id: row.previous_attempt_id,
         policy_digest: row.policy_digest,
         target_keys: row.target_keys,
-        lease: lease.map(|lease| LeaseInfo {
-            lease_id: lease.lease_id,
-            epoch: u64::try_from(lease.epoch).unwrap_or(0),
-            runner_instance: lease.runner_instance,
-            granted_at: millis(lease.granted_at),
-            expires_at: millis(lease.expires_at),
-            active: lease.active,
-        }),
+        lease: lease.map(lease_info),
         started_at: row.started_at.map(millis),
         cancel,
         progress: row.progress,

@@ -5,7 +5,7 @@
 --
 -- An event that causes records besides its own (migration 0019) comes with
 -- what they are made of that its row does not hold: its attempt's fixed
--- columns, its lease's identity, and for a granted lease the spec.
+-- columns, its lease, and for a granted lease the spec.
 --
 -- The events are read first and alone (the planner takes the unpublished
 -- range for a third of the log), and each is then looked up by key
@@ -24,11 +24,11 @@ WITH next AS MATERIALIZED (
 SELECT e.position, e.event_id, e.attempt_id, e.seq, e.kind, e.occurred_at, e.payload,
        e.prev_hash, e.hash, e.traceparent, e.tracestate, e.schema_fingerprint,
        f.job_id, f.command_id, f.attempt_no, f.tenant, f.operation,
-       f.lease_id, f.runner_instance, f.epoch, f.expires_at, f.spec
+       f.lease, f.spec
 FROM next e
 LEFT JOIN LATERAL (
     SELECT a.job_id, a.command_id, a.attempt_no, a.tenant, a.operation,
-           l.lease_id, l.runner_instance, l.epoch, l.expires_at,
+           to_jsonb(l) AS lease,
            CASE WHEN e.kind = 'lease_granted'
                 THEN (SELECT j.spec FROM jobs j WHERE j.job_id = a.job_id) END AS spec
     FROM attempts a
