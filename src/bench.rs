@@ -3,6 +3,7 @@
 pub mod ansible;
 pub mod cost;
 pub mod kubernetes;
+pub mod leftovers;
 pub mod opentofu;
 pub mod pipeline;
 pub mod store;

@@ -368,6 +368,9 @@ pub enum BenchCommand {
     /// the CLI (init + apply) and through the opentofu runner's executor,
     /// in turn.
     Opentofu(crate::bench::opentofu::TofuBenchArgs),
+    /// Removes the schemas and topics bench runs left behind (killed runs,
+    /// or `--keep`), a running bench's too.
+    Clean,
 }
 
 /// Runs the command; the exit code is the command's verdict.
@@ -485,6 +488,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             crate::bench::kubernetes::run(&args).await
         }
         Command::Bench(BenchCommand::Opentofu(args)) => crate::bench::opentofu::run(&args).await,
+        Command::Bench(BenchCommand::Clean) => crate::bench::leftovers::clean(&config).await,
         Command::Bench(BenchCommand::Ansible(args)) => {
             crate::bench::ansible::run(&config, &args).await
         }

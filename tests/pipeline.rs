@@ -1355,3 +1355,141 @@ async fn a_forged_presence_record_is_skipped_and_the_good_one_beside_it_stored(p
     .unwrap();
     assert_eq!(forged, 0);
 }
+
+/// The topics on the broker whose names start with `prefix`.
+fn topics_starting(prefix: &str) -> Vec<String> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", common::pipeline::brokers())
+        .create()
+        .unwrap();
+    let metadata = consumer
+        .fetch_metadata(None, Duration::from_secs(10))
+        .unwrap();
+    metadata
+        .topics()
+        .iter()
+        .map(|topic| topic.name().to_owned())
+        .filter(|name| name.starts_with(prefix))
+        .collect()
+}
+
+async fn bench_schemas(pool: &PgPool) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'execplane\\_bench\\_%'",
+    )
+    .fetch_all(pool)
+    .await
+    .unwrap()
+}
+
+/// A bench run that is interrupted removes its schema and topics; one that
+/// was killed leaves them, the next run says so, and `bench clean` removes
+/// them (a broker holding them ran the bare pipeline at half speed).
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn an_interrupted_bench_cleans_up_and_bench_clean_removes_what_killed_runs_left(
+    pool: PgPool,
+) {
+    let url = common::database_url(&pool);
+    let bench = |args: &[&str]| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_execplane"));
+        command
+            .arg("bench")
+            .args(args)
+            .env("EXECPLANE_DATABASE_URL", &url)
+            .env("EXECPLANE_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        command
+    };
+
+    // What a killed run leaves: its schema and its topics; the next run
+    // says so.
+    let killed = format!("bench{}.", &uuid::Uuid::new_v4().simple().to_string()[..12]);
+    let kafka = execplane::kafka::KafkaConfig {
+        brokers: common::pipeline::brokers(),
+        topic_prefix: killed.clone(),
+        fetch_wait_ms: 100,
+        codec: Default::default(),
+        properties: Vec::new(),
+        replication_factor: common::replication_factor(),
+    };
+    execplane::kafka::topology::apply(&kafka).await.unwrap();
+    sqlx::query("CREATE SCHEMA execplane_bench_killed")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let left = topics_starting(&killed).len();
+    assert!(left > 0);
+
+    // Interrupted mid-run: its jobs are flowing when SIGINT comes.
+    let child = bench(&["pipeline", "--jobs", "100000", "--rate", "200", "--no-bare"])
+        .spawn()
+        .unwrap();
+    let prefix = format!("bench{}", child.id());
+    let mut schema = None;
+    for _ in 0..600 {
+        let running = bench_schemas(&pool).await;
+        if let Some(name) = running
+            .into_iter()
+            .find(|name| name != "execplane_bench_killed")
+        {
+            let attempts: Option<i64> =
+                sqlx::query_scalar(&format!("SELECT count(*) FROM {name}.attempts"))
+                    .fetch_one(&pool)
+                    .await
+                    .ok();
+            if attempts.unwrap_or(0) > 0 {
+                schema = Some(name);
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let schema = schema.expect("the bench ran jobs within 60 s");
+    assert!(!topics_starting(&prefix).is_empty(), "its topics exist");
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = tokio::task::spawn_blocking(move || child.wait_with_output())
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    assert!(
+        stderr.contains("earlier bench runs") && stderr.contains("`execplane bench clean`"),
+        "{stderr}"
+    );
+    assert!(
+        !bench_schemas(&pool).await.contains(&schema),
+        "its schema {schema} is dropped"
+    );
+    gone(&prefix).await;
+
+    let out = bench(&["clean"]).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("removed 1 bench schemas"), "{stdout}");
+    assert_eq!(bench_schemas(&pool).await, Vec::<String>::new());
+    gone(&killed).await;
+}
+
+/// Waits (up to 10 s) for the broker to list no topic starting with `prefix`.
+async fn gone(prefix: &str) {
+    for _ in 0..100 {
+        if topics_starting(prefix).is_empty() {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("topics {:?} are still listed", topics_starting(prefix));
+}

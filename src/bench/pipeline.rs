@@ -191,6 +191,10 @@ pub async fn run(config: &Config, args: &PipelineBenchArgs) -> anyhow::Result<Ex
         std::process::id(),
         &Uuid::new_v4().simple().to_string()[..6]
     );
+    let leftovers = super::leftovers::find(config).await?;
+    if !leftovers.is_empty() {
+        eprintln!("{}", leftovers.notice());
+    }
     let schema = super::ScratchSchema::create(config, format!("execplane_bench_{id}")).await?;
     let prefix = format!("bench{id}.");
     // The bench's own policy, whatever the operator's file says: its jobs
@@ -198,7 +202,8 @@ pub async fn run(config: &Config, args: &PipelineBenchArgs) -> anyhow::Result<Ex
     let policy = crate::policy::OperatorPolicy::from_yaml(BENCH_POLICY)
         .map_err(|problems| anyhow::anyhow!("the bench policy: {}", problems.join("; ")))?
         .into();
-    let result = drive(config, &policy, args, &schema.name, &prefix).await;
+    let interrupt = super::leftovers::on_interrupt();
+    let result = drive(config, &policy, args, &schema.name, &prefix, &interrupt).await;
     schema.finish(args.keep).await?;
     if !args.keep {
         let kafka = KafkaConfig {
@@ -227,9 +232,16 @@ async fn drive(
     args: &PipelineBenchArgs,
     schema: &str,
     prefix: &str,
+    interrupt: &CancellationToken,
 ) -> anyhow::Result<PipelineReport> {
-    let mut rig = Rig::start(config, policy, args, schema, prefix).await?;
-    let run = run_jobs(&mut rig, args, schema).await;
+    let mut rig = tokio::select! {
+        rig = Rig::start(config, policy, args, schema, prefix) => rig?,
+        _ = interrupt.cancelled() => anyhow::bail!("interrupted"),
+    };
+    let run = tokio::select! {
+        run = run_jobs(&mut rig, args, schema) => run,
+        _ = interrupt.cancelled() => Err(anyhow::anyhow!("interrupted")),
+    };
     // Stopped on every path: a rig left running past its schema's drop
     // fills the log with its roles' failures.
     rig.stop().await;

@@ -65,7 +65,11 @@ pub async fn run(config: &Config, args: &StoreBenchArgs) -> anyhow::Result<ExitC
     let schema =
         super::ScratchSchema::create(config, format!("execplane_bench_{}", std::process::id()))
             .await?;
-    let result = drive(config, args, &schema.name).await;
+    let interrupt = super::leftovers::on_interrupt();
+    let result = tokio::select! {
+        result = drive(config, args, &schema.name) => result,
+        _ = interrupt.cancelled() => Err(anyhow::anyhow!("interrupted")),
+    };
     schema.finish(args.keep).await?;
     let report = result?;
     if args.json {

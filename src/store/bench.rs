@@ -31,6 +31,15 @@ impl Store {
         Ok(())
     }
 
+    /// The schemas bench runs created (`execplane_bench_*`).
+    pub async fn bench_schemas(&self) -> Result<Vec<String>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT nspname::text FROM pg_namespace WHERE nspname LIKE 'execplane\\_bench\\_%' ORDER BY 1",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     /// Where the cluster's WAL ends now.
     pub async fn wal_lsn(&self) -> Result<String, StoreError> {
         Ok(
