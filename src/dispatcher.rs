@@ -226,7 +226,7 @@ async fn sweep(
             );
             if now - last_gauges >= 15_000 {
                 last_gauges = now;
-                if let Ok(counts) = store.attempts_by_status().await {
+                if let Ok(counts) = store.live_attempts_by_status().await {
                     crate::telemetry::metrics::attempts_by_state(&counts);
                 }
             }

@@ -1232,3 +1232,49 @@ async fn two_grants_on_one_target_key_at_once_lease_only_one(pool: PgPool) {
         again.outcomes
     );
 }
+
+/// The attempts gauge counts only attempts that have not ended, every such
+/// status with its zero, through the index that holds only them: its cost
+/// is the work in flight, not every attempt ever run.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn the_attempts_gauge_counts_what_is_in_flight_from_an_index_of_it(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    drive_mixed(&store, 40).await;
+    let all: Vec<(String, i64)> =
+        sqlx::query_as("SELECT status, count(*) FROM attempts GROUP BY status")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    let live = store.live_attempts_by_status().await.unwrap();
+    let names: Vec<&str> = live.iter().map(|(status, _)| status.as_str()).collect();
+    assert_eq!(names, ["queued", "leased", "running", "cancel_requested"]);
+    for (status, count) in &live {
+        let expected = all
+            .iter()
+            .find(|(counted, _)| counted == status)
+            .map_or(0, |(_, count)| *count);
+        assert_eq!(*count, expected, "{status}");
+    }
+    assert!(
+        all.iter().any(|(status, _)| status == "succeeded"),
+        "the workload ended some attempts: {all:?}"
+    );
+
+    // The index that holds only attempts in flight answers it.
+    let mut conn = pool.acquire().await.unwrap();
+    sqlx::query("SET enable_seqscan = off")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let plan: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN SELECT status, count(*) FROM attempts \
+         WHERE status IN ('queued', 'leased', 'running', 'cancel_requested') GROUP BY status",
+    )
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap();
+    assert!(
+        plan.iter().any(|line| line.contains("attempts_live")),
+        "{plan:?}"
+    );
+}

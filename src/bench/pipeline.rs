@@ -547,7 +547,7 @@ impl<'a> Rig<'a> {
         loop {
             let queued = self
                 .store
-                .attempts_by_status()
+                .live_attempts_by_status()
                 .await?
                 .into_iter()
                 .find(|(status, _)| status == "queued")

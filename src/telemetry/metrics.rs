@@ -129,7 +129,7 @@ fn describe_dispatcher() {
     describe_gauge!(
         ATTEMPTS,
         Unit::Count,
-        "attempts in the projection, by state (refreshed every 15 s)"
+        "attempts not yet ended, by state (refreshed every 15 s; ended ones are execplane_attempts_ended_total)"
     );
     describe_counter!(LEASE_GRANTS, Unit::Count, "leases granted");
     describe_counter!(
