@@ -768,8 +768,9 @@ pub(crate) async fn load_jobs(
     // the job locks are held, so it sees an attempt another transaction
     // added to a job while this one waited for the job's lock.
     let lock_clause = if lock { " FOR UPDATE" } else { "" };
+    // Typed columns, not `to_jsonb`: see `AttemptRow::from_pg`.
     let job_rows = sqlx::query(&format!(
-        "SELECT to_jsonb(j) FROM jobs j \
+        "SELECT job_id, spec FROM jobs \
          WHERE job_id = ANY(array_cat($1::text[], \
              ARRAY(SELECT job_id FROM attempts WHERE attempt_id = ANY($2)))) \
          ORDER BY job_id{lock_clause}"
@@ -780,15 +781,12 @@ pub(crate) async fn load_jobs(
     .await?;
     let mut specs: HashMap<String, Option<JobSpec>> = HashMap::new();
     for row in job_rows {
-        let job: JobRow = serde_json::from_value(row.get(0))
-            .map_err(|error| StoreError::Corrupt(format!("jobs row: {error}")))?;
-        let spec = match job.spec {
-            Some(value) => Some(serde_json::from_value(value).map_err(|error| {
-                StoreError::Corrupt(format!("job {} spec: {error}", job.job_id))
-            })?),
-            None => None,
-        };
-        specs.insert(job.job_id, spec);
+        let job_id: String = row.get(0);
+        let spec = row
+            .try_get::<Option<sqlx::types::Json<JobSpec>>, _>(1)
+            .map_err(|error| StoreError::Corrupt(format!("job {job_id} spec: {error}")))?
+            .map(|json| json.0);
+        specs.insert(job_id, spec);
     }
     if specs.is_empty() {
         return Ok(loaded);
@@ -796,7 +794,7 @@ pub(crate) async fn load_jobs(
     let locked_ids: Vec<&str> = specs.keys().map(String::as_str).collect();
     let lock_clause = if lock { " FOR UPDATE OF a" } else { "" };
     let attempts_sql = format!(
-        "SELECT to_jsonb(a), to_jsonb(l) FROM attempts a \
+        "SELECT a.*, to_jsonb(l) AS execplane_lease FROM attempts a \
          LEFT JOIN leases l ON l.attempt_id = a.attempt_id \
          WHERE a.job_id = ANY($1) ORDER BY a.job_id, a.attempt_no{lock_clause}"
     );
@@ -805,10 +803,10 @@ pub(crate) async fn load_jobs(
         .fetch_all(&mut *conn)
         .await?
     {
-        let attempt: AttemptRow = serde_json::from_value(row.get(0))
+        let attempt = AttemptRow::from_pg(&row)
             .map_err(|error| StoreError::Corrupt(format!("attempts row: {error}")))?;
         let lease: Option<LeaseRow> = row
-            .get::<Option<serde_json::Value>, _>(1)
+            .get::<Option<serde_json::Value>, _>("execplane_lease")
             .map(serde_json::from_value)
             .transpose()
             .map_err(|error| StoreError::Corrupt(format!("leases row: {error}")))?;

@@ -112,6 +112,58 @@ pub(crate) struct AttemptRow {
     pub next_timer: Option<String>,
 }
 
+impl AttemptRow {
+    /// Reads the row from a query that selects `attempts` columns by name
+    /// (`a.*`): typed columns, where `to_jsonb` costs Postgres a JSON
+    /// document per row and this side a parse of it (the batch load reads
+    /// every touched attempt, docs/BENCHMARKS.md).
+    pub(crate) fn from_pg(row: &sqlx::postgres::PgRow) -> Result<Self, sqlx::Error> {
+        use sqlx::types::Json;
+        use sqlx::Row;
+        Ok(Self {
+            attempt_id: row.try_get("attempt_id")?,
+            job_id: row.try_get("job_id")?,
+            attempt_no: row.try_get("attempt_no")?,
+            command_id: row.try_get("command_id")?,
+            tenant: row.try_get("tenant")?,
+            operation: row.try_get("operation")?,
+            runner_type: row.try_get("runner_type")?,
+            status: row.try_get("status")?,
+            created_at: row.try_get("created_at")?,
+            available_at: row.try_get("available_at")?,
+            updated_at: row.try_get("updated_at")?,
+            previous_attempt_id: row.try_get("previous_attempt_id")?,
+            policy_digest: row.try_get("policy_digest")?,
+            target_keys: row.try_get::<Json<_>, _>("target_keys")?.0,
+            started_at: row.try_get("started_at")?,
+            finished_at: row.try_get("finished_at")?,
+            cancel_reason: row.try_get("cancel_reason")?,
+            cancel_requested_by: row.try_get("cancel_requested_by")?,
+            cancel_requested_at: row.try_get("cancel_requested_at")?,
+            cancel_grace_deadline: row.try_get("cancel_grace_deadline")?,
+            progress: row.try_get("progress")?,
+            progress_percent: row.try_get("progress_percent")?,
+            outcome: row.try_get("outcome")?,
+            failure_category: row.try_get("failure_category")?,
+            message: row.try_get("message")?,
+            result_json: row.try_get("result_json")?,
+            outputs: row.try_get::<Json<_>, _>("outputs")?.0,
+            timer_fired: row.try_get("timer_fired")?,
+            retry_attempt_id: row.try_get("retry_attempt_id")?,
+            fenced_reports: row.try_get("fenced_reports")?,
+            callback_delivered: row.try_get("callback_delivered")?,
+            callback_topic_delivered: row.try_get("callback_topic_delivered")?,
+            plan_approval: row
+                .try_get::<Option<Json<_>>, _>("plan_approval")?
+                .map(|json| json.0),
+            last_seq: row.try_get("last_seq")?,
+            last_hash: row.try_get("last_hash")?,
+            next_deadline: row.try_get("next_deadline")?,
+            next_timer: row.try_get("next_timer")?,
+        })
+    }
+}
+
 pub(crate) const ATTEMPT_COLUMNS: &[&str] = &[
     "attempt_id",
     "job_id",
