@@ -54,11 +54,19 @@ fn run_prefix(topic: &str) -> Option<&str> {
         .then(|| &topic[..head.len() + 1])
 }
 
+/// A connection to the configured database, outside any schema.
+async fn admin(config: &Config) -> anyhow::Result<Store> {
+    Store::connect(&config.database.url, 1, None)
+        .await
+        .context("connecting to Postgres")
+}
+
 /// Every bench schema and topic on the stack `config` names.
 pub(crate) async fn find(config: &Config) -> anyhow::Result<Leftovers> {
-    let admin = Store::connect(&config.database.url, 1, None)
-        .await
-        .context("connecting to Postgres")?;
+    find_with(&admin(config).await?, config).await
+}
+
+async fn find_with(admin: &Store, config: &Config) -> anyhow::Result<Leftovers> {
     let schemas = admin.bench_schemas().await?;
     let kafka = assemble::kafka(config);
     let probe = kafka.assigned_consumer()?;
@@ -82,10 +90,8 @@ pub(crate) async fn find(config: &Config) -> anyhow::Result<Leftovers> {
 /// `execplane bench clean`: removes every bench schema and topic, a
 /// running bench's too.
 pub async fn clean(config: &Config) -> anyhow::Result<ExitCode> {
-    let found = find(config).await?;
-    let admin = Store::connect(&config.database.url, 1, None)
-        .await
-        .context("connecting to Postgres")?;
+    let admin = admin(config).await?;
+    let found = find_with(&admin, config).await?;
     for schema in &found.schemas {
         admin.drop_schema(schema).await?;
     }
