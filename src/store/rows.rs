@@ -1,6 +1,7 @@
 //! Projection rows: one struct per table, field names equal to column names,
-//! moved as JSON (`jsonb_populate_recordset` in, `to_jsonb` out) so the
-//! live writer and the rebuild writer are the same code.
+//! written as JSON (`jsonb_populate_recordset`) so the live writer and the
+//! rebuild writer are the same code; read as JSON (`to_jsonb`) except where
+//! the batch load reads typed columns (`AttemptRow::from_pg`).
 
 use chrono::{DateTime, Utc};
 use serde::{de::DeserializeOwned, Deserialize, Deserializer, Serialize, Serializer};
