@@ -8,9 +8,9 @@ use uuid::Uuid;
 
 use super::outbox::trace_of;
 use super::rows::{
-    attempt_from_rows, attempt_row, insert_sql, job_row, lease_row, target_key_rows, timestamp,
-    AttemptRow, JobRow, LeaseRow, TargetKeyRow, ATTEMPT_COLUMNS, JOB_COLUMNS, LEASE_COLUMNS,
-    TARGET_KEY_COLUMNS,
+    attempt_from_rows, attempt_row, insert_sql, job_row, lease_from_json, lease_row,
+    target_key_rows, timestamp, AttemptRow, JobRow, LeaseRow, TargetKeyRow, ATTEMPT_COLUMNS,
+    JOB_COLUMNS, LEASE_COLUMNS, TARGET_KEY_COLUMNS,
 };
 use super::{Store, StoreError};
 use crate::attempt::placement::{LiveInstance, QueuedAttempt};
@@ -805,11 +805,7 @@ pub(crate) async fn load_jobs(
     {
         let attempt = AttemptRow::from_pg(&row)
             .map_err(|error| StoreError::Corrupt(format!("attempts row: {error}")))?;
-        let lease: Option<LeaseRow> = row
-            .get::<Option<serde_json::Value>, _>("execplane_lease")
-            .map(serde_json::from_value)
-            .transpose()
-            .map_err(|error| StoreError::Corrupt(format!("leases row: {error}")))?;
+        let lease = lease_from_json(row.get("execplane_lease"))?;
         let hash: [u8; 32] = attempt.last_hash.as_slice().try_into().map_err(|_| {
             StoreError::Corrupt(format!(
                 "attempt {}: last_hash is not 32 bytes",

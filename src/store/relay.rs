@@ -11,7 +11,7 @@ use sqlx::{Connection, Row};
 use uuid::Uuid;
 
 use super::outbox::{derived_records, log_record, AttemptFacts, LoggedEvent};
-use super::rows::{lease_info, LeaseRow};
+use super::rows::{lease_from_json, lease_info};
 use super::{Store, StoreError};
 use crate::codec::{AttemptEventRecord, Codec, Family};
 use crate::contract::{AttemptEvent, JobSpec, TraceContext};
@@ -277,22 +277,16 @@ fn attempt_facts(
     let Some(job_id) = row.get::<Option<String>, _>(12) else {
         return Ok(None);
     };
-    let lease = row
-        .get::<Option<serde_json::Value>, _>(17)
-        .map(serde_json::from_value::<LeaseRow>)
-        .transpose()
-        .map_err(|error| StoreError::Corrupt(format!("leases row: {error}")))?
-        .map(lease_info);
+    let lease = lease_from_json(row.get(17))?.map(lease_info);
     let spec = row
-        .get::<Option<serde_json::Value>, _>(18)
-        .map(serde_json::from_value::<JobSpec>)
-        .transpose()
+        .try_get::<Option<sqlx::types::Json<JobSpec>>, _>(18)
         .map_err(|error| {
             StoreError::Corrupt(format!(
                 "the spec of attempt {} does not read back: {error}",
                 event.attempt_id
             ))
-        })?;
+        })?
+        .map(|json| json.0);
     Ok(Some(AttemptFacts {
         job_id,
         command_id: row.get(13),

@@ -339,6 +339,16 @@ pub(crate) fn lease_row(attempt: &Attempt) -> Option<LeaseRow> {
     })
 }
 
+/// A lease row read as `to_jsonb(l)` beside its attempt (NULL: none).
+pub(crate) fn lease_from_json(
+    value: Option<serde_json::Value>,
+) -> Result<Option<LeaseRow>, StoreError> {
+    value
+        .map(serde_json::from_value)
+        .transpose()
+        .map_err(|error| StoreError::Corrupt(format!("leases row: {error}")))
+}
+
 /// A lease as the attempt holds it, from its row.
 pub(crate) fn lease_info(lease: LeaseRow) -> LeaseInfo {
     LeaseInfo {
