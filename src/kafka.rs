@@ -6,6 +6,7 @@ pub mod topology;
 
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use rdkafka::admin::AdminClient;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{Consumer, StreamConsumer};
@@ -515,20 +516,70 @@ pub async fn collect_batch(
     window: Duration,
     max: usize,
 ) -> Result<Vec<rdkafka::message::OwnedMessage>, KafkaError> {
+    collect_prioritized(&[consumer], first, window, max).await
+}
+
+/// As [`collect_batch`] over several consumers, in order of priority: the
+/// records a consumer has at hand are taken before a later one's, up to
+/// three quarters of `max` while a later one has records waiting (so a
+/// flood on one topic never starves the others), then up to `max`. Records
+/// of one partition keep their order. Intake reads runner events before
+/// commands this way: a backlog of commands never holds back the reports
+/// that free runner slots (docs/ARCHITECTURE.md, "Intake").
+pub async fn collect_prioritized(
+    consumers: &[&StreamConsumer],
+    first: Duration,
+    window: Duration,
+    max: usize,
+) -> Result<Vec<rdkafka::message::OwnedMessage>, KafkaError> {
     let mut batch = Vec::new();
-    match tokio::time::timeout(first, consumer.recv()).await {
-        Ok(Ok(message)) => batch.push(message.detach()),
-        Ok(Err(error)) => return Err(error.into()),
+    let mut taken = vec![0usize; consumers.len()];
+    match tokio::time::timeout(first, next_of(consumers)).await {
+        Ok(Ok((index, message))) => {
+            taken[index] += 1;
+            batch.push(message);
+        }
+        Ok(Err(error)) => return Err(error),
         Err(_) => return Ok(batch),
     }
     let deadline = tokio::time::Instant::now() + window;
+    let share = max - max / 4;
+    let last = consumers.len() - 1;
     while batch.len() < max {
-        match tokio::time::timeout_at(deadline, consumer.recv()).await {
-            Ok(Ok(message)) => batch.push(message.detach()),
-            _ => break,
-        }
+        let within_share = (0..=last).filter(|&index| index == last || taken[index] < share);
+        let ready = within_share
+            .chain(0..=last)
+            .find_map(|index| Some((index, at_hand(consumers[index])?)));
+        let next = match ready {
+            Some(ready) => ready,
+            None => match tokio::time::timeout_at(deadline, next_of(consumers)).await {
+                Ok(Ok(received)) => received,
+                _ => break,
+            },
+        };
+        taken[next.0] += 1;
+        batch.push(next.1);
     }
     Ok(batch)
+}
+
+/// A record `consumer` has at hand, without waiting. (Not a zero timeout:
+/// tokio's timers tick in milliseconds, so every miss would wait one.)
+fn at_hand(consumer: &StreamConsumer) -> Option<rdkafka::message::OwnedMessage> {
+    match consumer.recv().now_or_never() {
+        Some(Ok(message)) => Some(message.detach()),
+        _ => None,
+    }
+}
+
+/// The next record of any of `consumers` (and whose it is), the first at
+/// hand in their order.
+async fn next_of(
+    consumers: &[&StreamConsumer],
+) -> Result<(usize, rdkafka::message::OwnedMessage), KafkaError> {
+    let waits = consumers.iter().map(|consumer| Box::pin(consumer.recv()));
+    let (received, index, _) = futures_util::future::select_all(waits).await;
+    Ok((index, received?.detach()))
 }
 
 /// Commits the offset after the last record of every partition in `batch`.
@@ -537,6 +588,10 @@ pub async fn collect_batch(
 pub fn commit_batch(consumer: &StreamConsumer, batch: &[rdkafka::message::OwnedMessage]) {
     use rdkafka::consumer::CommitMode;
     use rdkafka::{Message, Offset, TopicPartitionList};
+    if batch.is_empty() {
+        // An empty list would mean "the whole assignment" to librdkafka.
+        return;
+    }
     let mut next: std::collections::BTreeMap<(&str, i32), i64> = Default::default();
     for message in batch {
         let entry = next
@@ -592,23 +647,26 @@ impl CaughtUpGate {
         }
     }
 
-    /// One batch (see [`collect_batch`]). The positions before the poll are
-    /// the ones the caller is done with (it handles a batch before polling
-    /// again); an empty batch on an assigned consumer moves the gate, a
-    /// consume error does not.
+    /// One batch (see [`collect_prioritized`]: `consumers` in order of
+    /// priority). The positions before the poll are the ones the caller is
+    /// done with (it handles a batch before polling again); an empty batch
+    /// with a partition assigned moves the gate, a consume error does not.
     pub async fn poll(
         &self,
-        consumer: &StreamConsumer,
+        consumers: &[&StreamConsumer],
         first: Duration,
         window: Duration,
         max: usize,
     ) -> Result<Vec<rdkafka::message::OwnedMessage>, KafkaError> {
         let polled_at = chrono::Utc::now().timestamp_millis();
-        let assigned = consumer.assignment().map(|list| list.count()).unwrap_or(0);
+        let assigned: usize = consumers
+            .iter()
+            .map(|consumer| consumer.assignment().map(|list| list.count()).unwrap_or(0))
+            .sum();
         if assigned > 0 {
-            record_progress(consumer, polled_at, &self.progress);
+            record_progress(consumers, polled_at, &self.progress);
         }
-        let batch = collect_batch(consumer, first, window, max).await?;
+        let batch = collect_prioritized(consumers, first, window, max).await?;
         if batch.is_empty() && assigned > 0 {
             self.caught_up
                 .fetch_max(polled_at, std::sync::atomic::Ordering::SeqCst);
@@ -631,27 +689,27 @@ struct Progress(std::sync::Arc<std::sync::Mutex<Option<Positions>>>);
 /// (instant in ms, [(topic, partition, next offset)]).
 type Positions = (i64, Vec<(String, i32, i64)>);
 
-/// Records `consumer`'s positions as of `polled_at` (call it just before a
-/// poll, after the previous batch is done with).
-fn record_progress(consumer: &StreamConsumer, polled_at: i64, progress: &Progress) {
+/// Records the consumers' positions as of `polled_at` (call it just before
+/// a poll, after the previous batch is done with).
+fn record_progress(consumers: &[&StreamConsumer], polled_at: i64, progress: &Progress) {
     use rdkafka::Offset;
-    if let Ok(positions) = consumer.position() {
-        let snapshot = positions
-            .elements()
-            .iter()
-            .map(|element| {
-                let offset = match element.offset() {
-                    Offset::Offset(offset) => offset,
-                    _ => -1,
-                };
-                (element.topic().to_owned(), element.partition(), offset)
-            })
-            .collect();
-        *progress
-            .0
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((polled_at, snapshot));
+    let mut snapshot = Vec::new();
+    for consumer in consumers {
+        let Ok(positions) = consumer.position() else {
+            return;
+        };
+        snapshot.extend(positions.elements().iter().map(|element| {
+            let offset = match element.offset() {
+                Offset::Offset(offset) => offset,
+                _ => -1,
+            };
+            (element.topic().to_owned(), element.partition(), offset)
+        }));
     }
+    *progress
+        .0
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((polled_at, snapshot));
 }
 
 /// Every 200 ms: if every position recorded at instant `t` has reached the

@@ -601,3 +601,105 @@ async fn a_broker_killed_mid_run_loses_nothing_and_runs_nothing_twice(pool: sqlx
         connections.load(std::sync::atomic::Ordering::SeqCst)
     );
 }
+
+/// Every partition of `topic` from its beginning, no group.
+fn from_the_beginning(kafka: &KafkaConfig, topic: &str) -> StreamConsumer {
+    let consumer: StreamConsumer = kafka.assigned_consumer().unwrap();
+    let partitions = execplane::kafka::partition_count(&consumer, topic).unwrap();
+    let mut list = TopicPartitionList::new();
+    for partition in 0..partitions {
+        list.add_partition_offset(topic, partition, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&list).unwrap();
+    consumer
+}
+
+/// Intake's batches (docs/ARCHITECTURE.md, "Intake"): the runner events at
+/// hand go before commands sent earlier, up to three quarters of a batch
+/// while commands wait, so neither topic starves the other; every record
+/// comes once and every partition keeps its order.
+#[tokio::test]
+async fn a_batch_takes_runner_events_first_and_keeps_a_quarter_for_commands() {
+    use rdkafka::Message;
+    let kafka = KafkaConfig {
+        brokers: common::pipeline::brokers(),
+        topic_prefix: format!("prio{}.", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+        fetch_wait_ms: 100,
+        codec: Default::default(),
+        properties: Vec::new(),
+        replication_factor: common::replication_factor(),
+    };
+    execplane::kafka::topology::apply(&kafka).await.unwrap();
+    let commands = kafka.topic(topics::COMMANDS);
+    let events = kafka.topic(topics::RUNNER_EVENTS);
+    // Commands first: one queue of both would hand them out first.
+    let producer = kafka.producer().unwrap();
+    for (topic, count) in [(&commands, 500), (&events, 1000)] {
+        let sends = (0..count).map(|index| {
+            let key = format!("key-{}", index % 13);
+            let payload = index.to_string();
+            let producer = &producer;
+            async move {
+                let record = FutureRecord::to(topic).key(&key).payload(&payload);
+                producer.send(record, Duration::from_secs(10)).await
+            }
+        });
+        for sent in futures_util::future::join_all(sends).await {
+            sent.map_err(|(error, _)| error).unwrap();
+        }
+    }
+    let of_events = from_the_beginning(&kafka, &events);
+    let of_commands = from_the_beginning(&kafka, &commands);
+    // Both fetched in the background meanwhile: every record is at hand.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+
+    let mut batches = Vec::new();
+    loop {
+        let batch = execplane::kafka::collect_prioritized(
+            &[&of_events, &of_commands],
+            Duration::from_secs(2),
+            Duration::from_millis(50),
+            400,
+        )
+        .await
+        .unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        batches.push(batch);
+    }
+    let topics_of = |batch: &Vec<rdkafka::message::OwnedMessage>| {
+        batch
+            .iter()
+            .map(|message| message.topic() == events)
+            .collect::<Vec<bool>>()
+    };
+    // 300 events then 100 commands, three times; then the last 100 events
+    // and the remaining 200 commands.
+    let runs = |shape: &[(bool, usize)]| {
+        shape
+            .iter()
+            .flat_map(|(is_event, count)| std::iter::repeat_n(*is_event, *count))
+            .collect::<Vec<bool>>()
+    };
+    let full = runs(&[(true, 300), (false, 100)]);
+    let rest = runs(&[(true, 100), (false, 200)]);
+    let shapes: Vec<Vec<bool>> = batches.iter().map(topics_of).collect();
+    assert_eq!(shapes, vec![full.clone(), full.clone(), full, rest]);
+
+    let mut next: std::collections::HashMap<(String, i32), i64> = Default::default();
+    let mut seen = 0;
+    for message in batches.iter().flatten() {
+        let position = next
+            .entry((message.topic().to_owned(), message.partition()))
+            .or_insert(0);
+        assert_eq!(message.offset(), *position, "a partition's order holds");
+        *position += 1;
+        seen += 1;
+    }
+    assert_eq!(seen, 1500);
+    execplane::kafka::topology::remove_prefixed(&kafka)
+        .await
+        .unwrap();
+}

@@ -66,10 +66,11 @@ pub async fn run<S: ArtifactStorage>(
         shutdown.clone(),
     ));
     let codec = kafka.codec.clone();
+    let consumers = [&*consumer];
     while !shutdown.is_cancelled() {
         let batch = tokio::select! {
             _ = shutdown.cancelled() => break,
-            batch = gate.poll(&consumer, Duration::from_millis(200), Duration::from_millis(20), 500) => batch,
+            batch = gate.poll(&consumers, Duration::from_millis(200), Duration::from_millis(20), 500) => batch,
         };
         let batch = match batch {
             Ok(batch) if batch.is_empty() => continue,

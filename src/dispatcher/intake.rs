@@ -54,26 +54,30 @@ pub(super) async fn run(
         caught_up,
         progress,
     } = signals;
-    let consumer = kafka.group_consumer(&config.group)?;
-    // Presence is read apart from the group (see `presence`), so a
-    // rebalance never blinds placement.
-    let subscribed = [
-        kafka.topic(topics::COMMANDS),
-        kafka.topic(topics::RUNNER_EVENTS),
-    ];
-    let names: Vec<&str> = subscribed.iter().map(String::as_str).collect();
-    consumer
-        .subscribe(&names)
+    // Two members of the group, so that a batch can take the runner events
+    // at hand before commands (see `kafka::collect_prioritized`). Presence
+    // is read apart from the group (see `presence`), so a rebalance never
+    // blinds placement.
+    let events = kafka.group_consumer(&config.group)?;
+    let commands = kafka.group_consumer(&config.group)?;
+    let events_topic = kafka.topic(topics::RUNNER_EVENTS);
+    let commands_topic = kafka.topic(topics::COMMANDS);
+    events
+        .subscribe(&[events_topic.as_str()])
+        .map_err(crate::kafka::KafkaError::from)?;
+    commands
+        .subscribe(&[commands_topic.as_str()])
         .map_err(crate::kafka::KafkaError::from)?;
     let codec = kafka.codec.clone();
-    info!(topics = ?names, group = %config.group, "intake subscribed");
+    info!(topics = ?[&events_topic, &commands_topic], group = %config.group, "intake subscribed");
     // Positions before each poll are decided positions (a batch is decided
     // before the next poll): the gate the timer sweeper waits on.
     let gate = crate::kafka::CaughtUpGate::start(&kafka, caught_up, progress, shutdown.clone());
+    let consumers = [&*events, &*commands];
     while !shutdown.is_cancelled() {
         let batch = tokio::select! {
             _ = shutdown.cancelled() => break,
-            batch = gate.poll(&consumer, Duration::from_millis(100), config.batch_window, config.max_batch) => batch,
+            batch = gate.poll(&consumers, Duration::from_millis(100), config.batch_window, config.max_batch) => batch,
         };
         let batch = match batch {
             Ok(batch) if batch.is_empty() => continue,
@@ -93,7 +97,11 @@ pub(super) async fn run(
         };
         match handle(&context, &batch).await {
             Handled::Committed => {
-                commit(&consumer, &batch);
+                let (of_events, of_commands): (Vec<OwnedMessage>, Vec<OwnedMessage>) = batch
+                    .into_iter()
+                    .partition(|message| message.topic() == events_topic);
+                commit(&events, &of_events);
+                commit(&commands, &of_commands);
                 placed.notify_one();
             }
             // Nothing committed: the records are redelivered after a restart
