@@ -651,6 +651,22 @@ async fn a_batch_takes_runner_events_first_and_keeps_a_quarter_for_commands() {
     }
     let of_events = from_the_beginning(&kafka, &events);
     let of_commands = from_the_beginning(&kafka, &commands);
+    // The caught-up gate reads every partition's high watermark in one
+    // request, as a "timestamp" of `Offset::End`: the same offsets.
+    let mut ends = TopicPartitionList::new();
+    for partition in 0..execplane::kafka::partition_count(&of_events, &events).unwrap() {
+        ends.add_partition_offset(&events, partition, Offset::End)
+            .unwrap();
+    }
+    let ends = of_events
+        .offsets_for_times(ends, Duration::from_secs(5))
+        .unwrap();
+    for element in ends.elements() {
+        let (_, high) = of_events
+            .fetch_watermarks(&events, element.partition(), Duration::from_secs(5))
+            .unwrap();
+        assert_eq!(element.offset(), Offset::Offset(high));
+    }
     // Both fetched in the background meanwhile: every record is at hand.
     tokio::time::sleep(Duration::from_secs(3)).await;
 
