@@ -32,7 +32,9 @@ pub struct DispatcherConfig {
     pub cancel_grace: Duration,
     /// How often due timers are swept.
     pub sweep_interval: Duration,
-    /// How often placement runs without a trigger.
+    /// How often placement runs without a trigger: intake's batches, a
+    /// presence, a sweep that fired anything wake it at once; the timer is
+    /// for retry backoffs ending.
     pub placement_interval: Duration,
     /// A presence older than this is not live.
     pub presence_ttl: Duration,
@@ -52,7 +54,7 @@ impl Default for DispatcherConfig {
             batch_window: Duration::from_millis(2),
             cancel_grace: Duration::from_secs(10),
             sweep_interval: Duration::from_millis(100),
-            placement_interval: Duration::from_millis(50),
+            placement_interval: Duration::from_millis(500),
             presence_ttl: Duration::from_secs(6),
             inbox_retention: Duration::from_secs(7 * 24 * 3600),
             callbacks: CallbackConfig::default(),
@@ -108,14 +110,14 @@ pub async fn run(
     let placement = tokio::spawn(placement::run(
         store.clone(),
         config.clone(),
-        placed,
+        placed.clone(),
         shutdown.clone(),
     ));
     let sweeper = tokio::spawn(sweep(
         store.clone(),
         kafka.clone(),
         config.sweep_interval,
-        progress,
+        (progress, placed.clone()),
         shutdown.clone(),
     ));
     let callbacks = tokio::spawn(callbacks::run(
@@ -132,6 +134,7 @@ pub async fn run(
     let presence = tokio::spawn(intake::presence(
         store.clone(),
         kafka.clone(),
+        placed.clone(),
         shutdown.clone(),
     ));
     info!("dispatcher running");
@@ -174,12 +177,16 @@ pub async fn run(
 /// fires only when every runner-events partition has been decided past it
 /// (minus the slack for reports in flight), by whichever dispatcher owns
 /// the partition: this dispatcher publishes its own partitions' progress
-/// and reads everyone's.
+/// and reads everyone's. A sweep that fired anything wakes placement (a
+/// lease lost or an attempt ended frees a slot or a key).
 async fn sweep(
     store: Store,
     kafka: KafkaConfig,
     interval: Duration,
-    progress: crate::kafka::PartitionProgress,
+    (progress, placed): (
+        crate::kafka::PartitionProgress,
+        std::sync::Arc<tokio::sync::Notify>,
+    ),
     shutdown: CancellationToken,
 ) -> Result<(), DispatcherError> {
     let runner_events = kafka.topic(crate::contract::topics::RUNNER_EVENTS);
@@ -237,6 +244,9 @@ async fn sweep(
         match swept {
             Ok(outcome) => {
                 crate::telemetry::metrics::record_events(&outcome.events);
+                if !outcome.events.is_empty() {
+                    placed.notify_one();
+                }
                 failures = 0;
                 if outcome.outcomes.len() == 500 {
                     continue;

@@ -119,6 +119,7 @@ pub(super) async fn run(
 pub(super) async fn presence(
     store: Store,
     kafka: KafkaConfig,
+    placed: Arc<Notify>,
     shutdown: CancellationToken,
 ) -> Result<(), DispatcherError> {
     let topic = kafka.topic(topics::RUNNER_PRESENCE);
@@ -161,8 +162,11 @@ pub(super) async fn presence(
             })
             .collect();
         // Presence is soft state: a failed upsert only delays placement.
-        if let Err(error) = store.upsert_presence(&records).await {
-            warn!(%error, records = records.len(), "presence upsert failed");
+        match store.upsert_presence(&records).await {
+            // A new instance, or one with free slots again, may take work.
+            Ok(()) if !records.is_empty() => placed.notify_one(),
+            Ok(()) => {}
+            Err(error) => warn!(%error, records = records.len(), "presence upsert failed"),
         }
     }
     Ok(())

@@ -18,7 +18,8 @@ use crate::attempt::placement::{key_candidates, place, without_unplaceable, KeyB
 use crate::store::{InputEnvelope, Store};
 use crate::store::{LiveInstance, QueuedAttempt};
 
-/// Places on a timer and whenever intake says something may be placeable.
+/// Places whenever intake, presence or the sweeper says something may be
+/// placeable, and on a timer (for retry backoffs ending).
 pub(super) async fn run(
     store: Store,
     config: DispatcherConfig,
