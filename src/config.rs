@@ -188,7 +188,7 @@ impl Default for KafkaSettings {
             brokers: defaults::KAFKA_BROKERS.to_owned(),
             topic_prefix: String::new(),
             topic_replication_factor: 0,
-            fetch_wait_ms: 100,
+            fetch_wait_ms: 500,
             avro_framing: "single-object".into(),
             confluent_schema_ids: String::new(),
             confluent_previous_schema_ids: String::new(),
