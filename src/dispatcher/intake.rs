@@ -3,6 +3,7 @@
 //! records go to the DLQ (with the reason in headers) before their offsets
 //! are committed, so nothing is lost and no partition stalls.
 
+use std::collections::HashSet;
 use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,7 +21,8 @@ use super::{DispatcherConfig, DispatcherError};
 use crate::attempt::Rejection;
 use crate::codec::{Codec, CommandKind, CommandRecord, Family, PresenceRecord, RunnerEventRecord};
 use crate::contract::{
-    limits, topics, validate_jobspec, DurationMs, FailureCategory, Input, Problem, Problems,
+    limits, topics, validate_jobspec, AttemptEvent, DurationMs, EventBody, FailureCategory, Input,
+    Problem, Problems,
 };
 use crate::kafka::KafkaConfig;
 use crate::store::{InputEnvelope, InputOutcome, Store};
@@ -96,13 +98,15 @@ pub(super) async fn run(
             shutdown: &shutdown,
         };
         match handle(&context, &batch).await {
-            Handled::Committed => {
+            Handled::Committed { placeable } => {
                 let (of_events, of_commands): (Vec<OwnedMessage>, Vec<OwnedMessage>) = batch
                     .into_iter()
                     .partition(|message| message.topic() == events_topic);
                 commit(&events, &of_events);
                 commit(&commands, &of_commands);
-                placed.notify_one();
+                if placeable {
+                    placed.notify_one();
+                }
             }
             // Nothing committed: the records are redelivered after a restart
             // and the inbox makes what was decided a no-op.
@@ -194,7 +198,9 @@ struct Context<'a> {
 
 enum Handled {
     /// Every record is decided or dead-lettered: commit the offsets.
-    Committed,
+    /// `placeable`: the batch may have made something placeable (see
+    /// [`may_make_placeable`]).
+    Committed { placeable: bool },
     /// Shutdown came first; nothing more may be committed.
     Interrupted,
 }
@@ -272,7 +278,28 @@ async fn handle(context: &Context<'_>, batch: &[OwnedMessage]) -> Handled {
         elapsed_ms = started.elapsed().as_millis() as u64,
         "batch decided"
     );
-    Handled::Committed
+    Handled::Committed {
+        placeable: may_make_placeable(&events),
+    }
+}
+
+/// Whether placement has anything to do after these events: an attempt
+/// ended (its slot and keys are free; a retry may be queued) or one was
+/// created and not leased in the same batch (it waits for a slot or its
+/// keys). Anything else (an attempt leased where it was created, a start, a
+/// heartbeat) frees nothing, and waking placement for it cost a round of
+/// queries per batch at low rates, where batches are small.
+fn may_make_placeable(events: &[AttemptEvent]) -> bool {
+    let leased: HashSet<Uuid> = events
+        .iter()
+        .filter(|event| matches!(event.body, EventBody::LeaseGranted { .. }))
+        .map(|event| event.attempt_id)
+        .collect();
+    events.iter().any(|event| match event.body {
+        EventBody::Finished { .. } => true,
+        EventBody::Created { .. } => !leased.contains(&event.attempt_id),
+        _ => false,
+    })
 }
 
 async fn dead_letter(context: &Context<'_>, message: &OwnedMessage, reason: &str) -> bool {
