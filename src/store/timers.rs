@@ -23,12 +23,11 @@ impl Store {
         limit: i64,
     ) -> Result<BatchOutcome, StoreError> {
         // Most sweeps find nothing due: one indexed probe, no transaction.
-        let due: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM attempts WHERE next_deadline <= $1)",
-        )
-        .bind(timestamp(due_before.min(now)))
-        .fetch_one(&self.pool)
-        .await?;
+        let due: bool =
+            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM attempts WHERE next_deadline <= $1)")
+                .bind(timestamp(due_before.min(now)))
+                .fetch_one(&self.pool)
+                .await?;
         if !due {
             return Ok(BatchOutcome::default());
         }
