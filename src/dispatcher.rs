@@ -117,7 +117,8 @@ pub async fn run(
         store.clone(),
         kafka.clone(),
         config.sweep_interval,
-        (progress, placed.clone()),
+        progress,
+        placed.clone(),
         shutdown.clone(),
     ));
     let callbacks = tokio::spawn(callbacks::run(
@@ -183,10 +184,8 @@ async fn sweep(
     store: Store,
     kafka: KafkaConfig,
     interval: Duration,
-    (progress, placed): (
-        crate::kafka::PartitionProgress,
-        std::sync::Arc<tokio::sync::Notify>,
-    ),
+    progress: crate::kafka::PartitionProgress,
+    placed: std::sync::Arc<tokio::sync::Notify>,
     shutdown: CancellationToken,
 ) -> Result<(), DispatcherError> {
     let runner_events = kafka.topic(crate::contract::topics::RUNNER_EVENTS);

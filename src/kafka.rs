@@ -533,6 +533,9 @@ pub async fn collect_prioritized(
     max: usize,
 ) -> Result<Vec<rdkafka::message::OwnedMessage>, KafkaError> {
     let mut batch = Vec::new();
+    let Some(last) = consumers.len().checked_sub(1) else {
+        return Ok(batch);
+    };
     let mut taken = vec![0usize; consumers.len()];
     match tokio::time::timeout(first, next_of(consumers)).await {
         Ok(Ok((index, message))) => {
@@ -544,7 +547,6 @@ pub async fn collect_prioritized(
     }
     let deadline = tokio::time::Instant::now() + window;
     let share = max - max / 4;
-    let last = consumers.len() - 1;
     while batch.len() < max {
         let within_share = (0..=last).filter(|&index| index == last || taken[index] < share);
         let ready = within_share
