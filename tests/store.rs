@@ -1278,3 +1278,35 @@ async fn the_attempts_gauge_counts_what_is_in_flight_from_an_index_of_it(pool: P
         "{plan:?}"
     );
 }
+
+/// The sweeper's probe reads one entry of the deadline index, in every plan
+/// the server may cache for it: most sweeps find nothing due, and a probe
+/// that scanned the attempts cost what the store holds, once a sweep.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn the_sweepers_probe_reads_one_entry_of_the_deadline_index(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    drive_mixed(&store, 40).await;
+    let mut conn = pool.acquire().await.unwrap();
+    // What a server caches after five executions when the generic plan
+    // looks no dearer: the plan that must not scan.
+    sqlx::query("SET plan_cache_mode = force_generic_plan")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    let plan: Vec<String> = sqlx::query_scalar(&format!(
+        "EXPLAIN {}",
+        include_str!("../src/store/sql/earliest_deadline.sql")
+    ))
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap();
+    assert!(
+        plan.iter()
+            .any(|line| line.contains("attempts_next_deadline")),
+        "{plan:?}"
+    );
+    assert!(
+        !plan.iter().any(|line| line.contains("Seq Scan")),
+        "{plan:?}"
+    );
+}

@@ -23,12 +23,11 @@ impl Store {
         limit: i64,
     ) -> Result<BatchOutcome, StoreError> {
         // Most sweeps find nothing due: one indexed probe, no transaction.
-        let due: bool =
-            sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM attempts WHERE next_deadline <= $1)")
-                .bind(timestamp(due_before.min(now)))
+        let earliest: Option<chrono::DateTime<chrono::Utc>> =
+            sqlx::query_scalar(include_str!("sql/earliest_deadline.sql"))
                 .fetch_one(&self.pool)
                 .await?;
-        if !due {
+        if earliest.is_none_or(|earliest| millis(earliest) > due_before.min(now)) {
             return Ok(BatchOutcome::default());
         }
         let mut tx = self.pool.begin().await?;
