@@ -26,7 +26,7 @@ pub use callbacks::{Channel, ClaimedCallback};
 pub use ingress::{AttemptLease, ExecutorGrant, LeaseView, LeasedWork};
 pub use reads::{AttemptSummary, KeyWaitView};
 pub use rebuild::SHADOW_SCHEMA;
-pub use relay::{Origin, OutboxListener, OutboxRow, RelayLock};
+pub use relay::{NextRows, Origin, OutboxListener, OutboxRow, RelayLock};
 pub use runners::{KeyBoard, KeyQueue, LiveInstance, QueuedAttempt, QueuedPosition};
 
 use std::time::Duration;

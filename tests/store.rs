@@ -375,6 +375,7 @@ async fn relay_log(store: &Store, round: i64) -> Vec<OutboxRow> {
             .next_rows(round)
             .await
             .unwrap()
+            .rows
             .into_iter()
             .filter(|row| matches!(row.origin, Origin::Log(_)))
             .collect();
@@ -606,13 +607,15 @@ async fn the_log_waits_for_the_outbox_rows_from_before_it_was_the_source(pool: P
     create_job(&store, "upgraded/1").await;
     let mut lock = store.try_relay_lock().await.unwrap().unwrap();
     let first = lock.next_rows(100).await.unwrap();
+    assert!(!first.more, "one row of a hundred: nothing more waits");
+    let first = first.rows;
     let origins: Vec<Origin> = first.iter().map(|row| row.origin).collect();
     assert!(
         matches!(origins[..], [Origin::Outbox(_)]),
         "the old row alone: {origins:?}"
     );
     lock.acknowledge(&origins).await.unwrap();
-    let next = lock.next_rows(100).await.unwrap();
+    let next = lock.next_rows(100).await.unwrap().rows;
     assert!(
         matches!(
             next.iter().map(|row| row.origin).collect::<Vec<_>>()[..],

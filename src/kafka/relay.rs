@@ -30,7 +30,7 @@ use tracing::{debug, info, warn};
 
 use super::{headers_from_json, partition_count, work_partition, KafkaConfig, KafkaError};
 use crate::contract::topics;
-use crate::store::{Origin, OutboxRow, RelayLock, Store, StoreError};
+use crate::store::{NextRows, Origin, OutboxListener, OutboxRow, RelayLock, Store, StoreError};
 
 #[derive(Clone, Debug)]
 pub struct RelayConfig {
@@ -189,18 +189,11 @@ impl Leader<'_> {
                 self.lock.prove(self.config.horizon()).await?;
                 proved = Some(checked_at);
             }
-            let rows = self.lock.next_rows(self.config.batch).await?;
+            let NextRows { rows, more } = self.lock.next_rows(self.config.batch).await?;
             if rows.is_empty() {
                 crate::telemetry::metrics::outbox_round(0, &[], 0.0);
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    notification = listener.recv() => {
-                        if let Err(error) = notification {
-                            warn!(%error, "outbox listener");
-                            pause(shutdown, self.config.idle_poll).await;
-                        }
-                    }
-                    _ = tokio::time::sleep(self.config.idle_poll) => {}
+                if !self.wake_up(&mut listener, shutdown).await {
+                    break;
                 }
                 continue;
             }
@@ -208,6 +201,12 @@ impl Leader<'_> {
                 Some(published) => {
                     failures = 0;
                     self.lock.acknowledge(&published.origins).await?;
+                    // The read took everything committed before it: what
+                    // commits since has notified, so reading again at once
+                    // would find nothing (one statement per round saved).
+                    if !more && !self.wake_up(&mut listener, shutdown).await {
+                        break;
+                    }
                     crate::telemetry::metrics::outbox_round(
                         rows.len(),
                         &published.topics,
@@ -229,6 +228,22 @@ impl Leader<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Waits for an append's notification or the idle poll; false on
+    /// shutdown.
+    async fn wake_up(&self, listener: &mut OutboxListener, shutdown: &CancellationToken) -> bool {
+        tokio::select! {
+            _ = shutdown.cancelled() => false,
+            notification = listener.recv() => {
+                if let Err(error) = notification {
+                    warn!(%error, "outbox listener");
+                    return pause(shutdown, self.config.idle_poll).await;
+                }
+                true
+            }
+            _ = tokio::time::sleep(self.config.idle_poll) => true,
+        }
     }
 
     /// Enqueues `rows` in order and waits for the broker; `None` when a

@@ -39,6 +39,17 @@ pub struct OutboxRow {
     pub payload: Vec<u8>,
 }
 
+/// What one read found to publish.
+#[derive(Debug, Default)]
+pub struct NextRows {
+    /// The records, in the order they must go out.
+    pub rows: Vec<OutboxRow>,
+    /// A source filled its limit: more may be waiting now. Otherwise the
+    /// read took everything committed before it, and what commits after it
+    /// wakes the relay (`OutboxListener`).
+    pub more: bool,
+}
+
 /// The relay's dedicated connection, holding the lock.
 pub struct RelayLock {
     connection: PgConnection,
@@ -60,7 +71,14 @@ impl Store {
             // Its reads return what is new, a few rows to a batch: starting
             // parallel workers for them cost more than the reads (the
             // planner takes the unpublished range for a third of the log).
-            .options([("max_parallel_workers_per_gather", "0")]);
+            .options([
+                ("max_parallel_workers_per_gather", "0"),
+                // An acknowledgement lost with a crash of the server only
+                // publishes its records again (each carries its stable
+                // `ce_id`), so it need not wait for its WAL to reach the
+                // disk; what a successor relies on does (`prove`).
+                ("synchronous_commit", "off"),
+            ]);
         let mut connection = PgConnection::connect_with(&options).await?;
         let acquired: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
             .bind(RELAY_LOCK)
@@ -87,7 +105,7 @@ impl RelayLock {
     /// the outbox still holds rows from before migration 0018 (event
     /// records were copied there then), so an attempt's events keep their
     /// order across the upgrade.
-    pub async fn next_rows(&mut self, limit: i64) -> Result<Vec<OutboxRow>, StoreError> {
+    pub async fn next_rows(&mut self, limit: i64) -> Result<NextRows, StoreError> {
         let mut rows: Vec<OutboxRow> =
             sqlx::query("SELECT id, topic, key, headers, payload FROM outbox ORDER BY id LIMIT $1")
                 .bind(limit)
@@ -108,10 +126,12 @@ impl RelayLock {
                     }
                 })
                 .collect();
+        let mut more = rows.len() as i64 >= limit;
         let logged = sqlx::query(include_str!("sql/next_log_events.sql"))
             .bind(limit)
             .fetch_all(&mut self.connection)
             .await?;
+        more |= logged.len() as i64 >= limit;
         for row in &logged {
             let event = logged_event(row)?;
             let mut records = vec![log_record(&event, &self.codec)?];
@@ -136,18 +156,25 @@ impl RelayLock {
                 payload: record.payload,
             }));
         }
-        Ok(rows)
+        Ok(NextRows { rows, more })
     }
 
     /// Proves the lock is still held, and records that this relay may
     /// publish until `horizon` from now (a successor waits that out).
     pub async fn prove(&mut self, horizon: std::time::Duration) -> Result<(), StoreError> {
+        // Durable before this relay publishes on it, unlike the
+        // connection's other commits: a successor waits out what it says.
+        let mut tx = self.connection.begin().await?;
+        sqlx::query("SET LOCAL synchronous_commit = on")
+            .execute(&mut *tx)
+            .await?;
         sqlx::query(
             "UPDATE relay_state SET active_until = greatest(active_until, now() + make_interval(secs => $1)) WHERE id = 1",
         )
         .bind(horizon.as_secs_f64())
-        .execute(&mut self.connection)
+        .execute(&mut *tx)
         .await?;
+        tx.commit().await?;
         Ok(())
     }
 
