@@ -85,7 +85,7 @@ pub async fn run(
     config: DispatcherConfig,
     shutdown: CancellationToken,
 ) -> Result<(), DispatcherError> {
-    let placed = std::sync::Arc::new(tokio::sync::Notify::new());
+    let placed = placement::Wake::new();
     // When intake last had decided every report on its partitions: timers
     // fire only for deadlines before that, so a lagging or rebalancing
     // intake never makes the sweeper expire a lease whose heartbeats are
@@ -185,7 +185,7 @@ async fn sweep(
     kafka: KafkaConfig,
     interval: Duration,
     progress: crate::kafka::PartitionProgress,
-    placed: std::sync::Arc<tokio::sync::Notify>,
+    placed: placement::Wake,
     shutdown: CancellationToken,
 ) -> Result<(), DispatcherError> {
     let runner_events = kafka.topic(crate::contract::topics::RUNNER_EVENTS);
@@ -244,7 +244,7 @@ async fn sweep(
             Ok(outcome) => {
                 crate::telemetry::metrics::record_events(&outcome.events);
                 if !outcome.events.is_empty() {
-                    placed.notify_one();
+                    placed.something_waits();
                 }
                 failures = 0;
                 if outcome.outcomes.len() == 500 {

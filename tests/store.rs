@@ -1313,3 +1313,74 @@ async fn the_sweepers_probe_reads_one_entry_of_the_deadline_index(pool: PgPool) 
         "{plan:?}"
     );
 }
+
+/// A verification instance's presence, sent now, with `capacity` slots.
+fn presence(instance: &str, capacity: i32) -> execplane::codec::PresenceRecord {
+    let now = chrono::Utc::now().timestamp_millis();
+    execplane::codec::PresenceRecord {
+        runner_instance: instance.into(),
+        runner_type: "verification".into(),
+        version: "test".into(),
+        pool: Vec::new(),
+        capabilities: Vec::new(),
+        operations: vec!["verify.tcp.connect".into()],
+        capacity,
+        in_flight: 0,
+        work_partition: 0,
+        status: execplane::codec::PresenceStatus::Ready,
+        started_at: now,
+        sent_at: now,
+        isolation: "sandboxed".into(),
+    }
+}
+
+/// A placement round says whether it left attempts waiting: an attempt
+/// that ends wakes placement only then (docs/ARCHITECTURE.md, "Placement"),
+/// so a round that cannot tell must say so.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_placement_round_says_whether_it_left_attempts_waiting(pool: PgPool) {
+    use execplane::dispatcher::placement::place_once;
+    let store = Store::from_pool(pool.clone());
+    let config = execplane::dispatcher::DispatcherConfig::default();
+    let mut cursor = String::new();
+    store
+        .upsert_presence(&[presence("verification-1", 1)])
+        .await
+        .unwrap();
+    let round = place_once(&store, &config, &mut cursor).await.unwrap();
+    assert_eq!((round.granted, round.backlog), (0, false), "nothing queued");
+    let now = chrono::Utc::now().timestamp_millis();
+    for job_id in ["backlog/1", "backlog/2"] {
+        let execute = Input::Execute {
+            policy_digest: None,
+            target_keys: Vec::new(),
+            spec: Box::new(spec(Uuid::new_v4(), job_id, "verify.tcp.connect")),
+        };
+        store
+            .process_batch(&[envelope(job_id, execute)], now)
+            .await
+            .unwrap();
+    }
+    let round = place_once(&store, &config, &mut cursor).await.unwrap();
+    assert_eq!(
+        (round.granted, round.backlog),
+        (1, true),
+        "one slot, two attempts"
+    );
+    let round = place_once(&store, &config, &mut cursor).await.unwrap();
+    assert_eq!(
+        (round.granted, round.backlog),
+        (0, true),
+        "no free slot: the queue is not read, so it may hold anything"
+    );
+    store
+        .upsert_presence(&[presence("verification-1", 2)])
+        .await
+        .unwrap();
+    let round = place_once(&store, &config, &mut cursor).await.unwrap();
+    assert_eq!(
+        (round.granted, round.backlog),
+        (1, false),
+        "the queue drained"
+    );
+}

@@ -12,11 +12,11 @@ use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::OwnedMessage;
 use rdkafka::producer::FutureProducer;
 use rdkafka::Message;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
+use super::placement::Wake;
 use super::{DispatcherConfig, DispatcherError};
 use crate::attempt::Rejection;
 use crate::codec::{Codec, CommandKind, CommandRecord, Family, PresenceRecord, RunnerEventRecord};
@@ -35,8 +35,8 @@ enum Decoded {
 
 /// What intake tells the dispatcher's other tasks.
 pub(super) struct Signals {
-    /// Woken after each batch: something may be placeable.
-    pub placed: Arc<Notify>,
+    /// Told after each batch what may have become placeable.
+    pub placed: Wake,
     /// The instant before which intake decided everything on its partitions.
     pub caught_up: Arc<AtomicI64>,
     /// The same, per partition (shared with other dispatchers by the sweeper).
@@ -104,9 +104,7 @@ pub(super) async fn run(
                     .partition(|message| message.topic() == events_topic);
                 commit(&events, &of_events);
                 commit(&commands, &of_commands);
-                if placeable {
-                    placed.notify_one();
-                }
+                placeable.tell(&placed);
             }
             // Nothing committed: the records are redelivered after a restart
             // and the inbox makes what was decided a no-op.
@@ -123,7 +121,7 @@ pub(super) async fn run(
 pub(super) async fn presence(
     store: Store,
     kafka: KafkaConfig,
-    placed: Arc<Notify>,
+    placed: Wake,
     shutdown: CancellationToken,
 ) -> Result<(), DispatcherError> {
     let topic = kafka.topic(topics::RUNNER_PRESENCE);
@@ -168,7 +166,7 @@ pub(super) async fn presence(
         // Presence is soft state: a failed upsert only delays placement.
         match store.upsert_presence(&records).await {
             // A new instance, or one with free slots again, may take work.
-            Ok(()) if !records.is_empty() => placed.notify_one(),
+            Ok(()) if !records.is_empty() => placed.something_waits(),
             Ok(()) => {}
             Err(error) => warn!(%error, records = records.len(), "presence upsert failed"),
         }
@@ -197,10 +195,9 @@ struct Context<'a> {
 }
 
 enum Handled {
-    /// Every record is decided or dead-lettered: commit the offsets.
-    /// `placeable`: the batch may have made something placeable (see
-    /// [`may_make_placeable`]).
-    Committed { placeable: bool },
+    /// Every record is decided or dead-lettered: commit the offsets, then
+    /// tell placement what the batch may have made placeable.
+    Committed { placeable: Placeable },
     /// Shutdown came first; nothing more may be committed.
     Interrupted,
 }
@@ -279,27 +276,52 @@ async fn handle(context: &Context<'_>, batch: &[OwnedMessage]) -> Handled {
         "batch decided"
     );
     Handled::Committed {
-        placeable: may_make_placeable(&events),
+        placeable: Placeable::after(&events),
     }
 }
 
-/// Whether placement has anything to do after these events: an attempt
-/// ended (its slot and keys are free; a retry may be queued) or one was
-/// created and not leased in the same batch (it waits for a slot or its
-/// keys). Anything else (an attempt leased where it was created, a start, a
-/// heartbeat) frees nothing, and waking placement for it cost a round of
-/// queries per batch at low rates, where batches are small.
-fn may_make_placeable(events: &[AttemptEvent]) -> bool {
-    let leased: HashSet<Uuid> = events
-        .iter()
-        .filter(|event| matches!(event.body, EventBody::LeaseGranted { .. }))
-        .map(|event| event.attempt_id)
-        .collect();
-    events.iter().any(|event| match event.body {
-        EventBody::Finished { .. } => true,
-        EventBody::Created { .. } => !leased.contains(&event.attempt_id),
-        _ => false,
-    })
+/// What a batch may have made placeable. Anything but these (an attempt
+/// leased where it was created, a start, a heartbeat) frees nothing, and
+/// waking placement for it cost a round of queries per batch at low rates,
+/// where batches are small.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placeable {
+    Nothing,
+    /// An attempt ended: its slot and keys are free (a retry it causes is
+    /// created in the same batch, and counted as such).
+    Freed,
+    /// An attempt was created and not leased in the same batch: it waits
+    /// for a slot or its keys.
+    Waits,
+}
+
+impl Placeable {
+    fn after(events: &[AttemptEvent]) -> Self {
+        let leased: HashSet<Uuid> = events
+            .iter()
+            .filter(|event| matches!(event.body, EventBody::LeaseGranted { .. }))
+            .map(|event| event.attempt_id)
+            .collect();
+        let mut placeable = Self::Nothing;
+        for event in events {
+            match event.body {
+                EventBody::Created { .. } if !leased.contains(&event.attempt_id) => {
+                    return Self::Waits
+                }
+                EventBody::Finished { .. } => placeable = Self::Freed,
+                _ => {}
+            }
+        }
+        placeable
+    }
+
+    fn tell(self, placement: &Wake) {
+        match self {
+            Self::Nothing => {}
+            Self::Freed => placement.freed(),
+            Self::Waits => placement.something_waits(),
+        }
+    }
 }
 
 async fn dead_letter(context: &Context<'_>, message: &OwnedMessage, reason: &str) -> bool {
