@@ -58,11 +58,11 @@ const KAFKA_RESERVED: &[(&str, &str)] = &[
     ("max.in.flight", "idempotence bounds it"),
     (
         "enable.auto.commit",
-        "offsets are committed after a batch is decided",
+        "offsets are stored after a batch is decided, and committed from there",
     ),
     (
         "enable.auto.offset.store",
-        "offsets are committed after a batch is decided",
+        "offsets are stored after a batch is decided, and committed from there",
     ),
     (
         "auto.offset.reset",

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::message::OwnedMessage;
 use rdkafka::producer::FutureProducer;
 use rdkafka::Message;
@@ -101,7 +101,7 @@ pub async fn run<S: ArtifactStorage>(
             bundler.abort();
             return Ok(());
         }
-        commit(&consumer, &batch);
+        crate::kafka::store_offsets_past(&consumer, &batch);
     }
     let _ = bundler.await;
     Ok(())
@@ -149,10 +149,6 @@ async fn stage(store: &Store, chunks: &[StagedChunk], shutdown: &CancellationTok
             }
         }
     }
-}
-
-fn commit(consumer: &StreamConsumer, batch: &[OwnedMessage]) {
-    crate::kafka::commit_batch(consumer, batch);
 }
 
 /// One attempt's artifacts, built and scrubbed.

@@ -1,5 +1,6 @@
 //! Intake: consume commands, runner events and presence in batches, decide
-//! each batch in ONE transaction, and only then commit the offsets. Poison
+//! each batch in ONE transaction, and only then store the offsets (the group
+//! consumer commits them; see `KafkaConfig::group_consumer`). Poison
 //! records go to the DLQ (with the reason in headers) before their offsets
 //! are committed, so nothing is lost and no partition stalls.
 
@@ -102,8 +103,8 @@ pub(super) async fn run(
                 let (of_events, of_commands): (Vec<OwnedMessage>, Vec<OwnedMessage>) = batch
                     .into_iter()
                     .partition(|message| message.topic() == events_topic);
-                commit(&events, &of_events);
-                commit(&commands, &of_commands);
+                crate::kafka::store_offsets_past(&events, &of_events);
+                crate::kafka::store_offsets_past(&commands, &of_commands);
                 placeable.tell(&placed);
             }
             // Nothing committed: the records are redelivered after a restart
@@ -195,7 +196,7 @@ struct Context<'a> {
 }
 
 enum Handled {
-    /// Every record is decided or dead-lettered: commit the offsets, then
+    /// Every record is decided or dead-lettered: store the offsets, then
     /// tell placement what the batch may have made placeable.
     Committed { placeable: Placeable },
     /// Shutdown came first; nothing more may be committed.
@@ -364,11 +365,6 @@ async fn decide_isolating(
             })
             .collect(),
     )
-}
-
-/// Commits the next offset of every partition in the batch.
-fn commit(consumer: &StreamConsumer, batch: &[OwnedMessage]) {
-    crate::kafka::commit_batch(consumer, batch);
 }
 
 fn decode(
