@@ -201,12 +201,6 @@ impl Leader<'_> {
                 Some(published) => {
                     failures = 0;
                     self.lock.acknowledge(&published.origins).await?;
-                    // The read took everything committed before it: what
-                    // commits since has notified, so reading again at once
-                    // would find nothing (one statement per round saved).
-                    if !more && !self.wake_up(&mut listener, shutdown).await {
-                        break;
-                    }
                     crate::telemetry::metrics::outbox_round(
                         rows.len(),
                         &published.topics,
@@ -217,6 +211,12 @@ impl Leader<'_> {
                         elapsed_ms = published.started.elapsed().as_millis() as u64,
                         "outbox published"
                     );
+                    // The read took everything committed before it: what
+                    // commits since has notified, so reading again at once
+                    // would find nothing (one statement per round saved).
+                    if !more && !self.wake_up(&mut listener, shutdown).await {
+                        break;
+                    }
                 }
                 None => {
                     failures += 1;
