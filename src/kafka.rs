@@ -54,7 +54,9 @@ const CLOSE_BOUND: Duration = Duration::from_secs(5);
 /// broker is down must not. Dropped, it closes on a thread of its own,
 /// waited for at most [`CLOSE_BOUND`]; past that the close goes on in the
 /// background and the broker ends the membership when its session lapses.
-/// Offsets are committed batch by batch, so the close has none to commit.
+/// The close commits the offsets stored since the last periodic commit (a
+/// second's worth at most); a close cut short leaves them to redelivery,
+/// which every consumer here makes a no-op.
 pub struct GroupConsumer(Option<StreamConsumer>);
 
 impl std::ops::Deref for GroupConsumer {
