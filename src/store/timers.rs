@@ -22,17 +22,18 @@ impl Store {
         due_before: UnixMillis,
         limit: i64,
     ) -> Result<BatchOutcome, StoreError> {
+        let due_by = due_before.min(now);
         // Most sweeps find nothing due: one indexed probe, no transaction.
         let earliest: Option<chrono::DateTime<chrono::Utc>> =
             sqlx::query_scalar(include_str!("sql/earliest_deadline.sql"))
                 .fetch_one(&self.pool)
                 .await?;
-        if earliest.is_none_or(|earliest| millis(earliest) > due_before.min(now)) {
+        if earliest.is_none_or(|earliest| millis(earliest) > due_by) {
             return Ok(BatchOutcome::default());
         }
         let mut tx = self.pool.begin().await?;
         let rows = sqlx::query(include_str!("sql/due_deadlines.sql"))
-            .bind(timestamp(due_before.min(now)))
+            .bind(timestamp(due_by))
             .bind(limit)
             .fetch_all(&mut *tx)
             .await?;
