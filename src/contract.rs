@@ -10,6 +10,7 @@ mod duration;
 mod events;
 mod failure;
 mod jobspec;
+mod json_path;
 mod key_kind;
 pub mod kube_names;
 pub mod limits;
@@ -32,6 +33,7 @@ pub use jobspec::{
     Callback, GenerateSecret, JobSpec, Label, PolicyFlags, RetryPolicy, RunnerRequirements,
     SecretRef, Target, Timeouts, TraceContext,
 };
+pub use json_path::JsonPath;
 pub use operation::{Operation, RunnerType};
 pub use ops::{OperationInputs, RunnerInputs};
 pub use outputs::{OutputArtifact, RetentionClass};

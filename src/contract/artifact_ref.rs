@@ -3,6 +3,8 @@
 
 use sha2::{Digest, Sha256};
 
+use super::json_path::JsonPath;
+
 /// A content address, `sha256:<64 lowercase hex>`.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct InputRef(String);
@@ -75,23 +77,27 @@ pub fn references_in(
     path: &str,
     found: &mut Vec<(String, Result<InputRef, String>)>,
 ) {
+    references_under(value, JsonPath::Root(path), found);
+}
+
+fn references_under(
+    value: &serde_json::Value,
+    path: JsonPath<'_>,
+    found: &mut Vec<(String, Result<InputRef, String>)>,
+) {
     if let Some(reference) = reference_in(value) {
-        found.push((path.to_owned(), reference));
+        found.push((path.to_string(), reference));
         return;
     }
     match value {
         serde_json::Value::Object(object) => {
             for (key, child) in object {
-                references_in(
-                    child,
-                    &format!("{path}.{}", super::limits::loggable(key)),
-                    found,
-                );
+                references_under(child, path.key(key), found);
             }
         }
         serde_json::Value::Array(items) => {
             for (index, child) in items.iter().enumerate() {
-                references_in(child, &format!("{path}[{index}]"), found);
+                references_under(child, path.index(index), found);
             }
         }
         _ => {}

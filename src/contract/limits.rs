@@ -158,15 +158,18 @@ pub fn shortened(text: &str, max: usize) -> String {
 /// A text as it may appear in a log line: control characters escaped, so
 /// what a client wrote can never start a line of its own or colour one.
 pub fn loggable(text: &str) -> String {
-    text.chars()
-        .flat_map(|character| -> Box<dyn Iterator<Item = char>> {
-            if character.is_control() {
-                Box::new(character.escape_default())
-            } else {
-                Box::new(std::iter::once(character))
-            }
-        })
-        .collect()
+    if !text.chars().any(char::is_control) {
+        return text.to_owned();
+    }
+    let mut escaped = String::with_capacity(text.len() + 8);
+    for character in text.chars() {
+        if character.is_control() {
+            escaped.extend(character.escape_default());
+        } else {
+            escaped.push(character);
+        }
+    }
+    escaped
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+use super::json_path::JsonPath;
 use super::ops::OperationInputs;
 use super::{JobSpec, Operation, RetryPolicy, Timeouts};
 
@@ -47,7 +48,7 @@ pub fn validate_jobspec(value: &Value) -> Result<JobSpec, Problems> {
         )]));
     };
     let mut problems = Vec::new();
-    scan_storable(value, "", &mut problems);
+    scan_storable(value, JsonPath::Root(""), &mut problems);
     if !problems.is_empty() {
         // Nothing else is read from a spec that cannot even be stored.
         return Err(Problems(problems));
@@ -208,13 +209,19 @@ impl Fields {
             check_secret_refs(secret_refs, problems);
         }
         if let Some(inputs) = &self.inputs {
-            scan_secrets(inputs, "inputs", false, Some(&declared), problems);
+            scan_secrets(
+                inputs,
+                JsonPath::Root("inputs"),
+                false,
+                Some(&declared),
+                problems,
+            );
         }
         // Every other map a requester writes: literals are refused there
         // too, and references are not resolved outside `inputs`.
         for field in ["targets", "runner_requirements"] {
             if let Some(value) = object.get(field) {
-                scan_secrets(value, field, false, None, problems);
+                scan_secrets(value, JsonPath::Root(field), false, None, problems);
             }
         }
         let url = self
@@ -415,38 +422,26 @@ fn check_identifier(field: &str, text: &str, problems: &mut Vec<Problem>) {
     super::limits::check_identifier(field, text, problems);
 }
 
-/// A key as it may appear in a field path: control characters escaped.
-fn path_key(key: &str) -> String {
-    super::limits::loggable(key)
-}
-
 /// Every string and key of the JobSpec, wherever it is: none may hold
 /// U+0000 (Postgres refuses it, and one such record would fail every batch
 /// it is in), and no key may hold another control character.
-fn scan_storable(value: &Value, path: &str, problems: &mut Vec<Problem>) {
+fn scan_storable(value: &Value, path: JsonPath<'_>, problems: &mut Vec<Problem>) {
     match value {
         Value::String(text) if text.contains('\0') => {
             problems.push(Problem::new(path, super::limits::NUL));
         }
         Value::Object(object) => {
             for (key, child) in object {
-                let child_path = if path.is_empty() {
-                    path_key(key)
-                } else {
-                    format!("{path}.{}", path_key(key))
-                };
+                let child_path = path.key(key);
                 if key.chars().any(char::is_control) {
-                    problems.push(Problem::new(
-                        child_path.clone(),
-                        "a key with control characters",
-                    ));
+                    problems.push(Problem::new(child_path, "a key with control characters"));
                 }
-                scan_storable(child, &child_path, problems);
+                scan_storable(child, child_path, problems);
             }
         }
         Value::Array(items) => {
             for (index, child) in items.iter().enumerate() {
-                scan_storable(child, &format!("{path}[{index}]"), problems);
+                scan_storable(child, path.index(index), problems);
             }
         }
         _ => {}
@@ -629,7 +624,7 @@ fn secret_ref_name(value: &Value) -> Option<Result<&str, &'static str>> {
 /// `None` outside `inputs`, where references are not resolved.
 fn scan_secrets(
     value: &Value,
-    path: &str,
+    path: JsonPath<'_>,
     under_secret_name: bool,
     declared: Option<&BTreeSet<String>>,
     problems: &mut Vec<Problem>,
@@ -652,13 +647,12 @@ fn scan_secrets(
     match value {
         Value::Object(object) => {
             for (key, child) in object {
-                let child_path = format!("{path}.{}", path_key(key));
-                scan_secrets(child, &child_path, under_secret_name || looks_secret(key), declared, problems);
+                scan_secrets(child, path.key(key), under_secret_name || looks_secret(key), declared, problems);
             }
         }
         Value::Array(items) => {
             for (index, child) in items.iter().enumerate() {
-                scan_secrets(child, &format!("{path}[{index}]"), under_secret_name, declared, problems);
+                scan_secrets(child, path.index(index), under_secret_name, declared, problems);
             }
         }
         Value::String(text) if under_secret_name && !text.is_empty() => problems.push(Problem::new(
