@@ -632,15 +632,27 @@ async fn no_insert_takes_a_position_around_the_lock_and_no_event_is_copied_to_th
 ) {
     let store = Store::from_pool(pool.clone());
     create_job(&store, "guarded/1").await;
-    // An insert naming its own position gets the next one all the same.
-    sqlx::query(
-        "INSERT INTO attempt_events (position, event_id, attempt_id, job_id, seq, kind, terminal, occurred_at, payload, schema_fingerprint, prev_hash, hash)
-         SELECT 1000000, gen_random_uuid(), gen_random_uuid(), job_id, 1, kind, terminal, occurred_at, payload, schema_fingerprint, prev_hash, hash
-         FROM attempt_events LIMIT 1",
-    )
-    .execute(&pool)
-    .await
-    .unwrap();
+    // An insert naming its own position is refused; without one, it takes
+    // the next.
+    let copy = |named: bool| {
+        let (column, value) = if named {
+            ("position, ", "1000000, ")
+        } else {
+            ("", "")
+        };
+        format!(
+            "INSERT INTO attempt_events ({column}event_id, attempt_id, job_id, seq, kind, terminal, occurred_at, payload, schema_fingerprint, prev_hash, hash)
+             SELECT {value}gen_random_uuid(), gen_random_uuid(), job_id, 1, kind, terminal, occurred_at, payload, schema_fingerprint, prev_hash, hash
+             FROM attempt_events LIMIT 1"
+        )
+    };
+    let error = sqlx::query(&copy(true)).execute(&pool).await.unwrap_err();
+    let code = error
+        .as_database_error()
+        .and_then(|error| error.code())
+        .unwrap_or_default();
+    assert_eq!(code, "428C9", "{error}");
+    sqlx::query(&copy(false)).execute(&pool).await.unwrap();
     let positions: Vec<i64> =
         sqlx::query_scalar("SELECT position FROM attempt_events ORDER BY position")
             .fetch_all(&pool)
