@@ -8,9 +8,9 @@ use uuid::Uuid;
 
 use super::outbox::trace_of;
 use super::rows::{
-    attempt_from_rows, attempt_row, insert_sql, job_row, lease_from_json, lease_row,
-    target_key_rows, timestamp, AttemptRow, JobRow, LeaseRow, TargetKeyRow, ATTEMPT_COLUMNS,
-    JOB_COLUMNS, LEASE_COLUMNS, TARGET_KEY_COLUMNS,
+    attempt_from_rows, attempt_row, insert_sql, job_row, lease_row, target_key_rows, timestamp,
+    AttemptRow, JobRow, LeaseRow, TargetKeyRow, ATTEMPT_COLUMNS, JOB_COLUMNS, LEASE_COLUMNS,
+    LEASE_JOINED, TARGET_KEY_COLUMNS,
 };
 use super::{Store, StoreError};
 use crate::attempt::placement::{LiveInstance, QueuedAttempt};
@@ -794,7 +794,7 @@ pub(crate) async fn load_jobs(
     let locked_ids: Vec<&str> = specs.keys().map(String::as_str).collect();
     let lock_clause = if lock { " FOR UPDATE OF a" } else { "" };
     let attempts_sql = format!(
-        "SELECT a.*, to_jsonb(l) AS execplane_lease FROM attempts a \
+        "SELECT a.*, {LEASE_JOINED} FROM attempts a \
          LEFT JOIN leases l ON l.attempt_id = a.attempt_id \
          WHERE a.job_id = ANY($1) ORDER BY a.job_id, a.attempt_no{lock_clause}"
     );
@@ -805,7 +805,7 @@ pub(crate) async fn load_jobs(
     {
         let attempt = AttemptRow::from_pg(&row)
             .map_err(|error| StoreError::Corrupt(format!("attempts row: {error}")))?;
-        let lease = lease_from_json(row.get("execplane_lease"))?;
+        let lease = LeaseRow::from_joined(&row)?;
         let hash: [u8; 32] = attempt.last_hash.as_slice().try_into().map_err(|_| {
             StoreError::Corrupt(format!(
                 "attempt {}: last_hash is not 32 bytes",

@@ -11,7 +11,7 @@ use sqlx::{Connection, Row};
 use uuid::Uuid;
 
 use super::outbox::{derived_records, log_record, AttemptFacts, LoggedEvent};
-use super::rows::{lease_from_json, lease_info};
+use super::rows::{lease_info, LeaseRow};
 use super::{Store, StoreError};
 use crate::codec::{AttemptEventRecord, Codec, Family};
 use crate::contract::{AttemptEvent, JobSpec, TraceContext};
@@ -304,9 +304,9 @@ fn attempt_facts(
     let Some(job_id) = row.get::<Option<String>, _>(12) else {
         return Ok(None);
     };
-    let lease = lease_from_json(row.get(17))?.map(lease_info);
+    let lease = LeaseRow::from_joined(row)?.map(lease_info);
     let spec = row
-        .try_get::<Option<sqlx::types::Json<JobSpec>>, _>(18)
+        .try_get::<Option<sqlx::types::Json<JobSpec>>, _>("spec")
         .map_err(|error| {
             StoreError::Corrupt(format!(
                 "the spec of attempt {} does not read back: {error}",

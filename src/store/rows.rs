@@ -340,13 +340,36 @@ pub(crate) fn lease_row(attempt: &Attempt) -> Option<LeaseRow> {
 }
 
 /// A lease row read as `to_jsonb(l)` beside its attempt (NULL: none).
-pub(crate) fn lease_from_json(
-    value: Option<serde_json::Value>,
-) -> Result<Option<LeaseRow>, StoreError> {
-    value
-        .map(serde_json::from_value)
-        .transpose()
-        .map_err(|error| StoreError::Corrupt(format!("leases row: {error}")))
+/// An attempt's lease, read in the attempt's row through `LEFT JOIN leases
+/// l` with these columns (typed, not `to_jsonb(l)`: see
+/// `AttemptRow::from_pg`), prefixed so that none meets one of the attempt's.
+pub(crate) const LEASE_JOINED: &str = "l.lease_id AS lease_lease_id, \
+     l.attempt_id AS lease_attempt_id, l.job_id AS lease_job_id, l.epoch AS lease_epoch, \
+     l.runner_instance AS lease_runner_instance, l.granted_at AS lease_granted_at, \
+     l.expires_at AS lease_expires_at, l.active AS lease_active";
+
+impl LeaseRow {
+    /// The lease read through [`LEASE_JOINED`], or `None` where the attempt
+    /// has none.
+    pub(crate) fn from_joined(row: &sqlx::postgres::PgRow) -> Result<Option<Self>, StoreError> {
+        use sqlx::Row;
+        let read = || -> Result<Option<Self>, sqlx::Error> {
+            let Some(lease_id) = row.try_get("lease_lease_id")? else {
+                return Ok(None);
+            };
+            Ok(Some(Self {
+                lease_id,
+                attempt_id: row.try_get("lease_attempt_id")?,
+                job_id: row.try_get("lease_job_id")?,
+                epoch: row.try_get("lease_epoch")?,
+                runner_instance: row.try_get("lease_runner_instance")?,
+                granted_at: row.try_get("lease_granted_at")?,
+                expires_at: row.try_get("lease_expires_at")?,
+                active: row.try_get("lease_active")?,
+            }))
+        };
+        read().map_err(|error| StoreError::Corrupt(format!("leases row: {error}")))
+    }
 }
 
 /// A lease as the attempt holds it, from its row.

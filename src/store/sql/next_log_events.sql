@@ -5,7 +5,8 @@
 --
 -- An event that causes records besides its own (migration 0019) comes with
 -- what they are made of that its row does not hold: its attempt's fixed
--- columns, its lease, and for a granted lease the spec.
+-- columns, its lease (the columns of `rows::LEASE_JOINED`), and for a
+-- granted lease the spec.
 --
 -- The events are read first and alone (the planner takes the unpublished
 -- range for a third of the log), and each is then looked up by key
@@ -24,11 +25,16 @@ WITH next AS MATERIALIZED (
 SELECT e.position, e.event_id, e.attempt_id, e.seq, e.kind, e.occurred_at, e.payload,
        e.prev_hash, e.hash, e.traceparent, e.tracestate, e.schema_fingerprint,
        f.job_id, f.command_id, f.attempt_no, f.tenant, f.operation,
-       f.lease, f.spec
+       f.lease_lease_id, f.lease_attempt_id, f.lease_job_id, f.lease_epoch,
+       f.lease_runner_instance, f.lease_granted_at, f.lease_expires_at, f.lease_active,
+       f.spec
 FROM next e
 LEFT JOIN LATERAL (
     SELECT a.job_id, a.command_id, a.attempt_no, a.tenant, a.operation,
-           to_jsonb(l) AS lease,
+           l.lease_id AS lease_lease_id, l.attempt_id AS lease_attempt_id,
+           l.job_id AS lease_job_id, l.epoch AS lease_epoch,
+           l.runner_instance AS lease_runner_instance, l.granted_at AS lease_granted_at,
+           l.expires_at AS lease_expires_at, l.active AS lease_active,
            CASE WHEN e.kind = 'lease_granted'
                 THEN (SELECT j.spec FROM jobs j WHERE j.job_id = a.job_id) END AS spec
     FROM attempts a
