@@ -53,7 +53,7 @@ pub(crate) struct JobRow {
     pub command_id: Uuid,
     pub tenant: String,
     pub operation: String,
-    pub spec: Option<serde_json::Value>,
+    pub spec: Option<Box<JobSpec>>,
     pub attempts: i32,
     pub latest_attempt_id: Uuid,
     pub created_at: DateTime<Utc>,
@@ -267,10 +267,7 @@ pub(crate) fn job_row(state: &JobState) -> Option<JobRow> {
         command_id: first.command_id,
         tenant: first.tenant.clone(),
         operation: first.operation.clone(),
-        spec: first
-            .spec
-            .as_ref()
-            .and_then(|spec| serde_json::to_value(spec.as_ref()).ok()),
+        spec: first.spec.clone(),
         attempts: i32::try_from(latest.attempt_no).unwrap_or(i32::MAX),
         latest_attempt_id: latest.attempt_id,
         created_at: timestamp(first.created_at),
