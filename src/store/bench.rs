@@ -60,12 +60,15 @@ impl Store {
         Ok(bytes.max(0) as u64)
     }
 
-    /// Rows inserted and updated in the tables of `schema` so far.
-    pub async fn rows_written(&self, schema: &str) -> Result<i64, StoreError> {
+    /// Rows inserted and updated in the tables of `schema` so far, but for
+    /// the tables named in `except`.
+    pub async fn rows_written(&self, schema: &str, except: &[&str]) -> Result<i64, StoreError> {
         Ok(sqlx::query_scalar(
-            "SELECT COALESCE(sum(n_tup_ins + n_tup_upd), 0)::bigint FROM pg_stat_user_tables WHERE schemaname = $1",
+            "SELECT COALESCE(sum(n_tup_ins + n_tup_upd), 0)::bigint FROM pg_stat_user_tables
+             WHERE schemaname = $1 AND relname <> ALL($2)",
         )
         .bind(schema)
+        .bind(except)
         .fetch_one(&self.pool)
         .await?)
     }
