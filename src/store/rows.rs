@@ -1,7 +1,8 @@
 //! Projection rows: one struct per table, field names equal to column names,
 //! written as JSON (`jsonb_populate_recordset`) so the live writer and the
 //! rebuild writer are the same code; read as JSON (`to_jsonb`) except where
-//! the batch load reads typed columns (`AttemptRow::from_pg`).
+//! the hot path reads typed columns (`AttemptRow::from_pg`,
+//! `LeaseRow::from_joined`).
 
 use chrono::{DateTime, Utc};
 use serde::{de::DeserializeOwned, Deserialize, Deserializer, Serialize, Serializer};
@@ -336,7 +337,6 @@ pub(crate) fn lease_row(attempt: &Attempt) -> Option<LeaseRow> {
     })
 }
 
-/// A lease row read as `to_jsonb(l)` beside its attempt (NULL: none).
 /// An attempt's lease, read in the attempt's row through `LEFT JOIN leases
 /// l` with these columns (typed, not `to_jsonb(l)`: see
 /// `AttemptRow::from_pg`), prefixed so that none meets one of the attempt's.
