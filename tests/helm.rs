@@ -962,6 +962,29 @@ async fn a_chart_from_a_repository_that_wants_a_client_certificate_installs(pool
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn the_helm_examples_run_to_the_end_the_readme_gives_them(pool: PgPool) {
     let helm = helm_bin();
+    // A run stopped between the examples' install and their uninstall left
+    // the release behind, and every later install would refuse its name.
+    let install: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/helm/2-install.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let cleared = std::process::Command::new(&helm)
+        .args(["uninstall", "--ignore-not-found", "--wait", "--namespace"])
+        .arg(install["inputs"]["namespace"].as_str().unwrap())
+        .arg(install["inputs"]["release"].as_str().unwrap())
+        .env("HELM_KUBEAPISERVER", cluster::SERVER)
+        .env("HELM_KUBETOKEN", cluster::admin_token())
+        .env("HELM_KUBECAFILE", cluster::ca_file())
+        .output()
+        .unwrap();
+    assert!(
+        cleared.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cleared.stderr)
+    );
     common::examples::run_readme_examples(
         &pool,
         "helm",
