@@ -42,6 +42,7 @@ fn main() -> ExitCode {
     // A blocking call still in flight (a metadata request to a broker that
     // is away, say) holds the exit this long at most, not until it ends.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    execplane::telemetry::finish();
     match outcome {
         Ok(code) => code,
         Err(error) => {

@@ -35,8 +35,18 @@ impl Default for TelemetrySettings {
 }
 
 /// Installs the global subscriber: `EXECPLANE_LOG` filter, text or JSON,
-/// to stderr (stdout is for command output).
+/// to stderr (stdout is for command output), with colours only on a
+/// terminal.
+///
+/// Lines are formatted where they are logged and written by a thread of
+/// their own, many to a write: a log line per attempt cost the runner's
+/// workers a `write(2)` each (half of what its logging cost, about 3 % of
+/// the process under load; docs/BENCHMARKS.md), and a reader of stderr
+/// that stops reading must not stop the runtime. Up to `LOG_LINES_BUFFERED`
+/// lines wait for it; beyond that, lines are dropped, not waited for.
+/// [`finish`] writes what is still buffered.
 pub fn init(settings: &TelemetrySettings) {
+    use std::io::IsTerminal;
     let mut filter = EnvFilter::try_new(&settings.log).unwrap_or_else(|_| EnvFilter::new("info"));
     // The secret-store client's request tracing is never wanted in our logs
     // unless asked for by name.
@@ -47,13 +57,43 @@ pub fn init(settings: &TelemetrySettings) {
             }
         }
     }
+    let ansi = std::io::stderr().is_terminal();
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(LOG_LINES_BUFFERED)
+        .lossy(true)
+        .thread_name("execplane-log")
+        .finish(std::io::BufWriter::with_capacity(
+            64 * 1024,
+            std::io::stderr(),
+        ));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match settings.log_format {
+        .with_ansi(ansi)
+        .with_writer(writer);
+    let installed = match settings.log_format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),
     };
+    if installed.is_ok() {
+        if let Ok(mut slot) = LOG_WRITER.lock() {
+            *slot = Some(guard);
+        }
+    }
+}
+
+/// Log lines waiting for the writer thread before new ones are dropped.
+const LOG_LINES_BUFFERED: usize = 64 * 1024;
+
+/// The writer thread of the installed subscriber, until [`finish`].
+static LOG_WRITER: std::sync::Mutex<Option<tracing_appender::non_blocking::WorkerGuard>> =
+    std::sync::Mutex::new(None);
+
+/// Writes out the lines still buffered and stops the writer thread (it
+/// waits for the thread up to a second); lines logged after it are
+/// dropped. Call it last, once the runtime has stopped.
+pub fn finish() {
+    let guard = LOG_WRITER.lock().ok().and_then(|mut slot| slot.take());
+    drop(guard);
 }
 
 /// A database URL without its password, for messages.
