@@ -23,11 +23,7 @@ WITH next AS MATERIALIZED (
     LIMIT $1
 )
 SELECT e.position, e.event_id, e.attempt_id, e.seq, e.kind, e.occurred_at, e.payload,
-       e.prev_hash, e.hash, e.traceparent, e.tracestate, e.schema_fingerprint,
-       f.job_id, f.command_id, f.attempt_no, f.tenant, f.operation,
-       f.lease_lease_id, f.lease_attempt_id, f.lease_job_id, f.lease_epoch,
-       f.lease_runner_instance, f.lease_granted_at, f.lease_expires_at, f.lease_active,
-       f.spec
+       e.prev_hash, e.hash, e.traceparent, e.tracestate, e.schema_fingerprint, f.*
 FROM next e
 LEFT JOIN LATERAL (
     SELECT a.job_id, a.command_id, a.attempt_no, a.tenant, a.operation,
