@@ -42,6 +42,11 @@ pub use instance::{condition, run_instance, InstanceHandle};
 static DEFAULT_POLICY: std::sync::LazyLock<std::sync::Arc<crate::policy::OperatorPolicy>> =
     std::sync::LazyLock::new(|| crate::policy::SharedPolicy::default().current());
 
+/// The tool settings of a context nobody gave any (`with_tools`): built
+/// once, not for every attempt (they look up the process's own path).
+static DEFAULT_TOOLS: std::sync::LazyLock<std::sync::Arc<tool::ToolSettings>> =
+    std::sync::LazyLock::new(Default::default);
+
 /// One unit of work handed to an executor.
 #[derive(Clone, Debug)]
 pub struct Assignment {
@@ -89,7 +94,7 @@ impl ExecutionContext {
             cancel,
             progress,
             log,
-            tools: std::sync::Arc::default(),
+            tools: DEFAULT_TOOLS.clone(),
             stop_grace: Duration::from_secs(2),
             deadline: None,
             storage: None,
