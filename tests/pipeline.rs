@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use common::http::{Reply, Server};
 use common::pipeline::{job, Pipeline};
-use execplane::codec::{Codec, Family, ResultRecord};
+use execplane::codec::{Codec, CommandRecord, Family, ResultRecord};
 use execplane::contract::{topics, EventBody};
 use rdkafka::Message;
 use serde_json::json;
@@ -467,27 +467,49 @@ async fn the_same_command_three_times_across_a_dispatcher_restart_is_one_job(poo
     pipeline.wait_done(&spec.job_id, WAIT).await;
     pipeline.signal(dispatcher, "KILL");
     pipeline.submit(&spec).await;
+    // A job of its own behind the third copy, on its partition (same key):
+    // once it exists, the third copy was decided.
+    let marker = job(
+        "verify.tcp.connect",
+        json!({"host": "127.0.0.1", "port": 5432}),
+        json!({}),
+    );
+    let record = CommandRecord::execute(&marker, chrono::Utc::now().timestamp_millis());
+    let payload = pipeline
+        .kafka
+        .codec
+        .encode(Family::Command, &record)
+        .unwrap();
+    pipeline
+        .produce(topics::COMMANDS, &spec.job_id, &payload)
+        .await;
     pipeline.spawn(&["dispatcher"], &[]);
     // The restarted dispatcher reads the third copy (and possibly the first two again).
-    pipeline.wait("the third copy to be consumed", WAIT, || async {
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM inbox WHERE input_id = $1").bind(format!("command:{}", spec.command_id)).fetch_one(&pool).await.unwrap() == 1
-            && sqlx::query_scalar::<_, i64>("SELECT count(*) FROM runner_instances WHERE last_seen_at > now() - interval '1 second'").fetch_one(&pool).await.unwrap() >= 1
-    })
-    .await;
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    pipeline
+        .wait("the third copy to be consumed", WAIT, || async {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM jobs WHERE job_id = $1")
+                .bind(&marker.job_id)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+                == 1
+        })
+        .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM jobs")
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM attempts WHERE job_id = $1")
+            .bind(&spec.job_id)
             .fetch_one(&pool)
             .await
             .unwrap(),
         1
     );
     assert_eq!(
-        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM attempts")
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM jobs")
             .fetch_one(&pool)
             .await
             .unwrap(),
-        1
+        2
     );
 }
 

@@ -105,10 +105,8 @@ async fn a_duplicate_command_id_gives_one_job(pool: PgPool) {
         )
         .await
         .unwrap();
-    assert_eq!(
-        again.outcomes,
-        vec![InputOutcome::Duplicate, InputOutcome::Applied { events: 0 }]
-    );
+    // The job's row names its command: every later delivery is a repeat.
+    assert_eq!(again.outcomes, vec![InputOutcome::Duplicate; 2]);
     // The same command id under another job id is refused, not a second job.
     let other = Input::Execute {
         policy_digest: None,
@@ -126,7 +124,10 @@ async fn a_duplicate_command_id_gives_one_job(pool: PgPool) {
     assert_eq!(count(&pool, "SELECT count(*) FROM jobs").await, 1);
     assert_eq!(count(&pool, "SELECT count(*) FROM attempts").await, 1);
     assert_eq!(count(&pool, "SELECT count(*) FROM attempt_events").await, 1);
-    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 4);
+    // Only the inputs that created nothing claimed their ids (`in-2`, a
+    // resend in the batch that created the job, and `in-4`): the job's row
+    // names the command for the others.
+    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 2);
     // And the database itself refuses a second job row for the command.
     let error = sqlx::query("INSERT INTO jobs SELECT 'dup/3', command_id, tenant, operation, spec, attempts, latest_attempt_id, created_at FROM jobs")
         .execute(&pool)
@@ -907,9 +908,9 @@ async fn a_redelivered_grant_started_or_finished_is_a_no_op_without_an_inbox_row
         "started, then finished"
     );
     // The reports claimed no inbox row; delivered again (a dispatcher that
-    // died before committing its offsets), they decide nothing. The
-    // command's is the only row.
-    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 1);
+    // died before committing its offsets), they decide nothing. Nor did
+    // the command that created the job: its job's row names it.
+    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 0);
     let events = count(&pool, "SELECT count(*) FROM attempt_events").await;
     for at in [BASE + 2, BASE + 3] {
         let again = store.process_batch(&reports, at).await.unwrap();
@@ -919,7 +920,7 @@ async fn a_redelivered_grant_started_or_finished_is_a_no_op_without_an_inbox_row
         count(&pool, "SELECT count(*) FROM attempt_events").await,
         events
     );
-    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 1);
+    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 0);
     // A late report of another lease is fenced once, however often it is
     // delivered: it claims its inbox row.
     let stale = [report("stale", 2, finished())];
@@ -935,7 +936,101 @@ async fn a_redelivered_grant_started_or_finished_is_a_no_op_without_an_inbox_row
         .await,
         1
     );
-    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 2);
+    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 1);
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_command_that_creates_its_job_claims_no_inbox_row_and_stays_a_no_op(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    let execute = |command_id: Uuid, job_id: &str| Input::Execute {
+        policy_digest: None,
+        target_keys: Vec::new(),
+        spec: Box::new(spec(command_id, job_id, "verify.tcp.connect")),
+    };
+    let created = Uuid::new_v4();
+    let id = format!("command:{created}");
+    let first = store
+        .process_batch(&[envelope(&id, execute(created, "own/a"))], BASE)
+        .await
+        .unwrap();
+    assert_eq!(first.outcomes, vec![InputOutcome::Applied { events: 1 }]);
+    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 0);
+    // Redelivered, alone or after the job moved on, it decides nothing.
+    let events = count(&pool, "SELECT count(*) FROM attempt_events").await;
+    for at in [BASE + 1, BASE + 2] {
+        let again = store
+            .process_batch(&[envelope(&id, execute(created, "own/a"))], at)
+            .await
+            .unwrap();
+        assert_eq!(again.outcomes, vec![InputOutcome::Duplicate]);
+    }
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM attempt_events").await,
+        events
+    );
+    // A cancel under the same command id is a reused id, named as such.
+    let attempt_id = attempt_id_for(created, 1);
+    let cancel = Input::Cancel {
+        attempt_id,
+        reason: "reuse".into(),
+        requested_by: "test".into(),
+        grace: execplane::contract::DurationMs(1_000),
+    };
+    let reused = store
+        .process_batch(&[envelope(&id, cancel.clone())], BASE + 3)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&reused.outcomes[0], InputOutcome::Rejected(Rejection::InputIdReused { first, .. })
+            if first.contains("own/a")),
+        "{:?}",
+        reused.outcomes
+    );
+    // A command the batch refuses creates nothing that would name it: it
+    // claims its id, and is a no-op when delivered again.
+    let taken = Uuid::new_v4();
+    let taken_id = format!("command:{taken}");
+    for (at, expected) in [(BASE + 4, true), (BASE + 5, false)] {
+        let outcome = store
+            .process_batch(&[envelope(&taken_id, execute(taken, "own/a"))], at)
+            .await
+            .unwrap();
+        assert_eq!(
+            matches!(
+                outcome.outcomes[..],
+                [InputOutcome::Rejected(Rejection::JobIdTaken { .. })]
+            ),
+            expected,
+            "{:?}",
+            outcome.outcomes
+        );
+    }
+    assert_eq!(count(&pool, "SELECT count(*) FROM inbox").await, 1);
+    // A cancel's id claimed first and then sent as an execute of a new job
+    // is found in the inbox: a reused id, and no job.
+    let cancelled = Uuid::new_v4();
+    let cancel_id = format!("command:{cancelled}");
+    store
+        .process_batch(&[envelope(&cancel_id, cancel)], BASE + 6)
+        .await
+        .unwrap();
+    let reused = store
+        .process_batch(
+            &[envelope(&cancel_id, execute(cancelled, "own/b"))],
+            BASE + 7,
+        )
+        .await
+        .unwrap();
+    assert!(
+        matches!(&reused.outcomes[0], InputOutcome::Rejected(Rejection::InputIdReused { first, .. })
+            if first.contains("cancel")),
+        "{:?}",
+        reused.outcomes
+    );
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM jobs WHERE job_id = 'own/b'").await,
+        0
+    );
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]

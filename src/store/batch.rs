@@ -257,8 +257,8 @@ fn attempt_key(input: &Input) -> Option<Uuid> {
 /// something else: a command id names one job, or one cancel.
 fn subject(input: &Input) -> Option<String> {
     match input {
-        Input::Execute { spec, .. } => Some(format!("job `{}`", spec.job_id)),
-        Input::ExecuteInvalid { job_id, .. } => Some(format!("job `{job_id}`")),
+        Input::Execute { spec, .. } => Some(job_subject(&spec.job_id)),
+        Input::ExecuteInvalid { job_id, .. } => Some(job_subject(job_id)),
         Input::Cancel { attempt_id, .. } => Some(format!("a cancel of attempt {attempt_id}")),
         Input::ApprovePlan {
             plan_attempt_id,
@@ -272,12 +272,42 @@ fn subject(input: &Input) -> Option<String> {
     }
 }
 
+fn job_subject(job_id: &str) -> String {
+    format!("job `{job_id}`")
+}
+
 fn command_key(input: &Input) -> Option<Uuid> {
     match input {
         Input::Execute { spec, .. } => Some(spec.command_id),
         Input::ExecuteInvalid { command_id, .. } => Some(*command_id),
         _ => None,
     }
+}
+
+/// The id of the command an input came as: an execute's or an approval's
+/// own, a cancel's from its input id (`command:<id>`).
+fn command_of(envelope: &InputEnvelope) -> Option<Uuid> {
+    match &envelope.input {
+        Input::ApprovePlan { command_id, .. } => Some(*command_id),
+        Input::Cancel { .. } => envelope
+            .input_id
+            .strip_prefix("command:")
+            .and_then(|id| Uuid::parse_str(id).ok()),
+        input => command_key(input),
+    }
+}
+
+/// How an input's id meets the inbox.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Claim {
+    /// Not at all: a repeat in the batch, or the state dedupes it.
+    No,
+    /// Claimed: fresh if the id was not there.
+    Insert,
+    /// Only looked up: an execute that would create its job, whose job row
+    /// will name its command. Fresh if the id was not there (a cancel or an
+    /// approval, or an execute that was refused, may have claimed it).
+    Read,
 }
 
 pub(crate) async fn process_in(
@@ -296,25 +326,41 @@ pub(crate) async fn process_in(
         .map(|envelope| seen.insert(envelope.input_id.as_str()))
         .collect();
     let mut context = BatchContext::load(conn, inputs, &firsts).await?;
-    // 2. Claim input ids, but for the reports the state dedupes by itself
-    //    (docs/ARCHITECTURE.md, "The consistency model"); a claimed id seen
-    //    before is a duplicate.
-    let claims: Vec<bool> = inputs
+    // 2. A command whose id a job's row holds is a repeat (of the command
+    //    that created the job, or the id reused). Other inputs claim their
+    //    ids in the inbox, but for those the state dedupes by itself, and an
+    //    execute that would create its job only looks its id up
+    //    (docs/ARCHITECTURE.md, "The consistency model"); an id seen before
+    //    is a repeat.
+    let recorded: Vec<Option<String>> = inputs
         .iter()
         .zip(&firsts)
-        .map(|(envelope, first)| *first && context.needs_inbox(envelope))
+        .map(|(envelope, first)| first.then(|| context.recorded(envelope)).flatten())
         .collect();
-    let claimed = claim_inputs(conn, inputs, &claims).await?;
+    let claims: Vec<Claim> = inputs
+        .iter()
+        .zip(firsts.iter().zip(&recorded))
+        .map(|(envelope, (first, recorded))| {
+            if !*first || recorded.is_some() || !context.needs_inbox(envelope) {
+                Claim::No
+            } else if context.creates_job(envelope) {
+                Claim::Read
+            } else {
+                Claim::Insert
+            }
+        })
+        .collect();
+    let seen = claim_inputs(conn, inputs, &claims).await?;
     let fresh: Vec<bool> = inputs
         .iter()
-        .zip(firsts.iter().zip(&claims))
-        .map(|(envelope, (first, claim))| {
-            *first && (!claim || claimed.contains(&envelope.input_id))
+        .zip(firsts.iter().zip(&recorded))
+        .map(|(envelope, (first, recorded))| {
+            *first && recorded.is_none() && !seen.contains(&envelope.input_id)
         })
         .collect();
     // A repeated id is a redelivery only if it stands for the same thing; a
     // command id reused for another job or cancel is refused, not dropped.
-    let first_subjects = first_subjects(conn, inputs, &fresh).await?;
+    let first_subjects = first_subjects(conn, inputs, &fresh, &recorded).await?;
     // 3. Decide, input by input, on a working copy.
     let mut outcomes = Vec::with_capacity(inputs.len());
     let mut events = Vec::new();
@@ -326,6 +372,21 @@ pub(crate) async fn process_in(
         };
         outcomes.push(outcome);
     }
+    // An execute that only looked its id up and created nothing claims it
+    // now: no job row will name its command, and a redelivery must find it.
+    let unrecorded: Vec<Claim> = claims
+        .iter()
+        .zip(fresh.iter().zip(&outcomes))
+        .map(|(claim, (fresh, outcome))| {
+            let created = matches!(outcome, InputOutcome::Applied { events } if *events > 0);
+            if *claim == Claim::Read && *fresh && !created {
+                Claim::Insert
+            } else {
+                Claim::No
+            }
+        })
+        .collect();
+    claim_inputs(conn, inputs, &unrecorded).await?;
     // 4. Place what this batch created, in the same transaction.
     if let Some(placing) = placing {
         place_created(conn, &mut context, placing, now, &mut events).await?;
@@ -339,36 +400,49 @@ pub(crate) async fn process_in(
     })
 }
 
-/// Claims in the inbox the ids of the inputs `claims` marks; the ids
-/// claimed now (not seen before).
+/// Claims in the inbox the ids `claims` marks `Insert`, and looks up those
+/// it marks `Read`, in one statement: the ids that were there before.
 async fn claim_inputs(
     conn: &mut PgConnection,
     inputs: &[InputEnvelope],
-    claims: &[bool],
+    claims: &[Claim],
 ) -> Result<HashSet<String>, StoreError> {
     let mut ids = Vec::new();
     let mut sources = Vec::new();
     let mut subjects = Vec::new();
-    for (envelope, _) in inputs.iter().zip(claims).filter(|(_, claim)| **claim) {
-        ids.push(envelope.input_id.clone());
-        sources.push(envelope.source.clone());
-        subjects.push(subject(&envelope.input));
+    let mut looked_up = Vec::new();
+    for (envelope, claim) in inputs.iter().zip(claims) {
+        match claim {
+            Claim::No => {}
+            Claim::Insert => {
+                ids.push(envelope.input_id.clone());
+                sources.push(envelope.source.clone());
+                subjects.push(subject(&envelope.input));
+            }
+            Claim::Read => looked_up.push(envelope.input_id.clone()),
+        }
     }
-    if ids.is_empty() {
+    if ids.is_empty() && looked_up.is_empty() {
         return Ok(HashSet::new());
     }
-    Ok(sqlx::query(
-        "INSERT INTO inbox (input_id, source, subject)
-         SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[])
-         ON CONFLICT DO NOTHING RETURNING input_id",
+    // What the insert claimed is not visible to the lookup (one snapshot),
+    // and the two sets of ids are apart.
+    Ok(sqlx::query_scalar::<_, String>(
+        "WITH claimed AS (
+             INSERT INTO inbox (input_id, source, subject)
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[])
+             ON CONFLICT DO NOTHING RETURNING input_id)
+         SELECT id FROM UNNEST($1::text[]) id WHERE id NOT IN (SELECT input_id FROM claimed)
+         UNION ALL
+         SELECT input_id FROM inbox WHERE input_id = ANY($4)",
     )
     .bind(&ids)
     .bind(&sources)
     .bind(&subjects)
+    .bind(&looked_up)
     .fetch_all(&mut *conn)
     .await?
     .into_iter()
-    .map(|row| row.get(0))
     .collect())
 }
 
@@ -431,7 +505,7 @@ impl BatchContext {
             if let Some(job_id) = job_key(&envelope.input) {
                 job_ids.insert(job_id.to_owned());
             }
-            if let Some(command_id) = command_key(&envelope.input) {
+            if let Some(command_id) = command_of(envelope) {
                 command_ids.insert(command_id);
             }
         }
@@ -502,6 +576,24 @@ impl BatchContext {
             key_holders,
             approved_plans,
         })
+    }
+
+    /// What a command's id stood for when a job's row holds it: the job it
+    /// created. For an execute of that job it is a repeat; for a cancel or
+    /// an approval the id was reused. `None` for anything else (an execute
+    /// naming another job is decided: the state refuses it).
+    fn recorded(&self, envelope: &InputEnvelope) -> Option<String> {
+        let owner = self.command_owner.get(&command_of(envelope)?)?;
+        match job_key(&envelope.input) {
+            Some(job_id) if job_id != owner => None,
+            _ => Some(job_subject(owner)),
+        }
+    }
+
+    /// Whether an input is an execute of a job that does not exist: decided,
+    /// it creates the job, whose row names the command.
+    fn creates_job(&self, envelope: &InputEnvelope) -> bool {
+        job_key(&envelope.input).is_some_and(|job_id| !self.loaded.jobs.contains_key(job_id))
     }
 
     /// Whether an input needs an inbox row to make its redelivery a no-op:
@@ -712,18 +804,22 @@ async fn place_created(
 }
 
 /// What each repeated id (with a subject) stood for when it was first seen:
-/// in the inbox, or earlier in this batch.
+/// in a job's row (`recorded`), in the inbox, or earlier in this batch.
 async fn first_subjects(
     conn: &mut PgConnection,
     inputs: &[InputEnvelope],
     fresh: &[bool],
+    recorded: &[Option<String>],
 ) -> Result<HashMap<String, String>, StoreError> {
     let mut firsts: HashMap<String, String> = HashMap::new();
-    for (envelope, fresh) in inputs.iter().zip(fresh) {
-        if *fresh {
-            if let Some(subject) = subject(&envelope.input) {
-                firsts.entry(envelope.input_id.clone()).or_insert(subject);
-            }
+    for (envelope, (fresh, recorded)) in inputs.iter().zip(fresh.iter().zip(recorded)) {
+        let first = match recorded {
+            Some(recorded) => Some(recorded.clone()),
+            None if *fresh => subject(&envelope.input),
+            None => None,
+        };
+        if let Some(subject) = first {
+            firsts.entry(envelope.input_id.clone()).or_insert(subject);
         }
     }
     let repeated: Vec<String> = inputs
