@@ -785,9 +785,12 @@ async fn poison_records_end_in_the_dlq_or_as_rejected_attempts_and_intake_keeps_
         })
         .collect();
     assert_eq!(dead.len(), 4, "{dead:?}");
+    // Named with both jobs (the job's row, not the inbox, holds the id).
     assert!(
         dead.iter()
-            .any(|reason| reason.contains("first used for job") && reason.contains(&reused.job_id)),
+            .any(|reason| reason.contains("already created job")
+                && reason.contains(&format!("`{}`", good.job_id))
+                && reason.contains(&reused.job_id)),
         "{dead:?}"
     );
     assert!(

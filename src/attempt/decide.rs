@@ -15,10 +15,11 @@ pub enum Rejection {
         job_id: String,
         existing_command_id: Uuid,
     },
-    #[error("command {command_id} already created job `{owner_job_id}`; a command id yields at most one job")]
+    #[error("command {command_id} already created job `{owner_job_id}`, and now names job `{job_id}`; a command id yields at most one job")]
     CommandIdReused {
         command_id: Uuid,
         owner_job_id: String,
+        job_id: String,
     },
     #[error("no attempt {0}")]
     UnknownAttempt(Uuid),
@@ -510,6 +511,7 @@ fn check_new_job(
         return Err(Rejection::CommandIdReused {
             command_id,
             owner_job_id: owner.clone(),
+            job_id: job_id.to_owned(),
         });
     }
     match job.attempts.first() {
