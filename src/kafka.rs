@@ -476,8 +476,8 @@ pub fn headers_from_json(headers: &serde_json::Map<String, serde_json::Value>) -
     let mut owned = OwnedHeaders::new_with_capacity(headers.len());
     for (key, value) in headers {
         let text = match value {
-            serde_json::Value::String(text) => text.clone(),
-            other => other.to_string(),
+            serde_json::Value::String(text) => std::borrow::Cow::Borrowed(text.as_str()),
+            other => std::borrow::Cow::Owned(other.to_string()),
         };
         owned = owned.insert(Header {
             key,
