@@ -9,8 +9,8 @@ use uuid::Uuid;
 use super::outbox::trace_of;
 use super::rows::{
     attempt_from_rows, attempt_row, insert_sql, job_row, lease_row, target_key_rows, timestamp,
-    AttemptRow, JobRow, LeaseRow, TargetKeyRow, ATTEMPT_COLUMNS, JOB_COLUMNS, LEASE_COLUMNS,
-    LEASE_JOINED, TARGET_KEY_COLUMNS,
+    AttemptRow, JobRow, LeaseRow, TargetKeyRow, JOB_COLUMNS, LEASE_COLUMNS, LEASE_JOINED,
+    TARGET_KEY_COLUMNS,
 };
 use super::{Store, StoreError};
 use crate::attempt::placement::{LiveInstance, QueuedAttempt};
@@ -1203,15 +1203,9 @@ impl ProjectionRows {
             .execute(&mut *conn)
             .await?;
         }
-        sqlx::query(&insert_sql(
-            schema_name,
-            "attempts",
-            ATTEMPT_COLUMNS,
-            Some("attempt_id"),
-        ))
-        .bind(sqlx::types::Json(&self.attempts))
-        .execute(&mut *conn)
-        .await?;
+        if !self.attempts.is_empty() {
+            AttemptRow::upsert(&mut *conn, &qualified("attempts"), &self.attempts).await?;
+        }
         if !self.new_leases.is_empty() {
             // No ON CONFLICT: a second lease for an attempt is refused.
             sqlx::query(&insert_sql(schema_name, "leases", LEASE_COLUMNS, None))

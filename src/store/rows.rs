@@ -5,7 +5,7 @@
 //! `LeaseRow::from_joined`).
 
 use chrono::{DateTime, Utc};
-use serde::{de::DeserializeOwned, Deserialize, Deserializer, Serialize, Serializer};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::StoreError;
@@ -33,21 +33,6 @@ pub(crate) fn parse_enum<T: DeserializeOwned>(text: &str, column: &str) -> Resul
         .map_err(|_| StoreError::Corrupt(format!("`{text}` is not a valid {column}")))
 }
 
-/// bytea as Postgres writes it in JSON: `\x` and hex.
-pub(crate) mod bytea {
-    use super::*;
-
-    pub fn serialize<S: Serializer>(bytes: &[u8], serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(&format!("\\x{}", hex::encode(bytes)))
-    }
-
-    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<u8>, D::Error> {
-        let text = String::deserialize(deserializer)?;
-        let digits = text.strip_prefix("\\x").unwrap_or(&text);
-        hex::decode(digits).map_err(serde::de::Error::custom)
-    }
-}
-
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub(crate) struct JobRow {
     pub job_id: String,
@@ -71,7 +56,7 @@ pub(crate) const JOB_COLUMNS: &[&str] = &[
     "created_at",
 ];
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct AttemptRow {
     pub attempt_id: Uuid,
     pub job_id: String,
@@ -107,7 +92,6 @@ pub(crate) struct AttemptRow {
     pub callback_topic_delivered: Option<bool>,
     pub plan_approval: Option<crate::attempt::PlanApproval>,
     pub last_seq: i64,
-    #[serde(with = "bytea")]
     pub last_hash: Vec<u8>,
     /// The armed deadline due first ([`Attempt::next_deadline`]).
     pub next_deadline: Option<DateTime<Utc>>,
@@ -166,45 +150,131 @@ impl AttemptRow {
     }
 }
 
-pub(crate) const ATTEMPT_COLUMNS: &[&str] = &[
-    "attempt_id",
-    "job_id",
-    "attempt_no",
-    "command_id",
-    "tenant",
-    "operation",
-    "runner_type",
-    "status",
-    "created_at",
-    "available_at",
-    "updated_at",
-    "previous_attempt_id",
-    "policy_digest",
-    "target_keys",
-    "started_at",
-    "finished_at",
-    "cancel_reason",
-    "cancel_requested_by",
-    "cancel_requested_at",
-    "cancel_grace_deadline",
-    "progress",
-    "progress_percent",
-    "outcome",
-    "failure_category",
-    "message",
-    "result_json",
-    "outputs",
-    "timer_fired",
-    "retry_attempt_id",
-    "fenced_reports",
-    "callback_delivered",
-    "callback_topic_delivered",
-    "plan_approval",
-    "last_seq",
-    "last_hash",
-    "next_deadline",
-    "next_timer",
+/// The columns of `attempts` a write sets, with their types: the upsert
+/// binds one typed array per column ([`AttemptRow::upsert`]).
+pub(crate) const ATTEMPT_COLUMNS: &[(&str, &str)] = &[
+    ("attempt_id", "uuid"),
+    ("job_id", "text"),
+    ("attempt_no", "int4"),
+    ("command_id", "uuid"),
+    ("tenant", "text"),
+    ("operation", "text"),
+    ("runner_type", "text"),
+    ("status", "text"),
+    ("created_at", "timestamptz"),
+    ("available_at", "timestamptz"),
+    ("updated_at", "timestamptz"),
+    ("previous_attempt_id", "uuid"),
+    ("policy_digest", "text"),
+    ("target_keys", "jsonb"),
+    ("started_at", "timestamptz"),
+    ("finished_at", "timestamptz"),
+    ("cancel_reason", "text"),
+    ("cancel_requested_by", "text"),
+    ("cancel_requested_at", "timestamptz"),
+    ("cancel_grace_deadline", "timestamptz"),
+    ("progress", "text"),
+    ("progress_percent", "int2"),
+    ("outcome", "text"),
+    ("failure_category", "text"),
+    ("message", "text"),
+    ("result_json", "text"),
+    ("outputs", "jsonb"),
+    ("timer_fired", "text"),
+    ("retry_attempt_id", "uuid"),
+    ("fenced_reports", "int4"),
+    ("callback_delivered", "bool"),
+    ("callback_topic_delivered", "bool"),
+    ("plan_approval", "jsonb"),
+    ("last_seq", "int8"),
+    ("last_hash", "bytea"),
+    ("next_deadline", "timestamptz"),
+    ("next_timer", "text"),
 ];
+
+impl AttemptRow {
+    /// Inserts `rows` into `table` (`attempts`, qualified or not), or
+    /// updates the rows they replace, in one statement of one typed array
+    /// per column: Postgres parses nothing. Through a JSON record set
+    /// (`jsonb_populate_recordset`) a row cost it about five times as much
+    /// (docs/BENCHMARKS.md, "Typed arrays for the attempts upsert").
+    pub(crate) async fn upsert(
+        conn: &mut sqlx::PgConnection,
+        table: &str,
+        rows: &[AttemptRow],
+    ) -> Result<(), sqlx::Error> {
+        use sqlx::types::Json;
+        fn column<'a, T>(rows: &'a [AttemptRow], value: impl Fn(&'a AttemptRow) -> T) -> Vec<T> {
+            rows.iter().map(value).collect()
+        }
+        // In the order of ATTEMPT_COLUMNS.
+        sqlx::query(&unnest_upsert_sql(table, ATTEMPT_COLUMNS, "attempt_id"))
+            .bind(column(rows, |row| row.attempt_id))
+            .bind(column(rows, |row| row.job_id.as_str()))
+            .bind(column(rows, |row| row.attempt_no))
+            .bind(column(rows, |row| row.command_id))
+            .bind(column(rows, |row| row.tenant.as_str()))
+            .bind(column(rows, |row| row.operation.as_str()))
+            .bind(column(rows, |row| row.runner_type.as_deref()))
+            .bind(column(rows, |row| row.status.as_str()))
+            .bind(column(rows, |row| row.created_at))
+            .bind(column(rows, |row| row.available_at))
+            .bind(column(rows, |row| row.updated_at))
+            .bind(column(rows, |row| row.previous_attempt_id))
+            .bind(column(rows, |row| row.policy_digest.as_deref()))
+            .bind(column(rows, |row| Json(&row.target_keys)))
+            .bind(column(rows, |row| row.started_at))
+            .bind(column(rows, |row| row.finished_at))
+            .bind(column(rows, |row| row.cancel_reason.as_deref()))
+            .bind(column(rows, |row| row.cancel_requested_by.as_deref()))
+            .bind(column(rows, |row| row.cancel_requested_at))
+            .bind(column(rows, |row| row.cancel_grace_deadline))
+            .bind(column(rows, |row| row.progress.as_deref()))
+            .bind(column(rows, |row| row.progress_percent))
+            .bind(column(rows, |row| row.outcome.as_deref()))
+            .bind(column(rows, |row| row.failure_category.as_deref()))
+            .bind(column(rows, |row| row.message.as_deref()))
+            .bind(column(rows, |row| row.result_json.as_deref()))
+            .bind(column(rows, |row| Json(&row.outputs)))
+            .bind(column(rows, |row| row.timer_fired.as_deref()))
+            .bind(column(rows, |row| row.retry_attempt_id))
+            .bind(column(rows, |row| row.fenced_reports))
+            .bind(column(rows, |row| row.callback_delivered))
+            .bind(column(rows, |row| row.callback_topic_delivered))
+            .bind(column(rows, |row| row.plan_approval.as_ref().map(Json)))
+            .bind(column(rows, |row| row.last_seq))
+            .bind(column(rows, |row| row.last_hash.as_slice()))
+            .bind(column(rows, |row| row.next_deadline))
+            .bind(column(rows, |row| row.next_timer.as_deref()))
+            .execute(conn)
+            .await?;
+        Ok(())
+    }
+}
+
+/// `INSERT INTO table (columns) SELECT * FROM UNNEST($1::type[], ...)`,
+/// upserting on `key`.
+fn unnest_upsert_sql(table: &str, columns: &[(&str, &str)], key: &str) -> String {
+    let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
+    let arrays: Vec<String> = columns
+        .iter()
+        .enumerate()
+        .map(|(index, (_, kind))| format!("${}::{kind}[]", index + 1))
+        .collect();
+    let updated: Vec<&str> = names.iter().copied().filter(|name| *name != key).collect();
+    let excluded: Vec<String> = updated
+        .iter()
+        .map(|name| format!("EXCLUDED.{name}"))
+        .collect();
+    format!(
+        "INSERT INTO {table} ({}) SELECT * FROM UNNEST({}) \
+         ON CONFLICT ({key}) DO UPDATE SET ({}) = ROW({})",
+        names.join(", "),
+        arrays.join(", "),
+        updated.join(", "),
+        excluded.join(", ")
+    )
+}
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub(crate) struct LeaseRow {
