@@ -8,9 +8,8 @@ use uuid::Uuid;
 
 use super::outbox::trace_of;
 use super::rows::{
-    attempt_from_rows, attempt_row, insert_sql, job_row, lease_row, target_key_rows, timestamp,
-    AttemptRow, JobRow, LeaseRow, TargetKeyRow, JOB_COLUMNS, LEASE_COLUMNS, LEASE_JOINED,
-    TARGET_KEY_COLUMNS,
+    attempt_from_rows, attempt_row, job_row, lease_row, target_key_rows, timestamp, AttemptRow,
+    JobRow, LeaseRow, TargetKeyRow, LEASE_JOINED,
 };
 use super::{Store, StoreError};
 use crate::attempt::placement::{LiveInstance, QueuedAttempt};
@@ -1193,25 +1192,13 @@ impl ProjectionRows {
             }
         };
         if !self.jobs.is_empty() {
-            sqlx::query(&insert_sql(
-                schema_name,
-                "jobs",
-                JOB_COLUMNS,
-                Some("job_id"),
-            ))
-            .bind(sqlx::types::Json(&self.jobs))
-            .execute(&mut *conn)
-            .await?;
+            JobRow::upsert(&mut *conn, &qualified("jobs"), &self.jobs).await?;
         }
         if !self.attempts.is_empty() {
             AttemptRow::upsert(&mut *conn, &qualified("attempts"), &self.attempts).await?;
         }
         if !self.new_leases.is_empty() {
-            // No ON CONFLICT: a second lease for an attempt is refused.
-            sqlx::query(&insert_sql(schema_name, "leases", LEASE_COLUMNS, None))
-                .bind(sqlx::types::Json(&self.new_leases))
-                .execute(&mut *conn)
-                .await?;
+            LeaseRow::insert(&mut *conn, &qualified("leases"), &self.new_leases).await?;
         }
         if !self.changed_leases.is_empty() {
             // Typed arrays, not a JSON record set: nothing to parse, and
@@ -1252,15 +1239,7 @@ impl ProjectionRows {
             .await?;
         }
         if !self.target_keys.is_empty() {
-            sqlx::query(&insert_sql(
-                schema_name,
-                "target_keys",
-                TARGET_KEY_COLUMNS,
-                None,
-            ))
-            .bind(sqlx::types::Json(&self.target_keys))
-            .execute(&mut *conn)
-            .await?;
+            TargetKeyRow::insert(&mut *conn, &qualified("target_keys"), &self.target_keys).await?;
         }
         Ok(())
     }

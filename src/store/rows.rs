@@ -5,7 +5,7 @@
 //! `LeaseRow::from_joined`).
 
 use chrono::{DateTime, Utc};
-use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use serde::{de::DeserializeOwned, Serialize};
 use uuid::Uuid;
 
 use super::StoreError;
@@ -33,7 +33,7 @@ pub(crate) fn parse_enum<T: DeserializeOwned>(text: &str, column: &str) -> Resul
         .map_err(|_| StoreError::Corrupt(format!("`{text}` is not a valid {column}")))
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct JobRow {
     pub job_id: String,
     pub command_id: Uuid,
@@ -45,16 +45,41 @@ pub(crate) struct JobRow {
     pub created_at: DateTime<Utc>,
 }
 
-pub(crate) const JOB_COLUMNS: &[&str] = &[
-    "job_id",
-    "command_id",
-    "tenant",
-    "operation",
-    "spec",
-    "attempts",
-    "latest_attempt_id",
-    "created_at",
+const JOB_COLUMNS: &[(&str, &str)] = &[
+    ("job_id", "text"),
+    ("command_id", "uuid"),
+    ("tenant", "text"),
+    ("operation", "text"),
+    ("spec", "jsonb"),
+    ("attempts", "int4"),
+    ("latest_attempt_id", "uuid"),
+    ("created_at", "timestamptz"),
 ];
+
+impl JobRow {
+    /// Inserts `rows` into `table` (`jobs`), or updates the rows they
+    /// replace, in one statement ([`unnest_insert_sql`]).
+    pub(crate) async fn upsert(
+        conn: &mut sqlx::PgConnection,
+        table: &str,
+        rows: &[JobRow],
+    ) -> Result<(), sqlx::Error> {
+        use sqlx::types::Json;
+        // In the order of JOB_COLUMNS.
+        sqlx::query(&unnest_insert_sql(table, JOB_COLUMNS, Some("job_id")))
+            .bind(column(rows, |row| row.job_id.as_str()))
+            .bind(column(rows, |row| row.command_id))
+            .bind(column(rows, |row| row.tenant.as_str()))
+            .bind(column(rows, |row| row.operation.as_str()))
+            .bind(column(rows, |row| row.spec.as_deref().map(Json)))
+            .bind(column(rows, |row| row.attempts))
+            .bind(column(rows, |row| row.latest_attempt_id))
+            .bind(column(rows, |row| row.created_at))
+            .execute(conn)
+            .await?;
+        Ok(())
+    }
+}
 
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct AttemptRow {
@@ -152,7 +177,7 @@ impl AttemptRow {
 
 /// The columns of `attempts` a write sets, with their types: the upsert
 /// binds one typed array per column ([`AttemptRow::upsert`]).
-pub(crate) const ATTEMPT_COLUMNS: &[(&str, &str)] = &[
+const ATTEMPT_COLUMNS: &[(&str, &str)] = &[
     ("attempt_id", "uuid"),
     ("job_id", "text"),
     ("attempt_no", "int4"),
@@ -194,89 +219,101 @@ pub(crate) const ATTEMPT_COLUMNS: &[(&str, &str)] = &[
 
 impl AttemptRow {
     /// Inserts `rows` into `table` (`attempts`, qualified or not), or
-    /// updates the rows they replace, in one statement of one typed array
-    /// per column: Postgres parses nothing. Through a JSON record set
-    /// (`jsonb_populate_recordset`) a row cost it about five times as much
-    /// (docs/BENCHMARKS.md, "Typed arrays for the attempts upsert").
+    /// updates the rows they replace, in one statement
+    /// ([`unnest_insert_sql`]).
     pub(crate) async fn upsert(
         conn: &mut sqlx::PgConnection,
         table: &str,
         rows: &[AttemptRow],
     ) -> Result<(), sqlx::Error> {
         use sqlx::types::Json;
-        fn column<'a, T>(rows: &'a [AttemptRow], value: impl Fn(&'a AttemptRow) -> T) -> Vec<T> {
-            rows.iter().map(value).collect()
-        }
         // In the order of ATTEMPT_COLUMNS.
-        sqlx::query(&unnest_upsert_sql(table, ATTEMPT_COLUMNS, "attempt_id"))
-            .bind(column(rows, |row| row.attempt_id))
-            .bind(column(rows, |row| row.job_id.as_str()))
-            .bind(column(rows, |row| row.attempt_no))
-            .bind(column(rows, |row| row.command_id))
-            .bind(column(rows, |row| row.tenant.as_str()))
-            .bind(column(rows, |row| row.operation.as_str()))
-            .bind(column(rows, |row| row.runner_type.as_deref()))
-            .bind(column(rows, |row| row.status.as_str()))
-            .bind(column(rows, |row| row.created_at))
-            .bind(column(rows, |row| row.available_at))
-            .bind(column(rows, |row| row.updated_at))
-            .bind(column(rows, |row| row.previous_attempt_id))
-            .bind(column(rows, |row| row.policy_digest.as_deref()))
-            .bind(column(rows, |row| Json(&row.target_keys)))
-            .bind(column(rows, |row| row.started_at))
-            .bind(column(rows, |row| row.finished_at))
-            .bind(column(rows, |row| row.cancel_reason.as_deref()))
-            .bind(column(rows, |row| row.cancel_requested_by.as_deref()))
-            .bind(column(rows, |row| row.cancel_requested_at))
-            .bind(column(rows, |row| row.cancel_grace_deadline))
-            .bind(column(rows, |row| row.progress.as_deref()))
-            .bind(column(rows, |row| row.progress_percent))
-            .bind(column(rows, |row| row.outcome.as_deref()))
-            .bind(column(rows, |row| row.failure_category.as_deref()))
-            .bind(column(rows, |row| row.message.as_deref()))
-            .bind(column(rows, |row| row.result_json.as_deref()))
-            .bind(column(rows, |row| Json(&row.outputs)))
-            .bind(column(rows, |row| row.timer_fired.as_deref()))
-            .bind(column(rows, |row| row.retry_attempt_id))
-            .bind(column(rows, |row| row.fenced_reports))
-            .bind(column(rows, |row| row.callback_delivered))
-            .bind(column(rows, |row| row.callback_topic_delivered))
-            .bind(column(rows, |row| row.plan_approval.as_ref().map(Json)))
-            .bind(column(rows, |row| row.last_seq))
-            .bind(column(rows, |row| row.last_hash.as_slice()))
-            .bind(column(rows, |row| row.next_deadline))
-            .bind(column(rows, |row| row.next_timer.as_deref()))
-            .execute(conn)
-            .await?;
+        sqlx::query(&unnest_insert_sql(
+            table,
+            ATTEMPT_COLUMNS,
+            Some("attempt_id"),
+        ))
+        .bind(column(rows, |row| row.attempt_id))
+        .bind(column(rows, |row| row.job_id.as_str()))
+        .bind(column(rows, |row| row.attempt_no))
+        .bind(column(rows, |row| row.command_id))
+        .bind(column(rows, |row| row.tenant.as_str()))
+        .bind(column(rows, |row| row.operation.as_str()))
+        .bind(column(rows, |row| row.runner_type.as_deref()))
+        .bind(column(rows, |row| row.status.as_str()))
+        .bind(column(rows, |row| row.created_at))
+        .bind(column(rows, |row| row.available_at))
+        .bind(column(rows, |row| row.updated_at))
+        .bind(column(rows, |row| row.previous_attempt_id))
+        .bind(column(rows, |row| row.policy_digest.as_deref()))
+        .bind(column(rows, |row| Json(&row.target_keys)))
+        .bind(column(rows, |row| row.started_at))
+        .bind(column(rows, |row| row.finished_at))
+        .bind(column(rows, |row| row.cancel_reason.as_deref()))
+        .bind(column(rows, |row| row.cancel_requested_by.as_deref()))
+        .bind(column(rows, |row| row.cancel_requested_at))
+        .bind(column(rows, |row| row.cancel_grace_deadline))
+        .bind(column(rows, |row| row.progress.as_deref()))
+        .bind(column(rows, |row| row.progress_percent))
+        .bind(column(rows, |row| row.outcome.as_deref()))
+        .bind(column(rows, |row| row.failure_category.as_deref()))
+        .bind(column(rows, |row| row.message.as_deref()))
+        .bind(column(rows, |row| row.result_json.as_deref()))
+        .bind(column(rows, |row| Json(&row.outputs)))
+        .bind(column(rows, |row| row.timer_fired.as_deref()))
+        .bind(column(rows, |row| row.retry_attempt_id))
+        .bind(column(rows, |row| row.fenced_reports))
+        .bind(column(rows, |row| row.callback_delivered))
+        .bind(column(rows, |row| row.callback_topic_delivered))
+        .bind(column(rows, |row| row.plan_approval.as_ref().map(Json)))
+        .bind(column(rows, |row| row.last_seq))
+        .bind(column(rows, |row| row.last_hash.as_slice()))
+        .bind(column(rows, |row| row.next_deadline))
+        .bind(column(rows, |row| row.next_timer.as_deref()))
+        .execute(conn)
+        .await?;
         Ok(())
     }
 }
 
 /// `INSERT INTO table (columns) SELECT * FROM UNNEST($1::type[], ...)`,
-/// upserting on `key`.
-fn unnest_upsert_sql(table: &str, columns: &[(&str, &str)], key: &str) -> String {
+/// upserting on `conflict` if given: one typed array per column, nothing
+/// for Postgres to parse. Through a JSON record set
+/// (`jsonb_populate_recordset`) an attempts row cost it about five times
+/// as much (docs/BENCHMARKS.md, "Typed arrays for the projection's rows").
+fn unnest_insert_sql(table: &str, columns: &[(&str, &str)], conflict: Option<&str>) -> String {
     let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
     let arrays: Vec<String> = columns
         .iter()
         .enumerate()
         .map(|(index, (_, kind))| format!("${}::{kind}[]", index + 1))
         .collect();
-    let updated: Vec<&str> = names.iter().copied().filter(|name| *name != key).collect();
-    let excluded: Vec<String> = updated
-        .iter()
-        .map(|name| format!("EXCLUDED.{name}"))
-        .collect();
-    format!(
-        "INSERT INTO {table} ({}) SELECT * FROM UNNEST({}) \
-         ON CONFLICT ({key}) DO UPDATE SET ({}) = ROW({})",
+    let mut sql = format!(
+        "INSERT INTO {table} ({}) SELECT * FROM UNNEST({})",
         names.join(", "),
-        arrays.join(", "),
-        updated.join(", "),
-        excluded.join(", ")
-    )
+        arrays.join(", ")
+    );
+    if let Some(key) = conflict {
+        let updated: Vec<&str> = names.iter().copied().filter(|name| *name != key).collect();
+        let excluded: Vec<String> = updated
+            .iter()
+            .map(|name| format!("EXCLUDED.{name}"))
+            .collect();
+        sql.push_str(&format!(
+            " ON CONFLICT ({key}) DO UPDATE SET ({}) = ROW({})",
+            updated.join(", "),
+            excluded.join(", ")
+        ));
+    }
+    sql
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// One column of `rows`, for a typed array.
+fn column<'a, R, T>(rows: &'a [R], value: impl Fn(&'a R) -> T) -> Vec<T> {
+    rows.iter().map(value).collect()
+}
+
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct LeaseRow {
     pub lease_id: Uuid,
     pub attempt_id: Uuid,
@@ -288,20 +325,45 @@ pub(crate) struct LeaseRow {
     pub active: bool,
 }
 
-pub(crate) const LEASE_COLUMNS: &[&str] = &[
-    "lease_id",
-    "attempt_id",
-    "job_id",
-    "epoch",
-    "runner_instance",
-    "granted_at",
-    "expires_at",
-    "active",
+const LEASE_COLUMNS: &[(&str, &str)] = &[
+    ("lease_id", "uuid"),
+    ("attempt_id", "uuid"),
+    ("job_id", "text"),
+    ("epoch", "int8"),
+    ("runner_instance", "text"),
+    ("granted_at", "timestamptz"),
+    ("expires_at", "timestamptz"),
+    ("active", "bool"),
 ];
+
+impl LeaseRow {
+    /// Inserts `rows` into `table` (`leases`) in one statement
+    /// ([`unnest_insert_sql`]). No upsert: a second lease for an attempt
+    /// is refused.
+    pub(crate) async fn insert(
+        conn: &mut sqlx::PgConnection,
+        table: &str,
+        rows: &[LeaseRow],
+    ) -> Result<(), sqlx::Error> {
+        // In the order of LEASE_COLUMNS.
+        sqlx::query(&unnest_insert_sql(table, LEASE_COLUMNS, None))
+            .bind(column(rows, |row| row.lease_id))
+            .bind(column(rows, |row| row.attempt_id))
+            .bind(column(rows, |row| row.job_id.as_str()))
+            .bind(column(rows, |row| row.epoch))
+            .bind(column(rows, |row| row.runner_instance.as_str()))
+            .bind(column(rows, |row| row.granted_at))
+            .bind(column(rows, |row| row.expires_at))
+            .bind(column(rows, |row| row.active))
+            .execute(conn)
+            .await?;
+        Ok(())
+    }
+}
 
 /// One target key of a live attempt: waiting for it (queued) or holding it
 /// (leased to its end). Terminal attempts have none.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub(crate) struct TargetKeyRow {
     pub key: String,
     pub attempt_id: Uuid,
@@ -310,8 +372,34 @@ pub(crate) struct TargetKeyRow {
     pub available_at: DateTime<Utc>,
 }
 
-pub(crate) const TARGET_KEY_COLUMNS: &[&str] =
-    &["key", "attempt_id", "key_limit", "holding", "available_at"];
+const TARGET_KEY_COLUMNS: &[(&str, &str)] = &[
+    ("key", "text"),
+    ("attempt_id", "uuid"),
+    ("key_limit", "int4"),
+    ("holding", "bool"),
+    ("available_at", "timestamptz"),
+];
+
+impl TargetKeyRow {
+    /// Inserts `rows` into `table` (`target_keys`) in one statement
+    /// ([`unnest_insert_sql`]).
+    pub(crate) async fn insert(
+        conn: &mut sqlx::PgConnection,
+        table: &str,
+        rows: &[TargetKeyRow],
+    ) -> Result<(), sqlx::Error> {
+        // In the order of TARGET_KEY_COLUMNS.
+        sqlx::query(&unnest_insert_sql(table, TARGET_KEY_COLUMNS, None))
+            .bind(column(rows, |row| row.key.as_str()))
+            .bind(column(rows, |row| row.attempt_id))
+            .bind(column(rows, |row| row.key_limit))
+            .bind(column(rows, |row| row.holding))
+            .bind(column(rows, |row| row.available_at))
+            .execute(conn)
+            .await?;
+        Ok(())
+    }
+}
 
 pub(crate) fn target_key_rows(attempt: &Attempt) -> Vec<TargetKeyRow> {
     if attempt.is_terminal() {
@@ -530,39 +618,4 @@ pub(crate) fn attempt_from_rows(
         plan_approval: row.plan_approval,
         last_seq: u64::try_from(row.last_seq).unwrap_or(0),
     })
-}
-
-/// `INSERT ... SELECT ... FROM jsonb_populate_recordset(...)`, optionally
-/// upserting on `conflict`.
-pub(crate) fn insert_sql(
-    schema: &str,
-    table: &str,
-    columns: &[&str],
-    conflict: Option<&str>,
-) -> String {
-    let list = columns.join(", ");
-    // An empty schema means the connection's search_path.
-    let target = if schema.is_empty() {
-        table.to_owned()
-    } else {
-        format!("\"{schema}\".{table}")
-    };
-    let mut sql = format!("INSERT INTO {target} ({list}) SELECT {list} FROM jsonb_populate_recordset(NULL::{target}, $1::jsonb)");
-    if let Some(key) = conflict {
-        let updated: Vec<&str> = columns
-            .iter()
-            .copied()
-            .filter(|column| *column != key)
-            .collect();
-        let excluded: Vec<String> = updated
-            .iter()
-            .map(|column| format!("EXCLUDED.{column}"))
-            .collect();
-        sql.push_str(&format!(
-            " ON CONFLICT ({key}) DO UPDATE SET ({}) = ROW({})",
-            updated.join(", "),
-            excluded.join(", ")
-        ));
-    }
-    sql
 }
