@@ -1,8 +1,8 @@
 //! Projection rows: one struct per table, field names equal to column names,
-//! written as JSON (`jsonb_populate_recordset`) so the live writer and the
-//! rebuild writer are the same code; read as JSON (`to_jsonb`) except where
-//! the hot path reads typed columns (`AttemptRow::from_pg`,
-//! `LeaseRow::from_joined`).
+//! written through one typed array per column (`unnest_insert_sql`) by the
+//! one write function the live writer and the rebuild share; read as JSON
+//! (`to_jsonb`) except where the hot path reads typed columns
+//! (`AttemptRow::from_pg`, `LeaseRow::from_joined`).
 
 use chrono::{DateTime, Utc};
 use serde::{de::DeserializeOwned, Serialize};
