@@ -43,7 +43,8 @@ impl Default for TelemetrySettings {
 /// workers a `write(2)` each (half of what its logging cost, about 3 % of
 /// the process under load; docs/BENCHMARKS.md), and a reader of stderr
 /// that stops reading must not stop the runtime. Up to `LOG_LINES_BUFFERED`
-/// lines wait for it; beyond that, lines are dropped, not waited for.
+/// lines wait for it; beyond that, lines are dropped, not waited for, and
+/// counted ([`log_lines_dropped`]).
 /// [`finish`] writes what is still buffered.
 pub fn init(settings: &TelemetrySettings) {
     use std::io::IsTerminal;
@@ -66,6 +67,7 @@ pub fn init(settings: &TelemetrySettings) {
             64 * 1024,
             std::io::stderr(),
         ));
+    let writer_errors = writer.error_counter();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(ansi)
@@ -78,8 +80,20 @@ pub fn init(settings: &TelemetrySettings) {
         if let Ok(mut slot) = LOG_WRITER.lock() {
             *slot = Some(guard);
         }
+        let _ = LOG_LINES_DROPPED.set(writer_errors);
     }
 }
+
+/// Log lines dropped since the process started because the writer thread
+/// was `LOG_LINES_BUFFERED` lines behind (`execplane_log_lines_dropped_total`).
+pub fn log_lines_dropped() -> u64 {
+    LOG_LINES_DROPPED
+        .get()
+        .map_or(0, |counter| counter.dropped_lines() as u64)
+}
+
+static LOG_LINES_DROPPED: std::sync::OnceLock<tracing_appender::non_blocking::ErrorCounter> =
+    std::sync::OnceLock::new();
 
 /// Log lines waiting for the writer thread before new ones are dropped.
 const LOG_LINES_BUFFERED: usize = 64 * 1024;

@@ -229,6 +229,14 @@ async fn python_executors_complete_attempts_over_http_and_over_tcp(pool: PgPool)
         prometheus::sum(&samples, "execplane_lease_grants_total", &[]) >= 2.0,
         "the dispatcher's metrics are proxied"
     );
+    // Log lines the writer thread could not keep up with are counted.
+    assert!(
+        samples
+            .keys()
+            .any(|series| series.starts_with("execplane_log_lines_dropped_total")),
+        "{:?}",
+        samples.keys().collect::<Vec<_>>()
+    );
     assert!(
         prometheus::sum(
             &samples,

@@ -41,6 +41,7 @@ pub const INGRESS_SESSIONS: &str = "execplane_ingress_executor_sessions";
 pub const INGRESS_WORK_HANDED: &str = "execplane_ingress_work_handed_total";
 pub const CONSUMER_LAG: &str = "execplane_consumer_lag_records";
 pub const POLICY_RELOADS: &str = "execplane_policy_reloads_total";
+pub const LOG_LINES_DROPPED: &str = "execplane_log_lines_dropped_total";
 
 fn describe() {
     describe_counter!(
@@ -198,6 +199,11 @@ fn describe_runners() {
         Unit::Count,
         "attempts a runner stopped because its lease deadline passed without an extension"
     );
+    describe_counter!(
+        LOG_LINES_DROPPED,
+        Unit::Count,
+        "log lines dropped because standard error was not read fast enough"
+    );
 }
 
 static HANDLE: std::sync::OnceLock<PrometheusHandle> = std::sync::OnceLock::new();
@@ -219,6 +225,7 @@ pub fn init(listen: Option<SocketAddr>) {
                 let mut ticker = tokio::time::interval(std::time::Duration::from_secs(5));
                 loop {
                     ticker.tick().await;
+                    counter!(LOG_LINES_DROPPED).absolute(super::log_lines_dropped());
                     handle.run_upkeep();
                 }
             });
