@@ -280,7 +280,8 @@ impl AttemptRow {
 /// upserting on `conflict` if given: one typed array per column, nothing
 /// for Postgres to parse. Through a JSON record set
 /// (`jsonb_populate_recordset`) an attempts row cost it about five times
-/// as much (docs/BENCHMARKS.md, "Typed arrays for the projection's rows").
+/// as much (docs/BENCHMARKS.md, "Commands without inbox rows, typed arrays
+/// for the projection's rows").
 fn unnest_insert_sql(table: &str, columns: &[(&str, &str)], conflict: Option<&str>) -> String {
     let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
     let arrays: Vec<String> = columns
