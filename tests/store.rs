@@ -294,6 +294,36 @@ async fn audit_verify_catches_a_truncated_tail(pool: PgPool) {
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn what_the_projection_reads_back_is_the_log_folded_in_memory(pool: PgPool) {
+    // The projection's rows are written one typed array per column; two
+    // columns of one type bound in each other's place would pass every
+    // type check. After every batch of a mixed workload, each job it
+    // touched must read back as its events folded here. (Checked after
+    // every batch: a row written twice would swap such columns back.)
+    let store = Store::from_pool(pool.clone());
+    let mut folded: BTreeMap<String, execplane::attempt::JobState> = BTreeMap::new();
+    let mut compared = 0;
+    for (at, batch) in common::mixed_batches(150) {
+        let outcome = store.process_batch(&batch, at).await.unwrap();
+        let mut touched = std::collections::BTreeSet::new();
+        for event in &outcome.events {
+            folded
+                .entry(event.job_id.clone())
+                .or_default()
+                .apply_all(std::slice::from_ref(event))
+                .unwrap();
+            touched.insert(event.job_id.clone());
+        }
+        for job_id in touched {
+            let read = store.job_state(&job_id).await.unwrap();
+            assert_eq!(read.attempts, folded[&job_id].attempts, "job {job_id}");
+            compared += 1;
+        }
+    }
+    assert!(folded.len() >= 150 && compared > 300, "{compared}");
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn projection_rebuild_verify_passes_after_a_mixed_workload_and_fails_on_corruption(
     pool: PgPool,
 ) {

@@ -358,6 +358,24 @@ pub fn scenario(index: usize) -> Vec<(i64, Input)> {
 
 /// Drives `jobs` jobs of the mixed workload through the store in batches.
 pub async fn drive_mixed(store: &Store, jobs: usize) -> usize {
+    let mut processed = 0;
+    for (at, batch) in mixed_batches(jobs) {
+        let outcome = store.process_batch(&batch, at).await.unwrap();
+        for (envelope, result) in batch.iter().zip(&outcome.outcomes) {
+            assert!(
+                !matches!(result, InputOutcome::Rejected(_)),
+                "{:?} was rejected: {result:?}",
+                envelope.input
+            );
+        }
+        processed += batch.len();
+    }
+    processed
+}
+
+/// The mixed workload of `jobs` jobs as the batches `drive_mixed` decides,
+/// each with its decision time: inputs of one second, at most 250 a batch.
+pub fn mixed_batches(jobs: usize) -> Vec<(i64, Vec<InputEnvelope>)> {
     let mut timeline: Vec<(i64, usize, usize, Input)> = Vec::new();
     for index in 0..jobs {
         for (step, (seconds, input)) in scenario(index).into_iter().enumerate() {
@@ -365,7 +383,7 @@ pub async fn drive_mixed(store: &Store, jobs: usize) -> usize {
         }
     }
     timeline.sort_by_key(|(seconds, index, step, _)| (*seconds, *index, *step));
-    let mut processed = 0;
+    let mut batches = Vec::new();
     let mut start = 0;
     while start < timeline.len() {
         let seconds = timeline[start].0;
@@ -381,21 +399,10 @@ pub async fn drive_mixed(store: &Store, jobs: usize) -> usize {
                 input: input.clone(),
             })
             .collect();
-        let outcome = store
-            .process_batch(&batch, BASE + seconds * 1000)
-            .await
-            .unwrap();
-        for (envelope, result) in batch.iter().zip(&outcome.outcomes) {
-            assert!(
-                !matches!(result, InputOutcome::Rejected(_)),
-                "{:?} was rejected: {result:?}",
-                envelope.input
-            );
-        }
-        processed += batch.len();
+        batches.push((BASE + seconds * 1000, batch));
         start = end;
     }
-    processed
+    batches
 }
 
 pub mod bao;
