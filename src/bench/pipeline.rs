@@ -713,7 +713,7 @@ struct RunFigures {
 /// Whether a published record is of a kind the follower notes (its
 /// `ce_type` header, `io.execplane.attempt.<kind>`).
 fn wanted_kind(message: &impl Message) -> bool {
-    use crate::contract::event_kind::{FINISHED, LEASE_GRANTED, REJECTED, STARTED};
+    use crate::contract::event_kind::{CE_TYPE_PREFIX, FINISHED, LEASE_GRANTED, REJECTED, STARTED};
     use rdkafka::message::Headers;
     let Some(headers) = message.headers() else {
         return true;
@@ -722,7 +722,7 @@ fn wanted_kind(message: &impl Message) -> bool {
         .iter()
         .find(|header| header.key == "ce_type")
         .and_then(|header| header.value)
-        .and_then(|value| value.strip_prefix(b"io.execplane.attempt."));
+        .and_then(|value| value.strip_prefix(CE_TYPE_PREFIX.as_bytes()));
     kind.is_none_or(|kind| {
         [LEASE_GRANTED, STARTED, REJECTED, FINISHED]
             .iter()

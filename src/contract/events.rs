@@ -592,6 +592,8 @@ impl AttemptEvent {
 /// (`io.execplane.attempt.<kind>`), in SSE event names, and as the Avro
 /// `type` symbol (`codec`). Defined once.
 pub mod event_kind {
+    /// What `ce_type` prefixes the kind with.
+    pub const CE_TYPE_PREFIX: &str = "io.execplane.attempt.";
     pub const CREATED: &str = "created";
     pub const REJECTED: &str = "rejected";
     pub const LEASE_GRANTED: &str = "lease_granted";

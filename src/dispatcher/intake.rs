@@ -429,11 +429,7 @@ fn decode_command(config: &DispatcherConfig, record: CommandRecord) -> Decoded {
         },
     };
     match input {
-        Ok(input) => Decoded::Input(InputEnvelope {
-            input_id: format!("command:{command_id}"),
-            source: "commands".into(),
-            input,
-        }),
+        Ok(input) => Decoded::Input(InputEnvelope::command(command_id, "commands", input)),
         Err(reason) => Decoded::Poison(reason),
     }
 }

@@ -28,7 +28,25 @@ pub struct InputEnvelope {
     pub input: Input,
 }
 
+/// The prefix of a command's input id: `command:<command id>`.
+const COMMAND_INPUT: &str = "command:";
+
 impl InputEnvelope {
+    /// A command from the command topic, its input id its command id.
+    pub fn command(command_id: Uuid, source: &str, input: Input) -> Self {
+        Self {
+            input_id: format!("{COMMAND_INPUT}{command_id}"),
+            source: source.to_owned(),
+            input,
+        }
+    }
+
+    /// The command id of an input made by [`InputEnvelope::command`].
+    fn command_id(&self) -> Option<Uuid> {
+        let id = self.input_id.strip_prefix(COMMAND_INPUT)?;
+        Uuid::parse_str(id).ok()
+    }
+
     /// A lease grant of `attempt_id` to an instance, whoever makes it
     /// (intake placing new attempts, the placement task the rest). It
     /// claims no inbox row: decided twice, it finds its attempt leased and
@@ -284,14 +302,11 @@ fn command_key(input: &Input) -> Option<Uuid> {
 }
 
 /// The id of the command an input came as: an execute's or an approval's
-/// own, a cancel's from its input id (`command:<id>`).
+/// own, a cancel's from its input id ([`InputEnvelope::command_id`]).
 fn command_of(envelope: &InputEnvelope) -> Option<Uuid> {
     match &envelope.input {
         Input::ApprovePlan { command_id, .. } => Some(*command_id),
-        Input::Cancel { .. } => envelope
-            .input_id
-            .strip_prefix("command:")
-            .and_then(|id| Uuid::parse_str(id).ok()),
+        Input::Cancel { .. } => envelope.command_id(),
         input => command_key(input),
     }
 }

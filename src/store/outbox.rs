@@ -193,7 +193,11 @@ pub struct LoggedEvent {
 pub(crate) fn log_record(event: &LoggedEvent, codec: &Codec) -> Result<OutboxMessage, CodecError> {
     let mut headers = cloud_headers(
         event.event_id,
-        &format!("io.execplane.attempt.{}", event.kind),
+        &format!(
+            "{}{}",
+            crate::contract::event_kind::CE_TYPE_PREFIX,
+            event.kind
+        ),
         event.occurred_at,
         event.attempt_id,
         event.trace.as_ref(),
