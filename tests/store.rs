@@ -570,6 +570,29 @@ async fn a_rejected_command_gets_its_result_from_the_log(pool: PgPool) {
     assert!(result.message.contains("inputs.port"), "{}", result.message);
 }
 
+/// Event ids are unique because each is derived from its attempt and seq,
+/// which the log keeps unique: the append path refuses any other id
+/// (migration 0022), and writes nothing of the batch.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn an_event_whose_id_is_not_derived_from_its_seq_is_refused(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    let attempt_id = create_job(&store, "ids/1").await;
+    let (loaded, mut grant) = decided_grant(&store, &pool, "ids/1", attempt_id, "runner-a").await;
+    let events = count(&pool, "SELECT count(*) FROM attempt_events").await;
+    grant[0].event_id = Uuid::new_v4();
+    let mut tx = pool.begin().await.unwrap();
+    let refused = append_decided(&mut tx, &Codec::default(), &loaded, &grant).await;
+    assert!(
+        matches!(&refused, Err(execplane::store::StoreError::Apply(error)) if error.reason.contains("not derived")),
+        "{refused:?}"
+    );
+    drop(tx);
+    assert_eq!(
+        count(&pool, "SELECT count(*) FROM attempt_events").await,
+        events
+    );
+}
+
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn an_event_whose_records_cannot_be_built_does_not_hold_the_log_back(pool: PgPool) {
     let store = Store::from_pool(pool.clone());

@@ -13,7 +13,7 @@ use super::rows::{
 };
 use super::{Store, StoreError};
 use crate::attempt::placement::{LiveInstance, QueuedAttempt};
-use crate::attempt::{decide, JobState, Rejection};
+use crate::attempt::{decide, event_id_for, ApplyError, JobState, Rejection};
 use crate::codec::{AttemptEventRecord, Codec, Family};
 use crate::contract::{AttemptEvent, EventBody, Input, JobSpec, UnixMillis};
 
@@ -1011,6 +1011,16 @@ impl Folded {
             lost_leases: Vec::new(),
         };
         for event in events {
+            // Ids are unique because they are derived from what the log
+            // keeps unique (migration 0022).
+            if event.event_id != event_id_for(event.attempt_id, event.seq) {
+                return Err(ApplyError {
+                    attempt_id: event.attempt_id,
+                    seq: event.seq,
+                    reason: format!("event id {} is not derived from its seq", event.event_id),
+                }
+                .into());
+            }
             let state = folded
                 .jobs
                 .entry(event.job_id.clone())
@@ -1223,14 +1233,14 @@ impl ProjectionRows {
             sqlx::query(&format!(
                 "UPDATE {} l SET expires_at = r.expires_at, active = r.active
                  FROM unnest($1::uuid[], $2::int8[], $3::timestamptz[], $4::bool[])
-                      AS r(lease_id, epoch, expires_at, active)
-                 WHERE l.lease_id = r.lease_id AND l.epoch = r.epoch",
+                      AS r(attempt_id, epoch, expires_at, active)
+                 WHERE l.attempt_id = r.attempt_id AND l.epoch = r.epoch",
                 qualified("leases")
             ))
             .bind(
                 changed
                     .iter()
-                    .map(|lease| lease.lease_id)
+                    .map(|lease| lease.attempt_id)
                     .collect::<Vec<_>>(),
             )
             .bind(changed.iter().map(|lease| lease.epoch).collect::<Vec<_>>())

@@ -16,7 +16,7 @@ pub const SHADOW_SCHEMA: &str = "execplane_shadow";
 const TABLES: [(&str, &str); 4] = [
     ("jobs", "job_id"),
     ("attempts", "attempt_id"),
-    ("leases", "lease_id"),
+    ("leases", "attempt_id"),
     ("target_keys", "key, attempt_id"),
 ];
 const SHOWN_ROWS: i64 = 10;
