@@ -518,6 +518,77 @@ pub struct OperatorPolicy {
     reserved_secrets: Vec<(String, String)>,
     /// `sha256:<hex>` of the file as read (of the empty string without a file).
     digest: String,
+    /// Tenants' effective rules as built (see `tenant`).
+    built: TenantMemo,
+}
+
+/// Each tenant's effective rules, built once: they depend only on the
+/// policy and the tenant's name, and building them (prefixes, destination
+/// networks, operation rules) cost more than the check of a JobSpec that
+/// asks for them, once in intake and again in the runner. At most
+/// [`TenantMemo::TENANTS`] are kept: a tenant's name comes from a JobSpec,
+/// so a tenant past that is built each time it is asked for. Not part of
+/// the policy's value: a copy starts empty, and two policies compare equal
+/// whatever either has built.
+#[derive(Default)]
+struct TenantMemo(
+    std::sync::RwLock<std::collections::HashMap<String, std::sync::Arc<TenantPolicy>>>,
+);
+
+impl TenantMemo {
+    const TENANTS: usize = 4096;
+
+    fn get_or_build(
+        &self,
+        tenant: &str,
+        build: impl FnOnce() -> TenantPolicy,
+    ) -> std::sync::Arc<TenantPolicy> {
+        let read = self
+            .0
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(built) = read.get(tenant) {
+            return built.clone();
+        }
+        drop(read);
+        let built = std::sync::Arc::new(build());
+        let mut write = self
+            .0
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if write.len() < Self::TENANTS {
+            write.insert(tenant.to_owned(), built.clone());
+        }
+        built
+    }
+
+    fn clear(&mut self) {
+        self.0
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+    }
+}
+
+impl Clone for TenantMemo {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl PartialEq for TenantMemo {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for TenantMemo {}
+
+impl std::fmt::Debug for TenantMemo {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let built = self.0.read().map_or(0, |built| built.len());
+        write!(formatter, "TenantMemo({built} built)")
+    }
 }
 
 impl Default for OperatorPolicy {
@@ -582,6 +653,7 @@ impl OperatorPolicy {
             concurrency: file.concurrency,
             helm_marketplace: file.helm_marketplace,
             digest: format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes()))),
+            built: TenantMemo::default(),
         };
         // Parse every tenant once now, so a bad entry fails at startup.
         problems.extend(policy.table_problems());
@@ -665,13 +737,17 @@ impl OperatorPolicy {
     pub fn reserve_secrets(&mut self, location: (String, String)) {
         if !self.reserved_secrets.contains(&location) {
             self.reserved_secrets.push(location);
+            self.built.clear();
         }
     }
 
-    /// The effective rules of `tenant`.
-    pub fn tenant(&self, tenant: &str) -> TenantPolicy {
-        let rules = self.tenants.get(tenant).cloned().unwrap_or_default();
-        self.build(tenant, &rules, &mut Vec::new())
+    /// The effective rules of `tenant`, built the first time it is asked
+    /// for (see `TenantMemo`).
+    pub fn tenant(&self, tenant: &str) -> std::sync::Arc<TenantPolicy> {
+        self.built.get_or_build(tenant, || {
+            let rules = self.tenants.get(tenant).cloned().unwrap_or_default();
+            self.build(tenant, &rules, &mut Vec::new())
+        })
     }
 
     fn build(&self, tenant: &str, rules: &TenantRules, problems: &mut Vec<String>) -> TenantPolicy {
@@ -1213,7 +1289,7 @@ mod tests {
             "#,
         )
         .unwrap();
-        let open = policy.tenant("open").destinations;
+        let open = policy.tenant("open").destinations.clone();
         assert!(open.check(None, ip("127.0.0.1")).is_ok());
         assert!(open.check(None, ip("127.0.0.2")).is_err());
         assert!(open.check(Some("db.internal"), ip("10.9.9.9")).is_ok());
@@ -1221,7 +1297,7 @@ mod tests {
         assert!(open.check(None, ip("192.0.2.1")).is_ok());
         // Metadata stays denied whatever is allowed.
         assert!(open.check(None, ip("169.254.169.254")).is_err());
-        let listed = policy.tenant("listed").destinations;
+        let listed = policy.tenant("listed").destinations.clone();
         assert!(listed.check(None, ip("10.20.3.4")).is_ok());
         assert!(listed.check(None, ip("10.21.3.4")).is_err());
         assert!(listed
@@ -1229,7 +1305,7 @@ mod tests {
             .is_ok());
         assert!(listed.check(None, ip("192.0.2.7")).is_ok());
         // The whole internet is not the private networks.
-        let world = policy.tenant("world").destinations;
+        let world = policy.tenant("world").destinations.clone();
         assert!(world.check(None, ip("198.51.100.1")).is_ok());
         for private in ["127.0.0.1", "10.0.0.1", "::1", "fd00::1"] {
             assert!(world.check(None, ip(private)).is_err(), "{private}");

@@ -146,13 +146,13 @@ pub(super) async fn run(
                 if clients.len() >= 256 {
                     clients.clear();
                 }
-                let destinations = policy.tenant(&tenant).destinations;
+                let destinations = policy.tenant(&tenant).destinations.clone();
                 let client = crate::policy::http_client(&destinations, 0)
                     .map_err(DispatcherError::HttpClient)?;
                 clients.insert(tenant.clone(), client);
             }
             let client = clients[&tenant].clone();
-            let destinations = policy.tenant(&tenant).destinations;
+            let destinations = policy.tenant(&tenant).destinations.clone();
             let signed = match &config.signing {
                 None => None,
                 Some(signing) => {

@@ -93,6 +93,7 @@ pub(super) async fn run(
         let context = Context {
             store: &store,
             kafka: &kafka,
+            topics: [&commands_topic, &events_topic],
             producer: &producer,
             codec: &codec,
             config: &config,
@@ -189,6 +190,8 @@ async fn collect(
 struct Context<'a> {
     store: &'a Store,
     kafka: &'a KafkaConfig,
+    /// The prefixed names of the topics read: commands, runner events.
+    topics: [&'a str; 2],
     producer: &'a FutureProducer,
     codec: &'a Codec,
     config: &'a DispatcherConfig,
@@ -215,7 +218,7 @@ async fn handle(context: &Context<'_>, batch: &[OwnedMessage]) -> Handled {
     let mut inputs = Vec::new();
     let mut origins = Vec::new();
     for message in batch {
-        match decode(context.kafka, context.codec, context.config, message) {
+        match decode(context.topics, context.codec, context.config, message) {
             Decoded::Input(envelope) => {
                 inputs.push(envelope);
                 origins.push(message);
@@ -368,7 +371,7 @@ async fn decide_isolating(
 }
 
 fn decode(
-    kafka: &KafkaConfig,
+    [commands_topic, events_topic]: [&str; 2],
     codec: &Codec,
     config: &DispatcherConfig,
     message: &OwnedMessage,
@@ -377,12 +380,12 @@ fn decode(
         return Decoded::Poison("empty payload".into());
     };
     let topic = message.topic();
-    if topic == kafka.topic(topics::COMMANDS) {
+    if topic == commands_topic {
         match codec.decode::<CommandRecord>(Family::Command, payload) {
             Ok(record) => decode_command(config, record),
             Err(error) => Decoded::Poison(format!("not a command record: {error}")),
         }
-    } else if topic == kafka.topic(topics::RUNNER_EVENTS) {
+    } else if topic == events_topic {
         match codec.decode::<RunnerEventRecord>(Family::RunnerEvent, payload) {
             Ok(record) => match record.to_report() {
                 Ok(report) => {
@@ -559,7 +562,8 @@ fn decode_approve(
         .current()
         .tenant(&approval.tenant)
         .operations
-        .opentofu;
+        .opentofu
+        .clone();
     if !rules.may_approve(&approval.approved_by) {
         return Err(format!(
             "policy: `{}` may not approve tenant `{}`'s plans (operator policy rule `tenants.{}.opentofu.approvers`)",

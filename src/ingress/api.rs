@@ -217,7 +217,8 @@ impl Ingress {
             .current()
             .tenant(&tenant)
             .operations
-            .opentofu;
+            .opentofu
+            .clone();
         if !rules.may_approve(&approved_by) {
             return Err(IngressError::PolicyProblems(vec![Problem::new(
                 "approved_by",

@@ -170,8 +170,8 @@ tenants:
 "#
         ))
         .unwrap();
-        let team_a = policy.tenant("team-a").operations.helm;
-        let team_b = policy.tenant("team-b").operations.helm;
+        let team_a = policy.tenant("team-a").operations.helm.clone();
+        let team_b = policy.tenant("team-b").operations.helm.clone();
         let web = |version: &str| chart("https://charts.example.com/stable/", "web", version, None);
         assert!(team_a.trusts(&web("1.2.0")) && team_a.trusts(&web("1.9.3")));
         assert!(!team_b.trusts(&web("1.2.0")), "team-b did not opt in");

@@ -399,6 +399,23 @@ fn a_generated_secret_goes_only_where_the_tenant_may_write() {
 }
 
 #[test]
+fn a_location_reserved_after_a_tenant_s_rules_were_built_applies_to_them() {
+    // The rules are built once and kept (`TenantMemo`): reserving a
+    // location afterwards must not leave the kept ones without it.
+    let mut policy = OperatorPolicy::default();
+    let path = "execplane/team-b/callbacks";
+    assert!(policy.tenant("execplane").secret_allowed("secret", path));
+    policy.reserve_secrets(("secret".into(), "execplane/{tenant}/callbacks".into()));
+    assert!(!policy.tenant("execplane").secret_allowed("secret", path));
+    // A copy is the same policy, with nothing built.
+    assert_eq!(policy.clone(), policy);
+    assert!(!policy
+        .clone()
+        .tenant("execplane")
+        .secret_allowed("secret", path));
+}
+
+#[test]
 fn the_callback_signing_secrets_are_no_tenant_s_to_read_or_write() {
     // Tenant `execplane`'s default prefix `*/execplane/` covers every
     // tenant's signing secrets at secret/execplane/{tenant}/callbacks.

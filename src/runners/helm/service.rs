@@ -75,7 +75,7 @@ impl Executor for HelmRunner {
             }
         };
         let policy = context.policy();
-        let rules = policy.tenant(&assignment.spec.tenant).operations;
+        let rules = policy.tenant(&assignment.spec.tenant).operations.clone();
         let mut run = Run {
             helm: &self.config.helm,
             workdir: &workdir,

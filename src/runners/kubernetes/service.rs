@@ -82,7 +82,7 @@ impl Executor for KubernetesRunner {
             cluster: cluster_ref.name.clone(),
             client,
             kinds: Kinds::default(),
-            rules: policy.tenant(&assignment.spec.tenant).operations,
+            rules: policy.tenant(&assignment.spec.tenant).operations.clone(),
             context: &context,
             poll_interval: self.config.poll_interval,
             report: KubernetesResult {

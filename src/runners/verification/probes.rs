@@ -996,7 +996,8 @@ mod tests {
             destinations: OperatorPolicy::from_toml(policy)
                 .unwrap()
                 .tenant("team-a")
-                .destinations,
+                .destinations
+                .clone(),
             max_body_bytes,
         }
     }

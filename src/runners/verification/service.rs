@@ -255,7 +255,7 @@ impl VerificationRunner {
         // policy before this executor was called; what is left is where
         // each connection may go, checked on every one of them.
         let bounds = Bounds {
-            destinations: policy.tenant(tenant).destinations,
+            destinations: policy.tenant(tenant).destinations.clone(),
             max_body_bytes: self.config.max_body_bytes,
         };
         let http = self
@@ -270,7 +270,7 @@ impl VerificationRunner {
             Some(cluster_ref) => {
                 let client =
                     crate::runner::kit::kube::connect(policy, cluster_ref, self.config.kubernetes)?;
-                Some((client, policy.tenant(tenant).operations))
+                Some((client, policy.tenant(tenant).operations.clone()))
             }
             None => None,
         };
