@@ -31,9 +31,10 @@
 //! (`10.20.0.0/16` above; `0.0.0.0/0` is the internet, not them), or an
 //! `allow` name resolves to them.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
 use std::path::Path;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use ipnet::IpNet;
 use serde::Deserialize;
@@ -531,9 +532,7 @@ pub struct OperatorPolicy {
 /// the policy's value: a copy starts empty, and two policies compare equal
 /// whatever either has built.
 #[derive(Default)]
-struct TenantMemo(
-    std::sync::RwLock<std::collections::HashMap<String, std::sync::Arc<TenantPolicy>>>,
-);
+struct TenantMemo(RwLock<HashMap<String, Arc<TenantPolicy>>>);
 
 impl TenantMemo {
     const TENANTS: usize = 4096;
@@ -542,20 +541,14 @@ impl TenantMemo {
         &self,
         tenant: &str,
         build: impl FnOnce() -> TenantPolicy,
-    ) -> std::sync::Arc<TenantPolicy> {
-        let read = self
-            .0
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+    ) -> Arc<TenantPolicy> {
+        let read = self.0.read().unwrap_or_else(PoisonError::into_inner);
         if let Some(built) = read.get(tenant) {
             return built.clone();
         }
         drop(read);
-        let built = std::sync::Arc::new(build());
-        let mut write = self
-            .0
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let built = Arc::new(build());
+        let mut write = self.0.write().unwrap_or_else(PoisonError::into_inner);
         if write.len() < Self::TENANTS {
             write.insert(tenant.to_owned(), built.clone());
         }
@@ -565,7 +558,7 @@ impl TenantMemo {
     fn clear(&mut self) {
         self.0
             .get_mut()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unwrap_or_else(PoisonError::into_inner)
             .clear();
     }
 }
@@ -743,7 +736,7 @@ impl OperatorPolicy {
 
     /// The effective rules of `tenant`, built the first time it is asked
     /// for (see `TenantMemo`).
-    pub fn tenant(&self, tenant: &str) -> std::sync::Arc<TenantPolicy> {
+    pub fn tenant(&self, tenant: &str) -> Arc<TenantPolicy> {
         self.built.get_or_build(tenant, || {
             let rules = self.tenants.get(tenant).cloned().unwrap_or_default();
             self.build(tenant, &rules, &mut Vec::new())
