@@ -69,6 +69,12 @@ cargo clippy --locked -- -D warnings || die "cargo clippy: warnings (they fail t
 cargo clippy --locked --all-targets "${FEATURES[@]}" -- -D warnings || die "cargo clippy: warnings (they fail the build)"
 
 log "building"
+# A clean build of the suite writes about 7 GB under target/ (measured
+# 6.5 GB); a full disk shows up as the linker dying with SIGBUS.
+free_gb=$(df -P -BG "$ROOT" | awk 'NR == 2 { sub("G", "", $4); print $4 }')
+log "${free_gb} GB free for target/"
+[ "${free_gb:-0}" -ge 8 ] || [ -d "$ROOT/target/debug/deps" ] ||
+  log "warning: a clean build needs about 7 GB under target/; only ${free_gb} GB are free"
 cargo build --locked --all-targets "${FEATURES[@]}"
 log "running the test suite"
 RESULTS="$STACK_DIR/test-results.log"
