@@ -11,11 +11,13 @@
 
 mod canonical;
 mod cloudevents;
+mod event_datum;
 mod framing;
 mod records;
 
 pub use canonical::{crc64_avro, parsing_canonical_form};
 pub use cloudevents::CloudEvent;
+pub(crate) use event_datum::attempt_event_datum;
 pub use framing::{
     can_read, fingerprint, legacy_fingerprint, Codec, CodecError, Family, Framing, RegistryIds,
 };

@@ -1036,7 +1036,7 @@ impl Folded {
                     event.attempt_id
                 ))
             })?;
-            let payload = Codec::datum(Family::AttemptEvent, &AttemptEventRecord::from(event))?;
+            let payload = crate::codec::attempt_event_datum(&AttemptEventRecord::from(event));
             let prev_hash = folded
                 .chain
                 .get(&event.attempt_id)
