@@ -258,6 +258,10 @@ mod tests {
         Codec::datum(Family::AttemptEvent, record).expect("apache-avro writes the record")
     }
 
+    fn assert_agrees(record: &AttemptEventRecord, what: impl std::fmt::Debug) {
+        assert_eq!(attempt_event_datum(record), reference(record), "{what:?}");
+    }
+
     fn label(key: &str, value: &str) -> Label {
         Label {
             key: key.to_owned(),
@@ -403,9 +407,8 @@ mod tests {
 
     #[test]
     fn an_empty_and_a_full_record_are_written_as_apache_avro_writes_them() {
-        for record in [AttemptEventRecord::default(), full()] {
-            assert_eq!(attempt_event_datum(&record), reference(&record));
-        }
+        assert_agrees(&AttemptEventRecord::default(), "empty");
+        assert_agrees(&full(), "full");
     }
 
     #[test]
@@ -425,7 +428,7 @@ mod tests {
             EventType::PlanApproved,
         ] {
             record.kind = kind;
-            assert_eq!(attempt_event_datum(&record), reference(&record), "{kind:?}");
+            assert_agrees(&record, kind);
         }
         for outcome in [
             TerminalOutcome::Succeeded,
@@ -435,27 +438,15 @@ mod tests {
             TerminalOutcome::OutcomeUnknown,
         ] {
             record.outcome = Some(outcome);
-            assert_eq!(
-                attempt_event_datum(&record),
-                reference(&record),
-                "{outcome:?}"
-            );
+            assert_agrees(&record, outcome);
         }
         for category in FailureCategory::ALL {
             record.category = Some(category);
-            assert_eq!(
-                attempt_event_datum(&record),
-                reference(&record),
-                "{category:?}"
-            );
+            assert_agrees(&record, category);
         }
         for timer in TimerKind::ALL {
             record.timer = Some(timer);
-            assert_eq!(
-                attempt_event_datum(&record),
-                reference(&record),
-                "{timer:?}"
-            );
+            assert_agrees(&record, timer);
         }
         for class in [
             RetentionClass::Logs,
@@ -463,11 +454,7 @@ mod tests {
             RetentionClass::Evidence,
         ] {
             record.outputs[0].class = class;
-            assert_eq!(
-                attempt_event_datum(&record),
-                reference(&record),
-                "{class:?}"
-            );
+            assert_agrees(&record, class);
         }
     }
 
