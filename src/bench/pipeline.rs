@@ -339,7 +339,7 @@ async fn run_jobs(
     if !args.backlog && args.warmup > 0 {
         let warmup = bench_specs("bench-warmup", args.warmup, rig.port);
         let issued = rig.submit(&warmup, args.rate).await?;
-        let observed = Observed::follow(&follower, &rig.kafka, &issued, timeout).await;
+        let observed = Observed::follow(&follower, &rig.kafka, &warmup, &issued, timeout).await;
         anyhow::ensure!(
             observed.terminal.len() == warmup.len(),
             "only {} of the {} warm-up jobs ended",
@@ -363,7 +363,7 @@ async fn run_jobs(
         drain_started = Some(chrono::Utc::now().timestamp_millis());
         rig.start_runner().await?;
     }
-    let observed = Observed::follow(&follower, &rig.kafka, &issued, timeout).await;
+    let observed = Observed::follow(&follower, &rig.kafka, &specs, &issued, timeout).await;
     let seconds = started.elapsed().as_secs_f64();
     let cost = meter.read(&rig.store).await?;
     Ok(Followed {
@@ -710,34 +710,81 @@ struct RunFigures {
     bare_postgres_seconds: f64,
 }
 
-/// Whether a published record is of a kind the follower notes (its
-/// `ce_type` header, `io.execplane.attempt.<kind>`).
-fn wanted_kind(message: &impl Message) -> bool {
-    use crate::contract::event_kind::{CE_TYPE_PREFIX, FINISHED, LEASE_GRANTED, REJECTED, STARTED};
+/// The header `name` of a published record.
+fn header<'m>(message: &'m impl Message, name: &str) -> Option<&'m [u8]> {
     use rdkafka::message::Headers;
-    let Some(headers) = message.headers() else {
-        return true;
-    };
-    let kind = headers
+    message
+        .headers()?
         .iter()
-        .find(|header| header.key == "ce_type")
+        .find(|header| header.key == name)
         .and_then(|header| header.value)
-        .and_then(|value| value.strip_prefix(CE_TYPE_PREFIX.as_bytes()));
-    kind.is_none_or(|kind| {
-        [LEASE_GRANTED, STARTED, REJECTED, FINISHED]
-            .iter()
-            .any(|wanted| wanted.as_bytes() == kind)
-    })
+}
+
+/// What the follower does with a record of the published log, by its
+/// CloudEvents headers (docs/EVENTS.md).
+enum Seen {
+    /// A lease or a start of a followed attempt, at `ce_time`: all that is
+    /// noted of it, so its datum is not decoded.
+    At {
+        kind: &'static str,
+        occurred_at: i64,
+    },
+    /// A terminal event (or a record without the headers): decoded.
+    Decode,
+    /// Nothing the follower notes.
+    Skip,
+}
+
+fn seen(message: &impl Message) -> Seen {
+    use crate::contract::event_kind::{CE_TYPE_PREFIX, FINISHED, LEASE_GRANTED, REJECTED, STARTED};
+    let Some(kind) = header(message, "ce_type") else {
+        return Seen::Decode;
+    };
+    let Some(kind) = kind.strip_prefix(CE_TYPE_PREFIX.as_bytes()) else {
+        return Seen::Skip;
+    };
+    if [FINISHED, REJECTED]
+        .iter()
+        .any(|end| end.as_bytes() == kind)
+    {
+        return Seen::Decode;
+    }
+    let Some(kind) = [LEASE_GRANTED, STARTED]
+        .into_iter()
+        .find(|noted| noted.as_bytes() == kind)
+    else {
+        return Seen::Skip;
+    };
+    let occurred_at = header(message, "ce_time")
+        .and_then(|time| std::str::from_utf8(time).ok())
+        .and_then(|time| chrono::DateTime::parse_from_rfc3339(time).ok());
+    match occurred_at {
+        Some(at) => Seen::At {
+            kind,
+            occurred_at: at.timestamp_millis(),
+        },
+        None => Seen::Decode,
+    }
 }
 
 impl Observed {
-    /// Read the log until every job is terminal or the timeout passes.
+    /// Read the log until every job of `specs` is terminal or the timeout
+    /// passes.
     async fn follow(
         follower: &StreamConsumer,
         kafka: &KafkaConfig,
+        specs: &[JobSpec],
         issued: &HashMap<String, i64>,
         timeout: Duration,
     ) -> Self {
+        // A job's one attempt, by the id its records are keyed by.
+        let job_of: HashMap<String, &str> = specs
+            .iter()
+            .map(|spec| {
+                let attempt_id = crate::attempt::attempt_id_for(spec.command_id, 1);
+                (attempt_id.to_string(), spec.job_id.as_str())
+            })
+            .collect();
         let mut observed = Self::default();
         let wait_until = Instant::now() + timeout;
         let mut progress = Progress::new(issued.len());
@@ -751,25 +798,52 @@ impl Observed {
             else {
                 continue;
             };
-            // Only the kinds `note` reads are decoded: a `created` event
-            // carries the whole JobSpec, and decoding it was the follower's
-            // largest cost, on the cores the pipeline measured shares.
-            if !wanted_kind(&message) {
-                continue;
-            }
-            let event = message.payload().and_then(|payload| {
-                let record = kafka
-                    .codec
-                    .decode::<AttemptEventRecord>(Family::AttemptEvent, payload)
-                    .ok()?;
-                AttemptEvent::try_from(record).ok()
-            });
-            if let Some(event) = event {
-                observed.note(&event, issued);
+            // The follower shares the cores it measures: a lease or a start
+            // is read from its headers alone, and only the records `note`
+            // reads are decoded (a `created` event carries the whole spec).
+            match seen(&message) {
+                Seen::Skip => {}
+                Seen::At { kind, occurred_at } => {
+                    let job = message
+                        .key()
+                        .and_then(|key| std::str::from_utf8(key).ok())
+                        .and_then(|attempt_id| job_of.get(attempt_id));
+                    if let Some(job) = job {
+                        observed.note_at(kind, job, occurred_at, issued);
+                    }
+                }
+                Seen::Decode => {
+                    let event = message.payload().and_then(|payload| {
+                        let record = kafka
+                            .codec
+                            .decode::<AttemptEventRecord>(Family::AttemptEvent, payload)
+                            .ok()?;
+                        AttemptEvent::try_from(record).ok()
+                    });
+                    if let Some(event) = event {
+                        observed.note(&event, issued);
+                    }
+                }
             }
         }
         progress.done(observed.terminal.len());
         observed
+    }
+
+    /// A lease or a start of `job`, from the record's headers.
+    fn note_at(&mut self, kind: &str, job: &str, occurred_at: i64, issued: &HashMap<String, i64>) {
+        use crate::contract::event_kind::LEASE_GRANTED;
+        let Some(at) = issued.get(job).copied() else {
+            return;
+        };
+        let noted = if kind == LEASE_GRANTED {
+            &mut self.lease
+        } else {
+            &mut self.start
+        };
+        if !noted.contains_key(job) {
+            noted.insert(job.to_owned(), occurred_at - at);
+        }
     }
 
     fn note(&mut self, event: &AttemptEvent, issued: &HashMap<String, i64>) {
