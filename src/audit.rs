@@ -10,7 +10,7 @@
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::codec::{AttemptEventRecord, Codec, Family};
+use crate::codec::Codec;
 use crate::contract::AttemptEvent;
 
 pub mod bundle;
@@ -102,9 +102,7 @@ pub fn check(attempt_id: Uuid, tip: Tip, link: &Link<'_>) -> Result<(AttemptEven
 
 /// An event from its datum and its writer schema's fingerprint.
 pub fn decode(fingerprint: u64, datum: &[u8]) -> Result<AttemptEvent, String> {
-    let record: AttemptEventRecord =
-        Codec::from_datum_by_fingerprint(Family::AttemptEvent, fingerprint, datum)
-            .map_err(|error| error.to_string())?;
+    let record = Codec::attempt_event(fingerprint, datum).map_err(|error| error.to_string())?;
     AttemptEvent::try_from(record).map_err(|error| error.to_string())
 }
 

@@ -10,6 +10,12 @@
 //! and the tests compare every byte with apache-avro's for records of every
 //! shape, every event type and every enum symbol.
 //!
+//! Reading is the mirror image, for a datum written with the current
+//! schema (the relay reads every event it publishes, the audit every event
+//! it checks): anything it does not read exactly as written here (another
+//! schema, a negative block count, trailing bytes, a bad union branch) is
+//! left to apache-avro, whose answer, or error, stands.
+//!
 //! Avro's binary encoding, as used here: `int` and `long` are zig-zag
 //! varints; `string` is its length then its bytes; `boolean` one byte; a
 //! `["null", T]` union the branch index then the value; an `array` one
@@ -34,9 +40,42 @@ pub(crate) fn attempt_event_datum(record: &AttemptEventRecord) -> Vec<u8> {
     out
 }
 
-/// A value of the schema, written in Avro's binary encoding.
-trait Avro {
+/// The record a datum written with the current schema holds, when it
+/// holds exactly one in the encoding written here; `None` otherwise.
+pub(crate) fn read_attempt_event(datum: &[u8]) -> Option<AttemptEventRecord> {
+    let mut input = datum;
+    let record = AttemptEventRecord::read(&mut input)?;
+    input.is_empty().then_some(record)
+}
+
+/// A value of the schema, in Avro's binary encoding.
+trait Avro: Sized {
     fn write(&self, out: &mut Vec<u8>);
+    /// Reads a value off the front of `input`; `None` for anything not
+    /// written as `write` writes it.
+    fn read(input: &mut &[u8]) -> Option<Self>;
+}
+
+fn read_long(input: &mut &[u8]) -> Option<i64> {
+    let mut zigzag = 0u64;
+    for shift in (0..64).step_by(7) {
+        let (&byte, rest) = input.split_first()?;
+        *input = rest;
+        if shift == 63 && byte > 1 {
+            return None;
+        }
+        zigzag |= u64::from(byte & 0x7f) << shift;
+        if byte & 0x80 == 0 {
+            return Some(((zigzag >> 1) as i64) ^ -((zigzag & 1) as i64));
+        }
+    }
+    None
+}
+
+fn read_bytes<'a>(input: &mut &'a [u8], len: usize) -> Option<&'a [u8]> {
+    let (bytes, rest) = input.split_at_checked(len)?;
+    *input = rest;
+    Some(bytes)
 }
 
 fn long(value: i64, out: &mut Vec<u8>) {
@@ -52,11 +91,19 @@ impl Avro for i64 {
     fn write(&self, out: &mut Vec<u8>) {
         long(*self, out);
     }
+
+    fn read(input: &mut &[u8]) -> Option<Self> {
+        read_long(input)
+    }
 }
 
 impl Avro for i32 {
     fn write(&self, out: &mut Vec<u8>) {
         long(i64::from(*self), out);
+    }
+
+    fn read(input: &mut &[u8]) -> Option<Self> {
+        i32::try_from(read_long(input)?).ok()
     }
 }
 
@@ -65,11 +112,23 @@ impl Avro for u16 {
     fn write(&self, out: &mut Vec<u8>) {
         long(i64::from(*self), out);
     }
+
+    fn read(input: &mut &[u8]) -> Option<Self> {
+        u16::try_from(read_long(input)?).ok()
+    }
 }
 
 impl Avro for bool {
     fn write(&self, out: &mut Vec<u8>) {
         out.push(u8::from(*self));
+    }
+
+    fn read(input: &mut &[u8]) -> Option<Self> {
+        match read_bytes(input, 1)? {
+            [0] => Some(false),
+            [1] => Some(true),
+            _ => None,
+        }
     }
 }
 
@@ -77,6 +136,12 @@ impl Avro for String {
     fn write(&self, out: &mut Vec<u8>) {
         long(self.len() as i64, out);
         out.extend_from_slice(self.as_bytes());
+    }
+
+    fn read(input: &mut &[u8]) -> Option<Self> {
+        let len = usize::try_from(read_long(input)?).ok()?;
+        let bytes = read_bytes(input, len)?;
+        String::from_utf8(bytes.to_vec()).ok()
     }
 }
 
@@ -91,6 +156,14 @@ impl<T: Avro> Avro for Option<T> {
             }
         }
     }
+
+    fn read(input: &mut &[u8]) -> Option<Self> {
+        match read_bytes(input, 1)? {
+            [0] => Some(None),
+            [2] => Some(Some(T::read(input)?)),
+            _ => None,
+        }
+    }
 }
 
 impl<T: Avro> Avro for Vec<T> {
@@ -103,35 +176,72 @@ impl<T: Avro> Avro for Vec<T> {
         }
         out.push(0);
     }
+
+    /// One block or more; every item takes at least a byte, which bounds
+    /// what a count can make it reserve.
+    fn read(input: &mut &[u8]) -> Option<Self> {
+        let mut items = Vec::new();
+        loop {
+            let count = usize::try_from(read_long(input)?).ok()?;
+            if count == 0 {
+                return Some(items);
+            }
+            items.reserve(count.min(input.len()));
+            for _ in 0..count {
+                items.push(T::read(input)?);
+            }
+        }
+    }
 }
 
-/// Enums whose variants are declared in the order of their schema's
-/// symbols (the tests write every variant).
+/// Enums, with their symbols in the schema's order. The variants are
+/// declared in that order too (written as `variant as i64`; the tests
+/// write and read every symbol), and a variant left out of the list does
+/// not compile.
 macro_rules! symbols {
-    ($($enum:ty),*) => {
+    ($($enum:ident [$($variant:ident),* $(,)?]);* $(;)?) => {
         $(impl Avro for $enum {
             fn write(&self, out: &mut Vec<u8>) {
                 long(*self as i64, out);
+            }
+
+            fn read(input: &mut &[u8]) -> Option<Self> {
+                const SYMBOLS: &[$enum] = &[$($enum::$variant),*];
+                let _every_variant = |symbol: $enum| match symbol {
+                    $($enum::$variant)|* => (),
+                };
+                SYMBOLS.get(usize::try_from(read_long(input)?).ok()?).copied()
             }
         })*
     };
 }
 
 symbols!(
-    EventType,
-    TerminalOutcome,
-    FailureCategory,
-    TimerKind,
-    RetentionClass
+    EventType [
+        Created, Rejected, LeaseGranted, LeaseExtended, Started, Progress, CancelRequested,
+        ReportFenced, Finished, CallbackRecorded, PlanApproved,
+    ];
+    TerminalOutcome [Succeeded, Failed, TimedOut, Cancelled, OutcomeUnknown];
+    FailureCategory [
+        Contract, Policy, RunnerError, TargetUnreachable, VerificationFailed, LeaseLost,
+        Infrastructure, Timeout, Cancelled,
+    ];
+    TimerKind [ScheduleToStart, StartToClose, Heartbeat, ScheduleToClose, CancelGrace];
+    RetentionClass [Logs, Rendered, Evidence];
 );
 
-/// Records: their fields, in the schema's order.
+/// Records: their fields, in the schema's order (a struct expression
+/// evaluates its fields in the order written).
 macro_rules! fields {
     ($record:ident { $($field:ident),* $(,)? }) => {
         impl Avro for $record {
             fn write(&self, out: &mut Vec<u8>) {
                 let $record { $($field),* } = self;
                 $($field.write(out);)*
+            }
+
+            fn read(input: &mut &[u8]) -> Option<Self> {
+                Some($record { $($field: Avro::read(input)?),* })
             }
         }
     };
@@ -258,8 +368,20 @@ mod tests {
         Codec::datum(Family::AttemptEvent, record).expect("apache-avro writes the record")
     }
 
+    /// What apache-avro reads from `datum`.
+    fn reference_read(datum: &[u8]) -> Option<AttemptEventRecord> {
+        Codec::from_datum(Family::AttemptEvent, datum).ok()
+    }
+
+    /// Written as apache-avro writes it, and read back as it was.
     fn assert_agrees(record: &AttemptEventRecord, what: impl std::fmt::Debug) {
-        assert_eq!(attempt_event_datum(record), reference(record), "{what:?}");
+        let datum = attempt_event_datum(record);
+        assert_eq!(datum, reference(record), "{what:?}");
+        assert_eq!(
+            read_attempt_event(&datum).as_ref(),
+            Some(record),
+            "{what:?}"
+        );
     }
 
     fn label(key: &str, value: &str) -> Label {
@@ -272,7 +394,11 @@ mod tests {
     /// Every optional field set, every array of two, numbers at their
     /// extremes, a string longer than one varint byte of length.
     fn full() -> AttemptEventRecord {
-        let text = |name: &str| Some(format!("{name} ✓ {}", "x".repeat(200)));
+        full_with(200)
+    }
+
+    fn full_with(filler: usize) -> AttemptEventRecord {
+        let text = |name: &str| Some(format!("{name} ✓ {}", "x".repeat(filler)));
         let spec = JobSpecRecord {
             command_id: "c".to_owned(),
             job_id: "j".to_owned(),
@@ -411,6 +537,59 @@ mod tests {
         assert_agrees(&full(), "full");
     }
 
+    /// Every byte of a datum changed to each of the values where readers
+    /// could differ (union branches, booleans, varint ends and
+    /// continuations): whatever it reads, apache-avro reads too.
+    #[test]
+    fn what_is_read_from_a_damaged_datum_is_what_apache_avro_reads() {
+        for record in [AttemptEventRecord::default(), full_with(0)] {
+            let datum = attempt_event_datum(&record);
+            for at in 0..datum.len() {
+                for byte in [0, 1, 2, 3, 4, 0x7f, 0x80, 0x81, 0xff] {
+                    let mut damaged = datum.clone();
+                    damaged[at] = byte;
+                    if let Some(read) = read_attempt_event(&damaged) {
+                        assert_eq!(Some(read), reference_read(&damaged), "{byte:#x} at {at}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn what_it_does_not_read_exactly_is_left_to_apache_avro() {
+        let datum = attempt_event_datum(&full());
+        for end in 0..datum.len() {
+            assert_eq!(read_attempt_event(&datum[..end]), None, "cut at {end}");
+        }
+        let mut longer = datum.clone();
+        longer.push(0);
+        assert_eq!(read_attempt_event(&longer), None, "a trailing byte");
+        // `command_id`, the first union, after three empty strings, two
+        // zero longs and the first symbol, a byte each: branch 2 does not
+        // exist.
+        let empty = attempt_event_datum(&AttemptEventRecord::default());
+        let mut branch = empty.clone();
+        branch[6] = 4;
+        assert_eq!(read_attempt_event(&branch), None);
+        assert_eq!(reference_read(&branch), None);
+        // A long of eleven bytes overflows.
+        let mut overlong = empty[..3].to_vec();
+        overlong.extend([0xff; 10]);
+        overlong.push(0x01);
+        overlong.extend(&empty[4..]);
+        assert_eq!(read_attempt_event(&overlong), None);
+        // Another schema's datum goes to apache-avro, by its fingerprint.
+        assert!(matches!(
+            Codec::attempt_event(0, &datum),
+            Err(crate::codec::CodecError::UnknownFingerprint { .. })
+        ));
+        assert_eq!(
+            Codec::attempt_event(Codec::fingerprint(Family::AttemptEvent), &datum).ok(),
+            Some(full())
+        );
+    }
+
     #[test]
     fn every_symbol_of_every_enum_is_written_at_its_schema_index() {
         let mut record = full();
@@ -492,7 +671,9 @@ mod tests {
             if let Some(spec) = record.spec.as_mut() {
                 spec.secret_refs[0].generate = Some(GenerateSecret { length });
             }
-            prop_assert_eq!(attempt_event_datum(&record), reference(&record));
+            let datum = attempt_event_datum(&record);
+            prop_assert_eq!(&datum, &reference(&record));
+            prop_assert_eq!(read_attempt_event(&datum), Some(record));
         }
     }
 }

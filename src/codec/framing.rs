@@ -351,6 +351,21 @@ impl Codec {
         read_datum(reader, bytes)
     }
 
+    /// An attempt event from its datum and its writer schema's
+    /// fingerprint: read directly when written with the current schema
+    /// (`event_datum`), resolved by apache-avro otherwise.
+    pub fn attempt_event(
+        fingerprint: u64,
+        datum: &[u8],
+    ) -> Result<super::AttemptEventRecord, CodecError> {
+        if fingerprint == Self::fingerprint(Family::AttemptEvent) {
+            if let Some(record) = super::event_datum::read_attempt_event(datum) {
+                return Ok(record);
+            }
+        }
+        Self::from_datum_by_fingerprint(Family::AttemptEvent, fingerprint, datum)
+    }
+
     /// Encodes with the configured framing.
     pub fn encode<T: Serialize>(&self, family: Family, value: &T) -> Result<Vec<u8>, CodecError> {
         self.frame(family, &Self::datum(family, value)?)

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use super::{Store, StoreError};
 pub use crate::audit::ChainBreak;
 use crate::audit::{Link, Tip};
-use crate::codec::{AttemptEventRecord, Codec, Family};
+use crate::codec::Codec;
 use crate::contract::AttemptEvent;
 
 /// One row of `attempt_events`.
@@ -38,11 +38,7 @@ impl StoredEvent {
 
     /// Decodes the payload with the schema it was written with.
     pub fn decode(&self) -> Result<AttemptEvent, StoreError> {
-        let record: AttemptEventRecord = Codec::from_datum_by_fingerprint(
-            Family::AttemptEvent,
-            self.schema_fingerprint as u64,
-            &self.payload,
-        )?;
+        let record = Codec::attempt_event(self.schema_fingerprint as u64, &self.payload)?;
         Ok(AttemptEvent::try_from(record)?)
     }
 

@@ -13,7 +13,7 @@ use uuid::Uuid;
 use super::outbox::{derived_records, log_record, AttemptFacts, LoggedEvent};
 use super::rows::{lease_info, LeaseRow};
 use super::{Store, StoreError};
-use crate::codec::{AttemptEventRecord, Codec, Family};
+use crate::codec::Codec;
 use crate::contract::{AttemptEvent, JobSpec, TraceContext};
 
 /// The advisory lock key of the active relay ("execplan").
@@ -286,8 +286,7 @@ fn derived(
     let Some(facts) = attempt_facts(row, event)? else {
         return Ok(Vec::new());
     };
-    let decoded: AttemptEventRecord =
-        Codec::from_datum_by_fingerprint(Family::AttemptEvent, event.fingerprint, &event.datum)?;
+    let decoded = Codec::attempt_event(event.fingerprint, &event.datum)?;
     Ok(derived_records(
         &AttemptEvent::try_from(decoded)?,
         &facts,
