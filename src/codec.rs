@@ -11,13 +11,13 @@
 
 mod canonical;
 mod cloudevents;
-mod event_datum;
+mod datums;
 mod framing;
 mod records;
 
 pub use canonical::{crc64_avro, parsing_canonical_form};
 pub use cloudevents::CloudEvent;
-pub(crate) use event_datum::attempt_event_datum;
+pub(crate) use datums::{attempt_event_datum, result_datum, work_datum};
 pub use framing::{
     can_read, fingerprint, legacy_fingerprint, Codec, CodecError, Family, Framing, RegistryIds,
 };

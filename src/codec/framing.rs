@@ -353,13 +353,13 @@ impl Codec {
 
     /// An attempt event from its datum and its writer schema's
     /// fingerprint: read directly when written with the current schema
-    /// (`event_datum`), resolved by apache-avro otherwise.
+    /// (`codec::datums`), resolved by apache-avro otherwise.
     pub fn attempt_event(
         fingerprint: u64,
         datum: &[u8],
     ) -> Result<super::AttemptEventRecord, CodecError> {
         if fingerprint == Self::fingerprint(Family::AttemptEvent) {
-            if let Some(record) = super::event_datum::read_attempt_event(datum) {
+            if let Some(record) = super::datums::read_attempt_event(datum) {
                 return Ok(record);
             }
         }

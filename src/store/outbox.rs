@@ -162,7 +162,7 @@ fn work(
         topic: topics::work(operation.runner_type()),
         key: lease.runner_instance.clone(),
         headers,
-        payload: codec.encode(Family::WorkItem, &record)?,
+        payload: codec.frame(Family::WorkItem, &crate::codec::work_datum(&record))?,
     }))
 }
 
@@ -366,6 +366,6 @@ pub(crate) fn result(
         topic: topics::RESULTS.to_owned(),
         key: event.attempt_id.to_string(),
         headers,
-        payload: codec.encode(Family::Result, &record)?,
+        payload: codec.frame(Family::Result, &crate::codec::result_datum(&record))?,
     }))
 }

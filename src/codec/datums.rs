@@ -1,4 +1,6 @@
-//! The attempt event's Avro datum, written field by field.
+//! The Avro datums of the hottest records, written (and an attempt
+//! event's read) field by field: attempt events, and the work items and
+//! results the relay derives from them.
 //!
 //! Intake encodes every event it appends on its one serial loop, and
 //! apache-avro's serde writer looked each field up by name in its schema
@@ -28,13 +30,32 @@ use crate::contract::{
 };
 
 use super::records::{
-    AttemptEventRecord, EventType, JobSpecRecord, RetryPolicyRecord, RunnerRequirementsRecord,
-    TargetKeyRecord, TargetRecord, TimeoutsRecord,
+    AttemptEventRecord, EventType, JobSpecRecord, ResultRecord, RetryPolicyRecord,
+    RunnerRequirementsRecord, TargetKeyRecord, TargetRecord, TerminalStatus, TimeoutsRecord,
+    WorkRecord, WorkType,
 };
 
 /// The datum of `record`: byte for byte what apache-avro writes for it
 /// with the current `AttemptEvent` schema.
 pub(crate) fn attempt_event_datum(record: &AttemptEventRecord) -> Vec<u8> {
+    let mut out = Vec::with_capacity(256);
+    record.write(&mut out);
+    out
+}
+
+/// The datum of a work record the relay derives from an event (a work
+/// item carries the spec): what apache-avro writes with the current
+/// `WorkRecord` schema (`schemas/work-items.avsc`).
+pub(crate) fn work_datum(record: &WorkRecord) -> Vec<u8> {
+    let mut out = Vec::with_capacity(128);
+    record.write(&mut out);
+    out
+}
+
+/// The datum of a result the relay derives from a terminal event: what
+/// apache-avro writes with the current `AttemptResult` schema
+/// (`schemas/results.avsc`).
+pub(crate) fn result_datum(record: &ResultRecord) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
     record.write(&mut out);
     out
@@ -228,6 +249,8 @@ symbols!(
     ];
     TimerKind [ScheduleToStart, StartToClose, Heartbeat, ScheduleToClose, CancelGrace];
     RetentionClass [Logs, Rendered, Evidence];
+    WorkType [WorkItem, LeaseExtended, LeaseRevoked, Cancel];
+    TerminalStatus [Succeeded, Failed, TimedOut, Cancelled, Rejected, OutcomeUnknown];
 );
 
 /// Records: their fields, in the schema's order (a struct expression
@@ -311,6 +334,35 @@ fields!(SecretRef {
     path,
     key,
     generate
+});
+fields!(WorkRecord {
+    record_id,
+    runner_instance,
+    kind,
+    attempt_id,
+    job_id,
+    attempt_no,
+    lease_id,
+    lease_epoch,
+    expires_at,
+    spec,
+    reason,
+});
+fields!(ResultRecord {
+    attempt_id,
+    job_id,
+    command_id,
+    attempt_no,
+    tenant,
+    operation,
+    status,
+    category,
+    message,
+    result_json,
+    finished_at,
+    terminal_seq,
+    idempotency_key,
+    retry_attempt_id,
 });
 fields!(AttemptEventRecord {
     event_id,
@@ -535,6 +587,65 @@ mod tests {
     fn an_empty_and_a_full_record_are_written_as_apache_avro_writes_them() {
         assert_agrees(&AttemptEventRecord::default(), "empty");
         assert_agrees(&full(), "full");
+    }
+
+    #[test]
+    fn work_items_and_results_are_written_as_apache_avro_writes_them() {
+        let spec = full().spec;
+        for kind in [
+            WorkType::WorkItem,
+            WorkType::LeaseExtended,
+            WorkType::LeaseRevoked,
+            WorkType::Cancel,
+        ] {
+            for (spec, optional) in [(spec.clone(), Some(1)), (None, None)] {
+                let record = WorkRecord {
+                    record_id: "r".to_owned(),
+                    runner_instance: "verification-1".to_owned(),
+                    kind,
+                    attempt_id: "a".to_owned(),
+                    job_id: "j".to_owned(),
+                    attempt_no: i32::MAX,
+                    lease_id: "l".to_owned(),
+                    lease_epoch: i64::MIN,
+                    expires_at: optional.map(|_| 1_700_000_000_123),
+                    spec,
+                    reason: optional.map(|_| "why ✓".to_owned()),
+                };
+                let reference = Codec::datum(Family::WorkItem, &record).expect("apache-avro");
+                assert_eq!(work_datum(&record), reference, "{kind:?}");
+            }
+        }
+        for status in [
+            TerminalStatus::Succeeded,
+            TerminalStatus::Failed,
+            TerminalStatus::TimedOut,
+            TerminalStatus::Cancelled,
+            TerminalStatus::Rejected,
+            TerminalStatus::OutcomeUnknown,
+        ] {
+            for category in FailureCategory::ALL.map(Some).into_iter().chain([None]) {
+                let optional = category.map(|category| format!("{category:?} {}", "x".repeat(70)));
+                let record = ResultRecord {
+                    attempt_id: "a".to_owned(),
+                    job_id: "j".to_owned(),
+                    command_id: "c".to_owned(),
+                    attempt_no: 1,
+                    tenant: "t".to_owned(),
+                    operation: "verify.tcp.connect".to_owned(),
+                    status,
+                    category,
+                    message: "m".repeat(130),
+                    result_json: optional.clone(),
+                    finished_at: -1,
+                    terminal_seq: 4,
+                    idempotency_key: "k".to_owned(),
+                    retry_attempt_id: optional,
+                };
+                let reference = Codec::datum(Family::Result, &record).expect("apache-avro");
+                assert_eq!(result_datum(&record), reference, "{status:?} {category:?}");
+            }
+        }
     }
 
     /// Every byte of a datum changed to each of the values where readers
