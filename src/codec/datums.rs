@@ -38,25 +38,25 @@ use super::records::{
 /// The datum of `record`: byte for byte what apache-avro writes for it
 /// with the current `AttemptEvent` schema.
 pub(crate) fn attempt_event_datum(record: &AttemptEventRecord) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256);
-    record.write(&mut out);
-    out
+    written(record, 256)
 }
 
 /// The datum of a work record the relay derives from an event (a work
 /// item carries the spec): what apache-avro writes with the current
 /// `WorkRecord` schema (`schemas/work-items.avsc`).
 pub(crate) fn work_datum(record: &WorkRecord) -> Vec<u8> {
-    let mut out = Vec::with_capacity(128);
-    record.write(&mut out);
-    out
+    written(record, 128)
 }
 
 /// The datum of a result the relay derives from a terminal event: what
 /// apache-avro writes with the current `AttemptResult` schema
 /// (`schemas/results.avsc`).
 pub(crate) fn result_datum(record: &ResultRecord) -> Vec<u8> {
-    let mut out = Vec::with_capacity(256);
+    written(record, 256)
+}
+
+fn written(record: &impl Avro, capacity: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(capacity);
     record.write(&mut out);
     out
 }
