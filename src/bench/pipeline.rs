@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::cli::assemble;
-use crate::codec::{AttemptEventRecord, CommandRecord, Family};
+use crate::codec::{CommandRecord, Family};
 use crate::config::Config;
 use crate::contract::{
     topics, validate_jobspec, AttemptEvent, EventBody, JobSpec, TerminalOutcome,
@@ -720,15 +720,19 @@ fn header<'m>(message: &'m impl Message, name: &str) -> Option<&'m [u8]> {
         .and_then(|header| header.value)
 }
 
+/// The steps of a job the follower times besides its end.
+#[derive(Clone, Copy)]
+enum Stage {
+    Lease,
+    Start,
+}
+
 /// What the follower does with a record of the published log, by its
 /// CloudEvents headers (docs/EVENTS.md).
 enum Seen {
     /// A lease or a start of a followed attempt, at `ce_time`: all that is
     /// noted of it, so its datum is not decoded.
-    At {
-        kind: &'static str,
-        occurred_at: i64,
-    },
+    At { stage: Stage, occurred_at: i64 },
     /// A terminal event (or a record without the headers): decoded.
     Decode,
     /// Nothing the follower notes.
@@ -749,10 +753,11 @@ fn seen(message: &impl Message) -> Seen {
     {
         return Seen::Decode;
     }
-    let Some(kind) = [LEASE_GRANTED, STARTED]
-        .into_iter()
-        .find(|noted| noted.as_bytes() == kind)
-    else {
+    let stage = if kind == LEASE_GRANTED.as_bytes() {
+        Stage::Lease
+    } else if kind == STARTED.as_bytes() {
+        Stage::Start
+    } else {
         return Seen::Skip;
     };
     let occurred_at = header(message, "ce_time")
@@ -760,7 +765,7 @@ fn seen(message: &impl Message) -> Seen {
         .and_then(|time| chrono::DateTime::parse_from_rfc3339(time).ok());
     match occurred_at {
         Some(at) => Seen::At {
-            kind,
+            stage,
             occurred_at: at.timestamp_millis(),
         },
         None => Seen::Decode,
@@ -803,21 +808,18 @@ impl Observed {
             // reads are decoded (a `created` event carries the whole spec).
             match seen(&message) {
                 Seen::Skip => {}
-                Seen::At { kind, occurred_at } => {
+                Seen::At { stage, occurred_at } => {
                     let job = message
                         .key()
                         .and_then(|key| std::str::from_utf8(key).ok())
                         .and_then(|attempt_id| job_of.get(attempt_id));
                     if let Some(job) = job {
-                        observed.note_at(kind, job, occurred_at, issued);
+                        observed.note_at(stage, job, occurred_at, issued);
                     }
                 }
                 Seen::Decode => {
                     let event = message.payload().and_then(|payload| {
-                        let record = kafka
-                            .codec
-                            .decode::<AttemptEventRecord>(Family::AttemptEvent, payload)
-                            .ok()?;
+                        let record = kafka.codec.decode_attempt_event(payload).ok()?;
                         AttemptEvent::try_from(record).ok()
                     });
                     if let Some(event) = event {
@@ -830,16 +832,20 @@ impl Observed {
         observed
     }
 
-    /// A lease or a start of `job`, from the record's headers.
-    fn note_at(&mut self, kind: &str, job: &str, occurred_at: i64, issued: &HashMap<String, i64>) {
-        use crate::contract::event_kind::LEASE_GRANTED;
+    /// A lease or a start of `job` at `occurred_at`; the first one counts.
+    fn note_at(
+        &mut self,
+        stage: Stage,
+        job: &str,
+        occurred_at: i64,
+        issued: &HashMap<String, i64>,
+    ) {
         let Some(at) = issued.get(job).copied() else {
             return;
         };
-        let noted = if kind == LEASE_GRANTED {
-            &mut self.lease
-        } else {
-            &mut self.start
+        let noted = match stage {
+            Stage::Lease => &mut self.lease,
+            Stage::Start => &mut self.start,
         };
         if !noted.contains_key(job) {
             noted.insert(job.to_owned(), occurred_at - at);
@@ -853,10 +859,10 @@ impl Observed {
         let elapsed = event.occurred_at - at;
         match &event.body {
             EventBody::LeaseGranted { .. } => {
-                self.lease.entry(event.job_id.clone()).or_insert(elapsed);
+                self.note_at(Stage::Lease, &event.job_id, event.occurred_at, issued);
             }
             EventBody::Started { .. } => {
-                self.start.entry(event.job_id.clone()).or_insert(elapsed);
+                self.note_at(Stage::Start, &event.job_id, event.occurred_at, issued);
             }
             EventBody::Rejected { problems, .. } => {
                 self.rejected

@@ -13,7 +13,7 @@ use rdkafka::producer::FutureRecord;
 use rdkafka::Message;
 
 use super::assemble;
-use crate::codec::{AttemptEventRecord, CommandRecord, Family};
+use crate::codec::{CommandRecord, Family};
 use crate::config::Config;
 use crate::contract::{topics, validate_jobspec_bytes, AttemptEvent, EventBody, TerminalOutcome};
 use crate::kafka::cloudevent_headers;
@@ -133,12 +133,7 @@ async fn follow(
         };
         let Some(event) = message
             .payload()
-            .and_then(|payload| {
-                kafka
-                    .codec
-                    .decode::<AttemptEventRecord>(Family::AttemptEvent, payload)
-                    .ok()
-            })
+            .and_then(|payload| kafka.codec.decode_attempt_event(payload).ok())
             .filter(|record| record.job_id == spec.job_id)
             .and_then(|record| AttemptEvent::try_from(record).ok())
         else {

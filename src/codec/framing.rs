@@ -366,6 +366,15 @@ impl Codec {
         Self::from_datum_by_fingerprint(Family::AttemptEvent, fingerprint, datum)
     }
 
+    /// An attempt event record of either framing (`attempt_event`).
+    pub fn decode_attempt_event(
+        &self,
+        bytes: &[u8],
+    ) -> Result<super::AttemptEventRecord, CodecError> {
+        let (fingerprint, datum) = self.unframe(Family::AttemptEvent, bytes)?;
+        Self::attempt_event(fingerprint, datum)
+    }
+
     /// Encodes with the configured framing.
     pub fn encode<T: Serialize>(&self, family: Family, value: &T) -> Result<Vec<u8>, CodecError> {
         self.frame(family, &Self::datum(family, value)?)
