@@ -43,7 +43,7 @@ pub struct Attempt {
     pub tenant: String,
     pub operation: String,
     /// Absent only for a rejected attempt.
-    pub spec: Option<Box<JobSpec>>,
+    pub spec: Option<std::sync::Arc<JobSpec>>,
     pub status: AttemptStatus,
     pub created_at: UnixMillis,
     pub available_at: UnixMillis,

@@ -76,7 +76,7 @@ fn all_events() -> Vec<AttemptEvent> {
         EventBody::Created {
             command_id: spec.command_id,
             attempt_no: 1,
-            spec: Box::new(spec.clone()),
+            spec: std::sync::Arc::new(spec.clone()),
             available_at: 1_700_000_000_000,
             previous_attempt_id: Some(Uuid::from_u128(9)),
             policy_digest: Some(format!("sha256:{}", "ab".repeat(32))),

@@ -534,7 +534,7 @@ async fn the_attempts_list_pages_by_cursor_at_a_hundred_thousand_attempts(pool: 
                     input: Input::Execute {
                         policy_digest: None,
                         target_keys: Vec::new(),
-                        spec: Box::new(spec),
+                        spec: std::sync::Arc::new(spec),
                     },
                 }
             })

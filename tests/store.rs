@@ -33,7 +33,7 @@ async fn create_job(store: &Store, job_id: &str) -> Uuid {
     let execute = Input::Execute {
         policy_digest: None,
         target_keys: Vec::new(),
-        spec: Box::new(spec(command_id, job_id, "verify.tcp.connect")),
+        spec: std::sync::Arc::new(spec(command_id, job_id, "verify.tcp.connect")),
     };
     store
         .process_batch(&[envelope(job_id, execute)], BASE)
@@ -76,7 +76,7 @@ async fn a_duplicate_command_id_gives_one_job(pool: PgPool) {
     let execute = Input::Execute {
         policy_digest: None,
         target_keys: Vec::new(),
-        spec: Box::new(spec(command_id, "dup/1", "verify.tcp.connect")),
+        spec: std::sync::Arc::new(spec(command_id, "dup/1", "verify.tcp.connect")),
     };
     // Redelivered (same input id), resent (new input id), and resent inside one batch.
     let first = store
@@ -111,7 +111,7 @@ async fn a_duplicate_command_id_gives_one_job(pool: PgPool) {
     let other = Input::Execute {
         policy_digest: None,
         target_keys: Vec::new(),
-        spec: Box::new(spec(command_id, "dup/2", "verify.tcp.connect")),
+        spec: std::sync::Arc::new(spec(command_id, "dup/2", "verify.tcp.connect")),
     };
     let refused = store
         .process_batch(&[envelope("in-4", other)], BASE + 6)
@@ -998,7 +998,7 @@ async fn a_command_that_creates_its_job_claims_no_inbox_row_and_stays_a_no_op(po
     let execute = |command_id: Uuid, job_id: &str| Input::Execute {
         policy_digest: None,
         target_keys: Vec::new(),
-        spec: Box::new(spec(command_id, job_id, "verify.tcp.connect")),
+        spec: std::sync::Arc::new(spec(command_id, job_id, "verify.tcp.connect")),
     };
     let created = Uuid::new_v4();
     let id = format!("command:{created}");
@@ -1093,12 +1093,12 @@ async fn a_reused_command_id_under_another_job_is_refused_not_dropped(pool: PgPo
     let first = Input::Execute {
         policy_digest: None,
         target_keys: Vec::new(),
-        spec: Box::new(spec(command_id, "reuse/a", "verify.tcp.connect")),
+        spec: std::sync::Arc::new(spec(command_id, "reuse/a", "verify.tcp.connect")),
     };
     let other = Input::Execute {
         policy_digest: None,
         target_keys: Vec::new(),
-        spec: Box::new(spec(command_id, "reuse/b", "verify.tcp.connect")),
+        spec: std::sync::Arc::new(spec(command_id, "reuse/b", "verify.tcp.connect")),
     };
     let id = format!("command:{command_id}");
     // Across batches (the inbox remembers what the id stood for)...
@@ -1131,7 +1131,7 @@ async fn a_reused_command_id_under_another_job_is_refused_not_dropped(pool: PgPo
                     Input::Execute {
                         policy_digest: None,
                         target_keys: Vec::new(),
-                        spec: Box::new(spec(fresh, "reuse/c", "verify.tcp.connect")),
+                        spec: std::sync::Arc::new(spec(fresh, "reuse/c", "verify.tcp.connect")),
                     },
                 ),
                 envelope(
@@ -1139,7 +1139,7 @@ async fn a_reused_command_id_under_another_job_is_refused_not_dropped(pool: PgPo
                     Input::Execute {
                         policy_digest: None,
                         target_keys: Vec::new(),
-                        spec: Box::new(spec(fresh, "reuse/d", "verify.tcp.connect")),
+                        spec: std::sync::Arc::new(spec(fresh, "reuse/d", "verify.tcp.connect")),
                     },
                 ),
             ],
@@ -1174,7 +1174,7 @@ async fn one_input_the_database_refuses_is_isolated_and_the_rest_are_decided(poo
                 Input::Execute {
                     policy_digest: None,
                     target_keys: Vec::new(),
-                    spec: Box::new(spec(command_id, "iso/0", "verify.tcp.connect")),
+                    spec: std::sync::Arc::new(spec(command_id, "iso/0", "verify.tcp.connect")),
                 },
             )],
             BASE,
@@ -1206,7 +1206,7 @@ async fn one_input_the_database_refuses_is_isolated_and_the_rest_are_decided(poo
                 Input::Execute {
                     policy_digest: None,
                     target_keys: Vec::new(),
-                    spec: Box::new(spec(
+                    spec: std::sync::Arc::new(spec(
                         id,
                         &format!("iso/{}", index + 1),
                         "verify.tcp.connect",
@@ -1283,7 +1283,7 @@ async fn a_missing_table_is_waited_out_not_blamed_on_the_record(pool: PgPool) {
         Input::Execute {
             policy_digest: None,
             target_keys: Vec::new(),
-            spec: Box::new(spec(id, "away/1", "verify.tcp.connect")),
+            spec: std::sync::Arc::new(spec(id, "away/1", "verify.tcp.connect")),
         },
     )];
     sqlx::query("ALTER TABLE inbox RENAME TO inbox_away")
@@ -1330,7 +1330,7 @@ async fn two_grants_on_one_target_key_at_once_lease_only_one(pool: PgPool) {
                 key: "node:h".into(),
                 limit: 1,
             }],
-            spec: Box::new(spec(command_id, job, "ssh.command.run")),
+            spec: std::sync::Arc::new(spec(command_id, job, "ssh.command.run")),
         };
         store
             .process_batch(&[envelope(&format!("create {job}"), execute)], BASE)
@@ -1514,7 +1514,7 @@ async fn a_placement_round_says_whether_it_left_attempts_waiting(pool: PgPool) {
         let execute = Input::Execute {
             policy_digest: None,
             target_keys: Vec::new(),
-            spec: Box::new(spec(Uuid::new_v4(), job_id, "verify.tcp.connect")),
+            spec: std::sync::Arc::new(spec(Uuid::new_v4(), job_id, "verify.tcp.connect")),
         };
         store
             .process_batch(&[envelope(job_id, execute)], now)

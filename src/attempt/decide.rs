@@ -189,7 +189,7 @@ pub fn decide(
 /// plan no ApprovePlan approved is rejected (`policy`) instead.
 fn decide_execute(
     emit: &mut Emitter<'_>,
-    spec: &crate::contract::JobSpec,
+    spec: &std::sync::Arc<crate::contract::JobSpec>,
     policy_digest: Option<String>,
     target_keys: &[crate::contract::TargetKey],
 ) {
@@ -230,7 +230,7 @@ fn decide_execute(
         EventBody::Created {
             command_id: spec.command_id,
             attempt_no: 1,
-            spec: Box::new(spec.clone()),
+            spec: std::sync::Arc::clone(spec),
             available_at: emit.now,
             previous_attempt_id: None,
             policy_digest,

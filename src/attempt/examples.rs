@@ -64,7 +64,7 @@ impl Story {
         };
         story.ok(&Input::Execute {
             policy_digest: Some(POLICY.into()),
-            spec: Box::new(spec(operation, max_attempts)),
+            spec: std::sync::Arc::new(spec(operation, max_attempts)),
             target_keys: Vec::new(),
         });
         story
@@ -78,7 +78,7 @@ impl Story {
         };
         story.ok(&Input::Execute {
             policy_digest: Some(POLICY.into()),
-            spec: Box::new(spec(operation, max_attempts)),
+            spec: std::sync::Arc::new(spec(operation, max_attempts)),
             target_keys: vec![TargetKey {
                 key: "node:web-1".into(),
                 limit: 1,
@@ -498,7 +498,7 @@ fn a_command_id_makes_one_job_and_a_job_id_belongs_to_one_command() {
     let mut story = Story::new(Operation::VerifyHttpEndpoint, 1);
     let again = story.ok(&Input::Execute {
         policy_digest: None,
-        spec: Box::new(spec(Operation::VerifyHttpEndpoint, 1)),
+        spec: std::sync::Arc::new(spec(Operation::VerifyHttpEndpoint, 1)),
         target_keys: Vec::new(),
     });
     assert!(again.is_empty(), "the same command again is a no-op");
@@ -507,7 +507,7 @@ fn a_command_id_makes_one_job_and_a_job_id_belongs_to_one_command() {
     assert!(matches!(
         story.decide(&Input::Execute {
             policy_digest: None,
-            spec: Box::new(other),
+            spec: std::sync::Arc::new(other),
             target_keys: Vec::new(),
         }),
         Err(Rejection::JobIdTaken { .. })
@@ -637,7 +637,7 @@ fn a_plan_is_approved_by_another_and_only_an_approved_plan_is_applied() {
     apply.policy.approved_plan_digest = Some(digest.clone());
     let execute = Input::Execute {
         policy_digest: Some(POLICY.into()),
-        spec: Box::new(apply),
+        spec: std::sync::Arc::new(apply),
         target_keys: Vec::new(),
     };
     let mut job = JobState::default();

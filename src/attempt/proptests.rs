@@ -166,7 +166,7 @@ impl World {
                 } else {
                     Input::Execute {
                         policy_digest: None,
-                        spec: Box::new(spec.clone()),
+                        spec: std::sync::Arc::new(spec.clone()),
                         target_keys: if *keyed {
                             vec![TargetKey {
                                 key: SHARED_KEY.into(),
@@ -549,7 +549,7 @@ fn apply_refuses_a_second_terminal_event() {
         &state,
         &Input::Execute {
             policy_digest: None,
-            spec: Box::new(spec),
+            spec: std::sync::Arc::new(spec),
             target_keys: Vec::new(),
         },
         0,

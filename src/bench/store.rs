@@ -146,7 +146,7 @@ impl Step {
             Step::Create => Input::Execute {
                 policy_digest: None,
                 target_keys: Vec::new(),
-                spec: Box::new(
+                spec: std::sync::Arc::new(
                     validate_jobspec(&serde_json::json!({
                         "command_id": command_id.to_string(),
                         "job_id": format!("bench/{index}"),

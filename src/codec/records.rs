@@ -647,7 +647,7 @@ impl TryFrom<AttemptEventRecord> for AttemptEvent {
             EventType::Created => EventBody::Created {
                 command_id: uuid(&text(&record.command_id, "command_id")?, "command_id")?,
                 attempt_no: attempt_no(&record)?,
-                spec: Box::new(
+                spec: std::sync::Arc::new(
                     record
                         .spec
                         .as_ref()

@@ -100,7 +100,7 @@ pub enum EventBody {
     Created {
         command_id: Uuid,
         attempt_no: u32,
-        spec: Box<JobSpec>,
+        spec: std::sync::Arc<JobSpec>,
         available_at: UnixMillis,
         previous_attempt_id: Option<Uuid>,
         /// The operator policy that admitted the job (`sha256:<hex>`), so an
@@ -324,7 +324,7 @@ impl ReportBody {
 pub enum Input {
     /// A valid ExecuteJob command.
     Execute {
-        spec: Box<JobSpec>,
+        spec: std::sync::Arc<JobSpec>,
         /// The operator policy that admitted it (`sha256:<hex>` of the file).
         policy_digest: Option<String>,
         /// The keys the policy says the attempt holds, with their limits.

@@ -460,7 +460,7 @@ fn decode_execute(
             } else {
                 return Ok(Input::Execute {
                     target_keys: policy.target_keys(&valid),
-                    spec: Box::new(valid),
+                    spec: std::sync::Arc::new(valid),
                     policy_digest,
                 });
             };

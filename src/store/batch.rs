@@ -889,13 +889,14 @@ pub(crate) async fn load_jobs(
     .bind(attempt_ids)
     .fetch_all(&mut *conn)
     .await?;
-    let mut specs: HashMap<String, Option<JobSpec>> = HashMap::new();
+    // One spec a job, shared by its attempts' states and their copies.
+    let mut specs: HashMap<String, Option<std::sync::Arc<JobSpec>>> = HashMap::new();
     for row in job_rows {
         let job_id: String = row.get(0);
         let spec = row
             .try_get::<Option<sqlx::types::Json<JobSpec>>, _>(1)
             .map_err(|error| StoreError::Corrupt(format!("job {job_id} spec: {error}")))?
-            .map(|json| json.0);
+            .map(|json| std::sync::Arc::new(json.0));
         specs.insert(job_id, spec);
     }
     if specs.is_empty() {

@@ -39,7 +39,7 @@ pub(crate) struct JobRow {
     pub command_id: Uuid,
     pub tenant: String,
     pub operation: String,
-    pub spec: Option<Box<JobSpec>>,
+    pub spec: Option<std::sync::Arc<JobSpec>>,
     pub attempts: i32,
     pub latest_attempt_id: Uuid,
     pub created_at: DateTime<Utc>,
@@ -543,7 +543,7 @@ pub(crate) fn lease_info(lease: LeaseRow) -> LeaseInfo {
 /// Rebuilds the in-memory attempt from its projection rows.
 pub(crate) fn attempt_from_rows(
     row: AttemptRow,
-    spec: Option<&JobSpec>,
+    spec: Option<&std::sync::Arc<JobSpec>>,
     lease: Option<LeaseRow>,
 ) -> Result<Attempt, StoreError> {
     let status = AttemptStatus::parse(&row.status).ok_or_else(|| {
@@ -575,7 +575,7 @@ pub(crate) fn attempt_from_rows(
         attempt_no: u32::try_from(row.attempt_no).unwrap_or(0),
         tenant: row.tenant,
         operation: row.operation,
-        spec: spec.map(|spec| Box::new(spec.clone())),
+        spec: spec.cloned(),
         status,
         created_at: millis(row.created_at),
         available_at: millis(row.available_at),

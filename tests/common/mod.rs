@@ -155,7 +155,7 @@ pub fn scenario(index: usize) -> Vec<(i64, Input)> {
     };
     let create = |operation: &str| Input::Execute {
         policy_digest: None,
-        spec: Box::new(spec(command_id, &job_id, operation)),
+        spec: std::sync::Arc::new(spec(command_id, &job_id, operation)),
         target_keys: target_keys.clone(),
     };
     let grant = |attempt_id| Input::Grant {
