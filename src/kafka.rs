@@ -471,17 +471,13 @@ pub fn work_partition(instance_id: &str, partitions: i32) -> i32 {
     i32::try_from(hash % partitions).unwrap_or(0)
 }
 
-/// Kafka headers from a JSON object of strings (the outbox's `headers`).
-pub fn headers_from_json(headers: &serde_json::Map<String, serde_json::Value>) -> OwnedHeaders {
+/// Kafka headers, as librdkafka takes them.
+pub fn owned_headers(headers: &crate::codec::Headers) -> OwnedHeaders {
     let mut owned = OwnedHeaders::new_with_capacity(headers.len());
-    for (key, value) in headers {
-        let text = match value {
-            serde_json::Value::String(text) => std::borrow::Cow::Borrowed(text.as_str()),
-            other => std::borrow::Cow::Owned(other.to_string()),
-        };
+    for (key, value) in headers.iter() {
         owned = owned.insert(Header {
             key,
-            value: Some(text.as_bytes()),
+            value: Some(value.as_bytes()),
         });
     }
     owned
@@ -504,15 +500,7 @@ pub fn cloudevent_headers(
         traceparent,
         tracestate: None,
     };
-    let headers = event.headers();
-    let mut owned = OwnedHeaders::new_with_capacity(headers.len());
-    for (key, value) in &headers {
-        owned = owned.insert(Header {
-            key,
-            value: Some(value.as_bytes()),
-        });
-    }
-    owned
+    owned_headers(&event.headers(0))
 }
 
 /// A batch from `consumer`: waits up to `first` for one record, then takes

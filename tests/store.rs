@@ -445,7 +445,7 @@ async fn the_relay_publishes_the_log_itself_in_order_and_derives_what_each_event
     let (mut results, mut work_items) = (0, 0);
     for row in &stored {
         let record = records.next().expect("a record for every event");
-        let header = |name: &str| record.headers[name].as_str().unwrap().to_owned();
+        let header = |name: &str| record.headers.get(name).unwrap().to_owned();
         assert_eq!(record.topic, "exec.attempt-events.v1");
         assert_eq!(record.origin, Origin::Log(row.get(6)));
         assert_eq!(header("ce_id"), row.get::<Uuid, _>(0).to_string());

@@ -272,14 +272,13 @@ async fn produce(
         return Err((None, "the queued record is missing".into()));
     };
     let empty = serde_json::Map::new();
+    let headers = crate::codec::Headers::from_json(headers.as_object().unwrap_or(&empty));
     let topic = kafka.topic(&callback.url);
     let key = callback.attempt_id.to_string();
     let record = rdkafka::producer::FutureRecord::to(&topic)
         .key(&key)
         .payload(payload)
-        .headers(crate::kafka::headers_from_json(
-            headers.as_object().unwrap_or(&empty),
-        ));
+        .headers(crate::kafka::owned_headers(&headers));
     match tokio::time::timeout(
         config.request_timeout,
         producer.send(record, config.request_timeout),

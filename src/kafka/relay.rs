@@ -28,7 +28,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::{headers_from_json, partition_count, work_partition, KafkaConfig, KafkaError};
+use super::{owned_headers, partition_count, work_partition, KafkaConfig, KafkaError};
 use crate::contract::topics;
 use crate::store::{NextRows, Origin, OutboxListener, OutboxRow, RelayLock, Store, StoreError};
 
@@ -287,7 +287,7 @@ impl Leader<'_> {
             let mut record = FutureRecord::to(&full)
                 .key(&row.key)
                 .payload(&row.payload)
-                .headers(headers_from_json(&row.headers));
+                .headers(owned_headers(&row.headers));
             if let Some(partition) = partition {
                 record = record.partition(partition);
             }

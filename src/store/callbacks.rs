@@ -91,7 +91,7 @@ pub(crate) fn pending_for(
             traceparent: None,
             next_attempt_at: timestamp(event.occurred_at),
             channel: Channel::Kafka,
-            headers: Some(result.headers),
+            headers: Some(result.headers.to_json()),
             payload: Some(hex::encode(&result.payload)),
         });
     }

@@ -7,12 +7,12 @@
 //! a re-publish after a crash is deduplicated downstream. The outbox table
 //! holds what other writers publish (artifact records).
 
-use serde_json::{json, Map, Value};
 use uuid::Uuid;
 
 use crate::attempt::Attempt;
 use crate::codec::{
-    Codec, CodecError, Family, JobSpecRecord, ResultRecord, TerminalStatus, WorkRecord, WorkType,
+    Codec, CodecError, Family, Headers, JobSpecRecord, ResultRecord, TerminalStatus, WorkRecord,
+    WorkType,
 };
 use crate::contract::{
     topics, AttemptEvent, EventBody, JobSpec, LeaseInfo, Operation, TraceContext, UnixMillis,
@@ -29,7 +29,7 @@ pub struct OutboxMessage {
     pub topic: String,
     /// The Kafka key: attempt id, or the runner instance for work topics.
     pub key: String,
-    pub headers: Map<String, Value>,
+    pub headers: Headers,
     pub payload: Vec<u8>,
 }
 
@@ -46,7 +46,8 @@ fn cloud_headers(
     time: UnixMillis,
     attempt_id: Uuid,
     trace: Option<&TraceContext>,
-) -> Map<String, Value> {
+    more: usize,
+) -> Headers {
     let id = id.to_string();
     let subject = attempt_id.to_string();
     let cloud_event = crate::codec::CloudEvent {
@@ -58,11 +59,7 @@ fn cloud_headers(
         traceparent: trace.map(|trace| trace.traceparent.as_str()),
         tracestate: trace.and_then(|trace| trace.tracestate.as_deref()),
     };
-    cloud_event
-        .headers()
-        .into_iter()
-        .map(|(name, value)| (name.to_owned(), Value::String(value)))
-        .collect()
+    cloud_event.headers(more)
 }
 
 /// What an event's derived records are made of besides the event itself:
@@ -100,18 +97,14 @@ impl AttemptFacts {
     }
 }
 
-fn headers(
-    id: Uuid,
-    ce_type: &str,
-    event: &AttemptEvent,
-    facts: &AttemptFacts,
-) -> Map<String, Value> {
+fn headers(id: Uuid, ce_type: &str, event: &AttemptEvent, facts: &AttemptFacts) -> Headers {
     cloud_headers(
         id,
         ce_type,
         event.occurred_at,
         event.attempt_id,
         facts.trace.as_ref(),
+        1,
     )
 }
 
@@ -154,10 +147,7 @@ fn work(
         WorkType::Cancel => "io.execplane.work.cancel",
     };
     let mut headers = headers(id, ce_type, event, facts);
-    headers.insert(
-        "execplane_runner_instance".into(),
-        json!(lease.runner_instance),
-    );
+    headers.push("execplane_runner_instance", lease.runner_instance.clone());
     Ok(Some(OutboxMessage {
         topic: topics::work(operation.runner_type()),
         key: lease.runner_instance.clone(),
@@ -201,19 +191,11 @@ pub(crate) fn log_record(event: &LoggedEvent, codec: &Codec) -> Result<OutboxMes
         event.occurred_at,
         event.attempt_id,
         event.trace.as_ref(),
+        3,
     );
-    headers.insert(
-        crate::audit::SEQ_HEADER.into(),
-        json!(event.seq.to_string()),
-    );
-    headers.insert(
-        crate::audit::PREV_HASH_HEADER.into(),
-        json!(hex::encode(event.prev_hash)),
-    );
-    headers.insert(
-        crate::audit::HASH_HEADER.into(),
-        json!(hex::encode(event.hash)),
-    );
+    headers.push(crate::audit::SEQ_HEADER, event.seq.to_string());
+    headers.push(crate::audit::PREV_HASH_HEADER, hex::encode(event.prev_hash));
+    headers.push(crate::audit::HASH_HEADER, hex::encode(event.hash));
     Ok(OutboxMessage {
         topic: topics::ATTEMPT_EVENTS.to_owned(),
         key: event.attempt_id.to_string(),
@@ -361,7 +343,7 @@ pub(crate) fn result(
         event,
         facts,
     );
-    headers.insert("idempotency_key".into(), json!(idempotency_key));
+    headers.push("idempotency_key", idempotency_key);
     Ok(Some(OutboxMessage {
         topic: topics::RESULTS.to_owned(),
         key: event.attempt_id.to_string(),

@@ -35,7 +35,7 @@ pub struct OutboxRow {
     pub origin: Origin,
     pub topic: String,
     pub key: String,
-    pub headers: serde_json::Map<String, serde_json::Value>,
+    pub headers: crate::codec::Headers,
     pub payload: Vec<u8>,
 }
 
@@ -114,8 +114,10 @@ impl RelayLock {
                 .into_iter()
                 .map(|row| {
                     let headers = match row.get(3) {
-                        serde_json::Value::Object(headers) => headers,
-                        _ => serde_json::Map::new(),
+                        serde_json::Value::Object(headers) => {
+                            crate::codec::Headers::from_json(&headers)
+                        }
+                        _ => crate::codec::Headers::default(),
                     };
                     OutboxRow {
                         origin: Origin::Outbox(row.get(0)),
