@@ -102,7 +102,8 @@ pub fn check(attempt_id: Uuid, tip: Tip, link: &Link<'_>) -> Result<(AttemptEven
 
 /// An event from its datum and its writer schema's fingerprint.
 pub fn decode(fingerprint: u64, datum: &[u8]) -> Result<AttemptEvent, String> {
-    let record = Codec::attempt_event(fingerprint, datum).map_err(|error| error.to_string())?;
+    let record = Codec::record::<crate::codec::AttemptEventRecord>(fingerprint, datum)
+        .map_err(|error| error.to_string())?;
     AttemptEvent::try_from(record).map_err(|error| error.to_string())
 }
 

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
 use crate::cli::assemble;
-use crate::codec::{CommandRecord, Family};
+use crate::codec::CommandRecord;
 use crate::config::Config;
 use crate::contract::{
     topics, validate_jobspec, AttemptEvent, EventBody, JobSpec, TerminalOutcome,
@@ -534,7 +534,7 @@ impl<'a> Rig<'a> {
                 let payload = self
                     .kafka
                     .codec
-                    .encode(Family::Command, &CommandRecord::execute(spec, now))?;
+                    .encode_command(&CommandRecord::execute(spec, now))?;
                 issued.insert(spec.job_id.clone(), now);
                 let record = FutureRecord::to(&commands_topic)
                     .key(&spec.job_id)
@@ -819,7 +819,10 @@ impl Observed {
                 }
                 Seen::Decode => {
                     let event = message.payload().and_then(|payload| {
-                        let record = kafka.codec.decode_attempt_event(payload).ok()?;
+                        let record = kafka
+                            .codec
+                            .decode_record::<crate::codec::AttemptEventRecord>(payload)
+                            .ok()?;
                         AttemptEvent::try_from(record).ok()
                     });
                     if let Some(event) = event {

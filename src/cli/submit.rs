@@ -13,7 +13,7 @@ use rdkafka::producer::FutureRecord;
 use rdkafka::Message;
 
 use super::assemble;
-use crate::codec::{CommandRecord, Family};
+use crate::codec::CommandRecord;
 use crate::config::Config;
 use crate::contract::{topics, validate_jobspec_bytes, AttemptEvent, EventBody, TerminalOutcome};
 use crate::kafka::cloudevent_headers;
@@ -83,7 +83,7 @@ async fn produce(
 ) -> anyhow::Result<()> {
     let producer = kafka.producer()?;
     let command = CommandRecord::execute(spec, chrono::Utc::now().timestamp_millis());
-    let payload = kafka.codec.encode(Family::Command, &command)?;
+    let payload = kafka.codec.encode_command(&command)?;
     let commands_topic = kafka.topic(topics::COMMANDS);
     let traceparent = spec.trace.as_ref().map(|trace| trace.traceparent.as_str());
     producer
@@ -133,7 +133,12 @@ async fn follow(
         };
         let Some(event) = message
             .payload()
-            .and_then(|payload| kafka.codec.decode_attempt_event(payload).ok())
+            .and_then(|payload| {
+                kafka
+                    .codec
+                    .decode_record::<crate::codec::AttemptEventRecord>(payload)
+                    .ok()
+            })
             .filter(|record| record.job_id == spec.job_id)
             .and_then(|record| AttemptEvent::try_from(record).ok())
         else {

@@ -1,6 +1,6 @@
-//! The Avro datums of the hottest records, written (and an attempt
-//! event's read) field by field: attempt events, and the work items and
-//! results the relay derives from them.
+//! The Avro datums of the hottest records, written and read field by
+//! field: attempt events, the work items and results the relay derives
+//! from them, and the commands and runner reports intake reads.
 //!
 //! Intake encodes every event it appends on its one serial loop, and
 //! apache-avro's serde writer looked each field up by name in its schema
@@ -14,9 +14,10 @@
 //!
 //! Reading is the mirror image, for a datum written with the current
 //! schema (the relay reads every event it publishes, the audit every event
-//! it checks): anything it does not read exactly as written here (another
-//! schema, a negative block count, trailing bytes, a bad union branch) is
-//! left to apache-avro, whose answer, or error, stands.
+//! it checks, intake every command and report, a runner every work item):
+//! anything it does not read exactly as written here (another schema, a
+//! negative block count, trailing bytes, a bad union branch) is left to
+//! apache-avro, whose answer, or error, stands (`Codec::record`).
 //!
 //! Avro's binary encoding, as used here: `int` and `long` are zig-zag
 //! varints; `string` is its length then its bytes; `boolean` one byte; a
@@ -26,11 +27,13 @@
 
 use crate::contract::{
     Callback, FailureCategory, GenerateSecret, Label, OutputArtifact, PolicyFlags, Problem,
-    RetentionClass, SecretRef, TerminalOutcome, TimerKind, TraceContext,
+    ReportedOutcome, RetentionClass, SecretRef, TerminalOutcome, TimerKind, TraceContext,
 };
 
+use super::framing::Family;
 use super::records::{
-    AttemptEventRecord, EventType, JobSpecRecord, ResultRecord, RetryPolicyRecord,
+    ApprovePlanRecord, AttemptEventRecord, CancelAttemptRecord, CommandKind, CommandRecord,
+    EventType, JobSpecRecord, ReportType, ResultRecord, RetryPolicyRecord, RunnerEventRecord,
     RunnerRequirementsRecord, TargetKeyRecord, TargetRecord, TerminalStatus, TimeoutsRecord,
     WorkRecord, WorkType,
 };
@@ -55,22 +58,49 @@ pub(crate) fn result_datum(record: &ResultRecord) -> Vec<u8> {
     written(record, 256)
 }
 
+/// The datum of a command (`schemas/commands.avsc`), as the bench and
+/// `execplane submit` write it.
+pub(crate) fn command_datum(record: &CommandRecord) -> Vec<u8> {
+    written(record, 512)
+}
+
 fn written(record: &impl Avro, capacity: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(capacity);
     record.write(&mut out);
     out
 }
 
+/// A record whose datum is read here, and the family it is a record of.
+pub(crate) trait Datum: Avro + serde::de::DeserializeOwned {
+    const FAMILY: Family;
+}
+
+impl Datum for AttemptEventRecord {
+    const FAMILY: Family = Family::AttemptEvent;
+}
+
+impl Datum for WorkRecord {
+    const FAMILY: Family = Family::WorkItem;
+}
+
+impl Datum for CommandRecord {
+    const FAMILY: Family = Family::Command;
+}
+
+impl Datum for RunnerEventRecord {
+    const FAMILY: Family = Family::RunnerEvent;
+}
+
 /// The record a datum written with the current schema holds, when it
 /// holds exactly one in the encoding written here; `None` otherwise.
-pub(crate) fn read_attempt_event(datum: &[u8]) -> Option<AttemptEventRecord> {
+pub(crate) fn read_exact<T: Datum>(datum: &[u8]) -> Option<T> {
     let mut input = datum;
-    let record = AttemptEventRecord::read(&mut input)?;
+    let record = T::read(&mut input)?;
     input.is_empty().then_some(record)
 }
 
 /// A value of the schema, in Avro's binary encoding.
-trait Avro: Sized {
+pub(crate) trait Avro: Sized {
     fn write(&self, out: &mut Vec<u8>);
     /// Reads a value off the front of `input`; `None` for anything not
     /// written as `write` writes it.
@@ -251,6 +281,9 @@ symbols!(
     RetentionClass [Logs, Rendered, Evidence];
     WorkType [WorkItem, LeaseExtended, LeaseRevoked, Cancel];
     TerminalStatus [Succeeded, Failed, TimedOut, Cancelled, Rejected, OutcomeUnknown];
+    CommandKind [ExecuteJob, CancelAttempt, ApprovePlan];
+    ReportType [Started, Heartbeat, Progress, Finished];
+    ReportedOutcome [Succeeded, Failed, Cancelled];
 );
 
 /// Records: their fields, in the schema's order (a struct expression
@@ -364,6 +397,40 @@ fields!(ResultRecord {
     idempotency_key,
     retry_attempt_id,
 });
+fields!(CancelAttemptRecord {
+    attempt_id,
+    reason,
+    requested_by,
+    grace_ms
+});
+fields!(ApprovePlanRecord {
+    plan_attempt_id,
+    plan_digest,
+    tenant,
+    approved_by
+});
+fields!(CommandRecord {
+    command_id,
+    kind,
+    issued_at,
+    execute,
+    cancel,
+    approve
+});
+fields!(RunnerEventRecord {
+    event_id,
+    attempt_id,
+    lease_epoch,
+    runner_instance,
+    sent_at,
+    kind,
+    message,
+    percent,
+    outcome,
+    category,
+    result_json,
+    outputs
+});
 fields!(AttemptEventRecord {
     event_id,
     attempt_id,
@@ -430,7 +497,7 @@ mod tests {
         let datum = attempt_event_datum(record);
         assert_eq!(datum, reference(record), "{what:?}");
         assert_eq!(
-            read_attempt_event(&datum).as_ref(),
+            read_exact::<AttemptEventRecord>(&datum).as_ref(),
             Some(record),
             "{what:?}"
         );
@@ -614,6 +681,7 @@ mod tests {
                 };
                 let reference = Codec::datum(Family::WorkItem, &record).expect("apache-avro");
                 assert_eq!(work_datum(&record), reference, "{kind:?}");
+                assert_eq!(read_exact(&reference).as_ref(), Some(&record), "{kind:?}");
             }
         }
         for status in [
@@ -648,55 +716,203 @@ mod tests {
         }
     }
 
-    /// Every byte of a datum changed to each of the values where readers
+    /// Commands of every kind and runner reports of every type and
+    /// outcome: written as apache-avro writes them, and read back.
+    #[test]
+    fn commands_and_reports_are_written_and_read_as_apache_avro_does() {
+        for command in commands() {
+            let datum = command_datum(&command);
+            let reference = Codec::datum(Family::Command, &command).expect("apache-avro");
+            assert_eq!(datum, reference, "{:?}", command.kind);
+            assert_eq!(
+                read_exact(&datum).as_ref(),
+                Some(&command),
+                "{:?}",
+                command.kind
+            );
+        }
+        for report in reports() {
+            let reference = Codec::datum(Family::RunnerEvent, &report).expect("apache-avro");
+            assert_eq!(written(&report, 0), reference, "{:?}", report.kind);
+            assert_eq!(
+                read_exact(&reference).as_ref(),
+                Some(&report),
+                "{:?}",
+                report.kind
+            );
+        }
+    }
+
+    fn commands() -> Vec<CommandRecord> {
+        let execute = CommandRecord {
+            command_id: "c".to_owned(),
+            kind: CommandKind::ExecuteJob,
+            issued_at: 1_700_000_000_123,
+            execute: full().spec,
+            cancel: None,
+            approve: None,
+        };
+        let cancel = CommandRecord {
+            kind: CommandKind::CancelAttempt,
+            issued_at: -1,
+            execute: None,
+            cancel: Some(CancelAttemptRecord {
+                attempt_id: "a".to_owned(),
+                reason: "r ✓".repeat(50),
+                requested_by: "u".to_owned(),
+                grace_ms: Some(i64::MAX),
+            }),
+            ..execute.clone()
+        };
+        let approve = CommandRecord {
+            kind: CommandKind::ApprovePlan,
+            execute: None,
+            approve: Some(ApprovePlanRecord {
+                plan_attempt_id: "p".to_owned(),
+                plan_digest: format!("sha256:{}", "0".repeat(64)),
+                tenant: "t".to_owned(),
+                approved_by: String::new(),
+            }),
+            ..execute.clone()
+        };
+        vec![execute, cancel, approve]
+    }
+
+    fn reports() -> Vec<RunnerEventRecord> {
+        let started = RunnerEventRecord {
+            event_id: "e".to_owned(),
+            attempt_id: "a".to_owned(),
+            lease_epoch: i64::MIN,
+            runner_instance: "verification-1".to_owned(),
+            sent_at: 1_700_000_000_123,
+            kind: ReportType::Started,
+            message: None,
+            percent: None,
+            outcome: None,
+            category: None,
+            result_json: None,
+            outputs: Vec::new(),
+        };
+        let mut reports = vec![
+            started.clone(),
+            RunnerEventRecord {
+                kind: ReportType::Heartbeat,
+                message: Some("m".repeat(200)),
+                percent: Some(100),
+                ..started.clone()
+            },
+            RunnerEventRecord {
+                kind: ReportType::Progress,
+                percent: Some(-1),
+                ..started.clone()
+            },
+        ];
+        let outputs = full().outputs;
+        for outcome in [
+            ReportedOutcome::Succeeded,
+            ReportedOutcome::Failed,
+            ReportedOutcome::Cancelled,
+        ] {
+            for category in FailureCategory::ALL.map(Some).into_iter().chain([None]) {
+                reports.push(RunnerEventRecord {
+                    kind: ReportType::Finished,
+                    message: Some("done".to_owned()),
+                    outcome: Some(outcome),
+                    category,
+                    result_json: Some(r#"{"ok":true}"#.to_owned()),
+                    outputs: outputs.clone(),
+                    ..started.clone()
+                });
+            }
+        }
+        reports
+    }
+
+    /// Every byte of `datum` changed to each of the values where readers
     /// could differ (union branches, booleans, varint ends and
     /// continuations): whatever it reads, apache-avro reads too.
-    #[test]
-    fn what_is_read_from_a_damaged_datum_is_what_apache_avro_reads() {
-        for record in [AttemptEventRecord::default(), full_with(0)] {
-            let datum = attempt_event_datum(&record);
-            for at in 0..datum.len() {
-                for byte in [0, 1, 2, 3, 4, 0x7f, 0x80, 0x81, 0xff] {
-                    let mut damaged = datum.clone();
-                    damaged[at] = byte;
-                    if let Some(read) = read_attempt_event(&damaged) {
-                        assert_eq!(Some(read), reference_read(&damaged), "{byte:#x} at {at}");
-                    }
+    fn assert_damage_reads_as_apache_avro<T: Datum + PartialEq + std::fmt::Debug>(datum: &[u8]) {
+        for at in 0..datum.len() {
+            for byte in [0, 1, 2, 3, 4, 0x7f, 0x80, 0x81, 0xff] {
+                let mut damaged = datum.to_vec();
+                damaged[at] = byte;
+                if let Some(read) = read_exact::<T>(&damaged) {
+                    let reference: Option<T> = Codec::from_datum(T::FAMILY, &damaged).ok();
+                    assert_eq!(Some(read), reference, "{byte:#x} at {at}");
                 }
             }
         }
     }
 
     #[test]
+    fn what_is_read_from_a_damaged_datum_is_what_apache_avro_reads() {
+        for record in [AttemptEventRecord::default(), full_with(0)] {
+            assert_damage_reads_as_apache_avro::<AttemptEventRecord>(&attempt_event_datum(&record));
+        }
+        for command in commands() {
+            assert_damage_reads_as_apache_avro::<CommandRecord>(&command_datum(&command));
+        }
+        for report in [
+            reports().remove(1),
+            reports().pop().expect("a finished report"),
+        ] {
+            assert_damage_reads_as_apache_avro::<RunnerEventRecord>(&written(&report, 0));
+        }
+        let work = WorkRecord {
+            record_id: "r".to_owned(),
+            runner_instance: "i".to_owned(),
+            kind: WorkType::WorkItem,
+            attempt_id: "a".to_owned(),
+            job_id: "j".to_owned(),
+            attempt_no: 1,
+            lease_id: "l".to_owned(),
+            lease_epoch: 2,
+            expires_at: Some(3),
+            spec: full_with(0).spec,
+            reason: None,
+        };
+        assert_damage_reads_as_apache_avro::<WorkRecord>(&work_datum(&work));
+    }
+
+    #[test]
     fn what_it_does_not_read_exactly_is_left_to_apache_avro() {
         let datum = attempt_event_datum(&full());
         for end in 0..datum.len() {
-            assert_eq!(read_attempt_event(&datum[..end]), None, "cut at {end}");
+            assert_eq!(
+                read_exact::<AttemptEventRecord>(&datum[..end]),
+                None,
+                "cut at {end}"
+            );
         }
         let mut longer = datum.clone();
         longer.push(0);
-        assert_eq!(read_attempt_event(&longer), None, "a trailing byte");
+        assert_eq!(
+            read_exact::<AttemptEventRecord>(&longer),
+            None,
+            "a trailing byte"
+        );
         // `command_id`, the first union, after three empty strings, two
         // zero longs and the first symbol, a byte each: branch 2 does not
         // exist.
         let empty = attempt_event_datum(&AttemptEventRecord::default());
         let mut branch = empty.clone();
         branch[6] = 4;
-        assert_eq!(read_attempt_event(&branch), None);
+        assert_eq!(read_exact::<AttemptEventRecord>(&branch), None);
         assert_eq!(reference_read(&branch), None);
         // A long of eleven bytes overflows.
         let mut overlong = empty[..3].to_vec();
         overlong.extend([0xff; 10]);
         overlong.push(0x01);
         overlong.extend(&empty[4..]);
-        assert_eq!(read_attempt_event(&overlong), None);
+        assert_eq!(read_exact::<AttemptEventRecord>(&overlong), None);
         // Another schema's datum goes to apache-avro, by its fingerprint.
         assert!(matches!(
-            Codec::attempt_event(0, &datum),
+            Codec::record::<AttemptEventRecord>(0, &datum),
             Err(crate::codec::CodecError::UnknownFingerprint { .. })
         ));
         assert_eq!(
-            Codec::attempt_event(Codec::fingerprint(Family::AttemptEvent), &datum).ok(),
+            Codec::record::<AttemptEventRecord>(Codec::fingerprint(Family::AttemptEvent), &datum)
+                .ok(),
             Some(full())
         );
     }
@@ -784,7 +1000,7 @@ mod tests {
             }
             let datum = attempt_event_datum(&record);
             prop_assert_eq!(&datum, &reference(&record));
-            prop_assert_eq!(read_attempt_event(&datum), Some(record));
+            prop_assert_eq!(read_exact::<AttemptEventRecord>(&datum), Some(record));
         }
     }
 }

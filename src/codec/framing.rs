@@ -351,33 +351,42 @@ impl Codec {
         read_datum(reader, bytes)
     }
 
-    /// An attempt event from its datum and its writer schema's
-    /// fingerprint: read directly when written with the current schema
-    /// (`codec::datums`), resolved by apache-avro otherwise.
-    pub fn attempt_event(
+    /// A record from its datum and its writer schema's fingerprint: read
+    /// directly when written with the current schema (`codec::datums`),
+    /// resolved by apache-avro otherwise.
+    pub(crate) fn record<T: super::datums::Datum>(
         fingerprint: u64,
         datum: &[u8],
-    ) -> Result<super::AttemptEventRecord, CodecError> {
-        if fingerprint == Self::fingerprint(Family::AttemptEvent) {
-            if let Some(record) = super::datums::read_attempt_event(datum) {
+    ) -> Result<T, CodecError> {
+        if fingerprint == Self::fingerprint(T::FAMILY) {
+            if let Some(record) = super::datums::read_exact(datum) {
                 return Ok(record);
             }
         }
-        Self::from_datum_by_fingerprint(Family::AttemptEvent, fingerprint, datum)
+        Self::from_datum_by_fingerprint(T::FAMILY, fingerprint, datum)
     }
 
-    /// An attempt event record of either framing (`attempt_event`).
-    pub fn decode_attempt_event(
+    /// A record of either framing (`record`).
+    pub(crate) fn decode_record<T: super::datums::Datum>(
         &self,
         bytes: &[u8],
-    ) -> Result<super::AttemptEventRecord, CodecError> {
-        let (fingerprint, datum) = self.unframe(Family::AttemptEvent, bytes)?;
-        Self::attempt_event(fingerprint, datum)
+    ) -> Result<T, CodecError> {
+        let (fingerprint, datum) = self.unframe(T::FAMILY, bytes)?;
+        Self::record(fingerprint, datum)
     }
 
     /// Encodes with the configured framing.
     pub fn encode<T: Serialize>(&self, family: Family, value: &T) -> Result<Vec<u8>, CodecError> {
         self.frame(family, &Self::datum(family, value)?)
+    }
+
+    /// A command with the configured framing, its datum written by
+    /// `codec::datums`.
+    pub(crate) fn encode_command(
+        &self,
+        record: &super::CommandRecord,
+    ) -> Result<Vec<u8>, CodecError> {
+        self.frame(Family::Command, &super::command_datum(record))
     }
 
     /// Frames a datum written with the current schema.

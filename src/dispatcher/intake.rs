@@ -381,12 +381,12 @@ fn decode(
     };
     let topic = message.topic();
     if topic == commands_topic {
-        match codec.decode::<CommandRecord>(Family::Command, payload) {
+        match codec.decode_record::<CommandRecord>(payload) {
             Ok(record) => decode_command(config, record),
             Err(error) => Decoded::Poison(format!("not a command record: {error}")),
         }
     } else if topic == events_topic {
-        match codec.decode::<RunnerEventRecord>(Family::RunnerEvent, payload) {
+        match codec.decode_record::<RunnerEventRecord>(payload) {
             Ok(record) => match record.to_report() {
                 Ok(report) => {
                     let mut problems = crate::contract::check_report(&report);

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use super::access::speaking_for;
 use super::{Ingress, IngressError};
-use crate::codec::{CommandRecord, Family};
+use crate::codec::CommandRecord;
 use crate::contract::{topics, validate_jobspec_bytes, AttemptEvent};
 use crate::kafka::cloudevent_headers;
 use crate::policy::principals::{Principal, Role};
@@ -75,7 +75,11 @@ impl Ingress {
         ce_type: &str,
         traceparent: Option<&str>,
     ) -> Result<(), IngressError> {
-        let payload = self.encode(Family::Command, command)?;
+        let payload = self
+            .kafka
+            .codec
+            .encode_command(command)
+            .map_err(|error| IngressError::Unavailable(error.to_string()))?;
         let headers = cloudevent_headers(
             &command.command_id,
             ce_type,

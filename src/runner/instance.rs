@@ -294,7 +294,7 @@ impl<E: Executor> Instance<E> {
         let Some(payload) = message.payload() else {
             return;
         };
-        let record: WorkRecord = match self.codec.decode(Family::WorkItem, payload) {
+        let record: WorkRecord = match self.codec.decode_record(payload) {
             Ok(record) => record,
             Err(error) => {
                 warn!(parent: &self.span, %error, offset = message.offset(), "undecodable work record skipped");

@@ -38,7 +38,10 @@ impl StoredEvent {
 
     /// Decodes the payload with the schema it was written with.
     pub fn decode(&self) -> Result<AttemptEvent, StoreError> {
-        let record = Codec::attempt_event(self.schema_fingerprint as u64, &self.payload)?;
+        let record = Codec::record::<crate::codec::AttemptEventRecord>(
+            self.schema_fingerprint as u64,
+            &self.payload,
+        )?;
         Ok(AttemptEvent::try_from(record)?)
     }
 

@@ -288,7 +288,8 @@ fn derived(
     let Some(facts) = attempt_facts(row, event)? else {
         return Ok(Vec::new());
     };
-    let decoded = Codec::attempt_event(event.fingerprint, &event.datum)?;
+    let decoded =
+        Codec::record::<crate::codec::AttemptEventRecord>(event.fingerprint, &event.datum)?;
     Ok(derived_records(
         &AttemptEvent::try_from(decoded)?,
         &facts,
