@@ -528,6 +528,15 @@ fn fold_confusable(character: char) -> char {
 /// A name as compared: NFKC (full-width and compatibility forms become
 /// their plain letters), lowercase, confusables folded to Latin.
 fn normalized_name(name: &str) -> String {
+    // ASCII is its own NFKC form, lowercases to ASCII and folds nothing:
+    // the usual name skips the Unicode tables (the same answer, tested).
+    if name.is_ascii() {
+        return name.to_ascii_lowercase();
+    }
+    unicode_normalized_name(name)
+}
+
+fn unicode_normalized_name(name: &str) -> String {
     use unicode_normalization::UnicodeNormalization;
     name.nfkc()
         .flat_map(char::to_lowercase)
@@ -1155,6 +1164,13 @@ mod tests {
                 json!({"package": package, "playbook": bad}),
             );
             assert_eq!(paths(&playbook), vec!["inputs.playbook"], "{bad}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn an_ascii_name_is_normalised_as_the_unicode_path_would(name in "[\\x00-\\x7f]{0,40}") {
+            proptest::prop_assert_eq!(normalized_name(&name), unicode_normalized_name(&name));
         }
     }
 }
