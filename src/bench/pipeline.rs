@@ -534,7 +534,7 @@ impl<'a> Rig<'a> {
                 let payload = self
                     .kafka
                     .codec
-                    .encode_command(&CommandRecord::execute(spec, now))?;
+                    .encode_record(&CommandRecord::execute(spec, now))?;
                 issued.insert(spec.job_id.clone(), now);
                 let record = FutureRecord::to(&commands_topic)
                     .key(&spec.job_id)

@@ -83,7 +83,7 @@ async fn produce(
 ) -> anyhow::Result<()> {
     let producer = kafka.producer()?;
     let command = CommandRecord::execute(spec, chrono::Utc::now().timestamp_millis());
-    let payload = kafka.codec.encode_command(&command)?;
+    let payload = kafka.codec.encode_record(&command)?;
     let commands_topic = kafka.topic(topics::COMMANDS);
     let traceparent = spec.trace.as_ref().map(|trace| trace.traceparent.as_str());
     producer

@@ -58,10 +58,11 @@ pub(crate) fn result_datum(record: &ResultRecord) -> Vec<u8> {
     written(record, 256)
 }
 
-/// The datum of a command (`schemas/commands.avsc`), as the bench and
-/// `execplane submit` write it.
-pub(crate) fn command_datum(record: &CommandRecord) -> Vec<u8> {
-    written(record, 512)
+/// The datum of a record read here too (`Codec::encode_record`): commands
+/// as the API, `execplane submit` and the bench write them, reports as a
+/// runner does.
+pub(crate) fn datum<T: Datum>(record: &T) -> Vec<u8> {
+    written(record, 256)
 }
 
 fn written(record: &impl Avro, capacity: usize) -> Vec<u8> {
@@ -721,11 +722,11 @@ mod tests {
     #[test]
     fn commands_and_reports_are_written_and_read_as_apache_avro_does() {
         for command in commands() {
-            let datum = command_datum(&command);
+            let bytes = datum(&command);
             let reference = Codec::datum(Family::Command, &command).expect("apache-avro");
-            assert_eq!(datum, reference, "{:?}", command.kind);
+            assert_eq!(bytes, reference, "{:?}", command.kind);
             assert_eq!(
-                read_exact(&datum).as_ref(),
+                read_exact(&bytes).as_ref(),
                 Some(&command),
                 "{:?}",
                 command.kind
@@ -733,7 +734,7 @@ mod tests {
         }
         for report in reports() {
             let reference = Codec::datum(Family::RunnerEvent, &report).expect("apache-avro");
-            assert_eq!(written(&report, 0), reference, "{:?}", report.kind);
+            assert_eq!(datum(&report), reference, "{:?}", report.kind);
             assert_eq!(
                 read_exact(&reference).as_ref(),
                 Some(&report),
@@ -850,13 +851,13 @@ mod tests {
             assert_damage_reads_as_apache_avro::<AttemptEventRecord>(&attempt_event_datum(&record));
         }
         for command in commands() {
-            assert_damage_reads_as_apache_avro::<CommandRecord>(&command_datum(&command));
+            assert_damage_reads_as_apache_avro::<CommandRecord>(&datum(&command));
         }
         for report in [
             reports().remove(1),
             reports().pop().expect("a finished report"),
         ] {
-            assert_damage_reads_as_apache_avro::<RunnerEventRecord>(&written(&report, 0));
+            assert_damage_reads_as_apache_avro::<RunnerEventRecord>(&datum(&report));
         }
         let work = WorkRecord {
             record_id: "r".to_owned(),

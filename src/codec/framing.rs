@@ -380,13 +380,13 @@ impl Codec {
         self.frame(family, &Self::datum(family, value)?)
     }
 
-    /// A command with the configured framing, its datum written by
-    /// `codec::datums`.
-    pub(crate) fn encode_command(
+    /// A record with the configured framing, its datum written by
+    /// `codec::datums` (the bytes apache-avro writes).
+    pub(crate) fn encode_record<T: super::datums::Datum>(
         &self,
-        record: &super::CommandRecord,
+        record: &T,
     ) -> Result<Vec<u8>, CodecError> {
-        self.frame(Family::Command, &super::command_datum(record))
+        self.frame(T::FAMILY, &super::datums::datum(record))
     }
 
     /// Frames a datum written with the current schema.

@@ -78,7 +78,7 @@ impl Ingress {
         let payload = self
             .kafka
             .codec
-            .encode_command(command)
+            .encode_record(command)
             .map_err(|error| IngressError::Unavailable(error.to_string()))?;
         let headers = cloudevent_headers(
             &command.command_id,

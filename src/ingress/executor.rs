@@ -504,7 +504,11 @@ impl Ingress {
                 chrono::Utc::now().timestamp_millis(),
                 &report,
             );
-            let payload = self.encode(Family::RunnerEvent, &record)?;
+            let payload = self
+                .kafka
+                .codec
+                .encode_record(&record)
+                .map_err(|error| IngressError::Unavailable(error.to_string()))?;
             let ce_type = format!("io.execplane.runner.{}", report.body.kind());
             let headers = cloudevent_headers(
                 &event_id.to_string(),

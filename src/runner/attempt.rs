@@ -192,7 +192,7 @@ impl Reporter {
             chrono::Utc::now().timestamp_millis(),
             &report,
         );
-        let payload = self.codec.encode(Family::RunnerEvent, &record).ok()?;
+        let payload = self.codec.encode_record(&record).ok()?;
         let topic = self.kafka.topic(topics::RUNNER_EVENTS);
         let key = attempt_id.to_string();
         let ce_type = format!("io.execplane.runner.{}", report.body.kind());
