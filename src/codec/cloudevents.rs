@@ -1,6 +1,7 @@
 //! The CloudEvents Kafka binding (`ce_*` headers, `content-type`, and the
 //! W3C trace context), built in one place for every record execplane
-//! writes: outbox rows (stored as JSON, published by the relay) and records
+//! writes: the events and derived records the relay publishes from the log,
+//! the rows it publishes from `outbox` (stored as JSON), and records
 //! produced directly (runner reports, presence, log chunks, commands).
 
 use std::borrow::Cow;
