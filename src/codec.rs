@@ -17,7 +17,7 @@ mod records;
 
 pub use canonical::{crc64_avro, parsing_canonical_form};
 pub use cloudevents::{CloudEvent, Headers};
-pub(crate) use datums::{attempt_event_datum, result_datum, work_datum};
+pub(crate) use datums::datum;
 pub use framing::{
     can_read, fingerprint, legacy_fingerprint, Codec, CodecError, Family, Framing, RegistryIds,
 };

@@ -39,39 +39,16 @@ use super::records::{
 };
 
 /// The datum of `record`: byte for byte what apache-avro writes for it
-/// with the current `AttemptEvent` schema.
-pub(crate) fn attempt_event_datum(record: &AttemptEventRecord) -> Vec<u8> {
-    written(record, 256)
-}
-
-/// The datum of a work record the relay derives from an event (a work
-/// item carries the spec): what apache-avro writes with the current
-/// `WorkRecord` schema (`schemas/work-items.avsc`).
-pub(crate) fn work_datum(record: &WorkRecord) -> Vec<u8> {
-    written(record, 128)
-}
-
-/// The datum of a result the relay derives from a terminal event: what
-/// apache-avro writes with the current `AttemptResult` schema
-/// (`schemas/results.avsc`).
-pub(crate) fn result_datum(record: &ResultRecord) -> Vec<u8> {
-    written(record, 256)
-}
-
-/// The datum of a record read here too (`Codec::encode_record`): commands
-/// as the API, `execplane submit` and the bench write them, reports as a
-/// runner does.
+/// with its family's current schema (the event log hashes an event's;
+/// `Codec::encode_record` frames the others).
 pub(crate) fn datum<T: Datum>(record: &T) -> Vec<u8> {
-    written(record, 256)
-}
-
-fn written(record: &impl Avro, capacity: usize) -> Vec<u8> {
-    let mut out = Vec::with_capacity(capacity);
+    let mut out = Vec::with_capacity(256);
     record.write(&mut out);
     out
 }
 
-/// A record whose datum is read here, and the family it is a record of.
+/// A record whose datum is written (and, but for a result, read) here,
+/// and the family it is a record of.
 pub(crate) trait Datum: Avro + serde::de::DeserializeOwned {
     const FAMILY: Family;
 }
@@ -90,6 +67,10 @@ impl Datum for CommandRecord {
 
 impl Datum for RunnerEventRecord {
     const FAMILY: Family = Family::RunnerEvent;
+}
+
+impl Datum for ResultRecord {
+    const FAMILY: Family = Family::Result;
 }
 
 /// The record a datum written with the current schema holds, when it
@@ -495,10 +476,10 @@ mod tests {
 
     /// Written as apache-avro writes it, and read back as it was.
     fn assert_agrees(record: &AttemptEventRecord, what: impl std::fmt::Debug) {
-        let datum = attempt_event_datum(record);
-        assert_eq!(datum, reference(record), "{what:?}");
+        let bytes = datum(record);
+        assert_eq!(bytes, reference(record), "{what:?}");
         assert_eq!(
-            read_exact::<AttemptEventRecord>(&datum).as_ref(),
+            read_exact::<AttemptEventRecord>(&bytes).as_ref(),
             Some(record),
             "{what:?}"
         );
@@ -681,7 +662,7 @@ mod tests {
                     reason: optional.map(|_| "why ✓".to_owned()),
                 };
                 let reference = Codec::datum(Family::WorkItem, &record).expect("apache-avro");
-                assert_eq!(work_datum(&record), reference, "{kind:?}");
+                assert_eq!(datum(&record), reference, "{kind:?}");
                 assert_eq!(read_exact(&reference).as_ref(), Some(&record), "{kind:?}");
             }
         }
@@ -712,7 +693,7 @@ mod tests {
                     retry_attempt_id: optional,
                 };
                 let reference = Codec::datum(Family::Result, &record).expect("apache-avro");
-                assert_eq!(result_datum(&record), reference, "{status:?} {category:?}");
+                assert_eq!(datum(&record), reference, "{status:?} {category:?}");
             }
         }
     }
@@ -848,7 +829,7 @@ mod tests {
     #[test]
     fn what_is_read_from_a_damaged_datum_is_what_apache_avro_reads() {
         for record in [AttemptEventRecord::default(), full_with(0)] {
-            assert_damage_reads_as_apache_avro::<AttemptEventRecord>(&attempt_event_datum(&record));
+            assert_damage_reads_as_apache_avro::<AttemptEventRecord>(&datum(&record));
         }
         for command in commands() {
             assert_damage_reads_as_apache_avro::<CommandRecord>(&datum(&command));
@@ -872,20 +853,20 @@ mod tests {
             spec: full_with(0).spec,
             reason: None,
         };
-        assert_damage_reads_as_apache_avro::<WorkRecord>(&work_datum(&work));
+        assert_damage_reads_as_apache_avro::<WorkRecord>(&datum(&work));
     }
 
     #[test]
     fn what_it_does_not_read_exactly_is_left_to_apache_avro() {
-        let datum = attempt_event_datum(&full());
-        for end in 0..datum.len() {
+        let bytes = datum(&full());
+        for end in 0..bytes.len() {
             assert_eq!(
-                read_exact::<AttemptEventRecord>(&datum[..end]),
+                read_exact::<AttemptEventRecord>(&bytes[..end]),
                 None,
                 "cut at {end}"
             );
         }
-        let mut longer = datum.clone();
+        let mut longer = bytes.clone();
         longer.push(0);
         assert_eq!(
             read_exact::<AttemptEventRecord>(&longer),
@@ -895,7 +876,7 @@ mod tests {
         // `command_id`, the first union, after three empty strings, two
         // zero longs and the first symbol, a byte each: branch 2 does not
         // exist.
-        let empty = attempt_event_datum(&AttemptEventRecord::default());
+        let empty = datum(&AttemptEventRecord::default());
         let mut branch = empty.clone();
         branch[6] = 4;
         assert_eq!(read_exact::<AttemptEventRecord>(&branch), None);
@@ -908,11 +889,11 @@ mod tests {
         assert_eq!(read_exact::<AttemptEventRecord>(&overlong), None);
         // Another schema's datum goes to apache-avro, by its fingerprint.
         assert!(matches!(
-            Codec::record::<AttemptEventRecord>(0, &datum),
+            Codec::record::<AttemptEventRecord>(0, &bytes),
             Err(crate::codec::CodecError::UnknownFingerprint { .. })
         ));
         assert_eq!(
-            Codec::record::<AttemptEventRecord>(Codec::fingerprint(Family::AttemptEvent), &datum)
+            Codec::record::<AttemptEventRecord>(Codec::fingerprint(Family::AttemptEvent), &bytes)
                 .ok(),
             Some(full())
         );
@@ -999,9 +980,9 @@ mod tests {
             if let Some(spec) = record.spec.as_mut() {
                 spec.secret_refs[0].generate = Some(GenerateSecret { length });
             }
-            let datum = attempt_event_datum(&record);
-            prop_assert_eq!(&datum, &reference(&record));
-            prop_assert_eq!(read_exact::<AttemptEventRecord>(&datum), Some(record));
+            let bytes = datum(&record);
+            prop_assert_eq!(&bytes, &reference(&record));
+            prop_assert_eq!(read_exact::<AttemptEventRecord>(&bytes), Some(record));
         }
     }
 }

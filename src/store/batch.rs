@@ -1037,7 +1037,7 @@ impl Folded {
                     event.attempt_id
                 ))
             })?;
-            let payload = crate::codec::attempt_event_datum(&AttemptEventRecord::from(event));
+            let payload = crate::codec::datum(&AttemptEventRecord::from(event));
             let prev_hash = folded
                 .chain
                 .get(&event.attempt_id)

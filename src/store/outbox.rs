@@ -152,7 +152,7 @@ fn work(
         topic: topics::work(operation.runner_type()),
         key: lease.runner_instance.clone(),
         headers,
-        payload: codec.frame(Family::WorkItem, &crate::codec::work_datum(&record))?,
+        payload: codec.encode_record(&record)?,
     }))
 }
 
@@ -348,6 +348,6 @@ pub(crate) fn result(
         topic: topics::RESULTS.to_owned(),
         key: event.attempt_id.to_string(),
         headers,
-        payload: codec.frame(Family::Result, &crate::codec::result_datum(&record))?,
+        payload: codec.encode_record(&record)?,
     }))
 }
