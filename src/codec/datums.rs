@@ -210,8 +210,7 @@ impl<T: Avro> Avro for Vec<T> {
         out.push(0);
     }
 
-    /// One block or more; every item takes at least a byte, which bounds
-    /// what a count can make it reserve.
+    /// One block or more, each reserving what `room_for` allows.
     fn read(input: &mut &[u8]) -> Option<Self> {
         let mut items = Vec::new();
         loop {
@@ -219,12 +218,22 @@ impl<T: Avro> Avro for Vec<T> {
             if count == 0 {
                 return Some(items);
             }
-            items.reserve(count.min(input.len()));
+            items.reserve(room_for::<T>(count, input.len()));
             for _ in 0..count {
                 items.push(T::read(input)?);
             }
         }
     }
+}
+
+/// How many items a block that claims `count` may reserve room for, with
+/// `left` bytes of the datum still to read: the count is the writer's word
+/// (a command's is the requester's), and an item takes a byte of the datum
+/// or more but may take a hundred of memory (a target), so a block never
+/// reserves more bytes than are left to read. What it reads beyond that
+/// grows the vector as the items arrive.
+fn room_for<T>(count: usize, left: usize) -> usize {
+    count.min(left / std::mem::size_of::<T>().max(1))
 }
 
 /// Enums, with their symbols in the schema's order. The variants are
@@ -854,6 +863,51 @@ mod tests {
             reason: None,
         };
         assert_damage_reads_as_apache_avro::<WorkRecord>(&datum(&work));
+    }
+
+    /// A command claiming more targets than it holds bytes: refused (by
+    /// both readers), having reserved no more memory than the datum's
+    /// size however large the claim.
+    #[test]
+    fn a_claimed_count_reserves_no_more_than_the_bytes_left() {
+        let left = 1 << 20;
+        for count in [left, left * 4, usize::MAX] {
+            let room = room_for::<TargetRecord>(count, left);
+            assert!(
+                room * std::mem::size_of::<TargetRecord>() <= left,
+                "{count}"
+            );
+            assert!(room > 0);
+        }
+        assert_eq!(room_for::<u8>(3, left), 3, "a true count is reserved whole");
+        let mut command = commands().remove(0);
+        command
+            .execute
+            .as_mut()
+            .expect("an execute")
+            .targets
+            .clear();
+        let honest = datum(&command);
+        // Where `targets` is: before what the datum holds after it.
+        let spec = command.execute.as_ref().expect("an execute");
+        let mut from_targets = Vec::new();
+        spec.targets.write(&mut from_targets);
+        spec.secret_refs.write(&mut from_targets);
+        spec.timeouts.write(&mut from_targets);
+        spec.retry.write(&mut from_targets);
+        spec.policy.write(&mut from_targets);
+        spec.callback.write(&mut from_targets);
+        spec.trace.write(&mut from_targets);
+        command.cancel.write(&mut from_targets);
+        command.approve.write(&mut from_targets);
+        let at = honest.len() - from_targets.len();
+        assert_eq!(honest[at], 0, "the empty array");
+        // The empty array becomes a claim of 2^40 targets.
+        let mut claimed = honest[..at].to_vec();
+        long(1 << 40, &mut claimed);
+        claimed.extend_from_slice(&honest[at + 1..]);
+        assert_eq!(read_exact::<CommandRecord>(&claimed), None);
+        assert!(Codec::from_datum::<CommandRecord>(Family::Command, &claimed).is_err());
     }
 
     #[test]
