@@ -500,7 +500,7 @@ pub fn cloudevent_headers(
         traceparent,
         tracestate: None,
     };
-    owned_headers(&event.headers(0))
+    owned_headers(&event.headers())
 }
 
 /// A batch from `consumer`: waits up to `first` for one record, then takes

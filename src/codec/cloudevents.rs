@@ -86,12 +86,13 @@ pub struct CloudEvent<'a> {
 }
 
 impl CloudEvent<'_> {
-    /// The headers, in a fixed order, with room for `more` the caller adds.
-    pub fn headers(&self, more: usize) -> Headers {
+    /// The headers, in a fixed order (with room for the three the relay
+    /// adds to an event: its chain links).
+    pub fn headers(&self) -> Headers {
         let time = chrono::DateTime::from_timestamp_millis(self.time)
             .unwrap_or_default()
             .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
-        let mut headers = Headers::with_capacity(9 + more);
+        let mut headers = Headers::with_capacity(12);
         headers.push("ce_specversion", "1.0".to_owned());
         headers.push("ce_id", self.id.to_owned());
         headers.push("ce_type", self.ce_type.to_owned());
@@ -126,7 +127,7 @@ mod tests {
             traceparent: Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"),
             tracestate: None,
         };
-        let headers = event.headers(0);
+        let headers = event.headers();
         let names: Vec<&str> = headers.iter().map(|(name, _)| name).collect();
         assert_eq!(
             names,

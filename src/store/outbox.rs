@@ -46,7 +46,6 @@ fn cloud_headers(
     time: UnixMillis,
     attempt_id: Uuid,
     trace: Option<&TraceContext>,
-    more: usize,
 ) -> Headers {
     let id = id.to_string();
     let subject = attempt_id.to_string();
@@ -59,7 +58,7 @@ fn cloud_headers(
         traceparent: trace.map(|trace| trace.traceparent.as_str()),
         tracestate: trace.and_then(|trace| trace.tracestate.as_deref()),
     };
-    cloud_event.headers(more)
+    cloud_event.headers()
 }
 
 /// What an event's derived records are made of besides the event itself:
@@ -104,7 +103,6 @@ fn headers(id: Uuid, ce_type: &str, event: &AttemptEvent, facts: &AttemptFacts) 
         event.occurred_at,
         event.attempt_id,
         facts.trace.as_ref(),
-        1,
     )
 }
 
@@ -191,7 +189,6 @@ pub(crate) fn log_record(event: &LoggedEvent, codec: &Codec) -> Result<OutboxMes
         event.occurred_at,
         event.attempt_id,
         event.trace.as_ref(),
-        3,
     );
     headers.push(crate::audit::SEQ_HEADER, event.seq.to_string());
     headers.push(crate::audit::PREV_HASH_HEADER, hex::encode(event.prev_hash));
