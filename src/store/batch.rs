@@ -8,8 +8,8 @@ use uuid::Uuid;
 
 use super::outbox::trace_of;
 use super::rows::{
-    attempt_from_rows, attempt_row, job_row, lease_row, target_key_rows, timestamp, AttemptRow,
-    JobRow, LeaseRow, TargetKeyRow, LEASE_JOINED,
+    attempt_from_rows, attempt_row, job_row, lease_row, target_key_rows, timestamp,
+    unnest_insert_sql, AttemptRow, JobRow, LeaseRow, TargetKeyRow, Writes, LEASE_JOINED,
 };
 use super::{Store, StoreError};
 use crate::attempt::placement::{LiveInstance, QueuedAttempt};
@@ -955,25 +955,29 @@ async fn append_in(
     if events.is_empty() {
         return Ok(AppendOutcome::default());
     }
-    let mut folded = Folded::fold(codec, loaded, events)?;
+    let folded = Folded::fold(codec, loaded, events)?;
     let touched: BTreeSet<Uuid> = events.iter().map(|event| event.attempt_id).collect();
-    let projection_rows = write_projection(
-        conn,
-        ProjectionTarget::Live,
+    // One statement: the projection's rows, what the events enqueue or
+    // mark, and last the events themselves, which take their positions
+    // under the append lock, held until the transaction ends
+    // (docs/ARCHITECTURE.md, "Relay").
+    let mut writes = Writes::new();
+    let projection = ProjectionRows::collect(
         &folded.jobs,
         &touched,
         &folded.new_attempts,
         &folded.leases,
         &folded.chain,
-    )
-    .await?;
-    folded.insert_consequences(conn).await?;
-    // Last: the events take their positions under the append lock, held
-    // until the transaction ends (docs/ARCHITECTURE.md, "Relay").
-    folded.rows.insert(conn).await?;
+    );
+    projection
+        .write(conn, &mut writes, ProjectionTarget::Live)
+        .await?;
+    folded.consequences(&mut writes);
+    folded.rows.insert(&mut writes);
+    writes.execute(conn).await?;
     Ok(AppendOutcome {
         events: events.len(),
-        projection_rows,
+        projection_rows: projection.len(),
     })
 }
 
@@ -1080,24 +1084,24 @@ impl Folded {
         Ok(folded)
     }
 
-    /// Lost-lease marks and callbacks.
-    async fn insert_consequences(&mut self, conn: &mut PgConnection) -> Result<(), StoreError> {
+    /// Lost-lease marks and callbacks, as parts of `writes`.
+    fn consequences(&self, writes: &mut Writes) {
         if !self.lost_leases.is_empty() {
-            let (instances, at): (Vec<String>, Vec<chrono::DateTime<chrono::Utc>>) =
-                std::mem::take(&mut self.lost_leases).into_iter().unzip();
-            sqlx::query(include_str!("sql/mark_lost_leases.sql"))
-                .bind(&instances)
-                .bind(&at)
-                .execute(&mut *conn)
-                .await?;
+            let (instances, at): (Vec<&str>, Vec<chrono::DateTime<chrono::Utc>>) = self
+                .lost_leases
+                .iter()
+                .map(|(instance, at)| (instance.as_str(), *at))
+                .unzip();
+            writes
+                .part(include_str!("sql/mark_lost_leases.sql"))
+                .bind(instances)
+                .bind(at);
         }
         if !self.callbacks.is_empty() {
-            sqlx::query(include_str!("sql/insert_callbacks.sql"))
-                .bind(sqlx::types::Json(&self.callbacks))
-                .execute(&mut *conn)
-                .await?;
+            writes
+                .part(include_str!("sql/insert_callbacks.sql"))
+                .bind(sqlx::types::Json(&self.callbacks));
         }
-        Ok(())
     }
 }
 
@@ -1119,31 +1123,8 @@ pub(crate) enum LeaseWrite {
     Update,
 }
 
-/// Writes the projection rows of the touched attempts of `jobs`.
-pub(crate) async fn write_projection(
-    conn: &mut PgConnection,
-    target: ProjectionTarget<'_>,
-    jobs: &BTreeMap<String, JobState>,
-    touched: &BTreeSet<Uuid>,
-    new_attempts: &BTreeSet<String>,
-    leases: &HashMap<Uuid, LeaseWrite>,
-    chain: &HashMap<Uuid, [u8; 32]>,
-) -> Result<usize, StoreError> {
-    let schema_name = match target {
-        ProjectionTarget::Live => String::new(),
-        ProjectionTarget::Shadow(schema) => schema.to_owned(),
-    };
-    let rows = ProjectionRows::collect(jobs, touched, new_attempts, leases, chain);
-    rows.write(conn, &schema_name).await?;
-    Ok(rows.jobs.len()
-        + rows.attempts.len()
-        + rows.new_leases.len()
-        + rows.changed_leases.len()
-        + rows.target_keys.len())
-}
-
 /// The projection rows of one batch, by table.
-struct ProjectionRows {
+pub(crate) struct ProjectionRows {
     jobs: Vec<JobRow>,
     attempts: Vec<AttemptRow>,
     /// Leases granted in this batch (inserted; a second one is refused).
@@ -1156,7 +1137,8 @@ struct ProjectionRows {
 }
 
 impl ProjectionRows {
-    fn collect(
+    /// The rows of the touched attempts of `jobs`.
+    pub(crate) fn collect(
         jobs: &BTreeMap<String, JobState>,
         touched: &BTreeSet<Uuid>,
         new_attempts: &BTreeSet<String>,
@@ -1207,54 +1189,29 @@ impl ProjectionRows {
         rows
     }
 
-    /// One multi-row statement per table (two for target keys: delete,
-    /// insert); an attempt's deadlines are columns of its row.
-    async fn write(&self, conn: &mut PgConnection, schema_name: &str) -> Result<(), StoreError> {
-        let qualified = |table: &str| {
-            if schema_name.is_empty() {
-                table.to_owned()
-            } else {
-                format!("\"{schema_name}\".{table}")
-            }
+    /// How many rows are written.
+    pub(crate) fn len(&self) -> usize {
+        self.jobs.len()
+            + self.attempts.len()
+            + self.new_leases.len()
+            + self.changed_leases.len()
+            + self.target_keys.len()
+    }
+
+    /// One part of `writes` per table; an attempt's deadlines are columns
+    /// of its row. The target keys the rows replace are deleted at once,
+    /// in a statement of their own: the part that inserts their
+    /// replacements would not see the delete.
+    pub(crate) async fn write(
+        &self,
+        conn: &mut PgConnection,
+        writes: &mut Writes,
+        target: ProjectionTarget<'_>,
+    ) -> Result<(), StoreError> {
+        let qualified = |table: &str| match target {
+            ProjectionTarget::Live => table.to_owned(),
+            ProjectionTarget::Shadow(schema) => format!("\"{schema}\".{table}"),
         };
-        if !self.jobs.is_empty() {
-            JobRow::upsert(&mut *conn, &qualified("jobs"), &self.jobs).await?;
-        }
-        if !self.attempts.is_empty() {
-            AttemptRow::upsert(&mut *conn, &qualified("attempts"), &self.attempts).await?;
-        }
-        if !self.new_leases.is_empty() {
-            LeaseRow::insert(&mut *conn, &qualified("leases"), &self.new_leases).await?;
-        }
-        if !self.changed_leases.is_empty() {
-            // Typed arrays, not a JSON record set: nothing to parse, and
-            // the join is planned at a few rows, a lookup by key each
-            // (167 leases: 3.5 ms against 5.6, docs/BENCHMARKS.md).
-            let changed = &self.changed_leases;
-            sqlx::query(&format!(
-                "UPDATE {} l SET expires_at = r.expires_at, active = r.active
-                 FROM unnest($1::uuid[], $2::int8[], $3::timestamptz[], $4::bool[])
-                      AS r(attempt_id, epoch, expires_at, active)
-                 WHERE l.attempt_id = r.attempt_id AND l.epoch = r.epoch",
-                qualified("leases")
-            ))
-            .bind(
-                changed
-                    .iter()
-                    .map(|lease| lease.attempt_id)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(changed.iter().map(|lease| lease.epoch).collect::<Vec<_>>())
-            .bind(
-                changed
-                    .iter()
-                    .map(|lease| lease.expires_at)
-                    .collect::<Vec<_>>(),
-            )
-            .bind(changed.iter().map(|lease| lease.active).collect::<Vec<_>>())
-            .execute(&mut *conn)
-            .await?;
-        }
         if !self.key_owners.is_empty() {
             sqlx::query(&format!(
                 "DELETE FROM {} WHERE attempt_id = ANY($1)",
@@ -1264,8 +1221,45 @@ impl ProjectionRows {
             .execute(&mut *conn)
             .await?;
         }
+        if !self.jobs.is_empty() {
+            JobRow::upsert(writes, &qualified("jobs"), &self.jobs);
+        }
+        if !self.attempts.is_empty() {
+            AttemptRow::upsert(writes, &qualified("attempts"), &self.attempts);
+        }
+        if !self.new_leases.is_empty() {
+            LeaseRow::insert(writes, &qualified("leases"), &self.new_leases);
+        }
+        if !self.changed_leases.is_empty() {
+            // Typed arrays, not a JSON record set: nothing to parse, and
+            // the join is planned at a few rows, a lookup by key each
+            // (167 leases: 3.5 ms against 5.6, docs/BENCHMARKS.md).
+            let changed = &self.changed_leases;
+            writes
+                .part(&format!(
+                    "UPDATE {} l SET expires_at = r.expires_at, active = r.active
+                     FROM unnest($1::uuid[], $2::int8[], $3::timestamptz[], $4::bool[])
+                          AS r(attempt_id, epoch, expires_at, active)
+                     WHERE l.attempt_id = r.attempt_id AND l.epoch = r.epoch",
+                    qualified("leases")
+                ))
+                .bind(
+                    changed
+                        .iter()
+                        .map(|lease| lease.attempt_id)
+                        .collect::<Vec<_>>(),
+                )
+                .bind(changed.iter().map(|lease| lease.epoch).collect::<Vec<_>>())
+                .bind(
+                    changed
+                        .iter()
+                        .map(|lease| lease.expires_at)
+                        .collect::<Vec<_>>(),
+                )
+                .bind(changed.iter().map(|lease| lease.active).collect::<Vec<_>>());
+        }
         if !self.target_keys.is_empty() {
-            TargetKeyRow::insert(&mut *conn, &qualified("target_keys"), &self.target_keys).await?;
+            TargetKeyRow::insert(writes, &qualified("target_keys"), &self.target_keys);
         }
         Ok(())
     }
@@ -1312,8 +1306,12 @@ impl EventColumns {
             .push(trace.and_then(|trace| trace.tracestate.clone()));
     }
 
-    async fn insert(&self, conn: &mut PgConnection) -> Result<(), StoreError> {
-        sqlx::query(include_str!("sql/append_events.sql"))
+    /// The events' part of `writes`. `position` is the identity's next
+    /// value, taken under the append lock the insert's statement trigger
+    /// takes before its first row (migrations 0018, 0021).
+    fn insert(&self, writes: &mut Writes) {
+        writes
+            .part(&unnest_insert_sql("attempt_events", EVENT_COLUMNS, None))
             .bind(&self.event_id)
             .bind(&self.attempt_id)
             .bind(&self.job_id)
@@ -1329,9 +1327,23 @@ impl EventColumns {
             .bind(&self.prev_hash)
             .bind(&self.hash)
             .bind(&self.traceparent)
-            .bind(&self.tracestate)
-            .execute(&mut *conn)
-            .await?;
-        Ok(())
+            .bind(&self.tracestate);
     }
 }
+
+/// The columns an appended event is written with, in `EventColumns::insert`'s order.
+const EVENT_COLUMNS: &[(&str, &str)] = &[
+    ("event_id", "uuid"),
+    ("attempt_id", "uuid"),
+    ("job_id", "text"),
+    ("seq", "int8"),
+    ("kind", "text"),
+    ("terminal", "bool"),
+    ("occurred_at", "timestamptz"),
+    ("payload", "bytea"),
+    ("schema_fingerprint", "int8"),
+    ("prev_hash", "bytea"),
+    ("hash", "bytea"),
+    ("traceparent", "text"),
+    ("tracestate", "text"),
+];

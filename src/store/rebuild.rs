@@ -7,7 +7,8 @@ use futures_util::TryStreamExt;
 use uuid::Uuid;
 
 use super::audit::{StoredEvent, EVENT_COLUMNS};
-use super::batch::{write_projection, LeaseWrite, ProjectionTarget};
+use super::batch::{LeaseWrite, ProjectionRows, ProjectionTarget};
+use super::rows::Writes;
 use super::{Store, StoreError};
 use crate::attempt::{apply, Attempt, JobState};
 
@@ -120,16 +121,21 @@ impl Store {
                 .iter()
                 .map(|name| (name.clone(), jobs[name].clone()))
                 .collect();
-            write_projection(
-                &mut tx,
-                ProjectionTarget::Shadow(SHADOW_SCHEMA),
+            let mut writes = Writes::new();
+            ProjectionRows::collect(
                 &part,
                 &touched,
                 &part.keys().cloned().collect(),
                 &leases,
                 &tips,
             )
+            .write(
+                &mut tx,
+                &mut writes,
+                ProjectionTarget::Shadow(SHADOW_SCHEMA),
+            )
             .await?;
+            writes.execute(&mut tx).await?;
         }
 
         for (table, key) in TABLES {

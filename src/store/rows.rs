@@ -58,15 +58,12 @@ const JOB_COLUMNS: &[(&str, &str)] = &[
 
 impl JobRow {
     /// Inserts `rows` into `table` (`jobs`), or updates the rows they
-    /// replace, in one statement ([`unnest_insert_sql`]).
-    pub(crate) async fn upsert(
-        conn: &mut sqlx::PgConnection,
-        table: &str,
-        rows: &[JobRow],
-    ) -> Result<(), sqlx::Error> {
+    /// replace: a part of `writes` ([`unnest_insert_sql`]).
+    pub(crate) fn upsert(writes: &mut Writes, table: &str, rows: &[JobRow]) {
         use sqlx::types::Json;
         // In the order of JOB_COLUMNS.
-        sqlx::query(&unnest_insert_sql(table, JOB_COLUMNS, Some("job_id")))
+        writes
+            .part(&unnest_insert_sql(table, JOB_COLUMNS, Some("job_id")))
             .bind(column(rows, |row| row.job_id.as_str()))
             .bind(column(rows, |row| row.command_id))
             .bind(column(rows, |row| row.tenant.as_str()))
@@ -74,10 +71,7 @@ impl JobRow {
             .bind(column(rows, |row| row.spec.as_deref().map(Json)))
             .bind(column(rows, |row| row.attempts))
             .bind(column(rows, |row| row.latest_attempt_id))
-            .bind(column(rows, |row| row.created_at))
-            .execute(conn)
-            .await?;
-        Ok(())
+            .bind(column(rows, |row| row.created_at));
     }
 }
 
@@ -219,60 +213,54 @@ const ATTEMPT_COLUMNS: &[(&str, &str)] = &[
 
 impl AttemptRow {
     /// Inserts `rows` into `table` (`attempts`, qualified or not), or
-    /// updates the rows they replace, in one statement
+    /// updates the rows they replace: a part of `writes`
     /// ([`unnest_insert_sql`]).
-    pub(crate) async fn upsert(
-        conn: &mut sqlx::PgConnection,
-        table: &str,
-        rows: &[AttemptRow],
-    ) -> Result<(), sqlx::Error> {
+    pub(crate) fn upsert(writes: &mut Writes, table: &str, rows: &[AttemptRow]) {
         use sqlx::types::Json;
         // In the order of ATTEMPT_COLUMNS.
-        sqlx::query(&unnest_insert_sql(
-            table,
-            ATTEMPT_COLUMNS,
-            Some("attempt_id"),
-        ))
-        .bind(column(rows, |row| row.attempt_id))
-        .bind(column(rows, |row| row.job_id.as_str()))
-        .bind(column(rows, |row| row.attempt_no))
-        .bind(column(rows, |row| row.command_id))
-        .bind(column(rows, |row| row.tenant.as_str()))
-        .bind(column(rows, |row| row.operation.as_str()))
-        .bind(column(rows, |row| row.runner_type.as_deref()))
-        .bind(column(rows, |row| row.status.as_str()))
-        .bind(column(rows, |row| row.created_at))
-        .bind(column(rows, |row| row.available_at))
-        .bind(column(rows, |row| row.updated_at))
-        .bind(column(rows, |row| row.previous_attempt_id))
-        .bind(column(rows, |row| row.policy_digest.as_deref()))
-        .bind(column(rows, |row| Json(&row.target_keys)))
-        .bind(column(rows, |row| row.started_at))
-        .bind(column(rows, |row| row.finished_at))
-        .bind(column(rows, |row| row.cancel_reason.as_deref()))
-        .bind(column(rows, |row| row.cancel_requested_by.as_deref()))
-        .bind(column(rows, |row| row.cancel_requested_at))
-        .bind(column(rows, |row| row.cancel_grace_deadline))
-        .bind(column(rows, |row| row.progress.as_deref()))
-        .bind(column(rows, |row| row.progress_percent))
-        .bind(column(rows, |row| row.outcome.as_deref()))
-        .bind(column(rows, |row| row.failure_category.as_deref()))
-        .bind(column(rows, |row| row.message.as_deref()))
-        .bind(column(rows, |row| row.result_json.as_deref()))
-        .bind(column(rows, |row| Json(&row.outputs)))
-        .bind(column(rows, |row| row.timer_fired.as_deref()))
-        .bind(column(rows, |row| row.retry_attempt_id))
-        .bind(column(rows, |row| row.fenced_reports))
-        .bind(column(rows, |row| row.callback_delivered))
-        .bind(column(rows, |row| row.callback_topic_delivered))
-        .bind(column(rows, |row| row.plan_approval.as_ref().map(Json)))
-        .bind(column(rows, |row| row.last_seq))
-        .bind(column(rows, |row| row.last_hash.as_slice()))
-        .bind(column(rows, |row| row.next_deadline))
-        .bind(column(rows, |row| row.next_timer.as_deref()))
-        .execute(conn)
-        .await?;
-        Ok(())
+        writes
+            .part(&unnest_insert_sql(
+                table,
+                ATTEMPT_COLUMNS,
+                Some("attempt_id"),
+            ))
+            .bind(column(rows, |row| row.attempt_id))
+            .bind(column(rows, |row| row.job_id.as_str()))
+            .bind(column(rows, |row| row.attempt_no))
+            .bind(column(rows, |row| row.command_id))
+            .bind(column(rows, |row| row.tenant.as_str()))
+            .bind(column(rows, |row| row.operation.as_str()))
+            .bind(column(rows, |row| row.runner_type.as_deref()))
+            .bind(column(rows, |row| row.status.as_str()))
+            .bind(column(rows, |row| row.created_at))
+            .bind(column(rows, |row| row.available_at))
+            .bind(column(rows, |row| row.updated_at))
+            .bind(column(rows, |row| row.previous_attempt_id))
+            .bind(column(rows, |row| row.policy_digest.as_deref()))
+            .bind(column(rows, |row| Json(&row.target_keys)))
+            .bind(column(rows, |row| row.started_at))
+            .bind(column(rows, |row| row.finished_at))
+            .bind(column(rows, |row| row.cancel_reason.as_deref()))
+            .bind(column(rows, |row| row.cancel_requested_by.as_deref()))
+            .bind(column(rows, |row| row.cancel_requested_at))
+            .bind(column(rows, |row| row.cancel_grace_deadline))
+            .bind(column(rows, |row| row.progress.as_deref()))
+            .bind(column(rows, |row| row.progress_percent))
+            .bind(column(rows, |row| row.outcome.as_deref()))
+            .bind(column(rows, |row| row.failure_category.as_deref()))
+            .bind(column(rows, |row| row.message.as_deref()))
+            .bind(column(rows, |row| row.result_json.as_deref()))
+            .bind(column(rows, |row| Json(&row.outputs)))
+            .bind(column(rows, |row| row.timer_fired.as_deref()))
+            .bind(column(rows, |row| row.retry_attempt_id))
+            .bind(column(rows, |row| row.fenced_reports))
+            .bind(column(rows, |row| row.callback_delivered))
+            .bind(column(rows, |row| row.callback_topic_delivered))
+            .bind(column(rows, |row| row.plan_approval.as_ref().map(Json)))
+            .bind(column(rows, |row| row.last_seq))
+            .bind(column(rows, |row| row.last_hash.as_slice()))
+            .bind(column(rows, |row| row.next_deadline))
+            .bind(column(rows, |row| row.next_timer.as_deref()));
     }
 }
 
@@ -282,7 +270,11 @@ impl AttemptRow {
 /// (`jsonb_populate_recordset`) an attempts row cost it about five times
 /// as much (docs/BENCHMARKS.md, "Commands without inbox rows, typed arrays
 /// for the projection's rows").
-fn unnest_insert_sql(table: &str, columns: &[(&str, &str)], conflict: Option<&str>) -> String {
+pub(crate) fn unnest_insert_sql(
+    table: &str,
+    columns: &[(&str, &str)],
+    conflict: Option<&str>,
+) -> String {
     let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
     let arrays: Vec<String> = columns
         .iter()
@@ -314,6 +306,106 @@ fn column<'a, R, T>(rows: &'a [R], value: impl Fn(&'a R) -> T) -> Vec<T> {
     rows.iter().map(value).collect()
 }
 
+/// `sql` with each parameter `$n` written `$(n + by)`. Parameters only:
+/// the parts hold no other `$` followed by a digit.
+fn renumbered(sql: &str, by: usize) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..=at]);
+        rest = &rest[at + 1..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if let Ok(number) = rest[..digits].parse::<usize>() {
+            out.push_str(&(number + by).to_string());
+            rest = &rest[digits..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Data-modifying statements sent as one, each a part of a `WITH`: a
+/// batch's writes cost one round trip, not one a table
+/// (docs/ARCHITECTURE.md, "The write path"). A part is written with its
+/// parameters numbered from `$1`, and renumbered after those of the parts
+/// added before it. No part sees the
+/// rows another writes, so no two parts may write one row; constraints
+/// (the foreign keys among them) are checked once every part has run.
+pub(crate) struct Writes {
+    parts: Vec<String>,
+    arguments: sqlx::postgres::PgArguments,
+    /// The first value that could not be encoded, reported by `execute`.
+    unencodable: Option<sqlx::error::BoxDynError>,
+}
+
+impl Writes {
+    pub(crate) fn new() -> Self {
+        Self {
+            parts: Vec::new(),
+            arguments: Default::default(),
+            unencodable: None,
+        }
+    }
+
+    /// Adds a part, its parameters (`$1`, `$2`, ...) bound next, in
+    /// order.
+    pub(crate) fn part(&mut self, sql: &str) -> &mut Self {
+        let before = sqlx::Arguments::len(&self.arguments);
+        self.parts.push(renumbered(sql, before));
+        self
+    }
+
+    pub(crate) fn bind<'q, T>(&mut self, value: T) -> &mut Self
+    where
+        T: sqlx::Encode<'q, sqlx::Postgres> + sqlx::Type<sqlx::Postgres> + 'q,
+    {
+        if self.unencodable.is_none() {
+            if let Err(error) = sqlx::Arguments::add(&mut self.arguments, value) {
+                self.unencodable = Some(error);
+            }
+        }
+        self
+    }
+
+    /// Runs the parts, as one statement, in the order they were added.
+    /// Postgres runs a statement's own part first and then its `WITH`
+    /// parts from the last listed to the first, so they are listed in
+    /// reverse. Nothing but how long a lock taken by a later part is held
+    /// (the append lock: docs/ARCHITECTURE.md, "Relay") depends on that
+    /// order.
+    pub(crate) async fn execute(self, conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
+        if let Some(error) = self.unencodable {
+            return Err(sqlx::Error::Encode(error));
+        }
+        if self.parts.is_empty() {
+            return Ok(());
+        }
+        sqlx::query_with(&self.sql(), self.arguments)
+            .execute(conn)
+            .await?;
+        Ok(())
+    }
+
+    /// The parts as one statement: the first the statement's own, the
+    /// rest `WITH` parts from the last added to the second.
+    fn sql(&self) -> String {
+        use std::fmt::Write;
+        let Some((first, rest)) = self.parts.split_first() else {
+            return String::new();
+        };
+        let mut sql = String::new();
+        for (index, part) in rest.iter().enumerate().rev() {
+            let lead = if sql.is_empty() { "WITH" } else { "," };
+            let _ = write!(sql, "{lead} w{index} AS ({part})");
+        }
+        if !sql.is_empty() {
+            sql.push(' ');
+        }
+        sql.push_str(first);
+        sql
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct LeaseRow {
     pub lease_id: Uuid,
@@ -338,16 +430,13 @@ const LEASE_COLUMNS: &[(&str, &str)] = &[
 ];
 
 impl LeaseRow {
-    /// Inserts `rows` into `table` (`leases`) in one statement
+    /// Inserts `rows` into `table` (`leases`): a part of `writes`
     /// ([`unnest_insert_sql`]). No upsert: a second lease for an attempt
     /// is refused.
-    pub(crate) async fn insert(
-        conn: &mut sqlx::PgConnection,
-        table: &str,
-        rows: &[LeaseRow],
-    ) -> Result<(), sqlx::Error> {
+    pub(crate) fn insert(writes: &mut Writes, table: &str, rows: &[LeaseRow]) {
         // In the order of LEASE_COLUMNS.
-        sqlx::query(&unnest_insert_sql(table, LEASE_COLUMNS, None))
+        writes
+            .part(&unnest_insert_sql(table, LEASE_COLUMNS, None))
             .bind(column(rows, |row| row.lease_id))
             .bind(column(rows, |row| row.attempt_id))
             .bind(column(rows, |row| row.job_id.as_str()))
@@ -355,10 +444,7 @@ impl LeaseRow {
             .bind(column(rows, |row| row.runner_instance.as_str()))
             .bind(column(rows, |row| row.granted_at))
             .bind(column(rows, |row| row.expires_at))
-            .bind(column(rows, |row| row.active))
-            .execute(conn)
-            .await?;
-        Ok(())
+            .bind(column(rows, |row| row.active));
     }
 }
 
@@ -382,23 +468,17 @@ const TARGET_KEY_COLUMNS: &[(&str, &str)] = &[
 ];
 
 impl TargetKeyRow {
-    /// Inserts `rows` into `table` (`target_keys`) in one statement
+    /// Inserts `rows` into `table` (`target_keys`): a part of `writes`
     /// ([`unnest_insert_sql`]).
-    pub(crate) async fn insert(
-        conn: &mut sqlx::PgConnection,
-        table: &str,
-        rows: &[TargetKeyRow],
-    ) -> Result<(), sqlx::Error> {
+    pub(crate) fn insert(writes: &mut Writes, table: &str, rows: &[TargetKeyRow]) {
         // In the order of TARGET_KEY_COLUMNS.
-        sqlx::query(&unnest_insert_sql(table, TARGET_KEY_COLUMNS, None))
+        writes
+            .part(&unnest_insert_sql(table, TARGET_KEY_COLUMNS, None))
             .bind(column(rows, |row| row.key.as_str()))
             .bind(column(rows, |row| row.attempt_id))
             .bind(column(rows, |row| row.key_limit))
             .bind(column(rows, |row| row.holding))
-            .bind(column(rows, |row| row.available_at))
-            .execute(conn)
-            .await?;
-        Ok(())
+            .bind(column(rows, |row| row.available_at));
     }
 }
 
@@ -619,4 +699,35 @@ pub(crate) fn attempt_from_rows(
         plan_approval: row.plan_approval,
         last_seq: u64::try_from(row.last_seq).unwrap_or(0),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_part_is_renumbered_after_the_parts_before_it() {
+        let sql = "UPDATE t SET a = $2 FROM unnest($1::text[], $10::int8[]) WHERE $$x$$ = 'US$'";
+        assert_eq!(renumbered(sql, 0), sql);
+        assert_eq!(
+            renumbered(sql, 37),
+            "UPDATE t SET a = $39 FROM unnest($38::text[], $47::int8[]) WHERE $$x$$ = 'US$'"
+        );
+    }
+
+    #[test]
+    fn parts_are_listed_so_that_they_run_in_the_order_added() {
+        let mut writes = Writes::new();
+        writes.part("INSERT INTO a SELECT $1").bind(1i32);
+        writes.part("INSERT INTO b SELECT $1").bind(2i32);
+        writes
+            .part("INSERT INTO c SELECT $1, $2")
+            .bind(3i32)
+            .bind(4i32);
+        assert_eq!(
+            writes.sql(),
+            "WITH w1 AS (INSERT INTO c SELECT $3, $4), w0 AS (INSERT INTO b SELECT $2) \
+             INSERT INTO a SELECT $1"
+        );
+    }
 }
