@@ -101,6 +101,8 @@ pub struct LoadedJobs {
     pub jobs: HashMap<String, JobState>,
     /// The hash of each known attempt's last event.
     pub last_hash: HashMap<Uuid, [u8; 32]>,
+    /// The job each loaded job's command created: its own id, by command.
+    pub command_jobs: HashMap<Uuid, String>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -143,7 +145,7 @@ impl Store {
     /// Loads one job's state (no lock), for readers and tests.
     pub async fn job_state(&self, job_id: &str) -> Result<JobState, StoreError> {
         let mut conn = self.pool.acquire().await?;
-        let loaded = load_jobs(&mut conn, &[job_id.to_owned()], &[], false).await?;
+        let loaded = load_jobs(&mut conn, &[job_id.to_owned()], &[], &[], false).await?;
         Ok(loaded.jobs.get(job_id).cloned().unwrap_or_default())
     }
 }
@@ -524,7 +526,8 @@ impl BatchContext {
             }
         }
         let job_ids: Vec<String> = job_ids.into_iter().collect();
-        let loaded = load_jobs(conn, &job_ids, &attempt_ids, true).await?;
+        let command_ids: Vec<Uuid> = command_ids.into_iter().collect();
+        let loaded = load_jobs(conn, &job_ids, &attempt_ids, &command_ids, true).await?;
         let attempt_jobs: HashMap<Uuid, String> = loaded
             .jobs
             .iter()
@@ -535,18 +538,6 @@ impl BatchContext {
                     .map(move |attempt| (attempt.attempt_id, job_id.clone()))
             })
             .collect();
-        let command_ids: Vec<Uuid> = command_ids.into_iter().collect();
-        let command_owner: HashMap<Uuid, String> = if command_ids.is_empty() {
-            HashMap::new()
-        } else {
-            sqlx::query("SELECT command_id, job_id FROM jobs WHERE command_id = ANY($1)")
-                .bind(&command_ids)
-                .fetch_all(&mut *conn)
-                .await?
-                .into_iter()
-                .map(|row| (row.get(0), row.get(1)))
-                .collect()
-        };
         let granted_keys: BTreeSet<String> = fresh_inputs()
             .filter_map(|envelope| match &envelope.input {
                 Input::Grant { attempt_id, .. } => attempt_jobs
@@ -584,9 +575,9 @@ impl BatchContext {
         };
         Ok(Self {
             working: loaded.jobs.clone(),
+            command_owner: loaded.command_jobs.clone(),
             loaded,
             attempt_jobs,
-            command_owner,
             key_holders,
             approved_plans,
         })
@@ -860,17 +851,19 @@ async fn first_subjects(
     Ok(firsts)
 }
 
-/// Loads jobs (named, or by one of their attempts), their attempts and
-/// leases from the projection, in two statements; with `lock`, takes row
-/// locks on the job rows (in job id order), then on their attempts.
+/// Loads jobs (named, by one of their attempts, or by the command that
+/// created them), their attempts and leases from the projection, in two
+/// statements; with `lock`, takes row locks on the job rows (in job id
+/// order), then on their attempts.
 pub(crate) async fn load_jobs(
     conn: &mut PgConnection,
     job_ids: &[String],
     attempt_ids: &[Uuid],
+    command_ids: &[Uuid],
     lock: bool,
 ) -> Result<LoadedJobs, StoreError> {
     let mut loaded = LoadedJobs::default();
-    if job_ids.is_empty() && attempt_ids.is_empty() {
+    if job_ids.is_empty() && attempt_ids.is_empty() && command_ids.is_empty() {
         return Ok(loaded);
     }
     // The jobs first, locked in job-id order; then their attempts, in a
@@ -880,19 +873,22 @@ pub(crate) async fn load_jobs(
     let lock_clause = if lock { " FOR UPDATE" } else { "" };
     // Typed columns, not `to_jsonb`: see `AttemptRow::from_pg`.
     let job_rows = sqlx::query(&format!(
-        "SELECT job_id, spec FROM jobs \
+        "SELECT job_id, spec, command_id FROM jobs \
          WHERE job_id = ANY(array_cat($1::text[], \
              ARRAY(SELECT job_id FROM attempts WHERE attempt_id = ANY($2)))) \
+            OR command_id = ANY($3) \
          ORDER BY job_id{lock_clause}"
     ))
     .bind(job_ids)
     .bind(attempt_ids)
+    .bind(command_ids)
     .fetch_all(&mut *conn)
     .await?;
     // One spec a job, shared by its attempts' states and their copies.
     let mut specs: HashMap<String, Option<std::sync::Arc<JobSpec>>> = HashMap::new();
     for row in job_rows {
         let job_id: String = row.get(0);
+        loaded.command_jobs.insert(row.get(2), job_id.clone());
         let spec = row
             .try_get::<Option<sqlx::types::Json<JobSpec>>, _>(1)
             .map_err(|error| StoreError::Corrupt(format!("job {job_id} spec: {error}")))?
