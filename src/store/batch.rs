@@ -103,6 +103,8 @@ pub struct LoadedJobs {
     pub last_hash: HashMap<Uuid, [u8; 32]>,
     /// The job each loaded job's command created: its own id, by command.
     pub command_jobs: HashMap<Uuid, String>,
+    /// Those of the input ids asked about that the inbox holds.
+    pub in_inbox: HashSet<String>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -145,7 +147,7 @@ impl Store {
     /// Loads one job's state (no lock), for readers and tests.
     pub async fn job_state(&self, job_id: &str) -> Result<JobState, StoreError> {
         let mut conn = self.pool.acquire().await?;
-        let loaded = load_jobs(&mut conn, &[job_id.to_owned()], &[], &[], false).await?;
+        let loaded = load_jobs(&mut conn, &[job_id.to_owned()], &[], &[], &[], false).await?;
         Ok(loaded.jobs.get(job_id).cloned().unwrap_or_default())
     }
 }
@@ -366,7 +368,7 @@ pub(crate) async fn process_in(
             }
         })
         .collect();
-    let seen = claim_inputs(conn, inputs, &claims).await?;
+    let seen = claim_inputs(conn, inputs, &claims, &context.loaded.in_inbox).await?;
     let fresh: Vec<bool> = inputs
         .iter()
         .zip(firsts.iter().zip(&recorded))
@@ -402,7 +404,7 @@ pub(crate) async fn process_in(
             }
         })
         .collect();
-    claim_inputs(conn, inputs, &unrecorded).await?;
+    claim_inputs(conn, inputs, &unrecorded, &HashSet::new()).await?;
     // 4. Place what this batch created, in the same transaction.
     if let Some(placing) = placing {
         place_created(conn, &mut context, placing, now, &mut events).await?;
@@ -416,17 +418,19 @@ pub(crate) async fn process_in(
     })
 }
 
-/// Claims in the inbox the ids `claims` marks `Insert`, and looks up those
-/// it marks `Read`, in one statement: the ids that were there before.
+/// Claims in the inbox the ids `claims` marks `Insert`: the ids that were
+/// there before, with those it marks `Read` that `in_inbox` holds (looked
+/// up with the jobs).
 async fn claim_inputs(
     conn: &mut PgConnection,
     inputs: &[InputEnvelope],
     claims: &[Claim],
+    in_inbox: &HashSet<String>,
 ) -> Result<HashSet<String>, StoreError> {
     let mut ids = Vec::new();
     let mut sources = Vec::new();
     let mut subjects = Vec::new();
-    let mut looked_up = Vec::new();
+    let mut seen = HashSet::new();
     for (envelope, claim) in inputs.iter().zip(claims) {
         match claim {
             Claim::No => {}
@@ -435,31 +439,30 @@ async fn claim_inputs(
                 sources.push(envelope.source.clone());
                 subjects.push(subject(&envelope.input));
             }
-            Claim::Read => looked_up.push(envelope.input_id.clone()),
+            Claim::Read => {
+                if in_inbox.contains(&envelope.input_id) {
+                    seen.insert(envelope.input_id.clone());
+                }
+            }
         }
     }
-    if ids.is_empty() && looked_up.is_empty() {
-        return Ok(HashSet::new());
+    if ids.is_empty() {
+        return Ok(seen);
     }
-    // What the insert claimed is not visible to the lookup (one snapshot),
-    // and the two sets of ids are apart.
-    Ok(sqlx::query_scalar::<_, String>(
+    let taken = sqlx::query_scalar::<_, String>(
         "WITH claimed AS (
              INSERT INTO inbox (input_id, source, subject)
              SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[])
              ON CONFLICT DO NOTHING RETURNING input_id)
-         SELECT id FROM UNNEST($1::text[]) id WHERE id NOT IN (SELECT input_id FROM claimed)
-         UNION ALL
-         SELECT input_id FROM inbox WHERE input_id = ANY($4)",
+         SELECT id FROM UNNEST($1::text[]) id WHERE id NOT IN (SELECT input_id FROM claimed)",
     )
     .bind(&ids)
     .bind(&sources)
     .bind(&subjects)
-    .bind(&looked_up)
     .fetch_all(&mut *conn)
-    .await?
-    .into_iter()
-    .collect())
+    .await?;
+    seen.extend(taken);
+    Ok(seen)
 }
 
 /// A repeated input: a duplicate, or a reused id refused with both subjects.
@@ -517,9 +520,14 @@ impl BatchContext {
             .collect();
         let mut job_ids = BTreeSet::new();
         let mut command_ids = BTreeSet::new();
+        // An execute that creates its job only looks its id up in the inbox
+        // (`Claim::Read`); which do is known once the jobs are loaded, so
+        // every execute's is looked up with them.
+        let mut executes = Vec::new();
         for envelope in fresh_inputs() {
             if let Some(job_id) = job_key(&envelope.input) {
                 job_ids.insert(job_id.to_owned());
+                executes.push(envelope.input_id.clone());
             }
             if let Some(command_id) = command_of(envelope) {
                 command_ids.insert(command_id);
@@ -527,7 +535,7 @@ impl BatchContext {
         }
         let job_ids: Vec<String> = job_ids.into_iter().collect();
         let command_ids: Vec<Uuid> = command_ids.into_iter().collect();
-        let loaded = load_jobs(conn, &job_ids, &attempt_ids, &command_ids, true).await?;
+        let loaded = load_jobs(conn, &job_ids, &attempt_ids, &command_ids, &executes, true).await?;
         let attempt_jobs: HashMap<Uuid, String> = loaded
             .jobs
             .iter()
@@ -853,17 +861,23 @@ async fn first_subjects(
 
 /// Loads jobs (named, by one of their attempts, or by the command that
 /// created them), their attempts and leases from the projection, in two
-/// statements; with `lock`, takes row locks on the job rows (in job id
-/// order), then on their attempts.
+/// statements, and which of `input_ids` the inbox holds with the jobs;
+/// with `lock`, takes row locks on the job rows (in job id order), then on
+/// their attempts.
 pub(crate) async fn load_jobs(
     conn: &mut PgConnection,
     job_ids: &[String],
     attempt_ids: &[Uuid],
     command_ids: &[Uuid],
+    input_ids: &[String],
     lock: bool,
 ) -> Result<LoadedJobs, StoreError> {
     let mut loaded = LoadedJobs::default();
-    if job_ids.is_empty() && attempt_ids.is_empty() && command_ids.is_empty() {
+    if job_ids.is_empty()
+        && attempt_ids.is_empty()
+        && command_ids.is_empty()
+        && input_ids.is_empty()
+    {
         return Ok(loaded);
     }
     // The jobs first, locked in job-id order; then their attempts, in a
@@ -872,22 +886,32 @@ pub(crate) async fn load_jobs(
     // added to a job while this one waited for the job's lock.
     let lock_clause = if lock { " FOR UPDATE" } else { "" };
     // Typed columns, not `to_jsonb`: see `AttemptRow::from_pg`.
+    // The inbox's rows come after the jobs' (`UNION ALL` keeps the order
+    // the jobs were locked in), with no job id.
     let job_rows = sqlx::query(&format!(
-        "SELECT job_id, spec, command_id FROM jobs \
-         WHERE job_id = ANY(array_cat($1::text[], \
-             ARRAY(SELECT job_id FROM attempts WHERE attempt_id = ANY($2)))) \
-            OR command_id = ANY($3) \
-         ORDER BY job_id{lock_clause}"
+        "WITH locked AS ( \
+             SELECT job_id, spec, command_id FROM jobs \
+             WHERE job_id = ANY(array_cat($1::text[], \
+                 ARRAY(SELECT job_id FROM attempts WHERE attempt_id = ANY($2)))) \
+                OR command_id = ANY($3) \
+             ORDER BY job_id{lock_clause}) \
+         SELECT job_id, spec, command_id, NULL FROM locked \
+         UNION ALL \
+         SELECT NULL, NULL, NULL, input_id FROM inbox WHERE input_id = ANY($4)"
     ))
     .bind(job_ids)
     .bind(attempt_ids)
     .bind(command_ids)
+    .bind(input_ids)
     .fetch_all(&mut *conn)
     .await?;
     // One spec a job, shared by its attempts' states and their copies.
     let mut specs: HashMap<String, Option<std::sync::Arc<JobSpec>>> = HashMap::new();
     for row in job_rows {
-        let job_id: String = row.get(0);
+        let Some(job_id) = row.get::<Option<String>, _>(0) else {
+            loaded.in_inbox.insert(row.get(3));
+            continue;
+        };
         loaded.command_jobs.insert(row.get(2), job_id.clone());
         let spec = row
             .try_get::<Option<sqlx::types::Json<JobSpec>>, _>(1)
