@@ -1,8 +1,9 @@
 //! Projection rows: one struct per table, field names equal to column names,
-//! written through one typed array per column (`unnest_insert_sql`) by the
-//! one write function the live writer and the rebuild share; read as JSON
-//! (`to_jsonb`) except where the hot path reads typed columns
-//! (`AttemptRow::from_pg`, `LeaseRow::from_joined`).
+//! written through one typed array per column (`unnest_insert_sql`), as
+//! parts of one statement (`Writes`), by the one write function the live
+//! writer and the rebuild share; read as JSON (`to_jsonb`) except where the
+//! hot path reads typed columns (`AttemptRow::from_pg`,
+//! `LeaseRow::from_joined`).
 
 use chrono::{DateTime, Utc};
 use serde::{de::DeserializeOwned, Serialize};
@@ -328,9 +329,9 @@ fn renumbered(sql: &str, by: usize) -> String {
 /// batch's writes cost one round trip, not one a table
 /// (docs/ARCHITECTURE.md, "The write path"). A part is written with its
 /// parameters numbered from `$1`, and renumbered after those of the parts
-/// added before it. No part sees the
-/// rows another writes, so no two parts may write one row; constraints
-/// (the foreign keys among them) are checked once every part has run.
+/// added before it. No part sees the rows another writes, so no two parts
+/// may write one row; constraints (the foreign keys among them) are
+/// checked once every part has run.
 pub(crate) struct Writes {
     parts: Vec<String>,
     arguments: sqlx::postgres::PgArguments,
