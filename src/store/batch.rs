@@ -886,25 +886,37 @@ pub(crate) async fn load_jobs(
     // added to a job while this one waited for the job's lock.
     let lock_clause = if lock { " FOR UPDATE" } else { "" };
     // Typed columns, not `to_jsonb`: see `AttemptRow::from_pg`.
-    // The inbox's rows come after the jobs' (`UNION ALL` keeps the order
-    // the jobs were locked in), with no job id.
-    let job_rows = sqlx::query(&format!(
-        "WITH locked AS ( \
-             SELECT job_id, spec, command_id FROM jobs \
-             WHERE job_id = ANY(array_cat($1::text[], \
-                 ARRAY(SELECT job_id FROM attempts WHERE attempt_id = ANY($2)))) \
-                OR command_id = ANY($3) \
-             ORDER BY job_id{lock_clause}) \
-         SELECT job_id, spec, command_id, NULL FROM locked \
-         UNION ALL \
-         SELECT NULL, NULL, NULL, input_id FROM inbox WHERE input_id = ANY($4)"
-    ))
-    .bind(job_ids)
-    .bind(attempt_ids)
-    .bind(command_ids)
-    .bind(input_ids)
-    .fetch_all(&mut *conn)
-    .await?;
+    // A condition or a branch is there only when it has something to find:
+    // a batch of reports alone then reads the jobs by their key, in order,
+    // with no bitmap to build and sort (docs/BENCHMARKS.md, "A batch in
+    // four statements"). The inbox's rows come after the jobs' (`UNION
+    // ALL` keeps the order the jobs were locked in), with no job id.
+    let by_command = if command_ids.is_empty() {
+        ""
+    } else {
+        " OR command_id = ANY($3)"
+    };
+    let jobs = format!(
+        "SELECT job_id, spec, command_id, NULL::text AS input_id FROM jobs \
+         WHERE job_id = ANY(array_cat($1::text[], \
+             ARRAY(SELECT job_id FROM attempts WHERE attempt_id = ANY($2)))){by_command} \
+         ORDER BY job_id{lock_clause}"
+    );
+    let sql = if input_ids.is_empty() {
+        jobs
+    } else {
+        format!(
+            "WITH locked AS ({jobs}) SELECT * FROM locked \
+             UNION ALL SELECT NULL, NULL, NULL, input_id FROM inbox WHERE input_id = ANY($4)"
+        )
+    };
+    let job_rows = sqlx::query(&sql)
+        .bind(job_ids)
+        .bind(attempt_ids)
+        .bind(command_ids)
+        .bind(input_ids)
+        .fetch_all(&mut *conn)
+        .await?;
     // One spec a job, shared by its attempts' states and their copies.
     let mut specs: HashMap<String, Option<std::sync::Arc<JobSpec>>> = HashMap::new();
     for row in job_rows {
