@@ -1544,3 +1544,78 @@ async fn a_placement_round_says_whether_it_left_attempts_waiting(pool: PgPool) {
         "the queue drained"
     );
 }
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_batch_that_waited_for_a_job_lock_sees_the_job_the_other_batch_created(pool: PgPool) {
+    // A batch delivered to two dispatchers during a rebalance: the second
+    // waits for a job the first holds, and the first creates a job the
+    // second's execute names. Once the lock is free the execute is a
+    // repeat, not decided again (which the log's keys would refuse).
+    let store = Store::from_pool(pool.clone());
+    let execute = |command_id, job_id: &str| Input::Execute {
+        policy_digest: None,
+        target_keys: Vec::new(),
+        spec: std::sync::Arc::new(spec(command_id, job_id, "verify.tcp.connect")),
+    };
+    let held = Uuid::new_v4();
+    store
+        .process_batch(
+            &[envelope(
+                &format!("command:{held}"),
+                execute(held, "wait/held"),
+            )],
+            BASE,
+        )
+        .await
+        .unwrap();
+    let created = Uuid::new_v4();
+    let create = envelope(
+        &format!("command:{created}"),
+        execute(created, "wait/created"),
+    );
+    let cancel = envelope(
+        "cancel-held",
+        Input::Cancel {
+            attempt_id: attempt_id_for(held, 1),
+            reason: "wait".into(),
+            requested_by: "test".into(),
+            grace: execplane::contract::DurationMs(1_000),
+        },
+    );
+    // Another transaction holds the job the second batch needs.
+    let mut holder = pool.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM jobs WHERE job_id = 'wait/held' FOR UPDATE")
+        .execute(&mut *holder)
+        .await
+        .unwrap();
+    let second = {
+        let store = store.clone();
+        let inputs = vec![create.clone(), cancel];
+        tokio::spawn(async move { store.process_batch(&inputs, BASE + 2).await })
+    };
+    // Once the second batch waits for that lock, the first creates its job.
+    for _ in 0..200 {
+        let waiting = count(
+            &pool,
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'",
+        )
+        .await;
+        if waiting > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    let first = store.process_batch(&[create], BASE + 1).await.unwrap();
+    assert_eq!(first.outcomes, vec![InputOutcome::Applied { events: 1 }]);
+    holder.rollback().await.unwrap();
+    let second = second.await.unwrap().expect("the second batch is decided");
+    assert_eq!(second.outcomes[0], InputOutcome::Duplicate);
+    assert_eq!(
+        count(
+            &pool,
+            "SELECT count(*) FROM attempts WHERE job_id = 'wait/created'"
+        )
+        .await,
+        1
+    );
+}

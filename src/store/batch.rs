@@ -101,7 +101,7 @@ pub struct LoadedJobs {
     pub jobs: HashMap<String, JobState>,
     /// The hash of each known attempt's last event.
     pub last_hash: HashMap<Uuid, [u8; 32]>,
-    /// The job each loaded job's command created: its own id, by command.
+    /// The job each command asked about created, by command.
     pub command_jobs: HashMap<Uuid, String>,
     /// Those of the input ids asked about that the inbox holds.
     pub in_inbox: HashSet<String>,
@@ -420,7 +420,7 @@ pub(crate) async fn process_in(
 
 /// Claims in the inbox the ids `claims` marks `Insert`: the ids that were
 /// there before, with those it marks `Read` that `in_inbox` holds (looked
-/// up with the jobs).
+/// up by [`load_jobs`]).
 async fn claim_inputs(
     conn: &mut PgConnection,
     inputs: &[InputEnvelope],
@@ -522,7 +522,8 @@ impl BatchContext {
         let mut command_ids = BTreeSet::new();
         // An execute that creates its job only looks its id up in the inbox
         // (`Claim::Read`); which do is known once the jobs are loaded, so
-        // every execute's is looked up with them.
+        // every execute's is looked up with the commands' jobs, in one
+        // statement.
         let mut executes = Vec::new();
         for envelope in fresh_inputs() {
             if let Some(job_id) = job_key(&envelope.input) {
@@ -859,11 +860,11 @@ async fn first_subjects(
     Ok(firsts)
 }
 
-/// Loads jobs (named, by one of their attempts, or by the command that
-/// created them), their attempts and leases from the projection, in two
-/// statements, and which of `input_ids` the inbox holds with the jobs;
-/// with `lock`, takes row locks on the job rows (in job id order), then on
-/// their attempts.
+/// Loads jobs (named, or by one of their attempts), their attempts and
+/// leases from the projection, in two statements; with `lock`, takes row
+/// locks on the job rows (in job id order), then on their attempts. Then,
+/// in a third when there is something to look up, the jobs that
+/// `command_ids` created and which of `input_ids` the inbox holds.
 pub(crate) async fn load_jobs(
     conn: &mut PgConnection,
     job_ids: &[String],
@@ -873,12 +874,44 @@ pub(crate) async fn load_jobs(
     lock: bool,
 ) -> Result<LoadedJobs, StoreError> {
     let mut loaded = LoadedJobs::default();
-    if job_ids.is_empty()
-        && attempt_ids.is_empty()
-        && command_ids.is_empty()
-        && input_ids.is_empty()
-    {
-        return Ok(loaded);
+    load_states(conn, job_ids, attempt_ids, lock, &mut loaded).await?;
+    // After the locks, in a statement of its own, like the attempts: a
+    // job created or an id claimed by a transaction this one waited for
+    // is seen (a batch delivered to two dispatchers during a rebalance
+    // decides its repeats as repeats).
+    if !command_ids.is_empty() || !input_ids.is_empty() {
+        let rows = sqlx::query(
+            "SELECT command_id, job_id, NULL AS input_id FROM jobs WHERE command_id = ANY($1) \
+             UNION ALL SELECT NULL, NULL, input_id FROM inbox WHERE input_id = ANY($2)",
+        )
+        .bind(command_ids)
+        .bind(input_ids)
+        .fetch_all(&mut *conn)
+        .await?;
+        for row in rows {
+            match row.get::<Option<Uuid>, _>(0) {
+                Some(command_id) => {
+                    loaded.command_jobs.insert(command_id, row.get(1));
+                }
+                None => {
+                    loaded.in_inbox.insert(row.get(2));
+                }
+            }
+        }
+    }
+    Ok(loaded)
+}
+
+/// The jobs and attempts of [`load_jobs`].
+async fn load_states(
+    conn: &mut PgConnection,
+    job_ids: &[String],
+    attempt_ids: &[Uuid],
+    lock: bool,
+    loaded: &mut LoadedJobs,
+) -> Result<(), StoreError> {
+    if job_ids.is_empty() && attempt_ids.is_empty() {
+        return Ok(());
     }
     // The jobs first, locked in job-id order; then their attempts, in a
     // statement of its own: under READ COMMITTED its snapshot is taken once
@@ -886,45 +919,20 @@ pub(crate) async fn load_jobs(
     // added to a job while this one waited for the job's lock.
     let lock_clause = if lock { " FOR UPDATE" } else { "" };
     // Typed columns, not `to_jsonb`: see `AttemptRow::from_pg`.
-    // A condition or a branch is there only when it has something to find:
-    // a batch of reports alone then reads the jobs by their key, in order,
-    // with no bitmap to build and sort (docs/BENCHMARKS.md, "A batch in
-    // four statements"). The inbox's rows come after the jobs' (`UNION
-    // ALL` keeps the order the jobs were locked in), with no job id.
-    let by_command = if command_ids.is_empty() {
-        ""
-    } else {
-        " OR command_id = ANY($3)"
-    };
-    let jobs = format!(
-        "SELECT job_id, spec, command_id, NULL::text AS input_id FROM jobs \
+    let job_rows = sqlx::query(&format!(
+        "SELECT job_id, spec FROM jobs \
          WHERE job_id = ANY(array_cat($1::text[], \
-             ARRAY(SELECT job_id FROM attempts WHERE attempt_id = ANY($2)))){by_command} \
+             ARRAY(SELECT job_id FROM attempts WHERE attempt_id = ANY($2)))) \
          ORDER BY job_id{lock_clause}"
-    );
-    let sql = if input_ids.is_empty() {
-        jobs
-    } else {
-        format!(
-            "WITH locked AS ({jobs}) SELECT * FROM locked \
-             UNION ALL SELECT NULL, NULL, NULL, input_id FROM inbox WHERE input_id = ANY($4)"
-        )
-    };
-    let job_rows = sqlx::query(&sql)
-        .bind(job_ids)
-        .bind(attempt_ids)
-        .bind(command_ids)
-        .bind(input_ids)
-        .fetch_all(&mut *conn)
-        .await?;
+    ))
+    .bind(job_ids)
+    .bind(attempt_ids)
+    .fetch_all(&mut *conn)
+    .await?;
     // One spec a job, shared by its attempts' states and their copies.
     let mut specs: HashMap<String, Option<std::sync::Arc<JobSpec>>> = HashMap::new();
     for row in job_rows {
-        let Some(job_id) = row.get::<Option<String>, _>(0) else {
-            loaded.in_inbox.insert(row.get(3));
-            continue;
-        };
-        loaded.command_jobs.insert(row.get(2), job_id.clone());
+        let job_id: String = row.get(0);
         let spec = row
             .try_get::<Option<sqlx::types::Json<JobSpec>>, _>(1)
             .map_err(|error| StoreError::Corrupt(format!("job {job_id} spec: {error}")))?
@@ -932,7 +940,7 @@ pub(crate) async fn load_jobs(
         specs.insert(job_id, spec);
     }
     if specs.is_empty() {
-        return Ok(loaded);
+        return Ok(());
     }
     let locked_ids: Vec<&str> = specs.keys().map(String::as_str).collect();
     let lock_clause = if lock { " FOR UPDATE OF a" } else { "" };
@@ -961,7 +969,7 @@ pub(crate) async fn load_jobs(
         let state = attempt_from_rows(attempt, spec, lease)?;
         loaded.jobs.entry(job_id).or_default().attempts.push(state);
     }
-    Ok(loaded)
+    Ok(())
 }
 
 /// THE write: appends decided events (hash-chained), folds them through the

@@ -368,10 +368,11 @@ impl Writes {
         self
     }
 
-    /// Runs the parts, as one statement, in the order they were added.
-    /// Postgres runs a statement's own part first and then its `WITH`
-    /// parts from the last listed to the first, so they are listed in
-    /// reverse. Nothing but how long a lock taken by a later part is held
+    /// Runs the parts as one statement. Postgres's documentation leaves
+    /// the order of its parts open; Postgres 15 runs a statement's own
+    /// part first and then its `WITH` parts from the last listed to the
+    /// first, so they are listed in reverse, to run in the order they were
+    /// added. Nothing but how long a lock taken by a later part is held
     /// (the append lock: docs/ARCHITECTURE.md, "Relay") depends on that
     /// order.
     pub(crate) async fn execute(self, conn: &mut sqlx::PgConnection) -> Result<(), sqlx::Error> {
