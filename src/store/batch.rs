@@ -101,10 +101,6 @@ pub struct LoadedJobs {
     pub jobs: HashMap<String, JobState>,
     /// The hash of each known attempt's last event.
     pub last_hash: HashMap<Uuid, [u8; 32]>,
-    /// The job each command asked about created, by command.
-    pub command_jobs: HashMap<Uuid, String>,
-    /// Those of the input ids asked about that the inbox holds.
-    pub in_inbox: HashSet<String>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -147,7 +143,7 @@ impl Store {
     /// Loads one job's state (no lock), for readers and tests.
     pub async fn job_state(&self, job_id: &str) -> Result<JobState, StoreError> {
         let mut conn = self.pool.acquire().await?;
-        let loaded = load_jobs(&mut conn, &[job_id.to_owned()], &[], &[], &[], false).await?;
+        let loaded = load_jobs(&mut conn, &[job_id.to_owned()], &[], false).await?;
         Ok(loaded.jobs.get(job_id).cloned().unwrap_or_default())
     }
 }
@@ -368,7 +364,18 @@ pub(crate) async fn process_in(
             }
         })
         .collect();
-    let seen = claim_inputs(conn, inputs, &claims, &context.loaded.in_inbox).await?;
+    // Seen before: claimed already, or (an execute that only looks its id
+    // up) found in the inbox when the batch was loaded.
+    let mut seen = claim_inputs(conn, inputs, &claims).await?;
+    seen.extend(
+        inputs
+            .iter()
+            .zip(&claims)
+            .filter(|(envelope, claim)| {
+                **claim == Claim::Read && context.in_inbox.contains(&envelope.input_id)
+            })
+            .map(|(envelope, _)| envelope.input_id.clone()),
+    );
     let fresh: Vec<bool> = inputs
         .iter()
         .zip(firsts.iter().zip(&recorded))
@@ -404,7 +411,7 @@ pub(crate) async fn process_in(
             }
         })
         .collect();
-    claim_inputs(conn, inputs, &unrecorded, &HashSet::new()).await?;
+    claim_inputs(conn, inputs, &unrecorded).await?;
     // 4. Place what this batch created, in the same transaction.
     if let Some(placing) = placing {
         place_created(conn, &mut context, placing, now, &mut events).await?;
@@ -418,38 +425,27 @@ pub(crate) async fn process_in(
     })
 }
 
-/// Claims in the inbox the ids `claims` marks `Insert`: the ids that were
-/// there before, with those it marks `Read` that `in_inbox` holds (looked
-/// up by [`load_jobs`]).
+/// Claims in the inbox the ids `claims` marks `Insert`, in one statement:
+/// those that were there before.
 async fn claim_inputs(
     conn: &mut PgConnection,
     inputs: &[InputEnvelope],
     claims: &[Claim],
-    in_inbox: &HashSet<String>,
 ) -> Result<HashSet<String>, StoreError> {
     let mut ids = Vec::new();
     let mut sources = Vec::new();
     let mut subjects = Vec::new();
-    let mut seen = HashSet::new();
     for (envelope, claim) in inputs.iter().zip(claims) {
-        match claim {
-            Claim::No => {}
-            Claim::Insert => {
-                ids.push(envelope.input_id.clone());
-                sources.push(envelope.source.clone());
-                subjects.push(subject(&envelope.input));
-            }
-            Claim::Read => {
-                if in_inbox.contains(&envelope.input_id) {
-                    seen.insert(envelope.input_id.clone());
-                }
-            }
+        if *claim == Claim::Insert {
+            ids.push(envelope.input_id.clone());
+            sources.push(envelope.source.clone());
+            subjects.push(subject(&envelope.input));
         }
     }
     if ids.is_empty() {
-        return Ok(seen);
+        return Ok(HashSet::new());
     }
-    let taken = sqlx::query_scalar::<_, String>(
+    Ok(sqlx::query_scalar::<_, String>(
         "WITH claimed AS (
              INSERT INTO inbox (input_id, source, subject)
              SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[])
@@ -460,9 +456,9 @@ async fn claim_inputs(
     .bind(&sources)
     .bind(&subjects)
     .fetch_all(&mut *conn)
-    .await?;
-    seen.extend(taken);
-    Ok(seen)
+    .await?
+    .into_iter()
+    .collect())
 }
 
 /// A repeated input: a duplicate, or a reused id refused with both subjects.
@@ -489,6 +485,9 @@ struct BatchContext {
     working: HashMap<String, JobState>,
     attempt_jobs: HashMap<Uuid, String>,
     command_owner: HashMap<Uuid, String>,
+    /// Those of the batch's executes' ids the inbox held when it was
+    /// loaded: the answer to a `Claim::Read`.
+    in_inbox: HashSet<String>,
     /// How many attempts hold each target key a grant of the batch needs,
     /// read under the keys' locks and kept current as the batch grants.
     key_holders: BTreeMap<String, u32>,
@@ -536,7 +535,8 @@ impl BatchContext {
         }
         let job_ids: Vec<String> = job_ids.into_iter().collect();
         let command_ids: Vec<Uuid> = command_ids.into_iter().collect();
-        let loaded = load_jobs(conn, &job_ids, &attempt_ids, &command_ids, &executes, true).await?;
+        let loaded = load_jobs(conn, &job_ids, &attempt_ids, true).await?;
+        let (command_owner, in_inbox) = look_up(conn, &command_ids, &executes).await?;
         let attempt_jobs: HashMap<Uuid, String> = loaded
             .jobs
             .iter()
@@ -584,7 +584,8 @@ impl BatchContext {
         };
         Ok(Self {
             working: loaded.jobs.clone(),
-            command_owner: loaded.command_jobs.clone(),
+            command_owner,
+            in_inbox,
             loaded,
             attempt_jobs,
             key_holders,
@@ -860,58 +861,54 @@ async fn first_subjects(
     Ok(firsts)
 }
 
+/// The jobs each of `command_ids` created, by command, and which of
+/// `input_ids` the inbox holds, in one statement. Run after the job locks,
+/// like the attempts' read in [`load_jobs`]: a job created or an id claimed
+/// by a transaction this one waited for is seen (a batch delivered to two
+/// dispatchers during a rebalance decides its repeats as repeats).
+async fn look_up(
+    conn: &mut PgConnection,
+    command_ids: &[Uuid],
+    input_ids: &[String],
+) -> Result<(HashMap<Uuid, String>, HashSet<String>), StoreError> {
+    let mut command_jobs = HashMap::new();
+    let mut in_inbox = HashSet::new();
+    if command_ids.is_empty() && input_ids.is_empty() {
+        return Ok((command_jobs, in_inbox));
+    }
+    let rows = sqlx::query(
+        "SELECT command_id, job_id, NULL AS input_id FROM jobs WHERE command_id = ANY($1) \
+         UNION ALL SELECT NULL, NULL, input_id FROM inbox WHERE input_id = ANY($2)",
+    )
+    .bind(command_ids)
+    .bind(input_ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    for row in rows {
+        match row.get::<Option<Uuid>, _>(0) {
+            Some(command_id) => {
+                command_jobs.insert(command_id, row.get(1));
+            }
+            None => {
+                in_inbox.insert(row.get(2));
+            }
+        }
+    }
+    Ok((command_jobs, in_inbox))
+}
+
 /// Loads jobs (named, or by one of their attempts), their attempts and
 /// leases from the projection, in two statements; with `lock`, takes row
-/// locks on the job rows (in job id order), then on their attempts. Then,
-/// in a third when there is something to look up, the jobs that
-/// `command_ids` created and which of `input_ids` the inbox holds.
+/// locks on the job rows (in job id order), then on their attempts.
 pub(crate) async fn load_jobs(
     conn: &mut PgConnection,
     job_ids: &[String],
     attempt_ids: &[Uuid],
-    command_ids: &[Uuid],
-    input_ids: &[String],
     lock: bool,
 ) -> Result<LoadedJobs, StoreError> {
     let mut loaded = LoadedJobs::default();
-    load_states(conn, job_ids, attempt_ids, lock, &mut loaded).await?;
-    // After the locks, in a statement of its own, like the attempts: a
-    // job created or an id claimed by a transaction this one waited for
-    // is seen (a batch delivered to two dispatchers during a rebalance
-    // decides its repeats as repeats).
-    if !command_ids.is_empty() || !input_ids.is_empty() {
-        let rows = sqlx::query(
-            "SELECT command_id, job_id, NULL AS input_id FROM jobs WHERE command_id = ANY($1) \
-             UNION ALL SELECT NULL, NULL, input_id FROM inbox WHERE input_id = ANY($2)",
-        )
-        .bind(command_ids)
-        .bind(input_ids)
-        .fetch_all(&mut *conn)
-        .await?;
-        for row in rows {
-            match row.get::<Option<Uuid>, _>(0) {
-                Some(command_id) => {
-                    loaded.command_jobs.insert(command_id, row.get(1));
-                }
-                None => {
-                    loaded.in_inbox.insert(row.get(2));
-                }
-            }
-        }
-    }
-    Ok(loaded)
-}
-
-/// The jobs and attempts of [`load_jobs`].
-async fn load_states(
-    conn: &mut PgConnection,
-    job_ids: &[String],
-    attempt_ids: &[Uuid],
-    lock: bool,
-    loaded: &mut LoadedJobs,
-) -> Result<(), StoreError> {
     if job_ids.is_empty() && attempt_ids.is_empty() {
-        return Ok(());
+        return Ok(loaded);
     }
     // The jobs first, locked in job-id order; then their attempts, in a
     // statement of its own: under READ COMMITTED its snapshot is taken once
@@ -940,7 +937,7 @@ async fn load_states(
         specs.insert(job_id, spec);
     }
     if specs.is_empty() {
-        return Ok(());
+        return Ok(loaded);
     }
     let locked_ids: Vec<&str> = specs.keys().map(String::as_str).collect();
     let lock_clause = if lock { " FOR UPDATE OF a" } else { "" };
@@ -969,7 +966,7 @@ async fn load_states(
         let state = attempt_from_rows(attempt, spec, lease)?;
         loaded.jobs.entry(job_id).or_default().attempts.push(state);
     }
-    Ok(())
+    Ok(loaded)
 }
 
 /// THE write: appends decided events (hash-chained), folds them through the
