@@ -111,6 +111,14 @@ pub struct PipelineReport {
     /// CPU time of the bench's process alone (every role, and the bench's
     /// producer and follower), per attempt.
     pub process_cpu_ms_per_attempt: f64,
+    /// Of all the machine's CPU time during the run, the share its host
+    /// gave other machines while this one wanted to run (`steal` in
+    /// `/proc/stat`; 0 on bare metal), in percent. Throughput falls with
+    /// it; the CPU figures above leave it out.
+    pub steal_percent: f64,
+    /// Of all the machine's CPU time during the run, the share no process
+    /// wanted (idle or waiting for I/O), in percent.
+    pub idle_percent: f64,
     pub bare_kafka_records: u64,
     pub bare_postgres_rows: u64,
     pub bare_seconds: f64,
@@ -902,6 +910,7 @@ impl Observed {
             .map(|from| ((last_end - from) as f64 / 1000.0).max(1e-3));
         let completed = terminal_count.max(1) as f64;
         let bare_seconds = run.bare_kafka_seconds + run.bare_postgres_seconds;
+        let share = |ms: f64| 100.0 * ms / run.cost.capacity_cpu_ms.max(1e-3);
         PipelineReport {
             jobs: args.jobs,
             warmup_jobs: if args.backlog { 0 } else { args.warmup },
@@ -920,6 +929,10 @@ impl Observed {
             wal_bytes_per_attempt: run.cost.wal_bytes as f64 / completed,
             cpu_ms_per_attempt: run.cost.machine_cpu_ms / completed,
             process_cpu_ms_per_attempt: run.cost.process_cpu_ms / completed,
+            steal_percent: share(run.cost.stolen_cpu_ms),
+            idle_percent: share(
+                run.cost.capacity_cpu_ms - run.cost.machine_cpu_ms - run.cost.stolen_cpu_ms,
+            ),
             bare_kafka_records: run.records,
             bare_postgres_rows: run.rows,
             bare_seconds,
@@ -1018,6 +1031,10 @@ fn print_report(report: &PipelineReport) {
     println!(
         "  CPU ms/attempt        {:>10.2} on the whole machine (broker and Postgres included; {:.2} in this process)",
         report.cpu_ms_per_attempt, report.process_cpu_ms_per_attempt
+    );
+    println!(
+        "  CPUs' time            {:>10.1} % taken by the host for other machines (steal), {:.1} % idle",
+        report.steal_percent, report.idle_percent
     );
     if report.bare_seconds > 0.0 {
         println!(
