@@ -763,6 +763,8 @@ async fn place_created(
     now: UnixMillis,
     events: &mut Vec<AttemptEvent>,
 ) -> Result<(), StoreError> {
+    // The job of each attempt created ready to run.
+    let mut job_of: HashMap<Uuid, String> = HashMap::new();
     let queued: Vec<QueuedAttempt> = events
         .iter()
         .filter_map(|event| match &event.body {
@@ -774,14 +776,17 @@ async fn place_created(
                 available_at,
                 target_keys,
                 ..
-            } if *available_at <= now => Some(QueuedAttempt {
-                attempt_id: event.attempt_id,
-                runner_type: spec.operation.runner_type().as_str().to_owned(),
-                operation: spec.operation.as_str().to_owned(),
-                pool: spec.runner_requirements.pool.clone(),
-                capabilities: spec.runner_requirements.capabilities.clone(),
-                target_keys: target_keys.clone(),
-            }),
+            } if *available_at <= now => {
+                job_of.insert(event.attempt_id, event.job_id.clone());
+                Some(QueuedAttempt {
+                    attempt_id: event.attempt_id,
+                    runner_type: spec.operation.runner_type().as_str().to_owned(),
+                    operation: spec.operation.as_str().to_owned(),
+                    pool: spec.runner_requirements.pool.clone(),
+                    capabilities: spec.runner_requirements.capabilities.clone(),
+                    target_keys: target_keys.clone(),
+                })
+            }
             _ => None,
         })
         .collect();
@@ -803,11 +808,7 @@ async fn place_created(
         let Input::Grant { attempt_id, .. } = &grant.input else {
             continue;
         };
-        let Some(job_id) = events
-            .iter()
-            .find(|event| event.attempt_id == *attempt_id)
-            .map(|event| event.job_id.clone())
-        else {
+        let Some(job_id) = job_of.remove(attempt_id) else {
             continue;
         };
         context.attempt_jobs.insert(*attempt_id, job_id);
