@@ -294,6 +294,120 @@ async fn audit_verify_catches_a_truncated_tail(pool: PgPool) {
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn audit_verify_catches_an_attempt_whose_events_are_all_gone(pool: PgPool) {
+    // The walk goes through the log and the projection side by side, in
+    // attempt order: an attempt the projection holds and the log does not
+    // is caught wherever it falls among the others.
+    let store = Store::from_pool(pool.clone());
+    drive_mixed(&store, 10).await;
+    let ids: Vec<Uuid> = sqlx::query_scalar("SELECT attempt_id FROM attempts ORDER BY attempt_id")
+        .fetch_all(&pool)
+        .await
+        .unwrap();
+    assert!(ids.len() >= 3, "{ids:?}");
+    let intact = store.verify_chain(None).await.unwrap();
+    assert!(intact.first_break.is_none(), "{:?}", intact.first_break);
+    assert_eq!(intact.attempts, ids.len() as u64);
+    // The last in attempt order (after the walk's last event), then one
+    // in the middle (before others that are intact): each is the break.
+    for gone in [ids[ids.len() - 1], ids[1]] {
+        let mut conn = pool.acquire().await.unwrap();
+        sqlx::query("SET session_replication_role = replica")
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        sqlx::query("DELETE FROM attempt_events WHERE attempt_id = $1")
+            .bind(gone)
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        sqlx::query("SET session_replication_role = origin")
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        drop(conn);
+        let broken = store
+            .verify_chain(None)
+            .await
+            .unwrap()
+            .first_break
+            .expect("an attempt without events is caught");
+        assert_eq!((broken.attempt_id, broken.seq), (gone, 1));
+        assert!(broken.reason.contains("has no events"), "{}", broken.reason);
+        let scoped = store.verify_chain(Some(gone)).await.unwrap().first_break;
+        assert_eq!(scoped.map(|broken| broken.attempt_id), Some(gone));
+    }
+    let other = store.verify_chain(Some(ids[0])).await.unwrap();
+    assert!(other.first_break.is_none(), "{:?}", other.first_break);
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn audit_verify_reads_the_log_and_the_tips_as_of_one_instant(pool: PgPool) {
+    // A change that commits while the walk waits must be wholly in it or
+    // wholly out of it. Here the change takes an attempt's last event away
+    // and moves its tip back with it (consistent on its own), while the
+    // walk waits for the log's table: read at two instants, the tips said
+    // one thing and the log another, and an intact history was reported
+    // broken ("events missing").
+    let store = Store::from_pool(pool.clone());
+    drive_mixed(&store, 10).await;
+    let (attempt_id, prev_hash): (Uuid, Vec<u8>) = sqlx::query_as(
+        "SELECT attempt_id, prev_hash FROM attempt_events WHERE terminal ORDER BY attempt_id LIMIT 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let mut change = pool.begin().await.unwrap();
+    for statement in [
+        "SET LOCAL session_replication_role = replica",
+        "LOCK TABLE attempt_events IN ACCESS EXCLUSIVE MODE",
+    ] {
+        sqlx::query(statement).execute(&mut *change).await.unwrap();
+    }
+    sqlx::query("DELETE FROM attempt_events WHERE attempt_id = $1 AND terminal")
+        .bind(attempt_id)
+        .execute(&mut *change)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE attempts SET last_seq = last_seq - 1, last_hash = $2 WHERE attempt_id = $1",
+    )
+    .bind(attempt_id)
+    .bind(&prev_hash)
+    .execute(&mut *change)
+    .await
+    .unwrap();
+    let walk = tokio::spawn({
+        let store = store.clone();
+        async move { store.verify_chain(None).await }
+    });
+    // The walk is waiting for the lock.
+    let waiting = async {
+        loop {
+            let waiters: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%attempt_events%'",
+            )
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+            if waiters > 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(20), waiting)
+        .await
+        .expect("the walk waits for the log's table");
+    change.commit().await.unwrap();
+    let report = walk.await.unwrap().unwrap();
+    assert!(report.first_break.is_none(), "{:?}", report.first_break);
+    // And after it, the change is seen whole: still intact.
+    let after = store.verify_chain(None).await.unwrap();
+    assert!(after.first_break.is_none(), "{:?}", after.first_break);
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn what_the_projection_reads_back_is_the_log_folded_in_memory(pool: PgPool) {
     // The projection's rows are written one typed array per column; two
     // columns of one type bound in each other's place would pass every

@@ -1,7 +1,5 @@
 //! Tamper evidence: re-walk every attempt's hash chain.
 
-use std::collections::HashMap;
-
 use chrono::{DateTime, Utc};
 use futures_util::TryStreamExt;
 use sqlx::Row;
@@ -113,28 +111,63 @@ impl Store {
     /// payload)`, that the payload decodes and agrees with its columns; and
     /// per attempt, that the projection's `last_seq`/`last_hash` is the tip
     /// (so a truncated tail is caught too).
+    ///
+    /// The log and the projection's tips are read as of one instant (one
+    /// read-only snapshot, shared by two connections), each streamed in
+    /// attempt order and merged as the walk goes: what the walk holds is
+    /// one attempt's tip, whatever the length of the log.
     pub async fn verify_chain(&self, only: Option<Uuid>) -> Result<ChainReport, StoreError> {
-        let mut report = ChainReport::default();
-        let tips: HashMap<Uuid, (i64, Vec<u8>)> = sqlx::query("SELECT attempt_id, last_seq, last_hash FROM attempts WHERE $1::uuid IS NULL OR attempt_id = $1")
-            .bind(only)
-            .fetch_all(&self.pool)
-            .await?
-            .into_iter()
-            .map(|row| (row.get(0), (row.get(1), row.get(2))))
-            .collect();
-        let mut walked: HashMap<Uuid, Tip> = HashMap::new();
-        let mut walk: Option<(Uuid, Tip)> = None;
-        let query = format!(
-            "SELECT {EVENT_COLUMNS} FROM attempt_events WHERE $1::uuid IS NULL OR attempt_id = $1 ORDER BY attempt_id, seq"
+        const READ_ONLY: &str = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY";
+        if self.pool.options().get_max_connections() < 2 {
+            return Err(StoreError::Database(sqlx::Error::Configuration(
+                "verifying the hash chain reads the log and the projection through two \
+                 connections at once; the pool allows one (EXECPLANE_DATABASE_MAX_CONNECTIONS)"
+                    .into(),
+            )));
+        }
+        let mut log = self.pool.begin().await?;
+        sqlx::query(READ_ONLY).execute(&mut *log).await?;
+        let snapshot: String = sqlx::query_scalar("SELECT pg_export_snapshot()")
+            .fetch_one(&mut *log)
+            .await?;
+        // Postgres names snapshots in hex digits and dashes; nothing else
+        // goes into the statement.
+        if !snapshot.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            return Err(StoreError::Corrupt(format!(
+                "unexpected snapshot name {snapshot:?}"
+            )));
+        }
+        let mut projection = self.pool.begin().await?;
+        sqlx::query(READ_ONLY).execute(&mut *projection).await?;
+        sqlx::query(&format!("SET TRANSACTION SNAPSHOT '{snapshot}'"))
+            .execute(&mut *projection)
+            .await?;
+        let events_sql = format!(
+            "SELECT {EVENT_COLUMNS} FROM attempt_events \
+             WHERE $1::uuid IS NULL OR attempt_id = $1 ORDER BY attempt_id, seq"
         );
-        let mut rows = sqlx::query(&query).bind(only).fetch(&self.pool);
+        let mut rows = sqlx::query(&events_sql).bind(only).fetch(&mut *log);
+        let mut tips = Tips {
+            rows: sqlx::query(
+                "SELECT attempt_id, last_seq, last_hash FROM attempts \
+                 WHERE $1::uuid IS NULL OR attempt_id = $1 ORDER BY attempt_id",
+            )
+            .bind(only)
+            .fetch(&mut *projection),
+            next: None,
+        };
+        let mut report = ChainReport::default();
+        let mut walk: Option<(Uuid, Tip)> = None;
         while let Some(row) = rows.try_next().await? {
             let event = StoredEvent::from_row(&row)?;
             let tip = match walk {
                 Some((attempt_id, tip)) if attempt_id == event.attempt_id => tip,
                 previous => {
                     if let Some((attempt_id, tip)) = previous {
-                        walked.insert(attempt_id, tip);
+                        if let Some(broken) = tips.walked(attempt_id, tip).await? {
+                            report.first_break = Some(broken);
+                            return Ok(report);
+                        }
                     }
                     report.attempts += 1;
                     Tip::GENESIS
@@ -154,35 +187,72 @@ impl Store {
             }
         }
         if let Some((attempt_id, tip)) = walk {
-            walked.insert(attempt_id, tip);
-        }
-        let mut tip_ids: Vec<&Uuid> = tips.keys().collect();
-        tip_ids.sort();
-        for attempt_id in tip_ids {
-            let (last_seq, last_hash) = &tips[attempt_id];
-            match walked.get(attempt_id) {
-                None => {
-                    report.first_break = Some(ChainBreak {
-                        attempt_id: *attempt_id,
-                        seq: 1,
-                        reason: "the attempt exists in the projection but has no events".into(),
-                    });
-                    return Ok(report);
-                }
-                Some(Tip { seq, hash })
-                    if seq != last_seq || hash.as_slice() != last_hash.as_slice() =>
-                {
-                    report.first_break = Some(ChainBreak {
-                        attempt_id: *attempt_id,
-                        seq: seq + 1,
-                        reason: format!("the chain ends at seq {seq} but the projection recorded seq {last_seq} as its tip (events missing?)"),
-                    });
-                    return Ok(report);
-                }
-                Some(_) => {}
+            if let Some(broken) = tips.walked(attempt_id, tip).await? {
+                report.first_break = Some(broken);
+                return Ok(report);
             }
         }
+        report.first_break = tips.peek().await?.map(|(next, _, _)| no_events(*next));
         Ok(report)
+    }
+}
+
+/// The projection's tips (attempt, last seq, last hash), streamed in
+/// attempt order beside the log by [`Store::verify_chain`].
+struct Tips<'c> {
+    rows: futures_util::stream::BoxStream<'c, Result<sqlx::postgres::PgRow, sqlx::Error>>,
+    next: Option<(Uuid, i64, Vec<u8>)>,
+}
+
+impl Tips<'_> {
+    async fn peek(&mut self) -> Result<Option<&(Uuid, i64, Vec<u8>)>, StoreError> {
+        if self.next.is_none() {
+            self.next = self
+                .rows
+                .try_next()
+                .await?
+                .map(|row| (row.get(0), row.get(1), row.get(2)));
+        }
+        Ok(self.next.as_ref())
+    }
+
+    /// `attempt_id`'s chain was walked to `tip`: the break, if an attempt
+    /// before it in the projection has no events, or its own tip is not
+    /// where the chain ends. (An attempt with events and no row of its own
+    /// is the projection's business: `projection rebuild --verify`.)
+    async fn walked(
+        &mut self,
+        attempt_id: Uuid,
+        tip: Tip,
+    ) -> Result<Option<ChainBreak>, StoreError> {
+        let Some((next, last_seq, last_hash)) = self.peek().await? else {
+            return Ok(None);
+        };
+        if *next < attempt_id {
+            return Ok(Some(no_events(*next)));
+        }
+        if *next > attempt_id {
+            return Ok(None);
+        }
+        let broken = (tip.seq != *last_seq || tip.hash.as_slice() != last_hash.as_slice())
+            .then(|| ChainBreak {
+                attempt_id,
+                seq: tip.seq + 1,
+                reason: format!(
+                    "the chain ends at seq {} but the projection recorded seq {last_seq} as its tip (events missing?)",
+                    tip.seq
+                ),
+            });
+        self.next = None;
+        Ok(broken)
+    }
+}
+
+fn no_events(attempt_id: Uuid) -> ChainBreak {
+    ChainBreak {
+        attempt_id,
+        seq: 1,
+        reason: "the attempt exists in the projection but has no events".into(),
     }
 }
 
