@@ -226,22 +226,13 @@ async fn audit_verify_catches_one_flipped_payload_byte(pool: PgPool) {
     .await
     .unwrap();
     let (attempt_id, seq): (Uuid, i64) = (row.get(0), row.get(1));
-    let mut conn = pool.acquire().await.unwrap();
-    sqlx::query("SET session_replication_role = replica")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    sqlx::query("UPDATE attempt_events SET payload = set_byte(payload, 20, get_byte(payload, 20) # 1) WHERE attempt_id = $1 AND seq = $2")
-        .bind(attempt_id)
-        .bind(seq)
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    sqlx::query("SET session_replication_role = origin")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    drop(conn);
+    tamper(
+        &pool,
+        sqlx::query("UPDATE attempt_events SET payload = set_byte(payload, 20, get_byte(payload, 20) # 1) WHERE attempt_id = $1 AND seq = $2")
+            .bind(attempt_id)
+            .bind(seq),
+    )
+    .await;
 
     let report = store.verify_chain(None).await.unwrap();
     let broken = report.first_break.expect("the flip is caught");
@@ -266,20 +257,30 @@ async fn audit_verify_catches_one_flipped_payload_byte(pool: PgPool) {
     );
 }
 
+/// Runs `query` past the log's append-only triggers, as someone holding
+/// the database's keys could: what `audit verify` is there to catch.
+async fn tamper(
+    pool: &PgPool,
+    query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+) {
+    let mut tx = pool.begin().await.unwrap();
+    sqlx::query("SET LOCAL session_replication_role = replica")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    query.execute(&mut *tx).await.unwrap();
+    tx.commit().await.unwrap();
+}
+
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn audit_verify_catches_a_truncated_tail(pool: PgPool) {
     let store = Store::from_pool(pool.clone());
     drive_mixed(&store, 10).await;
-    let mut conn = pool.acquire().await.unwrap();
-    sqlx::query("SET session_replication_role = replica")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    sqlx::query("DELETE FROM attempt_events WHERE job_id = 'mixed/0' AND terminal")
-        .execute(&mut *conn)
-        .await
-        .unwrap();
-    drop(conn);
+    tamper(
+        &pool,
+        sqlx::query("DELETE FROM attempt_events WHERE job_id = 'mixed/0' AND terminal"),
+    )
+    .await;
     let broken = store
         .verify_chain(None)
         .await
@@ -311,21 +312,11 @@ async fn audit_verify_catches_an_attempt_whose_events_are_all_gone(pool: PgPool)
     // The last in attempt order (after the walk's last event), then one
     // in the middle (before others that are intact): each is the break.
     for gone in [ids[ids.len() - 1], ids[1]] {
-        let mut conn = pool.acquire().await.unwrap();
-        sqlx::query("SET session_replication_role = replica")
-            .execute(&mut *conn)
-            .await
-            .unwrap();
-        sqlx::query("DELETE FROM attempt_events WHERE attempt_id = $1")
-            .bind(gone)
-            .execute(&mut *conn)
-            .await
-            .unwrap();
-        sqlx::query("SET session_replication_role = origin")
-            .execute(&mut *conn)
-            .await
-            .unwrap();
-        drop(conn);
+        tamper(
+            &pool,
+            sqlx::query("DELETE FROM attempt_events WHERE attempt_id = $1").bind(gone),
+        )
+        .await;
         let broken = store
             .verify_chain(None)
             .await
