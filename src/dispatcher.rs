@@ -232,7 +232,7 @@ async fn sweep(
             );
             if now - last_gauges >= 15_000 {
                 last_gauges = now;
-                if let Ok(counts) = store.live_attempts_by_status().await {
+                if let Ok(counts) = store.live_attempts_by_status(None).await {
                     crate::telemetry::metrics::attempts_by_state(&counts);
                 }
             }

@@ -429,12 +429,21 @@ async fn the_console_shows_each_principal_its_own_tenants_and_acts_only_with_its
             json!([]),
         )
         .await;
+    // The attempts that have not ended, every such state (zero too): not
+    // a count of every attempt ever, which read the whole table.
     let counted: Vec<(String, i64)> = sqlx::query_as(
-        "SELECT status, count(*) FROM attempts WHERE tenant = 'team-a' GROUP BY status",
+        "SELECT s, (SELECT count(*) FROM attempts WHERE tenant = 'team-a' AND status = s)
+         FROM unnest(ARRAY['queued', 'leased', 'running', 'cancel_requested']) s",
     )
     .fetch_all(&pool)
     .await
     .unwrap();
+    assert!(
+        counted
+            .iter()
+            .any(|(state, count)| state == "running" && *count >= 1),
+        "{counted:?}"
+    );
     let counted: serde_json::Map<String, Value> = counted
         .into_iter()
         .map(|(state, count)| (state, json!(count)))

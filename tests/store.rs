@@ -1501,9 +1501,10 @@ async fn two_grants_on_one_target_key_at_once_lease_only_one(pool: PgPool) {
     );
 }
 
-/// The attempts gauge counts only attempts that have not ended, every such
-/// status with its zero, through the index that holds only them: its cost
-/// is the work in flight, not every attempt ever run.
+/// The attempts gauge and the console's overview count only attempts that
+/// have not ended, every such status with its zero, through the index that
+/// holds only them: its cost is the work in flight, not every attempt ever
+/// run.
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn the_attempts_gauge_counts_what_is_in_flight_from_an_index_of_it(pool: PgPool) {
     let store = Store::from_pool(pool.clone());
@@ -1513,7 +1514,7 @@ async fn the_attempts_gauge_counts_what_is_in_flight_from_an_index_of_it(pool: P
             .fetch_all(&pool)
             .await
             .unwrap();
-    let live = store.live_attempts_by_status().await.unwrap();
+    let live = store.live_attempts_by_status(None).await.unwrap();
     let names: Vec<&str> = live.iter().map(|(status, _)| status.as_str()).collect();
     assert_eq!(names, ["queued", "leased", "running", "cancel_requested"]);
     for (status, count) in &live {
@@ -1534,17 +1535,40 @@ async fn the_attempts_gauge_counts_what_is_in_flight_from_an_index_of_it(pool: P
         .execute(&mut *conn)
         .await
         .unwrap();
-    let plan: Vec<String> = sqlx::query_scalar(
-        "EXPLAIN SELECT status, count(*) FROM attempts \
-         WHERE status IN ('queued', 'leased', 'running', 'cancel_requested') GROUP BY status",
-    )
-    .fetch_all(&mut *conn)
-    .await
-    .unwrap();
-    assert!(
-        plan.iter().any(|line| line.contains("attempts_live")),
-        "{plan:?}"
-    );
+    // For every tenant (the gauge) and for some (the console's overview).
+    for tenants in [None, Some(vec!["team-a".to_owned()])] {
+        let plan: Vec<String> = sqlx::query_scalar(
+            "EXPLAIN SELECT status, count(*) FROM attempts \
+             WHERE status IN ('queued', 'leased', 'running', 'cancel_requested') \
+               AND ($1::text[] IS NULL OR tenant = ANY($1)) GROUP BY status",
+        )
+        .bind(&tenants)
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+        assert!(
+            plan.iter().any(|line| line.contains("attempts_live")),
+            "{tenants:?}: {plan:?}"
+        );
+    }
+    drop(conn);
+    let tenants: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT tenant FROM attempts ORDER BY tenant LIMIT 1")
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    let scoped = store.live_attempts_by_status(Some(&tenants)).await.unwrap();
+    for (status, count) in &scoped {
+        let expected: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM attempts WHERE status = $1 AND tenant = ANY($2)",
+        )
+        .bind(status)
+        .bind(&tenants)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+        assert_eq!(*count, expected, "{status} of {tenants:?}");
+    }
 }
 
 /// The sweeper's probe reads one entry of the deadline index, in every plan

@@ -563,7 +563,7 @@ impl<'a> Rig<'a> {
         loop {
             let queued = self
                 .store
-                .live_attempts_by_status()
+                .live_attempts_by_status(None)
                 .await?
                 .into_iter()
                 .find(|(status, _)| status == "queued")

@@ -120,7 +120,7 @@ pub fn overview(signed: &SignedIn, counts: &Overview, dlq: Option<i64>) -> Marku
             h1 { "Overview" }
             div.grid {
                 section.card {
-                    h2 { "Attempts by state" }
+                    h2 { "Attempts not yet ended" }
                     table #by-state {
                         thead { tr { th { "State" } th.num { "Attempts" } } }
                         tbody {
