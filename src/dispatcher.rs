@@ -174,12 +174,17 @@ pub async fn run(
     }
 }
 
+/// How long the sweeper leaves out an attempt whose due timer the store
+/// refused, before it tries the timer again.
+const REFUSED_TIMER_PAUSE: Duration = Duration::from_secs(600);
+
 /// Fires due timers; transient database errors are retried. A deadline
 /// fires only when every runner-events partition has been decided past it
 /// (minus the slack for reports in flight), by whichever dispatcher owns
 /// the partition: this dispatcher publishes its own partitions' progress
 /// and reads everyone's. A sweep that fired anything wakes placement (a
-/// lease lost or an attempt ended frees a slot or a key).
+/// lease lost or an attempt ended frees a slot or a key). A timer the
+/// store refuses is logged and left out for [`REFUSED_TIMER_PAUSE`].
 async fn sweep(
     store: Store,
     kafka: KafkaConfig,
@@ -193,7 +198,12 @@ async fn sweep(
     let mut published: std::collections::BTreeMap<(String, i32), i64> = Default::default();
     let mut failures = 0u32;
     let mut last_gauges = 0i64;
+    // Attempts whose due timer the store refused, until when they are left
+    // out of the sweeps: an operator's repair is picked up after that.
+    let mut refused: std::collections::HashMap<uuid::Uuid, std::time::Instant> = Default::default();
     while !shutdown.is_cancelled() {
+        refused.retain(|_, until| *until > std::time::Instant::now());
+        let skip: Vec<uuid::Uuid> = refused.keys().copied().collect();
         let now = chrono::Utc::now().timestamp_millis();
         // Reports sent before a deadline may need this long to land in Kafka.
         const IN_FLIGHT_SLACK_MS: i64 = 500;
@@ -236,12 +246,19 @@ async fn sweep(
                     crate::telemetry::metrics::attempts_by_state(&counts);
                 }
             }
-            let outcome = store.sweep_timers(now, now.min(decided_until), 500).await?;
-            Ok::<_, DispatcherError>(outcome)
+            let swept = store
+                .sweep_timers(now, now.min(decided_until), 500, &skip, &shutdown)
+                .await?;
+            Ok::<_, DispatcherError>(swept)
         }
         .await;
         match swept {
-            Ok(outcome) => {
+            Ok(swept) => {
+                for (attempt_id, reason) in swept.refused {
+                    tracing::error!(%attempt_id, %reason, retry_in = ?REFUSED_TIMER_PAUSE, "the store refuses this attempt's due timer; the other timers go on");
+                    refused.insert(attempt_id, std::time::Instant::now() + REFUSED_TIMER_PAUSE);
+                }
+                let outcome = swept.outcome;
                 crate::telemetry::metrics::record_events(&outcome.events);
                 if !outcome.events.is_empty() {
                     placed.something_waits();

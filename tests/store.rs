@@ -1571,6 +1571,82 @@ async fn the_attempts_gauge_counts_what_is_in_flight_from_an_index_of_it(pool: P
     }
 }
 
+/// One due timer the store cannot decide (here its attempt's row is
+/// damaged) is refused alone: every other due timer fires, and a sweep
+/// that skips the refused one finds nothing more to do. Before, the sweep
+/// was one transaction: it failed whole, every sweep, and no timer in the
+/// system fired again.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_timer_the_store_cannot_decide_holds_no_other_timer_back(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    drive_mixed(&store, 40).await;
+    let armed: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT attempt_id FROM attempts WHERE next_deadline IS NOT NULL ORDER BY next_deadline, attempt_id",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert!(armed.len() >= 2, "{armed:?}");
+    // The first due is the damaged one: it comes first in every sweep.
+    let damaged = armed[0];
+    sqlx::query("UPDATE attempts SET last_hash = '\\x00' WHERE attempt_id = $1")
+        .bind(damaged)
+        .execute(&pool)
+        .await
+        .unwrap();
+    // Past every deadline the workload armed (it runs at BASE).
+    let later = BASE + 30 * 24 * 3_600_000;
+    let never = tokio_util::sync::CancellationToken::new();
+    let swept = store
+        .sweep_timers(later, later, 500, &[], &never)
+        .await
+        .unwrap();
+    assert_eq!(
+        swept.refused.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        [damaged]
+    );
+    assert!(
+        swept.refused[0].1.contains("last_hash"),
+        "{:?}",
+        swept.refused
+    );
+    assert!(
+        !swept.outcome.events.is_empty(),
+        "the other timers fired: {:?}",
+        swept.outcome.outcomes
+    );
+    let fired: std::collections::BTreeSet<Uuid> = swept
+        .outcome
+        .events
+        .iter()
+        .map(|event| event.attempt_id)
+        .collect();
+    assert!(!fired.contains(&damaged));
+    // Skipping it, nothing else is due any more (a fired timer may arm
+    // the next one: those fire in the following sweeps).
+    let mut rounds = 0;
+    loop {
+        let again = store
+            .sweep_timers(later, later, 500, &[damaged], &never)
+            .await
+            .unwrap();
+        assert!(again.refused.is_empty(), "{:?}", again.refused);
+        if again.outcome.outcomes.is_empty() {
+            break;
+        }
+        rounds += 1;
+        assert!(rounds < 10, "timers keep firing");
+    }
+    let still_armed: Vec<Uuid> = sqlx::query_scalar(
+        "SELECT attempt_id FROM attempts WHERE next_deadline <= to_timestamp($1::float8 / 1000)",
+    )
+    .bind(later as f64)
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(still_armed, [damaged]);
+}
+
 /// The sweeper's probe reads one entry of the deadline index, in every plan
 /// the server may cache for it: most sweeps find nothing due, and a probe
 /// that scanned the attempts cost what the store holds, once a sweep.

@@ -178,6 +178,20 @@ impl Store {
         place_within: Option<(Placer<'_>, std::time::Duration)>,
         shutdown: &tokio_util::sync::CancellationToken,
     ) -> Option<IsolatedOutcome> {
+        let clock = || chrono::Utc::now().timestamp_millis();
+        self.process_isolating_at(inputs, place_within, shutdown, clock)
+            .await
+    }
+
+    /// As [`Store::process_isolating`], each transaction deciding at the
+    /// instant `clock` gives (the timer sweeper's: its own `now`).
+    pub(crate) async fn process_isolating_at(
+        &self,
+        inputs: &[InputEnvelope],
+        place_within: Option<(Placer<'_>, std::time::Duration)>,
+        shutdown: &tokio_util::sync::CancellationToken,
+        clock: impl Fn() -> UnixMillis,
+    ) -> Option<IsolatedOutcome> {
         let mut outcome = IsolatedOutcome {
             decisions: Vec::with_capacity(inputs.len()),
             events: Vec::new(),
@@ -192,7 +206,7 @@ impl Store {
             let mut refused = 0u32;
             let mut transient = 0u32;
             loop {
-                let now = chrono::Utc::now().timestamp_millis();
+                let now = clock();
                 let slice = &inputs[range.clone()];
                 let attempt = match place_within {
                     Some((placer, ttl)) => {

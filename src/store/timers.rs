@@ -1,7 +1,9 @@
 //! The timer sweeper's claim: due deadlines, their jobs locked with
 //! `FOR UPDATE ... SKIP LOCKED` (jobs first, the same lock order as every
 //! batch), decided in the same transaction. A timer that fires twice is
-//! decided once: the second firing finds it disarmed.
+//! decided once: the second firing finds it disarmed. A sweep the store
+//! refuses for its data is decided again one range at a time, so one
+//! timer that cannot be decided holds no other back.
 
 use sqlx::Row;
 use uuid::Uuid;
@@ -11,17 +13,36 @@ use super::rows::{millis, timestamp};
 use super::{Store, StoreError};
 use crate::contract::{Input, TimerKind, UnixMillis};
 
+/// What a sweep did.
+#[derive(Debug, Default)]
+pub struct SweepOutcome {
+    /// The timers decided (one outcome each) and the events they appended.
+    pub outcome: BatchOutcome,
+    /// The attempts whose due timer the store refuses however often it is
+    /// retried, with the reason; the caller leaves them out of its next
+    /// sweeps for a while.
+    pub refused: Vec<(Uuid, String)>,
+}
+
 impl Store {
     /// Fires up to `limit` deadlines due at or before `due_before` (at most
     /// `now`; the dispatcher passes the instant up to which every runner
-    /// report has been decided). Jobs being written by another transaction
-    /// are skipped and picked up on the next sweep.
+    /// report has been decided), leaving out the attempts in `skip`. Jobs
+    /// being written by another transaction are skipped and picked up on
+    /// the next sweep.
+    ///
+    /// All in one transaction; if the store refuses it for its data (not a
+    /// lost connection or a race), the due timers are decided again through
+    /// [`Store::process_isolating`] (at the same `now`), which refuses the one it cannot decide
+    /// alone (shutdown during that: nothing more is decided).
     pub async fn sweep_timers(
         &self,
         now: UnixMillis,
         due_before: UnixMillis,
         limit: i64,
-    ) -> Result<BatchOutcome, StoreError> {
+        skip: &[Uuid],
+        shutdown: &tokio_util::sync::CancellationToken,
+    ) -> Result<SweepOutcome, StoreError> {
         let due_by = due_before.min(now);
         // Most sweeps find nothing due: one indexed probe, no transaction.
         let earliest: Option<chrono::DateTime<chrono::Utc>> =
@@ -29,36 +50,80 @@ impl Store {
                 .fetch_one(&self.pool)
                 .await?;
         if earliest.is_none_or(|earliest| millis(earliest) > due_by) {
-            return Ok(BatchOutcome::default());
+            return Ok(SweepOutcome::default());
         }
         let mut tx = self.pool.begin().await?;
-        let rows = sqlx::query(include_str!("sql/due_deadlines.sql"))
-            .bind(timestamp(due_by))
-            .bind(limit)
-            .fetch_all(&mut *tx)
-            .await?;
-        if rows.is_empty() {
+        let inputs = due_timers(&mut tx, due_by, limit, skip).await?;
+        if inputs.is_empty() {
             tx.rollback().await?;
-            return Ok(BatchOutcome::default());
+            return Ok(SweepOutcome::default());
         }
-        let inputs: Vec<InputEnvelope> = rows
-            .into_iter()
-            .filter_map(|row| {
-                let attempt_id: Uuid = row.get(0);
-                let kind: String = row.get(1);
-                let due: chrono::DateTime<chrono::Utc> = row.get(2);
-                let timer = TimerKind::parse(&kind)?;
-                Some(InputEnvelope {
-                    input_id: format!("timer:{attempt_id}:{kind}:{}", millis(due)),
-                    source: "timers".into(),
-                    input: Input::TimerFired { attempt_id, timer },
-                })
-            })
-            .collect();
-        let outcome = process_in(&mut tx, &self.codec, &inputs, now, None).await?;
-        tx.commit().await?;
-        Ok(outcome)
+        let error = match process_in(&mut tx, &self.codec, &inputs, now, None).await {
+            Ok(outcome) => {
+                tx.commit().await?;
+                return Ok(SweepOutcome {
+                    outcome,
+                    refused: Vec::new(),
+                });
+            }
+            Err(error) => error,
+        };
+        drop(tx);
+        if error.is_transient() {
+            return Err(error);
+        }
+        tracing::warn!(%error, timers = inputs.len(), "the store refused a sweep; deciding its timers one range at a time");
+        let isolated = self
+            .process_isolating_at(&inputs, None, shutdown, || now)
+            .await;
+        let Some(isolated) = isolated else {
+            return Ok(SweepOutcome::default());
+        };
+        let mut swept = SweepOutcome::default();
+        swept.outcome.events = isolated.events;
+        for (input, decision) in inputs.iter().zip(isolated.decisions) {
+            match decision {
+                Ok(outcome) => swept.outcome.outcomes.push(outcome),
+                Err(reason) => {
+                    if let Input::TimerFired { attempt_id, .. } = input.input {
+                        swept.refused.push((attempt_id, reason));
+                    }
+                }
+            }
+        }
+        Ok(swept)
     }
+}
+
+/// Up to `limit` timers due by `due_by`, of jobs no other transaction is
+/// writing, earliest first, as inputs (their jobs locked until `conn`'s
+/// transaction ends).
+async fn due_timers(
+    conn: &mut sqlx::PgConnection,
+    due_by: UnixMillis,
+    limit: i64,
+    skip: &[Uuid],
+) -> Result<Vec<InputEnvelope>, StoreError> {
+    let rows = sqlx::query(include_str!("sql/due_deadlines.sql"))
+        .bind(timestamp(due_by))
+        .bind(limit)
+        .bind(skip)
+        .fetch_all(&mut *conn)
+        .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|row| {
+            let attempt_id: Uuid = row.get(0);
+            let kind: String = row.get(1);
+            let due: chrono::DateTime<chrono::Utc> = row.get(2);
+            let timer = TimerKind::parse(&kind)?;
+            Some(InputEnvelope {
+                input_id: format!("timer:{attempt_id}:{kind}:{}", millis(due)),
+                source: "timers".into(),
+                input: Input::TimerFired { attempt_id, timer },
+            })
+        })
+        .collect())
 }
 
 impl Store {
