@@ -258,13 +258,12 @@ async fn sweep(
                     tracing::error!(%attempt_id, %reason, retry_in = ?REFUSED_TIMER_PAUSE, "the store refuses this attempt's due timer; the other timers go on");
                     refused.insert(attempt_id, std::time::Instant::now() + REFUSED_TIMER_PAUSE);
                 }
-                let outcome = swept.outcome;
-                crate::telemetry::metrics::record_events(&outcome.events);
-                if !outcome.events.is_empty() {
+                crate::telemetry::metrics::record_events(&swept.events);
+                if !swept.events.is_empty() {
                     placed.something_waits();
                 }
                 failures = 0;
-                if outcome.outcomes.len() == 500 {
+                if swept.due == 500 {
                     continue;
                 }
             }

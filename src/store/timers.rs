@@ -8,16 +8,19 @@
 use sqlx::Row;
 use uuid::Uuid;
 
-use super::batch::{process_in, BatchOutcome, InputEnvelope};
+use super::batch::{process_in, InputEnvelope};
 use super::rows::{millis, timestamp};
 use super::{Store, StoreError};
-use crate::contract::{Input, TimerKind, UnixMillis};
+use crate::contract::{AttemptEvent, Input, TimerKind, UnixMillis};
 
 /// What a sweep did.
 #[derive(Debug, Default)]
 pub struct SweepOutcome {
-    /// The timers decided (one outcome each) and the events they appended.
-    pub outcome: BatchOutcome,
+    /// How many due timers it read (at most the limit: a full page means
+    /// more may be due).
+    pub due: usize,
+    /// The events the timers it decided appended.
+    pub events: Vec<AttemptEvent>,
     /// The attempts whose due timer the store refuses however often it is
     /// retried, with the reason; the caller leaves them out of its next
     /// sweeps for a while.
@@ -62,7 +65,8 @@ impl Store {
             Ok(outcome) => {
                 tx.commit().await?;
                 return Ok(SweepOutcome {
-                    outcome,
+                    due: inputs.len(),
+                    events: outcome.events,
                     refused: Vec::new(),
                 });
             }
@@ -79,19 +83,19 @@ impl Store {
         let Some(isolated) = isolated else {
             return Ok(SweepOutcome::default());
         };
-        let mut swept = SweepOutcome::default();
-        swept.outcome.events = isolated.events;
-        for (input, decision) in inputs.iter().zip(isolated.decisions) {
-            match decision {
-                Ok(outcome) => swept.outcome.outcomes.push(outcome),
-                Err(reason) => {
-                    if let Input::TimerFired { attempt_id, .. } = input.input {
-                        swept.refused.push((attempt_id, reason));
-                    }
-                }
-            }
-        }
-        Ok(swept)
+        let refused = inputs
+            .iter()
+            .zip(isolated.decisions)
+            .filter_map(|(input, decision)| match (&input.input, decision) {
+                (Input::TimerFired { attempt_id, .. }, Err(reason)) => Some((*attempt_id, reason)),
+                _ => None,
+            })
+            .collect();
+        Ok(SweepOutcome {
+            due: inputs.len(),
+            events: isolated.events,
+            refused,
+        })
     }
 }
 
