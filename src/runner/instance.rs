@@ -439,8 +439,16 @@ impl Presence {
     fn keep_announcing(self, stop: CancellationToken) -> tokio::task::JoinHandle<()> {
         tokio::spawn(async move {
             let mut ticker = tokio::time::interval(self.config.presence_interval);
+            // A send to a broker that is away takes up to PRESENCE_DELIVERY:
+            // the ticks missed meanwhile are not made up in a burst.
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
+                // Stop first: with a tick ready too, an unbiased choice kept
+                // announcing, one undelivered send after another, past a
+                // SIGTERM (`tests/broker.rs`, roles started with the broker
+                // down).
                 tokio::select! {
+                    biased;
                     _ = stop.cancelled() => break,
                     _ = ticker.tick() => self.send(PresenceStatus::Ready).await,
                 }
