@@ -1017,6 +1017,7 @@ async fn append_in(
     let projection = ProjectionRows::collect(
         &folded.jobs,
         &touched,
+        &folded.created,
         &folded.new_attempts,
         &folded.leases,
         &folded.chain,
@@ -1046,6 +1047,9 @@ struct Folded {
     /// The jobs that got an attempt (their first, or a retry): only their
     /// rows are written.
     new_attempts: BTreeSet<String>,
+    /// The attempts this batch created: their rows are inserted, the
+    /// other touched attempts' updated.
+    created: BTreeSet<Uuid>,
     /// The attempts whose lease row is written, and how.
     leases: HashMap<Uuid, LeaseWrite>,
     callbacks: Vec<super::callbacks::PendingCallback>,
@@ -1063,6 +1067,7 @@ impl Folded {
             chain: loaded.last_hash.clone(),
             rows: EventColumns::default(),
             new_attempts: BTreeSet::new(),
+            created: BTreeSet::new(),
             leases: HashMap::new(),
             callbacks: Vec::new(),
             lost_leases: Vec::new(),
@@ -1108,6 +1113,7 @@ impl Folded {
             }
             if state.latest().map(|latest| latest.attempt_id) != latest_before {
                 folded.new_attempts.insert(event.job_id.clone());
+                folded.created.insert(event.attempt_id);
             }
             if matches!(event.body, EventBody::LeaseGranted { .. }) {
                 folded.leases.insert(event.attempt_id, LeaseWrite::Insert);
@@ -1178,7 +1184,10 @@ pub(crate) enum LeaseWrite {
 /// The projection rows of one batch, by table.
 pub(crate) struct ProjectionRows {
     jobs: Vec<JobRow>,
-    attempts: Vec<AttemptRow>,
+    /// Attempts created in this batch (inserted).
+    new_attempts: Vec<AttemptRow>,
+    /// Attempts that were there before it (updated).
+    changed_attempts: Vec<AttemptRow>,
     /// Leases granted in this batch (inserted; a second one is refused).
     new_leases: Vec<LeaseRow>,
     /// Leases extended or ended (updated by id and epoch).
@@ -1193,13 +1202,15 @@ impl ProjectionRows {
     pub(crate) fn collect(
         jobs: &BTreeMap<String, JobState>,
         touched: &BTreeSet<Uuid>,
+        created: &BTreeSet<Uuid>,
         new_attempts: &BTreeSet<String>,
         leases: &HashMap<Uuid, LeaseWrite>,
         chain: &HashMap<Uuid, [u8; 32]>,
     ) -> Self {
         let mut rows = Self {
             jobs: Vec::new(),
-            attempts: Vec::new(),
+            new_attempts: Vec::new(),
+            changed_attempts: Vec::new(),
             new_leases: Vec::new(),
             changed_leases: Vec::new(),
             target_keys: Vec::new(),
@@ -1215,7 +1226,12 @@ impl ProjectionRows {
                     .get(&attempt.attempt_id)
                     .copied()
                     .unwrap_or(GENESIS_HASH);
-                rows.attempts.push(attempt_row(attempt, &hash));
+                let row = attempt_row(attempt, &hash);
+                if created.contains(&attempt.attempt_id) {
+                    rows.new_attempts.push(row);
+                } else {
+                    rows.changed_attempts.push(row);
+                }
                 let write = leases.get(&attempt.attempt_id);
                 if let Some((lease, write)) = lease_row(attempt).zip(write) {
                     if *write == LeaseWrite::Insert {
@@ -1244,7 +1260,8 @@ impl ProjectionRows {
     /// How many rows are written.
     pub(crate) fn len(&self) -> usize {
         self.jobs.len()
-            + self.attempts.len()
+            + self.new_attempts.len()
+            + self.changed_attempts.len()
             + self.new_leases.len()
             + self.changed_leases.len()
             + self.target_keys.len()
@@ -1276,8 +1293,11 @@ impl ProjectionRows {
         if !self.jobs.is_empty() {
             JobRow::upsert(writes, &qualified("jobs"), &self.jobs);
         }
-        if !self.attempts.is_empty() {
-            AttemptRow::upsert(writes, &qualified("attempts"), &self.attempts);
+        if !self.new_attempts.is_empty() {
+            AttemptRow::insert(writes, &qualified("attempts"), &self.new_attempts);
+        }
+        if !self.changed_attempts.is_empty() {
+            AttemptRow::update(writes, &qualified("attempts"), &self.changed_attempts);
         }
         if !self.new_leases.is_empty() {
             LeaseRow::insert(writes, &qualified("leases"), &self.new_leases);

@@ -101,7 +101,7 @@ impl Store {
                 .push(attempt);
         }
         let mut touched = BTreeSet::new();
-        // Every lease is new in the shadow schema.
+        // Every attempt and lease is new in the shadow schema.
         let mut leases = HashMap::new();
         for state in jobs.values_mut() {
             state.attempts.sort_by_key(|attempt| attempt.attempt_no);
@@ -124,6 +124,7 @@ impl Store {
             let mut writes = Writes::new();
             ProjectionRows::collect(
                 &part,
+                &touched,
                 &touched,
                 &part.keys().cloned().collect(),
                 &leases,

@@ -170,8 +170,8 @@ impl AttemptRow {
     }
 }
 
-/// The columns of `attempts` a write sets, with their types: the upsert
-/// binds one typed array per column ([`AttemptRow::upsert`]).
+/// The columns of `attempts` a write sets, with their types: one typed
+/// array each ([`AttemptRow::insert`], [`AttemptRow::update`]).
 const ATTEMPT_COLUMNS: &[(&str, &str)] = &[
     ("attempt_id", "uuid"),
     ("job_id", "text"),
@@ -213,18 +213,30 @@ const ATTEMPT_COLUMNS: &[(&str, &str)] = &[
 ];
 
 impl AttemptRow {
-    /// Inserts `rows` into `table` (`attempts`, qualified or not), or
-    /// updates the rows they replace: a part of `writes`
-    /// ([`unnest_insert_sql`]).
-    pub(crate) fn upsert(writes: &mut Writes, table: &str, rows: &[AttemptRow]) {
+    /// Inserts `rows`, attempts new to `table` (`attempts`, qualified or
+    /// not): a part of `writes` ([`unnest_insert_sql`]). An attempt that
+    /// is already there is refused, not overwritten.
+    pub(crate) fn insert(writes: &mut Writes, table: &str, rows: &[AttemptRow]) {
+        Self::bind(
+            writes.part(&unnest_insert_sql(table, ATTEMPT_COLUMNS, None)),
+            rows,
+        );
+    }
+
+    /// Replaces the rows of `table` that `rows` name by id
+    /// ([`unnest_update_sql`]): an update finds its row by key, with no
+    /// insert to try first as an upsert does.
+    pub(crate) fn update(writes: &mut Writes, table: &str, rows: &[AttemptRow]) {
+        Self::bind(
+            writes.part(&unnest_update_sql(table, ATTEMPT_COLUMNS, "attempt_id")),
+            rows,
+        );
+    }
+
+    /// One typed array per column, in the order of ATTEMPT_COLUMNS.
+    fn bind(writes: &mut Writes, rows: &[AttemptRow]) {
         use sqlx::types::Json;
-        // In the order of ATTEMPT_COLUMNS.
         writes
-            .part(&unnest_insert_sql(
-                table,
-                ATTEMPT_COLUMNS,
-                Some("attempt_id"),
-            ))
             .bind(column(rows, |row| row.attempt_id))
             .bind(column(rows, |row| row.job_id.as_str()))
             .bind(column(rows, |row| row.attempt_no))
@@ -302,6 +314,27 @@ pub(crate) fn unnest_insert_sql(
     sql
 }
 
+/// `UPDATE table t SET (columns) = (r.columns) FROM UNNEST(...) AS r
+/// WHERE t.key = r.key`: every column but `key` replaced, one typed array
+/// per column as in [`unnest_insert_sql`], `key` among them.
+pub(crate) fn unnest_update_sql(table: &str, columns: &[(&str, &str)], key: &str) -> String {
+    let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
+    let arrays: Vec<String> = columns
+        .iter()
+        .enumerate()
+        .map(|(index, (_, kind))| format!("${}::{kind}[]", index + 1))
+        .collect();
+    let updated: Vec<&str> = names.iter().copied().filter(|name| *name != key).collect();
+    let from_r: Vec<String> = updated.iter().map(|name| format!("r.{name}")).collect();
+    format!(
+        "UPDATE {table} t SET ({}) = ROW({}) FROM UNNEST({}) AS r({}) WHERE t.{key} = r.{key}",
+        updated.join(", "),
+        from_r.join(", "),
+        arrays.join(", "),
+        names.join(", ")
+    )
+}
+
 /// One column of `rows`, for a typed array.
 fn column<'a, R, T>(rows: &'a [R], value: impl Fn(&'a R) -> T) -> Vec<T> {
     rows.iter().map(value).collect()
@@ -330,8 +363,8 @@ fn renumbered(sql: &str, by: usize) -> String {
 /// (docs/ARCHITECTURE.md, "The write path"). A part is written with its
 /// parameters numbered from `$1`, and renumbered after those of the parts
 /// added before it. No part sees the rows another writes, so no two parts
-/// may write one row; constraints (the foreign keys among them) are
-/// checked once every part has run.
+/// may write one row; a foreign key (the callbacks') is checked
+/// once every part has run.
 pub(crate) struct Writes {
     parts: Vec<String>,
     arguments: sqlx::postgres::PgArguments,
