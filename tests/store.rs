@@ -499,6 +499,23 @@ async fn projection_rebuild_verify_passes_after_a_mixed_workload_and_fails_on_co
     );
     // The shadow schema was rolled back, not left behind.
     assert_eq!(count(&pool, "SELECT count(*) FROM information_schema.schemata WHERE schema_name = 'execplane_shadow'").await, 0);
+
+    // No foreign key refuses a lease without its attempt (migration 0023):
+    // the rebuild reports it.
+    sqlx::query(
+        "INSERT INTO leases (lease_id, attempt_id, job_id, epoch, runner_instance, granted_at, expires_at, active)
+         VALUES (gen_random_uuid(), gen_random_uuid(), 'no-such-job', 1, 'nobody', now(), now(), false)",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    let orphan = execplane(&pool, &["projection", "rebuild", "--verify"]);
+    assert_eq!(orphan.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&orphan.stderr);
+    assert!(
+        stderr.contains("table leases: 1 live row(s) differ"),
+        "{stderr}"
+    );
 }
 
 /// Every record the relay would publish now, acknowledged as it goes: the
