@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use common::{database_url, drive_mixed, execplane, spec, BASE};
 use execplane::attempt::{attempt_id_for, decide, Rejection};
@@ -958,6 +958,29 @@ async fn audit_replay_prints_the_timeline_and_json(pool: PgPool) {
     assert_eq!(events.len(), 6);
     assert_eq!(events[4]["body"]["type"], "finished");
     assert_eq!(events[1]["prev_hash"], events[0]["hash"]);
+
+    // A job's timeline holds every event of each of its attempts, retries
+    // among them, in attempt order.
+    let job: String = sqlx::query_scalar(
+        "SELECT job_id FROM attempts GROUP BY job_id HAVING count(*) > 1 ORDER BY job_id LIMIT 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let logged: i64 = sqlx::query_scalar("SELECT count(*) FROM attempt_events WHERE job_id = $1")
+        .bind(&job)
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    let json = execplane(&pool, &["audit", "replay", "--job", &job, "--json"]);
+    assert!(json.status.success());
+    let events: Vec<serde_json::Value> = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(events.len() as i64, logged);
+    let attempts: BTreeSet<&str> = events
+        .iter()
+        .map(|event| event["attempt_id"].as_str().unwrap())
+        .collect();
+    assert!(attempts.len() > 1, "{events:?}");
     let _ = database_url(&pool);
 }
 

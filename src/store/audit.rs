@@ -284,7 +284,12 @@ impl Store {
     ) -> Result<u64, StoreError> {
         let filter = match selection {
             EventSelection::Attempt(_) => "attempt_id = $1",
-            EventSelection::Job(_) => "job_id = $1",
+            // The log keeps no index by job (migration 0023): the job's
+            // attempts are found through the projection, their events by
+            // attempt.
+            EventSelection::Job(_) => {
+                "attempt_id IN (SELECT attempt_id FROM attempts WHERE job_id = $1) AND job_id = $1"
+            }
             EventSelection::Window(..) => "occurred_at >= $1 AND occurred_at < $2",
         };
         let query = format!(
