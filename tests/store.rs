@@ -985,6 +985,59 @@ async fn audit_replay_prints_the_timeline_and_json(pool: PgPool) {
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn the_overview_reads_at_most_its_limit_of_endings(pool: PgPool) {
+    let store = Store::from_pool(pool.clone());
+    drive_mixed(&store, 40).await;
+    // The mixed run ended its attempts at the bench's clock: they ended
+    // one a second before now, newest first by attempt id.
+    tamper(
+        &pool,
+        sqlx::query(
+            "UPDATE attempts a SET finished_at = now() - n.i * interval '1 second'
+             FROM (SELECT attempt_id, row_number() OVER (ORDER BY attempt_id) AS i
+                   FROM attempts WHERE finished_at IS NOT NULL) n
+             WHERE a.attempt_id = n.attempt_id",
+        ),
+    )
+    .await;
+    let ended = count(
+        &pool,
+        "SELECT count(*) FROM attempts WHERE finished_at IS NOT NULL",
+    )
+    .await;
+    assert!(ended > 20, "{ended}");
+    let sum = |ended: &execplane::store::console::Ended| -> i64 {
+        ended.counts.iter().map(|(_, _, count)| count).sum()
+    };
+
+    let all = store.ended_recently(None, 1_000_000).await.unwrap();
+    assert!(!all.capped);
+    assert_eq!(sum(&all), ended);
+    assert!(all.since < chrono::Utc::now() - chrono::Duration::minutes(59));
+
+    let newest = store.ended_recently(None, 10).await.unwrap();
+    assert!(newest.capped);
+    assert_eq!(sum(&newest), 10);
+    let tenth: chrono::DateTime<chrono::Utc> = sqlx::query_scalar(
+        "SELECT finished_at FROM attempts WHERE finished_at IS NOT NULL
+         ORDER BY finished_at DESC OFFSET 9 LIMIT 1",
+    )
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    assert_eq!(newest.since, tenth);
+
+    // The limit bounds what is read, whatever the tenant: a tenant with
+    // no ending among the newest sees none, and since when.
+    let nobody = store
+        .ended_recently(Some(&["no-such-tenant".to_owned()]), 10)
+        .await
+        .unwrap();
+    assert!(nobody.capped && nobody.counts.is_empty());
+    assert_eq!(nobody.since, tenth);
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn a_callback_outcome_is_recorded_once_after_the_terminal_event(pool: PgPool) {
     let store = Store::from_pool(pool.clone());
     drive_mixed(&store, 1).await;

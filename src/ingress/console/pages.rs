@@ -12,7 +12,9 @@ use super::{may, SignedIn};
 use crate::contract::{AttemptEvent, EventBody};
 use crate::ingress::IngressError;
 use crate::policy::principals::Role;
-use crate::store::console::{AttemptFilter, AttemptLine, AwaitingPlan, Cursor, Overview};
+use crate::store::console::{
+    AttemptFilter, AttemptLine, AwaitingPlan, Cursor, Overview, ENDED_READ_LIMIT,
+};
 use crate::store::{ArtifactRow, ChainReport};
 
 /// The states an attempt can be in, for the list's filter.
@@ -134,14 +136,21 @@ pub fn overview(signed: &SignedIn, counts: &Overview, dlq: Option<i64>) -> Marku
                     }
                 }
                 section.card {
-                    h2 { "Ended in the last hour" }
-                    @if counts.ended_last_hour.is_empty() {
+                    @if counts.ended.capped {
+                        h2 { "Ended since " (counts.ended.since.format("%H:%M:%S UTC")) }
+                        p.muted {
+                            "Only the newest " (ENDED_READ_LIMIT) " endings of the last hour are read."
+                        }
+                    } @else {
+                        h2 { "Ended in the last hour" }
+                    }
+                    @if counts.ended.counts.is_empty() {
                         p.muted { "None." }
                     } @else {
                         table #ended {
                             thead { tr { th { "State" } th { "Failure category" } th.num { "Attempts" } } }
                             tbody {
-                                @for (state, category, count) in &counts.ended_last_hour {
+                                @for (state, category, count) in &counts.ended.counts {
                                     tr {
                                         td { (badge(state)) }
                                         td { (category.as_deref().unwrap_or("—")) }
