@@ -484,6 +484,18 @@ async fn projection_rebuild_verify_passes_after_a_mixed_workload_and_fails_on_co
         String::from_utf8_lossy(&clean.stdout),
         String::from_utf8_lossy(&clean.stderr)
     );
+    // More jobs than the rebuild writes at once (1,000): folded and
+    // written in parts, every one of them counted.
+    let jobs = count(&pool, "SELECT count(*) FROM jobs").await;
+    let events = count(&pool, "SELECT count(*) FROM attempt_events").await;
+    assert!(jobs > 1_000, "{jobs} jobs");
+    let said = String::from_utf8_lossy(&clean.stdout);
+    assert!(
+        said.contains(&format!(
+            "rebuilt {jobs} jobs and {attempts} attempts from {events} events"
+        )),
+        "{said}"
+    );
     assert!(execplane(&pool, &["audit", "verify"]).status.success());
 
     sqlx::query("UPDATE attempts SET status = 'succeeded' WHERE attempt_id = (SELECT attempt_id FROM attempts WHERE status = 'failed' ORDER BY attempt_id LIMIT 1)")

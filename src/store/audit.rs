@@ -106,6 +106,54 @@ impl Store {
             .collect()
     }
 
+    /// Two transactions that see the database as of one instant: the first
+    /// read-only, exporting its snapshot, the second importing it, and
+    /// read-only too unless `second_writes`. A long read streams through
+    /// one while the other reads or writes beside it.
+    pub(crate) async fn at_one_instant(
+        &self,
+        second_writes: bool,
+    ) -> Result<
+        (
+            sqlx::Transaction<'static, sqlx::Postgres>,
+            sqlx::Transaction<'static, sqlx::Postgres>,
+        ),
+        StoreError,
+    > {
+        if self.pool.options().get_max_connections() < 2 {
+            return Err(StoreError::Database(sqlx::Error::Configuration(
+                "this reads through two connections at once; the pool allows one \
+                 (EXECPLANE_DATABASE_MAX_CONNECTIONS)"
+                    .into(),
+            )));
+        }
+        let mut first = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .execute(&mut *first)
+            .await?;
+        let snapshot: String = sqlx::query_scalar("SELECT pg_export_snapshot()")
+            .fetch_one(&mut *first)
+            .await?;
+        // Postgres names snapshots in hex digits and dashes; nothing else
+        // goes into the statement.
+        if !snapshot.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            return Err(StoreError::Corrupt(format!(
+                "unexpected snapshot name {snapshot:?}"
+            )));
+        }
+        let mut second = self.pool.begin().await?;
+        let access = if second_writes { "" } else { " READ ONLY" };
+        sqlx::query(&format!(
+            "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ{access}"
+        ))
+        .execute(&mut *second)
+        .await?;
+        sqlx::query(&format!("SET TRANSACTION SNAPSHOT '{snapshot}'"))
+            .execute(&mut *second)
+            .await?;
+        Ok((first, second))
+    }
+
     /// Re-walks the hash chain of one attempt or of all, checking per event:
     /// seq continuity, `prev_hash` linking, `hash = sha256(prev_hash ||
     /// payload)`, that the payload decodes and agrees with its columns; and
@@ -117,31 +165,7 @@ impl Store {
     /// attempt order and merged as the walk goes: what the walk holds is
     /// one attempt's tip, whatever the length of the log.
     pub async fn verify_chain(&self, only: Option<Uuid>) -> Result<ChainReport, StoreError> {
-        const READ_ONLY: &str = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY";
-        if self.pool.options().get_max_connections() < 2 {
-            return Err(StoreError::Database(sqlx::Error::Configuration(
-                "verifying the hash chain reads the log and the projection through two \
-                 connections at once; the pool allows one (EXECPLANE_DATABASE_MAX_CONNECTIONS)"
-                    .into(),
-            )));
-        }
-        let mut log = self.pool.begin().await?;
-        sqlx::query(READ_ONLY).execute(&mut *log).await?;
-        let snapshot: String = sqlx::query_scalar("SELECT pg_export_snapshot()")
-            .fetch_one(&mut *log)
-            .await?;
-        // Postgres names snapshots in hex digits and dashes; nothing else
-        // goes into the statement.
-        if !snapshot.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
-            return Err(StoreError::Corrupt(format!(
-                "unexpected snapshot name {snapshot:?}"
-            )));
-        }
-        let mut projection = self.pool.begin().await?;
-        sqlx::query(READ_ONLY).execute(&mut *projection).await?;
-        sqlx::query(&format!("SET TRANSACTION SNAPSHOT '{snapshot}'"))
-            .execute(&mut *projection)
-            .await?;
+        let (mut log, mut projection) = self.at_one_instant(false).await?;
         let events_sql = format!(
             "SELECT {EVENT_COLUMNS} FROM attempt_events \
              WHERE $1::uuid IS NULL OR attempt_id = $1 ORDER BY attempt_id, seq"

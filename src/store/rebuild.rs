@@ -49,15 +49,15 @@ impl RebuildReport {
 }
 
 impl Store {
-    /// Rebuilds the projection from the log into `execplane_shadow` inside one
-    /// REPEATABLE READ transaction (log and live tables seen at one instant)
-    /// and diffs every table. With `keep`, the shadow schema is committed for
-    /// inspection; otherwise it is rolled back.
+    /// Rebuilds the projection from the log into `execplane_shadow` and
+    /// diffs every table, the log and the live tables read as of one
+    /// instant (one snapshot, shared by the connection that streams the
+    /// log and the one that writes and diffs). With `keep`, the shadow
+    /// schema is committed for inspection; otherwise it is rolled back.
     pub async fn rebuild_verify(&self, keep: bool) -> Result<RebuildReport, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            .execute(&mut *tx)
-            .await?;
+        // `log` streams the log; `tx` writes the shadow schema and diffs it
+        // with the live tables, as of the instant `log` reads.
+        let (mut log, mut tx) = self.at_one_instant(true).await?;
         let live: String = sqlx::query_scalar("SELECT current_schema()")
             .fetch_one(&mut *tx)
             .await?;
@@ -75,69 +75,49 @@ impl Store {
             .await?;
         }
 
+        // The log job by job (Postgres sorts it), each job's attempts
+        // folded, and written JOBS_PER_WRITE jobs at a time: what the
+        // rebuild holds is that many jobs, whatever the length of the log.
         let mut report = RebuildReport::default();
-        let mut attempts: HashMap<Uuid, Attempt> = HashMap::new();
-        let mut tips: HashMap<Uuid, [u8; 32]> = HashMap::new();
+        let mut chunk = Chunk::default();
+        let mut job: Option<(String, HashMap<Uuid, Attempt>)> = None;
         {
-            let query =
-                format!("SELECT {EVENT_COLUMNS} FROM \"{live}\".attempt_events ORDER BY position");
-            let mut rows = sqlx::query(&query).fetch(&mut *tx);
+            let query = format!(
+                "SELECT {EVENT_COLUMNS} FROM \"{live}\".attempt_events ORDER BY job_id, position"
+            );
+            let mut rows = sqlx::query(&query).fetch(&mut *log);
             while let Some(row) = rows.try_next().await? {
                 let stored = StoredEvent::from_row(&row)?;
                 let event = stored.decode()?;
+                if event.job_id != stored.job_id {
+                    return Err(StoreError::Corrupt(format!(
+                        "event {} of attempt {}: its job_id column says {:?}, its datum {:?}",
+                        stored.seq, stored.attempt_id, stored.job_id, event.job_id
+                    )));
+                }
+                if job.as_ref().is_some_and(|(id, _)| *id != event.job_id) {
+                    if let Some((id, attempts)) = job.take() {
+                        chunk.add(id, attempts);
+                    }
+                    if chunk.jobs.len() >= JOBS_PER_WRITE {
+                        chunk.write(&mut tx, &mut report).await?;
+                    }
+                }
+                let (_, attempts) =
+                    job.get_or_insert_with(|| (event.job_id.clone(), HashMap::new()));
                 let next = apply(attempts.get(&event.attempt_id), &event)?;
                 attempts.insert(event.attempt_id, next);
                 if let Ok(hash) = stored.hash.as_slice().try_into() {
-                    tips.insert(event.attempt_id, hash);
+                    chunk.tips.insert(event.attempt_id, hash);
                 }
                 report.events += 1;
             }
         }
-        let mut jobs: BTreeMap<String, JobState> = BTreeMap::new();
-        for attempt in attempts.into_values() {
-            jobs.entry(attempt.job_id.clone())
-                .or_default()
-                .attempts
-                .push(attempt);
+        if let Some((id, attempts)) = job.take() {
+            chunk.add(id, attempts);
         }
-        let mut touched = BTreeSet::new();
-        // Every attempt and lease is new in the shadow schema.
-        let mut leases = HashMap::new();
-        for state in jobs.values_mut() {
-            state.attempts.sort_by_key(|attempt| attempt.attempt_no);
-            for attempt in &state.attempts {
-                touched.insert(attempt.attempt_id);
-                if attempt.lease.is_some() {
-                    leases.insert(attempt.attempt_id, LeaseWrite::Insert);
-                }
-            }
-        }
-        report.jobs = jobs.len() as u64;
-        report.attempts = touched.len() as u64;
-        // Write in chunks to bound statement size.
-        let names: Vec<String> = jobs.keys().cloned().collect();
-        for chunk in names.chunks(2_000) {
-            let part: BTreeMap<String, JobState> = chunk
-                .iter()
-                .map(|name| (name.clone(), jobs[name].clone()))
-                .collect();
-            let mut writes = Writes::new();
-            ProjectionRows::collect(
-                &part,
-                &touched,
-                &touched,
-                &part.keys().cloned().collect(),
-                &leases,
-                &tips,
-            )
-            .write(
-                &mut tx,
-                &mut writes,
-                ProjectionTarget::Shadow(SHADOW_SCHEMA),
-            )
-            .await?;
-            writes.execute(&mut tx).await?;
-        }
+        chunk.write(&mut tx, &mut report).await?;
+        log.rollback().await?;
 
         for (table, key) in TABLES {
             let diff = diff_table(&mut tx, &live, table, key).await?;
@@ -151,6 +131,71 @@ impl Store {
             tx.rollback().await?;
         }
         Ok(report)
+    }
+}
+
+/// How many jobs the rebuild folds before it writes them (a bound on the
+/// statement's size and on what the rebuild holds).
+const JOBS_PER_WRITE: usize = 1_000;
+
+/// Jobs folded and not yet written, with their attempts' chain tips.
+#[derive(Default)]
+struct Chunk {
+    jobs: BTreeMap<String, JobState>,
+    tips: HashMap<Uuid, [u8; 32]>,
+}
+
+impl Chunk {
+    fn add(&mut self, job_id: String, attempts: HashMap<Uuid, Attempt>) {
+        let mut attempts: Vec<Attempt> = attempts.into_values().collect();
+        attempts.sort_by_key(|attempt| attempt.attempt_no);
+        self.jobs.insert(
+            job_id,
+            JobState {
+                attempts,
+                ..JobState::default()
+            },
+        );
+    }
+
+    /// Writes the chunk's rows into the shadow schema, every attempt and
+    /// lease as new, and empties it.
+    async fn write(
+        &mut self,
+        conn: &mut sqlx::PgConnection,
+        report: &mut RebuildReport,
+    ) -> Result<(), StoreError> {
+        if self.jobs.is_empty() {
+            return Ok(());
+        }
+        let mut touched = BTreeSet::new();
+        let mut leases = HashMap::new();
+        for attempt in self.jobs.values().flat_map(|state| &state.attempts) {
+            touched.insert(attempt.attempt_id);
+            if attempt.lease.is_some() {
+                leases.insert(attempt.attempt_id, LeaseWrite::Insert);
+            }
+        }
+        report.jobs += self.jobs.len() as u64;
+        report.attempts += touched.len() as u64;
+        let mut writes = Writes::new();
+        ProjectionRows::collect(
+            &self.jobs,
+            &touched,
+            &touched,
+            &self.jobs.keys().cloned().collect(),
+            &leases,
+            &self.tips,
+        )
+        .write(
+            &mut *conn,
+            &mut writes,
+            ProjectionTarget::Shadow(SHADOW_SCHEMA),
+        )
+        .await?;
+        writes.execute(&mut *conn).await?;
+        *self = Self::default();
+        Ok(())
     }
 }
 
