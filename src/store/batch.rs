@@ -1018,7 +1018,6 @@ async fn append_in(
         &folded.jobs,
         &touched,
         &folded.created,
-        &folded.new_attempts,
         &folded.leases,
         &folded.chain,
     );
@@ -1044,11 +1043,9 @@ struct Folded {
     jobs: BTreeMap<String, JobState>,
     chain: HashMap<Uuid, [u8; 32]>,
     rows: EventColumns,
-    /// The jobs that got an attempt (their first, or a retry): only their
-    /// rows are written.
-    new_attempts: BTreeSet<String>,
-    /// The attempts this batch created: their rows are inserted, the
-    /// other touched attempts' updated.
+    /// The attempts this batch created (a job's first, or a retry): their
+    /// rows are inserted, the other touched attempts' updated, and only
+    /// their jobs' rows are written.
     created: BTreeSet<Uuid>,
     /// The attempts whose lease row is written, and how.
     leases: HashMap<Uuid, LeaseWrite>,
@@ -1066,7 +1063,6 @@ impl Folded {
             jobs: BTreeMap::new(),
             chain: loaded.last_hash.clone(),
             rows: EventColumns::default(),
-            new_attempts: BTreeSet::new(),
             created: BTreeSet::new(),
             leases: HashMap::new(),
             callbacks: Vec::new(),
@@ -1112,7 +1108,6 @@ impl Folded {
                     .extend(super::callbacks::pending_for(event, attempt, codec)?);
             }
             if state.latest().map(|latest| latest.attempt_id) != latest_before {
-                folded.new_attempts.insert(event.job_id.clone());
                 folded.created.insert(event.attempt_id);
             }
             if matches!(event.body, EventBody::LeaseGranted { .. }) {
@@ -1203,7 +1198,6 @@ impl ProjectionRows {
         jobs: &BTreeMap<String, JobState>,
         touched: &BTreeSet<Uuid>,
         created: &BTreeSet<Uuid>,
-        new_attempts: &BTreeSet<String>,
         leases: &HashMap<Uuid, LeaseWrite>,
         chain: &HashMap<Uuid, [u8; 32]>,
     ) -> Self {
@@ -1245,11 +1239,11 @@ impl ProjectionRows {
                     rows.target_keys.extend(target_key_rows(attempt));
                 }
             }
-            // A job's row changes only with a new attempt.
+            // A job's row changes only with a new attempt, which is its
+            // latest.
             if state
-                .attempts
-                .first()
-                .is_some_and(|first| new_attempts.contains(&first.job_id))
+                .latest()
+                .is_some_and(|latest| created.contains(&latest.attempt_id))
             {
                 rows.jobs.extend(job_row(state));
             }

@@ -182,11 +182,11 @@ impl Store {
     }
 
     /// The newest endings of the last hour, at most `limit` of them
-    /// ([`ENDED_READ_LIMIT`] for the overview) read whichever tenants they
-    /// belong to (a backward walk of
-    /// `attempts_finished`), so the cost is bounded by the limit, not by
-    /// the hour's rate; then counted for `tenants`. The row without a
-    /// status is the walk's own: how many it read, and the oldest of them.
+    /// ([`ENDED_READ_LIMIT`] for the overview) whatever their tenants (a
+    /// backward walk of `attempts_finished`), so the cost is bounded by
+    /// the limit, not by the hour's rate; then counted for `tenants`. The
+    /// row without a status is the walk's own: how many it read, and the
+    /// oldest of them.
     pub async fn ended_recently(
         &self,
         tenants: Option<&[String]>,

@@ -179,20 +179,13 @@ impl Chunk {
         report.jobs += self.jobs.len() as u64;
         report.attempts += touched.len() as u64;
         let mut writes = Writes::new();
-        ProjectionRows::collect(
-            &self.jobs,
-            &touched,
-            &touched,
-            &self.jobs.keys().cloned().collect(),
-            &leases,
-            &self.tips,
-        )
-        .write(
-            &mut *conn,
-            &mut writes,
-            ProjectionTarget::Shadow(SHADOW_SCHEMA),
-        )
-        .await?;
+        ProjectionRows::collect(&self.jobs, &touched, &touched, &leases, &self.tips)
+            .write(
+                &mut *conn,
+                &mut writes,
+                ProjectionTarget::Shadow(SHADOW_SCHEMA),
+            )
+            .await?;
         writes.execute(&mut *conn).await?;
         *self = Self::default();
         Ok(())

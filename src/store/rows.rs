@@ -288,12 +288,7 @@ pub(crate) fn unnest_insert_sql(
     columns: &[(&str, &str)],
     conflict: Option<&str>,
 ) -> String {
-    let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
-    let arrays: Vec<String> = columns
-        .iter()
-        .enumerate()
-        .map(|(index, (_, kind))| format!("${}::{kind}[]", index + 1))
-        .collect();
+    let (names, arrays) = typed_arrays(columns);
     let mut sql = format!(
         "INSERT INTO {table} ({}) SELECT * FROM UNNEST({})",
         names.join(", "),
@@ -318,12 +313,7 @@ pub(crate) fn unnest_insert_sql(
 /// WHERE t.key = r.key`: every column but `key` replaced, one typed array
 /// per column as in [`unnest_insert_sql`], `key` among them.
 pub(crate) fn unnest_update_sql(table: &str, columns: &[(&str, &str)], key: &str) -> String {
-    let names: Vec<&str> = columns.iter().map(|(name, _)| *name).collect();
-    let arrays: Vec<String> = columns
-        .iter()
-        .enumerate()
-        .map(|(index, (_, kind))| format!("${}::{kind}[]", index + 1))
-        .collect();
+    let (names, arrays) = typed_arrays(columns);
     let updated: Vec<&str> = names.iter().copied().filter(|name| *name != key).collect();
     let from_r: Vec<String> = updated.iter().map(|name| format!("r.{name}")).collect();
     format!(
@@ -333,6 +323,16 @@ pub(crate) fn unnest_update_sql(table: &str, columns: &[(&str, &str)], key: &str
         arrays.join(", "),
         names.join(", ")
     )
+}
+
+/// The columns' names, and their parameters as typed arrays
+/// (`$1::uuid[]`, ...).
+fn typed_arrays<'a>(columns: &[(&'a str, &str)]) -> (Vec<&'a str>, Vec<String>) {
+    columns
+        .iter()
+        .enumerate()
+        .map(|(index, (name, kind))| (*name, format!("${}::{kind}[]", index + 1)))
+        .unzip()
 }
 
 /// One column of `rows`, for a typed array.
