@@ -1046,6 +1046,68 @@ async fn the_overview_reads_at_most_its_limit_of_endings(pool: PgPool) {
 }
 
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn output_read_again_after_its_bundle_is_not_stored_twice(pool: PgPool) {
+    // An artifact worker killed after it stored a bundle and before its
+    // offsets were committed: the next worker reads the same chunks again.
+    let store = Store::from_pool(pool.clone());
+    drive_mixed(&store, 1).await;
+    let attempt: Uuid =
+        sqlx::query_scalar("SELECT attempt_id FROM attempts WHERE finished_at IS NOT NULL")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let chunk = |stream: &str, seq: i64| execplane::store::StagedChunk {
+        attempt_id: attempt,
+        stream: stream.into(),
+        seq,
+        lease_epoch: 1,
+        producer: "runner-1".into(),
+        text: format!("{stream} {seq}\n"),
+    };
+    let output: Vec<_> = (0..3)
+        .map(|seq| chunk("stdout", seq))
+        .chain([chunk("stderr", 0)])
+        .collect();
+    assert_eq!(store.stage_chunks(&output).await.unwrap(), 4);
+    // After the mixed run's clock and after now: every ended attempt.
+    let far = BASE.max(chrono::Utc::now().timestamp_millis()) + 86_400_000_000;
+    let pending = store.pending_bundles(far, 1_000).await.unwrap();
+    let bundle = pending
+        .iter()
+        .find(|bundle| bundle.attempt_id == attempt)
+        .unwrap();
+    assert!(!bundle.late);
+    assert_eq!(bundle.chunks.len(), 4);
+    let bundled: Vec<(String, i64)> = bundle
+        .chunks
+        .iter()
+        .map(|(stream, seq, _, _)| (stream.clone(), *seq))
+        .collect();
+    store
+        .record_bundle(attempt, &[], &[], &[], &bundled)
+        .await
+        .unwrap();
+
+    // Read again: nothing new, and no late bundle of output stored once.
+    assert_eq!(store.stage_chunks(&output).await.unwrap(), 0);
+    let pending = store.pending_bundles(far, 1_000).await.unwrap();
+    assert!(
+        pending.iter().all(|bundle| bundle.attempt_id != attempt),
+        "{pending:?}"
+    );
+
+    // Output that truly comes after the bundle is still kept, late.
+    assert_eq!(store.stage_chunks(&[chunk("stdout", 3)]).await.unwrap(), 1);
+    let pending = store.pending_bundles(far, 1_000).await.unwrap();
+    let late = pending
+        .iter()
+        .find(|bundle| bundle.attempt_id == attempt)
+        .unwrap();
+    assert!(late.late);
+    assert_eq!(late.chunks.len(), 1);
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn a_callback_outcome_is_recorded_once_after_the_terminal_event(pool: PgPool) {
     let store = Store::from_pool(pool.clone());
     drive_mixed(&store, 1).await;

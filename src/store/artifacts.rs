@@ -71,8 +71,9 @@ pub struct ArtifactRow {
 }
 
 impl Store {
-    /// Stages chunks; a chunk seen before (same attempt, stream, seq) is
-    /// ignored. Returns how many were new.
+    /// Stages chunks; a chunk seen before (same attempt, stream, seq),
+    /// staged or already stored in a bundle, is ignored. Returns how many
+    /// were new.
     pub async fn stage_chunks(&self, chunks: &[StagedChunk]) -> Result<u64, StoreError> {
         if chunks.is_empty() {
             return Ok(0);
@@ -220,10 +221,24 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         }
-        sqlx::query("INSERT INTO artifact_bundles (attempt_id) VALUES ($1) ON CONFLICT DO NOTHING")
-            .bind(attempt_id)
-            .execute(&mut *tx)
-            .await?;
+        // The highest seq stored per stream: a chunk read again later is
+        // not new (migration 0024). A later bundle holds only later seqs.
+        let mut seqs = serde_json::Map::new();
+        for (stream, seq) in bundled {
+            let highest = seqs
+                .get(stream)
+                .and_then(Value::as_i64)
+                .map_or(*seq, |before| before.max(*seq));
+            seqs.insert(stream.clone(), json!(highest));
+        }
+        sqlx::query(
+            "INSERT INTO artifact_bundles (attempt_id, seqs) VALUES ($1, $2)
+             ON CONFLICT (attempt_id) DO UPDATE SET seqs = artifact_bundles.seqs || EXCLUDED.seqs",
+        )
+        .bind(attempt_id)
+        .bind(Value::Object(seqs))
+        .execute(&mut *tx)
+        .await?;
         // Only what this bundle holds: a chunk staged meanwhile waits for
         // the next (late) bundle.
         sqlx::query(
