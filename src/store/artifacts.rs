@@ -221,22 +221,20 @@ impl Store {
             .execute(&mut *tx)
             .await?;
         }
-        // The highest seq stored per stream: a chunk read again later is
-        // not new (migration 0024). A later bundle holds only later seqs.
-        let mut seqs = serde_json::Map::new();
-        for (stream, seq) in bundled {
-            let highest = seqs
-                .get(stream)
-                .and_then(Value::as_i64)
-                .map_or(*seq, |before| before.max(*seq));
-            seqs.insert(stream.clone(), json!(highest));
-        }
-        sqlx::query(
-            "INSERT INTO artifact_bundles (attempt_id, seqs) VALUES ($1, $2)
-             ON CONFLICT (attempt_id) DO UPDATE SET seqs = artifact_bundles.seqs || EXCLUDED.seqs",
+        // Which seqs of each stream the attempt's bundles hold: a chunk
+        // read again later is not new (migration 0024).
+        let held: Option<Value> = sqlx::query_scalar(
+            "SELECT seqs FROM artifact_bundles WHERE attempt_id = $1 FOR UPDATE",
         )
         .bind(attempt_id)
-        .bind(Value::Object(seqs))
+        .fetch_optional(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO artifact_bundles (attempt_id, seqs) VALUES ($1, $2)
+             ON CONFLICT (attempt_id) DO UPDATE SET seqs = EXCLUDED.seqs",
+        )
+        .bind(attempt_id)
+        .bind(held_with(held.unwrap_or_default(), bundled))
         .execute(&mut *tx)
         .await?;
         // Only what this bundle holds: a chunk staged meanwhile waits for
@@ -306,5 +304,77 @@ impl Store {
             .execute(self.pool())
             .await?;
         Ok(())
+    }
+}
+
+/// `held` (per stream, sorted disjoint ranges `[first, last]` of seqs)
+/// with the seqs of `bundled` added, adjacent ranges joined.
+fn held_with(held: Value, bundled: &[(String, i64)]) -> Value {
+    let mut streams: std::collections::BTreeMap<String, Vec<(i64, i64)>> = Default::default();
+    if let Value::Object(held) = held {
+        for (stream, ranges) in held {
+            let ranges = ranges.as_array().cloned().unwrap_or_default();
+            streams.entry(stream).or_default().extend(
+                ranges
+                    .iter()
+                    .filter_map(|range| Some((range.get(0)?.as_i64()?, range.get(1)?.as_i64()?))),
+            );
+        }
+    }
+    for (stream, seq) in bundled {
+        streams
+            .entry(stream.clone())
+            .or_default()
+            .push((*seq, *seq));
+    }
+    let mut out = Map::new();
+    for (stream, mut ranges) in streams {
+        ranges.sort_unstable();
+        let mut joined: Vec<(i64, i64)> = Vec::with_capacity(ranges.len());
+        for (first, last) in ranges {
+            match joined.last_mut() {
+                Some(previous) if first <= previous.1.saturating_add(1) => {
+                    previous.1 = previous.1.max(last);
+                }
+                _ => joined.push((first, last)),
+            }
+        }
+        let ranges: Vec<Value> = joined
+            .into_iter()
+            .map(|(first, last)| json!([first, last]))
+            .collect();
+        out.insert(stream, Value::Array(ranges));
+    }
+    Value::Object(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::held_with;
+    use serde_json::json;
+
+    #[test]
+    fn held_seqs_are_joined_ranges_and_a_gap_stays_open() {
+        let first = held_with(
+            json!({}),
+            &[
+                ("stdout".into(), 0),
+                ("stdout".into(), 1),
+                ("stdout".into(), 3),
+                ("stderr".into(), 0),
+            ],
+        );
+        assert_eq!(
+            first,
+            json!({"stderr": [[0, 0]], "stdout": [[0, 1], [3, 3]]})
+        );
+        let later = held_with(first, &[("stdout".into(), 2), ("stdout".into(), 4)]);
+        assert_eq!(later, json!({"stderr": [[0, 0]], "stdout": [[0, 4]]}));
+        // What is not an object of ranges holds nothing.
+        assert_eq!(held_with(json!(null), &[]), json!({}));
+        assert_eq!(
+            held_with(json!({"stdout": "x", "stderr": [[1]]}), &[]),
+            json!({"stderr": [], "stdout": []})
+        );
     }
 }
