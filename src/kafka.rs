@@ -166,6 +166,18 @@ impl KafkaConfig {
         )))
     }
 
+    /// A consumer of `group` that never subscribes, assigns or commits: it
+    /// reads the group's committed offsets and the partitions' ends (the
+    /// caught-up gate's watcher) without joining the group.
+    pub fn group_reader(&self, group: &str) -> Result<StreamConsumer, KafkaError> {
+        Ok(self
+            .base()
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("enable.auto.offset.store", "false")
+            .create()?)
+    }
+
     /// A consumer that only ever uses manual assignment: no group is joined
     /// and nothing is committed.
     pub fn assigned_consumer(&self) -> Result<StreamConsumer, KafkaError> {
@@ -505,8 +517,9 @@ pub fn cloudevent_headers(
 
 /// A batch from `consumer`: waits up to `first` for one record, then takes
 /// what arrives within `window` of it, at most `max`. `Ok` and empty means
-/// nothing arrived (the caller may count itself caught up); a consume error
-/// is an error, never an empty batch.
+/// nothing arrived in time, which does not mean nothing is left to read
+/// (see [`CaughtUpGate`]); a consume error is an error, never an empty
+/// batch.
 pub async fn collect_batch(
     consumer: &StreamConsumer,
     first: Duration,
@@ -613,10 +626,12 @@ pub fn store_offsets_past(consumer: &StreamConsumer, batch: &[rdkafka::message::
 /// dispatcher's timers, the artifact worker's bundles): `caught_up` is the
 /// instant before which everything sent to its partitions is done with.
 /// Polling through it records positions; a watcher compares them with the
-/// broker's high watermarks off the poll loop.
+/// broker's high watermarks off the poll loop. The gate moves only on that
+/// comparison, never because a poll came back empty: right after an
+/// assignment a poll returns empty before the first fetch from the
+/// committed offsets has, with records still to read.
 pub struct CaughtUpGate {
     progress: Progress,
-    caught_up: std::sync::Arc<std::sync::atomic::AtomicI64>,
     watcher: tokio::task::JoinHandle<()>,
 }
 
@@ -627,8 +642,12 @@ pub type PartitionProgress =
     std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<(String, i32), i64>>>;
 
 impl CaughtUpGate {
+    /// The gate of consumers of `group`: a partition they have read nothing
+    /// of since their assignment is done with once the group's committed
+    /// offset (where they start) has reached its high watermark.
     pub fn start(
         kafka: &KafkaConfig,
+        group: &str,
         caught_up: std::sync::Arc<std::sync::atomic::AtomicI64>,
         partitions: PartitionProgress,
         shutdown: tokio_util::sync::CancellationToken,
@@ -636,22 +655,18 @@ impl CaughtUpGate {
         let progress = Progress::default();
         let watcher = tokio::spawn(watch_caught_up(
             kafka.clone(),
+            group.to_owned(),
             progress.clone(),
-            caught_up.clone(),
+            caught_up,
             partitions,
             shutdown,
         ));
-        Self {
-            progress,
-            caught_up,
-            watcher,
-        }
+        Self { progress, watcher }
     }
 
     /// One batch (see [`collect_prioritized`]: `consumers` in order of
     /// priority). The positions before the poll are the ones the caller is
-    /// done with (it handles a batch before polling again); an empty batch
-    /// with a partition assigned moves the gate, a consume error does not.
+    /// done with (it handles a batch before polling again).
     pub async fn poll(
         &self,
         consumers: &[&StreamConsumer],
@@ -659,20 +674,12 @@ impl CaughtUpGate {
         window: Duration,
         max: usize,
     ) -> Result<Vec<rdkafka::message::OwnedMessage>, KafkaError> {
-        let polled_at = chrono::Utc::now().timestamp_millis();
-        let assigned: usize = consumers
-            .iter()
-            .map(|consumer| consumer.assignment().map(|list| list.count()).unwrap_or(0))
-            .sum();
-        if assigned > 0 {
-            record_progress(consumers, polled_at, &self.progress);
-        }
-        let batch = collect_prioritized(consumers, first, window, max).await?;
-        if batch.is_empty() && assigned > 0 {
-            self.caught_up
-                .fetch_max(polled_at, std::sync::atomic::Ordering::SeqCst);
-        }
-        Ok(batch)
+        record_progress(
+            consumers,
+            chrono::Utc::now().timestamp_millis(),
+            &self.progress,
+        );
+        collect_prioritized(consumers, first, window, max).await
     }
 }
 
@@ -713,23 +720,34 @@ fn record_progress(consumers: &[&StreamConsumer], polled_at: i64, progress: &Pro
         .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((polled_at, snapshot));
 }
 
-/// Every 200 ms: if every position recorded at instant `t` has reached the
+/// Every 200 ms while the positions move (about once a second while they
+/// do not): if every position recorded at instant `t` has reached the
 /// broker's high watermark (fetched after `t`), everything sent before `t`
 /// is done with, and `caught_up` moves to `t`; this holds under a steady
-/// stream too, where no poll ever comes back empty. About once a second it
-/// also reports the consumer lag (records not yet read) by topic.
+/// stream too, where no poll ever comes back empty. A partition the member
+/// has read nothing of since its assignment has no position: it starts at
+/// the group's committed offset (the earliest offset when there is none or
+/// it is gone), and is done with once that start has reached the high
+/// watermark. Each look also reports the consumer lag (records not yet
+/// read) by topic.
 async fn watch_caught_up(
     kafka: KafkaConfig,
+    group: String,
     progress: Progress,
     caught_up: std::sync::Arc<std::sync::atomic::AtomicI64>,
     partitions: PartitionProgress,
     shutdown: tokio_util::sync::CancellationToken,
 ) {
     use std::sync::atomic::Ordering;
-    let Ok(client) = kafka.assigned_consumer() else {
+    let Ok(client) = kafka.group_reader(&group) else {
         return;
     };
     let client = std::sync::Arc::new(client);
+    // The starts of partitions without a position, as last asked. A start
+    // only moves forward, so one that had reached the high watermark still
+    // has: it is asked again only when records arrive after it.
+    let mut starts = Starts::default();
+    let mut checked: Option<Vec<(String, i32, i64)>> = None;
     let mut tick = 0u64;
     while !shutdown.is_cancelled() {
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -742,41 +760,45 @@ async fn watch_caught_up(
         let Some((at, positions)) = snapshot else {
             continue;
         };
-        let gate_open = at > caught_up.load(Ordering::SeqCst);
-        if positions.is_empty() || (!gate_open && !tick.is_multiple_of(5)) {
+        // Positions that have not moved since the last look can only have
+        // fallen behind: at rest (or stuck) they are looked at once a second.
+        let moved = checked.as_ref() != Some(&positions);
+        if positions.is_empty() || (!moved && !tick.is_multiple_of(5)) {
             continue;
         }
+        checked = Some(positions.clone());
         let client = client.clone();
-        let (decided, lag, done) = tokio::task::spawn_blocking(move || {
+        let mut known = std::mem::take(&mut starts);
+        let Ok((decided, lag, done, asked)) = tokio::task::spawn_blocking(move || {
+            let highs = ends(&client, positions.iter(), rdkafka::Offset::End);
+            known.refresh(&client, &positions, &highs);
             let mut decided = true;
             let mut lag: std::collections::BTreeMap<String, i64> = Default::default();
             let mut done = Vec::new();
-            let unread = positions.iter().filter(|(_, _, position)| *position < 0);
-            let highs = ends(&client, positions.iter(), rdkafka::Offset::End);
-            let lows = ends(&client, unread, rdkafka::Offset::Beginning);
             for (topic, partition, position) in &positions {
                 let key = (topic.clone(), *partition);
-                let ends = match (highs.get(&key), lows.get(&key)) {
-                    (Some(&high), _) if *position >= 0 => {
-                        Some((*position >= high, high - position))
-                    }
-                    (Some(&high), Some(&low)) => Some((high == low, high - low)),
-                    _ => None,
+                let start = if *position >= 0 {
+                    Some(*position)
+                } else {
+                    known.0.get(&key).copied()
                 };
-                let Some((partition_done, behind)) = ends else {
+                let (Some(&high), Some(start)) = (highs.get(&key), start) else {
                     decided = false;
                     continue;
                 };
-                decided &= partition_done;
-                if partition_done {
-                    done.push((topic.clone(), *partition));
+                decided &= start >= high;
+                if start >= high {
+                    done.push(key);
                 }
-                *lag.entry(topic.clone()).or_default() += behind.max(0);
+                *lag.entry(topic.clone()).or_default() += (high - start).max(0);
             }
-            (decided, lag, done)
+            (decided, lag, done, known)
         })
         .await
-        .unwrap_or_default();
+        else {
+            continue;
+        };
+        starts = asked;
         for (topic, records) in &lag {
             crate::telemetry::metrics::consumer_lag(topic, *records);
         }
@@ -789,10 +811,89 @@ async fn watch_caught_up(
                 *entry = (*entry).max(at);
             }
         }
-        if decided && gate_open {
+        if decided {
             caught_up.fetch_max(at, Ordering::SeqCst);
         }
     }
+}
+
+/// Where a group member starts on each partition it has no position on.
+#[derive(Default)]
+struct Starts(std::collections::HashMap<(String, i32), i64>);
+
+impl Starts {
+    /// Keeps only the partitions without a position in `positions`, and
+    /// asks for those whose start is unknown or behind its high watermark
+    /// in `highs`: the group's committed offsets and the partitions' low
+    /// watermarks, one request each. A partition the broker did not answer
+    /// for is left unknown (and holds the gate).
+    fn refresh(
+        &mut self,
+        client: &StreamConsumer,
+        positions: &[(String, i32, i64)],
+        highs: &std::collections::HashMap<(String, i32), i64>,
+    ) {
+        let unread: Vec<&(String, i32, i64)> = positions
+            .iter()
+            .filter(|(_, _, position)| *position < 0)
+            .collect();
+        self.0.retain(|(topic, partition), _| {
+            unread.iter().any(|(t, p, _)| t == topic && p == partition)
+        });
+        let ask: Vec<&(String, i32, i64)> = unread
+            .into_iter()
+            .filter(|(topic, partition, _)| {
+                let key = (topic.clone(), *partition);
+                match (self.0.get(&key), highs.get(&key)) {
+                    (Some(start), Some(high)) => start < high,
+                    _ => true,
+                }
+            })
+            .collect();
+        if ask.is_empty() {
+            return;
+        }
+        let lows = ends(client, ask.iter().copied(), rdkafka::Offset::Beginning);
+        let committed = committed(client, ask.iter().copied());
+        for (topic, partition, _) in ask {
+            let key = (topic.clone(), *partition);
+            match (lows.get(&key), committed.as_ref()) {
+                (Some(&low), Some(committed)) => {
+                    let start = committed.get(&key).map_or(low, |offset| (*offset).max(low));
+                    self.0.insert(key, start);
+                }
+                _ => {
+                    self.0.remove(&key);
+                }
+            }
+        }
+    }
+}
+
+/// The group's committed offsets of the partitions named, in one request
+/// (`client` belongs to the group without joining it); a partition with
+/// nothing committed is left out. `None` when the broker did not answer.
+fn committed<'a>(
+    client: &StreamConsumer,
+    partitions: impl Iterator<Item = &'a (String, i32, i64)>,
+) -> Option<std::collections::HashMap<(String, i32), i64>> {
+    let mut list = rdkafka::TopicPartitionList::new();
+    for (topic, partition, _) in partitions {
+        list.add_partition(topic, *partition);
+    }
+    let answered = client
+        .committed_offsets(list, Duration::from_secs(2))
+        .ok()?;
+    let mut offsets = std::collections::HashMap::new();
+    for element in answered.elements() {
+        if element.error().is_err() {
+            return None;
+        }
+        if let rdkafka::Offset::Offset(offset) = element.offset() {
+            offsets.insert((element.topic().to_owned(), element.partition()), offset);
+        }
+    }
+    Some(offsets)
 }
 
 /// One end (`Offset::End`: the high watermark; `Offset::Beginning`: the

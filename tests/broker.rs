@@ -719,3 +719,132 @@ async fn a_batch_takes_runner_events_first_and_keeps_a_quarter_for_commands() {
         .await
         .unwrap();
 }
+
+/// The caught-up gate after a restart (docs/ARCHITECTURE.md, "Intake"): a
+/// group member that starts behind records on one partition does not open
+/// its gate past them before it has read them, however soon it polls after
+/// its assignment; and partitions whose records the group had read before
+/// the restart, with nothing new, do not hold the gate shut (the group's
+/// committed offsets say they are done), so timers and bundles still move.
+#[tokio::test]
+async fn a_restarted_member_opens_its_gate_only_past_what_it_has_read() {
+    use rdkafka::Message;
+    use std::sync::atomic::{AtomicI64, Ordering};
+    let kafka = KafkaConfig {
+        brokers: common::pipeline::brokers(),
+        topic_prefix: format!("gate{}.", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+        fetch_wait_ms: 100,
+        codec: Default::default(),
+        properties: Vec::new(),
+        replication_factor: common::replication_factor(),
+    };
+    execplane::kafka::topology::apply(&kafka).await.unwrap();
+    let topic = kafka.topic(topics::RUNNER_EVENTS);
+    let group = format!("{}group", kafka.topic_prefix);
+    let producer = kafka.producer().unwrap();
+    let probe: StreamConsumer = kafka.assigned_consumer().unwrap();
+    let partitions = execplane::kafka::partition_count(&probe, &topic).unwrap();
+    let send = |partition: i32, count: usize| {
+        let (producer, topic) = (&producer, &topic);
+        async move {
+            for index in 0..count {
+                let payload = index.to_string();
+                let record = FutureRecord::to(topic)
+                    .partition(partition)
+                    .key("k")
+                    .payload(&payload);
+                producer
+                    .send(record, Duration::from_secs(10))
+                    .await
+                    .map_err(|(error, _)| error)
+                    .unwrap();
+            }
+        }
+    };
+    // Every partition has a history, which a first member reads and commits.
+    for partition in 0..partitions {
+        send(partition, 5).await;
+    }
+    {
+        let first = kafka.group_consumer(&group).unwrap();
+        first.subscribe(&[topic.as_str()]).unwrap();
+        let mut read = 0;
+        while read < 5 * partitions as usize {
+            let batch = execplane::kafka::collect_batch(
+                &first,
+                Duration::from_secs(10),
+                Duration::from_millis(20),
+                100,
+            )
+            .await
+            .unwrap();
+            assert!(!batch.is_empty(), "the history is read ({read} so far)");
+            read += batch.len();
+            execplane::kafka::store_offsets_past(&first, &batch);
+        }
+        first
+            .commit_consumer_state(rdkafka::consumer::CommitMode::Sync)
+            .unwrap();
+    }
+    // While no member runs, new records arrive on one partition only.
+    const NEW: usize = 40;
+    send(0, NEW).await;
+    let sent = chrono::Utc::now().timestamp_millis();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+
+    let member = kafka.group_consumer(&group).unwrap();
+    member.subscribe(&[topic.as_str()]).unwrap();
+    let caught_up = std::sync::Arc::new(AtomicI64::new(0));
+    let by_partition = execplane::kafka::PartitionProgress::default();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let gate = execplane::kafka::CaughtUpGate::start(
+        &kafka,
+        &group,
+        caught_up.clone(),
+        by_partition.clone(),
+        shutdown.clone(),
+    );
+    let consumers = [&*member];
+    let mut read = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        // Everything polled before this instant has been counted.
+        if caught_up.load(Ordering::SeqCst) > sent {
+            assert_eq!(read, NEW, "the gate opened past records not yet read");
+        }
+        let every_partition_past = {
+            let by_partition = by_partition.lock().unwrap();
+            (0..partitions).all(|partition| {
+                by_partition
+                    .get(&(topic.clone(), partition))
+                    .is_some_and(|at| *at > sent)
+            })
+        };
+        if read == NEW && caught_up.load(Ordering::SeqCst) > sent && every_partition_past {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the gate did not open: {read} of {NEW} read, caught up to {} against {sent}, by partition {:?}",
+            caught_up.load(Ordering::SeqCst),
+            by_partition.lock().unwrap()
+        );
+        // Polls that return at once and take little: the first ones come
+        // before the first fetch from the committed offsets returns.
+        let batch = gate
+            .poll(&consumers, Duration::from_millis(1), Duration::ZERO, 3)
+            .await
+            .unwrap();
+        for message in &batch {
+            assert_eq!(message.partition(), 0, "only new records are read");
+        }
+        read += batch.len();
+        execplane::kafka::store_offsets_past(&member, &batch);
+    }
+    shutdown.cancel();
+    drop(gate);
+    drop(member);
+    execplane::kafka::topology::remove_prefixed(&kafka)
+        .await
+        .unwrap();
+}

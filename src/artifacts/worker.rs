@@ -54,6 +54,7 @@ pub async fn run<S: ArtifactStorage>(
     let caught_up = Arc::new(AtomicI64::new(0));
     let gate = crate::kafka::CaughtUpGate::start(
         &kafka,
+        &config.group,
         caught_up.clone(),
         Default::default(),
         shutdown.clone(),

@@ -75,7 +75,13 @@ pub(super) async fn run(
     info!(topics = ?[&events_topic, &commands_topic], group = %config.group, "intake subscribed");
     // Positions before each poll are decided positions (a batch is decided
     // before the next poll): the gate the timer sweeper waits on.
-    let gate = crate::kafka::CaughtUpGate::start(&kafka, caught_up, progress, shutdown.clone());
+    let gate = crate::kafka::CaughtUpGate::start(
+        &kafka,
+        &config.group,
+        caught_up,
+        progress,
+        shutdown.clone(),
+    );
     let consumers = [&*events, &*commands];
     while !shutdown.is_cancelled() {
         let batch = tokio::select! {
