@@ -31,6 +31,10 @@ pub struct Sample {
     /// output, then dropped (never part of the result).
     #[serde(skip)]
     pub body: Option<Vec<u8>>,
+    /// A probe program stopped at the attempt's start-to-close deadline:
+    /// the attempt timed out, whatever the target did.
+    #[serde(skip)]
+    pub stopped_at_deadline: bool,
 }
 
 #[derive(Clone, Debug, Serialize, serde::Deserialize)]
@@ -53,6 +57,7 @@ impl Sample {
             error: None,
             refused_by_policy: false,
             body: None,
+            stopped_at_deadline: false,
         }
     }
 
@@ -920,6 +925,7 @@ fn judge_exit(exit: &crate::runner::tool::ToolExit, sample: &mut Sample) {
         }
     }
     if let Some(cause) = exit.stopped {
+        sample.stopped_at_deadline = cause == crate::runner::tool::StopCause::Deadline;
         sample.error = Some(match cause {
             crate::runner::tool::StopCause::Stopped => "stopped".into(),
             crate::runner::tool::StopCause::Deadline => {

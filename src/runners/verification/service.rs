@@ -396,8 +396,8 @@ impl VerificationRunner {
 
 /// The outcome the samples support: success when the last `needed` passed;
 /// else a failure whose category says what happened (the policy refused,
-/// nothing answered, or something answered wrongly), with every sample as
-/// evidence.
+/// the attempt's deadline stopped the probe, nothing answered, or something
+/// answered wrongly), with every sample as evidence.
 pub(super) fn verdict(operation: &str, samples: Vec<Sample>, needed: u32) -> ExecutionOutcome {
     let in_a_row = passes_in_a_row(&samples);
     let passed = in_a_row >= needed;
@@ -407,6 +407,11 @@ pub(super) fn verdict(operation: &str, samples: Vec<Sample>, needed: u32) -> Exe
         None
     } else if refused {
         Some(FailureCategory::Policy)
+    } else if samples
+        .last()
+        .is_some_and(|sample| sample.stopped_at_deadline)
+    {
+        Some(FailureCategory::Timeout)
     } else if reached {
         Some(FailureCategory::VerificationFailed)
     } else {
@@ -539,6 +544,12 @@ mod tests {
         let evidence: serde_json::Value =
             serde_json::from_str(refused.result_json.as_deref().unwrap()).unwrap();
         assert_eq!(evidence["recommended_failure_category"], "policy");
+        // A probe program the attempt's deadline stopped: the attempt timed
+        // out, whatever the target did.
+        let mut stopped = sample(false, false, false);
+        stopped.stopped_at_deadline = true;
+        let late = verdict("verify.custom.probe", vec![stopped], 1);
+        assert_eq!(late.category, Some(FailureCategory::Timeout));
         assert_eq!(
             verdict("x", vec![], 1).message,
             "x failed after 0 sample(s): no sample taken"
