@@ -814,6 +814,66 @@ async fn variable_files_reach_the_cli_in_order_and_the_state_is_stored(pool: PgP
     assert_eq!(instance["triggers"]["run"], "8", "{state}");
 }
 
+/// A tenant's module runs code in the sandbox (a provisioner), and the
+/// runner, as root outside it, writes and reads in the same working
+/// directory after that code ran (the accounts of the next tool, the
+/// state's output): it never follows a link the module left there, and a
+/// FIFO left there never stalls it (docs/SECURITY.md, "Its own disk").
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_module_s_links_and_fifos_in_its_directory_never_lead_the_runner(pool: PgPool) {
+    let bao = Bao::new();
+    let stack = stack(&pool, &bao).await;
+    stack.put_secrets(&bao, "host=unused", "token").await;
+    let canaries: Vec<std::path::PathBuf> = ["state", "accounts"]
+        .iter()
+        .map(|name| stack.pipeline.dir.join(format!("canary-{name}")))
+        .collect();
+    for canary in &canaries {
+        std::fs::write(canary, "the host's file").unwrap();
+    }
+    // `run` is the tenant's variable, spliced into the module's provisioner.
+    let plant = format!(
+        "1; ln -sfn {} $HOME/state.json; ln -sfn {} $HOME/.execplane/passwd; true",
+        canaries[0].display(),
+        canaries[1].display()
+    );
+    let mut inputs = stack.module(json!({"greeting": "hi", "run": plant}), json!({}));
+    inputs["workspace"] = json!("links");
+    let linked = stack.job(
+        "opentofu.apply",
+        inputs,
+        json!({"policy": {"explicit_command": true}}),
+    );
+    let (status, _, message, _) = stack.run(&linked).await;
+    for canary in &canaries {
+        assert_eq!(
+            std::fs::read_to_string(canary).unwrap(),
+            "the host's file",
+            "{} was written through a link ({status}: {message})",
+            canary.display()
+        );
+    }
+    assert_eq!(status, "succeeded", "{message}");
+    // A FIFO where the runner writes next: refused or replaced, never
+    // waited on (the attempt ends well before its timeouts).
+    let fifo = "2; rm -f $HOME/state.json $HOME/.execplane/passwd; mkfifo $HOME/state.json $HOME/.execplane/passwd; true";
+    let mut inputs = stack.module(json!({"greeting": "hi", "run": fifo}), json!({}));
+    inputs["workspace"] = json!("fifos");
+    let piped = stack.job(
+        "opentofu.apply",
+        inputs,
+        json!({"policy": {"explicit_command": true}}),
+    );
+    let started = std::time::Instant::now();
+    let (status, _, message, _) = stack.run(&piped).await;
+    assert_eq!(status, "succeeded", "{message}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
 /// A sensitive output's value goes to the tenant's Vault path the JobSpec
 /// names, its result names where, and the value is in no event, record,
 /// table or stored file; another tenant's path is refused.

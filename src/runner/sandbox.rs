@@ -196,25 +196,58 @@ impl Identity {
 
 /// Mounts a tmpfs of `bytes` on `path`, owned by `uid` and closed to
 /// everyone else: the working directory's disk limit, and no hard link
-/// from it reaches a file of the host's.
+/// from it reaches a file of the host's. The runner works in it at `path`,
+/// where it follows no link (`nosymfollow`: a tool's links never lead the
+/// runner, as root, anywhere); tools see it at the same path through a
+/// second mount of it, [`tools_view`], where links work as usual.
 pub fn mount_workdir(path: &Path, uid: u32, bytes: u64) -> std::io::Result<()> {
-    use rustix::mount::{mount, MountFlags};
+    use rustix::mount::{mount, mount_bind, mount_remount, MountFlags};
     let data = std::ffi::CString::new(format!("size={bytes},mode=0700,uid={uid},gid={uid}"))
         .map_err(std::io::Error::other)?;
-    mount(
+    let tools = tools_view(path);
+    std::fs::create_dir(&tools)?;
+    let mounted = mount(
         "execplane-work",
-        path,
+        &tools,
         "tmpfs",
         MountFlags::NOSUID | MountFlags::NODEV,
         data.as_c_str(),
-    )?;
+    )
+    .and_then(|()| mount_bind(&tools, path))
+    .and_then(|()| {
+        mount_remount(
+            path,
+            MountFlags::BIND | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOSYMFOLLOW,
+            c"",
+        )
+    });
+    if let Err(error) = mounted {
+        let _ = unmount_workdir(path);
+        let _ = std::fs::remove_dir(&tools);
+        return Err(error.into());
+    }
     Ok(())
 }
 
+/// Where the tools' own mount of the working directory at `path` is
+/// ([`mount_workdir`]): beside it in the work root, bound by bubblewrap at
+/// `path` inside the sandbox.
+pub fn tools_view(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(".tools");
+    path.with_file_name(name)
+}
+
 /// Unmounts what [`mount_workdir`] mounted (lazily: nothing holds it once
-/// its tools are gone).
+/// its tools are gone) and removes the tools' mount point; the caller
+/// removes `path`.
 pub fn unmount_workdir(path: &Path) -> std::io::Result<()> {
-    rustix::mount::unmount(path, rustix::mount::UnmountFlags::DETACH)?;
+    use rustix::mount::{unmount, UnmountFlags};
+    let tools = tools_view(path);
+    let runners = unmount(path, UnmountFlags::DETACH);
+    let unmounted = unmount(&tools, UnmountFlags::DETACH);
+    let _ = std::fs::remove_dir(&tools);
+    runners.and(unmounted)?;
     Ok(())
 }
 
@@ -344,25 +377,75 @@ pub struct View {
 
 /// The files of the sandbox's own `/etc/passwd` and `/etc/group`, kept in
 /// the working directory: the tool's uid has a name and a home (the ssh
-/// client refuses to run for a uid it cannot look up).
+/// client refuses to run for a uid it cannot look up). Written before
+/// every tool of the attempt, after the attempt's earlier tools ran there:
+/// see [`write_fresh`].
 pub fn write_accounts(workdir: &Path, uid: u32) -> std::io::Result<(PathBuf, PathBuf)> {
     let dir = workdir.join(".execplane");
     std::fs::create_dir_all(&dir)?;
     let passwd = dir.join("passwd");
     let group = dir.join("group");
-    std::fs::write(
+    write_fresh(
         &passwd,
         format!(
             "root:x:0:0:root:/root:/usr/sbin/nologin\nexecplane:x:{uid}:{uid}:execplane tool:{}:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
             workdir.display()
-        ),
+        )
+        .as_bytes(),
     )?;
-    std::fs::write(
+    write_fresh(
         &group,
-        format!("root:x:0:\nexecplane:x:{uid}:\nnogroup:x:65534:\n"),
+        format!("root:x:0:\nexecplane:x:{uid}:\nnogroup:x:65534:\n").as_bytes(),
     )?;
     std::fs::create_dir_all(workdir.join(".execplane/tmp"))?;
     Ok((passwd, group))
+}
+
+/// Writes `bytes` to `path` as a new file, after removing whatever is at
+/// that name, for the runner writing where a tool wrote before it: never
+/// into a FIFO (which would hold the runner until a reader came) and never
+/// through a link, even one planted between the removal and the creation
+/// (`O_EXCL` refuses any entry). The working directory's tmpfs follows no
+/// link for the runner either ([`mount_workdir`]).
+pub fn write_fresh(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => return Err(error),
+    }
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(path)?
+        .write_all(bytes)
+}
+
+/// Reads `path` if it is a regular file of at most `limit` bytes, for the
+/// runner reading what a tool wrote: a link is not followed, and a FIFO or
+/// a device is refused rather than waited on.
+pub fn read_regular(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags((rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK).bits() as i32)
+        .open(path)?;
+    let metadata = file.metadata()?;
+    if !metadata.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    if metadata.len() > limit {
+        return Err(std::io::Error::other(format!(
+            "{} bytes; at most {limit}",
+            metadata.len()
+        )));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(metadata.len()).unwrap_or(0));
+    file.take(limit).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// bubblewrap's arguments for a tool in `workdir` seeing `view`, up to
@@ -411,8 +494,12 @@ pub fn bwrap_args(workdir: &Path, accounts: &(PathBuf, PathBuf), view: &View) ->
         "--dev".as_ref(),
         "/dev".as_ref(),
     ]);
-    // /tmp first: the working directory may itself be under /tmp.
+    // /tmp first: the working directory may itself be under /tmp. Its
+    // source is found through the runner's mount, which follows no link a
+    // tool left (a /tmp of the host's own would escape the disk limit); the
+    // working directory, through the tools' own (see `mount_workdir`).
     let tmp = workdir.join(".execplane/tmp");
+    let tools = tools_view(workdir);
     push(&[
         "--bind".as_ref(),
         tmp.as_os_str(),
@@ -421,7 +508,7 @@ pub fn bwrap_args(workdir: &Path, accounts: &(PathBuf, PathBuf), view: &View) ->
         tmp.as_os_str(),
         "/var/tmp".as_ref(),
         "--bind".as_ref(),
-        workdir.as_os_str(),
+        tools.as_os_str(),
         workdir.as_os_str(),
     ]);
     for path in &view.read_only {
@@ -729,7 +816,7 @@ mod tests {
             "--ro-bind /usr /usr",
             "--ro-bind /w/abc/.execplane/passwd /etc/passwd",
             "--bind /w/abc/.execplane/tmp /tmp",
-            "--bind /w/abc /w/abc",
+            "--bind /w/abc.tools /w/abc",
             "--ro-bind /opt/tool /opt/tool",
             "--bind /var/state/x /var/state/x",
             "--chdir /w/abc --",
@@ -738,7 +825,7 @@ mod tests {
         }
         // /etc is never bound whole, nor the host's /tmp or /root.
         assert!(!args.iter().any(|arg| arg == "/etc" || arg == "/root"));
-        assert!(joined.find("/tmp").unwrap() < joined.find("--bind /w/abc /w/abc").unwrap());
+        assert!(joined.find("/tmp").unwrap() < joined.find("--bind /w/abc.tools /w/abc").unwrap());
         assert_eq!(args.last().unwrap(), "--");
         // The host's network unless the tool needs none.
         assert!(!args.iter().any(|arg| arg == "--unshare-net"));

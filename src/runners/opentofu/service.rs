@@ -593,7 +593,10 @@ impl Run<'_> {
             return Err(failure);
         }
         let manifest = self.workdir.path().join("tfdata/modules/modules.json");
-        let modules = match std::fs::read(&manifest) {
+        let modules = match crate::runner::sandbox::read_regular(
+            &manifest,
+            crate::contract::outputs::MAX_OUTPUT_BYTES,
+        ) {
             Ok(bytes) => serde_json::from_slice::<Value>(&bytes).map_err(|error| {
                 Failure::new(
                     FailureCategory::RunnerError,
@@ -736,9 +739,11 @@ impl Run<'_> {
         self.context.progress("tofu plan", None);
         self.cli("tofu plan", &args).await?;
         let mut plan = self.show(&plan_path).await?;
-        let bytes = std::fs::read(&plan_path).map_err(|error| {
-            Failure::infrastructure(format!("cannot read the saved plan: {error}"))
-        })?;
+        let bytes = crate::runner::sandbox::read_regular(
+            &plan_path,
+            crate::contract::outputs::MAX_OUTPUT_BYTES,
+        )
+        .map_err(|error| Failure::infrastructure(format!("cannot read the saved plan: {error}")))?;
         // The plan holds the prior state: only this tenant's apply reads it.
         let reference = self
             .context
@@ -973,7 +978,8 @@ impl Run<'_> {
     async fn store_state(&self, state: Value) -> Result<String, Failure> {
         let path = self.workdir.path().join(STATE_FILE);
         let text = serde_json::to_vec_pretty(&redacted(state)).unwrap_or_default();
-        std::fs::write(&path, text).map_err(|error| {
+        // After the module's provisioners ran here.
+        crate::runner::sandbox::write_fresh(&path, &text).map_err(|error| {
             Failure::infrastructure(format!("cannot write the state's output: {error}"))
         })?;
         self.context
