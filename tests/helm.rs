@@ -48,6 +48,14 @@ fn chart(dir: &std::path::Path) -> Vec<u8> {
         "{{- if .Values.elsewhere }}\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: stray\n  namespace: {{ .Values.elsewhere }}\n{{- end }}\n",
     )
     .unwrap();
+    // Placed by a merge key after its own namespace: readers of YAML
+    // disagree on which wins (helm's client, the merged one), so the
+    // runner must not judge it by either.
+    std::fs::write(
+        root.join("templates/merged.yaml"),
+        "{{- if .Values.merged }}\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: merged, namespace: {{ .Release.Namespace }}, <<: {namespace: {{ .Values.merged }}}}\n{{- end }}\n",
+    )
+    .unwrap();
     // Placed by the dice, with a fresh token each render: what is
     // installed must be what was checked, never a second render.
     std::fs::write(
@@ -307,6 +315,19 @@ async fn a_release_goes_through_its_life_with_revisions_and_rendered_manifests(p
         message.contains("stray") && message.contains("kube-system"),
         "{message}"
     );
+    let mut merged = release("one");
+    merged["values"]["merged"] = json!("kube-system");
+    let (status, category, message, _) = run(helm_job("helm.install", merged, json!({}))).await;
+    let configmaps = resource("v1", "ConfigMap", "configmaps");
+    let escaped = cluster::get(&admin, "kube-system", &configmaps, "merged").await;
+    assert!(escaped.is_none(), "installed in kube-system: {escaped:?}");
+    // Refused as a render the runner cannot read, as an alias bomb is.
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("runner_error")),
+        "{message}"
+    );
+    assert!(message.contains("merge key"), "{message}");
     assert_eq!(
         greeting(&admin, &namespace).await,
         None,

@@ -10,11 +10,14 @@
 //! so `metadata: {name: x, <<: {namespace: kube-system}}` looked like an
 //! object without a namespace. Here every node a document expands to is
 //! charged against a budget as it is built (the read stops at the first
-//! byte over it), and merge keys are applied as go-yaml (which helm and
-//! `sigs.k8s.io/yaml` use) applies them: the mapping's own keys win, then
-//! the merged mappings in the order given. A merge this reader might read
-//! differently from the tools (a merged mapping with a merge key of its
-//! own, a merge of something that is not a mapping) is refused.
+//! byte over it), and merge keys are applied: the merged mappings' keys
+//! join the mapping's, the first merged mapping's first. A merge the tools
+//! might read differently from each other or from this reader is refused:
+//! a key the mapping sets too (go-yaml v3 and PyYAML keep the mapping's
+//! own, go-yaml v2, which helm's client reads manifests with through
+//! `sigs.k8s.io/yaml`, lets a merge override the keys before it), a merged
+//! mapping with a merge key of its own, a merge of something that is not a
+//! mapping.
 
 use std::cell::Cell;
 use std::fmt;
@@ -250,10 +253,21 @@ fn merge(value: &mut Value, depth: usize) -> Result<(), String> {
                         )
                     }
                 };
+                // Which wins when the mapping sets a key a merge sets too
+                // depends on the reader: go-yaml v3 and PyYAML keep the
+                // mapping's own, go-yaml v2 (helm's client, through
+                // sigs.k8s.io/yaml) applies the merge where it stands,
+                // over the keys before it. So no reading is safe to judge.
+                let own: std::collections::BTreeSet<String> = object.keys().cloned().collect();
                 for source in sources {
                     if source.contains_key(MERGE) {
                         return Err(
                             "a merge key (`<<`) names a mapping with a merge key of its own".into(),
+                        );
+                    }
+                    if source.keys().any(|key| own.contains(key)) {
+                        return Err(
+                            "a merge key (`<<`) sets a key its mapping sets too (YAML readers disagree on which wins)".into(),
                         );
                     }
                     for (key, item) in source {
@@ -283,14 +297,28 @@ mod tests {
     #[test]
     fn merge_keys_are_applied_as_the_tools_apply_them() {
         let text = "base: &base {namespace: kube-system, name: base}\n\
-                    one:\n  name: x\n  <<: *base\n\
-                    two:\n  <<: [{a: 1}, {a: 2, b: 2}]\n  b: 3\n";
+                    one:\n  kind: x\n  <<: *base\n\
+                    two:\n  <<: [{a: 1}, {a: 2, b: 2}]\n  c: 3\n";
         let read = document(text.as_bytes(), 1 << 20).unwrap();
         assert_eq!(
             read["one"],
-            json!({"name": "x", "namespace": "kube-system"})
+            json!({"kind": "x", "name": "base", "namespace": "kube-system"})
         );
-        assert_eq!(read["two"], json!({"a": 1, "b": 3}));
+        assert_eq!(read["two"], json!({"a": 1, "b": 2, "c": 3}));
+        // A key both the mapping and a merge set: the readers disagree.
+        for ambiguous in [
+            "metadata: {name: x, namespace: team-a, <<: {namespace: team-b}}",
+            "metadata: {<<: {namespace: team-b}, namespace: team-a}",
+            "one: {<<: [{a: 1}, {b: 2}], b: 3}",
+        ] {
+            let refused = document(ambiguous.as_bytes(), 1 << 20).unwrap_err();
+            assert!(
+                refused
+                    .to_string()
+                    .contains("sets a key its mapping sets too"),
+                "{ambiguous}: {refused}"
+            );
+        }
         // The manifest a plain reader saw as having no namespace.
         let hidden = document(
             b"metadata: {name: x, <<: {namespace: kube-system}}",
