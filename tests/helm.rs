@@ -69,6 +69,14 @@ fn chart(dir: &std::path::Path) -> Vec<u8> {
         "{{- if .Values.job }}\napiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {{ .Release.Name }}-migrate\nspec:\n  backoffLimit: 0\n  template:\n    spec:\n      restartPolicy: Never\n      containers:\n        - name: migrate\n          image: busybox\n          command: [\"true\"]\n{{- end }}\n",
     )
     .unwrap();
+    // Not a definition, in crds/ (which helm installs as it is, untemplated,
+    // where the tenant may act cluster-wide).
+    std::fs::create_dir_all(root.join("crds")).unwrap();
+    std::fs::write(
+        root.join("crds/escape.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: crd-escape\n  namespace: kube-system\n",
+    )
+    .unwrap();
     std::fs::write(
         root.join("templates/NOTES.txt"),
         "{{ .Release.Name }} says {{ .Values.greeting }}.\n",
@@ -156,15 +164,28 @@ async fn helm_pipeline_trusting(
     namespace: &str,
     repository: Option<&str>,
 ) -> (Pipeline, Value) {
+    helm_pipeline_with(pool, namespace, repository, false).await
+}
+
+/// [`helm_pipeline_trusting`], where the tenant may act cluster-wide or not.
+async fn helm_pipeline_with(
+    pool: &PgPool,
+    namespace: &str,
+    repository: Option<&str>,
+    cluster_scoped: bool,
+) -> (Pipeline, Value) {
     let mut pipeline = Pipeline::new(pool).await;
     let archive = chart(&pipeline.dir);
     let digest = pipeline.put_artifact("demo-0.1.0.tgz", &archive);
     let policy_file = pipeline.dir.join("policy.yaml");
-    std::fs::write(
-        &policy_file,
-        policy(namespace, &[digest.as_str()], repository),
-    )
-    .unwrap();
+    let mut text = policy(namespace, &[digest.as_str()], repository);
+    if cluster_scoped {
+        text = text.replace(
+            "          namespaces: [",
+            "          cluster_scoped: true\n          namespaces: [",
+        );
+    }
+    std::fs::write(&policy_file, text).unwrap();
     pipeline.set_env("EXECPLANE_POLICY_FILE", policy_file.to_str().unwrap());
     let bao = Bao::new();
     bao.put("team-a/kube", json!({"token": cluster::admin_token()}))
@@ -197,6 +218,32 @@ async fn greeting(admin: &kube::Client, namespace: &str) -> Option<String> {
     )
     .await
     .and_then(|object| object["data"]["greeting"].as_str().map(str::to_owned))
+}
+
+/// A chart's `crds/`, installed where the tenant may act cluster-wide,
+/// holds CustomResourceDefinitions only: helm creates whatever is there,
+/// as it is, past the judge of the render.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_chart_s_crds_hold_definitions_only(pool: PgPool) {
+    let admin = cluster::admin();
+    let namespace = cluster::namespace(&admin).await;
+    let (pipeline, chart_ref) = helm_pipeline_with(&pool, &namespace, None, true).await;
+    let install = helm_job(
+        "helm.install",
+        json!({"release": "crd", "namespace": namespace, "chart": chart_ref}),
+        json!({}),
+    );
+    pipeline.submit(&install).await;
+    let (status, category, message, _) = pipeline.ended(&install, WAIT).await;
+    let configmaps = resource("v1", "ConfigMap", "configmaps");
+    let escaped = cluster::get(&admin, "kube-system", &configmaps, "crd-escape").await;
+    assert!(escaped.is_none(), "installed in kube-system: {escaped:?}");
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("policy")),
+        "{message}"
+    );
+    assert!(message.contains("crds/"), "{message}");
 }
 
 /// `wait_for_jobs` waits for the release's Jobs, for the JobSpec's own

@@ -797,6 +797,7 @@ impl Run<'_> {
                     self.command(&["show", "crds", archive]).offline(),
                 )
                 .await?;
+            definitions_only(&crds.stdout)?;
             std::fs::write(dir.join("crds/crds.yaml"), &crds.stdout).map_err(local)?;
         }
         Ok(dir)
@@ -1160,6 +1161,34 @@ struct LoginFiles {
 /// where one is needed, a client certificate it does not take, a server
 /// certificate the login's CA does not vouch for): the JobSpec's doing,
 /// `contract`, said so.
+/// A chart's `crds/` as `helm show crds` prints it, installed by helm as it
+/// is (whatever kind it holds), past the judge of the render: each of its
+/// objects must be a CustomResourceDefinition, read as the judge reads.
+fn definitions_only(crds: &[u8]) -> Result<(), Failure> {
+    let documents = judge::documents(crds).map_err(|problem| {
+        Failure::new(
+            FailureCategory::RunnerError,
+            format!("the chart's crds/: {problem}"),
+        )
+    })?;
+    for (index, object) in documents.iter().enumerate() {
+        let definition = object["kind"] == "CustomResourceDefinition"
+            && object["apiVersion"]
+                .as_str()
+                .is_some_and(|version| version.starts_with("apiextensions.k8s.io/"));
+        if !definition {
+            return Err(Failure::new(
+                FailureCategory::Policy,
+                format!(
+                    "the chart's crds/ object {index} is not a CustomResourceDefinition (kind {}): helm would create it unchecked",
+                    crate::contract::limits::loggable(object["kind"].as_str().unwrap_or("none"))
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn refused_login(
     repository: &str,
     login: Option<&crate::contract::ops::RepositoryLogin>,
