@@ -10,14 +10,14 @@
 //! so `metadata: {name: x, <<: {namespace: kube-system}}` looked like an
 //! object without a namespace. Here every node a document expands to is
 //! charged against a budget as it is built (the read stops at the first
-//! byte over it), and merge keys are applied: the merged mappings' keys
-//! join the mapping's, the first merged mapping's first. A merge the tools
-//! might read differently from each other or from this reader is refused:
-//! a key the mapping sets too (go-yaml v3 and PyYAML keep the mapping's
-//! own, go-yaml v2, which helm's client reads manifests with through
-//! `sigs.k8s.io/yaml`, lets a merge override the keys before it), a merged
-//! mapping with a merge key of its own, a merge of something that is not a
-//! mapping.
+//! byte over it), and merge keys are applied: the mapping's own keys win
+//! (as go-yaml v3 and PyYAML read them), then the merged mappings' in the
+//! order given. Manifests helm reads again ([`manifests`]) refuse a key the
+//! mapping and a merge both set: go-yaml v2, which helm's client reads
+//! them with through `sigs.k8s.io/yaml`, lets the merge override the keys
+//! before it. A merge this reader might read differently from the tools
+//! (a merged mapping with a merge key of its own, a merge of something
+//! that is not a mapping) is refused.
 
 use std::cell::Cell;
 use std::fmt;
@@ -34,8 +34,33 @@ const MERGE: &str = "<<";
 
 /// The documents of a YAML stream (JSON is YAML), each with its aliases
 /// expanded and its merge keys applied, all of them together at most
-/// `max_expanded` bytes (strings' bytes and [`NODE_COST`] per node).
+/// `max_expanded` bytes (strings' bytes and [`NODE_COST`] per node). A key
+/// a mapping sets and a merge sets too is the mapping's own, as go-yaml v3
+/// and PyYAML (ansible) read it; see [`manifests`] for what helm reads.
 pub fn documents(bytes: &[u8], max_expanded: usize) -> Result<Vec<Value>, YamlError> {
+    read(bytes, max_expanded, Collisions::MappingWins)
+}
+
+/// [`documents`] that a reader on go-yaml v2 reads again (helm's client,
+/// through `sigs.k8s.io/yaml`, lets a merge override the keys before it):
+/// a key a mapping sets and a merge sets too is refused, as no reading of
+/// it is safe to judge.
+pub fn manifests(bytes: &[u8], max_expanded: usize) -> Result<Vec<Value>, YamlError> {
+    read(bytes, max_expanded, Collisions::Refused)
+}
+
+/// What a key both a mapping and its merge set becomes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Collisions {
+    MappingWins,
+    Refused,
+}
+
+fn read(
+    bytes: &[u8],
+    max_expanded: usize,
+    collisions: Collisions,
+) -> Result<Vec<Value>, YamlError> {
     let budget = Budget {
         left: Cell::new(max_expanded),
         max: max_expanded,
@@ -49,7 +74,7 @@ pub fn documents(bytes: &[u8], max_expanded: usize) -> Result<Vec<Value>, YamlEr
                 message: format!("document {index}: {error}"),
                 too_large: budget.exceeded.get(),
             })?;
-        merge(&mut value, 0).map_err(|problem| YamlError {
+        merge(&mut value, 0, collisions).map_err(|problem| YamlError {
             message: format!("document {index}: {problem}"),
             too_large: false,
         })?;
@@ -230,7 +255,7 @@ impl<'de> Visitor<'de> for Key<'_> {
 
 /// Applies the merge keys of `value` and everything in it, as go-yaml
 /// does; refuses a merge it might read differently.
-fn merge(value: &mut Value, depth: usize) -> Result<(), String> {
+fn merge(value: &mut Value, depth: usize, collisions: Collisions) -> Result<(), String> {
     // serde_yaml refuses deeper documents before this.
     if depth > 256 {
         return Err("nested too deep".into());
@@ -253,11 +278,6 @@ fn merge(value: &mut Value, depth: usize) -> Result<(), String> {
                         )
                     }
                 };
-                // Which wins when the mapping sets a key a merge sets too
-                // depends on the reader: go-yaml v3 and PyYAML keep the
-                // mapping's own, go-yaml v2 (helm's client, through
-                // sigs.k8s.io/yaml) applies the merge where it stands,
-                // over the keys before it. So no reading is safe to judge.
                 let own: std::collections::BTreeSet<String> = object.keys().cloned().collect();
                 for source in sources {
                     if source.contains_key(MERGE) {
@@ -265,7 +285,9 @@ fn merge(value: &mut Value, depth: usize) -> Result<(), String> {
                             "a merge key (`<<`) names a mapping with a merge key of its own".into(),
                         );
                     }
-                    if source.keys().any(|key| own.contains(key)) {
+                    if collisions == Collisions::Refused
+                        && source.keys().any(|key| own.contains(key))
+                    {
                         return Err(
                             "a merge key (`<<`) sets a key its mapping sets too (YAML readers disagree on which wins)".into(),
                         );
@@ -276,12 +298,12 @@ fn merge(value: &mut Value, depth: usize) -> Result<(), String> {
                 }
             }
             for item in object.values_mut() {
-                merge(item, depth + 1)?;
+                merge(item, depth + 1, collisions)?;
             }
         }
         Value::Array(items) => {
             for item in items {
-                merge(item, depth + 1)?;
+                merge(item, depth + 1, collisions)?;
             }
         }
         _ => {}
@@ -297,21 +319,27 @@ mod tests {
     #[test]
     fn merge_keys_are_applied_as_the_tools_apply_them() {
         let text = "base: &base {namespace: kube-system, name: base}\n\
-                    one:\n  kind: x\n  <<: *base\n\
-                    two:\n  <<: [{a: 1}, {a: 2, b: 2}]\n  c: 3\n";
+                    one:\n  name: x\n  <<: *base\n\
+                    two:\n  <<: [{a: 1}, {a: 2, b: 2}]\n  b: 3\n";
         let read = document(text.as_bytes(), 1 << 20).unwrap();
         assert_eq!(
             read["one"],
-            json!({"kind": "x", "name": "base", "namespace": "kube-system"})
+            json!({"name": "x", "namespace": "kube-system"})
         );
-        assert_eq!(read["two"], json!({"a": 1, "b": 2, "c": 3}));
-        // A key both the mapping and a merge set: the readers disagree.
+        assert_eq!(read["two"], json!({"a": 1, "b": 3}));
+        // A key both the mapping and a merge set, in what helm reads again:
+        // the readers disagree.
+        let merged = "one:\n  kind: x\n  <<: {name: base}\n";
+        assert_eq!(
+            manifests(merged.as_bytes(), 1 << 20).unwrap()[0]["one"],
+            json!({"kind": "x", "name": "base"})
+        );
         for ambiguous in [
             "metadata: {name: x, namespace: team-a, <<: {namespace: team-b}}",
             "metadata: {<<: {namespace: team-b}, namespace: team-a}",
             "one: {<<: [{a: 1}, {b: 2}], b: 3}",
         ] {
-            let refused = document(ambiguous.as_bytes(), 1 << 20).unwrap_err();
+            let refused = manifests(ambiguous.as_bytes(), 1 << 20).unwrap_err();
             assert!(
                 refused
                     .to_string()

@@ -119,7 +119,7 @@ pub fn documents(bytes: &[u8]) -> Result<Vec<Value>, String> {
     // read them, and never more than a few times the text (docs/SECURITY.md).
     let max_expanded = bytes.len().max(1 << 20).saturating_mul(EXPANSION);
     let read =
-        crate::runner::yaml::documents(bytes, max_expanded).map_err(|error| error.message)?;
+        crate::runner::yaml::manifests(bytes, max_expanded).map_err(|error| error.message)?;
     for (index, value) in read.into_iter().enumerate() {
         match value {
             Value::Null => {}
