@@ -548,6 +548,40 @@ fn uid_of(pid: i32) -> u32 {
         .unwrap()
 }
 
+/// A probe that swaps its output directory for a link to a directory of
+/// the host's: the runner, storing its outputs as root, lists nothing of
+/// what the link names, and says why it stored nothing (docs/SECURITY.md,
+/// "Its own disk").
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_probe_s_output_directory_swapped_for_a_link_stores_nothing_of_the_host(pool: PgPool) {
+    let (pipeline, _) = pipeline_with_probe(&pool, "swapper", &[]).await;
+    let host = pipeline.dir.join("host-dir");
+    std::fs::create_dir_all(&host).unwrap();
+    std::fs::write(host.join("hostfile.txt"), "the host's file").unwrap();
+    pipeline.wait_runners(1).await;
+    let spec = job(
+        "verify.custom.probe",
+        json!({"probe_id": "swapper", "args": {"dir": host}}),
+        json!({"retry": {"max_attempts": 1}}),
+    );
+    pipeline.submit(&spec).await;
+    let (status, _, message, result) = pipeline.ended(&spec, WAIT).await;
+    let said = format!("{status} {message} {result}");
+    assert!(!said.contains("hostfile"), "{said}");
+    let recorded: Vec<serde_json::Value> =
+        sqlx::query_scalar("SELECT outputs FROM attempts WHERE job_id = $1")
+            .bind(&spec.job_id)
+            .fetch_all(&pool)
+            .await
+            .unwrap();
+    assert!(
+        !serde_json::json!(recorded).to_string().contains("hostfile"),
+        "{recorded:?}"
+    );
+    assert_eq!(status, "failed", "{message}");
+    assert!(said.contains("the output directory"), "{said}");
+}
+
 /// Two tenants' tools at once: each runs as a uid of its own from the
 /// pool (never the runner's), with no capabilities and no way to gain
 /// any, in namespaces of its own; it reaches neither the other attempt's

@@ -952,24 +952,30 @@ fn judge_exit(exit: &crate::runner::tool::ToolExit, sample: &mut Sample) {
 /// an evidence artifact of the attempt; one that cannot be stored fails
 /// the sample's `outputs_stored` assertion, naming why.
 async fn store_outputs(context: &ExecutionContext, dir: &std::path::Path, sample: &mut Sample) {
-    let Ok(mut entries) = tokio::fs::read_dir(dir).await else {
-        return;
-    };
     let mut refused = Vec::new();
     let mut stored = Vec::new();
-    while let Ok(Some(entry)) = entries.next_entry().await {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        match context
-            .store_output(
-                &entry.path(),
-                &name,
-                crate::contract::RetentionClass::Evidence,
-            )
-            .await
-        {
-            Ok(output) => stored.push(output.name),
-            Err(error) => refused.push(error.to_string()),
+    match tokio::fs::read_dir(dir).await {
+        Ok(mut entries) => {
+            while let Ok(Some(entry)) = entries.next_entry().await {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                match context
+                    .store_output(
+                        &entry.path(),
+                        &name,
+                        crate::contract::RetentionClass::Evidence,
+                    )
+                    .await
+                {
+                    Ok(output) => stored.push(output.name),
+                    Err(error) => refused.push(error.to_string()),
+                }
+            }
         }
+        // The probe removed it: it left no output.
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        // Swapped for a link, say, which the working directory's mount
+        // never follows for the runner.
+        Err(error) => refused.push(format!("the output directory: {error}")),
     }
     if !refused.is_empty() {
         refused.sort();
