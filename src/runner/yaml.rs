@@ -253,8 +253,9 @@ impl<'de> Visitor<'de> for Key<'_> {
     }
 }
 
-/// Applies the merge keys of `value` and everything in it, as go-yaml
-/// does; refuses a merge it might read differently.
+/// Applies the merge keys of `value` and everything in it, the mapping's
+/// own keys first; refuses a merge a tool might read differently (and, for
+/// [`Collisions::Refused`], a key both the mapping and a merge set).
 fn merge(value: &mut Value, depth: usize, collisions: Collisions) -> Result<(), String> {
     // serde_yaml refuses deeper documents before this.
     if depth > 256 {

@@ -1157,10 +1157,6 @@ struct LoginFiles {
     ca_file: Option<String>,
 }
 
-/// A pull or an index fetch the repository refused (a wrong login, or none
-/// where one is needed, a client certificate it does not take, a server
-/// certificate the login's CA does not vouch for): the JobSpec's doing,
-/// `contract`, said so.
 /// A chart's `crds/` as `helm show crds` prints it, installed by helm as it
 /// is (whatever kind it holds), past the judge of the render: each of its
 /// objects must be a CustomResourceDefinition, read as the judge reads.
@@ -1189,6 +1185,10 @@ fn definitions_only(crds: &[u8]) -> Result<(), Failure> {
     Ok(())
 }
 
+/// A pull or an index fetch the repository refused (a wrong login, or none
+/// where one is needed, a client certificate it does not take, a server
+/// certificate the login's CA does not vouch for): the JobSpec's doing,
+/// `contract`, said so.
 fn refused_login(
     repository: &str,
     login: Option<&crate::contract::ops::RepositoryLogin>,
