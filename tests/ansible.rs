@@ -960,6 +960,17 @@ const ERASING_PLAY: &str = r#"- name: a play that erases its own evidence
         msg: nothing to see
 "#;
 
+/// A play that swaps its event stream on the controller for a FIFO,
+/// which the runner reads as root: it must refuse it, never wait on it.
+const FIFO_PLAY: &str = r#"- name: a play that leaves a FIFO for its evidence
+  hosts: all
+  gather_facts: false
+  tasks:
+    - name: swap the event stream for a FIFO
+      ansible.builtin.shell: rm -f "$EXECPLANE_ANSIBLE_EVENTS"; mkfifo "$EXECPLANE_ANSIBLE_EVENTS"
+      delegate_to: localhost
+"#;
+
 /// `key=value` of the controller task's report in `output`.
 fn reported(output: &str, key: &str) -> String {
     let needle = format!("{key}=");
@@ -993,13 +1004,19 @@ async fn controller_tasks_run_only_where_allowed_and_then_only_inside_the_attemp
         builder
             .append_data(&mut header, "erase.yml", ERASING_PLAY.as_bytes())
             .unwrap();
+        let mut header = tar::Header::new_gnu();
+        header.set_size(FIFO_PLAY.len() as u64);
+        header.set_mode(0o644);
+        builder
+            .append_data(&mut header, "fifo.yml", FIFO_PLAY.as_bytes())
+            .unwrap();
         builder.into_inner().unwrap()
     };
     let package = pipeline.put_artifact("controller.tar", &archive);
     // team-a and team-b may run it on the controller; team-c may not.
     let tenant = |name: &str, controller: bool, node: &str| {
         format!(
-            "  {name}:\n    operations: [\"ansible.*\"]\n    secret_prefixes: [\"secret/{name}/\"]\n    ansible:\n      packages:\n        - digest: {package}\n          playbooks: [local.yml, erase.yml]\n          controller: {controller}\n    ssh:\n      nodes: [\"{node}\"]\n"
+            "  {name}:\n    operations: [\"ansible.*\"]\n    secret_prefixes: [\"secret/{name}/\"]\n    ansible:\n      packages:\n        - digest: {package}\n          playbooks: [local.yml, erase.yml, fifo.yml]\n          controller: {controller}\n    ssh:\n      nodes: [\"{node}\"]\n"
         )
     };
     let policy = format!(
@@ -1136,4 +1153,14 @@ async fn controller_tasks_run_only_where_allowed_and_then_only_inside_the_attemp
     );
     assert!(message.contains("left no event stream"), "{message}");
     assert!(result["events_artifact"].is_null(), "{result}");
+
+    // A FIFO in its place: refused at once, never waited on (which held
+    // one of the runner's threads, and the attempt, for good).
+    let mut piped = spec("team-a", "127.0.0.1");
+    piped.inputs["playbook"] = json!("fifo.yml");
+    pipeline.submit(&piped).await;
+    let (status, category, message, _) = pipeline.ended(&piped, WAIT).await;
+    assert_eq!(status, "failed", "{category:?} {message}");
+    assert_ne!(category.as_deref(), Some("timeout"), "{message}");
+    assert!(message.contains("events.jsonl"), "{message}");
 }

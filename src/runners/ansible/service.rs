@@ -1125,10 +1125,13 @@ impl Stream {
     fn read(&mut self, path: &Path, summary: &mut Summary, context: &ExecutionContext) -> usize {
         use std::os::unix::fs::OpenOptionsExt;
         // A regular file, never what a link names (the runner reads it
-        // outside the sandbox), and never past its bound.
+        // outside the sandbox), never a FIFO waited on (the play may leave
+        // one: opened without `O_NONBLOCK`, it waits for a writer that
+        // never comes), and never past its bound.
+        let flags = rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK;
         let file = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(i32::try_from(rustix::fs::OFlags::NOFOLLOW.bits()).unwrap_or(0))
+            .custom_flags(i32::try_from(flags.bits()).unwrap_or(0))
             .open(path);
         let Ok(mut file) = file else {
             return 0;
