@@ -222,21 +222,25 @@ impl Store {
             .await?;
         }
         // Which seqs of each stream the attempt's bundles hold: a chunk
-        // read again later is not new (migration 0024).
-        let held: Option<Value> = sqlx::query_scalar(
+        // read again later is not new (migration 0024). The row is made
+        // first, so that the read locks it even for the attempt's first
+        // bundle: two workers bundling one attempt at once merge in turn,
+        // never one over the other.
+        sqlx::query("INSERT INTO artifact_bundles (attempt_id) VALUES ($1) ON CONFLICT DO NOTHING")
+            .bind(attempt_id)
+            .execute(&mut *tx)
+            .await?;
+        let held: Value = sqlx::query_scalar(
             "SELECT seqs FROM artifact_bundles WHERE attempt_id = $1 FOR UPDATE",
         )
         .bind(attempt_id)
-        .fetch_optional(&mut *tx)
+        .fetch_one(&mut *tx)
         .await?;
-        sqlx::query(
-            "INSERT INTO artifact_bundles (attempt_id, seqs) VALUES ($1, $2)
-             ON CONFLICT (attempt_id) DO UPDATE SET seqs = EXCLUDED.seqs",
-        )
-        .bind(attempt_id)
-        .bind(held_with(held.unwrap_or_default(), bundled))
-        .execute(&mut *tx)
-        .await?;
+        sqlx::query("UPDATE artifact_bundles SET seqs = $2 WHERE attempt_id = $1")
+            .bind(attempt_id)
+            .bind(held_with(held, bundled))
+            .execute(&mut *tx)
+            .await?;
         // Only what this bundle holds: a chunk staged meanwhile waits for
         // the next (late) bundle.
         sqlx::query(
