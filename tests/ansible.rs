@@ -992,24 +992,18 @@ async fn controller_tasks_run_only_where_allowed_and_then_only_inside_the_attemp
     let mut pipeline = Pipeline::new(&pool).await;
     let archive = {
         let mut builder = tar::Builder::new(Vec::new());
-        let mut header = tar::Header::new_gnu();
-        header.set_size(CONTROLLER_PLAY.len() as u64);
-        header.set_mode(0o644);
-        builder
-            .append_data(&mut header, "local.yml", CONTROLLER_PLAY.as_bytes())
-            .unwrap();
-        let mut header = tar::Header::new_gnu();
-        header.set_size(ERASING_PLAY.len() as u64);
-        header.set_mode(0o644);
-        builder
-            .append_data(&mut header, "erase.yml", ERASING_PLAY.as_bytes())
-            .unwrap();
-        let mut header = tar::Header::new_gnu();
-        header.set_size(FIFO_PLAY.len() as u64);
-        header.set_mode(0o644);
-        builder
-            .append_data(&mut header, "fifo.yml", FIFO_PLAY.as_bytes())
-            .unwrap();
+        for (name, play) in [
+            ("local.yml", CONTROLLER_PLAY),
+            ("erase.yml", ERASING_PLAY),
+            ("fifo.yml", FIFO_PLAY),
+        ] {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(play.len() as u64);
+            header.set_mode(0o644);
+            builder
+                .append_data(&mut header, name, play.as_bytes())
+                .unwrap();
+        }
         builder.into_inner().unwrap()
     };
     let package = pipeline.put_artifact("controller.tar", &archive);
