@@ -52,15 +52,25 @@ fn reader(archive: &[u8]) -> Box<dyn Read + '_> {
 /// Reads the archive's headers as they are written (long names and pax
 /// headers as entries of their own, their bodies skipped, never held) and
 /// refuses one that would make the reader hold more than
-/// [`MAX_EXTENDED_HEADER`], or more entries than a package may have.
-fn extended_headers_bounded(archive: &[u8]) -> Result<(), String> {
+/// [`MAX_EXTENDED_HEADER`], more entries than a package may have, or
+/// bodies (of any kind of entry: a directory's is skipped, but still
+/// inflated) of more than [`MAX_UNPACKED_BYTES`] in all, before it reads
+/// past the header that declares them.
+fn headers_bounded(archive: &[u8]) -> Result<(), String> {
     let mut tar = tar::Archive::new(reader(archive));
     let entries = tar
         .entries()
         .map_err(|error| format!("not a tar archive: {error}"))?
         .raw(true);
+    let mut declared = 0_u64;
     for (index, entry) in entries.enumerate() {
         let entry = entry.map_err(|error| format!("a damaged entry: {error}"))?;
+        declared = declared.saturating_add(entry.size());
+        if declared > MAX_UNPACKED_BYTES {
+            return Err(format!(
+                "entry {index}: more than {MAX_UNPACKED_BYTES} bytes in the archive's entries"
+            ));
+        }
         // Each entry may bring a long name, a long link and a pax header.
         if index >= MAX_ENTRIES * 4 {
             return Err(format!("more than {MAX_ENTRIES} entries"));
@@ -84,7 +94,7 @@ fn extended_headers_bounded(archive: &[u8]) -> Result<(), String> {
 /// when the package cannot be unpacked as it is.
 fn unpack(archive: &[u8], root: &Path) -> Result<(), String> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    extended_headers_bounded(archive)?;
+    headers_bounded(archive)?;
     let mut tar = tar::Archive::new(reader(archive));
     let make_dir = |path: &Path| {
         std::fs::DirBuilder::new()
@@ -229,6 +239,21 @@ mod tests {
         ] {
             let error = unpack(&bad, &scratch()).unwrap_err();
             assert!(error.contains(says), "{error}");
+        }
+        // A body the reader would inflate only to skip it (a directory's, a
+        // link's) counts as a file's does: refused at its header, before a
+        // byte of it is read (the body is not even there).
+        for kind in [E::Directory, E::Symlink, E::Regular] {
+            let mut header = tar::Header::new_gnu();
+            header.set_entry_type(kind);
+            header.set_size(MAX_UNPACKED_BYTES + 1);
+            header.set_path("big").unwrap();
+            header.set_cksum();
+            let error = unpack(header.as_bytes(), &scratch()).unwrap_err();
+            assert!(
+                error.contains("bytes in the archive's entries"),
+                "{kind:?}: {error}"
+            );
         }
         assert!(unpack(b"not an archive at all, just some bytes that are long enough to read a header from; tar headers are 512 bytes", &scratch()).is_err());
         std::fs::remove_dir_all(root).unwrap();
