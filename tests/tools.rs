@@ -548,6 +548,70 @@ fn uid_of(pid: i32) -> u32 {
         .unwrap()
 }
 
+/// Whether `path` is a mount point of this host (of this test's mount
+/// namespace, the runner's).
+fn mounted(path: &std::path::Path) -> bool {
+    let path = path.to_string_lossy();
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap()
+        .lines()
+        .any(|line| line.split(' ').nth(4) == Some(&path))
+}
+
+/// Run by [`a_dead_runner_s_working_directory_is_removed_by_the_next_runner_to_start`]
+/// as a process of its own: it takes a working directory as a runner does
+/// for an attempt, writes in it, says where it is and dies between tools,
+/// with no supervisor left to remove it.
+#[test]
+#[ignore = "a child process of another test"]
+fn take_a_working_directory_and_die() {
+    let settings = execplane::runner::tool::ToolSettings::default();
+    let workdir = execplane::runner::tool::Workdir::for_tools(&settings).unwrap();
+    std::fs::write(workdir.path().join("state.tfstate"), "a tenant's state").unwrap();
+    println!("workdir={}", workdir.path().display());
+    // As `kill -9` would: nothing is dropped.
+    std::process::exit(0);
+}
+
+/// A runner killed between two of an attempt's tools (no tool, so no
+/// supervisor to clean up) leaves the attempt's tmpfs mounted, with the
+/// tenant's files in memory; the next runner to start on the host finds
+/// it by its uid, which nobody holds any more, and removes it
+/// (docs/SECURITY.md, "Its end").
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_dead_runner_s_working_directory_is_removed_by_the_next_runner_to_start(pool: PgPool) {
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "take_a_working_directory_and_die",
+            "--ignored",
+            "--nocapture",
+        ])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&child.stdout);
+    let workdir = std::path::PathBuf::from(
+        said.lines()
+            .find_map(|line| line.strip_prefix("workdir="))
+            .unwrap_or_else(|| panic!("the child said: {said}")),
+    );
+    let tools = execplane::runner::sandbox::tools_view(&workdir);
+    assert!(
+        mounted(&workdir) && mounted(&tools),
+        "left mounted by its dead owner"
+    );
+    assert!(workdir.join("state.tfstate").is_file());
+
+    let (pipeline, _) = pipeline_with_probe(&pool, "stubborn", &[]).await;
+    pipeline.wait_runners(1).await;
+    assert!(!mounted(&workdir) && !mounted(&tools), "still mounted");
+    assert!(
+        !workdir.exists() && !tools.exists(),
+        "{} left",
+        workdir.display()
+    );
+}
+
 /// A probe that swaps its output directory for a link to a directory of
 /// the host's: the runner, storing its outputs as root, lists nothing of
 /// what the link names, and says why it stored nothing (docs/SECURITY.md,

@@ -161,32 +161,39 @@ pub struct Identity {
 impl Identity {
     /// The first free uid of the pool, starting at a random one.
     pub fn allocate(settings: &SandboxSettings) -> std::io::Result<Self> {
-        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&settings.lock_dir)?;
         let count = settings.uid_count.max(1);
         let start = rand::random::<u32>() % count;
         for step in 0..count {
             let uid = settings.uid_base + (start + step) % count;
-            let lock = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .mode(0o600)
-                .open(settings.lock_dir.join(format!("uid-{uid}")))?;
-            match lock.try_lock() {
-                Ok(()) => return Ok(Self { uid, _lock: lock }),
-                Err(std::fs::TryLockError::WouldBlock) => continue,
-                Err(std::fs::TryLockError::Error(error)) => return Err(error),
+            if let Some(identity) = Self::take(settings, uid)? {
+                return Ok(identity);
             }
         }
         Err(std::io::Error::other(format!(
             "all {count} sandbox uids from {} are in use (EXECPLANE_SANDBOX_UIDS)",
             settings.uid_base
         )))
+    }
+
+    /// `uid` of the pool, unless a process of this host holds it.
+    fn take(settings: &SandboxSettings, uid: u32) -> std::io::Result<Option<Self>> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&settings.lock_dir)?;
+        let lock = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(settings.lock_dir.join(format!("uid-{uid}")))?;
+        match lock.try_lock() {
+            Ok(()) => Ok(Some(Self { uid, _lock: lock })),
+            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+            Err(std::fs::TryLockError::Error(error)) => Err(error),
+        }
     }
 
     pub fn uid(&self) -> u32 {
@@ -249,6 +256,52 @@ pub fn unmount_workdir(path: &Path) -> std::io::Result<()> {
     let _ = std::fs::remove_dir(&tools);
     runners.and(unmounted)?;
     Ok(())
+}
+
+/// Removes the working directories in `root` that a dead runner left:
+/// one killed between two of an attempt's tools (`kill -9`, a lost host)
+/// had no supervisor left to remove it, and its tmpfs stays mounted with
+/// the tenant's files in memory. A directory is its tools' uid's (the
+/// tmpfs's owner) while a process holds that uid ([`Identity`]); one
+/// whose uid nobody holds is stale, and is unmounted and removed. What
+/// it removed, by name.
+pub fn sweep_stale(root: &Path, settings: &SandboxSettings) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return Vec::new();
+    };
+    let pool = settings.uid_base..settings.uid_base.saturating_add(settings.uid_count);
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name().to_string_lossy().into_owned();
+        // Either mount point names the directory; the runner's own
+        // (root's, before its tmpfs is mounted) is never another's.
+        let workdir = match name.strip_suffix(".tools") {
+            Some(base) => path.with_file_name(base),
+            None => path.clone(),
+        };
+        let owner = std::fs::symlink_metadata(&path)
+            .ok()
+            .filter(|metadata| metadata.is_dir())
+            .map(|metadata| metadata.uid());
+        let Some(uid) = owner.filter(|uid| pool.contains(uid)) else {
+            continue;
+        };
+        // Held while the directory is cleaned: no attempt takes the uid
+        // meanwhile.
+        let Ok(Some(_held)) = Identity::take(settings, uid) else {
+            continue;
+        };
+        let _ = unmount_workdir(&workdir);
+        match std::fs::remove_dir_all(&workdir) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!(path = %workdir.display(), %error, "a dead runner's working directory not removed");
+            }
+            _ => removed.push(workdir),
+        }
+    }
+    removed
 }
 
 /// Whether the filesystem at `path` has no block left for an unprivileged
@@ -658,6 +711,9 @@ pub async fn check(tools: &super::tool::ToolSettings) -> Result<(), String> {
             "tools run unsandboxed (EXECPLANE_SANDBOX=off): as this runner's own user, able to read every attempt's files and the runner's credentials; run this only on a host that serves one tenant"
         );
         return Ok(());
+    }
+    for stale in sweep_stale(&tools.work_root, sandbox) {
+        tracing::warn!(path = %stale.display(), "removed a working directory a dead runner left mounted");
     }
     let fix = "install bubblewrap, run the runner as root on a host with user namespaces and the cgroup v1 memory and pids controllers, or set EXECPLANE_SANDBOX=off for a host that serves one tenant";
     let (exit, said) = run_checked(tools, super::tool::ToolCommand::new("/bin/true"))
