@@ -490,6 +490,8 @@ pub struct IngressSettings {
     pub read_timeout: DurationMs,
     /// `EXECPLANE_INGRESS_IDLE_TIMEOUT`: a connection that moves no byte for this long is closed.
     pub idle_timeout: DurationMs,
+    /// `EXECPLANE_INGRESS_DOWNLOAD_TIMEOUT`: an artifact download not sent whole within this is cut off.
+    pub download_timeout: DurationMs,
     /// `EXECPLANE_INGRESS_SESSION_TTL`: an executor session with no request for this long ends.
     pub session_ttl: DurationMs,
     /// `EXECPLANE_INGRESS_METRICS_UPSTREAM`: the dispatcher's `/metrics` URL to append.
@@ -516,6 +518,7 @@ impl Default for IngressSettings {
             partial_frame_budget: 64 * 1024 * 1024,
             read_timeout: DurationMs::from_secs(10),
             idle_timeout: DurationMs::from_secs(60),
+            download_timeout: DurationMs::from_secs(300),
             session_ttl: DurationMs::from_secs(30),
             metrics_upstream: String::new(),
         }
@@ -833,6 +836,7 @@ settings! {
     "EXECPLANE_INGRESS_PARTIAL_FRAME_BUDGET" => ingress.partial_frame_budget;
     "EXECPLANE_INGRESS_READ_TIMEOUT" => ingress.read_timeout;
     "EXECPLANE_INGRESS_IDLE_TIMEOUT" => ingress.idle_timeout;
+    "EXECPLANE_INGRESS_DOWNLOAD_TIMEOUT" => ingress.download_timeout;
     "EXECPLANE_INGRESS_SESSION_TTL" => ingress.session_ttl;
     "EXECPLANE_INGRESS_METRICS_UPSTREAM" => ingress.metrics_upstream;
     "EXECPLANE_ARTIFACT_DIR" => artifacts.dir;

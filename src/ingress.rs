@@ -64,6 +64,10 @@ pub struct IngressConfig {
     pub partial_frame_budget: usize,
     pub read_timeout: Duration,
     pub idle_timeout: Duration,
+    /// A download not sent whole within this is cut off: its slot is one
+    /// of [`api::MAX_CONCURRENT_DOWNLOADS`], and a client reading slowly
+    /// would otherwise hold it as long as it liked.
+    pub download_timeout: Duration,
     pub session_ttl: Duration,
     pub presence_interval: Duration,
     pub metrics_upstream: Option<String>,
@@ -151,6 +155,9 @@ impl IngressConfig {
         if config.ingress.header_timeout.as_std().is_zero() {
             problems.push("EXECPLANE_INGRESS_HEADER_TIMEOUT must be positive".into());
         }
+        if config.ingress.download_timeout.as_std().is_zero() {
+            problems.push("EXECPLANE_INGRESS_DOWNLOAD_TIMEOUT must be positive".into());
+        }
         let idle_timeout = config.ingress.idle_timeout.as_std();
         if idle_timeout < Duration::from_millis(2 * protocol::MAX_POLL_WAIT_MS) {
             problems.push(format!(
@@ -181,6 +188,7 @@ impl IngressConfig {
             partial_frame_budget: config.ingress.partial_frame_budget,
             read_timeout: config.ingress.read_timeout.as_std(),
             idle_timeout,
+            download_timeout: config.ingress.download_timeout.as_std(),
             session_ttl: config.ingress.session_ttl.as_std(),
             presence_interval: config.runner.presence_interval.as_std(),
             metrics_upstream: Some(config.ingress.metrics_upstream.trim().to_owned())

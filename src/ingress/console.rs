@@ -22,7 +22,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use axum::{Form, Router};
+use axum::{Extension, Form, Router};
 use maud::Markup;
 use serde::Deserialize;
 use uuid::Uuid;
@@ -483,6 +483,7 @@ async fn live(
 
 async fn artifact(
     State(ingress): State<Arc<Ingress>>,
+    connection: Option<Extension<super::http::SlotHandle>>,
     headers: HeaderMap,
     Path((id, name)): Path<(String, String)>,
 ) -> Response {
@@ -497,7 +498,11 @@ async fn artifact(
     }
     .await;
     match result {
-        Ok(download) => super::http::artifact_response(download),
+        Ok(download) => super::http::artifact_response(
+            download,
+            connection.map(|Extension(handle)| handle),
+            ingress.config.download_timeout,
+        ),
         Err(error) => error_page(error, Some(&signed)),
     }
 }

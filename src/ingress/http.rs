@@ -18,7 +18,7 @@ use axum::middleware::Next;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use futures_util::stream::Stream;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
@@ -99,14 +99,21 @@ pub struct PeerSlot {
     evicted: CancellationToken,
 }
 
-/// What a request on a connection uses to mark it authenticated.
+/// What a request on a connection uses to mark it authenticated, or to
+/// close it.
 #[derive(Clone, Debug)]
 pub struct SlotHandle {
     id: u64,
     open: Arc<Mutex<OpenConnections>>,
+    close: CancellationToken,
 }
 
 impl SlotHandle {
+    /// Closes the connection at once, whatever it is sending.
+    pub fn close(&self) {
+        self.close.cancel();
+    }
+
     /// The connection presented a valid key: it is never closed to make
     /// room. Idempotent.
     pub fn authenticated(&self) {
@@ -121,6 +128,11 @@ fn lock(open: &Mutex<OpenConnections>) -> std::sync::MutexGuard<'_, OpenConnecti
 impl PeerSlot {
     pub fn handle(&self) -> SlotHandle {
         self.handle.clone()
+    }
+
+    /// Cancelled when a request closed its connection ([`SlotHandle::close`]).
+    pub fn closed(&self) -> CancellationToken {
+        self.handle.close.clone()
     }
 
     /// Cancelled when the connection was closed to make room for another:
@@ -183,6 +195,7 @@ impl PeerLimits {
             handle: SlotHandle {
                 id,
                 open: self.open.clone(),
+                close: CancellationToken::new(),
             },
             evicted,
         })
@@ -312,7 +325,7 @@ pub async fn serve(
             warn!(%peer, "connection over the connection limits closed");
             continue;
         };
-        let (handle, evicted) = (slot.handle(), slot.evicted());
+        let (handle, evicted, closed) = (slot.handle(), slot.evicted(), slot.closed());
         let _ = stream.set_nodelay(true);
         let idle = ingress.config.idle_timeout;
         let stream = GuardedStream {
@@ -345,6 +358,8 @@ pub async fn serve(
                 _ = connection.as_mut() => {}
                 // Closed to make room: it never presented a key.
                 _ = evicted.cancelled() => {}
+                // A download past its time (`artifact_response`).
+                _ = closed.cancelled() => {}
                 _ = shutdown.cancelled() => {
                     // Finish the request in flight, take no new one.
                     connection.as_mut().graceful_shutdown();
@@ -813,23 +828,51 @@ pub const SHA256_HEADER: &str = "x-execplane-sha256";
 
 async fn artifact(
     State(ingress): State<Arc<Ingress>>,
+    connection: Option<Extension<SlotHandle>>,
     principal: Who,
     Path((id, name)): Path<(String, String)>,
 ) -> Result<Response, IngressError> {
     let download = ingress
         .artifact(&who(principal)?, attempt_id(&id)?, &name)
         .await?;
-    Ok(artifact_response(download))
+    let connection = connection.map(|Extension(handle)| handle);
+    Ok(artifact_response(
+        download,
+        connection,
+        ingress.config.download_timeout,
+    ))
 }
 
 /// An artifact's bytes as a download: its media type, its sha256 (hex in
 /// [`SHA256_HEADER`], and as RFC 9530 `Repr-Digest`), never sniffed or
 /// rendered by a browser. Sent in chunks by a body that owns the download
 /// slot, so the slot bounds the memory of downloads still being sent, not
-/// only of those being read.
-pub fn artifact_response(download: super::api::Download) -> Response {
+/// only of those being read. A download not sent whole within `timeout`
+/// closes its `connection`, which drops the body and frees the slot: a
+/// client that reads a byte now and then (never idle long enough to be
+/// closed for it) holds a slot no longer than that.
+pub fn artifact_response(
+    download: super::api::Download,
+    connection: Option<SlotHandle>,
+    timeout: Duration,
+) -> Response {
     use base64::Engine;
     let super::api::Download { row, bytes, slot } = download;
+    let sent = CancellationToken::new();
+    if let Some(connection) = connection {
+        let sent = sent.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                () = sent.cancelled() => {}
+                () = tokio::time::sleep(timeout) => {
+                    warn!(timeout_ms = timeout.as_millis() as u64, "an artifact download not sent within EXECPLANE_INGRESS_DOWNLOAD_TIMEOUT: its connection is closed");
+                    connection.close();
+                }
+            }
+        });
+    }
+    // Dropped with the body, sent whole or not.
+    let sent = sent.drop_guard();
     let row = &row;
     let digest = hex::decode(&row.sha256).unwrap_or_default();
     let headers = [
@@ -872,10 +915,12 @@ pub fn artifact_response(download: super::api::Download) -> Response {
     let chunks = (0..bytes.len())
         .step_by(CHUNK)
         .map(move |at| Ok::<_, Infallible>(bytes.slice(at..(at + CHUNK).min(bytes.len()))));
-    let body =
-        futures_util::stream::unfold((chunks, Some(slot)), |(mut chunks, slot)| async move {
-            chunks.next().map(|chunk| (chunk, (chunks, slot)))
-        });
+    let body = futures_util::stream::unfold(
+        (chunks, Some(slot), sent),
+        |(mut chunks, slot, sent)| async move {
+            chunks.next().map(|chunk| (chunk, (chunks, slot, sent)))
+        },
+    );
     (headers, axum::body::Body::from_stream(body)).into_response()
 }
 
@@ -1012,6 +1057,62 @@ fn event_stream(
 #[cfg(test)]
 mod tests {
     use super::ROUTES;
+
+    /// A client that reads a little and then slowly (never idle long
+    /// enough to be closed for it) is cut off at the download timeout: its
+    /// connection is closed, which drops the body and frees its slot. One
+    /// sent whole in time is not.
+    #[tokio::test]
+    async fn a_download_not_sent_in_time_closes_its_connection() {
+        use futures_util::StreamExt;
+        use std::time::Duration;
+        let downloads = std::sync::Arc::new(tokio::sync::Semaphore::new(1));
+        let limits = super::PeerLimits::new(2, 2);
+        let download = |bytes: usize| {
+            let downloads = downloads.clone();
+            async move {
+                super::super::api::Download {
+                    row: crate::store::ArtifactRow {
+                        artifact_id: uuid::Uuid::nil(),
+                        attempt_id: uuid::Uuid::nil(),
+                        name: "big.log".into(),
+                        media_type: "text/plain".into(),
+                        size: bytes as i64,
+                        sha256: String::new(),
+                        producer: "test".into(),
+                        retention_class: "logs".into(),
+                        storage_key: String::new(),
+                        created_at: chrono::Utc::now(),
+                    },
+                    bytes: vec![b'x'; bytes],
+                    slot: downloads.acquire_owned().await.unwrap(),
+                }
+            }
+        };
+        let timeout = Duration::from_millis(200);
+
+        let slow = limits.acquire("127.0.0.1".parse().unwrap()).unwrap();
+        let response =
+            super::artifact_response(download(1 << 20).await, Some(slow.handle()), timeout);
+        let mut body = response.into_body().into_data_stream();
+        assert!(body.next().await.is_some(), "a first chunk");
+        tokio::time::sleep(timeout * 2).await;
+        assert!(slow.closed().is_cancelled(), "closed at the timeout");
+        // The connection's end drops the body, and the slot with it.
+        assert_eq!(downloads.available_permits(), 0);
+        drop(body);
+        assert_eq!(downloads.available_permits(), 1);
+
+        let quick = limits.acquire("127.0.0.1".parse().unwrap()).unwrap();
+        let response =
+            super::artifact_response(download(1 << 20).await, Some(quick.handle()), timeout);
+        let mut body = response.into_body().into_data_stream();
+        while body.next().await.is_some() {}
+        drop(body);
+        tokio::time::sleep(timeout * 2).await;
+        assert!(!quick.closed().is_cancelled(), "sent whole in time");
+        assert_eq!(downloads.available_permits(), 1);
+    }
 
     #[test]
     fn the_openapi_document_lists_exactly_the_routes() {
