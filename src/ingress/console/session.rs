@@ -4,7 +4,10 @@
 //! key. The principal's roles are read from the live policy on every
 //! request, so a policy reload that removes a principal or changes its key
 //! ends its sessions at once. Sessions expire after [`IDLE`] unused and
-//! [`LIFETIME`] in all; at most [`MAX_SESSIONS`] are held (the oldest go).
+//! [`LIFETIME`] in all; a principal holds at most
+//! [`MAX_SESSIONS_PER_PRINCIPAL`] (its own oldest go), so one that signs
+//! in again and again never ends another's, and at most [`MAX_SESSIONS`]
+//! are held in all (the oldest go).
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -20,6 +23,9 @@ pub const IDLE: Duration = Duration::from_secs(60 * 60);
 pub const LIFETIME: Duration = Duration::from_secs(12 * 60 * 60);
 /// Sessions held at once; signing in past it ends the oldest.
 pub const MAX_SESSIONS: usize = 4096;
+/// Sessions one principal holds at once; its signing in past it ends its
+/// own oldest.
+pub const MAX_SESSIONS_PER_PRINCIPAL: usize = 16;
 /// Failed sign-ins a client address may make per [`FAILURE_WINDOW`].
 pub const MAX_FAILURES: u32 = 10;
 pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
@@ -75,13 +81,21 @@ impl Sessions {
         let now = Instant::now();
         let mut held = self.lock();
         held.sessions.retain(|_, session| !session.expired(now));
-        if held.sessions.len() >= MAX_SESSIONS {
-            if let Some(oldest) = held
+        let own = held
+            .sessions
+            .values()
+            .filter(|session| session.principal == principal)
+            .count();
+        if own >= MAX_SESSIONS_PER_PRINCIPAL || held.sessions.len() >= MAX_SESSIONS {
+            let oldest = held
                 .sessions
                 .iter()
+                .filter(|(_, session)| {
+                    own < MAX_SESSIONS_PER_PRINCIPAL || session.principal == principal
+                })
                 .min_by_key(|(_, session)| session.used)
-                .map(|(digest, _)| *digest)
-            {
+                .map(|(digest, _)| *digest);
+            if let Some(oldest) = oldest {
                 held.sessions.remove(&oldest);
             }
         }
@@ -184,6 +198,20 @@ mod tests {
         assert!(sessions.get(&csrf).is_none());
         sessions.end(&token);
         assert!(sessions.get(&token).is_none());
+    }
+
+    #[test]
+    fn a_principal_signing_in_again_and_again_ends_only_its_own_sessions() {
+        let sessions = Sessions::default();
+        let (alice, _) = sessions.start("alice", [1; 32]);
+        let mallory: Vec<String> = (0..MAX_SESSIONS + 1)
+            .map(|_| sessions.start("mallory", [2; 32]).0)
+            .collect();
+        assert!(sessions.get(&alice).is_some(), "another's session ended");
+        let live = mallory.iter().filter(|token| sessions.get(token).is_some());
+        assert_eq!(live.count(), MAX_SESSIONS_PER_PRINCIPAL);
+        // Its newest are the ones it keeps.
+        assert!(sessions.get(mallory.last().unwrap()).is_some());
     }
 
     #[test]
