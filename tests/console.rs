@@ -480,6 +480,41 @@ async fn the_console_shows_each_principal_its_own_tenants_and_acts_only_with_its
     );
     tokio::time::sleep(Duration::from_millis(500)).await;
     assert_eq!(status_of(&pool, still_id).await, "running");
+
+    // A stream outlives no policy: the viewer follows the attempt, loses
+    // its role in a reload, and is sent nothing more (its stream ends at
+    // the attempt's next event).
+    let mut stream = reqwest::Client::new()
+        .get(ingress.url(&format!("/v1/attempts/{still_id}/events")))
+        .header("authorization", format!("Bearer {VIEWER_A}"))
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let mut seen = String::new();
+    while !seen.contains("event: started") {
+        let chunk = tokio::time::timeout(WAIT, stream.chunk()).await.unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk.unwrap().unwrap()));
+    }
+    std::fs::write(
+        &policy_file,
+        policy().replace("team-a: [viewer]", "team-c: [viewer]"),
+    )
+    .unwrap();
+    let attempt_url = ingress.url(&format!("/v1/attempts/{still_id}"));
+    pipeline
+        .wait("the ingress to reload its policy", WAIT, || async {
+            call(Method::GET, &attempt_url, Some(VIEWER_A), None, &[], None)
+                .await
+                .0
+                == 404
+        })
+        .await;
+    // What was sent before the reload is the viewer's to read.
+    while let Ok(chunk) = tokio::time::timeout(Duration::from_secs(1), stream.chunk()).await {
+        assert!(chunk.unwrap().is_some(), "the attempt has not ended");
+    }
     let started = Instant::now();
     let (status, _) = call(
         Method::POST,
@@ -497,6 +532,20 @@ async fn the_console_shows_each_principal_its_own_tenants_and_acts_only_with_its
         })
         .await;
     eprintln!("cancel to cancelled: {:?}", started.elapsed());
+    let mut after = String::new();
+    loop {
+        let chunk = tokio::time::timeout(WAIT, stream.chunk())
+            .await
+            .expect("the revoked viewer's stream ends");
+        match chunk.unwrap() {
+            Some(bytes) => after.push_str(&String::from_utf8_lossy(&bytes)),
+            None => break,
+        }
+    }
+    assert!(
+        !after.contains("event:"),
+        "sent to a viewer the policy no longer lets read: {after}"
+    );
 }
 
 /// (name, sha256, storage key) of an attempt's artifacts.

@@ -20,7 +20,10 @@ impl Ingress {
                 return Ok(None);
             }
             return if key_matches(presented, &self.config.api_key) {
-                Ok(Some(Principal::shared_key()))
+                use sha2::{Digest, Sha256};
+                Ok(Some(Principal::shared_key(
+                    Sha256::digest(presented).into(),
+                )))
             } else {
                 Err(IngressError::Unauthorized)
             };
@@ -48,9 +51,17 @@ impl Ingress {
             let same = !self.config.api_key.is_empty()
                 && name == crate::policy::principals::SHARED_KEY_PRINCIPAL
                 && bool::from(shared.ct_eq(key_digest));
-            return same.then(Principal::shared_key);
+            return same.then(|| Principal::shared_key(*key_digest));
         }
         principals.named(name, key_digest).cloned()
+    }
+
+    /// Whether `principal` may still read `tenant` under the policy in
+    /// force: a reload that removes it, changes its key or takes its
+    /// roles on the tenant ends what it opened before (a live stream).
+    pub fn still_reads(&self, principal: &Principal, tenant: &str) -> bool {
+        self.principal_of_session(&principal.name, principal.key_digest())
+            .is_some_and(|now| now.may(Role::Viewer, tenant))
     }
 
     /// Whether the execute API and the console can serve anyone.

@@ -472,13 +472,24 @@ async fn live(
         Ok(attempt_id) => attempt_id,
         Err(error) => return error.into_response(),
     };
-    if let Err(error) = ingress
+    let row = match ingress
         .readable_attempt(&signed.principal, attempt_id)
         .await
     {
-        return error.into_response();
-    }
-    super::http::live(ingress, attempt_id, query.after.max(0), pages::live_event)
+        Ok(row) => row,
+        Err(error) => return error.into_response(),
+    };
+    let reader = super::http::Reader {
+        principal: signed.principal,
+        tenant: row["tenant"].as_str().unwrap_or_default().to_owned(),
+    };
+    super::http::live(
+        ingress,
+        reader,
+        attempt_id,
+        query.after.max(0),
+        pages::live_event,
+    )
 }
 
 async fn artifact(

@@ -934,9 +934,8 @@ async fn events(
     headers: HeaderMap,
 ) -> Result<Response, IngressError> {
     let attempt_id = attempt_id(&id)?;
-    ingress
-        .readable_attempt(&who(principal)?, attempt_id)
-        .await?;
+    let principal = who(principal)?;
+    let row = ingress.readable_attempt(&principal, attempt_id).await?;
     let wants_stream = headers
         .get(header::ACCEPT)
         .and_then(|value| value.to_str().ok())
@@ -950,7 +949,11 @@ async fn events(
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.trim().parse::<i64>().ok())
         .unwrap_or(0);
-    Ok(live(ingress, attempt_id, after, api_event))
+    let reader = Reader {
+        principal,
+        tenant: row["tenant"].as_str().unwrap_or_default().to_owned(),
+    };
+    Ok(live(ingress, reader, attempt_id, after, api_event))
 }
 
 /// The execute API's event: `id` = seq, `event` = kind, the event as data.
@@ -967,17 +970,28 @@ fn api_event(event: &crate::contract::AttemptEvent) -> Event {
 /// the console's).
 pub fn live(
     ingress: Arc<Ingress>,
+    reader: Reader,
     attempt_id: Uuid,
     after: i64,
     render: fn(&crate::contract::AttemptEvent) -> Event,
 ) -> Response {
-    Sse::new(event_stream(ingress, attempt_id, after, render))
+    Sse::new(event_stream(ingress, reader, attempt_id, after, render))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
 }
 
+/// Who follows a live stream, and the tenant of its attempt: checked
+/// against the policy in force each time the stream wakes, so a reload
+/// that takes the principal's reading of the tenant away ends the stream
+/// before it sends anything more.
+pub struct Reader {
+    pub principal: Principal,
+    pub tenant: String,
+}
+
 struct StreamState {
     ingress: Arc<Ingress>,
+    reader: Reader,
     attempt_id: Uuid,
     after: i64,
     pending: std::collections::VecDeque<crate::contract::AttemptEvent>,
@@ -990,6 +1004,7 @@ struct StreamState {
 
 fn event_stream(
     ingress: Arc<Ingress>,
+    reader: Reader,
     attempt_id: Uuid,
     after: i64,
     render: fn(&crate::contract::AttemptEvent) -> Event,
@@ -997,6 +1012,7 @@ fn event_stream(
     let watch = ingress.feed.attempt(attempt_id);
     let state = StreamState {
         ingress,
+        reader,
         attempt_id,
         after,
         pending: Default::default(),
@@ -1022,6 +1038,10 @@ fn event_stream(
                 tokio::select! {
                     _ = state.watch.changed(SSE_FALLBACK) => {}
                     _ = state.ingress.shutdown.cancelled() => return None,
+                }
+                let Reader { principal, tenant } = &state.reader;
+                if !state.ingress.still_reads(principal, tenant) {
+                    return None;
                 }
             }
             let first = !state.read;

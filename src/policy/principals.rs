@@ -58,6 +58,9 @@ pub struct Principal {
     roles: BTreeMap<String, BTreeSet<Role>>,
     /// The shared `EXECPLANE_API_KEY`: it stands for no one in particular.
     shared: bool,
+    /// SHA-256 of its key: what it opened (a session, a stream) stays
+    /// open only while the policy in force has it with this key.
+    key_digest: [u8; 32],
 }
 
 /// The name of the shared-key principal (no principals configured).
@@ -66,8 +69,9 @@ pub const SHARED_KEY_PRINCIPAL: &str = "api-key";
 impl Principal {
     /// The shared `EXECPLANE_API_KEY`, when the policy names no principals:
     /// every role on every tenant, as before principals existed.
-    pub fn shared_key() -> Self {
+    pub fn shared_key(key_digest: [u8; 32]) -> Self {
         Self {
+            key_digest,
             name: SHARED_KEY_PRINCIPAL.into(),
             roles: BTreeMap::from([(
                 "*".into(),
@@ -79,6 +83,10 @@ impl Principal {
 
     pub fn is_shared_key(&self) -> bool {
         self.shared
+    }
+
+    pub fn key_digest(&self) -> &[u8; 32] {
+        &self.key_digest
     }
 
     /// Whether it may act as `role` for `tenant`. `viewer` is held by every
@@ -152,6 +160,7 @@ impl Principals {
                     name: name.clone(),
                     roles: entry.roles.clone(),
                     shared: false,
+                    key_digest: digest,
                 },
             ));
         }
