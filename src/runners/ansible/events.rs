@@ -8,6 +8,17 @@ use serde_json::Value;
 
 use crate::contract::ops::{AnsibleEvidence, HostRecap};
 
+/// The most the facts of all hosts may take, as JSON: a result is at most
+/// `contract::limits::MAX_RESULT_BYTES`, and a play that sets fact after
+/// fact must not grow the runner's memory with its stream. The stream's
+/// artifact keeps every one.
+pub const MAX_FACTS_BYTES: usize = 64 * 1024;
+/// The most assertions kept as evidence (each names its line of the
+/// stream's artifact, which keeps every one).
+pub const MAX_EVIDENCE: usize = 1024;
+/// The most characters of an unreachable host's message kept.
+const MAX_MESSAGE_CHARS: usize = 1024;
+
 /// What the stream says so far.
 #[derive(Debug, Default)]
 pub struct Summary {
@@ -28,6 +39,11 @@ pub struct Summary {
     pub evidence: Vec<AnsibleEvidence>,
     /// Lines that were not events (never expected; counted, not fatal).
     pub unreadable: u64,
+    /// What the facts kept take, as JSON.
+    facts_bytes: usize,
+    /// Facts and assertions past [`MAX_FACTS_BYTES`] and [`MAX_EVIDENCE`],
+    /// not kept.
+    pub dropped: u64,
 }
 
 impl Summary {
@@ -65,22 +81,32 @@ impl Summary {
                             .pointer("/result/msg")
                             .and_then(Value::as_str)
                             .unwrap_or("unreachable");
-                        self.unreachable_messages
-                            .insert(host.clone(), message.to_owned());
+                        self.unreachable_messages.insert(
+                            host.clone(),
+                            message.chars().take(MAX_MESSAGE_CHARS).collect(),
+                        );
                     }
                     _ => {}
                 }
                 if let Some(Value::Object(facts)) = event.get("facts") {
-                    if !facts.is_empty() {
-                        let entry = self.facts.entry(host.clone()).or_default();
-                        for (key, value) in facts {
-                            entry.insert(key.clone(), value.clone());
+                    for (key, value) in facts {
+                        // A fact set again is counted again: the bound is
+                        // on what was read, never more than is held.
+                        let size = host.len() + key.len() + value.to_string().len();
+                        if self.facts_bytes + size > MAX_FACTS_BYTES {
+                            self.dropped += 1;
+                            continue;
                         }
+                        self.facts_bytes += size;
+                        let entry = self.facts.entry(host.clone()).or_default();
+                        entry.insert(key.clone(), value.clone());
                     }
                 }
                 let is_assert = matches!(action, "assert" | "ansible.builtin.assert");
                 let decided = matches!(text("event"), "runner_ok" | "runner_failed");
-                if is_assert && decided {
+                if is_assert && decided && self.evidence.len() >= MAX_EVIDENCE {
+                    self.dropped += 1;
+                } else if is_assert && decided {
                     self.evidence.push(AnsibleEvidence {
                         host,
                         task: text("task").to_owned(),
@@ -138,6 +164,7 @@ impl Summary {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     const STREAM: &str = r#"{"event": "playbook_start", "playbook": "site.yml"}
 {"event": "play_start", "play": "web", "hosts": ["all"]}
@@ -167,6 +194,34 @@ mod tests {
         assert_eq!(summary.evidence.len(), 1);
         assert!(summary.evidence[0].passed);
         assert_eq!(summary.evidence[0].event_line, 7);
+    }
+
+    /// A play that sets fact after fact, or asserts again and again, grows
+    /// what the runner holds no further than the bounds.
+    #[test]
+    fn facts_and_evidence_are_held_within_their_bounds() {
+        let mut summary = Summary::default();
+        let big = "x".repeat(1024);
+        for index in 0..10_000 {
+            let fact = json!({"event": "runner_ok", "host": "a", "task": "t", "action": "set_fact",
+                "facts": {format!("fact{index}"): big}});
+            summary.line(&fact.to_string());
+            let assert = json!({"event": "runner_ok", "host": "a", "task": "t",
+                "action": "assert", "facts": {}});
+            summary.line(&assert.to_string());
+        }
+        let held: usize = summary.facts["a"]
+            .iter()
+            .map(|(key, value)| "a".len() + key.len() + value.to_string().len())
+            .sum();
+        assert!(held <= MAX_FACTS_BYTES, "{held}");
+        assert!(
+            held > MAX_FACTS_BYTES - 2048,
+            "{held}: filled up to the bound"
+        );
+        assert_eq!(summary.evidence.len(), MAX_EVIDENCE);
+        let kept = summary.facts["a"].len() as u64 + summary.evidence.len() as u64;
+        assert_eq!(summary.dropped, 20_000 - kept);
     }
 
     #[test]

@@ -404,6 +404,17 @@ impl AnsibleRunner {
         context.progress(described(plan), Some(0));
         let (exit, summary) = self.watch(command, &layout.events, workdir, context).await;
         report.fold(&summary);
+        if summary.dropped > 0 {
+            context.log(
+                crate::codec::LogStream::Stderr,
+                format!(
+                    "{} facts and assertions past the result's bounds ({} bytes of facts, {} assertions) are not in the result; the event stream's artifact has them all\n",
+                    summary.dropped,
+                    super::events::MAX_FACTS_BYTES,
+                    super::events::MAX_EVIDENCE
+                ),
+            );
+        }
         // Its play ran: events were read while it ran, or its exit says so
         // (0, 2: a host failed, 3: one was unreachable).
         let ran =
