@@ -234,6 +234,30 @@ async fn ask(
     }
 }
 
+/// Every broker of the cluster as its metadata advertises it (host,
+/// port): the bootstrap list may name only some. Asked with the metadata
+/// of one topic (`topic`, unprefixed), which lists every broker all the
+/// same: a production cluster's whole metadata is large.
+pub async fn cluster_brokers(
+    kafka: &KafkaConfig,
+    topic: &str,
+) -> Result<Vec<(String, u16)>, KafkaError> {
+    let consumer = kafka.assigned_consumer()?;
+    let topic = kafka.topic(topic);
+    tokio::task::spawn_blocking(move || {
+        let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(10))?;
+        Ok(metadata
+            .brokers()
+            .iter()
+            .filter_map(|broker| {
+                Some((broker.host().to_owned(), u16::try_from(broker.port()).ok()?))
+            })
+            .collect())
+    })
+    .await
+    .map_err(|error| KafkaError::Topology(error.to_string()))?
+}
+
 /// Waits until the brokers answer this client (a metadata request),
 /// backing off from 100 ms to 5 s: `Ok(false)` when `shutdown` fires first.
 /// A broker that refuses the client (its credentials, its TLS) is an

@@ -375,6 +375,24 @@ pub async fn equip(
     config: &Config,
     stop: &CancellationToken,
 ) -> anyhow::Result<crate::runner::RunnerConfig> {
+    use crate::runner::sandbox::{egress::Destination, Network};
+    if let Network::Guarded { deny, .. } = &mut Arc::make_mut(&mut settings.tools).sandbox.network {
+        // Every broker of the cluster, not only those the configuration
+        // names: a tool must reach none of them.
+        let brokers = crate::kafka::cluster_brokers(
+            &assemble::kafka(config),
+            crate::contract::topics::RUNNER_PRESENCE,
+        )
+        .await
+        .map_err(|error| {
+            anyhow::anyhow!("cannot list the cluster's brokers, which the tools' network must keep them off: {error}")
+        })?;
+        deny.extend(
+            brokers
+                .into_iter()
+                .map(|(host, port)| Destination::Endpoint { host, port }),
+        );
+    }
     crate::runner::sandbox::check(&settings.tools)
         .await
         .map_err(anyhow::Error::msg)?;

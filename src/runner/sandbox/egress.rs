@@ -14,8 +14,9 @@
 //! that need no network at all run in an empty network namespace instead
 //! (`ToolCommand::offline`).
 //!
-//! Names are resolved once, at start: a broker that moves to a new
-//! address is guarded again when the runner restarts.
+//! Names are resolved once, at start (with every broker the cluster's
+//! metadata lists then, not only the bootstrap ones): a broker that moves
+//! to a new address, or joins later, is guarded when the runner restarts.
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
