@@ -406,7 +406,7 @@ impl AnsibleRunner {
         report.fold(&summary);
         if summary.dropped > 0 {
             context.log(
-                crate::codec::LogStream::Stderr,
+                crate::runner::LogStream::Stderr,
                 format!(
                     "{} facts and assertions past the result's bounds ({} bytes of facts, {} assertions) are not in the result; the event stream's artifact has them all\n",
                     summary.dropped,
