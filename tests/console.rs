@@ -52,6 +52,8 @@ fn probe(tenant: &str, requested_by: &str, probe: &str, args: Value) -> Value {
     .unwrap();
     spec["tenant"] = json!(tenant);
     spec["requested_by"] = json!(requested_by);
+    // In the tenant's namespace of job ids, as the execute API asks.
+    spec["job_id"] = json!(format!("{tenant}/{}", Uuid::new_v4().simple()));
     spec
 }
 
@@ -169,7 +171,7 @@ async fn the_console_shows_each_principal_its_own_tenants_and_acts_only_with_its
     // No runner yet: a job whose id is markup stays queued, and is
     // cancelled with a reason that is markup too.
     let mut hostile = probe("team-a", "ops-a", "sleep", json!({"seconds": 1}));
-    hostile["job_id"] = json!(MARKUP);
+    hostile["job_id"] = json!(format!("team-a/{MARKUP}"));
     assert_eq!(submit(&ingress, OPERATOR_A, &hostile).await.0, 202);
 
     // The API: each key speaks for its own principal and tenants only.
@@ -193,6 +195,18 @@ async fn the_console_shows_each_principal_its_own_tenants_and_acts_only_with_its
     assert_eq!(status, 403, "requested_by names another principal: {body}");
     let (status, _) = submit(&ingress, common::ingress::API_KEY, &team_b).await;
     assert_eq!(status, 401, "with principals, the shared key opens nothing");
+    // A job id outside the tenant's namespace: team-a's operator cannot
+    // take an id team-b's jobs would use (and have them refused as taken).
+    for taken in [
+        format!("team-b/{}", Uuid::new_v4().simple()),
+        "deploy-1".to_owned(),
+    ] {
+        let mut squatter = probe("team-a", "ops-a", "sleep", json!({}));
+        squatter["job_id"] = json!(taken);
+        let (status, body) = submit(&ingress, OPERATOR_A, &squatter).await;
+        assert_eq!(status, 400, "{taken}: {body}");
+        assert!(body.to_string().contains("team-a/"), "{body}");
+    }
 
     let hostile_id = pipeline
         .wait_status(hostile["job_id"].as_str().unwrap(), "queued", WAIT)
@@ -260,7 +274,11 @@ async fn the_console_shows_each_principal_its_own_tenants_and_acts_only_with_its
         .goto(&ingress.url(&format!("/console/attempts/{hostile_id}")))
         .await;
     assert_eq!(browser.text_of("#status").await, "cancelled");
-    assert_eq!(browser.text_of("#job").await, MARKUP, "the job id, as text");
+    assert_eq!(
+        browser.text_of("#job").await,
+        format!("team-a/{MARKUP}"),
+        "the job id, as text"
+    );
     let message = browser.text_of("#message").await;
     assert!(
         message.contains("by ops-a") && message.contains(MARKUP),

@@ -106,6 +106,19 @@ impl Ingress {
             )));
         }
         speaking_for(principal, "requested_by", Some(&spec.requested_by))?;
+        // Job ids are one namespace (the control plane's identities, one
+        // command each): a principal's are its tenant's, so no tenant
+        // takes an id another's jobs would use and has them refused. The
+        // shared key stands for every tenant already.
+        let namespace = format!("{}/", spec.tenant);
+        if !principal.is_shared_key() && !spec.job_id.starts_with(&namespace) {
+            return Err(IngressError::BadRequest(vec![crate::contract::Problem::new(
+                "job_id",
+                format!(
+                    "a job submitted through the execute API has an id in its tenant's namespace, `{namespace}<id>`: job ids are shared by every tenant, and each tenant's are its own"
+                ),
+            )]));
+        }
         // The same order as intake: the operator's policy, then whether
         // this release runs the operation.
         let refused = self.config.policy.current().check_jobspec(&spec);
