@@ -41,11 +41,50 @@ pub async fn fetch_and_unpack(
 /// the tar reader holds one whole in memory before it hands out the entry.
 pub const MAX_EXTENDED_HEADER: u64 = 64 * 1024;
 
-fn reader(archive: &[u8]) -> Box<dyn Read + '_> {
-    if archive.starts_with(&[0x1f, 0x8b]) {
+/// The most a package's archive may be once inflated: its entries'
+/// bodies and room for their headers, padding and extended headers. A
+/// header's declared size is not all the reader skips (a pax `size`
+/// record overrides it), so the stream itself is bounded too.
+pub const MAX_INFLATED_BYTES: u64 = MAX_UNPACKED_BYTES + 64 * 1024 * 1024;
+
+fn reader(archive: &[u8], limit: u64) -> impl Read + '_ {
+    let inner: Box<dyn Read + '_> = if archive.starts_with(&[0x1f, 0x8b]) {
         Box::new(flate2::read::GzDecoder::new(archive))
     } else {
         Box::new(archive)
+    };
+    Bounded {
+        inner,
+        left: limit,
+        limit,
+    }
+}
+
+/// A stream that fails, naming its bound, past `limit` bytes.
+struct Bounded<R> {
+    inner: R,
+    left: u64,
+    limit: u64,
+}
+
+impl<R: Read> Read for Bounded<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.left == 0 {
+            // One byte more is the proof it goes on.
+            return match self.inner.read(&mut [0])? {
+                0 => Ok(0),
+                _ => Err(std::io::Error::other(format!(
+                    "more than {} bytes once inflated",
+                    self.limit
+                ))),
+            };
+        }
+        let most = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let read = self.inner.read(&mut buf[..most])?;
+        self.left -= read as u64;
+        Ok(read)
     }
 }
 
@@ -56,8 +95,8 @@ fn reader(archive: &[u8]) -> Box<dyn Read + '_> {
 /// bodies (of any kind of entry: a directory's is skipped, but still
 /// inflated) of more than [`MAX_UNPACKED_BYTES`] in all, before it reads
 /// past the header that declares them.
-fn headers_bounded(archive: &[u8]) -> Result<(), String> {
-    let mut tar = tar::Archive::new(reader(archive));
+fn headers_bounded(archive: &[u8], limit: u64) -> Result<(), String> {
+    let mut tar = tar::Archive::new(reader(archive, limit));
     let entries = tar
         .entries()
         .map_err(|error| format!("not a tar archive: {error}"))?
@@ -93,9 +132,14 @@ fn headers_bounded(archive: &[u8]) -> Result<(), String> {
 /// Unpacks `archive` into `root` (created). The problem, naming the entry,
 /// when the package cannot be unpacked as it is.
 fn unpack(archive: &[u8], root: &Path) -> Result<(), String> {
+    unpack_within(archive, root, MAX_INFLATED_BYTES)
+}
+
+/// [`unpack`], with the archive's stream bounded at `limit` bytes.
+fn unpack_within(archive: &[u8], root: &Path, limit: u64) -> Result<(), String> {
     use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-    headers_bounded(archive)?;
-    let mut tar = tar::Archive::new(reader(archive));
+    headers_bounded(archive, limit)?;
+    let mut tar = tar::Archive::new(reader(archive, limit));
     let make_dir = |path: &Path| {
         std::fs::DirBuilder::new()
             .recursive(true)
@@ -255,6 +299,27 @@ mod tests {
                 "{kind:?}: {error}"
             );
         }
+        // A pax `size` record makes the reader skip more than the header
+        // says (the header pass reads headers raw): the stream's own
+        // bound holds it.
+        let mut builder = tar::Builder::new(Vec::new());
+        let pax = b"19 size=2097152000\n";
+        let mut header = tar::Header::new_ustar();
+        header.set_entry_type(E::XHeader);
+        header.set_path("pax").unwrap();
+        header.set_size(pax.len() as u64);
+        header.set_cksum();
+        builder.append(&header, &pax[..]).unwrap();
+        let mut header = tar::Header::new_ustar();
+        header.set_entry_type(E::Directory);
+        header.set_path("dir/").unwrap();
+        header.set_size(0);
+        header.set_cksum();
+        builder.append(&header, &[][..]).unwrap();
+        let mut bomb = builder.into_inner().unwrap();
+        bomb.resize(bomb.len() + 4 * 1024 * 1024, 0);
+        let error = unpack_within(&bomb, &scratch(), 1024 * 1024).unwrap_err();
+        assert!(error.contains("once inflated"), "{error}");
         assert!(unpack(b"not an archive at all, just some bytes that are long enough to read a header from; tar headers are 512 bytes", &scratch()).is_err());
         std::fs::remove_dir_all(root).unwrap();
     }
