@@ -520,6 +520,22 @@ async fn the_console_shows_each_principal_its_own_tenants_and_acts_only_with_its
         policy().replace("team-a: [viewer]", "team-c: [viewer]"),
     )
     .unwrap();
+    // A console stream ends with its session: opened by a session of
+    // team-a's operator, which then signs out.
+    let leaving = Session::sign_in(&ingress, OPERATOR_A).await;
+    let mut console_stream = leaving
+        .client
+        .get(ingress.url(&format!("/console/attempts/{still_id}/live?after=0")))
+        .header("cookie", &leaving.cookie)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(console_stream.status(), 200);
+    let token = leaving.csrf(&ingress).await;
+    let signed_out = leaving
+        .post(&ingress.url("/console/sign-out"), &[("csrf", &token)])
+        .await;
+    assert_eq!(signed_out, 303);
     let attempt_url = ingress.url(&format!("/v1/attempts/{still_id}"));
     pipeline
         .wait("the ingress to reload its policy", WAIT, || async {
@@ -561,6 +577,20 @@ async fn the_console_shows_each_principal_its_own_tenants_and_acts_only_with_its
     assert!(
         !after.contains("event: cancel") && !after.contains("event: finished"),
         "sent to a viewer the policy no longer lets read: {after}"
+    );
+    let mut after = String::new();
+    loop {
+        let chunk = tokio::time::timeout(WAIT, console_stream.chunk())
+            .await
+            .expect("the signed-out session's stream ends");
+        match chunk.unwrap() {
+            Some(bytes) => after.push_str(&String::from_utf8_lossy(&bytes)),
+            None => break,
+        }
+    }
+    assert!(
+        !after.contains("cancel"),
+        "sent to a session that signed out: {after}"
     );
 }
 

@@ -482,6 +482,7 @@ async fn live(
     let reader = super::http::Reader {
         principal: signed.principal,
         tenant: row["tenant"].as_str().unwrap_or_default().to_owned(),
+        session: cookie_token(&headers),
     };
     super::http::live(
         ingress,

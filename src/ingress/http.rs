@@ -952,6 +952,7 @@ async fn events(
     let reader = Reader {
         principal,
         tenant: row["tenant"].as_str().unwrap_or_default().to_owned(),
+        session: None,
     };
     Ok(live(ingress, reader, attempt_id, after, api_event))
 }
@@ -981,12 +982,25 @@ pub fn live(
 }
 
 /// Who follows a live stream, and the tenant of its attempt: checked
-/// against the policy in force each time the stream wakes, so a reload
-/// that takes the principal's reading of the tenant away ends the stream
-/// before it sends anything more.
+/// against the policy in force before each event is sent and each time
+/// the stream wakes, so a reload that takes the principal's reading of
+/// the tenant away (or, for the console, the end of its session) ends
+/// the stream before it sends anything more.
 pub struct Reader {
     pub principal: Principal,
     pub tenant: String,
+    /// The console session the stream was opened in.
+    pub session: Option<String>,
+}
+
+impl Reader {
+    fn may_read(&self, ingress: &Ingress) -> bool {
+        ingress.still_reads(&self.principal, &self.tenant)
+            && self
+                .session
+                .as_ref()
+                .is_none_or(|token| ingress.sessions.is_live(token))
+    }
 }
 
 struct StreamState {
@@ -1022,6 +1036,9 @@ fn event_stream(
     };
     futures_util::stream::unfold(state, move |mut state| async move {
         loop {
+            if !state.reader.may_read(&state.ingress) {
+                return None;
+            }
             if let Some(event) = state.pending.pop_front() {
                 state.after = i64::try_from(event.seq).unwrap_or(i64::MAX);
                 if event.body.is_terminal() {
@@ -1039,8 +1056,7 @@ fn event_stream(
                     _ = state.watch.changed(SSE_FALLBACK) => {}
                     _ = state.ingress.shutdown.cancelled() => return None,
                 }
-                let Reader { principal, tenant } = &state.reader;
-                if !state.ingress.still_reads(principal, tenant) {
+                if !state.reader.may_read(&state.ingress) {
                     return None;
                 }
             }

@@ -126,6 +126,17 @@ impl Sessions {
         Some(session.clone())
     }
 
+    /// Whether the session `token` names is still there and has not
+    /// expired (without marking it used: a stream open on it does not
+    /// keep it alive).
+    pub fn is_live(&self, token: &str) -> bool {
+        let now = Instant::now();
+        self.lock()
+            .sessions
+            .get(&token_digest(token))
+            .is_some_and(|session| !session.expired(now))
+    }
+
     pub fn end(&self, token: &str) {
         self.lock().sessions.remove(&token_digest(token));
     }
