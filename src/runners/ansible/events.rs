@@ -8,16 +8,19 @@ use serde_json::Value;
 
 use crate::contract::ops::{AnsibleEvidence, HostRecap};
 
-/// The most the facts of all hosts may take, as JSON: a result is at most
-/// `contract::limits::MAX_RESULT_BYTES`, and a play that sets fact after
-/// fact must not grow the runner's memory with its stream. The stream's
-/// artifact keeps every one.
-pub const MAX_FACTS_BYTES: usize = 64 * 1024;
-/// The most assertions kept as evidence (each names its line of the
-/// stream's artifact, which keeps every one).
-pub const MAX_EVIDENCE: usize = 1024;
-/// The most characters of an unreachable host's message kept.
-const MAX_MESSAGE_CHARS: usize = 1024;
+/// The most the facts and evidence of all hosts may take together, as
+/// JSON: a result is at most `contract::limits::MAX_RESULT_BYTES`, and a
+/// play that sets fact after fact, or asserts again and again, must not
+/// grow the runner's memory with its stream. The stream's artifact keeps
+/// every one.
+pub const MAX_KEPT_BYTES: usize = 128 * 1024;
+/// The most characters of an unreachable host's message, or of a
+/// host's or task's name in the evidence, kept.
+const MAX_TEXT_CHARS: usize = 1024;
+
+fn cut(text: &str) -> String {
+    text.chars().take(MAX_TEXT_CHARS).collect()
+}
 
 /// What the stream says so far.
 #[derive(Debug, Default)]
@@ -39,10 +42,10 @@ pub struct Summary {
     pub evidence: Vec<AnsibleEvidence>,
     /// Lines that were not events (never expected; counted, not fatal).
     pub unreadable: u64,
-    /// What the facts kept take, as JSON.
-    facts_bytes: usize,
-    /// Facts and assertions past [`MAX_FACTS_BYTES`] and [`MAX_EVIDENCE`],
-    /// not kept.
+    /// What the facts and evidence kept take, as JSON.
+    kept_bytes: usize,
+    /// Facts and assertions past [`MAX_KEPT_BYTES`], not kept (a fact
+    /// set again past it is dropped, not left at its older value).
     pub dropped: u64,
 }
 
@@ -81,38 +84,32 @@ impl Summary {
                             .pointer("/result/msg")
                             .and_then(Value::as_str)
                             .unwrap_or("unreachable");
-                        self.unreachable_messages.insert(
-                            host.clone(),
-                            message.chars().take(MAX_MESSAGE_CHARS).collect(),
-                        );
+                        self.unreachable_messages.insert(host.clone(), cut(message));
                     }
                     _ => {}
                 }
                 if let Some(Value::Object(facts)) = event.get("facts") {
                     for (key, value) in facts {
-                        // A fact set again is counted again: the bound is
-                        // on what was read, never more than is held.
-                        let size = host.len() + key.len() + value.to_string().len();
-                        if self.facts_bytes + size > MAX_FACTS_BYTES {
-                            self.dropped += 1;
-                            continue;
-                        }
-                        self.facts_bytes += size;
-                        let entry = self.facts.entry(host.clone()).or_default();
-                        entry.insert(key.clone(), value.clone());
+                        self.keep_fact(&host, key, value);
                     }
                 }
                 let is_assert = matches!(action, "assert" | "ansible.builtin.assert");
                 let decided = matches!(text("event"), "runner_ok" | "runner_failed");
-                if is_assert && decided && self.evidence.len() >= MAX_EVIDENCE {
-                    self.dropped += 1;
-                } else if is_assert && decided {
-                    self.evidence.push(AnsibleEvidence {
-                        host,
-                        task: text("task").to_owned(),
+                if is_assert && decided {
+                    let evidence = AnsibleEvidence {
+                        host: cut(&host),
+                        task: cut(text("task")),
                         passed: text("event") == "runner_ok",
                         event_line: self.lines,
-                    });
+                    };
+                    // Its JSON: the names and about 50 bytes of keys and values.
+                    let size = evidence.host.len() + evidence.task.len() + 64;
+                    if self.kept_bytes + size > MAX_KEPT_BYTES {
+                        self.dropped += 1;
+                    } else {
+                        self.kept_bytes += size;
+                        self.evidence.push(evidence);
+                    }
                 }
             }
             "stats" => {
@@ -123,6 +120,32 @@ impl Summary {
             _ => {}
         }
         false
+    }
+
+    /// Keeps `host`'s fact `key` at `value` within [`MAX_KEPT_BYTES`]
+    /// (a value set again is charged what it grew by); one past it is
+    /// dropped, with any older value it had.
+    fn keep_fact(&mut self, host: &str, key: &str, value: &Value) {
+        let size = |value: &Value| host.len() + key.len() + value.to_string().len();
+        let held = self.facts.get(host).and_then(|facts| facts.get(key));
+        let before = held.map_or(0, size);
+        let after = size(value);
+        let kept = self.kept_bytes - before;
+        if kept + after > MAX_KEPT_BYTES {
+            self.dropped += 1;
+            if held.is_some() {
+                self.kept_bytes = kept;
+                if let Some(facts) = self.facts.get_mut(host) {
+                    facts.remove(key);
+                }
+            }
+            return;
+        }
+        self.kept_bytes = kept + after;
+        self.facts
+            .entry(host.to_owned())
+            .or_default()
+            .insert(key.to_owned(), value.clone());
     }
 
     /// The recap: the stream's own, else what its results said.
@@ -213,15 +236,40 @@ mod tests {
         let held: usize = summary.facts["a"]
             .iter()
             .map(|(key, value)| "a".len() + key.len() + value.to_string().len())
-            .sum();
-        assert!(held <= MAX_FACTS_BYTES, "{held}");
+            .sum::<usize>()
+            + summary.evidence.len() * ("a".len() + "t".len() + 64);
+        assert!(held <= MAX_KEPT_BYTES, "{held}");
         assert!(
-            held > MAX_FACTS_BYTES - 2048,
+            held > MAX_KEPT_BYTES - 2048,
             "{held}: filled up to the bound"
         );
-        assert_eq!(summary.evidence.len(), MAX_EVIDENCE);
         let kept = summary.facts["a"].len() as u64 + summary.evidence.len() as u64;
         assert_eq!(summary.dropped, 20_000 - kept);
+        let result = json!({"facts": summary.facts, "evidence": summary.evidence});
+        assert!(result.to_string().len() < crate::contract::limits::MAX_RESULT_BYTES);
+    }
+
+    /// A fact set again is charged what it grew by; one that no longer
+    /// fits is dropped, never left at an older value.
+    #[test]
+    fn a_fact_set_again_is_kept_at_its_last_value_or_not_at_all() {
+        let mut summary = Summary::default();
+        let set = |summary: &mut Summary, value: Value| {
+            let line = json!({"event": "runner_ok", "host": "a", "task": "t",
+                "action": "set_fact", "facts": {"counter": value}});
+            summary.line(&line.to_string());
+        };
+        for round in 0..100_000 {
+            set(&mut summary, json!(round));
+        }
+        assert_eq!(summary.facts["a"]["counter"], 99_999);
+        assert_eq!(summary.dropped, 0);
+        set(&mut summary, json!("x".repeat(MAX_KEPT_BYTES)));
+        assert!(
+            !summary.facts["a"].contains_key("counter"),
+            "not the older value"
+        );
+        assert_eq!(summary.dropped, 1);
     }
 
     #[test]

@@ -408,10 +408,9 @@ impl AnsibleRunner {
             context.log(
                 crate::runner::LogStream::Stderr,
                 format!(
-                    "{} facts and assertions past the result's bounds ({} bytes of facts, {} assertions) are not in the result; the event stream's artifact has them all\n",
+                    "{} facts and assertions past the result's bound ({} bytes of them) are not in the result; the event stream's artifact has them all\n",
                     summary.dropped,
-                    super::events::MAX_FACTS_BYTES,
-                    super::events::MAX_EVIDENCE
+                    super::events::MAX_KEPT_BYTES
                 ),
             );
         }
