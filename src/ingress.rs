@@ -376,6 +376,8 @@ pub struct Ingress {
     pub uploads: tokio::sync::Semaphore,
     /// Artifact downloads held in memory at once.
     pub downloads: Arc<tokio::sync::Semaphore>,
+    /// Each tenant's share of them.
+    pub tenant_downloads: Arc<api::TenantDownloads>,
     /// Console sign-in sessions.
     pub sessions: console::session::Sessions,
     /// The console overview's DLQ count and when it was taken.
@@ -415,6 +417,7 @@ impl Ingress {
             storage,
             uploads: tokio::sync::Semaphore::new(MAX_CONCURRENT_UPLOADS),
             downloads: Arc::new(tokio::sync::Semaphore::new(api::MAX_CONCURRENT_DOWNLOADS)),
+            tenant_downloads: Arc::default(),
             sessions: console::session::Sessions::default(),
             dlq_count: tokio::sync::Mutex::default(),
             http_client,

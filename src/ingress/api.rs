@@ -377,6 +377,53 @@ impl From<&crate::store::ArtifactRow> for ArtifactView {
 pub const MAX_CONCURRENT_DOWNLOADS: usize = 4;
 /// How long a download waits for a slot before it is answered 503.
 const DOWNLOAD_SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+/// The download slots one tenant's artifacts may hold at once: its slow
+/// readers leave the other tenants the rest.
+pub const MAX_DOWNLOADS_PER_TENANT: usize = 2;
+
+/// How many download slots each tenant's artifacts hold.
+#[derive(Default)]
+pub struct TenantDownloads(std::sync::Mutex<std::collections::HashMap<String, usize>>);
+
+impl TenantDownloads {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, usize>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// One more of `tenant`'s, unless it holds its share already.
+    pub fn take(self: &std::sync::Arc<Self>, tenant: &str) -> Option<TenantSlot> {
+        let mut held = self.lock();
+        let count = held.entry(tenant.to_owned()).or_default();
+        if *count >= MAX_DOWNLOADS_PER_TENANT {
+            return None;
+        }
+        *count += 1;
+        Some(TenantSlot {
+            tenant: tenant.to_owned(),
+            held: self.clone(),
+        })
+    }
+}
+
+/// One of a tenant's download slots, given back when dropped.
+pub struct TenantSlot {
+    tenant: String,
+    held: std::sync::Arc<TenantDownloads>,
+}
+
+impl Drop for TenantSlot {
+    fn drop(&mut self) {
+        let mut held = self.held.lock();
+        if let Some(count) = held.get_mut(&self.tenant) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                held.remove(&self.tenant);
+            }
+        }
+    }
+}
 
 impl Ingress {
     /// An attempt's artifacts, if `principal` may read its tenant.
@@ -400,12 +447,20 @@ impl Ingress {
         name: &str,
     ) -> Result<Download, IngressError> {
         use crate::artifacts::ArtifactStorage;
+        let attempt = self.readable_attempt(principal, attempt_id).await?;
         let row = self
-            .artifacts(principal, attempt_id)
+            .store
+            .artifacts_of(attempt_id)
             .await?
             .into_iter()
             .find(|row| row.name == name)
             .ok_or_else(|| IngressError::NotFound(format!("artifact `{name}`")))?;
+        let tenant = attempt["tenant"].as_str().unwrap_or_default();
+        let tenant_slot = self.tenant_downloads.take(tenant).ok_or_else(|| {
+            IngressError::Unavailable(format!(
+                "{MAX_DOWNLOADS_PER_TENANT} downloads of this tenant's artifacts are being sent; retry"
+            ))
+        })?;
         let slot = tokio::time::timeout(DOWNLOAD_SLOT_WAIT, self.downloads.clone().acquire_owned())
             .await
             .ok()
@@ -424,7 +479,11 @@ impl Ingress {
                 row.sha256
             )));
         }
-        Ok(Download { row, bytes, slot })
+        Ok(Download {
+            row,
+            bytes,
+            slot: (slot, tenant_slot),
+        })
     }
 }
 
@@ -433,5 +492,27 @@ impl Ingress {
 pub struct Download {
     pub row: crate::store::ArtifactRow,
     pub bytes: Vec<u8>,
-    pub slot: tokio::sync::OwnedSemaphorePermit,
+    /// The ingress's slot and the tenant's.
+    pub slot: (tokio::sync::OwnedSemaphorePermit, TenantSlot),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One tenant holds at most its share of the download slots; the
+    /// others keep theirs, and a slot given back is the tenant's again.
+    #[test]
+    fn a_tenant_holds_its_share_of_the_downloads_and_no_more() {
+        let held = std::sync::Arc::new(TenantDownloads::default());
+        let first: Vec<TenantSlot> = (0..MAX_DOWNLOADS_PER_TENANT)
+            .map(|_| held.take("team-a").unwrap())
+            .collect();
+        assert!(held.take("team-a").is_none());
+        let other = held.take("team-b").unwrap();
+        drop(first);
+        assert!(held.take("team-a").is_some());
+        drop(other);
+        assert!(held.lock().is_empty(), "nothing left counted");
+    }
 }

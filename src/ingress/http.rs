@@ -1103,9 +1103,11 @@ mod tests {
         use futures_util::StreamExt;
         use std::time::Duration;
         let downloads = std::sync::Arc::new(tokio::sync::Semaphore::new(1));
+        let tenants = std::sync::Arc::new(super::super::api::TenantDownloads::default());
         let limits = super::PeerLimits::new(2, 2);
         let download = |bytes: usize| {
             let downloads = downloads.clone();
+            let tenant = tenants.take("team-a").unwrap();
             async move {
                 super::super::api::Download {
                     row: crate::store::ArtifactRow {
@@ -1121,7 +1123,7 @@ mod tests {
                         created_at: chrono::Utc::now(),
                     },
                     bytes: vec![b'x'; bytes],
-                    slot: downloads.acquire_owned().await.unwrap(),
+                    slot: (downloads.acquire_owned().await.unwrap(), tenant),
                 }
             }
         };
