@@ -207,6 +207,12 @@ async fn the_console_shows_each_principal_its_own_tenants_and_acts_only_with_its
         assert_eq!(status, 400, "{taken}: {body}");
         assert!(body.to_string().contains("team-a/"), "{body}");
     }
+    // Nor a command id another tenant could work out (a name-based one).
+    let mut predictable = probe("team-a", "ops-a", "sleep", json!({}));
+    predictable["command_id"] = json!(Uuid::new_v5(&Uuid::NAMESPACE_URL, b"deploy-1").to_string());
+    let (status, body) = submit(&ingress, OPERATOR_A, &predictable).await;
+    assert_eq!(status, 400, "{body}");
+    assert!(body.to_string().contains("command_id"), "{body}");
 
     let hostile_id = pipeline
         .wait_status(hostile["job_id"].as_str().unwrap(), "queued", WAIT)

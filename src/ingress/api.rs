@@ -110,14 +110,27 @@ impl Ingress {
         // command each): a principal's are its tenant's, so no tenant
         // takes an id another's jobs would use and has them refused. The
         // shared key stands for every tenant already.
+        // Command ids are one namespace too, and cannot be given a
+        // tenant's prefix: a principal's is random (version 4), so no
+        // other tenant can predict it and take it first.
         let namespace = format!("{}/", spec.tenant);
+        let mut problems = Vec::new();
         if !principal.is_shared_key() && !spec.job_id.starts_with(&namespace) {
-            return Err(IngressError::BadRequest(vec![crate::contract::Problem::new(
+            problems.push(crate::contract::Problem::new(
                 "job_id",
                 format!(
                     "a job submitted through the execute API has an id in its tenant's namespace, `{namespace}<id>`: job ids are shared by every tenant, and each tenant's are its own"
                 ),
-            )]));
+            ));
+        }
+        if !principal.is_shared_key() && spec.command_id.get_version_num() != 4 {
+            problems.push(crate::contract::Problem::new(
+                "command_id",
+                "a command submitted through the execute API has a random (version 4) UUID: command ids are shared by every tenant, and one another tenant could work out could be taken first",
+            ));
+        }
+        if !problems.is_empty() {
+            return Err(IngressError::BadRequest(problems));
         }
         // The same order as intake: the operator's policy, then whether
         // this release runs the operation.
