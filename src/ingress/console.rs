@@ -425,7 +425,8 @@ async fn attempt(
             .await?;
         let events = ingress.events_after(attempt_id, 0).await?;
         let artifacts = ingress.store.artifacts_of(attempt_id).await?;
-        let logs = ingress.log_previews(&artifacts).await;
+        let tenant = row["tenant"].as_str().unwrap_or_default();
+        let logs = ingress.log_previews(tenant, &artifacts).await;
         let chain = ingress.store.verify_chain(Some(attempt_id)).await?;
         let job_id = row["job_id"].as_str().unwrap_or_default();
         let spec = ingress
@@ -679,7 +680,11 @@ impl Ingress {
     /// The first [`LOG_PREVIEW_BYTES`] of each log artifact (as stored,
     /// so masked as stored), by name; one that cannot be read or fails its
     /// digest is left out (its download link says why).
-    async fn log_previews(&self, artifacts: &[crate::store::ArtifactRow]) -> Vec<(String, String)> {
+    async fn log_previews(
+        &self,
+        tenant: &str,
+        artifacts: &[crate::store::ArtifactRow],
+    ) -> Vec<(String, String)> {
         use crate::artifacts::ArtifactStorage;
         let mut previews = Vec::new();
         for row in artifacts.iter().filter(|row| row.name.ends_with(".log")) {
@@ -690,7 +695,11 @@ impl Ingress {
                 ));
                 continue;
             }
-            // Read whole to check its digest: one of the downloads' slots.
+            // Read whole to check its digest: one of the downloads' slots,
+            // within the tenant's share of them.
+            let Some(_tenant_slot) = self.tenant_downloads.take(tenant) else {
+                continue;
+            };
             let Ok(Ok(_slot)) =
                 tokio::time::timeout(Duration::from_secs(5), self.downloads.acquire()).await
             else {

@@ -347,7 +347,10 @@ impl Ingress {
 
     /// Leases of the instance not started yet, within the executor's grant.
     /// A lease outside it (placement does not know the catalog's tenant
-    /// limits) is never handed out; the attempt's timers recover it.
+    /// limits) is never handed out; the attempt's timers recover it. The
+    /// grant is read again at each wake of a long poll: a catalog change
+    /// (an executor disabled, a tenant taken from it) holds from the next
+    /// work handed out, not the next poll.
     async fn wait_for_work(
         &self,
         request: &PollRequest,
@@ -356,7 +359,16 @@ impl Ingress {
         let wait = Duration::from_millis(request.wait_ms.min(MAX_POLL_WAIT_MS));
         let deadline = Instant::now() + wait;
         let mut watch = self.feed.instance(&request.instance_id);
+        let mut grant = std::borrow::Cow::Borrowed(grant);
+        let mut woken = false;
         loop {
+            if std::mem::replace(&mut woken, true) {
+                match self.store.executor_grant(&grant.executor_id).await? {
+                    Some(now) if now.enabled => grant = std::borrow::Cow::Owned(now),
+                    // Refused, and audited, at its next poll.
+                    _ => return Ok(PollReply { work: Vec::new() }),
+                }
+            }
             let leased = self.store.leased_work(&request.instance_id).await?;
             let now = Instant::now();
             let mut work = Vec::new();

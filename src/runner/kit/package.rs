@@ -11,6 +11,12 @@ use std::path::{Component, Path, PathBuf};
 pub const MAX_ENTRIES: usize = 10_000;
 /// The most bytes its files may hold together, unpacked.
 pub const MAX_UNPACKED_BYTES: u64 = 256 * 1024 * 1024;
+/// The longest path of an entry, and the most directories deep: every
+/// directory a package makes is an inode of the attempt's tmpfs, which
+/// its size limit does not count, so those are bounded too (at most
+/// [`MAX_ENTRIES`] directories in all).
+pub const MAX_PATH_BYTES: usize = 1024;
+pub const MAX_DEPTH: usize = 32;
 
 /// Fetches the package `reference` from the attempt's artifact storage
 /// (checked against its digest, held in memory, never written whole) and
@@ -29,12 +35,17 @@ pub async fn fetch_and_unpack(
         .fetch_approved(reference)
         .await
         .map_err(|error| Failure::new(error.category(), format!("inputs.package: {error}")))?;
-    unpack(&archive, root).map_err(|problem| {
-        Failure::new(
-            FailureCategory::Contract,
-            format!("inputs.package: {problem}"),
-        )
-    })
+    // Seconds of inflating and writing: off the runtime's threads.
+    let target = root.to_owned();
+    tokio::task::spawn_blocking(move || unpack(&archive, &target))
+        .await
+        .map_err(|error| Failure::infrastructure(format!("unpacking the package: {error}")))?
+        .map_err(|problem| {
+            Failure::new(
+                FailureCategory::Contract,
+                format!("inputs.package: {problem}"),
+            )
+        })
 }
 
 /// The largest GNU long name or link, or pax extended header, of an entry:
@@ -103,7 +114,7 @@ fn headers_bounded(archive: &[u8], limit: u64) -> Result<(), String> {
         .raw(true);
     let mut declared = 0_u64;
     for (index, entry) in entries.enumerate() {
-        let entry = entry.map_err(|error| format!("a damaged entry: {error}"))?;
+        let mut entry = entry.map_err(|error| format!("a damaged entry: {error}"))?;
         declared = declared.saturating_add(entry.size());
         if declared > MAX_UNPACKED_BYTES {
             return Err(format!(
@@ -124,6 +135,24 @@ fn headers_bounded(archive: &[u8], limit: u64) -> Result<(), String> {
                 "entry {index}: an extended header (long name or pax) of {} bytes; at most {MAX_EXTENDED_HEADER}",
                 entry.size()
             ));
+        }
+        // A pax `size` overrides the next header's when the archive is
+        // unpacked, but not here, where headers are read raw: the two
+        // passes would read two archives. An entry's own header says it
+        // (pax writes one only past 8 GiB, far past a package's bound).
+        if let Some(extensions) = entry
+            .pax_extensions()
+            .map_err(|error| format!("entry {index}: a damaged pax header: {error}"))?
+        {
+            for extension in extensions {
+                let extension = extension
+                    .map_err(|error| format!("entry {index}: a damaged pax header: {error}"))?;
+                if extension.key_bytes() == b"size" {
+                    return Err(format!(
+                        "entry {index}: a pax `size` record; an entry of a package gives its size in its own header"
+                    ));
+                }
+            }
         }
     }
     Ok(())
@@ -150,6 +179,18 @@ fn unpack_within(archive: &[u8], root: &Path, limit: u64) -> Result<(), String> 
     make_dir(root)?;
     let mut entries = 0;
     let mut total = 0_u64;
+    let mut directories = std::collections::HashSet::new();
+    let mut made = |dir: &Path| -> Result<(), String> {
+        for ancestor in dir.ancestors().filter(|path| !path.as_os_str().is_empty()) {
+            if !directories.insert(ancestor.to_owned()) {
+                break;
+            }
+        }
+        if directories.len() > MAX_ENTRIES {
+            return Err(format!("more than {MAX_ENTRIES} directories"));
+        }
+        Ok(())
+    };
     for entry in tar
         .entries()
         .map_err(|error| format!("not a tar archive: {error}"))?
@@ -169,6 +210,13 @@ fn unpack_within(archive: &[u8], root: &Path, limit: u64) -> Result<(), String> 
                 "`{shown}`: an absolute path or one with `..`; a package holds only relative paths"
             ));
         };
+        if relative.as_os_str().len() > MAX_PATH_BYTES || relative.components().count() > MAX_DEPTH
+        {
+            return Err(format!(
+                "`{}`: longer than {MAX_PATH_BYTES} bytes or deeper than {MAX_DEPTH} directories",
+                shown.chars().take(200).collect::<String>()
+            ));
+        }
         let kind = entry.header().entry_type();
         // Metadata of the archive itself (`git archive` writes a pax
         // global header), not entries.
@@ -180,6 +228,7 @@ fn unpack_within(archive: &[u8], root: &Path, limit: u64) -> Result<(), String> 
         }
         let path = root.join(&relative);
         if kind.is_dir() {
+            made(&relative)?;
             make_dir(&path)?;
             continue;
         }
@@ -192,8 +241,9 @@ fn unpack_within(archive: &[u8], root: &Path, limit: u64) -> Result<(), String> 
         if total > MAX_UNPACKED_BYTES {
             return Err(format!("more than {MAX_UNPACKED_BYTES} bytes unpacked"));
         }
-        if let Some(parent) = path.parent() {
-            make_dir(parent)?;
+        if let Some(parent) = relative.parent() {
+            made(parent)?;
+            make_dir(&root.join(parent))?;
         }
         let executable = entry.header().mode().unwrap_or(0) & 0o111 != 0;
         let mut file = std::fs::OpenOptions::new()
@@ -299,9 +349,8 @@ mod tests {
                 "{kind:?}: {error}"
             );
         }
-        // A pax `size` record makes the reader skip more than the header
-        // says (the header pass reads headers raw): the stream's own
-        // bound holds it.
+        // A pax `size` record would make the unpacking pass skip more
+        // than the header pass (which reads headers raw) saw: refused.
         let mut builder = tar::Builder::new(Vec::new());
         let pax = b"19 size=2097152000\n";
         let mut header = tar::Header::new_ustar();
@@ -318,9 +367,39 @@ mod tests {
         builder.append(&header, &[][..]).unwrap();
         let mut bomb = builder.into_inner().unwrap();
         bomb.resize(bomb.len() + 4 * 1024 * 1024, 0);
-        let error = unpack_within(&bomb, &scratch(), 1024 * 1024).unwrap_err();
+        let error = unpack(&bomb, &scratch()).unwrap_err();
+        assert!(error.contains("pax `size`"), "{error}");
+        // And the stream is bounded as it inflates, whatever is skipped.
+        let body = vec![0_u8; 2 * 1024 * 1024];
+        let skipped = archive(&[
+            ("dir/", E::Directory, &body),
+            ("a.yml", E::Regular, b"[]\n"),
+        ]);
+        let error = unpack_within(&skipped, &scratch(), 1024 * 1024).unwrap_err();
         assert!(error.contains("once inflated"), "{error}");
         assert!(unpack(b"not an archive at all, just some bytes that are long enough to read a header from; tar headers are 512 bytes", &scratch()).is_err());
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    /// Every directory is an inode the tmpfs's size does not count: a
+    /// path's depth and the directories all paths make are bounded.
+    #[test]
+    fn paths_are_held_to_a_depth_and_directories_to_a_count() {
+        use tar::EntryType as E;
+        let deep = format!("{}f.yml", "d/".repeat(MAX_DEPTH));
+        let error = unpack(&archive(&[(&deep, E::Regular, b"[]\n")]), &scratch()).unwrap_err();
+        assert!(error.contains("deeper than"), "{error}");
+        // 400 files, each at the end of its own chain of 30 directories.
+        let chains: Vec<String> = (0..400)
+            .map(|index| format!("c{index}/{}f.yml", "d/".repeat(29)))
+            .collect();
+        let entries: Vec<(&str, E, &[u8])> = chains
+            .iter()
+            .map(|path| (path.as_str(), E::Regular, &b"[]\n"[..]))
+            .collect();
+        let root = scratch();
+        let error = unpack(&archive(&entries), &root).unwrap_err();
+        assert!(error.contains("directories"), "{error}");
         std::fs::remove_dir_all(root).unwrap();
     }
 

@@ -22,6 +22,11 @@ fn cut(text: &str) -> String {
     text.chars().take(MAX_TEXT_CHARS).collect()
 }
 
+/// The length of `text` as a JSON string.
+fn json_len(text: &str) -> usize {
+    Value::from(text).to_string().len()
+}
+
 /// What the stream says so far.
 #[derive(Debug, Default)]
 pub struct Summary {
@@ -103,7 +108,7 @@ impl Summary {
                         event_line: self.lines,
                     };
                     // Its JSON: the names and about 50 bytes of keys and values.
-                    let size = evidence.host.len() + evidence.task.len() + 64;
+                    let size = json_len(&evidence.host) + json_len(&evidence.task) + 64;
                     if self.kept_bytes + size > MAX_KEPT_BYTES {
                         self.dropped += 1;
                     } else {
@@ -126,7 +131,8 @@ impl Summary {
     /// (a value set again is charged what it grew by); one past it is
     /// dropped, with any older value it had.
     fn keep_fact(&mut self, host: &str, key: &str, value: &Value) {
-        let size = |value: &Value| host.len() + key.len() + value.to_string().len();
+        // As JSON writes them: a control character takes six bytes.
+        let size = |value: &Value| json_len(host) + json_len(key) + value.to_string().len();
         let held = self.facts.get(host).and_then(|facts| facts.get(key));
         let before = held.map_or(0, size);
         let after = size(value);
@@ -235,9 +241,9 @@ mod tests {
         }
         let held: usize = summary.facts["a"]
             .iter()
-            .map(|(key, value)| "a".len() + key.len() + value.to_string().len())
+            .map(|(key, value)| json_len("a") + json_len(key) + value.to_string().len())
             .sum::<usize>()
-            + summary.evidence.len() * ("a".len() + "t".len() + 64);
+            + summary.evidence.len() * (json_len("a") + json_len("t") + 64);
         assert!(held <= MAX_KEPT_BYTES, "{held}");
         assert!(
             held > MAX_KEPT_BYTES - 2048,

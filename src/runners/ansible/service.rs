@@ -439,6 +439,7 @@ impl AnsibleRunner {
                     .push(format!("host `{host}` is unreachable: {message}"));
             }
         }
+        report.fit(context);
         let value = serde_json::to_value(&report).unwrap_or(Value::Null);
         if let Some(cause) = exit.stopped {
             return Ok(match cause {
@@ -687,6 +688,46 @@ impl AnsibleResult {
         self.unreachable_hosts = unreachable;
         self.facts = summary.facts.clone();
         self.evidence = summary.evidence.clone();
+    }
+
+    /// Within the report's bound (`contract::limits::MAX_RESULT_BYTES`),
+    /// past which the whole result would be dropped: what the event
+    /// stream's artifact holds too goes first (the facts, then the
+    /// evidence), then the inventory's listing. The attempt's log says
+    /// what went.
+    fn fit(&mut self, context: &ExecutionContext) {
+        // Room for what masking may add.
+        let dropped = self.fit_within(crate::contract::limits::MAX_RESULT_BYTES - 16 * 1024);
+        if !dropped.is_empty() {
+            context.log(
+                crate::runner::LogStream::Stderr,
+                format!(
+                    "the result's {} left out to keep it within {} bytes; the event stream's artifact has them\n",
+                    dropped.join(", "),
+                    crate::contract::limits::MAX_RESULT_BYTES
+                ),
+            );
+        }
+    }
+
+    /// [`fit`](Self::fit) to `bound` bytes of JSON: what it left out.
+    fn fit_within(&mut self, bound: usize) -> Vec<&'static str> {
+        let over =
+            |result: &Self| serde_json::to_string(result).map_or(0, |text| text.len()) > bound;
+        let mut dropped = Vec::new();
+        if over(self) && !self.facts.is_empty() {
+            self.facts.clear();
+            dropped.push("facts");
+        }
+        if over(self) && !self.evidence.is_empty() {
+            self.evidence.clear();
+            dropped.push("evidence");
+        }
+        if over(self) && self.inventory.is_some() {
+            self.inventory = None;
+            dropped.push("inventory");
+        }
+        dropped
     }
 }
 
@@ -1404,6 +1445,42 @@ fn one_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A result past the report's bound loses what the event stream's
+    /// artifact keeps, facts first, and nothing more than it must.
+    #[test]
+    fn a_result_is_fitted_to_its_bound_facts_first() {
+        let mut result = AnsibleResult {
+            operation: "ansible.playbook.run".into(),
+            package: None,
+            playbook: None,
+            role: None,
+            check_mode: false,
+            exit_code: Some(0),
+            recap: BTreeMap::new(),
+            changed_hosts: Vec::new(),
+            failed_hosts: Vec::new(),
+            unreachable_hosts: Vec::new(),
+            facts: BTreeMap::from([(
+                "a".to_owned(),
+                BTreeMap::from([("big".to_owned(), json!("x".repeat(10_000)))]),
+            )]),
+            evidence: vec![crate::contract::ops::AnsibleEvidence {
+                host: "a".into(),
+                task: "t".into(),
+                passed: true,
+                event_line: 1,
+            }],
+            events_artifact: None,
+            tasks: 1,
+            inventory: None,
+            problems: Vec::new(),
+        };
+        assert!(result.clone().fit_within(100_000).is_empty());
+        assert_eq!(result.fit_within(5_000), vec!["facts"]);
+        assert!(result.facts.is_empty() && result.evidence.len() == 1);
+        assert_eq!(result.fit_within(10), vec!["evidence"]);
+    }
 
     fn target(id: &str, port: &str) -> Host {
         Host {
