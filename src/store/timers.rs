@@ -187,16 +187,18 @@ impl Store {
 impl Store {
     /// How many attempts that have not ended are in each such status, zero
     /// included, of `tenants` (`None`: every tenant; the attempts gauge,
-    /// the console's overview). It reads the `attempts_live` index
-    /// (migration 0020): the cost is the work in flight, however many
-    /// attempts have ended.
+    /// the console's overview). An attempt that has not ended has a
+    /// deadline armed, and one that has ended has none (migration 0025),
+    /// so this reads the `attempts_next_deadline` index: the cost is the
+    /// work in flight, however many attempts have ended.
     pub async fn live_attempts_by_status(
         &self,
         tenants: Option<&[String]>,
     ) -> Result<Vec<(String, i64)>, StoreError> {
         let counted: Vec<(String, i64)> = sqlx::query_as(
             "SELECT status, count(*) FROM attempts \
-             WHERE status IN ('queued', 'leased', 'running', 'cancel_requested') \
+             WHERE next_deadline IS NOT NULL \
+               AND status IN ('queued', 'leased', 'running', 'cancel_requested') \
                AND ($1::text[] IS NULL OR tenant = ANY($1)) GROUP BY status",
         )
         .bind(tenants)
