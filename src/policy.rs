@@ -27,9 +27,11 @@
 //! deny list (link-local and cloud metadata addresses) is always kept.
 //! Loopback and private networks ([`PRIVATE_NETWORKS`]: where the
 //! platform's own services and the host's listeners live) are refused
-//! unless `allow_private` lists them, or an `allow` entry lies inside one
-//! (`10.20.0.0/16` above; `0.0.0.0/0` is the internet, not them), or an
-//! `allow` name resolves to them.
+//! unless `allow_private` lists them (a network, or a name whose addresses
+//! they are), or an `allow` network lies inside one (`10.20.0.0/16` above;
+//! `0.0.0.0/0` is the internet, not them). An `allow` name admits public
+//! addresses only: whoever holds its DNS, often the tenant, could point it
+//! at the platform's own.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::IpAddr;
@@ -333,10 +335,11 @@ impl DestinationPolicy {
             ));
         }
         if is_private(address) {
-            return if self.allow_private.contains_ip(address)
-                || named(&self.allow)
-                || named(&self.allow_private)
-            {
+            // A name in `allow` admits public addresses only: whoever holds
+            // its DNS (the tenant, often) could point it at the platform's
+            // own. A private destination is the operator's to name, in
+            // `allow_private`.
+            return if self.allow_private.contains_ip(address) || named(&self.allow_private) {
                 Ok(())
             } else {
                 Err(format!(
@@ -1045,6 +1048,8 @@ pub fn http_client(
 ) -> Result<reqwest::Client, String> {
     let redirect_policy = policy.clone();
     reqwest::Client::builder()
+        // A proxy would resolve the name itself, past the policy's resolver.
+        .no_proxy()
         .dns_resolver(std::sync::Arc::new(PolicyResolver(policy.clone())))
         .redirect(reqwest::redirect::Policy::custom(move |attempt| {
             if attempt.previous().len() >= max_redirects {
@@ -1293,8 +1298,13 @@ mod tests {
         let listed = policy.tenant("listed").destinations.clone();
         assert!(listed.check(None, ip("10.20.3.4")).is_ok());
         assert!(listed.check(None, ip("10.21.3.4")).is_err());
+        // A name in `allow` is a public destination: the tenant who holds
+        // its DNS could point it at the platform's own private addresses.
         assert!(listed
             .check(Some("api.example.com"), ip("10.1.1.1"))
+            .is_err());
+        assert!(listed
+            .check(Some("api.example.com"), ip("198.51.100.9"))
             .is_ok());
         assert!(listed.check(None, ip("192.0.2.7")).is_ok());
         // The whole internet is not the private networks.

@@ -1715,7 +1715,8 @@ async fn the_attempts_gauge_counts_what_is_in_flight_from_an_index_of_it(pool: P
         .await
         .unwrap();
         assert!(
-            plan.iter().any(|line| line.contains("attempts_next_deadline")),
+            plan.iter()
+                .any(|line| line.contains("attempts_next_deadline")),
             "{tenants:?}: {plan:?}"
         );
     }
