@@ -284,3 +284,64 @@ async fn a_callback_topic_gets_the_result_record_once_per_ce_id_and_is_recorded(
         assert!(said.contains(&format!("- {field}:")), "{refused}: {said}");
     }
 }
+
+/// A tenant whose callback endpoint accepts and never answers holds its
+/// own share of the deliveries in flight, never the others' turn: another
+/// tenant's callback is delivered while the first one's still hang, not
+/// after every batch of them has timed out (docs/EVENTS.md, "Callbacks").
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_tenant_whose_endpoint_never_answers_does_not_hold_back_another_s_callbacks(
+    pool: PgPool,
+) {
+    // Accepts every connection and holds it open, answering nothing.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_url = format!("http://{}/hooks", silent.local_addr().unwrap());
+    let held = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let holder = held.clone();
+    std::thread::spawn(move || {
+        for stream in silent.incoming().flatten() {
+            holder.lock().unwrap().push(stream);
+        }
+    });
+    let mut pipeline = Pipeline::new(&pool).await;
+    pipeline.start_roles(1);
+    pipeline.wait_runners(1).await;
+    let probe = |tenant: &str, url: &str| {
+        let mut spec = job(
+            "verify.tcp.connect",
+            json!({"host": "127.0.0.1", "port": 5432}),
+            json!({"callback": {"url": url}}),
+        );
+        spec.tenant = tenant.into();
+        spec
+    };
+    // More than three batches of team-a's, due before team-b's.
+    let hanging: Vec<_> = (0..100).map(|_| probe("team-a", &silent_url)).collect();
+    for spec in &hanging {
+        pipeline.submit(spec).await;
+    }
+    for spec in &hanging {
+        pipeline.wait_done(&spec.job_id, WAIT).await;
+    }
+    pipeline
+        .wait("team-a's callbacks to hang", WAIT, || async {
+            !held.lock().unwrap().is_empty()
+        })
+        .await;
+    let receiver = Server::start(vec![], 200).await;
+    let other = probe("team-b", &receiver.url("/callbacks"));
+    pipeline.submit(&other).await;
+    pipeline.wait_done(&other.job_id, WAIT).await;
+    let ended = std::time::Instant::now();
+    pipeline
+        .wait("team-b's callback", WAIT, || async {
+            !receiver.requests().is_empty()
+        })
+        .await;
+    // Under the request timeout (10 s): it did not wait for team-a's.
+    let waited = ended.elapsed();
+    assert!(
+        waited < Duration::from_secs(8),
+        "team-b's callback waited {waited:?} behind team-a's"
+    );
+}

@@ -98,102 +98,135 @@ pub fn backoff(config: &CallbackConfig, attempts: i32) -> Duration {
     )
 }
 
+/// Deliveries in flight at once, and of one tenant at once: a tenant whose
+/// endpoint answers slowly (or never, until the request timeout) holds
+/// its own share, never the other tenants' turn. A claim takes at most a
+/// tenant's share, so one tenant holds at most twice it.
+const IN_FLIGHT: usize = 32;
+const IN_FLIGHT_PER_TENANT: usize = 4;
+
 pub(super) async fn run(
     store: Store,
     (kafka, producer): (crate::kafka::KafkaConfig, rdkafka::producer::FutureProducer),
     config: CallbackConfig,
     shutdown: CancellationToken,
 ) -> Result<(), DispatcherError> {
+    use futures_util::StreamExt;
     // One client per tenant, bound to its destination policy (callbacks
     // follow no redirects); bounded, cleared when full and whenever the
     // operator's policy was reloaded.
     let mut clients: HashMap<String, reqwest::Client> = Default::default();
     let mut clients_policy = String::new();
     let mut secrets: HashMap<String, (Instant, Secrets)> = HashMap::new();
+    // Each delivery ends with its tenant's name.
+    let mut in_flight = futures_util::stream::FuturesUnordered::<
+        std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send + '_>>,
+    >::new();
+    let mut per_tenant: HashMap<String, usize> = HashMap::new();
+    let (shared_store, shared_config, kafka, producer) = (&store, &config, &kafka, &producer);
     while !shutdown.is_cancelled() {
         let policy = config.policy.current();
         if policy.digest() != clients_policy {
             clients.clear();
             clients_policy = policy.digest().to_owned();
         }
-        let claimed = match store.claim_callbacks(32, config.request_timeout * 3).await {
-            Ok(claimed) => claimed,
-            Err(error) => {
-                warn!(%error, "claiming callbacks failed");
-                Vec::new()
-            }
-        };
-        let busy = !claimed.is_empty();
-        let mut deliveries = Vec::with_capacity(claimed.len());
-        let mut topic_deliveries = Vec::new();
-        let (shared_store, shared_config) = (&store, &config);
-        for callback in claimed {
-            if callback.channel == Channel::Kafka {
-                let (kafka, producer) = (&kafka, &producer);
-                topic_deliveries.push(async move {
-                    let sent = produce(kafka, producer, shared_config, &callback).await;
-                    conclude(shared_store, shared_config, callback, sent).await;
-                });
-                continue;
-            }
-            let tenant = callback
-                .body
-                .get("tenant")
-                .and_then(|tenant| tenant.as_str())
-                .unwrap_or_default()
-                .to_owned();
-            if !clients.contains_key(&tenant) {
-                if clients.len() >= 256 {
-                    clients.clear();
-                }
-                let destinations = policy.tenant(&tenant).destinations.clone();
-                let client = crate::policy::http_client(&destinations, 0)
-                    .map_err(DispatcherError::HttpClient)?;
-                clients.insert(tenant.clone(), client);
-            }
-            let client = clients[&tenant].clone();
-            let destinations = policy.tenant(&tenant).destinations.clone();
-            let signed = match &config.signing {
-                None => None,
-                Some(signing) => {
-                    let fresh = secrets
-                        .get(&tenant)
-                        .is_some_and(|(read, _)| read.elapsed() < SECRETS_TTL);
-                    if !fresh {
-                        if secrets.len() >= 256 {
-                            secrets.clear();
-                        }
-                        let read = signing.secrets(&tenant).await;
-                        secrets.insert(tenant.clone(), (Instant::now(), read));
-                    }
-                    Some(secrets[&tenant].1.clone())
+        // Claim while there is room, at most a tenant's share at a time,
+        // none of a tenant that has its share in flight.
+        while in_flight.len() < IN_FLIGHT {
+            let full: Vec<String> = per_tenant
+                .iter()
+                .filter(|(_, count)| **count >= IN_FLIGHT_PER_TENANT)
+                .map(|(tenant, _)| tenant.clone())
+                .collect();
+            let room = (IN_FLIGHT - in_flight.len()).min(IN_FLIGHT_PER_TENANT);
+            let claimed = match store
+                .claim_callbacks(room as i64, config.request_timeout * 3, &full)
+                .await
+            {
+                Ok(claimed) => claimed,
+                Err(error) => {
+                    warn!(%error, "claiming callbacks failed");
+                    Vec::new()
                 }
             };
-            deliveries.push(async move {
-                deliver(
-                    shared_store,
-                    &client,
-                    &destinations,
-                    signed,
-                    shared_config,
-                    callback,
-                )
-                .await
-            });
+            if claimed.is_empty() {
+                break;
+            }
+            for callback in claimed {
+                let tenant = callback
+                    .body
+                    .get("tenant")
+                    .and_then(|tenant| tenant.as_str())
+                    .unwrap_or_default()
+                    .to_owned();
+                *per_tenant.entry(tenant.clone()).or_default() += 1;
+                if callback.channel == Channel::Kafka {
+                    in_flight.push(Box::pin(async move {
+                        let sent = produce(kafka, producer, shared_config, &callback).await;
+                        conclude(shared_store, shared_config, callback, sent).await;
+                        tenant
+                    }));
+                    continue;
+                }
+                if !clients.contains_key(&tenant) {
+                    if clients.len() >= 256 {
+                        clients.clear();
+                    }
+                    let destinations = policy.tenant(&tenant).destinations.clone();
+                    let client = crate::policy::http_client(&destinations, 0)
+                        .map_err(DispatcherError::HttpClient)?;
+                    clients.insert(tenant.clone(), client);
+                }
+                let client = clients[&tenant].clone();
+                let destinations = policy.tenant(&tenant).destinations.clone();
+                let signed = match &config.signing {
+                    None => None,
+                    Some(signing) => {
+                        let fresh = secrets
+                            .get(&tenant)
+                            .is_some_and(|(read, _)| read.elapsed() < SECRETS_TTL);
+                        if !fresh {
+                            if secrets.len() >= 256 {
+                                secrets.clear();
+                            }
+                            let read = signing.secrets(&tenant).await;
+                            secrets.insert(tenant.clone(), (Instant::now(), read));
+                        }
+                        Some(secrets[&tenant].1.clone())
+                    }
+                };
+                in_flight.push(Box::pin(async move {
+                    deliver(
+                        shared_store,
+                        &client,
+                        &destinations,
+                        signed,
+                        shared_config,
+                        callback,
+                    )
+                    .await;
+                    tenant
+                }));
+            }
         }
-        futures_util::future::join(
-            futures_util::future::join_all(deliveries),
-            futures_util::future::join_all(topic_deliveries),
-        )
-        .await;
-        if busy {
-            continue;
-        }
+        // One delivery ending makes room; the poll interval brings what
+        // has come due meanwhile.
         tokio::select! {
-            _ = shutdown.cancelled() => break,
+            Some(tenant) = in_flight.next(), if !in_flight.is_empty() => {
+                if let Some(count) = per_tenant.get_mut(&tenant) {
+                    *count -= 1;
+                    if *count == 0 {
+                        per_tenant.remove(&tenant);
+                    }
+                }
+            }
             _ = tokio::time::sleep(config.poll_interval) => {}
+            _ = shutdown.cancelled() => break,
         }
     }
+    // What is in flight ends (within its request timeout) and is recorded;
+    // nothing more is claimed.
+    while in_flight.next().await.is_some() {}
     Ok(())
 }
 

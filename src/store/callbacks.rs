@@ -151,16 +151,19 @@ pub struct ClaimedCallback {
 }
 
 impl Store {
-    /// Claims due callbacks: bumps their attempt count and pushes their next
+    /// Claims due callbacks, none of `skip_tenants`' (those that have their
+    /// share in flight): bumps their attempt count and pushes their next
     /// attempt `lease` ahead, so a crashed worker's claim comes back.
     pub async fn claim_callbacks(
         &self,
         limit: i64,
         lease: std::time::Duration,
+        skip_tenants: &[String],
     ) -> Result<Vec<ClaimedCallback>, StoreError> {
         let rows = sqlx::query(include_str!("sql/claim_callbacks.sql"))
             .bind(limit)
             .bind(lease.as_secs_f64())
+            .bind(skip_tenants)
             .fetch_all(&self.pool)
             .await?;
         Ok(rows
