@@ -33,11 +33,16 @@ impl OperationRules {
     /// Whether the tenant may act on one object of `cluster` as the API
     /// server describes it (`namespace` none: a cluster-scoped object, as
     /// discovery says, so a custom kind counts as well as a built-in one).
-    /// The runner's check before each call; the message names the rule.
+    /// A `Namespace` object is one of the tenant's namespaces even where
+    /// cluster-scoped kinds are allowed: they are allowed for the tenant's
+    /// definitions and roles, not to make, change or delete another
+    /// tenant's namespace. The runner's check before each call; the
+    /// message names the rule.
     pub fn kubernetes_object(
         &self,
         cluster: &str,
         kind: &str,
+        name: &str,
         namespace: Option<&str>,
     ) -> Result<(), String> {
         let Some(rules) = self.kubernetes.clusters.get(cluster) else {
@@ -50,6 +55,17 @@ impl OperationRules {
                 "`{kind}` is cluster-scoped; cluster `{cluster}` allows only namespaced kinds \
                  (operator policy rule kubernetes.clusters.{cluster}.cluster_scoped)"
             )),
+            None if kind == "Namespace"
+                && !rules
+                    .namespaces
+                    .iter()
+                    .any(|pattern| name_matches(pattern, name)) =>
+            {
+                Err(format!(
+                    "namespace `{name}` of cluster `{cluster}` is not allowed \
+                     (operator policy rule kubernetes.clusters.{cluster}.namespaces)"
+                ))
+            }
             None => Ok(()),
             Some(namespace)
                 if !rules
@@ -198,5 +214,49 @@ impl Check<'_> {
                 object.namespace.as_deref(),
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Cluster-scoped kinds allowed are the tenant's definitions and
+    /// roles, never another tenant's namespace.
+    #[test]
+    fn a_namespace_object_is_one_of_the_tenant_s_namespaces() {
+        let rules = OperationRules {
+            operations: Vec::new(),
+            grants: Default::default(),
+            kubernetes: KubernetesRules {
+                clusters: BTreeMap::from([(
+                    "dev".to_owned(),
+                    ClusterRules {
+                        namespaces: vec!["team-a*".into()],
+                        cluster_scoped: true,
+                    },
+                )]),
+            },
+            helm: Default::default(),
+            ansible: Default::default(),
+            ssh: Default::default(),
+            opentofu: Default::default(),
+        };
+        assert!(rules
+            .kubernetes_object("dev", "Namespace", "team-a-web", None)
+            .is_ok());
+        let refused = rules
+            .kubernetes_object("dev", "Namespace", "team-b", None)
+            .unwrap_err();
+        assert!(
+            refused.contains("kubernetes.clusters.dev.namespaces"),
+            "{refused}"
+        );
+        assert!(rules
+            .kubernetes_object("dev", "ClusterRole", "team-b", None)
+            .is_ok());
+        assert!(rules
+            .kubernetes_object("dev", "ConfigMap", "x", Some("kube-system"))
+            .is_err());
     }
 }

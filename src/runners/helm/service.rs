@@ -1032,7 +1032,7 @@ impl Run<'_> {
                     .unwrap_or(namespace)
             });
             rules
-                .kubernetes_object(cluster, kind, object_namespace)
+                .kubernetes_object(cluster, kind, text("/metadata/name"), object_namespace)
                 .map_err(|message| {
                     Failure::new(
                         FailureCategory::Policy,

@@ -271,7 +271,7 @@ impl Session<'_> {
             return Err(Failure::contract(message));
         }
         self.rules
-            .kubernetes_object(&self.cluster, kind, namespace.as_deref())
+            .kubernetes_object(&self.cluster, kind, name, namespace.as_deref())
             .map_err(|message| Failure::policy(format!("{field}: {message}")))?;
         let api = match &namespace {
             Some(namespace) => {

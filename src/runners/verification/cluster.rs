@@ -75,6 +75,7 @@ impl Probe<'_> {
             if let Err(refusal) = self.rules.kubernetes_object(
                 &inputs.cluster.name,
                 &object.kind,
+                &object.name,
                 namespace.as_deref(),
             ) {
                 sample.refused_by_policy = true;
