@@ -39,8 +39,6 @@ const MAX_EVENTS_PER_OBJECT: usize = 20;
 const MAX_HISTORY: usize = 100;
 /// The largest object `resource.read` returns whole.
 const MAX_READ_OBJECT_BYTES: usize = 128 * 1024;
-/// The most of an API server's message quoted in a failure.
-const MAX_API_MESSAGE: usize = 1024;
 /// The field manager of `resource.patch`.
 const PATCH_FIELD_MANAGER: &str = "execplane";
 
@@ -130,7 +128,10 @@ fn api_failure(what: &str, error: kube::Error) -> Failure {
                 409 => FailureCategory::RunnerError,
                 _ => FailureCategory::Infrastructure,
             };
-            let message = crate::contract::limits::shortened(&status.message, MAX_API_MESSAGE);
+            // Whole: the report masks the attempt's secrets in it and only
+            // then bounds it, so no secret the server echoed is cut in two
+            // (a half the masker would not know).
+            let message = &status.message;
             let hint = if status.code == 409 && status.reason == "Conflict" {
                 " (another field manager owns these fields: set `force_conflicts` to take them)"
             } else {
