@@ -144,11 +144,36 @@ impl Masker {
                 plain_from = at;
                 continue;
             }
+            // A form cut short where a text was shortened (`…` ends what
+            // `contract::limits::shortened` keeps): its first part is
+            // masked as the whole would be.
+            if let Some(cut) = self.forms.iter().find_map(|form| cut_short(form, rest)) {
+                out.push_str(&text[plain_from..at]);
+                out.push_str(MASK);
+                at += cut;
+                plain_from = at;
+                continue;
+            }
             at += text[at..].chars().next().map_or(1, char::len_utf8);
         }
         out.push_str(&text[plain_from..at]);
         (out, at)
     }
+}
+
+/// The shortest beginning of a form masked when it is cut short.
+const MIN_CUT_MASKED: usize = 4;
+
+/// The length of `form`'s beginning that `rest` starts with, when a
+/// shortening's `…` follows it right there (at least [`MIN_CUT_MASKED`]
+/// bytes of it, and not the whole form).
+fn cut_short(form: &str, rest: &[u8]) -> Option<usize> {
+    let common = form.bytes().zip(rest).take_while(|(a, b)| a == *b).count();
+    let mut common = common.min(form.len().saturating_sub(1));
+    while !form.is_char_boundary(common) {
+        common -= 1;
+    }
+    (common >= MIN_CUT_MASKED && rest[common..].starts_with("…".as_bytes())).then_some(common)
 }
 
 /// Masks a stream given in chunks: what it returns never contains a form,
@@ -216,6 +241,20 @@ mod tests {
             format!("line: {MASK}")
         );
         assert_eq!(masker.mask(pem.trim()), MASK);
+    }
+
+    /// A text cut short mid-secret (`shortened`, as a failure quotes a
+    /// server's message) keeps none of the secret's first part either.
+    #[test]
+    fn a_form_cut_short_is_masked() {
+        let masker = Masker::new(["hunter2-secret"]);
+        let cut =
+            crate::contract::limits::shortened("the server said: hunter2-secret was wrong", 24);
+        assert_eq!(cut, "the server said: hunter2…");
+        assert_eq!(masker.mask(&cut), format!("the server said: {MASK}…"));
+        // Too little of it to be the secret's: left as it is.
+        assert_eq!(masker.mask("hun…"), "hun…");
+        assert_eq!(masker.mask("a hunter, not a cut"), "a hunter, not a cut");
     }
 
     #[test]
