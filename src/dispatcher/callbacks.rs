@@ -98,12 +98,17 @@ pub fn backoff(config: &CallbackConfig, attempts: i32) -> Duration {
     )
 }
 
-/// Deliveries in flight at once, and of one tenant at once: a tenant whose
-/// endpoint answers slowly (or never, until the request timeout) holds
-/// its own share, never the other tenants' turn. A claim takes at most a
-/// tenant's share, so one tenant holds at most twice it.
-const IN_FLIGHT: usize = 32;
+/// Deliveries in flight at once, and HTTP deliveries of one tenant at
+/// once: a tenant whose endpoint answers slowly (or never, until the
+/// request timeout) holds its own share, never the other tenants' turn.
+/// A claim takes at most a tenant's share, so one tenant holds fewer than
+/// twice it. A topic callback goes to the platform's own broker and takes
+/// no tenant's share.
+const IN_FLIGHT: usize = 128;
 const IN_FLIGHT_PER_TENANT: usize = 4;
+
+/// Each tenant's signing secrets, read at most every [`SECRETS_TTL`].
+type SecretsCache = Arc<tokio::sync::Mutex<HashMap<String, (Instant, Secrets)>>>;
 
 pub(super) async fn run(
     store: Store,
@@ -111,19 +116,28 @@ pub(super) async fn run(
     config: CallbackConfig,
     shutdown: CancellationToken,
 ) -> Result<(), DispatcherError> {
-    use futures_util::StreamExt;
     // One client per tenant, bound to its destination policy (callbacks
     // follow no redirects); bounded, cleared when full and whenever the
     // operator's policy was reloaded.
     let mut clients: HashMap<String, reqwest::Client> = Default::default();
     let mut clients_policy = String::new();
-    let mut secrets: HashMap<String, (Instant, Secrets)> = HashMap::new();
-    // Each delivery ends with its tenant's name.
-    let mut in_flight = futures_util::stream::FuturesUnordered::<
-        std::pin::Pin<Box<dyn std::future::Future<Output = String> + Send + '_>>,
-    >::new();
+    let secrets: SecretsCache = Arc::default();
+    // Each delivery is a task of its own, so none waits on the claims or
+    // on another tenant's secrets; it ends with its tenant's name (none
+    // for a topic callback).
+    let mut in_flight: tokio::task::JoinSet<Option<String>> = tokio::task::JoinSet::new();
     let mut per_tenant: HashMap<String, usize> = HashMap::new();
-    let (shared_store, shared_config, kafka, producer) = (&store, &config, &kafka, &producer);
+    let ended = |done: Result<Option<String>, tokio::task::JoinError>,
+                 per_tenant: &mut HashMap<String, usize>| {
+        if let Ok(Some(tenant)) = done {
+            if let Some(count) = per_tenant.get_mut(&tenant) {
+                *count -= 1;
+                if *count == 0 {
+                    per_tenant.remove(&tenant);
+                }
+            }
+        }
+    };
     while !shutdown.is_cancelled() {
         let policy = config.policy.current();
         if policy.digest() != clients_policy {
@@ -153,6 +167,16 @@ pub(super) async fn run(
                 break;
             }
             for callback in claimed {
+                let (store, config) = (store.clone(), config.clone());
+                if callback.channel == Channel::Kafka {
+                    let (kafka, producer) = (kafka.clone(), producer.clone());
+                    in_flight.spawn(async move {
+                        let sent = produce(&kafka, &producer, &config, &callback).await;
+                        conclude(&store, &config, callback, sent).await;
+                        None
+                    });
+                    continue;
+                }
                 let tenant = callback
                     .body
                     .get("tenant")
@@ -160,74 +184,82 @@ pub(super) async fn run(
                     .unwrap_or_default()
                     .to_owned();
                 *per_tenant.entry(tenant.clone()).or_default() += 1;
-                if callback.channel == Channel::Kafka {
-                    in_flight.push(Box::pin(async move {
-                        let sent = produce(kafka, producer, shared_config, &callback).await;
-                        conclude(shared_store, shared_config, callback, sent).await;
-                        tenant
-                    }));
-                    continue;
-                }
                 if !clients.contains_key(&tenant) {
                     if clients.len() >= 256 {
                         clients.clear();
                     }
                     let destinations = policy.tenant(&tenant).destinations.clone();
-                    let client = crate::policy::http_client(&destinations, 0)
-                        .map_err(DispatcherError::HttpClient)?;
-                    clients.insert(tenant.clone(), client);
+                    match crate::policy::http_client(&destinations, 0) {
+                        Ok(client) => {
+                            clients.insert(tenant.clone(), client);
+                        }
+                        // Tried again later, as any failed delivery is.
+                        Err(error) => {
+                            in_flight.spawn(async move {
+                                conclude(&store, &config, callback, Err((None, error))).await;
+                                Some(tenant)
+                            });
+                            continue;
+                        }
+                    }
                 }
                 let client = clients[&tenant].clone();
                 let destinations = policy.tenant(&tenant).destinations.clone();
-                let signed = match &config.signing {
-                    None => None,
-                    Some(signing) => {
-                        let fresh = secrets
-                            .get(&tenant)
-                            .is_some_and(|(read, _)| read.elapsed() < SECRETS_TTL);
-                        if !fresh {
-                            if secrets.len() >= 256 {
-                                secrets.clear();
-                            }
-                            let read = signing.secrets(&tenant).await;
-                            secrets.insert(tenant.clone(), (Instant::now(), read));
-                        }
-                        Some(secrets[&tenant].1.clone())
-                    }
-                };
-                in_flight.push(Box::pin(async move {
-                    deliver(
-                        shared_store,
-                        &client,
-                        &destinations,
-                        signed,
-                        shared_config,
-                        callback,
-                    )
-                    .await;
-                    tenant
-                }));
+                let secrets = secrets.clone();
+                in_flight.spawn(async move {
+                    let signed = match &config.signing {
+                        None => None,
+                        Some(signing) => Some(signing_secrets(signing, &secrets, &tenant).await),
+                    };
+                    deliver(&store, &client, &destinations, signed, &config, callback).await;
+                    Some(tenant)
+                });
             }
         }
-        // One delivery ending makes room; the poll interval brings what
+        // One delivery ending makes room (with any others that ended by
+        // then: one claim for them all); the poll interval brings what
         // has come due meanwhile.
         tokio::select! {
-            Some(tenant) = in_flight.next(), if !in_flight.is_empty() => {
-                if let Some(count) = per_tenant.get_mut(&tenant) {
-                    *count -= 1;
-                    if *count == 0 {
-                        per_tenant.remove(&tenant);
-                    }
+            Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
+                ended(done, &mut per_tenant);
+                while let Some(done) = in_flight.try_join_next() {
+                    ended(done, &mut per_tenant);
                 }
             }
             _ = tokio::time::sleep(config.poll_interval) => {}
             _ = shutdown.cancelled() => break,
         }
     }
-    // What is in flight ends (within its request timeout) and is recorded;
-    // nothing more is claimed.
-    while in_flight.next().await.is_some() {}
+    // What is in flight ends and is recorded, within its request's time
+    // and a little more; what is cut off then comes back when its claim
+    // lapses. Nothing more is claimed.
+    let drained = async { while in_flight.join_next().await.is_some() {} };
+    if tokio::time::timeout(config.request_timeout + Duration::from_secs(5), drained)
+        .await
+        .is_err()
+    {
+        warn!(
+            left = in_flight.len(),
+            "callbacks still in flight at shutdown; retried after their claim lapses"
+        );
+    }
     Ok(())
+}
+
+/// `tenant`'s signing secrets, from the cache while fresh.
+async fn signing_secrets(signing: &Signing, cache: &SecretsCache, tenant: &str) -> Secrets {
+    if let Some((read, secrets)) = cache.lock().await.get(tenant) {
+        if read.elapsed() < SECRETS_TTL {
+            return secrets.clone();
+        }
+    }
+    let read = signing.secrets(tenant).await;
+    let mut cache = cache.lock().await;
+    if cache.len() >= 256 {
+        cache.clear();
+    }
+    cache.insert(tenant.to_owned(), (Instant::now(), read.clone()));
+    read
 }
 
 async fn deliver(
