@@ -121,6 +121,12 @@ impl Masker {
     /// the beginning of a longer form, and says how far it got.
     fn scan(&self, text: &str, streaming: bool) -> (String, usize) {
         let bytes = text.as_bytes();
+        // A whole text only: a stream's `…` is the tool's, not a cut.
+        let cuts = if streaming {
+            Default::default()
+        } else {
+            self.cuts(text)
+        };
         let mut out = String::with_capacity(text.len());
         let (mut at, mut plain_from) = (0, 0);
         while at < bytes.len() {
@@ -147,10 +153,10 @@ impl Masker {
             // A form cut short where a text was shortened (`…` ends what
             // `contract::limits::shortened` keeps): its first part is
             // masked as the whole would be.
-            if let Some(cut) = self.forms.iter().find_map(|form| cut_short(form, rest)) {
+            if let Some(&end) = cuts.get(&at) {
                 out.push_str(&text[plain_from..at]);
                 out.push_str(MASK);
-                at += cut;
+                at = end;
                 plain_from = at;
                 continue;
             }
@@ -164,16 +170,36 @@ impl Masker {
 /// The shortest beginning of a form masked when it is cut short.
 const MIN_CUT_MASKED: usize = 4;
 
-/// The length of `form`'s beginning that `rest` starts with, when a
-/// shortening's `…` follows it right there (at least [`MIN_CUT_MASKED`]
-/// bytes of it, and not the whole form).
-fn cut_short(form: &str, rest: &[u8]) -> Option<usize> {
-    let common = form.bytes().zip(rest).take_while(|(a, b)| a == *b).count();
-    let mut common = common.min(form.len().saturating_sub(1));
-    while !form.is_char_boundary(common) {
-        common -= 1;
+impl Masker {
+    /// Where a form's beginning (at least [`MIN_CUT_MASKED`] bytes, not
+    /// the whole form) ends right at a `…`: start → end, the earliest
+    /// start for each. Looked for only back from each `…` of `text`, so
+    /// a text without one costs nothing more.
+    fn cuts(&self, text: &str) -> std::collections::HashMap<usize, usize> {
+        let bytes = text.as_bytes();
+        let mut cuts = std::collections::HashMap::new();
+        for (end, _) in text.match_indices('…') {
+            let mut earliest: Option<usize> = None;
+            for form in self.forms.iter().filter(|form| form.len() > MIN_CUT_MASKED) {
+                let form = form.as_bytes();
+                let from = end.saturating_sub(form.len() - 1);
+                let head = &form[..MIN_CUT_MASKED];
+                let found = (from..=end.saturating_sub(MIN_CUT_MASKED)).find(|&start| {
+                    end - start >= MIN_CUT_MASKED
+                        && text.is_char_boundary(start)
+                        && bytes[start..].starts_with(head)
+                        && form.starts_with(&bytes[start..end])
+                });
+                if let Some(start) = found {
+                    earliest = Some(earliest.map_or(start, |seen| seen.min(start)));
+                }
+            }
+            if let Some(start) = earliest {
+                cuts.insert(start, end);
+            }
+        }
+        cuts
     }
-    (common >= MIN_CUT_MASKED && rest[common..].starts_with("…".as_bytes())).then_some(common)
 }
 
 /// Masks a stream given in chunks: what it returns never contains a form,
