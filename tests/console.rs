@@ -529,7 +529,7 @@ async fn the_console_shows_each_principal_its_own_tenants_and_acts_only_with_its
     // A console stream ends with its session: opened by a session of
     // team-a's operator, which then signs out.
     let leaving = Session::sign_in(&ingress, OPERATOR_A).await;
-    let mut console_stream = leaving
+    let console_stream = leaving
         .client
         .get(ingress.url(&format!("/console/attempts/{still_id}/live?after=0")))
         .header("cookie", &leaving.cookie)
@@ -568,36 +568,32 @@ async fn the_console_shows_each_principal_its_own_tenants_and_acts_only_with_its
         })
         .await;
     eprintln!("cancel to cancelled: {:?}", started.elapsed());
-    let mut after = String::new();
-    loop {
-        let chunk = tokio::time::timeout(WAIT, stream.chunk())
-            .await
-            .expect("the revoked viewer's stream ends");
-        match chunk.unwrap() {
-            Some(bytes) => after.push_str(&String::from_utf8_lossy(&bytes)),
-            None => break,
-        }
-    }
+    let after = rest_of(stream).await;
     // What was sent before the reload (a progress event, say) was the
     // viewer's to read; nothing of the cancel after it.
     assert!(
         !after.contains("event: cancel") && !after.contains("event: finished"),
         "sent to a viewer the policy no longer lets read: {after}"
     );
-    let mut after = String::new();
-    loop {
-        let chunk = tokio::time::timeout(WAIT, console_stream.chunk())
-            .await
-            .expect("the signed-out session's stream ends");
-        match chunk.unwrap() {
-            Some(bytes) => after.push_str(&String::from_utf8_lossy(&bytes)),
-            None => break,
-        }
-    }
+    let after = rest_of(console_stream).await;
     assert!(
         !after.contains("cancel"),
         "sent to a session that signed out: {after}"
     );
+}
+
+/// What a stream sends until it ends (within [`WAIT`]).
+async fn rest_of(mut stream: reqwest::Response) -> String {
+    let mut text = String::new();
+    loop {
+        let chunk = tokio::time::timeout(WAIT, stream.chunk())
+            .await
+            .expect("the stream ends");
+        match chunk.unwrap() {
+            Some(bytes) => text.push_str(&String::from_utf8_lossy(&bytes)),
+            None => return text,
+        }
+    }
 }
 
 /// (name, sha256, storage key) of an attempt's artifacts.

@@ -50,35 +50,28 @@ impl OperationRules {
                 "cluster `{cluster}` is not allowed (operator policy rule kubernetes.clusters)"
             ));
         };
-        match namespace {
-            None if !rules.cluster_scoped => Err(format!(
-                "`{kind}` is cluster-scoped; cluster `{cluster}` allows only namespaced kinds \
-                 (operator policy rule kubernetes.clusters.{cluster}.cluster_scoped)"
-            )),
-            None if kind == "Namespace"
-                && !rules
-                    .namespaces
-                    .iter()
-                    .any(|pattern| name_matches(pattern, name)) =>
+        let tenants = |namespace: &str| {
+            if rules
+                .namespaces
+                .iter()
+                .any(|pattern| name_matches(pattern, namespace))
             {
-                Err(format!(
-                    "namespace `{name}` of cluster `{cluster}` is not allowed \
-                     (operator policy rule kubernetes.clusters.{cluster}.namespaces)"
-                ))
-            }
-            None => Ok(()),
-            Some(namespace)
-                if !rules
-                    .namespaces
-                    .iter()
-                    .any(|pattern| name_matches(pattern, namespace)) =>
-            {
+                Ok(())
+            } else {
                 Err(format!(
                     "namespace `{namespace}` of cluster `{cluster}` is not allowed \
                      (operator policy rule kubernetes.clusters.{cluster}.namespaces)"
                 ))
             }
-            Some(_) => Ok(()),
+        };
+        match namespace {
+            None if !rules.cluster_scoped => Err(format!(
+                "`{kind}` is cluster-scoped; cluster `{cluster}` allows only namespaced kinds \
+                 (operator policy rule kubernetes.clusters.{cluster}.cluster_scoped)"
+            )),
+            None if kind == "Namespace" => tenants(name),
+            None => Ok(()),
+            Some(namespace) => tenants(namespace),
         }
     }
 }
