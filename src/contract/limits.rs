@@ -155,6 +155,15 @@ pub fn shortened(text: &str, max: usize) -> String {
     format!("{}…", head(text, max))
 }
 
+/// `text` cut to its last `max` bytes at most, with `…` before them when
+/// something was cut.
+pub fn shortened_tail(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_owned();
+    }
+    format!("…{}", tail(text, max))
+}
+
 /// A text as it may appear in a log line: control characters escaped, so
 /// what a client wrote can never start a line of its own or colour one.
 pub fn loggable(text: &str) -> String {

@@ -529,12 +529,13 @@ pub async fn run_judged(
     if says_why_on_stdout {
         said = format!("{}\n{said}", String::from_utf8_lossy(&exit.stdout).trim());
     }
-    let said = crate::contract::limits::tail(said.trim(), MAX_DIAGNOSTICS);
+    // Marked where it was cut, so the masker knows a secret's end there.
+    let said = crate::contract::limits::shortened_tail(said.trim(), MAX_DIAGNOSTICS);
     let code = exit
         .code
         .map_or("no exit code".into(), |code| format!("exit {code}"));
     Err(super::Failure::new(
-        classify(said),
+        classify(&said),
         format!("{what} failed ({code}): {said}"),
     ))
 }

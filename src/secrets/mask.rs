@@ -171,31 +171,49 @@ impl Masker {
 const MIN_CUT_MASKED: usize = 4;
 
 impl Masker {
-    /// Where a form's beginning (at least [`MIN_CUT_MASKED`] bytes, not
-    /// the whole form) ends right at a `…`: start → end, the earliest
-    /// start for each. Looked for only back from each `…` of `text`, so
-    /// a text without one costs nothing more.
+    /// Where a form was cut where a text was shortened: its beginning
+    /// (at least [`MIN_CUT_MASKED`] bytes, not the whole form) right
+    /// before a `…` (`limits::shortened`), or its end right after one
+    /// (`limits::shortened_tail`); start → end, the widest for each.
+    /// Looked for only around each `…` of `text`, so a text without one
+    /// costs nothing more.
     fn cuts(&self, text: &str) -> std::collections::HashMap<usize, usize> {
         let bytes = text.as_bytes();
         let mut cuts = std::collections::HashMap::new();
-        for (end, _) in text.match_indices('…') {
-            let mut earliest: Option<usize> = None;
-            for form in self.forms.iter().filter(|form| form.len() > MIN_CUT_MASKED) {
-                let form = form.as_bytes();
-                let from = end.saturating_sub(form.len() - 1);
-                let head = &form[..MIN_CUT_MASKED];
-                let found = (from..=end.saturating_sub(MIN_CUT_MASKED)).find(|&start| {
-                    end - start >= MIN_CUT_MASKED
-                        && text.is_char_boundary(start)
-                        && bytes[start..].starts_with(head)
-                        && form.starts_with(&bytes[start..end])
-                });
-                if let Some(start) = found {
-                    earliest = Some(earliest.map_or(start, |seen| seen.min(start)));
-                }
-            }
+        let forms = || {
+            self.forms
+                .iter()
+                .map(String::as_bytes)
+                .filter(|form| form.len() > MIN_CUT_MASKED)
+        };
+        for (at, ellipsis) in text.match_indices('…') {
+            // A beginning that ends here.
+            let end = at;
+            let earliest = forms()
+                .filter_map(|form| {
+                    let from = end.saturating_sub(form.len() - 1);
+                    (from..=end.saturating_sub(MIN_CUT_MASKED)).find(|&start| {
+                        end - start >= MIN_CUT_MASKED
+                            && text.is_char_boundary(start)
+                            && bytes[start..].starts_with(&form[..MIN_CUT_MASKED])
+                            && form.starts_with(&bytes[start..end])
+                    })
+                })
+                .min();
             if let Some(start) = earliest {
                 cuts.insert(start, end);
+            }
+            // An end that starts here.
+            let start = at + ellipsis.len();
+            let longest = forms()
+                .filter_map(|form| {
+                    (1..=form.len() - MIN_CUT_MASKED)
+                        .find(|&skip| bytes[start..].starts_with(&form[skip..]))
+                        .map(|skip| form.len() - skip)
+                })
+                .max();
+            if let Some(length) = longest.filter(|length| text.is_char_boundary(start + length)) {
+                cuts.insert(start, start + length);
             }
         }
         cuts
@@ -278,8 +296,16 @@ mod tests {
             crate::contract::limits::shortened("the server said: hunter2-secret was wrong", 24);
         assert_eq!(cut, "the server said: hunter2…");
         assert_eq!(masker.mask(&cut), format!("the server said: {MASK}…"));
+        // Its end after a cut from the front, as a tool's last words are.
+        let cut = crate::contract::limits::shortened_tail("it said hunter2-secret", 10);
+        assert_eq!(cut, "…er2-secret");
+        assert_eq!(
+            masker.mask(&format!("failed: {cut}")),
+            format!("failed: …{MASK}")
+        );
         // Too little of it to be the secret's: left as it is.
         assert_eq!(masker.mask("hun…"), "hun…");
+        assert_eq!(masker.mask("…ret"), "…ret");
         assert_eq!(masker.mask("a hunter, not a cut"), "a hunter, not a cut");
     }
 

@@ -5,7 +5,6 @@ use serde_json::{json, Value};
 
 use super::HelmConfig;
 use crate::artifacts::inputs::InputRef;
-use crate::contract::limits::head;
 use crate::contract::ops::{ChartRef, ClusterRef, HelmInputs, HelmInputs as I, Vars};
 use crate::contract::ops::{HelmObject, HelmResult, HelmTestRun};
 use crate::contract::{FailureCategory, RetentionClass, RunnerType};
@@ -864,7 +863,7 @@ impl Run<'_> {
             .pointer("/info/notes")
             .and_then(Value::as_str)
             .filter(|notes| !notes.is_empty())
-            .map(|notes| head(notes, MAX_NOTES).to_owned());
+            .map(|notes| crate::contract::limits::shortened(notes, MAX_NOTES));
         self.report.tests = status["hooks"]
             .as_array()
             .map(|hooks| {

@@ -840,7 +840,7 @@ impl Session<'_> {
                         event_type: text("/type"),
                         reason: text("/reason"),
                         message: text("/message").map(|message| {
-                            crate::contract::limits::head(&message, MAX_EVENT_MESSAGE).to_owned()
+                            crate::contract::limits::shortened(&message, MAX_EVENT_MESSAGE)
                         }),
                         count: event
                             .pointer("/count")
