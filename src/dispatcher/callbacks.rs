@@ -123,19 +123,29 @@ pub(super) async fn run(
     let mut clients_policy = String::new();
     let secrets: SecretsCache = Arc::default();
     // Each delivery is a task of its own, so none waits on the claims or
-    // on another tenant's secrets; it ends with its tenant's name (none
-    // for a topic callback).
-    let mut in_flight: tokio::task::JoinSet<Option<String>> = tokio::task::JoinSet::new();
+    // on another tenant's secrets.
+    let mut in_flight: tokio::task::JoinSet<()> = tokio::task::JoinSet::new();
+    // The tenant of each HTTP delivery in flight, by task: a task that
+    // panicked gives its tenant's share back all the same.
+    let mut tenant_of: HashMap<tokio::task::Id, String> = HashMap::new();
     let mut per_tenant: HashMap<String, usize> = HashMap::new();
-    let ended = |done: Result<Option<String>, tokio::task::JoinError>,
+    let ended = |id: tokio::task::Id,
+                 tenant_of: &mut HashMap<tokio::task::Id, String>,
                  per_tenant: &mut HashMap<String, usize>| {
-        if let Ok(Some(tenant)) = done {
+        if let Some(tenant) = tenant_of.remove(&id) {
             if let Some(count) = per_tenant.get_mut(&tenant) {
                 *count -= 1;
                 if *count == 0 {
                     per_tenant.remove(&tenant);
                 }
             }
+        }
+    };
+    let id_of = |done: Result<(tokio::task::Id, ()), tokio::task::JoinError>| match done {
+        Ok((id, ())) => id,
+        Err(error) => {
+            warn!(%error, "a callback delivery panicked; retried after its claim lapses");
+            error.id()
         }
     };
     while !shutdown.is_cancelled() {
@@ -173,7 +183,6 @@ pub(super) async fn run(
                     in_flight.spawn(async move {
                         let sent = produce(&kafka, &producer, &config, &callback).await;
                         conclude(&store, &config, callback, sent).await;
-                        None
                     });
                     continue;
                 }
@@ -195,10 +204,10 @@ pub(super) async fn run(
                         }
                         // Tried again later, as any failed delivery is.
                         Err(error) => {
-                            in_flight.spawn(async move {
+                            let task = in_flight.spawn(async move {
                                 conclude(&store, &config, callback, Err((None, error))).await;
-                                Some(tenant)
                             });
+                            tenant_of.insert(task.id(), tenant);
                             continue;
                         }
                     }
@@ -206,24 +215,25 @@ pub(super) async fn run(
                 let client = clients[&tenant].clone();
                 let destinations = policy.tenant(&tenant).destinations.clone();
                 let secrets = secrets.clone();
-                in_flight.spawn(async move {
+                let of = tenant.clone();
+                let task = in_flight.spawn(async move {
                     let signed = match &config.signing {
                         None => None,
-                        Some(signing) => Some(signing_secrets(signing, &secrets, &tenant).await),
+                        Some(signing) => Some(signing_secrets(signing, &secrets, &of).await),
                     };
                     deliver(&store, &client, &destinations, signed, &config, callback).await;
-                    Some(tenant)
                 });
+                tenant_of.insert(task.id(), tenant);
             }
         }
         // One delivery ending makes room (with any others that ended by
         // then: one claim for them all); the poll interval brings what
         // has come due meanwhile.
         tokio::select! {
-            Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
-                ended(done, &mut per_tenant);
-                while let Some(done) = in_flight.try_join_next() {
-                    ended(done, &mut per_tenant);
+            Some(done) = in_flight.join_next_with_id(), if !in_flight.is_empty() => {
+                ended(id_of(done), &mut tenant_of, &mut per_tenant);
+                while let Some(done) = in_flight.try_join_next_with_id() {
+                    ended(id_of(done), &mut tenant_of, &mut per_tenant);
                 }
             }
             _ = tokio::time::sleep(config.poll_interval) => {}
