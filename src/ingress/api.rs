@@ -67,6 +67,36 @@ pub fn timeline_entry(event: &AttemptEvent) -> serde_json::Value {
     })
 }
 
+/// Job and command ids are one namespace for every tenant (the control
+/// plane's identities, one command each): a principal's job id is in its
+/// tenant's namespace, and its command id, which cannot take a prefix,
+/// is random (version 4), so no tenant takes first an id another's jobs
+/// would use and has them refused. The shared key stands for every
+/// tenant already, and is not held to it.
+fn unclaimable_ids(spec: &crate::contract::JobSpec) -> Result<(), IngressError> {
+    let namespace = format!("{}/", spec.tenant);
+    let mut problems = Vec::new();
+    if !spec.job_id.starts_with(&namespace) {
+        problems.push(crate::contract::Problem::new(
+            "job_id",
+            format!(
+                "a job submitted through the execute API has an id in its tenant's namespace, `{namespace}<id>`: job ids are shared by every tenant, and each tenant's are its own"
+            ),
+        ));
+    }
+    if spec.command_id.get_version_num() != 4 {
+        problems.push(crate::contract::Problem::new(
+            "command_id",
+            "a command submitted through the execute API has a random (version 4) UUID: command ids are shared by every tenant, and one another tenant could work out could be taken first",
+        ));
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(IngressError::BadRequest(problems))
+    }
+}
+
 impl Ingress {
     async fn produce_command(
         &self,
@@ -106,31 +136,8 @@ impl Ingress {
             )));
         }
         speaking_for(principal, "requested_by", Some(&spec.requested_by))?;
-        // Job ids are one namespace (the control plane's identities, one
-        // command each): a principal's are its tenant's, so no tenant
-        // takes an id another's jobs would use and has them refused. The
-        // shared key stands for every tenant already.
-        // Command ids are one namespace too, and cannot be given a
-        // tenant's prefix: a principal's is random (version 4), so no
-        // other tenant can predict it and take it first.
-        let namespace = format!("{}/", spec.tenant);
-        let mut problems = Vec::new();
-        if !principal.is_shared_key() && !spec.job_id.starts_with(&namespace) {
-            problems.push(crate::contract::Problem::new(
-                "job_id",
-                format!(
-                    "a job submitted through the execute API has an id in its tenant's namespace, `{namespace}<id>`: job ids are shared by every tenant, and each tenant's are its own"
-                ),
-            ));
-        }
-        if !principal.is_shared_key() && spec.command_id.get_version_num() != 4 {
-            problems.push(crate::contract::Problem::new(
-                "command_id",
-                "a command submitted through the execute API has a random (version 4) UUID: command ids are shared by every tenant, and one another tenant could work out could be taken first",
-            ));
-        }
-        if !problems.is_empty() {
-            return Err(IngressError::BadRequest(problems));
+        if !principal.is_shared_key() {
+            unclaimable_ids(&spec)?;
         }
         // The same order as intake: the operator's policy, then whether
         // this release runs the operation.

@@ -360,15 +360,7 @@ impl Ingress {
         let deadline = Instant::now() + wait;
         let mut watch = self.feed.instance(&request.instance_id);
         let mut grant = std::borrow::Cow::Borrowed(grant);
-        let mut woken = false;
         loop {
-            if std::mem::replace(&mut woken, true) {
-                match self.store.executor_grant(&grant.executor_id).await? {
-                    Some(now) if now.enabled => grant = std::borrow::Cow::Owned(now),
-                    // Refused, and audited, at its next poll.
-                    _ => return Ok(PollReply { work: Vec::new() }),
-                }
-            }
             let leased = self.store.leased_work(&request.instance_id).await?;
             let now = Instant::now();
             let mut work = Vec::new();
@@ -418,6 +410,11 @@ impl Ingress {
             tokio::select! {
                 _ = watch.changed(remaining.min(POLL_FALLBACK)) => {}
                 _ = self.shutdown.cancelled() => {}
+            }
+            match self.store.executor_grant(&grant.executor_id).await? {
+                Some(now) if now.enabled => grant = std::borrow::Cow::Owned(now),
+                // Refused, and audited, at its next poll.
+                _ => return Ok(PollReply { work: Vec::new() }),
             }
         }
     }
