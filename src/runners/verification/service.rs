@@ -13,8 +13,11 @@ const MAX_REDIRECTS: usize = 5;
 /// The verification runner's executor.
 pub struct VerificationRunner {
     config: VerificationConfig,
-    /// One policy-bound HTTP client per tenant (bounded: cleared when full).
-    clients: std::sync::Mutex<std::collections::HashMap<String, reqwest::Client>>,
+    /// One policy-bound HTTP client per tenant, with the destinations it
+    /// was bound to (bounded: cleared when full).
+    clients: std::sync::Mutex<
+        std::collections::HashMap<String, (crate::policy::DestinationPolicy, reqwest::Client)>,
+    >,
 }
 
 impl VerificationRunner {
@@ -25,20 +28,28 @@ impl VerificationRunner {
         }
     }
 
-    /// The HTTP client of `tenant`: it connects only where its policy allows.
+    /// The HTTP client of `tenant`: it connects only where its policy
+    /// allows. A client is bound to the destinations it was built with (its
+    /// resolver and redirect check), so a reload that changes them builds
+    /// a new one; the old one's pooled connections go with it.
     fn client(&self, tenant: &str, bounds: &Bounds) -> Result<reqwest::Client, String> {
         let mut clients = self
             .clients
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(client) = clients.get(tenant) {
-            return Ok(client.clone());
+        if let Some((bound, client)) = clients.get(tenant) {
+            if *bound == bounds.destinations {
+                return Ok(client.clone());
+            }
         }
         let client = crate::policy::http_client(&bounds.destinations, MAX_REDIRECTS)?;
         if clients.len() >= 256 {
             clients.clear();
         }
-        clients.insert(tenant.to_owned(), client.clone());
+        clients.insert(
+            tenant.to_owned(),
+            (bounds.destinations.clone(), client.clone()),
+        );
         Ok(client)
     }
 }
@@ -470,6 +481,56 @@ mod tests {
         .unwrap();
         sample.refused_by_policy = refused;
         sample
+    }
+
+    /// A reload that takes a destination away holds for the next probe:
+    /// the tenant's cached client, bound to the old destinations (its
+    /// resolver and its redirect check), is not used again.
+    #[tokio::test]
+    async fn a_reloaded_policy_binds_the_next_http_probe_of_a_tenant() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            while let Ok((mut stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+                    let mut request = [0u8; 1024];
+                    let _ = stream.read(&mut request).await;
+                    let _ = stream
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                        )
+                        .await;
+                });
+            }
+        });
+        let bounds = |yaml: &str| Bounds {
+            destinations: crate::policy::OperatorPolicy::from_yaml(yaml)
+                .unwrap()
+                .tenant("team-a")
+                .destinations
+                .clone(),
+            max_body_bytes: 1024,
+        };
+        let open = bounds("tenants: {team-a: {destinations: {allow_private: [\"localhost\"]}}}");
+        let closed = bounds("tenants: {team-a: {}}");
+        let runner = VerificationRunner::new(VerificationConfig::default());
+        let url = format!("http://localhost:{port}/");
+        let before = runner
+            .client("team-a", &open)
+            .unwrap()
+            .get(&url)
+            .send()
+            .await;
+        assert_eq!(before.unwrap().status(), 200);
+        let after = runner
+            .client("team-a", &closed)
+            .unwrap()
+            .get(&url)
+            .send()
+            .await;
+        let error = crate::policy::describe_http_error(&after.unwrap_err());
+        assert!(error.contains("allow_private"), "{error}");
     }
 
     #[test]
