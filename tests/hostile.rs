@@ -515,3 +515,51 @@ async fn event_streams_and_long_polls_share_one_poller(pool: PgPool) {
         poll.abort();
     }
 }
+
+/// A tenant's Postgres probe names the server and, if it likes, a password
+/// of its own; it never gets the runner's: not `PGPASSWORD` from the
+/// runner's environment, not `~/.pgpass`. A server of the tenant's that
+/// asks for the password in clear text is sent nothing of the runner's
+/// (docs/SECURITY.md, "The runners' own credentials").
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_postgres_probe_never_sends_the_runner_s_own_password(pool: PgPool) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const RUNNERS_OWN: &str = "the-runner-s-own-password";
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let heard = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let heard_by_server = heard.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let heard = heard_by_server.clone();
+            tokio::spawn(async move {
+                let mut buffer = vec![0u8; 64 * 1024];
+                // The startup message (the runner's client asks for no TLS).
+                let _ = stream.read(&mut buffer).await;
+                // AuthenticationCleartextPassword.
+                let _ = stream.write_all(&[b'R', 0, 0, 0, 8, 0, 0, 0, 3]).await;
+                if let Ok(read) = stream.read(&mut buffer).await {
+                    let said = String::from_utf8_lossy(&buffer[..read]).into_owned();
+                    heard.lock().unwrap().push(said);
+                }
+            });
+        }
+    });
+    let mut pipeline = Pipeline::new(&pool).await;
+    pipeline.set_env("PGPASSWORD", RUNNERS_OWN);
+    pipeline.start_roles(1);
+    pipeline.wait_runners(1).await;
+    let probe = job(
+        "verify.postgres.ready",
+        json!({"host": "127.0.0.1", "port": port, "database": "d", "user": "u"}),
+        json!({"retry": {"max_attempts": 1}}),
+    );
+    pipeline.submit(&probe).await;
+    pipeline.wait_done(&probe.job_id, WAIT).await;
+    let heard = heard.lock().unwrap().clone();
+    assert!(!heard.is_empty(), "the probe reached the server");
+    assert!(
+        heard.iter().all(|said| !said.contains(RUNNERS_OWN)),
+        "the tenant's server was sent the runner's password: {heard:?}"
+    );
+}

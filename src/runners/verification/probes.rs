@@ -537,24 +537,45 @@ pub async fn postgres(
             return sample;
         }
     };
-    let mut options = sqlx::postgres::PgConnectOptions::new()
-        .host(&address.ip().to_string())
-        .port(inputs.port)
-        .database(&inputs.database)
-        .username(&inputs.user)
-        .application_name("execplane-verify");
-    if let Some(password) = &inputs.password {
-        match secret_free(password) {
-            Some(text) => options = options.password(text),
+    // The tenant's password or none: never the process's own (sqlx starts
+    // from `PGPASSWORD` and the other `PG*` variables, and `new()` from
+    // `~/.pgpass` too), which a server asking for it in clear text would
+    // be sent. An empty one is what no password sends.
+    let password = match &inputs.password {
+        None => "",
+        Some(password) => match secret_free(password) {
+            Some(text) => text,
             None => {
                 sample.error = Some("the password is not a string".into());
                 return sample;
             }
-        }
-    }
+        },
+    };
     let started = Instant::now();
+    let relay = match tokio::time::timeout(timeout, BoundedRelay::to(address)).await {
+        Ok(Ok(relay)) => relay,
+        Ok(Err(error)) => {
+            sample.latency_ms = started.elapsed().as_millis() as u64;
+            sample.error = Some(unreached(inputs, Some(&sqlx::Error::Io(error)), timeout));
+            return sample;
+        }
+        Err(_) => {
+            sample.latency_ms = started.elapsed().as_millis() as u64;
+            sample.error = Some(unreached(inputs, None, timeout));
+            return sample;
+        }
+    };
+    let options = sqlx::postgres::PgConnectOptions::new_without_pgpass()
+        .host(&relay.local.ip().to_string())
+        .port(relay.local.port())
+        .database(&inputs.database)
+        .username(&inputs.user)
+        .password(password)
+        .ssl_mode(sqlx::postgres::PgSslMode::Prefer)
+        .application_name("execplane-verify");
+    let left = timeout.saturating_sub(started.elapsed());
     if let Some(query) = &inputs.query {
-        let result = tokio::time::timeout(timeout, async {
+        let result = tokio::time::timeout(left, async {
             let mut connection = sqlx::PgConnection::connect_with(&options).await?;
             let answer = run_query(&mut connection, query, timeout).await;
             connection.close().await.ok();
@@ -563,9 +584,10 @@ pub async fn postgres(
         .await;
         sample.latency_ms = started.elapsed().as_millis() as u64;
         judge_query(&mut sample, result, inputs, timeout);
+        relay.end(&mut sample, inputs);
         return sample;
     }
-    let result = tokio::time::timeout(timeout, async {
+    let result = tokio::time::timeout(left, async {
         let mut connection = sqlx::PgConnection::connect_with(&options).await?;
         let one: i32 = sqlx::query_scalar("SELECT 1")
             .fetch_one(&mut connection)
@@ -576,7 +598,70 @@ pub async fn postgres(
     .await;
     sample.latency_ms = started.elapsed().as_millis() as u64;
     judge_select(&mut sample, result, inputs, timeout);
+    relay.end(&mut sample, inputs);
     sample
+}
+
+/// The most bytes a Postgres probe takes from the server. sqlx holds each
+/// message whole, however long the server says it is, and the answer a
+/// probe reads is at most [`MAX_QUERY_ROWS`] rows of [`MAX_QUERY_VALUE`]
+/// characters: about 10 MiB.
+///
+/// [`MAX_QUERY_ROWS`]: crate::contract::ops::verification::MAX_QUERY_ROWS
+pub const MAX_POSTGRES_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The text of a server's message a probe keeps.
+const MAX_SERVER_MESSAGE: usize = 1024;
+
+/// A loopback relay to the checked address, through which sqlx connects:
+/// it carries at most [`MAX_POSTGRES_BYTES`] from the server, and then
+/// closes both ends. It connects to the server before it is handed out,
+/// so a server that cannot be reached is told as the client's own error.
+/// It takes the first connection to its port, and only one.
+struct BoundedRelay {
+    local: std::net::SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl BoundedRelay {
+    async fn to(server: std::net::SocketAddr) -> std::io::Result<Self> {
+        use tokio::io::AsyncReadExt;
+        let server = tokio::net::TcpStream::connect(server).await?;
+        let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
+        let local = listener.local_addr()?;
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let cut_by_task = cut.clone();
+        let task = tokio::spawn(async move {
+            let Ok((client, _)) = listener.accept().await else {
+                return;
+            };
+            drop(listener);
+            let (mut client_reads, mut client_writes) = client.into_split();
+            let (server_reads, mut server_writes) = server.into_split();
+            let mut bounded = server_reads.take(MAX_POSTGRES_BYTES);
+            tokio::select! {
+                carried = tokio::io::copy(&mut bounded, &mut client_writes) => {
+                    if matches!(carried, Ok(bytes) if bytes >= MAX_POSTGRES_BYTES) {
+                        cut_by_task.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+                _ = tokio::io::copy(&mut client_reads, &mut server_writes) => {}
+            }
+        });
+        Ok(Self { local, task, cut })
+    }
+
+    /// Closes the relay; a sample the bound cut says so.
+    fn end(self, sample: &mut Sample, inputs: &VerifyPostgres) {
+        self.task.abort();
+        if self.cut.load(std::sync::atomic::Ordering::Relaxed) {
+            sample.error = Some(format!(
+                "postgres {}:{}: the server sent more than {} bytes; the probe stopped reading",
+                inputs.host, inputs.port, MAX_POSTGRES_BYTES
+            ));
+        }
+    }
 }
 
 /// The most of the first column's text a probe query returns.
@@ -648,14 +733,15 @@ fn judge_query(
     let answer = match result {
         Ok(Ok(answer)) => answer,
         Ok(Err(sqlx::Error::Database(error))) => {
+            let message = crate::contract::limits::shortened(error.message(), MAX_SERVER_MESSAGE);
             sample.reached = true;
             sample.assertions.push(Assertion {
                 name: "query".into(),
                 expected: "it runs".into(),
-                actual: error.message().into(),
+                actual: message.as_str().into(),
                 passed: false,
             });
-            sample.error = Some(format!("postgres refused: {}", error.message()));
+            sample.error = Some(format!("postgres refused: {message}"));
             return;
         }
         Ok(Err(error)) => {
@@ -733,7 +819,10 @@ fn judge_select(
                 actual: serde_json::Value::Null,
                 passed: false,
             });
-            sample.error = Some(format!("postgres refused: {}", error.message()));
+            sample.error = Some(format!(
+                "postgres refused: {}",
+                crate::contract::limits::shortened(error.message(), MAX_SERVER_MESSAGE)
+            ));
         }
         Ok(Err(error)) => sample.error = Some(unreached(inputs, Some(&error), timeout)),
         Err(_) => sample.error = Some(unreached(inputs, None, timeout)),
@@ -744,7 +833,12 @@ fn judge_select(
 /// answer within `timeout`.
 fn unreached(inputs: &VerifyPostgres, error: Option<&sqlx::Error>, timeout: Duration) -> String {
     match error {
-        Some(error) => format!("postgres {}:{}: {error}", inputs.host, inputs.port),
+        Some(error) => format!(
+            "postgres {}:{}: {}",
+            inputs.host,
+            inputs.port,
+            crate::contract::limits::shortened(&error.to_string(), MAX_SERVER_MESSAGE)
+        ),
         None => format!(
             "postgres {}:{}: no answer within {} ms",
             inputs.host,
@@ -1012,6 +1106,48 @@ mod tests {
                 .clone(),
             max_body_bytes,
         }
+    }
+
+    /// A server that says it is Postgres and then sends one message as
+    /// long as it likes: the probe reads a bounded number of bytes of it,
+    /// not whatever the server says (sqlx holds a message whole).
+    #[tokio::test]
+    async fn a_postgres_server_s_endless_message_is_cut_at_the_probe_s_bound() {
+        const OFFERED: usize = 128 * 1024 * 1024;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = tokio::spawn(async move {
+            let (mut stream, _) = listener.accept().await.unwrap();
+            let mut buffer = [0u8; 4096];
+            // The startup message (this build's client asks for no TLS).
+            let _ = stream.read(&mut buffer).await;
+            let mut message = vec![b'E'];
+            message.extend_from_slice(&(OFFERED as i32 + 4).to_be_bytes());
+            let mut sent = 0;
+            if stream.write_all(&message).await.is_err() {
+                return sent;
+            }
+            let chunk = vec![b'x'; 1024 * 1024];
+            while sent < OFFERED {
+                if stream.write_all(&chunk).await.is_err() {
+                    break;
+                }
+                sent += chunk.len();
+            }
+            sent
+        });
+        let inputs: VerifyPostgres = serde_json::from_value(serde_json::json!({
+            "host": "127.0.0.1", "port": port, "database": "d", "user": "u"
+        }))
+        .unwrap();
+        let sample = postgres(&inputs, &bounds(LOOPBACK, 1024), Duration::from_secs(30), 1).await;
+        let sent = server.await.unwrap();
+        assert!(
+            sent <= MAX_POSTGRES_BYTES as usize + 8 * 1024 * 1024,
+            "the probe read {sent} bytes of one message"
+        );
+        let error = sample.error.unwrap_or_default();
+        assert!(error.contains("bytes"), "{error}");
     }
 
     /// A loopback server answering every request with `response`.
