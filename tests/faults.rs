@@ -435,3 +435,80 @@ async fn a_paused_dispatcher_does_not_make_another_expire_healthy_leases(pool: P
         );
     }
 }
+
+/// A result whose JSON escapes U+0000 is valid JSON and storable text, but
+/// no `jsonb` holds it (the callback queued with the result): such a
+/// report is refused as the record's own fault, dead-lettered at once
+/// with its reason, and the rest keep moving (docs/EVENTS.md,
+/// "exec.runner.events").
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_result_escaping_nul_is_dead_lettered_by_its_reason_and_others_keep_moving(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    pipeline.start_roles(1);
+    pipeline.wait_runners(1).await;
+    let hang = job(
+        "verify.custom.probe",
+        json!({"probe_id": "hang"}),
+        json!({"callback": {"url": "http://127.0.0.1:9/done"}}),
+    );
+    pipeline.submit(&hang).await;
+    let attempt = pipeline.wait_status(&hang.job_id, "running", WAIT).await;
+    let (epoch, instance): (i64, String) = sqlx::query_as(
+        "SELECT epoch, runner_instance FROM leases WHERE attempt_id = $1 AND active",
+    )
+    .bind(attempt)
+    .fetch_one(&pool)
+    .await
+    .unwrap();
+    let report = RunnerEventRecord::from_report(
+        Uuid::new_v4(),
+        chrono::Utc::now().timestamp_millis(),
+        &RunnerReport {
+            attempt_id: attempt,
+            lease_epoch: epoch as u64,
+            runner_instance: instance,
+            body: ReportBody::Finished {
+                outcome: execplane::contract::ReportedOutcome::Succeeded,
+                category: None,
+                message: "done".into(),
+                result_json: Some(r#"{"output":"a\u0000b"}"#.into()),
+                outputs: Vec::new(),
+            },
+        },
+    );
+    let codec = pipeline.kafka.codec.clone();
+    pipeline
+        .produce(
+            topics::RUNNER_EVENTS,
+            &attempt.to_string(),
+            &codec.encode(Family::RunnerEvent, &report).unwrap(),
+        )
+        .await;
+    let good = job(
+        "verify.tcp.connect",
+        json!({"host": "127.0.0.1", "port": 5432}),
+        json!({}),
+    );
+    pipeline.submit(&good).await;
+    assert_eq!(
+        pipeline.wait_done(&good.job_id, WAIT).await[0].1,
+        "succeeded"
+    );
+    pipeline
+        .wait("the report to be dead-lettered", WAIT, || async {
+            !pipeline.consume_all(topics::DLQ).await.is_empty()
+        })
+        .await;
+    let reasons = dlq_reasons(&pipeline.consume_all(topics::DLQ).await);
+    assert!(
+        reasons
+            .iter()
+            .any(|reason| reason.contains("result") && reason.contains("U+0000")),
+        "{reasons:?}"
+    );
+    assert_eq!(
+        pipeline.attempts(&hang.job_id).await[0].1,
+        "running",
+        "the refused report decided nothing"
+    );
+}

@@ -650,8 +650,15 @@ pub fn check_report(report: &RunnerReport) -> Vec<Problem> {
                     ));
                 } else if result.contains('\0') {
                     problems.push(Problem::new("result", limits::NUL));
-                } else if serde_json::from_str::<serde_json::Value>(result).is_err() {
-                    problems.push(Problem::new("result", "not JSON"));
+                } else {
+                    match serde_json::from_str::<serde_json::Value>(result) {
+                        Err(_) => problems.push(Problem::new("result", "not JSON")),
+                        // Escaped: storable text, but not in the callback's `jsonb`.
+                        Ok(value) if limits::json_holds_nul(&value) => {
+                            problems.push(Problem::new("result", limits::NUL));
+                        }
+                        Ok(_) => {}
+                    }
                 }
             }
         }
@@ -706,7 +713,15 @@ mod report_tests {
             result_json: Some(result.into()),
             outputs: Vec::new(),
         };
-        assert!(paths(&report(finished(r#"{"a":"\u0000"}"#), "a.b")).is_empty());
+        assert!(paths(&report(finished(r#"{"a":"\\u0000"}"#), "a.b")).is_empty());
+        assert_eq!(
+            paths(&report(finished(r#"{"a":"\u0000"}"#), "a.b")),
+            ["result"]
+        );
+        assert_eq!(
+            paths(&report(finished(r#"{"a":[{"b\u0000":1}]}"#), "a.b")),
+            ["result"]
+        );
         assert_eq!(
             paths(&report(finished("{\"a\":\"\u{0}\"}"), "a.b")),
             ["result"]

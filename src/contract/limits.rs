@@ -104,6 +104,43 @@ pub fn check_free_text(path: &str, text: &str, max_bytes: usize, problems: &mut 
 /// What a field holding U+0000 is told.
 pub const NUL: &str = "contains U+0000 (NUL), which cannot be stored";
 
+/// Whether a string or key of `value` holds U+0000. Valid JSON may escape
+/// it (`\u0000`), and Postgres's `jsonb` refuses it even so.
+pub fn json_holds_nul(value: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match value {
+        Value::String(text) => text.contains('\0'),
+        Value::Array(items) => items.iter().any(json_holds_nul),
+        Value::Object(object) => object
+            .iter()
+            .any(|(key, child)| key.contains('\0') || json_holds_nul(child)),
+        _ => false,
+    }
+}
+
+/// `value` with every U+0000 of its strings and keys replaced by U+FFFD.
+pub fn json_without_nul(value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    let clean = |text: String| {
+        if text.contains('\0') {
+            text.replace('\0', "\u{fffd}")
+        } else {
+            text
+        }
+    };
+    match value {
+        Value::String(text) => Value::String(clean(text)),
+        Value::Array(items) => Value::Array(items.into_iter().map(json_without_nul).collect()),
+        Value::Object(object) => Value::Object(
+            object
+                .into_iter()
+                .map(|(key, child)| (clean(key), json_without_nul(child)))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
 /// Every problem of a cancel request's free fields.
 pub fn check_cancel(reason: &str, requested_by: &str) -> Vec<Problem> {
     let mut problems = Vec::new();

@@ -103,6 +103,7 @@ impl Reporter {
                             self.masker.mask(&text)
                         }
                     })
+                    .map(storable_result)
                     .and_then(|text| {
                         if text.len() <= crate::contract::limits::MAX_RESULT_BYTES {
                             return Some(text);
@@ -678,6 +679,21 @@ impl OutputStreams {
 /// `text` as a report may carry it: control characters other than newline,
 /// carriage return and tab escaped, at most `MAX_MESSAGE_BYTES` (cut at a
 /// character boundary, marked).
+/// A result whose strings hold U+0000 (a tool's output, escaped as JSON
+/// allows) with U+FFFD in its place: intake refuses a result `jsonb`
+/// cannot hold, and the tool's result is kept rather than lost.
+fn storable_result(text: String) -> String {
+    if !text.contains("\\u0000") {
+        return text;
+    }
+    match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(value) if crate::contract::limits::json_holds_nul(&value) => {
+            crate::contract::limits::json_without_nul(value).to_string()
+        }
+        _ => text,
+    }
+}
+
 fn storable(text: String) -> String {
     use crate::contract::limits::MAX_MESSAGE_BYTES;
     let clean = if text
@@ -709,8 +725,18 @@ fn storable(text: String) -> String {
 
 #[cfg(test)]
 mod storable_tests {
-    use super::storable;
+    use super::{storable, storable_result};
     use crate::contract::limits::MAX_MESSAGE_BYTES;
+
+    #[test]
+    fn a_result_keeps_a_tool_s_nul_as_a_replacement_character() {
+        let kept = storable_result(r#"{"out":"a\u0000b","\u0000k":[1]}"#.into());
+        let value: serde_json::Value = serde_json::from_str(&kept).unwrap();
+        assert_eq!(value["out"], "a\u{fffd}b");
+        assert_eq!(value["\u{fffd}k"], serde_json::json!([1]));
+        let untouched = r#"{"out": "a\\u0000b"}"#;
+        assert_eq!(storable_result(untouched.into()), untouched);
+    }
 
     #[test]
     fn a_report_text_is_cut_to_its_bound_and_loses_its_control_characters() {
