@@ -345,3 +345,80 @@ async fn a_tenant_whose_endpoint_never_answers_does_not_hold_back_another_s_call
         "team-b's callback waited {waited:?} behind team-a's"
     );
 }
+
+/// A policy reload that takes a tenant's callback topic prefix away stops
+/// the topic callbacks of JobSpecs admitted before it: the prefix is
+/// checked again when the record would be produced, as a URL is checked
+/// again when it would be posted to (docs/SECURITY.md, "Callbacks").
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_callback_topic_the_reloaded_policy_no_longer_names_is_not_produced_to(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    let policy = pipeline.dir.join("callback-topics.yaml");
+    std::fs::write(
+        &policy,
+        format!(
+            "{}  callback_topics: [\"callbacks.{{tenant}}.\"]\n",
+            common::pipeline::LOOPBACK_POLICY
+        ),
+    )
+    .unwrap();
+    pipeline.set_env("EXECPLANE_POLICY_FILE", policy.to_str().unwrap());
+    let dispatcher = pipeline.spawn(&["dispatcher"], &[]);
+    pipeline.spawn(&["relay"], &[]);
+    let spec = job(
+        "verify.tcp.connect",
+        json!({"host": "127.0.0.1", "port": 5432}),
+        json!({"callback": {"topic": "callbacks.team-a.results"}}),
+    );
+    pipeline.submit(&spec).await;
+    pipeline
+        .wait("the job to be admitted", WAIT, || async {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM attempts WHERE job_id = $1")
+                .bind(&spec.job_id)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+                == 1
+        })
+        .await;
+    // The operator takes the prefix away; the attempt runs after that.
+    std::fs::write(&policy, common::pipeline::LOOPBACK_POLICY).unwrap();
+    pipeline.signal(dispatcher, "HUP");
+    pipeline
+        .wait("the dispatcher to reload its policy", WAIT, || async {
+            pipeline
+                .log(dispatcher)
+                .contains("operator policy reloaded")
+        })
+        .await;
+    pipeline.spawn(&["runner", "verification"], &[]);
+    let attempt = pipeline.wait_done(&spec.job_id, WAIT).await[0].0;
+    let refusal = || async {
+        sqlx::query_scalar::<_, Option<String>>(
+            "SELECT last_error FROM callbacks WHERE attempt_id = $1 AND status = 'pending'",
+        )
+        .bind(attempt)
+        .fetch_optional(&pool)
+        .await
+        .unwrap()
+        .flatten()
+    };
+    pipeline
+        .wait("the topic callback to be refused", WAIT, || async {
+            refusal().await.is_some()
+        })
+        .await;
+    let refusal = refusal().await.unwrap();
+    assert!(refusal.contains("callback_topics"), "{refusal}");
+    assert_eq!(
+        sqlx::query_scalar::<_, Option<bool>>(
+            "SELECT callback_topic_delivered FROM attempts WHERE attempt_id = $1"
+        )
+        .bind(attempt)
+        .fetch_one(&pool)
+        .await
+        .unwrap(),
+        None,
+        "nothing was produced"
+    );
+}

@@ -178,20 +178,27 @@ pub(super) async fn run(
             }
             for callback in claimed {
                 let (store, config) = (store.clone(), config.clone());
-                if callback.channel == Channel::Kafka {
-                    let (kafka, producer) = (kafka.clone(), producer.clone());
-                    in_flight.spawn(async move {
-                        let sent = produce(&kafka, &producer, &config, &callback).await;
-                        conclude(&store, &config, callback, sent).await;
-                    });
-                    continue;
-                }
                 let tenant = callback
                     .body
                     .get("tenant")
                     .and_then(|tenant| tenant.as_str())
                     .unwrap_or_default()
                     .to_owned();
+                if callback.channel == Channel::Kafka {
+                    // The topic is checked against the policy in force, as
+                    // a URL is: a reload may have taken the prefix away
+                    // since the JobSpec was admitted.
+                    let refused = policy.tenant(&tenant).callback_topic_refused(&callback.url);
+                    let (kafka, producer) = (kafka.clone(), producer.clone());
+                    in_flight.spawn(async move {
+                        let sent = match refused {
+                            Some(refusal) => Err((None, refusal)),
+                            None => produce(&kafka, &producer, &config, &callback).await,
+                        };
+                        conclude(&store, &config, callback, sent).await;
+                    });
+                    continue;
+                }
                 *per_tenant.entry(tenant.clone()).or_default() += 1;
                 if !clients.contains_key(&tenant) {
                     if clients.len() >= 256 {

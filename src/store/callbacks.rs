@@ -86,8 +86,9 @@ pub(crate) fn pending_for(
             terminal_seq: i64::try_from(event.seq).unwrap_or(i64::MAX),
             url: topic.clone(),
             idempotency_key: format!("{}:{}", event.attempt_id, event.seq),
-            // The record is the result's, in `headers` and `payload`.
-            body: serde_json::json!({}),
+            // The record is the result's, in `headers` and `payload`; the
+            // tenant, whose policy names the topics it may have.
+            body: serde_json::json!({"tenant": attempt.tenant}),
             traceparent: None,
             next_attempt_at: timestamp(event.occurred_at),
             channel: Channel::Kafka,
