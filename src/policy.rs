@@ -326,12 +326,20 @@ impl DestinationPolicy {
 
     /// Whether a connection to `address` (resolved from `host`, when there
     /// was a name) is allowed; the error says which rule refused it.
+    ///
+    /// A refusal of a name's address does not say the address: the runner
+    /// resolves with the platform's DNS, whose answers about internal names
+    /// are not the tenant's to read.
     pub fn check(&self, host: Option<&str>, address: IpAddr) -> Result<(), String> {
         let address = canonical(address);
         let named = |list: &Destinations| host.is_some_and(|host| list.contains_host(host));
+        let destination = match host {
+            Some(host) => format!("an address of `{host}`"),
+            None => address.to_string(),
+        };
         if self.deny.contains_ip(address) || named(&self.deny) {
             return Err(format!(
-                "destination {address} is denied by the operator's policy"
+                "destination {destination} is denied by the operator's policy"
             ));
         }
         if is_private(address) {
@@ -343,7 +351,7 @@ impl DestinationPolicy {
                 Ok(())
             } else {
                 Err(format!(
-                    "destination {address} is a loopback or private address, reachable only where the operator's policy lists it (`destinations.allow_private`)"
+                    "destination {destination} is a loopback or private address, reachable only where the operator's policy lists it (`destinations.allow_private`)"
                 ))
             };
         }
@@ -351,7 +359,7 @@ impl DestinationPolicy {
             return Ok(());
         }
         Err(format!(
-            "destination {address} is not in the operator's allow list"
+            "destination {destination} is not in the operator's allow list"
         ))
     }
 
@@ -1300,9 +1308,14 @@ mod tests {
         assert!(listed.check(None, ip("10.21.3.4")).is_err());
         // A name in `allow` is a public destination: the tenant who holds
         // its DNS could point it at the platform's own private addresses.
-        assert!(listed
+        let refused = listed
             .check(Some("api.example.com"), ip("10.1.1.1"))
-            .is_err());
+            .unwrap_err();
+        // What the platform's DNS answered is not said to the tenant.
+        assert!(
+            refused.contains("`api.example.com`") && !refused.contains("10.1.1.1"),
+            "{refused}"
+        );
         assert!(listed
             .check(Some("api.example.com"), ip("198.51.100.9"))
             .is_ok());
