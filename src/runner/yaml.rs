@@ -98,6 +98,28 @@ impl fmt::Display for YamlError {
     }
 }
 
+/// One JSON document, bounded as [`documents`] bounds YAML (its strings'
+/// bytes and [`NODE_COST`] a node, together at most `max_expanded`) and
+/// read as JSON is read: no merge keys, nothing after it. A key set twice
+/// is refused. A tool's JSON (OpenTofu's plan and state) is the tenant's
+/// content: `[[],[],…]` is three bytes a node in the text and ten times
+/// that held as a `Value`.
+pub fn json(bytes: &[u8], max_expanded: usize) -> Result<Value, YamlError> {
+    let budget = Budget {
+        left: Cell::new(max_expanded),
+        max: max_expanded,
+        exceeded: Cell::new(false),
+    };
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    Node(&budget)
+        .deserialize(&mut deserializer)
+        .and_then(|value| deserializer.end().map(|()| value))
+        .map_err(|error| YamlError {
+            message: error.to_string(),
+            too_large: budget.exceeded.get(),
+        })
+}
+
 /// One YAML document, as [`documents`] reads it: an empty stream is
 /// `null`, more than one document is refused.
 pub fn document(bytes: &[u8], max_expanded: usize) -> Result<Value, YamlError> {
@@ -316,6 +338,17 @@ fn merge(value: &mut Value, depth: usize, collisions: Collisions) -> Result<(), 
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn json_is_bounded_by_its_nodes_and_read_as_json() {
+        let many = format!("[{}[]]", "[],".repeat(100_000));
+        let refused = json(many.as_bytes(), 1 << 20).unwrap_err();
+        assert!(refused.too_large, "{}", refused.message);
+        let read = json(br#"{"<<": {"a": 1}, "b": [1, "x"]}"#, 1 << 20).unwrap();
+        assert_eq!(read, json!({"<<": {"a": 1}, "b": [1, "x"]}));
+        assert!(json(br#"{"a": 1, "a": 2}"#, 1 << 20).is_err());
+        assert!(json(br#"{"a": 1} {"b": 2}"#, 1 << 20).is_err());
+    }
 
     #[test]
     fn merge_keys_are_applied_as_the_tools_apply_them() {

@@ -21,6 +21,9 @@ use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor, Fa
 
 /// The most of the CLI's JSON kept to read (a plan, a state).
 const MAX_CAPTURE: usize = 32 * 1024 * 1024;
+/// The most that JSON may hold once read (`runner::yaml::json`): the
+/// tenant's module and variables write it.
+const MAX_EXPANDED: usize = 2 * MAX_CAPTURE;
 /// What is kept of a logged command's stderr for a failure message.
 const MAX_DIAGNOSTICS_CAPTURE: usize = 64 * 1024;
 /// The most resources or changes a result lists.
@@ -597,7 +600,7 @@ impl Run<'_> {
             &manifest,
             crate::contract::outputs::MAX_OUTPUT_BYTES,
         ) {
-            Ok(bytes) => serde_json::from_slice::<Value>(&bytes).map_err(|error| {
+            Ok(bytes) => crate::runner::yaml::json(&bytes, MAX_EXPANDED).map_err(|error| {
                 Failure::new(
                     FailureCategory::RunnerError,
                     format!("the CLI's module manifest: {error}"),
@@ -718,7 +721,7 @@ impl Run<'_> {
         let shown = self
             .cli_data("tofu show", &["show", "-json", "-no-color", &path])
             .await?;
-        let shown: Value = serde_json::from_slice(&shown).map_err(|error| {
+        let shown: Value = crate::runner::yaml::json(&shown, MAX_EXPANDED).map_err(|error| {
             Failure::new(
                 FailureCategory::RunnerError,
                 format!("the plan's JSON: {error}"),
@@ -910,7 +913,7 @@ impl Run<'_> {
             // No state yet: nothing applied in this workspace.
             return Ok(());
         }
-        let state: Value = serde_json::from_slice(&pulled).map_err(|error| {
+        let state: Value = crate::runner::yaml::json(&pulled, MAX_EXPANDED).map_err(|error| {
             Failure::new(
                 FailureCategory::RunnerError,
                 format!("the state is not JSON: {error}"),
