@@ -1073,13 +1073,24 @@ async fn output_read_again_after_its_bundle_is_not_stored_twice(pool: PgPool) {
     assert_eq!(store.stage_chunks(&output).await.unwrap(), 4);
     // After the mixed run's clock and after now: every ended attempt.
     let far = BASE.max(chrono::Utc::now().timestamp_millis()) + 86_400_000_000;
-    let pending = store.pending_bundles(far, 1_000).await.unwrap();
+    let pending = store.pending_bundles(far, 1_000, i64::MAX).await.unwrap();
     let bundle = pending
         .iter()
         .find(|bundle| bundle.attempt_id == attempt)
         .unwrap();
     assert!(!bundle.late);
     assert_eq!(bundle.chunks.len(), 4);
+    // A round loads a bounded amount of staged text: the oldest attempt's,
+    // and more only while the total stays within the bound.
+    let bounded = store.pending_bundles(far, 1_000, 1).await.unwrap();
+    assert!(!bounded.is_empty());
+    assert!(
+        bounded
+            .iter()
+            .skip(1)
+            .all(|bundle| bundle.chunks.is_empty()),
+        "{bounded:?}"
+    );
     let bundled: Vec<(String, i64)> = bundle
         .chunks
         .iter()
@@ -1092,7 +1103,7 @@ async fn output_read_again_after_its_bundle_is_not_stored_twice(pool: PgPool) {
 
     // Read again: nothing new, and no late bundle of output stored once.
     assert_eq!(store.stage_chunks(&output).await.unwrap(), 0);
-    let pending = store.pending_bundles(far, 1_000).await.unwrap();
+    let pending = store.pending_bundles(far, 1_000, i64::MAX).await.unwrap();
     assert!(
         pending.iter().all(|bundle| bundle.attempt_id != attempt),
         "{pending:?}"
@@ -1102,7 +1113,7 @@ async fn output_read_again_after_its_bundle_is_not_stored_twice(pool: PgPool) {
     // was on its way, and one after the bundle's last.
     let after = [chunk("stdout", 2), chunk("stdout", 4)];
     assert_eq!(store.stage_chunks(&after).await.unwrap(), 2);
-    let pending = store.pending_bundles(far, 1_000).await.unwrap();
+    let pending = store.pending_bundles(far, 1_000, i64::MAX).await.unwrap();
     let late = pending
         .iter()
         .find(|bundle| bundle.attempt_id == attempt)

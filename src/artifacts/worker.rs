@@ -33,6 +33,14 @@ pub struct ArtifactConfig {
     pub gc_interval: Duration,
 }
 
+/// The most attempts bundled in a round.
+const BUNDLES_PER_ROUND: i64 = 20;
+
+/// The most staged chunk bytes a round loads (at least one attempt's,
+/// however large): building a bundle holds its text a few times over, and
+/// each attempt may stage the runner's whole output bound.
+const STAGED_BYTES_PER_ROUND: i64 = 32 * 1024 * 1024;
+
 const NAMESPACE: Uuid = Uuid::from_u128(0x6a1f_0c2e_93d4_4b7a_a51e_7f20_c3b8_d914);
 
 pub async fn run<S: ArtifactStorage>(
@@ -390,7 +398,10 @@ async fn bundle_loop<S: ArtifactStorage>(
         }
         let grace = i64::try_from(config.grace.as_millis()).unwrap_or(i64::MAX);
         let cutoff = caught_up.load(Ordering::SeqCst).saturating_sub(grace);
-        let pending = match store.pending_bundles(cutoff, 20).await {
+        let pending = match store
+            .pending_bundles(cutoff, BUNDLES_PER_ROUND, STAGED_BYTES_PER_ROUND)
+            .await
+        {
             Ok(pending) => pending,
             Err(error) => {
                 warn!(%error, "reading pending bundles failed");

@@ -96,17 +96,32 @@ impl Store {
     }
 
     /// Attempts that ended before `cutoff` (ms since the epoch) and have no
-    /// stored bundle, oldest first, with their staged chunks.
+    /// stored bundle, oldest first, with their staged chunks: at most
+    /// `limit` attempts, and no more of them than hold `max_bytes` of
+    /// chunks together (one, however large its chunks are). A tenant's
+    /// attempts may each stage the runner's whole output bound, and the
+    /// worker holds a bundle's text several times over while it builds it.
     pub async fn pending_bundles(
         &self,
         cutoff: i64,
         limit: i64,
+        max_bytes: i64,
     ) -> Result<Vec<PendingBundle>, StoreError> {
-        let rows = sqlx::query(include_str!("sql/pending_bundles.sql"))
+        let mut rows = sqlx::query(include_str!("sql/pending_bundles.sql"))
             .bind(cutoff)
             .bind(limit)
             .fetch_all(self.pool())
             .await?;
+        let mut held = 0i64;
+        let within = rows
+            .iter()
+            .enumerate()
+            .take_while(|(index, row)| {
+                held = held.saturating_add(row.get::<i64, _>(5));
+                *index == 0 || held <= max_bytes
+            })
+            .count();
+        rows.truncate(within);
         let mut pending: Vec<PendingBundle> = rows
             .iter()
             .map(|row| {
