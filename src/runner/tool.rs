@@ -205,15 +205,19 @@ impl Workdir {
             .create(&dir)
             .map_err(local)?;
         let path = dir.join(reference.to_string().replace(':', "-"));
-        if !path.exists() {
-            let mut file = std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o400)
-                .open(&path)
-                .map_err(local)?;
-            file.write_all(bytes).map_err(local)?;
+        // A file of this name may be the tenant's by now (the directory is
+        // its tools' once given to them): written again, never trusted.
+        match std::fs::remove_file(&path) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => return Err(local(error)),
+            _ => {}
         }
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o400)
+            .open(&path)
+            .map_err(local)?;
+        file.write_all(bytes).map_err(local)?;
         Ok(path)
     }
 
