@@ -540,7 +540,9 @@ pub async fn postgres(
     // The tenant's password or none: never the process's own (sqlx starts
     // from `PGPASSWORD` and the other `PG*` variables, and `new()` from
     // `~/.pgpass` too), which a server asking for it in clear text would
-    // be sent. An empty one is what no password sends.
+    // be sent. An empty one is what no password sends. (`PGOPTIONS` of
+    // the runner's environment still goes with the startup message: sqlx
+    // can add to it, not clear it; docs/SECURITY.md says to set none.)
     let password = match &inputs.password {
         None => "",
         Some(password) => match secret_free(password) {
@@ -565,13 +567,11 @@ pub async fn postgres(
             return sample;
         }
     };
-    let options = sqlx::postgres::PgConnectOptions::new_without_pgpass()
-        .host(&relay.local.ip().to_string())
-        .port(relay.local.port())
+    let options = relay
+        .options()
         .database(&inputs.database)
         .username(&inputs.user)
         .password(password)
-        .ssl_mode(sqlx::postgres::PgSslMode::Prefer)
         .application_name("execplane-verify");
     let left = timeout.saturating_sub(started.elapsed());
     if let Some(query) = &inputs.query {
@@ -602,35 +602,57 @@ pub async fn postgres(
     sample
 }
 
-/// The most bytes a Postgres probe takes from the server. sqlx holds each
-/// message whole, however long the server says it is, and the answer a
-/// probe reads is at most [`MAX_QUERY_ROWS`] rows of [`MAX_QUERY_VALUE`]
-/// characters: about 10 MiB.
+/// The longest message a Postgres probe lets the server send. sqlx
+/// reserves a message's whole declared length before it reads any of it
+/// (a 5-byte header may declare 4 GiB), and a probe's own messages are
+/// small: a row is one column of at most [`MAX_QUERY_VALUE`] characters.
+pub const MAX_POSTGRES_MESSAGE: u32 = 1024 * 1024;
+
+/// The most bytes a Postgres probe takes from the server in all: at most
+/// [`MAX_QUERY_ROWS`] rows of [`MAX_QUERY_VALUE`] characters, 4 bytes
+/// each at most in UTF-8, and what the protocol adds.
 ///
 /// [`MAX_QUERY_ROWS`]: crate::contract::ops::verification::MAX_QUERY_ROWS
-pub const MAX_POSTGRES_BYTES: u64 = 16 * 1024 * 1024;
+pub const MAX_POSTGRES_BYTES: u64 = 64 * 1024 * 1024;
 
 /// The text of a server's message a probe keeps.
 const MAX_SERVER_MESSAGE: usize = 1024;
 
-/// A loopback relay to the checked address, through which sqlx connects:
-/// it carries at most [`MAX_POSTGRES_BYTES`] from the server, and then
-/// closes both ends. It connects to the server before it is handed out,
-/// so a server that cannot be reached is told as the client's own error.
-/// It takes the first connection to its port, and only one.
+/// A relay to the checked address, through which sqlx connects: it passes
+/// the server's messages one by one, and ends both connections at the
+/// first message longer than [`MAX_POSTGRES_MESSAGE`] or past
+/// [`MAX_POSTGRES_BYTES`] in all. The probe asks for no TLS, so the
+/// server's stream is framed messages from its first byte. sqlx reaches
+/// it through a Unix socket in a directory of the runner's own (0700):
+/// no other process, a tenant's tool least of all, can take the
+/// connection. It connects to the server before it is handed out, so a
+/// server that cannot be reached is told as the client's own error.
+/// Dropped, it stops and its directory goes.
 struct BoundedRelay {
-    local: std::net::SocketAddr,
+    dir: std::path::PathBuf,
     task: tokio::task::JoinHandle<()>,
-    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    cut: std::sync::Arc<std::sync::OnceLock<String>>,
 }
+
+/// The port in the relay socket's name (`.s.PGSQL.<port>`), which is all
+/// sqlx asks of a socket's directory.
+const RELAY_PORT: u16 = 5432;
 
 impl BoundedRelay {
     async fn to(server: std::net::SocketAddr) -> std::io::Result<Self> {
-        use tokio::io::AsyncReadExt;
+        use std::os::unix::fs::DirBuilderExt;
         let server = tokio::net::TcpStream::connect(server).await?;
-        let listener = tokio::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)).await?;
-        let local = listener.local_addr()?;
-        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let dir = std::env::temp_dir().join(format!("execplane-probe-{}", uuid::Uuid::new_v4()));
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        let listener =
+            match tokio::net::UnixListener::bind(dir.join(format!(".s.PGSQL.{RELAY_PORT}"))) {
+                Ok(listener) => listener,
+                Err(error) => {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(error);
+                }
+            };
+        let cut: std::sync::Arc<std::sync::OnceLock<String>> = Default::default();
         let cut_by_task = cut.clone();
         let task = tokio::spawn(async move {
             let Ok((client, _)) = listener.accept().await else {
@@ -639,27 +661,75 @@ impl BoundedRelay {
             drop(listener);
             let (mut client_reads, mut client_writes) = client.into_split();
             let (server_reads, mut server_writes) = server.into_split();
-            let mut bounded = server_reads.take(MAX_POSTGRES_BYTES);
             tokio::select! {
-                carried = tokio::io::copy(&mut bounded, &mut client_writes) => {
-                    if matches!(carried, Ok(bytes) if bytes >= MAX_POSTGRES_BYTES) {
-                        cut_by_task.store(true, std::sync::atomic::Ordering::Relaxed);
+                refused = pass_messages(server_reads, &mut client_writes) => {
+                    if let Some(reason) = refused {
+                        let _ = cut_by_task.set(reason);
                     }
                 }
                 _ = tokio::io::copy(&mut client_reads, &mut server_writes) => {}
             }
         });
-        Ok(Self { local, task, cut })
+        Ok(Self { dir, task, cut })
     }
 
-    /// Closes the relay; a sample the bound cut says so.
+    /// The options sqlx connects with: through the relay's socket, with no
+    /// TLS (the relay reads the server's framing).
+    fn options(&self) -> sqlx::postgres::PgConnectOptions {
+        sqlx::postgres::PgConnectOptions::new_without_pgpass()
+            .socket(&self.dir)
+            .port(RELAY_PORT)
+            .ssl_mode(sqlx::postgres::PgSslMode::Disable)
+    }
+
+    /// A sample the relay cut says why.
     fn end(self, sample: &mut Sample, inputs: &VerifyPostgres) {
-        self.task.abort();
-        if self.cut.load(std::sync::atomic::Ordering::Relaxed) {
+        if let Some(reason) = self.cut.get() {
             sample.error = Some(format!(
-                "postgres {}:{}: the server sent more than {} bytes; the probe stopped reading",
-                inputs.host, inputs.port, MAX_POSTGRES_BYTES
+                "postgres {}:{}: the server sent {reason}; the probe stopped reading",
+                inputs.host, inputs.port
             ));
+        }
+    }
+}
+
+impl Drop for BoundedRelay {
+    fn drop(&mut self) {
+        self.task.abort();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Passes the server's messages to the client while each is within
+/// [`MAX_POSTGRES_MESSAGE`] and all within [`MAX_POSTGRES_BYTES`]; why it
+/// stopped, if a bound stopped it (else the server or the client ended).
+async fn pass_messages(
+    server: tokio::net::tcp::OwnedReadHalf,
+    client: &mut tokio::net::unix::OwnedWriteHalf,
+) -> Option<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut server = tokio::io::BufReader::with_capacity(64 * 1024, server);
+    let mut carried = 0u64;
+    loop {
+        let mut header = [0u8; 5];
+        server.read_exact(&mut header).await.ok()?;
+        let length = u32::from_be_bytes([header[1], header[2], header[3], header[4]]);
+        if !(4..=MAX_POSTGRES_MESSAGE).contains(&length) {
+            return Some(format!(
+                "a message of {length} bytes (a probe reads at most {MAX_POSTGRES_MESSAGE})"
+            ));
+        }
+        carried += 1 + u64::from(length);
+        if carried > MAX_POSTGRES_BYTES {
+            return Some(format!("more than {MAX_POSTGRES_BYTES} bytes"));
+        }
+        client.write_all(&header).await.ok()?;
+        let body = u64::from(length) - 4;
+        let copied = tokio::io::copy(&mut (&mut server).take(body), client)
+            .await
+            .ok()?;
+        if copied < body {
+            return None;
         }
     }
 }
@@ -1109,8 +1179,8 @@ mod tests {
     }
 
     /// A server that says it is Postgres and then sends one message as
-    /// long as it likes: the probe reads a bounded number of bytes of it,
-    /// not whatever the server says (sqlx holds a message whole).
+    /// long as it likes: the probe refuses it by its declared length, not
+    /// after sqlx has reserved and read it (sqlx holds a message whole).
     #[tokio::test]
     async fn a_postgres_server_s_endless_message_is_cut_at_the_probe_s_bound() {
         const OFFERED: usize = 128 * 1024 * 1024;
@@ -1122,7 +1192,8 @@ mod tests {
             // The startup message (this build's client asks for no TLS).
             let _ = stream.read(&mut buffer).await;
             let mut message = vec![b'E'];
-            message.extend_from_slice(&(OFFERED as i32 + 4).to_be_bytes());
+            // A length sqlx would reserve before reading any of it.
+            message.extend_from_slice(&(u32::MAX - 16).to_be_bytes());
             let mut sent = 0;
             if stream.write_all(&message).await.is_err() {
                 return sent;
@@ -1147,7 +1218,7 @@ mod tests {
             "the probe read {sent} bytes of one message"
         );
         let error = sample.error.unwrap_or_default();
-        assert!(error.contains("bytes"), "{error}");
+        assert!(error.contains("a message of 4294967279 bytes"), "{error}");
     }
 
     /// A loopback server answering every request with `response`.
