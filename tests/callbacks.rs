@@ -169,9 +169,9 @@ async fn a_callback_the_policy_does_not_let_the_tenant_reach_is_refused_at_valid
     }
 }
 
-#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
-async fn a_callback_topic_gets_the_result_record_once_per_ce_id_and_is_recorded(pool: PgPool) {
-    let mut pipeline = Pipeline::new(&pool).await;
+/// Runs the pipeline's processes under a policy that gives every tenant
+/// the callback topics `callbacks.<tenant>.…`; the policy file's path.
+fn with_callback_topics(pipeline: &mut Pipeline) -> std::path::PathBuf {
     let policy = pipeline.dir.join("callback-topics.yaml");
     std::fs::write(
         &policy,
@@ -182,6 +182,13 @@ async fn a_callback_topic_gets_the_result_record_once_per_ce_id_and_is_recorded(
     )
     .unwrap();
     pipeline.set_env("EXECPLANE_POLICY_FILE", policy.to_str().unwrap());
+    policy
+}
+
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_callback_topic_gets_the_result_record_once_per_ce_id_and_is_recorded(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    let policy = with_callback_topics(&mut pipeline);
     pipeline.start_roles(1);
     pipeline.wait_runners(1).await;
     let topic = "callbacks.team-a.results";
@@ -349,20 +356,11 @@ async fn a_tenant_whose_endpoint_never_answers_does_not_hold_back_another_s_call
 /// A policy reload that takes a tenant's callback topic prefix away stops
 /// the topic callbacks of JobSpecs admitted before it: the prefix is
 /// checked again when the record would be produced, as a URL is checked
-/// again when it would be posted to (docs/SECURITY.md, "Callbacks").
+/// again when it would be posted to (docs/EVENTS.md, "Callbacks").
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn a_callback_topic_the_reloaded_policy_no_longer_names_is_not_produced_to(pool: PgPool) {
     let mut pipeline = Pipeline::new(&pool).await;
-    let policy = pipeline.dir.join("callback-topics.yaml");
-    std::fs::write(
-        &policy,
-        format!(
-            "{}  callback_topics: [\"callbacks.{{tenant}}.\"]\n",
-            common::pipeline::LOOPBACK_POLICY
-        ),
-    )
-    .unwrap();
-    pipeline.set_env("EXECPLANE_POLICY_FILE", policy.to_str().unwrap());
+    let policy = with_callback_topics(&mut pipeline);
     let dispatcher = pipeline.spawn(&["dispatcher"], &[]);
     pipeline.spawn(&["relay"], &[]);
     let spec = job(

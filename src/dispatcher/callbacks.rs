@@ -178,12 +178,7 @@ pub(super) async fn run(
             }
             for callback in claimed {
                 let (store, config) = (store.clone(), config.clone());
-                let tenant = callback
-                    .body
-                    .get("tenant")
-                    .and_then(|tenant| tenant.as_str())
-                    .unwrap_or_default()
-                    .to_owned();
+                let tenant = callback.tenant.clone();
                 if callback.channel == Channel::Kafka {
                     // The topic is checked against the policy in force, as
                     // a URL is: a reload may have taken the prefix away

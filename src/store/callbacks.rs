@@ -86,9 +86,8 @@ pub(crate) fn pending_for(
             terminal_seq: i64::try_from(event.seq).unwrap_or(i64::MAX),
             url: topic.clone(),
             idempotency_key: format!("{}:{}", event.attempt_id, event.seq),
-            // The record is the result's, in `headers` and `payload`; the
-            // tenant, whose policy names the topics it may have.
-            body: serde_json::json!({"tenant": attempt.tenant}),
+            // The record is the result's, in `headers` and `payload`.
+            body: serde_json::json!({}),
             traceparent: None,
             next_attempt_at: timestamp(event.occurred_at),
             channel: Channel::Kafka,
@@ -149,6 +148,8 @@ pub struct ClaimedCallback {
     /// A topic callback's record: its headers and value.
     pub headers: Option<serde_json::Value>,
     pub payload: Option<Vec<u8>>,
+    /// The attempt's tenant, whose policy the delivery is held to.
+    pub tenant: String,
 }
 
 impl Store {
@@ -180,6 +181,7 @@ impl Store {
                 channel: Channel::parse(row.get::<&str, _>(7)),
                 headers: row.get(8),
                 payload: row.get(9),
+                tenant: row.get::<Option<String>, _>(10).unwrap_or_default(),
             })
             .collect())
     }
