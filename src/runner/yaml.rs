@@ -151,7 +151,7 @@ impl Budget {
             None => {
                 self.exceeded.set(true);
                 Err(E::custom(format_args!(
-                    "expands to more than {} bytes (aliases expanded); refused before it is held",
+                    "expands to more than {} bytes once read (strings, {NODE_COST} a node, aliases expanded); refused before it is held",
                     self.max
                 )))
             }

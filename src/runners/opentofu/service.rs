@@ -22,8 +22,10 @@ use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor, Fa
 /// The most of the CLI's JSON kept to read (a plan, a state).
 const MAX_CAPTURE: usize = 32 * 1024 * 1024;
 /// The most that JSON may hold once read (`runner::yaml::json`): the
-/// tenant's module and variables write it.
-const MAX_EXPANDED: usize = 2 * MAX_CAPTURE;
+/// tenant's module and variables write it. A plan's JSON costs about 2.3
+/// times its text there, JSON of numbers and booleans about 4 times: the
+/// capture's whole size passes, `[[],[],…]` (over 5 times) does not.
+const MAX_EXPANDED: usize = 4 * MAX_CAPTURE;
 /// What is kept of a logged command's stderr for a failure message.
 const MAX_DIAGNOSTICS_CAPTURE: usize = 64 * 1024;
 /// The most resources or changes a result lists.
