@@ -642,7 +642,8 @@ impl BoundedRelay {
     async fn to(server: std::net::SocketAddr) -> std::io::Result<Self> {
         use std::os::unix::fs::DirBuilderExt;
         let server = tokio::net::TcpStream::connect(server).await?;
-        let dir = std::env::temp_dir().join(format!("execplane-probe-{}", uuid::Uuid::new_v4()));
+        // Short: a socket's path is at most 107 bytes.
+        let dir = std::env::temp_dir().join(format!("ep-pg-{}", uuid::Uuid::new_v4().simple()));
         std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
         let listener =
             match tokio::net::UnixListener::bind(dir.join(format!(".s.PGSQL.{RELAY_PORT}"))) {
