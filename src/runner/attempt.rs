@@ -676,9 +676,6 @@ impl OutputStreams {
     }
 }
 
-/// `text` as a report may carry it: control characters other than newline,
-/// carriage return and tab escaped, at most `MAX_MESSAGE_BYTES` (cut at a
-/// character boundary, marked).
 /// A result whose strings hold U+0000 (a tool's output, escaped as JSON
 /// allows) with U+FFFD in its place: intake refuses a result `jsonb`
 /// cannot hold, and the tool's result is kept rather than lost.
@@ -694,6 +691,9 @@ fn storable_result(text: String) -> String {
     }
 }
 
+/// `text` as a report may carry it: control characters other than newline,
+/// carriage return and tab escaped, at most `MAX_MESSAGE_BYTES` (cut at a
+/// character boundary, marked).
 fn storable(text: String) -> String {
     use crate::contract::limits::MAX_MESSAGE_BYTES;
     let clean = if text

@@ -1,5 +1,7 @@
 //! Tenant YAML read as the tools read it, bounded by what it expands to
-//! (docs/SECURITY.md, "Content the runner reads before the tool does").
+//! (docs/SECURITY.md, "Content the runner reads before the tool does"),
+//! and a tool's JSON of the tenant's content bounded the same way
+//! ([`json`]).
 //!
 //! Two ways a second parse of our own differed from what helm and the
 //! API server read: an alias is expanded wherever it is used, so a few
