@@ -517,9 +517,10 @@ async fn event_streams_and_long_polls_share_one_poller(pool: PgPool) {
 }
 
 /// A tenant's Postgres probe names the server and, if it likes, a password
-/// of its own; it never gets the runner's: not `PGPASSWORD` from the
-/// runner's environment, not `~/.pgpass`. A server of the tenant's that
-/// asks for the password in clear text is sent nothing of the runner's
+/// of its own; it never gets the runner's: not `PGPASSWORD` or `PGOPTIONS`
+/// from the runner's environment, not `~/.pgpass`. A server of the
+/// tenant's that asks for the password in clear text is sent nothing of
+/// the runner's
 /// (docs/SECURITY.md, "The runners' own credentials").
 #[sqlx::test(migrator = "execplane::store::MIGRATOR")]
 async fn a_postgres_probe_never_sends_the_runner_s_own_password(pool: PgPool) {
@@ -535,7 +536,10 @@ async fn a_postgres_probe_never_sends_the_runner_s_own_password(pool: PgPool) {
             tokio::spawn(async move {
                 let mut buffer = vec![0u8; 64 * 1024];
                 // The startup message (the runner's client asks for no TLS).
-                let _ = stream.read(&mut buffer).await;
+                if let Ok(read) = stream.read(&mut buffer).await {
+                    let said = String::from_utf8_lossy(&buffer[..read]).into_owned();
+                    heard.lock().unwrap().push(said);
+                }
                 // AuthenticationCleartextPassword.
                 let _ = stream.write_all(&[b'R', 0, 0, 0, 8, 0, 0, 0, 3]).await;
                 if let Ok(read) = stream.read(&mut buffer).await {
@@ -547,6 +551,7 @@ async fn a_postgres_probe_never_sends_the_runner_s_own_password(pool: PgPool) {
     });
     let mut pipeline = Pipeline::new(&pool).await;
     pipeline.set_env("PGPASSWORD", RUNNERS_OWN);
+    pipeline.set_env("PGOPTIONS", &format!("-c execplane.leaked={RUNNERS_OWN}"));
     pipeline.start_roles(1);
     pipeline.wait_runners(1).await;
     let probe = job(
@@ -557,7 +562,10 @@ async fn a_postgres_probe_never_sends_the_runner_s_own_password(pool: PgPool) {
     pipeline.submit(&probe).await;
     pipeline.wait_done(&probe.job_id, WAIT).await;
     let heard = heard.lock().unwrap().clone();
-    assert!(!heard.is_empty(), "the probe reached the server");
+    assert!(
+        heard.iter().any(|said| said.contains("execplane-verify")),
+        "the probe reached the server: {heard:?}"
+    );
     assert!(
         heard.iter().all(|said| !said.contains(RUNNERS_OWN)),
         "the tenant's server was sent the runner's password: {heard:?}"

@@ -540,9 +540,9 @@ pub async fn postgres(
     // The tenant's password or none: never the process's own (sqlx starts
     // from `PGPASSWORD` and the other `PG*` variables, and `new()` from
     // `~/.pgpass` too), which a server asking for it in clear text would
-    // be sent. An empty one is what no password sends. (`PGOPTIONS` of
-    // the runner's environment still goes with the startup message: sqlx
-    // can add to it, not clear it; docs/SECURITY.md says to set none.)
+    // be sent. An empty one is what no password sends. (The relay takes
+    // `PGOPTIONS`, which sqlx cannot be told to leave out, off the
+    // startup message.)
     let password = match &inputs.password {
         None => "",
         Some(password) => match secret_free(password) {
@@ -662,13 +662,17 @@ impl BoundedRelay {
             drop(listener);
             let (mut client_reads, mut client_writes) = client.into_split();
             let (server_reads, mut server_writes) = server.into_split();
+            let up = async {
+                pass_startup(&mut client_reads, &mut server_writes).await?;
+                tokio::io::copy(&mut client_reads, &mut server_writes).await
+            };
             tokio::select! {
                 refused = pass_messages(server_reads, &mut client_writes) => {
                     if let Some(reason) = refused {
                         let _ = cut_by_task.set(reason);
                     }
                 }
-                _ = tokio::io::copy(&mut client_reads, &mut server_writes) => {}
+                _ = up => {}
             }
         });
         Ok(Self { dir, task, cut })
@@ -699,6 +703,45 @@ impl Drop for BoundedRelay {
         self.task.abort();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// Passes the client's startup message to the server without its
+/// `options`: sqlx fills them from the runner's `PGOPTIONS`, which are not
+/// the tenant's to be sent, and it can add to them but not clear them.
+/// The probe sets none of its own.
+async fn pass_startup(
+    client: &mut tokio::net::unix::OwnedReadHalf,
+    server: &mut tokio::net::tcp::OwnedWriteHalf,
+) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut length = [0u8; 4];
+    client.read_exact(&mut length).await?;
+    let length = u32::from_be_bytes(length) as usize;
+    if !(8..=64 * 1024).contains(&length) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a startup message",
+        ));
+    }
+    let mut body = vec![0u8; length - 4];
+    client.read_exact(&mut body).await?;
+    let (protocol, parameters) = body.split_at(4);
+    let mut kept = protocol.to_vec();
+    // key\0value\0 … \0
+    let mut fields = parameters.split(|byte| *byte == 0);
+    while let Some(key) = fields.next().filter(|key| !key.is_empty()) {
+        let value = fields.next().unwrap_or_default();
+        if key != b"options" {
+            for field in [key, value] {
+                kept.extend_from_slice(field);
+                kept.push(0);
+            }
+        }
+    }
+    kept.push(0);
+    let length = u32::try_from(kept.len() + 4).unwrap_or(u32::MAX);
+    server.write_all(&length.to_be_bytes()).await?;
+    server.write_all(&kept).await
 }
 
 /// Passes the server's messages to the client while each is within
