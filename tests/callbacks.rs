@@ -169,6 +169,15 @@ async fn a_callback_the_policy_does_not_let_the_tenant_reach_is_refused_at_valid
     }
 }
 
+/// What the attempt's row says of its topic callback.
+async fn topic_delivered(pool: &PgPool, attempt: Uuid) -> Option<bool> {
+    sqlx::query_scalar("SELECT callback_topic_delivered FROM attempts WHERE attempt_id = $1")
+        .bind(attempt)
+        .fetch_one(pool)
+        .await
+        .unwrap()
+}
+
 /// Runs the pipeline's processes under a policy that gives every tenant
 /// the callback topics `callbacks.<tenant>.…`; the policy file's path.
 fn with_callback_topics(pipeline: &mut Pipeline) -> std::path::PathBuf {
@@ -246,16 +255,7 @@ async fn a_callback_topic_gets_the_result_record_once_per_ce_id_and_is_recorded(
     use rdkafka::Message;
     assert_eq!(on_callback[0].payload(), result.payload());
     assert_eq!(on_callback[0].key(), result.key());
-    assert_eq!(
-        sqlx::query_scalar::<_, Option<bool>>(
-            "SELECT callback_topic_delivered FROM attempts WHERE attempt_id = $1"
-        )
-        .bind(attempt)
-        .fetch_one(&pool)
-        .await
-        .unwrap(),
-        Some(true)
-    );
+    assert_eq!(topic_delivered(&pool, attempt).await, Some(true));
     let rebuild = common::execplane(&pool, &["projection", "rebuild", "--verify"]);
     assert!(
         rebuild.status.success(),
@@ -409,13 +409,7 @@ async fn a_callback_topic_the_reloaded_policy_no_longer_names_is_not_produced_to
     let refusal = refusal().await.unwrap();
     assert!(refusal.contains("callback_topics"), "{refusal}");
     assert_eq!(
-        sqlx::query_scalar::<_, Option<bool>>(
-            "SELECT callback_topic_delivered FROM attempts WHERE attempt_id = $1"
-        )
-        .bind(attempt)
-        .fetch_one(&pool)
-        .await
-        .unwrap(),
+        topic_delivered(&pool, attempt).await,
         None,
         "nothing was produced"
     );

@@ -1203,7 +1203,7 @@ async fn store_outputs(context: &ExecutionContext, dir: &std::path::Path, sample
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::policy::OperatorPolicy;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -1267,7 +1267,7 @@ mod tests {
 
     /// A loopback server answering every request with `response`.
     /// [`serve`] of a 200 with `body`.
-    async fn serve_ok(body: &str) -> u16 {
+    pub(in crate::runners::verification) async fn serve_ok(body: &str) -> u16 {
         let length = body.len();
         serve(
             format!(

@@ -488,22 +488,7 @@ mod tests {
     /// resolver and its redirect check), is not used again.
     #[tokio::test]
     async fn a_reloaded_policy_binds_the_next_http_probe_of_a_tenant() {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
-        tokio::spawn(async move {
-            while let Ok((mut stream, _)) = listener.accept().await {
-                tokio::spawn(async move {
-                    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-                    let mut request = [0u8; 1024];
-                    let _ = stream.read(&mut request).await;
-                    let _ = stream
-                        .write_all(
-                            b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
-                        )
-                        .await;
-                });
-            }
-        });
+        let port = super::super::probes::tests::serve_ok("").await;
         let bounds = |yaml: &str| Bounds {
             destinations: crate::policy::OperatorPolicy::from_yaml(yaml)
                 .unwrap()
@@ -516,20 +501,9 @@ mod tests {
         let closed = bounds("tenants: {team-a: {}}");
         let runner = VerificationRunner::new(VerificationConfig::default());
         let url = format!("http://localhost:{port}/");
-        let before = runner
-            .client("team-a", &open)
-            .unwrap()
-            .get(&url)
-            .send()
-            .await;
-        assert_eq!(before.unwrap().status(), 200);
-        let after = runner
-            .client("team-a", &closed)
-            .unwrap()
-            .get(&url)
-            .send()
-            .await;
-        let error = crate::policy::describe_http_error(&after.unwrap_err());
+        let fetch = |bounds| runner.client("team-a", bounds).unwrap().get(&url).send();
+        assert_eq!(fetch(&open).await.unwrap().status(), 200);
+        let error = crate::policy::describe_http_error(&fetch(&closed).await.unwrap_err());
         assert!(error.contains("allow_private"), "{error}");
     }
 
