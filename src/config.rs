@@ -280,6 +280,8 @@ pub struct RunnerSettings {
     pub sandbox_memory_mib: u32,
     /// `EXECPLANE_SANDBOX_PIDS`: processes and threads of one tool at once.
     pub sandbox_pids: u32,
+    /// `EXECPLANE_SANDBOX_CPU_PERCENT`: the CPU time of one tool and what it starts together, in percent of one CPU.
+    pub sandbox_cpu_percent: u32,
     /// `EXECPLANE_SANDBOX_CPU_SECONDS`: CPU seconds of each process of a tool.
     pub sandbox_cpu_seconds: u32,
     /// `EXECPLANE_SANDBOX_OPEN_FILES`: open files of each process of a tool.
@@ -309,6 +311,7 @@ impl Default for RunnerSettings {
             sandbox_read_only: String::new(),
             sandbox_memory_mib: 2048,
             sandbox_pids: 512,
+            sandbox_cpu_percent: 100,
             sandbox_cpu_seconds: 3600,
             sandbox_open_files: 4096,
             sandbox_disk_mib: 1024,
@@ -794,6 +797,7 @@ settings! {
     "EXECPLANE_SANDBOX_READ_ONLY" => runner.sandbox_read_only;
     "EXECPLANE_SANDBOX_MEMORY_MIB" => runner.sandbox_memory_mib;
     "EXECPLANE_SANDBOX_PIDS" => runner.sandbox_pids;
+    "EXECPLANE_SANDBOX_CPU_PERCENT" => runner.sandbox_cpu_percent;
     "EXECPLANE_SANDBOX_CPU_SECONDS" => runner.sandbox_cpu_seconds;
     "EXECPLANE_SANDBOX_OPEN_FILES" => runner.sandbox_open_files;
     "EXECPLANE_SANDBOX_DISK_MIB" => runner.sandbox_disk_mib;
@@ -1112,6 +1116,7 @@ impl Config {
             ("EXECPLANE_SANDBOX_UIDS", runner.sandbox_uids),
             ("EXECPLANE_SANDBOX_MEMORY_MIB", runner.sandbox_memory_mib),
             ("EXECPLANE_SANDBOX_PIDS", runner.sandbox_pids),
+            ("EXECPLANE_SANDBOX_CPU_PERCENT", runner.sandbox_cpu_percent),
             ("EXECPLANE_SANDBOX_CPU_SECONDS", runner.sandbox_cpu_seconds),
             ("EXECPLANE_SANDBOX_OPEN_FILES", runner.sandbox_open_files),
             ("EXECPLANE_SANDBOX_DISK_MIB", runner.sandbox_disk_mib),

@@ -528,13 +528,22 @@ async fn a_file_a_tool_writes_becomes_a_checksummed_output_artifact_in_the_manif
 
 /// The `report` line a `prober` probe in mode `look` printed.
 async fn report(pipeline: &Pipeline, spec: &execplane::contract::JobSpec) -> serde_json::Value {
+    printed(pipeline, spec, "report ").await
+}
+
+/// The JSON a probe printed after `prefix` on a line of its output.
+async fn printed(
+    pipeline: &Pipeline,
+    spec: &execplane::contract::JobSpec,
+    prefix: &str,
+) -> serde_json::Value {
     let attempt = execplane::attempt::attempt_id_for(spec.command_id, 1).to_string();
     let output = pipeline.tool_output().await;
     let text = output.get(&attempt).map(String::as_str).unwrap_or_default();
     let line = text
         .lines()
-        .find_map(|line| line.strip_prefix("report "))
-        .unwrap_or_else(|| panic!("no report in the probe's output: {text}"));
+        .find_map(|line| line.strip_prefix(prefix))
+        .unwrap_or_else(|| panic!("no `{prefix}` line in the probe's output: {text}"));
     serde_json::from_str(line).unwrap()
 }
 
@@ -701,6 +710,8 @@ async fn a_tool_reaches_nothing_but_its_own_work(pool: PgPool) {
     let poke = [
         format!("/usr/bin/{planted}"),
         format!("/etc/{planted}"),
+        // bubblewrap's /dev, a tmpfs of no size of its own.
+        format!("/dev/{planted}"),
         format!("/tmp/../../usr/lib/{planted}"),
         workdir.join(&planted).display().to_string(),
     ];
@@ -741,6 +752,17 @@ async fn a_tool_reaches_nothing_but_its_own_work(pool: PgPool) {
     // Its own pid namespace: a handful of pids, none the runner's.
     let pids: Vec<i64> = serde_json::from_value(seen["pids"].clone()).unwrap();
     assert!(pids.len() <= 4, "{seen}");
+    // Nothing of the runner's is open in it: its stdin, stdout and stderr
+    // are all it holds (and the listing's own directory). The runner's
+    // Kafka client makes pipes that do not close on exec.
+    for (fd, target) in seen["fds"].as_object().unwrap() {
+        let fd: u32 = fd.parse().unwrap();
+        let target = target.as_str().unwrap();
+        assert!(
+            fd <= 2 || target.starts_with("/proc/"),
+            "descriptor {fd} ({target}) reached the tool: {seen}"
+        );
+    }
     for (path, outcome) in seen["peek"].as_object().unwrap() {
         assert_ne!(outcome, "ok", "{path} was readable: {seen}");
     }
@@ -812,6 +834,31 @@ async fn a_tool_over_a_limit_fails_alone_naming_it(pool: PgPool) {
     pipeline.submit(&after).await;
     let (status, _, message, _) = pipeline.ended(&after, WAIT).await;
     assert_eq!(status, "succeeded", "{message}");
+}
+
+/// A tool's processes share the CPU its limit gives them, however many
+/// they are (each in a session of its own, too): the runner and the other
+/// attempts keep theirs.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_tool_s_processes_together_get_no_more_cpu_than_its_limit(pool: PgPool) {
+    let (pipeline, _) =
+        pipeline_with_probe(&pool, "prober", &[("EXECPLANE_SANDBOX_CPU_PERCENT", "50")]).await;
+    pipeline.wait_runners(1).await;
+    let spin = job(
+        "verify.custom.probe",
+        json!({"probe_id": "prober", "args": {"mode": "spin", "spinners": 4, "seconds": 2}}),
+        json!({"retry": {"max_attempts": 1}}),
+    );
+    pipeline.submit(&spin).await;
+    let (status, _, message, _) = pipeline.ended(&spin, WAIT).await;
+    assert_eq!(status, "succeeded", "{message}");
+    let spun = printed(&pipeline, &spin, "spun ").await;
+    let (wall, cpu) = (
+        spun["wall"].as_f64().unwrap(),
+        spun["cpu"].as_f64().unwrap(),
+    );
+    // Half a CPU's worth, and some slack for the period's edges.
+    assert!(cpu <= wall * 0.7, "{cpu} CPU seconds in {wall} s: {spun}");
 }
 
 /// A runner whose tools' network cannot be guarded as configured serves

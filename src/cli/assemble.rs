@@ -211,6 +211,7 @@ pub fn tools(config: &Config) -> crate::runner::tool::ToolSettings {
             limits: Limits {
                 memory_bytes: mib(runner.sandbox_memory_mib),
                 pids: runner.sandbox_pids.into(),
+                cpu_percent: runner.sandbox_cpu_percent.into(),
                 cpu_seconds: runner.sandbox_cpu_seconds.into(),
                 open_files: runner.sandbox_open_files.into(),
                 disk_bytes: mib(runner.sandbox_disk_mib),

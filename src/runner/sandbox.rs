@@ -93,6 +93,9 @@ pub struct Limits {
     pub memory_bytes: u64,
     /// `EXECPLANE_SANDBOX_PIDS`: processes and threads at once.
     pub pids: u64,
+    /// `EXECPLANE_SANDBOX_CPU_PERCENT`: the CPU time of the tool and
+    /// everything it starts together, in percent of one CPU.
+    pub cpu_percent: u64,
     /// `EXECPLANE_SANDBOX_CPU_SECONDS`: CPU seconds of each process.
     pub cpu_seconds: u64,
     /// `EXECPLANE_SANDBOX_OPEN_FILES`: open files of each process.
@@ -109,6 +112,7 @@ impl Default for Limits {
         Self {
             memory_bytes: 2048 * MIB,
             pids: 512,
+            cpu_percent: 100,
             cpu_seconds: 3600,
             open_files: 4096,
             disk_bytes: 1024 * MIB,
@@ -501,6 +505,9 @@ pub fn read_regular(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// The size of a tool's /dev/shm, in bytes (64 MiB).
+const DEV_SHM_BYTES: &str = "67108864";
+
 /// bubblewrap's arguments for a tool in `workdir` seeing `view`, up to
 /// and including the `--` before the program.
 pub fn bwrap_args(workdir: &Path, accounts: &(PathBuf, PathBuf), view: &View) -> Vec<OsString> {
@@ -545,6 +552,17 @@ pub fn bwrap_args(workdir: &Path, accounts: &(PathBuf, PathBuf), view: &View) ->
         "--proc".as_ref(),
         "/proc".as_ref(),
         "--dev".as_ref(),
+        "/dev".as_ref(),
+        // /dev is a tmpfs of bubblewrap's with no size: read-only but for
+        // a bounded /dev/shm (POSIX semaphores, which ansible's workers
+        // take), or a tool could write past its disk limit there.
+        "--perms".as_ref(),
+        "01777".as_ref(),
+        "--size".as_ref(),
+        DEV_SHM_BYTES.as_ref(),
+        "--tmpfs".as_ref(),
+        "/dev/shm".as_ref(),
+        "--remount-ro".as_ref(),
         "/dev".as_ref(),
     ]);
     // /tmp first: the working directory may itself be under /tmp. Its
@@ -594,14 +612,18 @@ pub fn prlimit_args(limits: &Limits) -> Vec<OsString> {
     ]
 }
 
-/// The memory and pids cgroups (v1) of one tool run, under this process's
-/// own (`<own>/execplane/<name>`); removed when dropped.
+/// The memory, pids and cpu cgroups (v1) of one tool run, under this
+/// process's own (`<own>/execplane/<name>`); removed when dropped.
 #[derive(Debug)]
 pub struct Cgroups {
     memory: PathBuf,
     pids: PathBuf,
+    cpu: PathBuf,
     limits: Limits,
 }
+
+/// The period of the tools' CPU quota (the kernel's default).
+const CPU_PERIOD_MICROS: u64 = 100_000;
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
@@ -609,17 +631,19 @@ impl Cgroups {
     pub fn create(name: &str, limits: &Limits) -> std::io::Result<Self> {
         if Path::new(CGROUP_ROOT).join("cgroup.controllers").exists() {
             return Err(std::io::Error::other(
-                "this host has cgroup v2 only; the sandbox's limits need the cgroup v1 memory and pids controllers",
+                "this host has cgroup v2 only; the sandbox's limits need the cgroup v1 memory, pids and cpu controllers",
             ));
         }
-        let memory = Self::own("memory")?.join("execplane").join(name);
-        let pids = Self::own("pids")?.join("execplane").join(name);
+        let [memory, pids, cpu] = ["memory", "pids", "cpu"].map(|controller| {
+            Ok::<_, std::io::Error>(Self::own(controller)?.join("execplane").join(name))
+        });
         let cgroups = Self {
-            memory,
-            pids,
+            memory: memory?,
+            pids: pids?,
+            cpu: cpu?,
             limits: *limits,
         };
-        for dir in [&cgroups.memory, &cgroups.pids] {
+        for dir in cgroups.dirs() {
             std::fs::create_dir_all(dir).map_err(|error| {
                 std::io::Error::new(error.kind(), format!("{}: {error}", dir.display()))
             })?;
@@ -633,12 +657,23 @@ impl Cgroups {
             std::fs::write(memsw, &memory_limit)?;
         }
         std::fs::write(cgroups.pids.join("pids.max"), limits.pids.to_string())?;
+        // A quota for the tool's processes together: however many it
+        // starts, each in a session of its own, they share it, and the
+        // runner's threads and the other attempts keep the rest.
+        std::fs::write(
+            cgroups.cpu.join("cpu.cfs_period_us"),
+            CPU_PERIOD_MICROS.to_string(),
+        )?;
+        std::fs::write(
+            cgroups.cpu.join("cpu.cfs_quota_us"),
+            (limits.cpu_percent * CPU_PERIOD_MICROS / 100).to_string(),
+        )?;
         Ok(cgroups)
     }
 
     /// The directories the supervisor joins before it starts the tool.
-    pub fn dirs(&self) -> [&Path; 2] {
-        [&self.memory, &self.pids]
+    pub fn dirs(&self) -> [&Path; 3] {
+        [&self.memory, &self.pids, &self.cpu]
     }
 
     /// This process's own cgroup of `controller`, from /proc/self/cgroup.
@@ -684,7 +719,7 @@ impl Cgroups {
 
 impl Drop for Cgroups {
     fn drop(&mut self) {
-        for dir in [&self.memory, &self.pids] {
+        for dir in self.dirs() {
             // Empty once the supervisor has exited; a few tries for the
             // kernel to finish its bookkeeping.
             for _ in 0..20 {

@@ -64,6 +64,14 @@ pub fn run(options: &Options<'_>, command: &[OsString]) -> ExitCode {
         eprintln!("execplane tool supervisor: no program given");
         return ExitCode::from(CANNOT_START);
     };
+    // Nothing the runner held open reaches the tool: its Kafka client's
+    // wake-up pipes, say, which librdkafka makes without close-on-exec
+    // (a tool writing to them would keep the runner's threads spinning,
+    // reading them would delay every other attempt's reports).
+    if let Err(error) = close_on_exec_inherited() {
+        eprintln!("execplane tool supervisor: cannot close what the runner left open: {error}");
+        return ExitCode::from(CANNOT_START);
+    }
     if let Err(error) = rustix::process::set_child_subreaper(Some(rustix::process::getpid())) {
         eprintln!("execplane tool supervisor: cannot become a subreaper: {error}");
         return ExitCode::from(CANNOT_START);
@@ -158,6 +166,33 @@ pub fn run(options: &Options<'_>, command: &[OsString]) -> ExitCode {
         }
     }
     end_as(status)
+}
+
+/// Marks every descriptor but stdin, stdout and stderr close-on-exec. Run
+/// first, while the supervisor is one thread. (The crate's one `unsafe`:
+/// no safe API takes a descriptor by its number.)
+#[allow(unsafe_code)]
+fn close_on_exec_inherited() -> std::io::Result<()> {
+    use rustix::fd::BorrowedFd;
+    use rustix::io::{fcntl_getfd, fcntl_setfd, FdFlags};
+    // Listed first, then changed: the listing's own descriptor is closed
+    // by then (and is close-on-exec anyway).
+    let open: Vec<i32> = std::fs::read_dir("/proc/self/fd")?
+        .filter_map(Result::ok)
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .filter(|fd| *fd > 2)
+        .collect();
+    for fd in open {
+        // SAFETY: only the descriptor's flags are read and set, for as
+        // long as this borrow lasts; one closed meanwhile is `EBADF`.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        match fcntl_getfd(borrowed) {
+            Ok(flags) => fcntl_setfd(borrowed, flags | FdFlags::CLOEXEC)?,
+            Err(rustix::io::Errno::BADF) => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    Ok(())
 }
 
 enum Order {
