@@ -14,6 +14,15 @@ use crate::contract::ops::{AnsibleEvidence, HostRecap};
 /// grow the runner's memory with its stream. The stream's artifact keeps
 /// every one.
 pub const MAX_KEPT_BYTES: usize = 128 * 1024;
+/// The longest event line read; a longer one is skipped. The callback
+/// writes a result too large for it without the result's fields.
+pub const MAX_EVENT_LINE: usize = 1024 * 1024;
+/// The most one line may hold once read (`runner::yaml::json`'s budget:
+/// its strings' bytes and 16 a node). The stream is in the play's working
+/// directory, where the play can write anything: a line of small numbers
+/// in nested lists is about ten times its size as a `Value`, in the
+/// runner's memory, for each attempt it runs.
+const MAX_EVENT_EXPANDED: usize = 4 * MAX_EVENT_LINE;
 /// The most characters of an unreachable host's message, or of a
 /// host's or task's name in the evidence, kept.
 const MAX_TEXT_CHARS: usize = 1024;
@@ -59,7 +68,7 @@ impl Summary {
     /// event).
     pub fn line(&mut self, line: &str) -> bool {
         self.lines += 1;
-        let Ok(event) = serde_json::from_str::<Value>(line) else {
+        let Ok(event) = crate::runner::yaml::json(line.as_bytes(), MAX_EVENT_EXPANDED) else {
             self.unreadable += 1;
             return false;
         };
@@ -206,6 +215,22 @@ mod tests {
 {"event": "runner_ok", "host": "a", "task": "remember", "action": "set_fact", "changed": false, "facts": {"color": "blue"}, "result": {}}
 {"event": "stats", "recap": {"a": {"ok": 3, "changed": 1, "failed": 0, "unreachable": 0, "skipped": 0, "rescued": 0, "ignored": 0}, "b": {"ok": 0, "changed": 0, "failed": 1, "unreachable": 0, "skipped": 0, "rescued": 0, "ignored": 0}}}
 "#;
+
+    /// A line within the length read but holding more than its budget
+    /// once read (a million small numbers in nested lists) is not read.
+    #[test]
+    fn a_line_that_would_grow_past_its_budget_is_not_read() {
+        let inner = format!("[{}]", vec!["0"; 1000].join(","));
+        let outer = format!("[{}]", vec![inner.as_str(); 400].join(","));
+        let line = format!(
+            r#"{{"event": "runner_ok", "host": "a", "task": "t", "action": "x", "changed": true, "facts": {{}}, "result": {{"x": {outer}}}}}"#
+        );
+        assert!(line.len() <= MAX_EVENT_LINE);
+        let mut summary = Summary::default();
+        summary.line(&line);
+        assert_eq!(summary.unreadable, 1);
+        assert!(summary.hosts().0.is_empty());
+    }
 
     #[test]
     fn a_stream_folds_into_the_recap_hosts_facts_and_evidence() {

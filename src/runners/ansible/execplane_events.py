@@ -33,6 +33,10 @@ SETUP = ("ansible.builtin.setup", "ansible.builtin.gather_facts", "setup", "gath
 SET_FACT = ("ansible.builtin.set_fact", "set_fact")
 # The longest text of one result field kept in an event.
 MAX_TEXT = 16 * 1024
+# The longest line the runner reads (events.rs, MAX_EVENT_LINE), with room
+# for the result's own message: a longer result is written without its
+# other fields.
+MAX_LINE = 1024 * 1024 - 32 * 1024
 
 
 # The most items of one list or mapping, and the deepest nesting, kept.
@@ -71,10 +75,24 @@ class CallbackModule(CallbackBase):
         if self._out is None:
             return
         fields["event"] = event
+        line = self._line(fields)
+        # Too long for the runner: the result without its fields but its
+        # message, then without the facts (the stream's artifact is this
+        # file, so what is left out here is left out there too).
+        if len(line.encode("utf-8")) > MAX_LINE and isinstance(fields.get("result"), dict):
+            fields["result"] = {"msg": fields["result"].get("msg"), "execplane_left_out": True}
+            line = self._line(fields)
+        if len(line.encode("utf-8")) > MAX_LINE and fields.get("facts"):
+            fields["facts"] = {}
+            line = self._line(fields)
+        self._out.write(line + "\n")
+        self._out.flush()
+
+    @staticmethod
+    def _line(fields):
         # ensure_ascii=False: a secret with non-ASCII characters stays as the
         # runner's masker knows it, never \u-escaped past it.
-        self._out.write(json.dumps(bounded(fields), sort_keys=True, default=str, ensure_ascii=False) + "\n")
-        self._out.flush()
+        return json.dumps(bounded(fields), sort_keys=True, default=str, ensure_ascii=False)
 
     def v2_playbook_on_start(self, playbook):
         self._emit("playbook_start", playbook=os.path.basename(playbook._file_name))

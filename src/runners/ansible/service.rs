@@ -1158,12 +1158,9 @@ fn host_refusals(
 struct Stream {
     offset: u64,
     partial: Vec<u8>,
-    /// A line over [`MAX_EVENT_LINE`] is being skipped to its end.
+    /// A line over [`super::events::MAX_EVENT_LINE`] is being skipped to its end.
     skipping: bool,
 }
-
-/// The longest event line read; a longer one is skipped.
-const MAX_EVENT_LINE: usize = 16 * 1024 * 1024;
 
 /// The most of the event stream read: the file is in the play's working
 /// directory, so the play can write it too.
@@ -1211,7 +1208,7 @@ impl Stream {
                 context.progress(format!("task {}: {task}", summary.tasks), None);
             }
         }
-        if self.partial.len() > MAX_EVENT_LINE {
+        if self.partial.len() > super::events::MAX_EVENT_LINE {
             self.partial.clear();
             self.skipping = true;
         }
