@@ -44,7 +44,7 @@ const PURE_LOOKUPS: [&str; 12] = [
 ];
 
 /// Keys that name a file of the package to read.
-const INCLUDES: [&str; 17] = [
+const INCLUDES: [&str; 18] = [
     "import_playbook",
     "include_tasks",
     "import_tasks",
@@ -54,6 +54,8 @@ const INCLUDES: [&str; 17] = [
     "include_role",
     "import_role",
     "roles",
+    // A role's `meta/main.yml`: the roles it pulls in.
+    "dependencies",
     "src",
     "file",
     "dir",
@@ -195,8 +197,26 @@ const INTERNALS: [&str; 10] = [
 
 /// Names that, inside a template, hand out a lookup plugin or a way into
 /// Python without a literal call to look for (`{% set f = lookup %}`,
-/// `(lookup)(...)`, `lipsum.__globals__` spelled by concatenation).
-const TEMPLATE_WORDS: [&str; 7] = ["lookup", "query", "q", "lipsum", "cycler", "joiner", "self"];
+/// `(lookup)(...)`, `lipsum.__globals__` spelled by concatenation). The
+/// globals that are Python functions or classes (`namespace`, ansible's
+/// `now` and `undef`) may only be called: subscripted, a name computed
+/// by concatenation reaches their `__globals__` (`namespace['_' ~ ...]`).
+const TEMPLATE_WORDS: [&str; 10] = [
+    "lookup",
+    "query",
+    "q",
+    "lipsum",
+    "cycler",
+    "joiner",
+    "self",
+    "namespace",
+    "now",
+    "undef",
+];
+
+/// Of [`TEMPLATE_WORDS`], those a template may call (lookups only of a
+/// pure plugin, which [`lookup_refusal`] checks).
+const CALLABLE_WORDS: [&str; 6] = ["lookup", "query", "q", "namespace", "now", "undef"];
 
 /// What makes ansible render a string: `{{`, `{%`, or a comment's `{#`
 /// (which renders to nothing, so `local{##}host` is `localhost`).
@@ -218,8 +238,9 @@ fn text_refusal(text: &str) -> Option<String> {
     lookup_refusal(text).or_else(|| blocks(text).find_map(word_refusal))
 }
 
-/// A [`TEMPLATE_WORDS`] name used in a template other than as a literal
-/// call of a pure lookup (which [`lookup_refusal`] has let pass).
+/// A [`TEMPLATE_WORDS`] name used in a template other than as a call of
+/// one of [`CALLABLE_WORDS`] (a lookup's plugin [`lookup_refusal`] has
+/// checked), or `attr` called.
 fn word_refusal(block: &str) -> Option<String> {
     let bytes = block.as_bytes();
     let word = |byte: u8| byte.is_ascii_alphanumeric() || byte == b'_';
@@ -234,11 +255,12 @@ fn word_refusal(block: &str) -> Option<String> {
             .unwrap_or(bytes.len());
         let name = &block[at..end];
         let called = block[end..].trim_start().starts_with('(');
-        let is_lookup = matches!(name, "lookup" | "query" | "q");
-        if TEMPLATE_WORDS.contains(&name) && !(is_lookup && called) {
-            return Some(format!(
-                "a template uses `{name}` other than as a call of a pure lookup"
-            ));
+        if TEMPLATE_WORDS.contains(&name) && !(CALLABLE_WORDS.contains(&name) && called) {
+            return Some(format!("a template uses `{name}` other than as a call"));
+        }
+        // `attr (` as well as `attr(` (INTERNALS).
+        if name == "attr" && called {
+            return Some("a template reaches Python internals (`attr(`)".into());
         }
         at = end;
     }
@@ -335,11 +357,21 @@ fn value_refusal(value: &Value) -> Option<String> {
 /// and the `src=`, `file=`, `dir=` of a free-form `k=v` string.
 fn paths(value: &Value) -> Vec<&str> {
     match value {
-        Value::Object(object) => ["file", "dir", "src", "name", "role"]
-            .iter()
-            .filter_map(|field| object.get(*field))
-            .flat_map(strings)
-            .collect(),
+        Value::Object(object) => [
+            "file",
+            "dir",
+            "src",
+            "name",
+            "role",
+            "tasks_from",
+            "vars_from",
+            "defaults_from",
+            "handlers_from",
+        ]
+        .iter()
+        .filter_map(|field| object.get(*field))
+        .flat_map(strings)
+        .collect(),
         Value::Array(items) => items.iter().flat_map(paths).collect(),
         Value::String(text) => {
             let mut found: Vec<&str> = text
@@ -534,6 +566,9 @@ mod tests {
       delegate_to: "db-1"
       connection: ssh
     - ansible.builtin.include_tasks: tasks/more.yml
+    - ansible.builtin.include_role: {name: r, tasks_from: install.yml}
+    - ansible.builtin.debug:
+        msg: "{% set ns = namespace(n=1) %}{{ ns.n }} {{ now(utc=true) }}"
 "#;
         let files = [
             ("site.yml", site),
@@ -631,6 +666,13 @@ mod tests {
             ("site.yml", "- hosts: \"local{##}host\"\n  tasks: []\n".into(), "localhost"),
             ("site.yml", task("ansible.builtin.copy: {src: \"{##}/etc/passwd\", dest: /tmp/x}"), "outside"),
             ("site.yml", task("ansible.builtin.include_tasks: \"{##}/srv/other/t.yml\""), "template"),
+            // A fifth hostile review: a global's `__globals__` by a computed
+            // name, `attr` spaced from its call, and a role's other files.
+            ("site.yml", task("ansible.builtin.debug: {msg: \"{{ namespace['_'~'_init__']['_'~'_globals__'].os.popen('id').read() }}\"}"), "namespace"),
+            ("site.yml", task("ansible.builtin.debug: {msg: \"{{ now['_'~'_func__'] }}\"}"), "now"),
+            ("site.yml", task("ansible.builtin.debug: {msg: \"{{ {} | attr ('_' ~ '_class__') }}\"}"), "attr("),
+            ("site.yml", task("ansible.builtin.include_role: {name: r, tasks_from: /srv/other/t.yml}"), "outside"),
+            ("roles/r/meta/main.yml", "dependencies: [{role: /srv/other/role}]\n".into(), "outside"),
             ("site.yml", task("ansible.builtin.debug:\n        msg: \"#jinja2:variable_start_string:'[[',variable_end_string:']]'\\n[[ 1 ]]{##}\""), "jinja2"),
         ];
         for (path, text, expected) in cases {
