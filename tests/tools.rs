@@ -817,6 +817,7 @@ async fn a_tool_over_a_limit_fails_alone_naming_it(pool: PgPool) {
         (probe("memory"), "memory limit of 128 MiB"),
         (probe("fork"), "limit of 24 processes"),
         (probe("disk"), "working directory's 8 MiB"),
+        (probe("files"), "its 16384 files"),
     ];
     for (spec, _) in &cases {
         pipeline.submit(spec).await;

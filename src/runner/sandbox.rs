@@ -146,8 +146,9 @@ impl std::fmt::Display for LimitHit {
             ),
             LimitHit::Disk(bytes) => write!(
                 f,
-                "the tool filled its working directory's {} MiB (EXECPLANE_SANDBOX_DISK_MIB)",
-                bytes / MIB
+                "the tool filled its working directory's {} MiB, or its {} files (EXECPLANE_SANDBOX_DISK_MIB)",
+                bytes / MIB,
+                workdir_inodes(*bytes)
             ),
         }
     }
@@ -205,6 +206,15 @@ impl Identity {
     }
 }
 
+/// The fewest files (and directories) a working directory may hold.
+const MIN_WORKDIR_INODES: u64 = 16_384;
+
+/// The files (and directories) a working directory of `bytes` may hold:
+/// one a 4 KiB page, and at least [`MIN_WORKDIR_INODES`].
+fn workdir_inodes(bytes: u64) -> u64 {
+    (bytes / 4096).max(MIN_WORKDIR_INODES)
+}
+
 /// Mounts a tmpfs of `bytes` on `path`, owned by `uid` and closed to
 /// everyone else: the working directory's disk limit, and no hard link
 /// from it reaches a file of the host's. The runner works in it at `path`,
@@ -213,8 +223,13 @@ impl Identity {
 /// second mount of it, [`tools_view`], where links work as usual.
 pub fn mount_workdir(path: &Path, uid: u32, bytes: u64) -> std::io::Result<()> {
     use rustix::mount::{mount, mount_bind, mount_remount, MountFlags};
-    let data = std::ffi::CString::new(format!("size={bytes},mode=0700,uid={uid},gid={uid}"))
-        .map_err(std::io::Error::other)?;
+    // Files as well as bytes: an empty file takes no size, and a tmpfs
+    // by default holds as many as half the host's memory has pages.
+    let inodes = workdir_inodes(bytes);
+    let data = std::ffi::CString::new(format!(
+        "size={bytes},nr_inodes={inodes},mode=0700,uid={uid},gid={uid}"
+    ))
+    .map_err(std::io::Error::other)?;
     let tools = tools_view(path);
     std::fs::create_dir(&tools)?;
     let mounted = mount(
@@ -311,7 +326,7 @@ pub fn sweep_stale(root: &Path, settings: &SandboxSettings) -> Vec<PathBuf> {
 /// Whether the filesystem at `path` has no block left for an unprivileged
 /// writer.
 pub fn is_full(path: &Path) -> bool {
-    rustix::fs::statvfs(path).is_ok_and(|stat| stat.f_bavail == 0)
+    rustix::fs::statvfs(path).is_ok_and(|stat| stat.f_bavail == 0 || stat.f_favail == 0)
 }
 
 /// Gives everything under `root` (itself included) to `uid`, never
