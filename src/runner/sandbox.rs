@@ -748,6 +748,19 @@ impl Drop for Cgroups {
     }
 }
 
+/// Whether the host has swap that the tools' memory cgroups do not count.
+fn swap_uncounted() -> bool {
+    let swaps = std::fs::read_to_string("/proc/meminfo").is_ok_and(|info| {
+        info.lines()
+            .find_map(|line| line.strip_prefix("SwapTotal:"))
+            .and_then(|kib| kib.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .is_some_and(|kib| kib > 0)
+    });
+    let counted =
+        Cgroups::own("memory").is_ok_and(|own| own.join("memory.memsw.limit_in_bytes").exists());
+    swaps && !counted
+}
+
 /// Checks that the sandbox can be built here, by running `/bin/true` in
 /// it, then guards the tools' network and checks that a sandboxed process
 /// reaches none of the platform's endpoints: a runner that cannot do all
@@ -765,7 +778,12 @@ pub async fn check(tools: &super::tool::ToolSettings) -> Result<(), String> {
     for stale in sweep_stale(&tools.work_root, sandbox) {
         tracing::warn!(path = %stale.display(), "removed a working directory a dead runner left mounted");
     }
-    let fix = "install bubblewrap, run the runner as root on a host with user namespaces and the cgroup v1 memory and pids controllers, or set EXECPLANE_SANDBOX=off for a host that serves one tenant";
+    if swap_uncounted() {
+        tracing::warn!(
+            "this host swaps and its memory cgroups do not count swap (no memory.memsw): a tool's memory limit bounds what it holds in memory, not what it pushes to swap; boot with swapaccount=1, or turn swap off"
+        );
+    }
+    let fix = "install bubblewrap, run the runner as root on a host with user namespaces and the cgroup v1 memory, pids and cpu controllers, or set EXECPLANE_SANDBOX=off for a host that serves one tenant";
     let (exit, said) = run_checked(tools, super::tool::ToolCommand::new("/bin/true"))
         .await
         .map_err(|error| format!("cannot build the tool sandbox: {error}; {fix}"))?;
