@@ -619,7 +619,15 @@ async fn unpack(plan: &Plan, layout: &Layout, context: &ExecutionContext) -> Res
     if let Some(reference) = &plan.package {
         package::fetch_and_unpack(context, reference, &layout.package).await?;
         if !plan.controller {
-            if let Some(why) = super::controller::refusal(&layout.package) {
+            // Up to the package's whole unpacked size read and parsed: off
+            // the runtime's threads, which every other attempt shares.
+            let root = layout.package.clone();
+            let refused = tokio::task::spawn_blocking(move || super::controller::refusal(&root))
+                .await
+                .map_err(|error| {
+                    Failure::infrastructure(format!("the package's check did not finish: {error}"))
+                })?;
+            if let Some(why) = refused {
                 return Err(Failure::new(FailureCategory::Policy, format!("inputs.package: {why} (allowed only where the operator's policy gives the package `controller: true`)")));
             }
         }
