@@ -483,6 +483,8 @@ pub struct IngressSettings {
     pub max_output: usize,
     /// `EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PEER`: open connections per client address.
     pub max_connections_per_peer: usize,
+    /// `EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PRINCIPAL`: open HTTP connections that carried one principal's key or console session.
+    pub max_connections_per_principal: usize,
     /// `EXECPLANE_INGRESS_MAX_CONNECTIONS`: open connections in all.
     pub max_connections: usize,
     /// `EXECPLANE_INGRESS_HEADER_TIMEOUT`: an HTTP request's headers must arrive within this.
@@ -516,6 +518,7 @@ impl Default for IngressSettings {
             max_frame: 1024 * 1024,
             max_output: 16 * 1024 * 1024,
             max_connections_per_peer: 64,
+            max_connections_per_principal: 64,
             max_connections: 1024,
             header_timeout: DurationMs::from_secs(10),
             partial_frame_budget: 64 * 1024 * 1024,
@@ -835,6 +838,7 @@ settings! {
     "EXECPLANE_INGRESS_MAX_FRAME" => ingress.max_frame;
     "EXECPLANE_INGRESS_MAX_OUTPUT" => ingress.max_output;
     "EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PEER" => ingress.max_connections_per_peer;
+    "EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PRINCIPAL" => ingress.max_connections_per_principal;
     "EXECPLANE_INGRESS_MAX_CONNECTIONS" => ingress.max_connections;
     "EXECPLANE_INGRESS_HEADER_TIMEOUT" => ingress.header_timeout;
     "EXECPLANE_INGRESS_PARTIAL_FRAME_BUDGET" => ingress.partial_frame_budget;

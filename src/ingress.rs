@@ -56,6 +56,8 @@ pub struct IngressConfig {
     /// Largest output file an executor uploads.
     pub max_output: usize,
     pub max_connections_per_peer: usize,
+    /// Open HTTP connections that carried one principal's key or session.
+    pub max_connections_per_principal: usize,
     /// Open HTTP + TCP connections, all peers together.
     pub max_connections: usize,
     /// An HTTP request's headers must arrive within this.
@@ -140,9 +142,12 @@ impl IngressConfig {
                 "EXECPLANE_INGRESS_MAX_OUTPUT must be 1 to {most} bytes"
             ));
         }
-        if config.ingress.max_connections_per_peer == 0 || config.ingress.max_connections == 0 {
+        if config.ingress.max_connections_per_peer == 0
+            || config.ingress.max_connections == 0
+            || config.ingress.max_connections_per_principal == 0
+        {
             problems.push(
-                "EXECPLANE_INGRESS_MAX_CONNECTIONS and _MAX_CONNECTIONS_PER_PEER must be positive"
+                "EXECPLANE_INGRESS_MAX_CONNECTIONS, _MAX_CONNECTIONS_PER_PEER and _MAX_CONNECTIONS_PER_PRINCIPAL must be positive"
                     .into(),
             );
         }
@@ -183,6 +188,7 @@ impl IngressConfig {
             max_frame: config.ingress.max_frame,
             max_output: config.ingress.max_output,
             max_connections_per_peer: config.ingress.max_connections_per_peer,
+            max_connections_per_principal: config.ingress.max_connections_per_principal,
             max_connections: config.ingress.max_connections,
             header_timeout: config.ingress.header_timeout.as_std(),
             partial_frame_budget: config.ingress.partial_frame_budget,
@@ -254,6 +260,9 @@ pub enum IngressError {
     Conflict(String),
     #[error("request too large")]
     TooLarge,
+    /// A principal at its cap of open connections.
+    #[error("too many connections: {0}")]
+    TooMany(String),
     /// Stored content that fails its recorded digest: never served.
     #[error("{0}")]
     Corrupt(String),
@@ -300,6 +309,7 @@ impl IngressError {
             IngressError::NotFound(_) | IngressError::SessionUnknown => 404,
             IngressError::Conflict(_) => 409,
             IngressError::TooLarge => 413,
+            IngressError::TooMany(_) => 429,
             IngressError::Corrupt(_) => 502,
             IngressError::Unavailable(_) => 503,
         }
@@ -331,6 +341,9 @@ impl IngressError {
             }
             IngressError::Conflict(message) => json!({"error": "conflict", "message": message}),
             IngressError::TooLarge => json!({"error": "too_large"}),
+            IngressError::TooMany(message) => {
+                json!({"error": "too_many_connections", "message": message})
+            }
             IngressError::Corrupt(message) => {
                 json!({"error": "artifact_corrupt", "message": message})
             }
@@ -398,7 +411,8 @@ impl Ingress {
         storage: Arc<crate::artifacts::Storage>,
         shutdown: CancellationToken,
     ) -> Result<Arc<Self>, IngressError> {
-        let peers = http::PeerLimits::new(config.max_connections_per_peer, config.max_connections);
+        let peers = http::PeerLimits::new(config.max_connections_per_peer, config.max_connections)
+            .per_principal(config.max_connections_per_principal);
         let frames = tcp::FrameBudget::new(config.partial_frame_budget);
         let http_client = reqwest::Client::builder()
             .timeout(Duration::from_secs(5))

@@ -725,6 +725,22 @@ async fn the_attempts_list_pages_by_cursor_at_a_hundred_thousand_attempts(pool: 
         "a page 50,000 attempts deep: {scanned} index rows, {} ms execution",
         plan[0]["Execution Time"]
     );
+    // A principal of a tenant with no attempt among the hundred thousand
+    // reads its own (none), not every other tenant's.
+    let tenants = ["team-c".to_owned()];
+    let query = execplane::store::console::attempts_page(Some(&tenants), &filter, None, 50);
+    let plan: Value =
+        sqlx::query_scalar(&format!("EXPLAIN (ANALYZE, FORMAT JSON) {}", query.sql()))
+            .bind("team-c")
+            .bind(50_i64)
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    let scanned = scan_rows(&plan[0]["Plan"]);
+    assert!(
+        scanned <= 51,
+        "an empty tenant's page scanned {scanned} rows: {plan:#}"
+    );
 }
 
 /// The rows the plan's scans read (the sum of their actual rows and the
@@ -746,4 +762,65 @@ fn scan_rows(node: &Value) -> u64 {
         .flatten()
         .map(scan_rows)
         .sum::<u64>()
+}
+
+/// One status line read from a raw HTTP/1.1 connection.
+fn request_status(stream: &mut std::net::TcpStream, request: &[u8]) -> u16 {
+    use std::io::{Read, Write};
+    stream.write_all(request).unwrap();
+    let mut read = Vec::new();
+    let mut buffer = [0_u8; 4096];
+    while !read.windows(4).any(|window| window == b"\r\n\r\n") {
+        let count = stream.read(&mut buffer).unwrap();
+        assert!(count > 0, "closed: {}", String::from_utf8_lossy(&read));
+        read.extend_from_slice(&buffer[..count]);
+    }
+    let text = String::from_utf8_lossy(&read);
+    text.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// A principal's key (or console session) holds at most
+/// `EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PRINCIPAL` connections, so one
+/// viewer's streams cannot take every slot from every tenant; and the
+/// console reads a form no larger than a form, before anyone is signed in.
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn one_principal_holds_a_bounded_share_of_connections_and_forms_are_small(pool: PgPool) {
+    let mut pipeline = Pipeline::new(&pool).await;
+    let policy_file = pipeline.dir.join("principals.yaml");
+    std::fs::write(&policy_file, policy()).unwrap();
+    pipeline.set_env("EXECPLANE_POLICY_FILE", policy_file.to_str().unwrap());
+    let ingress = start(
+        &mut pipeline,
+        &["ingress"],
+        &[("EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PRINCIPAL", "2")],
+    )
+    .await;
+    let connect = || std::net::TcpStream::connect(("127.0.0.1", ingress.http)).unwrap();
+    let asked = |key: &str| {
+        format!(
+            "GET /v1/jobs/team-a%2Fnone HTTP/1.1\r\nHost: ingress\r\nAuthorization: Bearer {key}\r\n\r\n"
+        )
+        .into_bytes()
+    };
+    let mut held: Vec<std::net::TcpStream> = (0..2).map(|_| connect()).collect();
+    for stream in &mut held {
+        assert_eq!(request_status(stream, &asked(VIEWER_A)), 404);
+    }
+    // A connection counts for its principal from its first request on.
+    assert_eq!(request_status(&mut held[0], &asked(VIEWER_A)), 404);
+    let mut third = connect();
+    assert_eq!(request_status(&mut third, &asked(VIEWER_A)), 429);
+    // Another principal is not held to the first one's count.
+    assert_eq!(request_status(&mut third, &asked(OPERATOR_A)), 404);
+    drop(held.remove(0));
+    std::thread::sleep(Duration::from_millis(300));
+    let mut again = connect();
+    assert_eq!(request_status(&mut again, &asked(VIEWER_A)), 404);
+
+    let form = format!("key={}", "k".repeat(20 * 1024));
+    let sign_in = format!(
+        "POST /console/sign-in HTTP/1.1\r\nHost: ingress\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",
+        form.len()
+    );
+    assert_eq!(request_status(&mut connect(), sign_in.as_bytes()), 413);
 }

@@ -538,6 +538,7 @@ async fn the_execute_api_runs_a_job_streams_its_events_and_cancels(pool: PgPool)
     assert_eq!(body["attempt"]["status"], "succeeded");
     assert_eq!(body["timeline"].as_array().unwrap().len(), 5);
     assert_eq!(body["timeline"][4]["kind"], "finished");
+    assert_eq!(body["timeline_complete"], true);
     let (status, body) = call(
         reqwest::Method::GET,
         &events_url,
@@ -550,6 +551,24 @@ async fn the_execute_api_runs_a_job_streams_its_events_and_cancels(pool: PgPool)
     assert_eq!(status, 200);
     assert_eq!(body.as_array().unwrap().len(), 5);
     assert_eq!(body[0]["body"]["type"], "created");
+    // Paged: the events after a seq.
+    let (status, body) = call(
+        reqwest::Method::GET,
+        &format!("{events_url}?after=3"),
+        Some(API_KEY),
+        None,
+        &[],
+        None,
+    )
+    .await;
+    assert_eq!(status, 200);
+    let seqs: Vec<u64> = body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|event| event["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, [4, 5], "{body}");
 
     // An approval names a plan: a probe's attempt has none to approve, a
     // malformed digest is refused with its path, nothing is produced.

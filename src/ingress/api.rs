@@ -56,6 +56,10 @@ pub struct ApprovalAccepted {
     pub command_id: Uuid,
 }
 
+/// The most events one read of an attempt's history returns (a timeline,
+/// a page of `/events`, a refill of a stream).
+pub const EVENTS_PAGE: usize = 1_000;
+
 /// One line of an attempt's timeline.
 pub fn timeline_entry(event: &AttemptEvent) -> serde_json::Value {
     json!({
@@ -323,7 +327,9 @@ impl Ingress {
             .iter()
             .map(timeline_entry)
             .collect();
-        Ok(json!({"attempt": row, "timeline": timeline}))
+        // Its first events only: the rest are paged by `/events?after=`.
+        let complete = timeline.len() < EVENTS_PAGE;
+        Ok(json!({"attempt": row, "timeline": timeline, "timeline_complete": complete}))
     }
 
     /// A job and its attempts, if `principal` may read its tenant.
@@ -350,14 +356,16 @@ impl Ingress {
             .ok_or_else(|| IngressError::NotFound(format!("job {job_id}")))
     }
 
-    /// Decoded events after `after_seq`.
+    /// Decoded events after `after_seq`, at most [`EVENTS_PAGE`]: an
+    /// attempt's progress makes events without a bound, and each reader
+    /// would hold them all.
     pub async fn events_after(
         &self,
         attempt_id: Uuid,
         after_seq: i64,
     ) -> Result<Vec<AttemptEvent>, IngressError> {
         self.store
-            .history_after(attempt_id, after_seq)
+            .history_after(attempt_id, after_seq, EVENTS_PAGE as i64)
             .await?
             .iter()
             .map(|stored| stored.decode().map_err(IngressError::from))

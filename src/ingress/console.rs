@@ -65,8 +65,16 @@ pub fn router() -> Router<Arc<Ingress>> {
         .route("/console/approvals", get(approvals))
         .route("/console/static/app.js", get(script))
         .route("/console/static/app.css", get(style))
+        // Its forms are a key, a token, a reason: read before anyone is
+        // known to be signed in, so held to a form's size, not to the
+        // API's `EXECPLANE_INGRESS_MAX_BODY` (a thousand unsigned
+        // connections trickling a MiB each).
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_FORM_BYTES))
         .layer(axum::middleware::from_fn(secure_headers))
 }
+
+/// The largest form the console reads.
+const MAX_FORM_BYTES: usize = 16 * 1024;
 
 /// Headers every console response carries; a form posted from another
 /// site (`Sec-Fetch-Site: cross-site`, or an `Origin` that is not this
@@ -158,6 +166,13 @@ impl IntoResponse for NotSignedIn {
     }
 }
 
+/// The principal of the request's live session, if any.
+pub(super) fn session_principal(ingress: &Ingress, headers: &HeaderMap) -> Option<Principal> {
+    signed_in(ingress, headers)
+        .ok()
+        .map(|signed| signed.principal)
+}
+
 /// The request's session and principal.
 fn signed_in(ingress: &Ingress, headers: &HeaderMap) -> Result<SignedIn, NotSignedIn> {
     if !ingress.api_on() {
@@ -232,8 +247,12 @@ async fn sign_in(
             "Too many failed sign-ins from this address: wait a minute.",
         );
     }
-    let Ok(Form(form)) = form else {
-        return refuse(StatusCode::BAD_REQUEST, "Enter an API key.");
+    let form = match form {
+        Ok(Form(form)) => form,
+        Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return refuse(StatusCode::PAYLOAD_TOO_LARGE, "The form is too large.");
+        }
+        Err(_) => return refuse(StatusCode::BAD_REQUEST, "Enter an API key."),
     };
     let key = form.key.trim().as_bytes();
     match ingress.principal_of(key) {
@@ -324,7 +343,12 @@ async fn overview(State(ingress): State<Arc<Ingress>>, headers: HeaderMap) -> Re
             .store
             .console_overview(tenants.as_deref(), chrono::Utc::now() - PRESENCE_FRESH)
             .await?;
-        let dlq = ingress.dlq_last_hour().await;
+        // The dead-letter topic holds every tenant's refusals: counted
+        // for a principal of every tenant only.
+        let dlq = match tenants {
+            None => Some(ingress.dlq_last_hour().await),
+            Some(_) => None,
+        };
         Ok(pages::overview(&signed, &counts, dlq))
     }
     .await;

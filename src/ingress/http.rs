@@ -72,6 +72,11 @@ pub struct PeerLimits {
 struct OpenConnections {
     by_peer: HashMap<IpAddr, usize>,
     total: usize,
+    /// Connections a principal's key (or console session) was presented
+    /// on, per principal: each connection counts for the first it carried.
+    by_principal: HashMap<String, usize>,
+    principal_of: HashMap<u64, String>,
+    max_per_principal: usize,
     next_id: u64,
     /// Connections that have not yet presented a key, oldest first: at
     /// the global cap the oldest is closed to make room, so clients
@@ -80,6 +85,17 @@ struct OpenConnections {
 }
 
 impl OpenConnections {
+    fn release_principal(&mut self, id: u64) {
+        if let Some(principal) = self.principal_of.remove(&id) {
+            if let Some(count) = self.by_principal.get_mut(&principal) {
+                *count -= 1;
+                if *count == 0 {
+                    self.by_principal.remove(&principal);
+                }
+            }
+        }
+    }
+
     fn release(&mut self, address: IpAddr) {
         self.total = self.total.saturating_sub(1);
         if let Some(count) = self.by_peer.get_mut(&address) {
@@ -119,6 +135,25 @@ impl SlotHandle {
     pub fn authenticated(&self) {
         lock(&self.open).unauthenticated.remove(&self.id);
     }
+
+    /// The connection presented `principal`'s key or session: it counts
+    /// toward that principal's connections, and is then never closed to
+    /// make room. False, and nothing marked, when the principal already
+    /// holds its most (one viewer's streams cannot take every slot from
+    /// every tenant and executor).
+    pub fn authenticated_as(&self, principal: &str) -> bool {
+        let mut open = lock(&self.open);
+        if !open.principal_of.contains_key(&self.id) {
+            let held = open.by_principal.get(principal).copied().unwrap_or(0);
+            if held >= open.max_per_principal {
+                return false;
+            }
+            *open.by_principal.entry(principal.to_owned()).or_insert(0) += 1;
+            open.principal_of.insert(self.id, principal.to_owned());
+        }
+        open.unauthenticated.remove(&self.id);
+        true
+    }
 }
 
 fn lock(open: &Mutex<OpenConnections>) -> std::sync::MutexGuard<'_, OpenConnections> {
@@ -149,6 +184,7 @@ impl Drop for PeerSlot {
         }
         let mut open = lock(&self.handle.open);
         open.unauthenticated.remove(&self.handle.id);
+        open.release_principal(self.handle.id);
         open.release(self.address);
     }
 }
@@ -157,11 +193,21 @@ impl PeerLimits {
     /// At most `max` connections per peer address and `max_total` in all:
     /// a client with many source addresses is held by the second.
     pub fn new(max: usize, max_total: usize) -> Self {
+        let open = OpenConnections {
+            max_per_principal: max_total,
+            ..OpenConnections::default()
+        };
         Self {
             max,
             max_total,
-            open: Arc::default(),
+            open: Arc::new(Mutex::new(open)),
         }
+    }
+
+    /// At most `max` connections carrying one principal's key or session.
+    pub fn per_principal(self, max: usize) -> Self {
+        lock(&self.open).max_per_principal = max;
+        self
     }
 
     /// A slot for one more connection from `address`, if it has one left
@@ -507,6 +553,25 @@ async fn guard(
     response
 }
 
+/// Counts the request's connection toward `principal`'s (the shared key,
+/// the operator's own client, is not held to a number).
+fn hold_for(
+    request: &Request,
+    principal: &crate::policy::principals::Principal,
+) -> Result<(), IngressError> {
+    let Some(slot) = request.extensions().get::<SlotHandle>() else {
+        return Ok(());
+    };
+    if principal.is_shared_key() || slot.authenticated_as(&principal.name) {
+        return Ok(());
+    }
+    crate::telemetry::metrics::ingress_auth_refused("principal_connections");
+    Err(IngressError::TooMany(format!(
+        "`{}` holds its most open connections (EXECPLANE_INGRESS_MAX_CONNECTIONS_PER_PRINCIPAL); close some",
+        principal.name
+    )))
+}
+
 fn admit(ingress: &Ingress, client: IpAddr, request: &mut Request) -> Result<(), IngressError> {
     if !ingress.config.allow.contains(client) {
         crate::telemetry::metrics::ingress_auth_refused("client_not_allowed");
@@ -514,6 +579,11 @@ fn admit(ingress: &Ingress, client: IpAddr, request: &mut Request) -> Result<(),
     }
     let needs = needs(request.uri().path());
     if matches!(needs, Needs::Nothing) {
+        // A console page with a live session holds its connection as
+        // its principal's.
+        if let Some(principal) = super::console::session_principal(ingress, request.headers()) {
+            hold_for(request, &principal)?;
+        }
         return Ok(());
     }
     if matches!(needs, Needs::ApiKey) && !ingress.api_on() {
@@ -533,6 +603,7 @@ fn admit(ingress: &Ingress, client: IpAddr, request: &mut Request) -> Result<(),
             // No key of its own: the execute API is off, whatever is presented.
             Ok(None) => return Err(IngressError::NotFound(EXECUTE_API_OFF.into())),
             Ok(Some(principal)) => {
+                hold_for(request, &principal)?;
                 request.extensions_mut().insert(principal);
             }
             Err(error) => {
@@ -931,6 +1002,7 @@ async fn events(
     State(ingress): State<Arc<Ingress>>,
     principal: Who,
     Path(id): Path<String>,
+    axum::extract::Query(page): axum::extract::Query<EventsQuery>,
     headers: HeaderMap,
 ) -> Result<Response, IngressError> {
     let attempt_id = attempt_id(&id)?;
@@ -941,7 +1013,9 @@ async fn events(
         .and_then(|value| value.to_str().ok())
         .is_some_and(|accept| accept.contains("text/event-stream"));
     if !wants_stream {
-        let events = ingress.events_after(attempt_id, 0).await?;
+        let events = ingress
+            .events_after(attempt_id, page.after.unwrap_or(0))
+            .await?;
         return Ok(Json(events).into_response());
     }
     let after = headers
@@ -979,6 +1053,12 @@ pub fn live(
     Sse::new(event_stream(ingress, reader, attempt_id, after, render))
         .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
         .into_response()
+}
+
+/// `GET /v1/attempts/{id}/events?after=SEQ`: the page after that seq.
+#[derive(Debug, serde::Deserialize)]
+struct EventsQuery {
+    after: Option<i64>,
 }
 
 /// Who follows a live stream, and the tenant of its attempt: checked
@@ -1067,7 +1147,12 @@ fn event_stream(
                 .events_after(state.attempt_id, state.after)
                 .await
             {
-                Ok(events) if !events.is_empty() => state.pending.extend(events),
+                Ok(events) if !events.is_empty() => {
+                    // A full page: more wait; read them once these are
+                    // sent, not on the next change.
+                    state.read = events.len() < super::api::EVENTS_PAGE;
+                    state.pending.extend(events);
+                }
                 Ok(_) if first => {
                     // A client resuming after the terminal event gets
                     // nothing more: a finished attempt's stream ends.

@@ -119,11 +119,19 @@ pub fn attempts_page<'a>(
         "SELECT attempt_id, job_id, attempt_no, tenant, operation, runner_type, status, \
          failure_category, created_at, updated_at FROM attempts WHERE true",
     );
-    if let Some(tenants) = tenants {
-        query
-            .push(" AND tenant = ANY(")
-            .push_bind(tenants)
-            .push(")");
+    match tenants {
+        // One tenant by equality: `attempts_by_tenant` gives its rows in
+        // the page's order (an `= ANY` of several does not).
+        Some([tenant]) => {
+            query.push(" AND tenant = ").push_bind(tenant.as_str());
+        }
+        Some(tenants) => {
+            query
+                .push(" AND tenant = ANY(")
+                .push_bind(tenants)
+                .push(")");
+        }
+        None => {}
     }
     for (column, value) in [
         ("status", &filter.state),
@@ -160,15 +168,21 @@ impl Store {
     ) -> Result<Overview, StoreError> {
         let by_state = self.live_attempts_by_status(tenants).await?;
         let ended = self.ended_recently(tenants, ENDED_READ_LIMIT).await?;
+        // The runners are the platform's; the leases counted on them are
+        // the principal's tenants' only (another tenant's work in flight
+        // is not theirs to follow).
         let runners = sqlx::query(
             "SELECT r.runner_type, count(*), COALESCE(sum(r.capacity), 0)::bigint,
                     COALESCE(sum((SELECT count(*) FROM leases l
-                                  WHERE l.runner_instance = r.instance_id AND l.active)), 0)::bigint
+                                  JOIN attempts a ON a.attempt_id = l.attempt_id
+                                  WHERE l.runner_instance = r.instance_id AND l.active
+                                    AND ($2::text[] IS NULL OR a.tenant = ANY($2)))), 0)::bigint
              FROM runner_instances r
              WHERE r.last_seen_at >= $1 AND r.status = 'ready'
              GROUP BY r.runner_type ORDER BY r.runner_type",
         )
         .bind(fresh_after)
+        .bind(tenants)
         .fetch_all(self.pool())
         .await?
         .iter()

@@ -237,18 +237,20 @@ impl Store {
         Ok(Some(job))
     }
 
-    /// Events of an attempt after `after_seq`, in order.
+    /// At most `limit` events of an attempt after `after_seq`, in order.
     pub async fn history_after(
         &self,
         attempt_id: Uuid,
         after_seq: i64,
+        limit: i64,
     ) -> Result<Vec<super::StoredEvent>, StoreError> {
         let rows = sqlx::query(&format!(
-            "SELECT {} FROM attempt_events WHERE attempt_id = $1 AND seq > $2 ORDER BY seq",
+            "SELECT {} FROM attempt_events WHERE attempt_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
             super::audit::EVENT_COLUMNS
         ))
         .bind(attempt_id)
         .bind(after_seq)
+        .bind(limit)
         .fetch_all(self.pool())
         .await?;
         rows.iter()

@@ -114,7 +114,9 @@ pub fn error(signed: Option<&SignedIn>, status: StatusCode, error: &IngressError
     )
 }
 
-pub fn overview(signed: &SignedIn, counts: &Overview, dlq: Option<i64>) -> Markup {
+/// `dlq`: the dead-lettered count, `Some(None)` when the broker did not
+/// answer, `None` for a principal that may not see it.
+pub fn overview(signed: &SignedIn, counts: &Overview, dlq: Option<Option<i64>>) -> Markup {
     layout(
         Some(signed),
         "Overview",
@@ -181,12 +183,14 @@ pub fn overview(signed: &SignedIn, counts: &Overview, dlq: Option<i64>) -> Marku
                         }
                     }
                 }
-                section.card {
-                    h2 { "Dead-lettered in the last hour" }
-                    p.big #dlq {
-                        @match dlq {
-                            Some(count) => (count),
-                            None => span.muted { "the broker did not answer" },
+                @if let Some(dlq) = dlq {
+                    section.card {
+                        h2 { "Dead-lettered in the last hour" }
+                        p.big #dlq {
+                            @match dlq {
+                                Some(count) => (count),
+                                None => span.muted { "the broker did not answer" },
+                            }
                         }
                     }
                 }
@@ -472,6 +476,9 @@ pub fn attempt(signed: &SignedIn, page: &AttemptPage<'_>) -> Markup {
             h2 { "Timeline" }
             ol #timeline data-attempt=(attempt_id) data-after=(last_seq) data-live=(if terminal { "false" } else { "true" }) {
                 @for entry in &entries { (timeline_item(entry)) }
+            }
+            @if terminal && entries.len() >= crate::ingress::api::EVENTS_PAGE {
+                p.muted { "The first " (entries.len()) " events; the rest are paged by the API's " code { "/v1/attempts/" (attempt_id) "/events?after=" } "." }
             }
             h2 { "Artifacts" }
             @if page.artifacts.is_empty() {
