@@ -409,7 +409,12 @@ const DOWNLOAD_SLOT_WAIT: std::time::Duration = std::time::Duration::from_secs(1
 /// readers leave the other tenants the rest.
 pub const MAX_DOWNLOADS_PER_TENANT: usize = 2;
 
-/// How many download slots each tenant's artifacts hold.
+/// The prefix of a principal's count among the tenants' (no tenant name
+/// holds `:`).
+const PRINCIPAL_SLOTS: &str = "principal:";
+
+/// How many download slots each tenant's artifacts hold (and each
+/// principal's downloads, under [`PRINCIPAL_SLOTS`]).
 #[derive(Default)]
 pub struct TenantDownloads(std::sync::Mutex<std::collections::HashMap<String, usize>>);
 
@@ -489,6 +494,16 @@ impl Ingress {
                 "{MAX_DOWNLOADS_PER_TENANT} downloads of this tenant's artifacts are being sent; retry"
             ))
         })?;
+        // And as many of one principal's: a principal of two tenants
+        // would otherwise hold every slot of the ingress.
+        let principal_slot = self
+            .tenant_downloads
+            .take(&format!("{PRINCIPAL_SLOTS}{}", principal.name))
+            .ok_or_else(|| {
+                IngressError::Unavailable(format!(
+                    "{MAX_DOWNLOADS_PER_TENANT} of your downloads are being sent; retry"
+                ))
+            })?;
         let slot = tokio::time::timeout(DOWNLOAD_SLOT_WAIT, self.downloads.clone().acquire_owned())
             .await
             .ok()
@@ -510,7 +525,7 @@ impl Ingress {
         Ok(Download {
             row,
             bytes,
-            slot: (slot, tenant_slot),
+            slot: (slot, tenant_slot, principal_slot),
         })
     }
 }
@@ -520,8 +535,8 @@ impl Ingress {
 pub struct Download {
     pub row: crate::store::ArtifactRow,
     pub bytes: Vec<u8>,
-    /// The ingress's slot and the tenant's.
-    pub slot: (tokio::sync::OwnedSemaphorePermit, TenantSlot),
+    /// The ingress's slot, the tenant's and the principal's.
+    pub slot: (tokio::sync::OwnedSemaphorePermit, TenantSlot, TenantSlot),
 }
 
 #[cfg(test)]
