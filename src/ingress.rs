@@ -395,8 +395,20 @@ pub struct Ingress {
     pub sessions: console::session::Sessions,
     /// The console overview's DLQ count and when it was taken.
     pub dlq_count: tokio::sync::Mutex<Option<(std::time::Instant, Option<i64>)>>,
+    /// `/readyz`'s and `/metrics`' last answers and when they were made:
+    /// anyone the allow list admits may ask, without a key.
+    readiness: tokio::sync::Mutex<Option<(std::time::Instant, Result<Vec<String>, String>)>>,
+    metrics: tokio::sync::Mutex<Option<(std::time::Instant, String)>>,
     http_client: reqwest::Client,
 }
+
+/// How long `/readyz` and `/metrics` answer from what they last found:
+/// each asks Postgres, the broker or the dispatcher, and a client without
+/// a key must not make every request do that again.
+const PROBED_TTL: Duration = Duration::from_secs(1);
+
+/// The most of the dispatcher's metrics read.
+const MAX_UPSTREAM_METRICS: usize = 8 * 1024 * 1024;
 
 /// Output uploads one ingress holds in memory at once: with the default
 /// `EXECPLANE_INGRESS_MAX_OUTPUT`, at most 64 MiB.
@@ -434,6 +446,8 @@ impl Ingress {
             tenant_downloads: Arc::default(),
             sessions: console::session::Sessions::default(),
             dlq_count: tokio::sync::Mutex::default(),
+            readiness: tokio::sync::Mutex::default(),
+            metrics: tokio::sync::Mutex::default(),
             http_client,
         }))
     }
@@ -468,6 +482,19 @@ impl Ingress {
     /// without the whole sandbox (the operator's choice, said wherever an
     /// operator looks).
     pub async fn ready(&self) -> Result<Vec<String>, String> {
+        // One request at a time asks; the others wait for its answer.
+        let mut cached = self.readiness.lock().await;
+        if let Some((at, answer)) = &*cached {
+            if at.elapsed() < PROBED_TTL {
+                return answer.clone();
+            }
+        }
+        let answer = self.probe_ready().await;
+        *cached = Some((std::time::Instant::now(), answer.clone()));
+        answer
+    }
+
+    async fn probe_ready(&self) -> Result<Vec<String>, String> {
         // The process's own conditions first (its roles, its runners).
         let mut warnings =
             crate::telemetry::health::report().map_err(|failing| failing.join("; "))?;
@@ -503,15 +530,30 @@ impl Ingress {
     /// runs elsewhere (families this process already has are not repeated,
     /// so the text stays valid exposition).
     pub async fn metrics_text(&self) -> String {
+        let mut cached = self.metrics.lock().await;
+        if let Some((at, text)) = &*cached {
+            if at.elapsed() < PROBED_TTL {
+                return text.clone();
+            }
+        }
+        let text = self.gather_metrics().await;
+        *cached = Some((std::time::Instant::now(), text.clone()));
+        text
+    }
+
+    async fn gather_metrics(&self) -> String {
         let mut text = crate::telemetry::metrics::render();
         if let Some(url) = &self.config.metrics_upstream {
             let shown = crate::telemetry::redact(url);
             match self.http_client.get(url).send().await {
                 Ok(response) if response.status().is_success() => {
-                    if let Ok(upstream) = response.text().await {
-                        text.push_str(&crate::telemetry::metrics::merge_exposition(
-                            &text, &upstream,
-                        ));
+                    match bounded_text(response, MAX_UPSTREAM_METRICS).await {
+                        Some(upstream) => text.push_str(
+                            &crate::telemetry::metrics::merge_exposition(&text, &upstream),
+                        ),
+                        None => {
+                            tracing::warn!(url = %shown, most = MAX_UPSTREAM_METRICS, "upstream metrics unreadable or over their bound: left out")
+                        }
                     }
                 }
                 Ok(response) => {
@@ -524,6 +566,18 @@ impl Ingress {
         }
         text
     }
+}
+
+/// A response's body as text, if it is at most `most` bytes of UTF-8.
+async fn bounded_text(mut response: reqwest::Response, most: usize) -> Option<String> {
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.ok()? {
+        if body.len() + chunk.len() > most {
+            return None;
+        }
+        body.extend_from_slice(&chunk);
+    }
+    String::from_utf8(body).ok()
 }
 
 /// Binds both listeners and serves until `shutdown`.
