@@ -397,10 +397,13 @@ pub struct Ingress {
     pub dlq_count: tokio::sync::Mutex<Option<(std::time::Instant, Option<i64>)>>,
     /// `/readyz`'s and `/metrics`' last answers and when they were made:
     /// anyone the allow list admits may ask, without a key.
-    readiness: tokio::sync::Mutex<Option<(std::time::Instant, Result<Vec<String>, String>)>>,
+    readiness: tokio::sync::Mutex<Option<(std::time::Instant, Readiness)>>,
     metrics: tokio::sync::Mutex<Option<(std::time::Instant, String)>>,
     http_client: reqwest::Client,
 }
+
+/// `/readyz`'s answer: its warnings, or why it is not ready.
+type Readiness = Result<Vec<String>, String>;
 
 /// How long `/readyz` and `/metrics` answer from what they last found:
 /// each asks Postgres, the broker or the dispatcher, and a client without

@@ -77,6 +77,9 @@ struct OpenConnections {
     by_principal: HashMap<String, usize>,
     principal_of: HashMap<u64, String>,
     max_per_principal: usize,
+    /// The connections open now (a request may outlive its connection's
+    /// slot: closed to make room, or by its client).
+    live: std::collections::HashSet<u64>,
     next_id: u64,
     /// Connections that have not yet presented a key, oldest first: at
     /// the global cap the oldest is closed to make room, so clients
@@ -143,6 +146,10 @@ impl SlotHandle {
     /// every tenant and executor).
     pub fn authenticated_as(&self, principal: &str) -> bool {
         let mut open = lock(&self.open);
+        if !open.live.contains(&self.id) {
+            // Gone already: nothing to count, nothing that would release it.
+            return true;
+        }
         if !open.principal_of.contains_key(&self.id) {
             let held = open.by_principal.get(principal).copied().unwrap_or(0);
             if held >= open.max_per_principal {
@@ -179,12 +186,15 @@ impl PeerSlot {
 
 impl Drop for PeerSlot {
     fn drop(&mut self) {
+        let mut open = lock(&self.handle.open);
+        open.live.remove(&self.handle.id);
+        // Closed to make room, its place is released already; a principal
+        // its first request named meanwhile is not.
+        open.release_principal(self.handle.id);
         if self.evicted.is_cancelled() {
             return;
         }
-        let mut open = lock(&self.handle.open);
         open.unauthenticated.remove(&self.handle.id);
-        open.release_principal(self.handle.id);
         open.release(self.address);
     }
 }
@@ -220,9 +230,10 @@ impl PeerLimits {
             return None;
         }
         if open.total >= self.max_total {
-            let (_, (oldest, evicted)) = open.unauthenticated.pop_first()?;
+            let (evicted_id, (oldest, evicted)) = open.unauthenticated.pop_first()?;
             // Cancelled under the lock, so its Drop releases nothing twice.
             evicted.cancel();
+            open.live.remove(&evicted_id);
             open.release(oldest);
             crate::telemetry::metrics::ingress_connection_evicted();
             // The per-peer count may have been freed for this very address.
@@ -234,6 +245,7 @@ impl PeerLimits {
         open.total += 1;
         let id = open.next_id;
         open.next_id += 1;
+        open.live.insert(id);
         let evicted = CancellationToken::new();
         open.unauthenticated.insert(id, (address, evicted.clone()));
         Some(PeerSlot {
@@ -1179,6 +1191,34 @@ fn event_stream(
 mod tests {
     use super::ROUTES;
 
+    /// A principal holds at most its share of connections; a connection
+    /// gone before its first request named a principal holds none of it.
+    #[test]
+    fn a_principal_holds_its_share_of_connections_and_gives_them_back() {
+        let limits = super::PeerLimits::new(8, 8).per_principal(1);
+        let address = "127.0.0.1".parse().unwrap();
+        let first = limits.acquire(address).unwrap();
+        let second = limits.acquire(address).unwrap();
+        assert!(first.handle().authenticated_as("alice"));
+        assert!(
+            first.handle().authenticated_as("alice"),
+            "the same connection again"
+        );
+        assert!(!second.handle().authenticated_as("alice"));
+        assert!(second.handle().authenticated_as("bob"));
+        drop(first);
+        let third = limits.acquire(address).unwrap();
+        assert!(third.handle().authenticated_as("alice"));
+        // A request that outlives its connection counts for no one.
+        let gone = limits.acquire(address).unwrap();
+        let handle = gone.handle();
+        drop(gone);
+        drop(third);
+        assert!(handle.authenticated_as("alice"));
+        let fourth = limits.acquire(address).unwrap();
+        assert!(fourth.handle().authenticated_as("alice"));
+    }
+
     /// A client that reads a little and then slowly (never idle long
     /// enough to be closed for it) is cut off at the download timeout: its
     /// connection is closed, which drops the body and frees its slot. One
@@ -1193,6 +1233,7 @@ mod tests {
         let download = |bytes: usize| {
             let downloads = downloads.clone();
             let tenant = tenants.take("team-a").unwrap();
+            let principal = tenants.take("principal:alice").unwrap();
             async move {
                 super::super::api::Download {
                     row: crate::store::ArtifactRow {
@@ -1208,7 +1249,7 @@ mod tests {
                         created_at: chrono::Utc::now(),
                     },
                     bytes: vec![b'x'; bytes],
-                    slot: (downloads.acquire_owned().await.unwrap(), tenant),
+                    slot: (downloads.acquire_owned().await.unwrap(), tenant, principal),
                 }
             }
         };
