@@ -14,6 +14,18 @@ use crate::contract::ops::{AnsibleEvidence, HostRecap};
 /// grow the runner's memory with its stream. The stream's artifact keeps
 /// every one.
 pub const MAX_KEPT_BYTES: usize = 128 * 1024;
+/// The most the names (and unreachable messages) of the hosts the stream
+/// speaks of may take, each set counted: thousands of hosts' worth.
+const MAX_HOST_BYTES: usize = 1024 * 1024;
+
+/// Which of a [`Summary`]'s sets of hosts.
+#[derive(Clone, Copy)]
+enum Noted {
+    Changed,
+    Failed,
+    Unreachable,
+}
+
 /// The longest event line read; a longer one is skipped. The callback
 /// writes a result too large for it without the result's fields.
 pub const MAX_EVENT_LINE: usize = 1024 * 1024;
@@ -58,6 +70,8 @@ pub struct Summary {
     pub unreadable: u64,
     /// What the facts and evidence kept take, as JSON.
     kept_bytes: usize,
+    /// What the hosts' names and messages noted take.
+    host_bytes: usize,
     /// Facts and assertions past [`MAX_KEPT_BYTES`], not kept (a fact
     /// set again past it is dropped, not left at its older value).
     pub dropped: u64,
@@ -73,11 +87,11 @@ impl Summary {
             return false;
         };
         let text = |key: &str| event.get(key).and_then(Value::as_str).unwrap_or("");
-        let host = text("host").to_owned();
+        let host = cut(text("host"));
         match text("event") {
             "task_start" => {
                 self.tasks += 1;
-                self.current_task = Some(text("task").to_owned());
+                self.current_task = Some(cut(text("task")));
                 self.answered = 0;
                 return true;
             }
@@ -86,19 +100,18 @@ impl Summary {
                 let action = text("action");
                 let ignored = event.get("ignore_errors").and_then(Value::as_bool) == Some(true);
                 if event.get("changed").and_then(Value::as_bool) == Some(true) {
-                    self.changed.insert(host.clone());
+                    self.note_host(Noted::Changed, &host, None);
                 }
                 match text("event") {
                     "runner_failed" if !ignored => {
-                        self.failed.insert(host.clone());
+                        self.note_host(Noted::Failed, &host, None);
                     }
                     "runner_unreachable" => {
-                        self.unreachable.insert(host.clone());
                         let message = event
                             .pointer("/result/msg")
                             .and_then(Value::as_str)
                             .unwrap_or("unreachable");
-                        self.unreachable_messages.insert(host.clone(), cut(message));
+                        self.note_host(Noted::Unreachable, &host, Some(cut(message)));
                     }
                     _ => {}
                 }
@@ -134,6 +147,34 @@ impl Summary {
             _ => {}
         }
         false
+    }
+
+    /// Notes what happened to `host`, within [`MAX_HOST_BYTES`] for all
+    /// hosts' names and messages together: the stream is the play's to
+    /// write, and a name need not be one of the inventory's. A host past
+    /// it is counted in `dropped`.
+    fn note_host(&mut self, noted: Noted, host: &str, message: Option<String>) {
+        let set = match noted {
+            Noted::Changed => &mut self.changed,
+            Noted::Failed => &mut self.failed,
+            Noted::Unreachable => &mut self.unreachable,
+        };
+        if set.contains(host) {
+            return;
+        }
+        let size = host.len()
+            + message
+                .as_ref()
+                .map_or(0, |message| host.len() + message.len());
+        if self.host_bytes + size > MAX_HOST_BYTES {
+            self.dropped += 1;
+            return;
+        }
+        self.host_bytes += size;
+        set.insert(host.to_owned());
+        if let Some(message) = message {
+            self.unreachable_messages.insert(host.to_owned(), message);
+        }
     }
 
     /// Keeps `host`'s fact `key` at `value` within [`MAX_KEPT_BYTES`]
@@ -230,6 +271,26 @@ mod tests {
         summary.line(&line);
         assert_eq!(summary.unreadable, 1);
         assert!(summary.hosts().0.is_empty());
+    }
+
+    /// Hosts the stream names are kept within their bound, whatever the
+    /// play wrote there (a name a line long, a thousand of them).
+    #[test]
+    fn the_hosts_a_stream_names_are_kept_within_their_bound() {
+        let mut summary = Summary::default();
+        for index in 0..2_000 {
+            let host = format!("{index}{}", "h".repeat(64 * 1024));
+            let line = json!({"event": "runner_unreachable", "host": host, "changed": true,
+                              "result": {"msg": "m".repeat(64 * 1024)}});
+            summary.line(&line.to_string());
+        }
+        assert!(summary.host_bytes <= MAX_HOST_BYTES);
+        assert!(summary.dropped > 0);
+        let (changed, _, unreachable) = summary.hosts();
+        assert!(!changed.is_empty() && !unreachable.is_empty());
+        assert!(changed
+            .iter()
+            .all(|host| host.chars().count() <= MAX_TEXT_CHARS));
     }
 
     #[test]

@@ -1205,17 +1205,23 @@ impl Stream {
         };
         self.offset += read as u64;
         self.partial.extend_from_slice(&fresh);
-        while let Some(end) = self.partial.iter().position(|byte| *byte == b'\n') {
-            let line: Vec<u8> = self.partial.drain(..=end).collect();
+        // Line by line through the buffer, then what was read dropped at
+        // once (a drain per line would move the rest each time: a read of
+        // empty lines would cost its length squared).
+        let mut start = 0;
+        while let Some(end) = self.partial[start..].iter().position(|byte| *byte == b'\n') {
+            let line = &self.partial[start..start + end];
+            start += end + 1;
             if std::mem::take(&mut self.skipping) {
                 continue;
             }
-            let text = String::from_utf8_lossy(&line[..line.len() - 1]);
+            let text = String::from_utf8_lossy(line);
             if summary.line(&text) {
                 let task = summary.current_task.clone().unwrap_or_default();
                 context.progress(format!("task {}: {task}", summary.tasks), None);
             }
         }
+        self.partial.drain(..start);
         if self.partial.len() > super::events::MAX_EVENT_LINE {
             self.partial.clear();
             self.skipping = true;
