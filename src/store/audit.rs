@@ -164,20 +164,44 @@ impl Store {
     /// read-only snapshot, shared by two connections), each streamed in
     /// attempt order and merged as the walk goes: what the walk holds is
     /// one attempt's tip, whatever the length of the log.
+    ///
+    /// One attempt's (the console checks it on every page view) is read
+    /// through one connection: its tip first, then its events, in one
+    /// read-only snapshot. Two connections a view would let ten viewers
+    /// each hold one of the pool's and wait for a second.
     pub async fn verify_chain(&self, only: Option<Uuid>) -> Result<ChainReport, StoreError> {
-        let (mut log, mut projection) = self.at_one_instant(false).await?;
+        let (mut log, mut projection) = match only {
+            Some(_) => {
+                let mut log = self.pool.begin().await?;
+                sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    .execute(&mut *log)
+                    .await?;
+                (log, None)
+            }
+            None => {
+                let (log, projection) = self.at_one_instant(false).await?;
+                (log, Some(projection))
+            }
+        };
+        let tips_sql = "SELECT attempt_id, last_seq, last_hash FROM attempts \
+                        WHERE $1::uuid IS NULL OR attempt_id = $1 ORDER BY attempt_id";
+        let tip_rows = match projection.as_mut() {
+            Some(projection) => sqlx::query(tips_sql).bind(only).fetch(&mut **projection),
+            None => {
+                let rows = sqlx::query(tips_sql)
+                    .bind(only)
+                    .fetch_all(&mut *log)
+                    .await?;
+                futures_util::StreamExt::boxed(futures_util::stream::iter(rows.into_iter().map(Ok)))
+            }
+        };
         let events_sql = format!(
             "SELECT {EVENT_COLUMNS} FROM attempt_events \
              WHERE $1::uuid IS NULL OR attempt_id = $1 ORDER BY attempt_id, seq"
         );
         let mut rows = sqlx::query(&events_sql).bind(only).fetch(&mut *log);
         let mut tips = Tips {
-            rows: sqlx::query(
-                "SELECT attempt_id, last_seq, last_hash FROM attempts \
-                 WHERE $1::uuid IS NULL OR attempt_id = $1 ORDER BY attempt_id",
-            )
-            .bind(only)
-            .fetch(&mut *projection),
+            rows: tip_rows,
             next: None,
         };
         let mut report = ChainReport::default();
