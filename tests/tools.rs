@@ -763,6 +763,7 @@ async fn a_tool_reaches_nothing_but_its_own_work(pool: PgPool) {
             "descriptor {fd} ({target}) reached the tool: {seen}"
         );
     }
+    assert_ne!(seen["pty"], "ok", "a terminal of the host's: {seen}");
     for (path, outcome) in seen["peek"].as_object().unwrap() {
         assert_ne!(outcome, "ok", "{path} was readable: {seen}");
     }

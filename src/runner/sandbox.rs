@@ -570,13 +570,18 @@ pub fn bwrap_args(workdir: &Path, accounts: &(PathBuf, PathBuf), view: &View) ->
         "/dev".as_ref(),
         // /dev is a tmpfs of bubblewrap's with no size: read-only but for
         // a bounded /dev/shm (POSIX semaphores, which ansible's workers
-        // take), or a tool could write past its disk limit there.
+        // take), or a tool could write past its disk limit there. Its
+        // /dev/pts too (a remount is not recursive): no tool here asks
+        // for a terminal, and each it opened would take one of the
+        // host's, shared by every pty namespace.
         "--perms".as_ref(),
         "01777".as_ref(),
         "--size".as_ref(),
         DEV_SHM_BYTES.as_ref(),
         "--tmpfs".as_ref(),
         "/dev/shm".as_ref(),
+        "--remount-ro".as_ref(),
+        "/dev/pts".as_ref(),
         "--remount-ro".as_ref(),
         "/dev".as_ref(),
     ]);
@@ -640,6 +645,21 @@ pub struct Cgroups {
 /// The period of the tools' CPU quota (the kernel's default).
 const CPU_PERIOD_MICROS: u64 = 100_000;
 
+/// What a cpu cgroup may use, as a quota of [`CPU_PERIOD_MICROS`]; `None`
+/// when it has no quota.
+fn cpu_ceiling(cgroup: &Path) -> Option<u64> {
+    let read = |name: &str| -> Option<i64> {
+        std::fs::read_to_string(cgroup.join(name))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let (quota, period) = (read("cpu.cfs_quota_us")?, read("cpu.cfs_period_us")?);
+    let (quota, period) = (u64::try_from(quota).ok()?, u64::try_from(period).ok()?);
+    (period > 0).then(|| (quota * CPU_PERIOD_MICROS / period).max(1_000))
+}
+
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 impl Cgroups {
@@ -679,10 +699,15 @@ impl Cgroups {
             cgroups.cpu.join("cpu.cfs_period_us"),
             CPU_PERIOD_MICROS.to_string(),
         )?;
-        std::fs::write(
-            cgroups.cpu.join("cpu.cfs_quota_us"),
-            (limits.cpu_percent * CPU_PERIOD_MICROS / 100).to_string(),
-        )?;
+        // Never more than the runner's own cgroup may use (a child's quota
+        // over its parent's is refused: a runner in a pod limited to half a
+        // CPU would refuse to start).
+        let quota = limits.cpu_percent * CPU_PERIOD_MICROS / 100;
+        let quota = Self::own("cpu")
+            .ok()
+            .and_then(|own| cpu_ceiling(&own))
+            .map_or(quota, |ceiling| quota.min(ceiling));
+        std::fs::write(cgroups.cpu.join("cpu.cfs_quota_us"), quota.to_string())?;
         Ok(cgroups)
     }
 
