@@ -195,13 +195,13 @@ impl Session {
     }
 }
 
-/// Whose failures an address's are: an IPv6 address's /64 (one host
-/// usually holds the whole of it, and would otherwise be 2^64 clients,
-/// filling the table that, full, refuses every newcomer).
+/// Whose failures an address's are: an IPv6 address's /48 (one site's
+/// allocation, which holds 65,536 /64s: counted apart, one site could
+/// fill the table that, full, refuses every newcomer).
 fn failing(client: IpAddr) -> IpAddr {
     match client {
         IpAddr::V6(v6) => {
-            let bits = u128::from(v6) & !((1_u128 << 64) - 1);
+            let bits = u128::from(v6) & !((1_u128 << 80) - 1);
             IpAddr::V6(std::net::Ipv6Addr::from(bits))
         }
         v4 => v4,
@@ -250,13 +250,13 @@ mod tests {
         }
         assert!(!sessions.may_try(client));
         assert!(sessions.may_try("192.0.2.2".parse().unwrap()));
-        // An IPv6 host's whole /64 is one client.
+        // An IPv6 site's whole /48 is one client.
         let host: IpAddr = "2001:db8:0:1::1".parse().unwrap();
         for _ in 0..MAX_FAILURES {
             sessions.failed(host);
         }
-        assert!(!sessions.may_try("2001:db8:0:1:ffff::2".parse().unwrap()));
-        assert!(sessions.may_try("2001:db8:0:2::1".parse().unwrap()));
+        assert!(!sessions.may_try("2001:db8:0:ffff::2".parse().unwrap()));
+        assert!(sessions.may_try("2001:db8:1::1".parse().unwrap()));
         // Every slot a live window: a new address is refused, not let in.
         for n in 0..MAX_FAILING_CLIENTS as u32 {
             sessions.failed(IpAddr::from((0x0a00_0000_u32 + n).to_be_bytes()));

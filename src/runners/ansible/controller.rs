@@ -377,7 +377,18 @@ fn paths(value: &Value) -> Vec<&str> {
             let mut found: Vec<&str> = text
                 .split_whitespace()
                 .filter_map(|token| token.split_once('='))
-                .filter(|(name, _)| matches!(*name, "src" | "file" | "dir"))
+                .filter(|(name, _)| {
+                    matches!(
+                        *name,
+                        "src"
+                            | "file"
+                            | "dir"
+                            | "tasks_from"
+                            | "vars_from"
+                            | "defaults_from"
+                            | "handlers_from"
+                    )
+                })
                 .map(|(_, path)| path.trim_matches(['"', '\'']))
                 .collect();
             if !text.contains('=') {
@@ -673,6 +684,7 @@ mod tests {
             ("site.yml", task("ansible.builtin.debug: {msg: \"{{ {} | attr ('_' ~ '_class__') }}\"}"), "attr("),
             ("site.yml", task("ansible.builtin.include_role: {name: r, tasks_from: /srv/other/t.yml}"), "outside"),
             ("roles/r/meta/main.yml", "dependencies: [{role: /srv/other/role}]\n".into(), "outside"),
+            ("site.yml", task("ansible.builtin.include_role: \"name=r tasks_from=/srv/other/t.yml\""), "outside"),
             ("site.yml", task("ansible.builtin.debug:\n        msg: \"#jinja2:variable_start_string:'[[',variable_end_string:']]'\\n[[ 1 ]]{##}\""), "jinja2"),
         ];
         for (path, text, expected) in cases {
