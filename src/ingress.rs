@@ -393,13 +393,38 @@ pub struct Ingress {
     pub tenant_downloads: Arc<api::TenantDownloads>,
     /// Console sign-in sessions.
     pub sessions: console::session::Sessions,
-    /// The console overview's DLQ count and when it was taken.
-    pub dlq_count: tokio::sync::Mutex<Option<(std::time::Instant, Option<i64>)>>,
-    /// `/readyz`'s and `/metrics`' last answers and when they were made:
-    /// anyone the allow list admits may ask, without a key.
-    readiness: tokio::sync::Mutex<Option<(std::time::Instant, Readiness)>>,
-    metrics: tokio::sync::Mutex<Option<(std::time::Instant, String)>>,
+    /// The console overview's DLQ count.
+    pub dlq_count: Recent<Option<i64>>,
+    /// `/readyz`'s and `/metrics`' last answers: anyone the allow list
+    /// admits may ask, without a key.
+    readiness: Recent<Readiness>,
+    metrics: Recent<String>,
     http_client: reqwest::Client,
+}
+
+/// A value that costs a trip upstream, kept for a while: asked for by
+/// one caller at a time, the others waiting for its answer.
+pub struct Recent<T>(tokio::sync::Mutex<Option<(std::time::Instant, T)>>);
+
+impl<T> Default for Recent<T> {
+    fn default() -> Self {
+        Self(tokio::sync::Mutex::new(None))
+    }
+}
+
+impl<T: Clone> Recent<T> {
+    /// The value found less than `fresh` ago, else what `ask` finds now.
+    pub async fn get(&self, fresh: Duration, ask: impl std::future::Future<Output = T>) -> T {
+        let mut held = self.0.lock().await;
+        if let Some((at, value)) = &*held {
+            if at.elapsed() < fresh {
+                return value.clone();
+            }
+        }
+        let value = ask.await;
+        *held = Some((std::time::Instant::now(), value.clone()));
+        value
+    }
 }
 
 /// `/readyz`'s answer: its warnings, or why it is not ready.
@@ -448,9 +473,9 @@ impl Ingress {
             downloads: Arc::new(tokio::sync::Semaphore::new(api::MAX_CONCURRENT_DOWNLOADS)),
             tenant_downloads: Arc::default(),
             sessions: console::session::Sessions::default(),
-            dlq_count: tokio::sync::Mutex::default(),
-            readiness: tokio::sync::Mutex::default(),
-            metrics: tokio::sync::Mutex::default(),
+            dlq_count: Recent::default(),
+            readiness: Recent::default(),
+            metrics: Recent::default(),
             http_client,
         }))
     }
@@ -484,20 +509,11 @@ impl Ingress {
     /// own (a runner left out), and the runner instances whose tools run
     /// without the whole sandbox (the operator's choice, said wherever an
     /// operator looks).
-    pub async fn ready(&self) -> Result<Vec<String>, String> {
-        // One request at a time asks; the others wait for its answer.
-        let mut cached = self.readiness.lock().await;
-        if let Some((at, answer)) = &*cached {
-            if at.elapsed() < PROBED_TTL {
-                return answer.clone();
-            }
-        }
-        let answer = self.probe_ready().await;
-        *cached = Some((std::time::Instant::now(), answer.clone()));
-        answer
+    pub async fn ready(&self) -> Readiness {
+        self.readiness.get(PROBED_TTL, self.probe_ready()).await
     }
 
-    async fn probe_ready(&self) -> Result<Vec<String>, String> {
+    async fn probe_ready(&self) -> Readiness {
         // The process's own conditions first (its roles, its runners).
         let mut warnings =
             crate::telemetry::health::report().map_err(|failing| failing.join("; "))?;
@@ -533,15 +549,7 @@ impl Ingress {
     /// runs elsewhere (families this process already has are not repeated,
     /// so the text stays valid exposition).
     pub async fn metrics_text(&self) -> String {
-        let mut cached = self.metrics.lock().await;
-        if let Some((at, text)) = &*cached {
-            if at.elapsed() < PROBED_TTL {
-                return text.clone();
-            }
-        }
-        let text = self.gather_metrics().await;
-        *cached = Some((std::time::Instant::now(), text.clone()));
-        text
+        self.metrics.get(PROBED_TTL, self.gather_metrics()).await
     }
 
     async fn gather_metrics(&self) -> String {

@@ -15,7 +15,7 @@ pub mod session;
 pub mod views;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::{Path, Query, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -748,15 +748,7 @@ impl Ingress {
     /// the broker's offsets by time); `None` when the broker did not say.
     /// Asked at most every [`DLQ_COUNT_TTL`], by one request at a time.
     async fn dlq_last_hour(&self) -> Option<i64> {
-        let mut cached = self.dlq_count.lock().await;
-        if let Some((at, count)) = *cached {
-            if at.elapsed() < DLQ_COUNT_TTL {
-                return count;
-            }
-        }
-        let count = self.count_dlq().await;
-        *cached = Some((Instant::now(), count));
-        count
+        self.dlq_count.get(DLQ_COUNT_TTL, self.count_dlq()).await
     }
 
     async fn count_dlq(&self) -> Option<i64> {
