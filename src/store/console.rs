@@ -108,17 +108,7 @@ pub struct AwaitingPlan {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-/// The most tenants whose pages [`Store::console_attempts`] reads one by
-/// one and merges; a principal of more is read in one statement.
-const MERGED_TENANTS: usize = 16;
-
 /// The attempts page's query (public for the test that reads its plan).
-///
-/// One tenant's attempts are walked newest first by `attempts_by_tenant`
-/// (by equality, so the planner judges the tenant by its own statistics),
-/// not by a walk of `attempts_newest` through every tenant's rows to fill
-/// a page of a small tenant's; [`Store::console_attempts`] asks tenant by
-/// tenant for a principal of several.
 pub fn attempts_page<'a>(
     tenants: Option<&'a [String]>,
     filter: &'a AttemptFilter,
@@ -250,36 +240,10 @@ impl Store {
     }
 
     /// Up to `limit` attempts after `cursor`, newest first, of `tenants`
-    /// and the filter: a keyset page over `attempts_newest`, or
-    /// `attempts_by_tenant` per tenant (only the conditions given are
-    /// written, so the cursor is always the index's bound and a later page
-    /// costs what the first does).
+    /// and the filter: a keyset page over `attempts_newest` (only the
+    /// conditions given are written, so the cursor is always the index's
+    /// bound and a later page costs what the first does).
     pub async fn console_attempts(
-        &self,
-        tenants: Option<&[String]>,
-        filter: &AttemptFilter,
-        cursor: Option<Cursor>,
-        limit: i64,
-    ) -> Result<Vec<AttemptLine>, StoreError> {
-        // A principal of a few tenants: a page of each, merged (one
-        // statement over all of them would walk every tenant's rows to
-        // fill the page of a small one).
-        let Some(tenants) = tenants.filter(|tenants| (2..=MERGED_TENANTS).contains(&tenants.len()))
-        else {
-            return self.attempt_lines(tenants, filter, cursor, limit).await;
-        };
-        let mut lines = Vec::new();
-        for tenant in tenants {
-            let one = Some(std::slice::from_ref(tenant));
-            lines.extend(self.attempt_lines(one, filter, cursor, limit).await?);
-        }
-        lines.sort_by_key(|line| std::cmp::Reverse((line.created_at, line.attempt_id)));
-        lines.truncate(usize::try_from(limit).unwrap_or(0));
-        Ok(lines)
-    }
-
-    /// One statement's page ([`attempts_page`]).
-    async fn attempt_lines(
         &self,
         tenants: Option<&[String]>,
         filter: &AttemptFilter,
