@@ -28,7 +28,7 @@ pub use reads::{AttemptSummary, KeyWaitView};
 pub use rebuild::SHADOW_SCHEMA;
 pub use relay::{NextRows, Origin, OutboxListener, OutboxRow, RelayLock};
 pub use runners::{KeyBoard, KeyQueue, LiveInstance, QueuedAttempt, QueuedPosition};
-pub use timers::{SweepOutcome, LIVE_BY_STATUS};
+pub use timers::SweepOutcome;
 
 use std::time::Duration;
 

@@ -27,12 +27,6 @@ pub struct SweepOutcome {
     pub refused: Vec<(Uuid, String)>,
 }
 
-/// The attempts in flight by status, of the tenants `$1` (all: `NULL`).
-pub const LIVE_BY_STATUS: &str = "SELECT status, count(*) FROM (\
-         SELECT status, tenant FROM attempts WHERE next_deadline IS NOT NULL \
-           AND status IN ('queued', 'leased', 'running', 'cancel_requested') OFFSET 0) live \
-     WHERE $1::text[] IS NULL OR tenant = ANY($1) GROUP BY status";
-
 impl Store {
     /// Fires up to `limit` deadlines due at or before `due_before` (at most
     /// `now`; the dispatcher passes the instant up to which every runner
@@ -197,19 +191,19 @@ impl Store {
     /// deadline armed, and one that has ended has none (migration 0025),
     /// so this reads the `attempts_next_deadline` index: the cost is the
     /// work in flight, however many attempts have ended.
-    /// (The statement is public for the test that reads its plan.)
     pub async fn live_attempts_by_status(
         &self,
         tenants: Option<&[String]>,
     ) -> Result<Vec<(String, i64)>, StoreError> {
-        // The attempts in flight first, by the deadlines' index, then
-        // their tenants: `OFFSET 0` keeps the tenant's condition out of
-        // that scan, or a small tenant would be counted through
-        // `attempts_by_tenant`, at the cost of its whole history.
-        let counted: Vec<(String, i64)> = sqlx::query_as(LIVE_BY_STATUS)
-            .bind(tenants)
-            .fetch_all(&self.pool)
-            .await?;
+        let counted: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT status, count(*) FROM attempts \
+             WHERE next_deadline IS NOT NULL \
+               AND status IN ('queued', 'leased', 'running', 'cancel_requested') \
+               AND ($1::text[] IS NULL OR tenant = ANY($1)) GROUP BY status",
+        )
+        .bind(tenants)
+        .fetch_all(&self.pool)
+        .await?;
         Ok(crate::contract::AttemptStatus::ALL
             .iter()
             .filter(|status| !status.is_terminal())
