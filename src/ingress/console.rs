@@ -407,18 +407,11 @@ async fn attempts(
             })?),
         };
         let tenants = signed.principal.readable_tenants();
-        let lines = ingress
+        let found = ingress
             .store
             .console_attempts(tenants.as_deref(), &query.filter, cursor, PAGE_SIZE)
             .await?;
-        let next = (lines.len() as i64 == PAGE_SIZE).then(|| {
-            let last = &lines[lines.len() - 1];
-            Cursor {
-                created_at: last.created_at,
-                attempt_id: last.attempt_id,
-            }
-        });
-        Ok(pages::attempts(&signed, &query.filter, &lines, next))
+        Ok(pages::attempts(&signed, &query.filter, &found))
     }
     .await;
     page(result, &signed)

@@ -108,30 +108,37 @@ pub struct AwaitingPlan {
     pub finished_at: Option<DateTime<Utc>>,
 }
 
-/// The attempts page's query (public for the test that reads its plan).
+/// The most attempts one page of the console's list walks, newest first
+/// from its cursor, to find its lines: a filter or a tenant that matches
+/// few of them (a small tenant among large ones) would otherwise walk the
+/// whole table for a page. A page that found fewer than its lines within
+/// the walk links to the next stretch.
+pub const MAX_WALKED: i64 = 10_000;
+
+/// The attempts page's query (public for the test that reads its plan):
+/// at most [`MAX_WALKED`] attempts from the cursor over `attempts_newest`,
+/// then the tenants' and the filter's among them.
 pub fn attempts_page<'a>(
     tenants: Option<&'a [String]>,
     filter: &'a AttemptFilter,
     cursor: Option<Cursor>,
     limit: i64,
 ) -> sqlx::QueryBuilder<'a, sqlx::Postgres> {
-    let mut query = sqlx::QueryBuilder::new(
-        "SELECT attempt_id, job_id, attempt_no, tenant, operation, runner_type, status, \
-         failure_category, created_at, updated_at FROM attempts WHERE true",
-    );
-    match tenants {
-        // One tenant by equality: `attempts_by_tenant` gives its rows in
-        // the page's order (an `= ANY` of several does not).
-        Some([tenant]) => {
-            query.push(" AND tenant = ").push_bind(tenant.as_str());
-        }
-        Some(tenants) => {
-            query
-                .push(" AND tenant = ANY(")
-                .push_bind(tenants)
-                .push(")");
-        }
-        None => {}
+    const COLUMNS: &str = "attempt_id, job_id, attempt_no, tenant, operation, runner_type, \
+                           status, failure_category, created_at, updated_at";
+    let mut query = sqlx::QueryBuilder::new(format!(
+        "SELECT {COLUMNS} FROM (SELECT {COLUMNS} FROM attempts WHERE true"
+    ));
+    push_after(&mut query, cursor);
+    query
+        .push(" ORDER BY created_at DESC, attempt_id DESC LIMIT ")
+        .push_bind(MAX_WALKED)
+        .push(") AS walked WHERE true");
+    if let Some(tenants) = tenants {
+        query
+            .push(" AND tenant = ANY(")
+            .push_bind(tenants)
+            .push(")");
     }
     for (column, value) in [
         ("status", &filter.state),
@@ -146,6 +153,14 @@ pub fn attempts_page<'a>(
                 .push_bind(value.as_str());
         }
     }
+    query
+        .push(" ORDER BY created_at DESC, attempt_id DESC LIMIT ")
+        .push_bind(limit);
+    query
+}
+
+/// ` AND (created_at, attempt_id) < cursor`, when there is one.
+fn push_after(query: &mut sqlx::QueryBuilder<'_, sqlx::Postgres>, cursor: Option<Cursor>) {
     if let Some(cursor) = cursor {
         query
             .push(" AND (created_at, attempt_id) < (")
@@ -154,10 +169,16 @@ pub fn attempts_page<'a>(
             .push_bind(cursor.attempt_id)
             .push(")");
     }
-    query
-        .push(" ORDER BY created_at DESC, attempt_id DESC LIMIT ")
-        .push_bind(limit);
-    query
+}
+
+/// One page of the console's list, and where the next starts: after its
+/// last line, or, when the walk found fewer than a page, after the last
+/// attempt it walked (`sparse`).
+#[derive(Clone, Debug, Default)]
+pub struct AttemptsPage {
+    pub lines: Vec<AttemptLine>,
+    pub next: Option<Cursor>,
+    pub sparse: bool,
 }
 
 impl Store {
@@ -240,19 +261,19 @@ impl Store {
     }
 
     /// Up to `limit` attempts after `cursor`, newest first, of `tenants`
-    /// and the filter: a keyset page over `attempts_newest` (only the
-    /// conditions given are written, so the cursor is always the index's
-    /// bound and a later page costs what the first does).
+    /// and the filter, among the [`MAX_WALKED`] after it: a keyset walk of
+    /// `attempts_newest` (the cursor is always the index's bound, so a
+    /// later page costs what the first does, and no page walks more).
     pub async fn console_attempts(
         &self,
         tenants: Option<&[String]>,
         filter: &AttemptFilter,
         cursor: Option<Cursor>,
         limit: i64,
-    ) -> Result<Vec<AttemptLine>, StoreError> {
+    ) -> Result<AttemptsPage, StoreError> {
         let mut query = attempts_page(tenants, filter, cursor, limit);
         let rows = query.build().fetch_all(self.pool()).await?;
-        Ok(rows
+        let lines: Vec<AttemptLine> = rows
             .iter()
             .map(|row| AttemptLine {
                 attempt_id: row.get(0),
@@ -266,7 +287,39 @@ impl Store {
                 created_at: row.get(8),
                 updated_at: row.get(9),
             })
-            .collect())
+            .collect();
+        if let Some(last) = lines.last().filter(|_| lines.len() as i64 == limit) {
+            let next = Some(Cursor {
+                created_at: last.created_at,
+                attempt_id: last.attempt_id,
+            });
+            return Ok(AttemptsPage {
+                lines,
+                next,
+                sparse: false,
+            });
+        }
+        // Fewer than a page: the walk's last attempt, if it walked all it
+        // may (older ones are left for the next page).
+        let mut last =
+            sqlx::QueryBuilder::new("SELECT created_at, attempt_id FROM attempts WHERE true");
+        push_after(&mut last, cursor);
+        last.push(" ORDER BY created_at DESC, attempt_id DESC OFFSET ")
+            .push_bind(MAX_WALKED - 1)
+            .push(" LIMIT 1");
+        let next = last
+            .build()
+            .fetch_optional(self.pool())
+            .await?
+            .map(|row| Cursor {
+                created_at: row.get(0),
+                attempt_id: row.get(1),
+            });
+        Ok(AttemptsPage {
+            lines,
+            sparse: next.is_some(),
+            next,
+        })
     }
 
     /// Succeeded `opentofu.plan` attempts no one has approved yet, newest

@@ -13,7 +13,7 @@ use crate::contract::{AttemptEvent, EventBody};
 use crate::ingress::IngressError;
 use crate::policy::principals::Role;
 use crate::store::console::{
-    AttemptFilter, AttemptLine, AwaitingPlan, Cursor, Overview, ENDED_READ_LIMIT,
+    AttemptFilter, AttemptsPage, AwaitingPlan, Overview, ENDED_READ_LIMIT, MAX_WALKED,
 };
 use crate::store::{ArtifactRow, ChainReport};
 
@@ -230,12 +230,8 @@ fn time(at: &chrono::DateTime<chrono::Utc>) -> Markup {
     html! { time datetime=(at.to_rfc3339()) { (at.format("%Y-%m-%d %H:%M:%S%.3f")) } }
 }
 
-pub fn attempts(
-    signed: &SignedIn,
-    filter: &AttemptFilter,
-    lines: &[AttemptLine],
-    next: Option<Cursor>,
-) -> Markup {
+pub fn attempts(signed: &SignedIn, filter: &AttemptFilter, found: &AttemptsPage) -> Markup {
+    let (lines, next) = (&found.lines, found.next);
     let text = |value: &Option<String>| value.clone().unwrap_or_default();
     layout(
         Some(signed),
@@ -273,7 +269,11 @@ pub fn attempts(
                     }
                 }
             }
-            @if lines.is_empty() { p.muted { "No attempts." } }
+            @if found.sparse {
+                p.muted { "Fewer than a page among the " (MAX_WALKED) " attempts before this point; older ones on the next page." }
+            } @else if lines.is_empty() {
+                p.muted { "No attempts." }
+            }
             @if let Some(next) = next {
                 p { a #next rel="next" href={ "/console/attempts?" (filter_query(filter)) "&after=" (next.encode()) } { "Older →" } }
             }
