@@ -753,12 +753,26 @@ async fn the_attempts_list_pages_by_cursor_at_a_hundred_thousand_attempts(pool: 
         .unwrap();
     assert!(page.lines.is_empty() && page.sparse, "{page:?}");
     let next = page.next.expect("a next stretch");
-    let page = store
+    let page_after = store
         .console_attempts(Some(&tenants), &filter, Some(next), 50)
         .await
         .unwrap();
-    assert!(page.lines.is_empty() && page.sparse, "{page:?}");
-    let after = page.next.expect("another stretch");
+    assert!(
+        page_after.lines.is_empty() && page_after.sparse,
+        "{page_after:?}"
+    );
+    // A job's attempts are found by its id, however deep.
+    let oldest = execplane::store::console::AttemptFilter {
+        job_id: Some("many/0".into()),
+        ..Default::default()
+    };
+    let page = store
+        .console_attempts(Some(&["team-a".to_owned()]), &oldest, None, 50)
+        .await
+        .unwrap();
+    assert_eq!(page.lines.len(), 1, "{page:?}");
+    assert!(page.next.is_none() && !page.sparse);
+    let after = page_after.next.expect("another stretch");
     assert!(
         (after.created_at, after.attempt_id) < (next.created_at, next.attempt_id),
         "the next stretch is older"

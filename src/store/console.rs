@@ -117,7 +117,8 @@ pub const MAX_WALKED: i64 = 10_000;
 
 /// The attempts page's query (public for the test that reads its plan):
 /// at most [`MAX_WALKED`] attempts from the cursor over `attempts_newest`,
-/// then the tenants' and the filter's among them.
+/// then the tenants' and the filter's among them (a job's, by job id,
+/// without a walk).
 pub fn attempts_page<'a>(
     tenants: Option<&'a [String]>,
     filter: &'a AttemptFilter,
@@ -126,14 +127,20 @@ pub fn attempts_page<'a>(
 ) -> sqlx::QueryBuilder<'a, sqlx::Postgres> {
     const COLUMNS: &str = "attempt_id, job_id, attempt_no, tenant, operation, runner_type, \
                            status, failure_category, created_at, updated_at";
-    let mut query = sqlx::QueryBuilder::new(format!(
-        "SELECT {COLUMNS} FROM (SELECT {COLUMNS} FROM attempts WHERE true"
-    ));
-    push_after(&mut query, cursor);
-    query
-        .push(" ORDER BY created_at DESC, attempt_id DESC LIMIT ")
-        .push_bind(MAX_WALKED)
-        .push(") AS walked WHERE true");
+    let mut query = sqlx::QueryBuilder::new(format!("SELECT {COLUMNS} FROM "));
+    if filter.job_id.is_some() {
+        // One job's attempts are found by `(job_id, attempt_no)`, however
+        // old: no walk.
+        query.push("attempts AS walked WHERE true");
+        push_after(&mut query, cursor);
+    } else {
+        query.push(format!("(SELECT {COLUMNS} FROM attempts WHERE true"));
+        push_after(&mut query, cursor);
+        query
+            .push(" ORDER BY created_at DESC, attempt_id DESC LIMIT ")
+            .push_bind(MAX_WALKED)
+            .push(") AS walked WHERE true");
+    }
     if let Some(tenants) = tenants {
         query
             .push(" AND tenant = ANY(")
@@ -300,7 +307,15 @@ impl Store {
             });
         }
         // Fewer than a page: the walk's last attempt, if it walked all it
-        // may (older ones are left for the next page).
+        // may (older ones are left for the next page). One job's were all
+        // found.
+        if filter.job_id.is_some() {
+            return Ok(AttemptsPage {
+                lines,
+                next: None,
+                sparse: false,
+            });
+        }
         let mut last =
             sqlx::QueryBuilder::new("SELECT created_at, attempt_id FROM attempts WHERE true");
         push_after(&mut last, cursor);
