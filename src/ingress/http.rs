@@ -75,11 +75,11 @@ struct OpenConnections {
     /// Connections a principal's key (or console session) was presented
     /// on, per principal: each connection counts for the first it carried.
     by_principal: HashMap<String, usize>,
-    principal_of: HashMap<u64, String>,
     max_per_principal: usize,
     /// The connections open now (a request may outlive its connection's
-    /// slot: closed to make room, or by its client).
-    live: std::collections::HashSet<u64>,
+    /// slot: closed to make room, or by its client), each with the
+    /// principal it counts for.
+    live: HashMap<u64, Option<String>>,
     next_id: u64,
     /// Connections that have not yet presented a key, oldest first: at
     /// the global cap the oldest is closed to make room, so clients
@@ -88,8 +88,9 @@ struct OpenConnections {
 }
 
 impl OpenConnections {
+    /// `id` is closed: it counts for its principal no more.
     fn release_principal(&mut self, id: u64) {
-        if let Some(principal) = self.principal_of.remove(&id) {
+        if let Some(Some(principal)) = self.live.remove(&id) {
             if let Some(count) = self.by_principal.get_mut(&principal) {
                 *count -= 1;
                 if *count == 0 {
@@ -146,17 +147,18 @@ impl SlotHandle {
     /// every tenant and executor).
     pub fn authenticated_as(&self, principal: &str) -> bool {
         let mut open = lock(&self.open);
-        if !open.live.contains(&self.id) {
+        match open.live.get(&self.id) {
             // Gone already: nothing to count, nothing that would release it.
-            return true;
-        }
-        if !open.principal_of.contains_key(&self.id) {
-            let held = open.by_principal.get(principal).copied().unwrap_or(0);
-            if held >= open.max_per_principal {
-                return false;
+            None => return true,
+            Some(Some(_)) => {}
+            Some(None) => {
+                let held = open.by_principal.get(principal).copied().unwrap_or(0);
+                if held >= open.max_per_principal {
+                    return false;
+                }
+                *open.by_principal.entry(principal.to_owned()).or_insert(0) += 1;
+                open.live.insert(self.id, Some(principal.to_owned()));
             }
-            *open.by_principal.entry(principal.to_owned()).or_insert(0) += 1;
-            open.principal_of.insert(self.id, principal.to_owned());
         }
         open.unauthenticated.remove(&self.id);
         true
@@ -187,7 +189,6 @@ impl PeerSlot {
 impl Drop for PeerSlot {
     fn drop(&mut self) {
         let mut open = lock(&self.handle.open);
-        open.live.remove(&self.handle.id);
         // Closed to make room, its place is released already; a principal
         // its first request named meanwhile is not.
         open.release_principal(self.handle.id);
@@ -233,7 +234,7 @@ impl PeerLimits {
             let (evicted_id, (oldest, evicted)) = open.unauthenticated.pop_first()?;
             // Cancelled under the lock, so its Drop releases nothing twice.
             evicted.cancel();
-            open.live.remove(&evicted_id);
+            open.release_principal(evicted_id);
             open.release(oldest);
             crate::telemetry::metrics::ingress_connection_evicted();
             // The per-peer count may have been freed for this very address.
@@ -245,7 +246,7 @@ impl PeerLimits {
         open.total += 1;
         let id = open.next_id;
         open.next_id += 1;
-        open.live.insert(id);
+        open.live.insert(id, None);
         let evicted = CancellationToken::new();
         open.unauthenticated.insert(id, (address, evicted.clone()));
         Some(PeerSlot {

@@ -106,6 +106,17 @@ impl Store {
             .collect()
     }
 
+    /// A read-only transaction that sees one instant throughout.
+    async fn read_only_snapshot(
+        &self,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, StoreError> {
+        let mut transaction = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .execute(&mut *transaction)
+            .await?;
+        Ok(transaction)
+    }
+
     /// Two transactions that see the database as of one instant: the first
     /// read-only, exporting its snapshot, the second importing it, and
     /// read-only too unless `second_writes`. A long read streams through
@@ -127,10 +138,7 @@ impl Store {
                     .into(),
             )));
         }
-        let mut first = self.pool.begin().await?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .execute(&mut *first)
-            .await?;
+        let mut first = self.read_only_snapshot().await?;
         let snapshot: String = sqlx::query_scalar("SELECT pg_export_snapshot()")
             .fetch_one(&mut *first)
             .await?;
@@ -171,13 +179,7 @@ impl Store {
     /// each hold one of the pool's and wait for a second.
     pub async fn verify_chain(&self, only: Option<Uuid>) -> Result<ChainReport, StoreError> {
         let (mut log, mut projection) = match only {
-            Some(_) => {
-                let mut log = self.pool.begin().await?;
-                sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                    .execute(&mut *log)
-                    .await?;
-                (log, None)
-            }
+            Some(_) => (self.read_only_snapshot().await?, None),
             None => {
                 let (log, projection) = self.at_one_instant(false).await?;
                 (log, Some(projection))
