@@ -937,6 +937,8 @@ const CONTROLLER_PLAY: &str = r#"- name: a task on the controller
         echo "home=$HOME"
         echo "visible=$(ls -A '{{ work_root }}' 2>/dev/null | tr '\n' ' ')"
         if cat /proc/{{ runner_pid }}/environ >/dev/null 2>&1; then echo environ=read; else echo environ=denied; fi
+        if timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{{ open_port }}' 2>/dev/null; then echo open=reached; else echo open=refused; fi
+        if timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{{ granted_port }}' 2>/dev/null; then echo granted=reached; else echo granted=refused; fi
         sleep 4
         echo "end=$(date +%s%N)"
       delegate_to: localhost
@@ -1008,16 +1010,30 @@ async fn controller_tasks_run_only_where_allowed_and_then_only_inside_the_attemp
     };
     let package = pipeline.put_artifact("controller.tar", &archive);
     // team-a and team-b may run it on the controller; team-c may not.
-    let tenant = |name: &str, controller: bool, node: &str| {
+    // Two services of the host's that are not the platform's: the play may
+    // reach neither (its nodes only), but team-a's the second, which the
+    // operator's policy grants its package.
+    let open = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let granted = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (open_port, granted_port) = (
+        open.local_addr().unwrap().port(),
+        granted.local_addr().unwrap().port(),
+    );
+    let tenant = |name: &str, controller: bool, node: &str, egress: &str| {
         format!(
-            "  {name}:\n    operations: [\"ansible.*\"]\n    secret_prefixes: [\"secret/{name}/\"]\n    ansible:\n      packages:\n        - digest: {package}\n          playbooks: [local.yml, erase.yml, fifo.yml]\n          controller: {controller}\n    ssh:\n      nodes: [\"{node}\"]\n"
+            "  {name}:\n    operations: [\"ansible.*\"]\n    secret_prefixes: [\"secret/{name}/\"]\n    ansible:\n      packages:\n        - digest: {package}\n          playbooks: [local.yml, erase.yml, fifo.yml]\n          controller: {controller}\n          egress: [{egress}]\n    ssh:\n      nodes: [\"{node}\"]\n"
         )
     };
     let policy = format!(
         "tenants:\n{}{}{}",
-        tenant("team-a", true, "127.0.0.1"),
-        tenant("team-b", true, "localhost"),
-        tenant("team-c", false, "127.0.0.1"),
+        tenant(
+            "team-a",
+            true,
+            "127.0.0.1",
+            &format!("\"127.0.0.1:{granted_port}\"")
+        ),
+        tenant("team-b", true, "localhost", ""),
+        tenant("team-c", false, "127.0.0.1", ""),
     );
     let policy_file = pipeline.dir.join("policy.yaml");
     std::fs::write(&policy_file, policy).unwrap();
@@ -1053,7 +1069,12 @@ async fn controller_tasks_run_only_where_allowed_and_then_only_inside_the_attemp
                 "playbook": "local.yml",
                 "user": "exectest",
                 "private_key": {"$secret": "ssh_key"},
-                "extra_vars": {"work_root": work_root, "runner_pid": runner_pid.to_string()},
+                "extra_vars": {
+                    "work_root": work_root,
+                    "runner_pid": runner_pid.to_string(),
+                    "open_port": open_port.to_string(),
+                    "granted_port": granted_port.to_string(),
+                },
             }),
             json!({
                 "targets": [node("one", address, 2222)],
@@ -1108,6 +1129,8 @@ async fn controller_tasks_run_only_where_allowed_and_then_only_inside_the_attemp
     assert_ne!(uid_a, uid_b, "two attempts shared a uid");
     for (seen, other) in [(&seen_a, &seen_b), (&seen_b, &seen_a)] {
         assert_eq!(reported(seen, "environ"), "denied", "{seen}");
+        // Its nodes only: not another service of the host's.
+        assert_eq!(reported(seen, "open"), "refused", "{seen}");
         let own = reported(seen, "home");
         let other_home = reported(other, "home");
         let visible = reported(seen, "visible");
@@ -1128,6 +1151,9 @@ async fn controller_tasks_run_only_where_allowed_and_then_only_inside_the_attemp
             reported(seen, "end").parse().unwrap(),
         )
     };
+    // What the operator granted team-a's package, and team-a only.
+    assert_eq!(reported(&seen_a, "granted"), "reached", "{seen_a}");
+    assert_eq!(reported(&seen_b, "granted"), "refused", "{seen_b}");
     let (span_a, span_b) = (span(&seen_a), span(&seen_b));
     assert!(
         span_a.0 < span_b.1 && span_b.0 < span_a.1,

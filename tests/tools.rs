@@ -621,6 +621,152 @@ async fn a_dead_runner_s_working_directory_is_removed_by_the_next_runner_to_star
     );
 }
 
+/// A pool of one uid of its own, for the held-network tests: each
+/// holder of it is the one before's successor.
+fn one_uid_pool() -> execplane::runner::tool::ToolSettings {
+    let mut settings = execplane::runner::tool::ToolSettings {
+        shim: env!("CARGO_BIN_EXE_execplane").into(),
+        ..Default::default()
+    };
+    settings.sandbox.uid_base = 1_900_000_000;
+    settings.sandbox.uid_count = 1;
+    settings
+}
+
+/// Whether `uid`'s sockets connect to `port` on loopback (a process of
+/// its own run as that uid, as a tool's would be).
+fn connects_as(uid: u32, port: u16) -> bool {
+    let status = Command::new("setpriv")
+        .args([
+            format!("--reuid={uid}"),
+            format!("--regid={uid}"),
+            "--clear-groups".into(),
+            "/usr/bin/python3".into(),
+            "-c".into(),
+            format!("import socket; socket.create_connection(('127.0.0.1', {port}), 3)"),
+        ])
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    status.success()
+}
+
+/// Run by [`a_uid_s_network_held_by_a_runner_that_died_is_let_go_by_its_next_holder`]
+/// as a process of its own: it guards the network as a runner does at
+/// start, holds its uid's tools to one port, says which, and dies holding
+/// it, with nothing dropped.
+#[test]
+#[ignore = "a child process of another test"]
+fn hold_a_uid_s_network_and_die() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let settings = one_uid_pool();
+    runtime
+        .block_on(execplane::runner::sandbox::check(&settings))
+        .unwrap();
+    let workdir = execplane::runner::tool::Workdir::for_tools(&settings).unwrap();
+    let granted = std::env::var("GRANTED").unwrap();
+    let reach = [execplane::runner::sandbox::egress::Destination::parse(&granted).unwrap()];
+    let unresolved = runtime
+        .block_on(workdir.hold_network(Some(&reach)))
+        .unwrap();
+    assert!(unresolved.is_empty(), "{unresolved:?}");
+    println!(
+        "table={}",
+        execplane::runner::sandbox::egress::table_name(settings.sandbox.uid_base)
+    );
+    std::process::exit(0);
+}
+
+/// A runner that dies while its attempt's tools are held to their
+/// destinations leaves its table, and the uid held in it, behind until
+/// the next runner of the pool starts; meanwhile another runner may take
+/// the uid for an attempt whose tools are not held. It finds the release
+/// the dead one recorded and lets the uid go before its tools run
+/// (docs/SECURITY.md, "Network").
+#[tokio::test]
+async fn a_uid_s_network_held_by_a_runner_that_died_is_let_go_by_its_next_holder() {
+    let open = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let granted = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = |listener: &std::net::TcpListener| listener.local_addr().unwrap().port();
+    let settings = one_uid_pool();
+    let uid = settings.sandbox.uid_base;
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "hold_a_uid_s_network_and_die",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("GRANTED", format!("127.0.0.1:{}", port(&granted)))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&child.stdout);
+    let table = said
+        .lines()
+        .find_map(|line| line.strip_prefix("table="))
+        .unwrap_or_else(|| {
+            panic!(
+                "the child said: {said}{}",
+                String::from_utf8_lossy(&child.stderr)
+            )
+        })
+        .to_owned();
+    // Held by the dead runner's table: the granted port only.
+    assert!(connects_as(uid, port(&granted)));
+    assert!(
+        !connects_as(uid, port(&open)),
+        "the held uid reached a port it was not given"
+    );
+
+    // The next holder of the uid, whose tools are not held.
+    let workdir = execplane::runner::tool::Workdir::for_tools(&settings).unwrap();
+    assert!(
+        connects_as(uid, port(&open)),
+        "the next holder found the uid held"
+    );
+
+    drop(workdir);
+
+    // A live runner's hold ends with its working directory. Guarding the
+    // network here installs this process's table, and removes the dead
+    // one's as the next runner to start does.
+    execplane::runner::sandbox::check(&settings).await.unwrap();
+    assert!(
+        !listed_tables().contains(&table),
+        "the dead runner's table stayed"
+    );
+    let workdir = execplane::runner::tool::Workdir::for_tools(&settings).unwrap();
+    let reach = [
+        execplane::runner::sandbox::egress::Destination::parse(&format!(
+            "127.0.0.1:{}",
+            port(&granted)
+        ))
+        .unwrap(),
+    ];
+    workdir.hold_network(Some(&reach)).await.unwrap();
+    assert!(!connects_as(uid, port(&open)));
+    workdir.hold_network(None).await.unwrap();
+    assert!(connects_as(uid, port(&open)), "let go for the next tool");
+    workdir.hold_network(Some(&reach)).await.unwrap();
+    drop(workdir);
+    assert!(connects_as(uid, port(&open)), "held after its attempt");
+    let own = execplane::runner::sandbox::egress::table_name(uid);
+    let removed = Command::new(execplane::runner::sandbox::egress::NFT)
+        .args(["delete", "table", "inet", &own])
+        .status()
+        .unwrap();
+    assert!(removed.success());
+}
+
+/// The nftables tables of this host.
+fn listed_tables() -> String {
+    let listed = Command::new(execplane::runner::sandbox::egress::NFT)
+        .args(["list", "tables"])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&listed.stdout).into_owned()
+}
+
 /// A probe that swaps its output directory for a link to a directory of
 /// the host's: the runner, storing its outputs as root, lists nothing of
 /// what the link names, and says why it stored nothing (docs/SECURITY.md,

@@ -23,6 +23,12 @@ pub struct AnsiblePackage {
     /// programs, plugin directories. Default: refused before ansible runs.
     #[serde(default)]
     pub controller: bool,
+    /// What its plays may reach over the network besides the attempt's
+    /// nodes (`host:port`, `[v6]:port`, a CIDR or an address: every port),
+    /// for its tasks on the controller: ansible runs held to its nodes,
+    /// these and the host's name servers (docs/SECURITY.md, "Network").
+    #[serde(default)]
+    pub egress: Vec<crate::runner::sandbox::egress::Destination>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]

@@ -157,10 +157,20 @@ impl std::fmt::Display for LimitHit {
 /// A uid (and the gid of the same number) of the pool, held while the
 /// lock file stays open: by this process, and by no other process on the
 /// host that uses the same lock directory.
+///
+/// With the network guarded, a uid may also hold its tools to what they
+/// may reach ([`Identity::hold_network`]): the script that lets it go is
+/// kept in the lock file while it holds, so the next process to take the
+/// uid lets it go if this one died first, and is run before the lock is
+/// given up.
 #[derive(Debug)]
 pub struct Identity {
     uid: u32,
-    _lock: std::fs::File,
+    lock: std::fs::File,
+    /// The nftables CLI and this process's table, with the network guarded.
+    guard: Option<(PathBuf, String)>,
+    /// The script that lets the uid's network go, while it is held.
+    held: tokio::sync::Mutex<Option<String>>,
 }
 
 impl Identity {
@@ -195,14 +205,93 @@ impl Identity {
             .mode(0o600)
             .open(settings.lock_dir.join(format!("uid-{uid}")))?;
         match lock.try_lock() {
-            Ok(()) => Ok(Some(Self { uid, _lock: lock })),
-            Err(std::fs::TryLockError::WouldBlock) => Ok(None),
-            Err(std::fs::TryLockError::Error(error)) => Err(error),
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Ok(None),
+            Err(std::fs::TryLockError::Error(error)) => return Err(error),
         }
+        let guard = match &settings.network {
+            Network::Guarded { nft, .. } => {
+                Some((nft.clone(), egress::table_name(settings.uid_base)))
+            }
+            Network::Host => None,
+        };
+        // A holder that died holding the uid's network left its release.
+        let left = std::io::read_to_string(&lock)?;
+        if !left.is_empty() {
+            let nft = guard
+                .as_ref()
+                .map_or(Path::new(egress::NFT), |(nft, _)| nft);
+            if let Err(error) = egress::apply_blocking(nft, &left) {
+                // Its table went with it (removed at the next start): nothing holds the uid.
+                tracing::debug!(uid, %error, "letting go of a dead holder's network");
+            }
+            lock.set_len(0)?;
+        }
+        Ok(Some(Self {
+            uid,
+            lock,
+            guard,
+            held: tokio::sync::Mutex::new(None),
+        }))
     }
 
     pub fn uid(&self) -> u32 {
         self.uid
+    }
+
+    /// Holds the uid's sockets to `reach` (and the host's name servers)
+    /// for the tools it runs next, or, with `None`, lets them go to the
+    /// guarded network every tool has. Returns the names of `reach` that
+    /// did not resolve (left out). Nothing to do on the host's network.
+    pub async fn hold_network(
+        &self,
+        reach: Option<&[egress::Destination]>,
+    ) -> Result<Vec<String>, String> {
+        let Some((nft, table)) = &self.guard else {
+            return Ok(Vec::new());
+        };
+        let mut held = self.held.lock().await;
+        let Some(reach) = reach else {
+            if let Some(release) = held.take() {
+                egress::apply(nft, &release).await?;
+                self.record("").map_err(|error| error.to_string())?;
+            }
+            return Ok(Vec::new());
+        };
+        let (resolved, unresolved) = egress::Reach::resolve(reach).await;
+        let (hold, release) = resolved.scripts(table, self.uid);
+        // Recorded first: a runner that dies from here on leaves it to
+        // the uid's next holder.
+        self.record(&release).map_err(|error| error.to_string())?;
+        *held = Some(release);
+        egress::apply(nft, &hold).await?;
+        Ok(unresolved)
+    }
+
+    /// Replaces the lock file's content with `text`.
+    fn record(&self, text: &str) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.lock.set_len(0)?;
+        self.lock.write_all_at(text.as_bytes(), 0)
+    }
+}
+
+impl Drop for Identity {
+    fn drop(&mut self) {
+        let (Some(release), Some((nft, _))) = (self.held.get_mut().take(), &self.guard) else {
+            return;
+        };
+        // Before the lock goes: the next holder must not find it held.
+        match egress::apply_blocking(nft, &release) {
+            Ok(()) => {
+                let _ = self.record("");
+            }
+            Err(error) => tracing::warn!(
+                uid = self.uid,
+                %error,
+                "the uid's network was not let go; its next holder lets it go"
+            ),
+        }
     }
 }
 
@@ -445,6 +534,10 @@ pub struct View {
     pub offline: bool,
     /// Where the tool starts, if not its working directory.
     pub directory: Option<PathBuf>,
+    /// All the tool may reach besides the host's name servers, with the
+    /// network guarded: it runs the tenant's code (docs/SECURITY.md,
+    /// "Network"). `None`: what every tool reaches.
+    pub reach: Option<Vec<egress::Destination>>,
 }
 
 /// The files of the sandbox's own `/etc/passwd` and `/etc/group`, kept in
@@ -953,6 +1046,7 @@ mod tests {
             writable: vec![PathBuf::from("/var/state/x")],
             offline: false,
             directory: None,
+            reach: None,
         };
         let args: Vec<String> = bwrap_args(workdir, &accounts, &view)
             .into_iter()

@@ -133,6 +133,19 @@ impl Workdir {
         &self.path
     }
 
+    /// Holds the network of the tools run here next to `reach`, or lets
+    /// it go with `None` ([`super::sandbox::Identity::hold_network`]);
+    /// nothing to do unsandboxed.
+    pub async fn hold_network(
+        &self,
+        reach: Option<&[super::sandbox::egress::Destination]>,
+    ) -> Result<Vec<String>, String> {
+        match &self.identity {
+            Some(identity) => identity.hold_network(reach).await,
+            None => Ok(Vec::new()),
+        }
+    }
+
     /// Writes a resolved secret to a 0600 file in `secrets/` of the
     /// directory: the tool reads it by path, so it never sits in an
     /// argument vector, where `ps` shows it. The value is masked in the
@@ -345,6 +358,14 @@ impl ToolCommand {
     /// namespace of its own with nothing but loopback.
     pub fn offline(mut self) -> Self {
         self.view.offline = true;
+        self
+    }
+
+    /// The tool runs the tenant's code: with the network guarded, it
+    /// reaches `destinations` (and the host's name servers) and nothing
+    /// else (docs/SECURITY.md, "Network").
+    pub fn reach(mut self, destinations: Vec<super::sandbox::egress::Destination>) -> Self {
+        self.view.reach = Some(destinations);
         self
     }
 
@@ -561,6 +582,20 @@ pub async fn run(
         .arg("--workdir")
         .arg(workdir.path())
         .args(command.hold_stdin.then_some("--hold-stdin"));
+    let unresolved = workdir
+        .hold_network(command.view.reach.as_deref())
+        .await
+        .map_err(|error| {
+            ToolError::Sandbox(std::io::Error::other(format!(
+                "cannot hold the tool's network to its destinations: {error}"
+            )))
+        })?;
+    for name in unresolved {
+        context.log(
+            LogStream::Stderr,
+            format!("{name}: out of the tool's reach (it did not resolve)\n"),
+        );
+    }
     // The sandbox's cgroups live as long as this run.
     let cgroups = match (&workdir.identity, settings.sandbox.enabled) {
         (Some(identity), true) => {

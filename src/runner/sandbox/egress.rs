@@ -17,6 +17,14 @@
 //! Names are resolved once, at start (with every broker the cluster's
 //! metadata lists then, not only the bootstrap ones): a broker that moves
 //! to a new address, or joins later, is guarded when the runner restarts.
+//!
+//! A tool that runs a tenant's code (ansible's plays) is held to what it
+//! must reach besides: its nodes, and what the operator's policy grants
+//! ([`Reach`]). The table's `held` map sends the sockets of that tool's uid
+//! to a chain of its own that accepts those destinations and the host's
+//! name servers and refuses the rest; the chain and its map entry are the
+//! uid's while its attempt holds it, and are taken away before the uid is
+//! given to another attempt (`super::Identity`).
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -25,8 +33,9 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-/// One entry of a deny list.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One entry of a deny list, or of what a held tool may reach.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(try_from = "String")]
 pub enum Destination {
     /// `host:port` (`[v6]:port`): that port at every address `host`
     /// resolves to, and at every address of this machine when one of them
@@ -34,6 +43,14 @@ pub enum Destination {
     Endpoint { host: String, port: u16 },
     /// A CIDR, or one address: every port.
     Net(IpNet),
+}
+
+impl TryFrom<String> for Destination {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, String> {
+        Self::parse(&text)
+    }
 }
 
 impl Destination {
@@ -99,6 +116,9 @@ pub struct Rules {
     endpoints: BTreeSet<(IpAddr, u16)>,
     /// Networks refused whole.
     nets: BTreeSet<IpNet>,
+    /// The host's name servers (`/etc/resolv.conf`), which a held tool
+    /// may ask (port 53).
+    nameservers: BTreeSet<IpAddr>,
 }
 
 /// How long resolving one name may take at start.
@@ -108,7 +128,10 @@ impl Rules {
     /// Resolves every endpoint of `deny`; a name that does not resolve is
     /// an error (a guard on nothing would pass unnoticed).
     pub async fn resolve(deny: &[Destination]) -> Result<Self, String> {
-        let mut rules = Self::default();
+        let mut rules = Self {
+            nameservers: nameservers(&std::fs::read_to_string(RESOLV_CONF).unwrap_or_default()),
+            ..Self::default()
+        };
         for destination in deny {
             match destination {
                 Destination::Net(net) => {
@@ -170,11 +193,33 @@ impl Rules {
             };
             rules.push(format!("{family} daddr {net} reject"));
         }
+        // Then a held tool's own chain, if its uid has one.
+        rules.push("meta skuid vmap @held".to_owned());
         let body: String = rules.iter().map(|rule| format!("\t\t{rule}\n")).collect();
+        let servers = |v4: bool| {
+            let listed: Vec<String> = self
+                .nameservers
+                .iter()
+                .filter(|ip| ip.is_ipv4() == v4)
+                .map(ToString::to_string)
+                .collect();
+            let kind = if v4 { "ipv4_addr" } else { "ipv6_addr" };
+            let name = if v4 { "dns4" } else { "dns6" };
+            if listed.is_empty() {
+                format!("\tset {name} {{ type {kind}; }}\n")
+            } else {
+                format!(
+                    "\tset {name} {{ type {kind}; elements = {{ {} }} }}\n",
+                    listed.join(", ")
+                )
+            }
+        };
         // Declaring the table first makes the delete succeed on a host
         // that has none yet; the whole script is one transaction.
         format!(
-            "table inet {table}\ndelete table inet {table}\ntable inet {table} {{\n\tchain output {{\n\t\ttype filter hook output priority filter; policy accept;\n{body}\t}}\n}}\n"
+            "table inet {table}\ndelete table inet {table}\ntable inet {table} {{\n\tmap held {{ typeof meta skuid : verdict; }}\n{}{}\tchain output {{\n\t\ttype filter hook output priority filter; policy accept;\n{body}\t}}\n}}\n",
+            servers(true),
+            servers(false),
         )
     }
 
@@ -190,6 +235,112 @@ impl Rules {
             .map(|(ip, port)| SocketAddr::new(*ip, *port));
         local.chain(remote).collect()
     }
+}
+
+/// Where `/etc/resolv.conf` is.
+const RESOLV_CONF: &str = "/etc/resolv.conf";
+
+/// The `nameserver` addresses of a `resolv.conf`.
+fn nameservers(text: &str) -> BTreeSet<IpAddr> {
+    text.lines()
+        .filter_map(|line| line.trim().strip_prefix("nameserver"))
+        .filter_map(|rest| rest.split_whitespace().next())
+        .filter_map(|address| address.split('%').next()?.parse().ok())
+        .collect()
+}
+
+/// What one held tool may reach, resolved to addresses (docs/SECURITY.md,
+/// "Network").
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Reach {
+    /// One port at one address.
+    endpoints: BTreeSet<(IpAddr, u16)>,
+    /// Every port of a network.
+    nets: BTreeSet<IpNet>,
+}
+
+impl Reach {
+    /// Resolves `allowed`; a name that does not resolve (in time) is left
+    /// out, and said in the second list: the tool cannot reach it, and
+    /// fails as it would on a name it cannot resolve.
+    pub async fn resolve(allowed: &[Destination]) -> (Self, Vec<String>) {
+        let mut reach = Self::default();
+        let mut unresolved = Vec::new();
+        for destination in allowed {
+            match destination {
+                Destination::Net(net) => {
+                    reach.nets.insert(net.trunc());
+                }
+                Destination::Endpoint { host, port } => {
+                    let found = tokio::time::timeout(
+                        RESOLVE_TIMEOUT,
+                        tokio::net::lookup_host((host.as_str(), *port)),
+                    )
+                    .await;
+                    match found {
+                        Ok(Ok(addresses)) => reach
+                            .endpoints
+                            .extend(addresses.map(|address| (address.ip(), address.port()))),
+                        Ok(Err(error)) => unresolved.push(format!("{host}: {error}")),
+                        Err(_) => unresolved
+                            .push(format!("{host}: not resolved within {RESOLVE_TIMEOUT:?}")),
+                    }
+                }
+            }
+        }
+        (reach, unresolved)
+    }
+
+    /// The script that holds `uid`'s sockets in `table` to this, and the
+    /// one that lets them go again. Each replaces whatever the uid had
+    /// there, so either can run whatever state a runner that died left.
+    pub fn scripts(&self, table: &str, uid: u32) -> (String, String) {
+        let chain = format!("reach_{uid}");
+        let rule = |rule: String| format!("add rule inet {table} {chain} {rule}\n");
+        let mut hold =
+            format!("add chain inet {table} {chain}\nflush chain inet {table} {chain}\n");
+        for (family, set) in [("ip", "dns4"), ("ip6", "dns6")] {
+            hold += &rule(format!(
+                "meta l4proto {{ tcp, udp }} th dport 53 {family} daddr @{set} accept"
+            ));
+        }
+        for v4 in [true, false] {
+            let family = if v4 { "ip" } else { "ip6" };
+            let endpoints: Vec<String> = self
+                .endpoints
+                .iter()
+                .filter(|(ip, _)| ip.is_ipv4() == v4)
+                .map(|(ip, port)| format!("{ip} . {port}"))
+                .collect();
+            if !endpoints.is_empty() {
+                hold += &rule(format!(
+                    "meta l4proto {{ tcp, udp }} {family} daddr . th dport {{ {} }} accept",
+                    endpoints.join(", ")
+                ));
+            }
+            let nets: Vec<String> = self
+                .nets
+                .iter()
+                .filter(|net| matches!(net, IpNet::V4(_)) == v4)
+                .map(ToString::to_string)
+                .collect();
+            if !nets.is_empty() {
+                hold += &rule(format!("{family} daddr {{ {} }} accept", nets.join(", ")));
+            }
+        }
+        hold += &rule("reject with icmpx admin-prohibited".to_owned());
+        hold += &format!("add element inet {table} held {{ {uid} : jump {chain} }}\n");
+        (hold, release_script(table, uid))
+    }
+}
+
+/// The script that takes `uid`'s chain in `table` away, whether or not it
+/// has one there (its adds make the deletes find what they delete).
+pub fn release_script(table: &str, uid: u32) -> String {
+    let chain = format!("reach_{uid}");
+    format!(
+        "add chain inet {table} {chain}\nflush chain inet {table} {chain}\nadd element inet {table} held {{ {uid} : jump {chain} }}\ndelete element inet {table} held {{ {uid} }}\ndelete chain inet {table} {chain}\n"
+    )
 }
 
 /// Whether `ip` is this machine's own: loopback, unspecified, or an
@@ -241,6 +392,40 @@ async fn nft(nft: &Path, args: &[&str], script: &str) -> Result<String, String> 
         "{} {}: {}",
         nft.display(),
         args.join(" "),
+        crate::contract::limits::tail(String::from_utf8_lossy(&output.stderr).trim(), 1024)
+    ))
+}
+
+/// Runs `script` through the nftables CLI at `nft`.
+pub async fn apply(nft_path: &Path, script: &str) -> Result<(), String> {
+    nft(nft_path, &["-f", "-"], script).await.map(drop)
+}
+
+/// [`apply`], blocking: for a uid's release where nothing can wait (a
+/// drop), which must be done before the uid is free again.
+pub fn apply_blocking(nft: &Path, script: &str) -> Result<(), String> {
+    use std::io::Write;
+    let mut child = std::process::Command::new(nft)
+        .args(["-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|error| format!("cannot run {}: {error}", nft.display()))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(script.as_bytes())
+            .map_err(|error| format!("writing to {}: {error}", nft.display()))?;
+    }
+    let output = child
+        .wait_with_output()
+        .map_err(|error| format!("{}: {error}", nft.display()))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{}: {}",
+        nft.display(),
         crate::contract::limits::tail(String::from_utf8_lossy(&output.stderr).trim(), 1024)
     ))
 }
@@ -359,6 +544,54 @@ mod tests {
                 "127.0.0.1:9092".parse().unwrap(),
                 "192.0.2.7:443".parse().unwrap()
             ]
+        );
+    }
+
+    #[test]
+    fn name_servers_are_read_from_resolv_conf() {
+        let text = "# a comment\nnameserver 10.0.0.53\nsearch example\nnameserver fe80::1%eth0\nnameserver\nnameserver not-an-address\n";
+        assert_eq!(
+            nameservers(text),
+            ["10.0.0.53".parse().unwrap(), "fe80::1".parse().unwrap()]
+                .into_iter()
+                .collect()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_held_uid_reaches_its_destinations_and_the_name_servers_only() {
+        let allowed = [
+            Destination::parse("127.0.0.1:2222").unwrap(),
+            Destination::parse("[::1]:22").unwrap(),
+            Destination::parse("10.1.0.0/16").unwrap(),
+            Destination::parse("no-such-host.invalid:22").unwrap(),
+        ];
+        let (reach, unresolved) = Reach::resolve(&allowed).await;
+        assert_eq!(unresolved.len(), 1, "{unresolved:?}");
+        assert!(unresolved[0].starts_with("no-such-host.invalid"));
+        let (hold, release) = reach.scripts("t", 7);
+        for expected in [
+            "add chain inet t reach_7\nflush chain inet t reach_7\n",
+            "add rule inet t reach_7 meta l4proto { tcp, udp } th dport 53 ip daddr @dns4 accept",
+            "add rule inet t reach_7 meta l4proto { tcp, udp } ip daddr . th dport { 127.0.0.1 . 2222 } accept",
+            "add rule inet t reach_7 meta l4proto { tcp, udp } ip6 daddr . th dport { ::1 . 22 } accept",
+            "add rule inet t reach_7 ip daddr { 10.1.0.0/16 } accept",
+            "add rule inet t reach_7 reject with icmpx admin-prohibited\nadd element inet t held { 7 : jump reach_7 }\n",
+        ] {
+            assert!(hold.contains(expected), "{expected} not in\n{hold}");
+        }
+        assert!(
+            release.ends_with("delete element inet t held { 7 }\ndelete chain inet t reach_7\n")
+        );
+        // The table sends a held uid to its chain after the deny list.
+        let script = Rules::default().script("t", 7, 8);
+        assert!(
+            script.contains("map held { typeof meta skuid : verdict; }"),
+            "{script}"
+        );
+        assert!(
+            script.contains("\t\tmeta skuid vmap @held\n\t}"),
+            "{script}"
         );
     }
 }

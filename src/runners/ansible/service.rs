@@ -14,6 +14,7 @@ use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType, Ta
 use crate::policy::ssh::HostKey;
 use crate::runner::kit::node::{self, Binding};
 use crate::runner::kit::package;
+use crate::runner::sandbox::egress::Destination;
 use crate::runner::tool::{self, StopCause, ToolCommand, ToolExit, Workdir};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor, Failure};
 
@@ -98,17 +99,21 @@ impl Executor for AnsibleRunner {
             Ok(plan) => plan,
             Err(refusal) => return refusal.into(),
         };
-        plan.controller = plan.package.as_ref().is_some_and(|package| {
+        if let Some(package) = &plan.package {
             let digest = package.to_string();
-            context
-                .policy()
-                .tenant(&spec.tenant)
+            let policy = context.policy();
+            let tenant = policy.tenant(&spec.tenant);
+            let approved = tenant
                 .operations
                 .ansible
                 .packages
                 .iter()
-                .any(|approved| approved.digest == digest && approved.controller)
-        });
+                .find(|approved| approved.digest == digest);
+            if let Some(approved) = approved {
+                plan.controller = approved.controller;
+                plan.egress = approved.egress.clone();
+            }
+        }
         let workdir = match Workdir::for_tools(context.tools()) {
             Ok(workdir) => workdir,
             Err(error) => {
@@ -142,6 +147,8 @@ struct Plan {
     hosts: Vec<Host>,
     /// The operator lets the package run code on the controller.
     controller: bool,
+    /// What the operator lets its plays reach besides the nodes.
+    egress: Vec<Destination>,
 }
 
 /// What runs.
@@ -278,6 +285,7 @@ fn plan(operation: Operation, inputs: &AnsibleInputs, targets: &[Target]) -> Res
         private_key,
         hosts,
         controller: false,
+        egress: Vec::new(),
     })
 }
 
@@ -508,9 +516,21 @@ impl AnsibleRunner {
         }
         args.push("--".to_owned());
         args.push(playbook.display().to_string());
+        // The play is the tenant's code: its nodes, and what the operator
+        // grants the package, are all it reaches.
+        let reach = plan
+            .hosts
+            .iter()
+            .map(|host| Destination::Endpoint {
+                host: host.binding.address.clone(),
+                port: host.binding.port,
+            })
+            .chain(plan.egress.iter().cloned())
+            .collect();
         Ok(self
             .ansible_command("ansible-playbook", layout, workdir)
             .capture(MAX_STDERR_QUOTED)
+            .reach(reach)
             .args(args))
     }
 
