@@ -128,7 +128,27 @@ fn package(dir: &Path) -> Vec<u8> {
     std::fs::read(archive).unwrap()
 }
 
-fn policy(digest: &str) -> String {
+/// The state backend's Postgres server (never the platform's).
+fn state_server() -> String {
+    std::env::var("EXECPLANE_TEST_STATE_DATABASE_URL")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5433/postgres".into())
+}
+
+/// Team-a's policy: its module, and what its code may reach over the
+/// network: the state backend's server and `egress`.
+fn policy(digest: &str, egress: &[String]) -> String {
+    let server = url::Url::parse(&state_server()).unwrap();
+    let mut reach = vec![format!(
+        "\"{}:{}\"",
+        server.host_str().unwrap(),
+        server.port().unwrap_or(5432)
+    )];
+    reach.extend(
+        egress
+            .iter()
+            .map(|destination| format!("\"{destination}\"")),
+    );
+    let reach = reach.join(", ");
     format!(
         r#"
 tenants:
@@ -141,6 +161,7 @@ tenants:
       backends: [local, pg]
       env: [PROVIDER_TOKEN]
       approvers: [reviewer, pipeline-test]
+      egress: [{reach}]
 principals:
   reviewer: {{key_sha256: "{}", roles: {{team-a: [approver]}}}}
   pipeline-test: {{key_sha256: "{}", roles: {{team-a: [operator, approver]}}}}
@@ -164,10 +185,15 @@ struct Stack {
 }
 
 async fn stack(pool: &PgPool, bao: &Bao) -> Stack {
+    stack_granting(pool, bao, &[]).await
+}
+
+/// [`stack`], with `egress` granted to the module's code as well.
+async fn stack_granting(pool: &PgPool, bao: &Bao, egress: &[String]) -> Stack {
     let mut pipeline = Pipeline::new(pool).await;
     let digest = pipeline.put_artifact("module.tar.gz", &package(&pipeline.dir));
     let policy_file = pipeline.dir.join("policy.yaml");
-    std::fs::write(&policy_file, policy(&digest)).unwrap();
+    std::fs::write(&policy_file, policy(&digest, egress)).unwrap();
     pipeline.set_env("EXECPLANE_POLICY_FILE", policy_file.to_str().unwrap());
     // The callback signing secrets where team-a's default prefix
     // (`*/team-a/`) covers them: still execplane's, never a JobSpec's.
@@ -281,8 +307,7 @@ async fn an_approved_plan_is_applied_read_back_and_destroyed_with_state_in_postg
     // The state lives in a database of this test's own on the state
     // backend's server (never the platform's), reached as a role whose
     // password is only in OpenBao.
-    let server = std::env::var("EXECPLANE_TEST_STATE_DATABASE_URL")
-        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5433/postgres".into());
+    let server = state_server();
     let admin = PgPool::connect(&server)
         .await
         .expect("the state backend's Postgres");
@@ -872,6 +897,43 @@ async fn a_module_s_links_and_fifos_in_its_directory_never_lead_the_runner(pool:
         "{:?}",
         started.elapsed()
     );
+}
+
+/// A module's code (here a provisioner's command, which the tenant's
+/// variable is spliced into) runs held to what the operator's policy
+/// grants the tenant's modules: another service of the host's, neither
+/// the platform's nor granted, is out of its reach (docs/SECURITY.md,
+/// "Network").
+#[sqlx::test(migrator = "execplane::store::MIGRATOR")]
+async fn a_module_s_code_reaches_what_the_policy_grants_and_nothing_else(pool: PgPool) {
+    let open = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let granted = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = |listener: &std::net::TcpListener| listener.local_addr().unwrap().port();
+    let bao = Bao::new();
+    let stack = stack_granting(&pool, &bao, &[format!("127.0.0.1:{}", port(&granted))]).await;
+    stack.put_secrets(&bao, "host=unused", "token").await;
+    let probe = |name: &str, port: u16| {
+        format!("if timeout 5 bash -c 'exec 3<>/dev/tcp/127.0.0.1/{port}' 2>/dev/null; then echo {name}=reached; else echo {name}=refused; fi")
+    };
+    let run = format!(
+        "1; {}; {}; true",
+        probe("open", port(&open)),
+        probe("granted", port(&granted))
+    );
+    let mut inputs = stack.module(json!({"greeting": "hi", "run": run}), json!({}));
+    inputs["workspace"] = json!("reach");
+    let spec = stack.job(
+        "opentofu.apply",
+        inputs,
+        json!({"policy": {"explicit_command": true}}),
+    );
+    let (status, _, message, _) = stack.run(&spec).await;
+    assert_eq!(status, "succeeded", "{message}");
+    let output = stack.pipeline.tool_output().await;
+    let said = &output[&attempt_of(&spec).to_string()];
+    // The command's own lines, not its echo of the command.
+    assert!(said.contains("(local-exec): granted=reached"), "{said}");
+    assert!(said.contains("(local-exec): open=refused"), "{said}");
 }
 
 /// A sensitive output's value goes to the tenant's Vault path the JobSpec

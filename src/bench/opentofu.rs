@@ -103,6 +103,10 @@ pub async fn run(args: &TofuBenchArgs) -> anyhow::Result<ExitCode> {
         work_root: scratch.join("work"),
         ..Default::default()
     });
+    // As a runner starts: the sandbox built, the tools' network guarded.
+    crate::runner::sandbox::check(&tools)
+        .await
+        .map_err(|error| anyhow::anyhow!(error))?;
 
     let mut by_cli = Vec::with_capacity(runs);
     let mut through = Vec::with_capacity(runs);

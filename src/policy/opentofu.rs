@@ -29,6 +29,13 @@ pub struct TofuRules {
     /// eyes).
     #[serde(default)]
     pub self_approve: bool,
+    /// What its modules' code (providers, provisioners, `data "external"`)
+    /// and the CLI may reach over the network (`host:port`, `[v6]:port`, a
+    /// CIDR or an address: every port): the state backend's server, the
+    /// providers' APIs. The CLI runs held to these and the host's name
+    /// servers (docs/SECURITY.md, "Network"). Default: nothing.
+    #[serde(default)]
+    pub egress: Vec<crate::runner::sandbox::egress::Destination>,
 }
 
 impl TofuRules {
@@ -57,6 +64,7 @@ impl Default for TofuRules {
             env: Vec::new(),
             approvers: Vec::new(),
             self_approve: false,
+            egress: Vec::new(),
         }
     }
 }

@@ -169,8 +169,8 @@ pub struct Identity {
     lock: std::fs::File,
     /// The nftables CLI and this process's table, with the network guarded.
     guard: Option<(PathBuf, String)>,
-    /// The script that lets the uid's network go, while it is held.
-    held: tokio::sync::Mutex<Option<String>>,
+    /// What the uid's network is held to, and the script that lets it go.
+    held: tokio::sync::Mutex<Option<(Vec<egress::Destination>, String)>>,
 }
 
 impl Identity {
@@ -241,31 +241,36 @@ impl Identity {
 
     /// Holds the uid's sockets to `reach` (and the host's name servers)
     /// for the tools it runs next, or, with `None`, lets them go to the
-    /// guarded network every tool has. Returns the names of `reach` that
-    /// did not resolve (left out). Nothing to do on the host's network.
+    /// guarded network every tool has. A hold already in place for the
+    /// same `reach` stays (its names are resolved once an attempt).
+    /// Returns, for a new hold, the names of `reach` that did not resolve
+    /// (left out). Nothing to do on the host's network.
     pub async fn hold_network(
         &self,
         reach: Option<&[egress::Destination]>,
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<Option<Vec<String>>, String> {
         let Some((nft, table)) = &self.guard else {
-            return Ok(Vec::new());
+            return Ok(None);
         };
         let mut held = self.held.lock().await;
+        if held.as_ref().map(|(now, _)| now.as_slice()) == reach {
+            return Ok(None);
+        }
+        if let Some((_, release)) = held.take() {
+            egress::apply(nft, &release).await?;
+            self.record("").map_err(|error| error.to_string())?;
+        }
         let Some(reach) = reach else {
-            if let Some(release) = held.take() {
-                egress::apply(nft, &release).await?;
-                self.record("").map_err(|error| error.to_string())?;
-            }
-            return Ok(Vec::new());
+            return Ok(None);
         };
         let (resolved, unresolved) = egress::Reach::resolve(reach).await;
         let (hold, release) = resolved.scripts(table, self.uid);
         // Recorded first: a runner that dies from here on leaves it to
         // the uid's next holder.
         self.record(&release).map_err(|error| error.to_string())?;
-        *held = Some(release);
+        *held = Some((reach.to_vec(), release));
         egress::apply(nft, &hold).await?;
-        Ok(unresolved)
+        Ok(Some(unresolved))
     }
 
     /// Replaces the lock file's content with `text`.
@@ -278,7 +283,7 @@ impl Identity {
 
 impl Drop for Identity {
     fn drop(&mut self) {
-        let (Some(release), Some((nft, _))) = (self.held.get_mut().take(), &self.guard) else {
+        let (Some((_, release)), Some((nft, _))) = (self.held.get_mut().take(), &self.guard) else {
             return;
         };
         // Before the lock goes: the next holder must not find it held.

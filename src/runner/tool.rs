@@ -139,10 +139,10 @@ impl Workdir {
     pub async fn hold_network(
         &self,
         reach: Option<&[super::sandbox::egress::Destination]>,
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<Option<Vec<String>>, String> {
         match &self.identity {
             Some(identity) => identity.hold_network(reach).await,
-            None => Ok(Vec::new()),
+            None => Ok(None),
         }
     }
 
@@ -565,6 +565,19 @@ pub async fn run_judged(
     ))
 }
 
+/// `reach` for the attempt's log: the first few, and how many more.
+fn shown(reach: &[super::sandbox::egress::Destination]) -> String {
+    const SHOWN: usize = 16;
+    if reach.is_empty() {
+        return "no destination".to_owned();
+    }
+    let mut said: Vec<String> = reach.iter().take(SHOWN).map(ToString::to_string).collect();
+    if reach.len() > SHOWN {
+        said.push(format!("{} more", reach.len() - SHOWN));
+    }
+    said.join(", ")
+}
+
 /// Runs `command` in `workdir` under the attempt's context: output to the
 /// log as it comes, stopped on cancel or at the deadline. Returns how it
 /// ended; every process it started is gone when this returns (or when the
@@ -582,19 +595,26 @@ pub async fn run(
         .arg("--workdir")
         .arg(workdir.path())
         .args(command.hold_stdin.then_some("--hold-stdin"));
-    let unresolved = workdir
-        .hold_network(command.view.reach.as_deref())
-        .await
-        .map_err(|error| {
-            ToolError::Sandbox(std::io::Error::other(format!(
-                "cannot hold the tool's network to its destinations: {error}"
-            )))
-        })?;
-    for name in unresolved {
-        context.log(
-            LogStream::Stderr,
-            format!("{name}: out of the tool's reach (it did not resolve)\n"),
-        );
+    // An offline tool has no network to hold, and leaves the hold as it is.
+    if !command.view.offline {
+        let held = workdir
+            .hold_network(command.view.reach.as_deref())
+            .await
+            .map_err(|error| {
+                ToolError::Sandbox(std::io::Error::other(format!(
+                    "cannot hold the tool's network to its destinations: {error}"
+                )))
+            })?;
+        if let (Some(unresolved), Some(reach)) = (held, &command.view.reach) {
+            let mut said = format!(
+                "the tool's network: {} and the host's name servers, nothing else\n",
+                shown(reach)
+            );
+            for name in unresolved {
+                said += &format!("{name}: out of its reach (the name did not resolve)\n");
+            }
+            context.log(LogStream::Stderr, said);
+        }
     }
     // The sandbox's cgroups live as long as this run.
     let cgroups = match (&workdir.identity, settings.sandbox.enabled) {

@@ -45,6 +45,16 @@ pub enum Destination {
     Net(IpNet),
 }
 
+impl std::fmt::Display for Destination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Endpoint { host, port } if host.contains(':') => write!(f, "[{host}]:{port}"),
+            Self::Endpoint { host, port } => write!(f, "{host}:{port}"),
+            Self::Net(net) => write!(f, "{net}"),
+        }
+    }
+}
+
 impl TryFrom<String> for Destination {
     type Error = String;
 

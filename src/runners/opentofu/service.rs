@@ -16,6 +16,7 @@ use crate::contract::ops::{
 };
 use crate::contract::{FailureCategory, Operation, RetentionClass, RunnerType};
 use crate::runner::kit::package;
+use crate::runner::sandbox::egress::Destination;
 use crate::runner::tool::{self, ToolCommand, ToolExit, Workdir};
 use crate::runner::{Assignment, ExecutionContext, ExecutionOutcome, Executor, Failure};
 
@@ -98,8 +99,16 @@ impl Executor for TofuRunner {
             Ok(directories) => directories,
             Err(failure) => return failure.into(),
         };
+        let egress = context
+            .policy()
+            .tenant(&spec.tenant)
+            .operations
+            .opentofu
+            .egress
+            .clone();
         let mut run = Run {
             config: &self.config,
+            egress,
             workdir: &workdir,
             sockets: sockets.as_ref(),
             state_dir: None,
@@ -342,6 +351,9 @@ fn pg_environment(conn_str: &str) -> Result<Vec<(String, String)>, String> {
 /// One attempt's CLI invocations.
 struct Run<'a> {
     config: &'a TofuConfig,
+    /// All the CLI, its providers and the module's code may reach: the
+    /// operator's `opentofu.egress` for the tenant.
+    egress: Vec<Destination>,
     workdir: &'a Workdir,
     /// The CLI's `TMPDIR` (a short path, for its plugins' sockets), when
     /// unsandboxed; sandboxed, its own `/tmp`.
@@ -535,7 +547,10 @@ impl Run<'_> {
     /// environment: the tenant's provider variables and the backend's,
     /// then the runner's own (which no tenant may set).
     fn command(&self, args: &[&str]) -> ToolCommand {
-        let mut command = ToolCommand::new(&self.config.cli).base_env(self.workdir);
+        // The module, its providers and provisioners are the tenant's code.
+        let mut command = ToolCommand::new(&self.config.cli)
+            .base_env(self.workdir)
+            .reach(self.egress.clone());
         for (name, value) in &self.env {
             command = command.env(name.clone(), value.clone());
         }
