@@ -311,6 +311,8 @@ tenants:
           roles: [marker, stager]
 {hostile_entries}    ssh:
       nodes: ["127.0.0.1", "localhost"]
+      # 2229: where no sshd listens (an unreachable host).
+      ports: [2222, 2229]
 "#
     );
     let policy_file = dir.join("policy.yaml");
@@ -1021,7 +1023,7 @@ async fn controller_tasks_run_only_where_allowed_and_then_only_inside_the_attemp
     );
     let tenant = |name: &str, controller: bool, node: &str, egress: &str| {
         format!(
-            "  {name}:\n    operations: [\"ansible.*\"]\n    secret_prefixes: [\"secret/{name}/\"]\n    ansible:\n      packages:\n        - digest: {package}\n          playbooks: [local.yml, erase.yml, fifo.yml]\n          controller: {controller}\n          egress: [{egress}]\n    ssh:\n      nodes: [\"{node}\"]\n"
+            "  {name}:\n    operations: [\"ansible.*\"]\n    secret_prefixes: [\"secret/{name}/\"]\n    ansible:\n      packages:\n        - digest: {package}\n          playbooks: [local.yml, erase.yml, fifo.yml]\n          controller: {controller}\n          egress: [{egress}]\n    ssh:\n      nodes: [\"{node}\"]\n      ports: [2222]\n"
         )
     };
     let policy = format!(

@@ -43,6 +43,7 @@ tenants:
     ssh:
       templates: [speak, argv, show-key, fail, id-root, sudo-true, id-plain, sleeper, sleeper-root, upload, download, restart-demo, restart-nostatus, facts]
       nodes: ["127.0.0.1", "localhost"]
+      ports: [2222]
 ssh_templates:
   argv:
     program: {dir}/argv.sh

@@ -114,8 +114,8 @@ pub async fn run(config: &Config, args: &AnsibleBenchArgs) -> anyhow::Result<Exi
     std::fs::write(
         &policy_file,
         format!(
-            "tenants:\n  bench:\n    operations: [\"ansible.*\"]\n    ansible:\n      packages:\n        - digest: \"{package}\"\n          playbooks: [ping.yml]\n    ssh:\n      nodes: [\"{}\"]\n",
-            args.host
+            "tenants:\n  bench:\n    operations: [\"ansible.*\"]\n    ansible:\n      packages:\n        - digest: \"{package}\"\n          playbooks: [ping.yml]\n    ssh:\n      nodes: [\"{}\"]\n      ports: [{}]\n",
+            args.host, args.port
         ),
     )?;
     let policy = crate::policy::SharedPolicy::from_file(&policy_file)

@@ -281,6 +281,17 @@ fn package_and_node_cases() -> Vec<(JobSpec, &'static str)> {
             "tenants.team-a.ssh.nodes",
         ),
         (
+            // A node's port is a service of it that ansible's plays reach:
+            // the operator's to list, 22 by default.
+            spec(
+                "team-a",
+                "ssh.command.run",
+                json!({"template_id": "uptime"}),
+                json!({"targets": [{"kind": "node", "id": "node-1", "attributes": {"port": "6443"}}]}),
+            ),
+            "tenants.team-a.ssh.ports",
+        ),
+        (
             // Every operation's targets take node keys, so a tenant names
             // only its own nodes, whatever it runs (a probe naming
             // team-a's node would hold team-a's node key).

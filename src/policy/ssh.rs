@@ -440,9 +440,9 @@ pub fn is_user_name(text: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-' || b == b'.')
 }
 
-/// A tenant's ssh rules: the templates it may use and the nodes it may
-/// name.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+/// A tenant's ssh rules: the templates it may use, the nodes it may name
+/// and the ports it may log in to them at.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct SshRules {
     /// Template ids from the operator's `ssh_templates`.
@@ -452,6 +452,26 @@ pub struct SshRules {
     /// `node:` key) and so reach: target ids, host names or CIDRs.
     #[serde(default)]
     pub nodes: Vec<String>,
+    /// The ports an ssh or ansible target's `port` attribute may name
+    /// (22 when it names none). ansible runs held to its nodes at these
+    /// ports, so a port is a service of the node the tenant's plays reach
+    /// (docs/SECURITY.md, "Network"). Default: `[22]`.
+    #[serde(default = "ssh_port")]
+    pub ports: Vec<u16>,
+}
+
+fn ssh_port() -> Vec<u16> {
+    vec![22]
+}
+
+impl Default for SshRules {
+    fn default() -> Self {
+        Self {
+            templates: Vec::new(),
+            nodes: Vec::new(),
+            ports: ssh_port(),
+        }
+    }
 }
 
 impl super::rules::Check<'_> {
@@ -539,6 +559,10 @@ impl super::rules::Check<'_> {
 
     pub(super) fn nodes(&mut self) {
         let spec = self.spec;
+        let logs_in = matches!(
+            spec.operation.runner_type(),
+            crate::contract::RunnerType::Ssh | crate::contract::RunnerType::Ansible
+        );
         for (index, target) in spec.targets.iter().enumerate() {
             if !self.node_allowed(target) {
                 let message = format!(
@@ -546,6 +570,24 @@ impl super::rules::Check<'_> {
                     spec.tenant, target.id
                 );
                 self.refuse(format!("targets[{index}]"), "ssh.nodes", message);
+            }
+            // A port that does not parse is the runner's to refuse.
+            let port = match target.attributes.get("port") {
+                None => Some(22),
+                Some(port) => port.parse::<u16>().ok(),
+            };
+            if let (true, Some(port)) = (logs_in, port) {
+                if !self.rules.ssh.ports.contains(&port) {
+                    let message = format!(
+                        "node `{}`: port {port} is not one of the tenant's ssh ports",
+                        crate::contract::limits::shortened(&target.id, 64)
+                    );
+                    self.refuse(
+                        format!("targets[{index}].attributes.port"),
+                        "ssh.ports",
+                        message,
+                    );
+                }
             }
         }
     }

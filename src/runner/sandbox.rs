@@ -222,8 +222,15 @@ impl Identity {
                 .as_ref()
                 .map_or(Path::new(egress::NFT), |(nft, _)| nft);
             if let Err(error) = egress::apply_blocking(nft, &left) {
-                // Its table went with it (removed at the next start): nothing holds the uid.
-                tracing::debug!(uid, %error, "letting go of a dead holder's network");
+                // Its table gone (removed by the next runner to start),
+                // nothing holds the uid; else it is still held there, and
+                // taking it would hold this attempt's tools to another's
+                // destinations: left for a later try.
+                let table = left.split_whitespace().nth(3).unwrap_or_default();
+                if egress::table_exists(nft, table) {
+                    tracing::warn!(uid, %error, "a sandbox uid is still held by a dead runner's table; skipped");
+                    return Ok(None);
+                }
             }
             lock.set_len(0)?;
         }
@@ -937,6 +944,7 @@ pub async fn check(tools: &super::tool::ToolSettings) -> Result<(), String> {
     egress::install(
         nft,
         sandbox.uid_base,
+        &sandbox.lock_dir,
         &rules.script(&table, sandbox.uid_base, last),
     )
     .await

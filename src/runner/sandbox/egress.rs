@@ -309,9 +309,12 @@ impl Reach {
         let rule = |rule: String| format!("add rule inet {table} {chain} {rule}\n");
         let mut hold =
             format!("add chain inet {table} {chain}\nflush chain inet {table} {chain}\n");
+        // Matched on the connection's original destination, what the tool
+        // asked for: the output hook's NAT (a container's DNS at
+        // 127.0.0.11, a service address) has already rewritten the packet.
         for (family, set) in [("ip", "dns4"), ("ip6", "dns6")] {
             hold += &rule(format!(
-                "meta l4proto {{ tcp, udp }} th dport 53 {family} daddr @{set} accept"
+                "meta l4proto {{ tcp, udp }} ct original proto-dst 53 ct original {family} daddr @{set} accept"
             ));
         }
         for v4 in [true, false] {
@@ -324,7 +327,7 @@ impl Reach {
                 .collect();
             if !endpoints.is_empty() {
                 hold += &rule(format!(
-                    "meta l4proto {{ tcp, udp }} {family} daddr . th dport {{ {} }} accept",
+                    "meta l4proto {{ tcp, udp }} ct original {family} daddr . ct original proto-dst {{ {} }} accept",
                     endpoints.join(", ")
                 ));
             }
@@ -335,7 +338,10 @@ impl Reach {
                 .map(ToString::to_string)
                 .collect();
             if !nets.is_empty() {
-                hold += &rule(format!("{family} daddr {{ {} }} accept", nets.join(", ")));
+                hold += &rule(format!(
+                    "ct original {family} daddr {{ {} }} accept",
+                    nets.join(", ")
+                ));
             }
         }
         hold += &rule("reject with icmpx admin-prohibited".to_owned());
@@ -369,9 +375,19 @@ fn table_prefix(uid_base: u32) -> String {
 /// This process's table for the pool that starts at `uid_base`. One per
 /// runner process: a refusal in any table at the hook is final, so the
 /// tables of several runners on one host add up to every deny list of
-/// them, and none replaces another's.
+/// them, and none replaces another's. Named by a random word of the
+/// process's, not its pid: runners in containers of their own share the
+/// host's firewall but not their pids (both may be pid 1).
 pub fn table_name(uid_base: u32) -> String {
-    format!("{}{}", table_prefix(uid_base), std::process::id())
+    static WORD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let word = WORD.get_or_init(|| format!("{:08x}", rand::random::<u32>()));
+    format!("{}{word}", table_prefix(uid_base))
+}
+
+/// The lock file a live runner holds for its table, in the pool's lock
+/// directory: a table whose file nobody holds is a dead runner's.
+fn table_lock(lock_dir: &Path, table: &str) -> std::path::PathBuf {
+    lock_dir.join(format!("table-{table}"))
 }
 
 /// Runs the nftables CLI with `script` on its stdin; its stdout.
@@ -427,6 +443,21 @@ pub fn apply_blocking(nft: &Path, script: &str) -> Result<(), String> {
             .write_all(script.as_bytes())
             .map_err(|error| format!("writing to {}: {error}", nft.display()))?;
     }
+    // Bounded, like the async runs: a drop waits for it on a runtime
+    // thread.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while child
+        .try_wait()
+        .map_err(|error| format!("{}: {error}", nft.display()))?
+        .is_none()
+    {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("{} did not finish in 10 s", nft.display()));
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
     let output = child
         .wait_with_output()
         .map_err(|error| format!("{}: {error}", nft.display()))?;
@@ -441,23 +472,66 @@ pub fn apply_blocking(nft: &Path, script: &str) -> Result<(), String> {
 }
 
 /// Installs `script` (this process's table of the pool at `uid_base`),
+/// holding its lock file in `lock_dir` for the rest of the process's life,
 /// and removes the tables of the same pool that runners no longer alive
-/// left behind.
-pub async fn install(path: &Path, uid_base: u32, script: &str) -> Result<(), String> {
+/// left behind: those whose lock file no process holds.
+pub async fn install(
+    path: &Path,
+    uid_base: u32,
+    lock_dir: &Path,
+    script: &str,
+) -> Result<(), String> {
+    static HELD: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
+    let own = table_name(uid_base);
+    if HELD.get().is_none() {
+        // Locked before it is in place under its name: another runner's
+        // sweep never finds it free.
+        let lock = table_lock(lock_dir, &own);
+        let fresh = lock.with_extension("new");
+        let held = open_lock(&fresh).and_then(|file| {
+            file.try_lock().map_err(std::io::Error::other)?;
+            std::fs::rename(&fresh, &lock)?;
+            Ok(file)
+        });
+        let file = held.map_err(|error| format!("cannot hold the table's lock file: {error}"))?;
+        let _ = HELD.set(file);
+    }
     nft(path, &["-f", "-"], script).await?;
     let listed = nft(path, &["list", "tables"], "").await?;
     let prefix = table_prefix(uid_base);
-    let stale: String = listed
+    let tables: BTreeSet<String> = listed
         .lines()
         .filter_map(|line| line.trim().strip_prefix("table inet "))
-        .filter(|table| {
-            table
-                .strip_prefix(&prefix)
-                .and_then(|pid| pid.parse::<u32>().ok())
-                .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
-        })
-        .map(|table| format!("delete table inet {table}\n"))
+        .filter(|table| table.starts_with(&prefix))
+        .map(str::to_owned)
         .collect();
+    // And the lock files of runners that left no table.
+    let locks = std::fs::read_dir(lock_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            Some(name.strip_prefix("table-")?.to_owned())
+        })
+        .filter(|table| table.starts_with(&prefix) && !table.contains('.'));
+    let mut stale = String::new();
+    for table in tables.iter().cloned().chain(locks).collect::<BTreeSet<_>>() {
+        if table == own {
+            continue;
+        }
+        let lock = table_lock(lock_dir, &table);
+        // Held: its runner is alive. A table with no lock file at all was
+        // made by a runner that named tables by its pid, or by hand.
+        let dead = std::fs::symlink_metadata(&lock).is_err()
+            || open_lock(&lock).is_ok_and(|file| file.try_lock().is_ok());
+        if dead {
+            if tables.contains(&table) {
+                stale += &format!("delete table inet {table}\n");
+            }
+            let _ = std::fs::remove_file(&lock);
+        }
+    }
     if !stale.is_empty() {
         // Another runner may have removed them first.
         if let Err(error) = nft(path, &["-f", "-"], &stale).await {
@@ -465,6 +539,34 @@ pub async fn install(path: &Path, uid_base: u32, script: &str) -> Result<(), Str
         }
     }
     Ok(())
+}
+
+/// Opens (creating, 0600) a lock file in the pool's lock directory.
+fn open_lock(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    if let Some(dir) = path.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)?;
+    }
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+}
+
+/// Whether `table` exists.
+pub fn table_exists(nft: &Path, table: &str) -> bool {
+    std::process::Command::new(nft)
+        .args(["list", "table", "inet", table])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
 }
 
 /// `execplane sandbox-reach ADDR...`, run inside a sandbox by the start-up
@@ -582,10 +684,10 @@ mod tests {
         let (hold, release) = reach.scripts("t", 7);
         for expected in [
             "add chain inet t reach_7\nflush chain inet t reach_7\n",
-            "add rule inet t reach_7 meta l4proto { tcp, udp } th dport 53 ip daddr @dns4 accept",
-            "add rule inet t reach_7 meta l4proto { tcp, udp } ip daddr . th dport { 127.0.0.1 . 2222 } accept",
-            "add rule inet t reach_7 meta l4proto { tcp, udp } ip6 daddr . th dport { ::1 . 22 } accept",
-            "add rule inet t reach_7 ip daddr { 10.1.0.0/16 } accept",
+            "add rule inet t reach_7 meta l4proto { tcp, udp } ct original proto-dst 53 ct original ip daddr @dns4 accept",
+            "add rule inet t reach_7 meta l4proto { tcp, udp } ct original ip daddr . ct original proto-dst { 127.0.0.1 . 2222 } accept",
+            "add rule inet t reach_7 meta l4proto { tcp, udp } ct original ip6 daddr . ct original proto-dst { ::1 . 22 } accept",
+            "add rule inet t reach_7 ct original ip daddr { 10.1.0.0/16 } accept",
             "add rule inet t reach_7 reject with icmpx admin-prohibited\nadd element inet t held { 7 : jump reach_7 }\n",
         ] {
             assert!(hold.contains(expected), "{expected} not in\n{hold}");
