@@ -403,27 +403,41 @@ pub struct Ingress {
 }
 
 /// A value that costs a trip upstream, kept for a while: asked for by
-/// one caller at a time, the others waiting for its answer.
-pub struct Recent<T>(tokio::sync::Mutex<Option<(std::time::Instant, T)>>);
+/// one caller at a time, the others waiting for its answer. The asking
+/// runs as a task of its own and is kept when it ends, whether or not its
+/// caller is still there: a client that disconnects at once cannot make
+/// every request start the trip again (nor leave a blocking broker call
+/// behind for each).
+pub struct Recent<T>(Arc<tokio::sync::Mutex<Option<(std::time::Instant, T)>>>);
 
 impl<T> Default for Recent<T> {
     fn default() -> Self {
-        Self(tokio::sync::Mutex::new(None))
+        Self(Arc::new(tokio::sync::Mutex::new(None)))
     }
 }
 
-impl<T: Clone> Recent<T> {
+impl<T: Clone + Send + 'static> Recent<T> {
     /// The value found less than `fresh` ago, else what `ask` finds now.
-    pub async fn get(&self, fresh: Duration, ask: impl std::future::Future<Output = T>) -> T {
-        let mut held = self.0.lock().await;
+    pub async fn get(
+        &self,
+        fresh: Duration,
+        ask: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> T {
+        let mut held = self.0.clone().lock_owned().await;
         if let Some((at, value)) = &*held {
             if at.elapsed() < fresh {
                 return value.clone();
             }
         }
-        let value = ask.await;
-        *held = Some((std::time::Instant::now(), value.clone()));
-        value
+        let asking = tokio::spawn(async move {
+            let value = ask.await;
+            *held = Some((std::time::Instant::now(), value.clone()));
+            value
+        });
+        match asking.await {
+            Ok(value) => value,
+            Err(error) => std::panic::resume_unwind(error.into_panic()),
+        }
     }
 }
 
@@ -509,8 +523,10 @@ impl Ingress {
     /// own (a runner left out), and the runner instances whose tools run
     /// without the whole sandbox (the operator's choice, said wherever an
     /// operator looks).
-    pub async fn ready(&self) -> Readiness {
-        self.readiness.get(PROBED_TTL, self.probe_ready()).await
+    pub async fn ready(self: &Arc<Self>) -> Readiness {
+        let this = self.clone();
+        let ask = async move { this.probe_ready().await };
+        self.readiness.get(PROBED_TTL, ask).await
     }
 
     async fn probe_ready(&self) -> Readiness {
@@ -548,8 +564,10 @@ impl Ingress {
     /// `/metrics`: this process's metrics, then the dispatcher's when it
     /// runs elsewhere (families this process already has are not repeated,
     /// so the text stays valid exposition).
-    pub async fn metrics_text(&self) -> String {
-        self.metrics.get(PROBED_TTL, self.gather_metrics()).await
+    pub async fn metrics_text(self: &Arc<Self>) -> String {
+        let this = self.clone();
+        let ask = async move { this.gather_metrics().await };
+        self.metrics.get(PROBED_TTL, ask).await
     }
 
     async fn gather_metrics(&self) -> String {
@@ -631,4 +649,34 @@ pub async fn run(
     let _ = presence.await;
     let _ = feed.await;
     http
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn a_value_asked_for_by_a_caller_that_left_is_kept() {
+        let recent: Recent<usize> = Recent::default();
+        let asked = Arc::new(AtomicUsize::new(0));
+        let ask = |asked: Arc<AtomicUsize>| async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            asked.fetch_add(1, Ordering::SeqCst) + 1
+        };
+        // The caller goes before the answer comes.
+        let left = tokio::time::timeout(
+            Duration::from_millis(5),
+            recent.get(Duration::from_secs(60), ask(asked.clone())),
+        )
+        .await;
+        assert!(left.is_err());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(asked.load(Ordering::SeqCst), 1, "the trip was given up");
+        // The next caller has that answer, and asks nothing again.
+        let value = recent
+            .get(Duration::from_secs(60), ask(asked.clone()))
+            .await;
+        assert_eq!((value, asked.load(Ordering::SeqCst)), (1, 1));
+    }
 }

@@ -740,8 +740,10 @@ impl Ingress {
     /// Records produced to the DLQ in the last hour, all partitions (from
     /// the broker's offsets by time); `None` when the broker did not say.
     /// Asked at most every [`DLQ_COUNT_TTL`], by one request at a time.
-    async fn dlq_last_hour(&self) -> Option<i64> {
-        self.dlq_count.get(DLQ_COUNT_TTL, self.count_dlq()).await
+    async fn dlq_last_hour(self: &Arc<Self>) -> Option<i64> {
+        let this = self.clone();
+        let ask = async move { this.count_dlq().await };
+        self.dlq_count.get(DLQ_COUNT_TTL, ask).await
     }
 
     async fn count_dlq(&self) -> Option<i64> {

@@ -619,7 +619,10 @@ pub async fn run(
     // The sandbox's cgroups live as long as this run.
     let cgroups = match (&workdir.identity, settings.sandbox.enabled) {
         (Some(identity), true) => {
-            Some(sandboxed(&mut shim, settings, workdir, identity, &command)?)
+            let accounts = hand_over(workdir, identity, &command).await?;
+            Some(sandboxed(
+                &mut shim, settings, workdir, identity, &command, &accounts,
+            )?)
         }
         (None, true) => {
             return Err(ToolError::Sandbox(std::io::Error::other(
@@ -700,9 +703,34 @@ pub async fn run(
     })
 }
 
-/// Readies a sandboxed run: the working directory (and the command's
-/// writable paths) given to the attempt's uid, its accounts, the run's
-/// cgroups; then the supervisor's arguments up to the program's own:
+/// The working directory (and the command's writable paths) given to the
+/// attempt's uid, and its accounts written: off the runtime's threads, as
+/// the walk is as long as the files the attempt's earlier tools left
+/// (up to one a 4 KiB page of the disk limit).
+async fn hand_over(
+    workdir: &Workdir,
+    identity: &super::sandbox::Identity,
+    command: &ToolCommand,
+) -> Result<(PathBuf, PathBuf), ToolError> {
+    use super::sandbox;
+    let uid = identity.uid();
+    let path = workdir.path().to_owned();
+    let writable = command.view.writable.clone();
+    tokio::task::spawn_blocking(move || {
+        let accounts = sandbox::write_accounts(&path, uid)?;
+        sandbox::give(&path, uid)?;
+        for path in &writable {
+            sandbox::give(path, uid)?;
+        }
+        Ok(accounts)
+    })
+    .await
+    .map_err(|error| ToolError::Sandbox(std::io::Error::other(error)))?
+    .map_err(ToolError::Sandbox)
+}
+
+/// Readies a sandboxed run once [`hand_over`] is done: the run's cgroups,
+/// then the supervisor's arguments up to the program's own:
 /// `--uid U --cgroup ... -- prlimit ... -- bwrap ... -- PROGRAM`.
 fn sandboxed(
     shim: &mut tokio::process::Command,
@@ -710,14 +738,10 @@ fn sandboxed(
     workdir: &Workdir,
     identity: &super::sandbox::Identity,
     command: &ToolCommand,
+    accounts: &(PathBuf, PathBuf),
 ) -> Result<super::sandbox::Cgroups, ToolError> {
     use super::sandbox;
     let uid = identity.uid();
-    let accounts = sandbox::write_accounts(workdir.path(), uid).map_err(ToolError::Sandbox)?;
-    sandbox::give(workdir.path(), uid).map_err(ToolError::Sandbox)?;
-    for path in &command.view.writable {
-        sandbox::give(path, uid).map_err(ToolError::Sandbox)?;
-    }
     let mut view = command.view.clone();
     // The program's directory (and, for a link, its target's), this very
     // binary (ssh's KnownHostsCommand), and the operator's extra paths.
@@ -755,7 +779,7 @@ fn sandboxed(
         .arg(&settings.sandbox.prlimit)
         .args(sandbox::prlimit_args(&settings.sandbox.limits))
         .arg(&settings.sandbox.bwrap)
-        .args(sandbox::bwrap_args(workdir.path(), &accounts, &view))
+        .args(sandbox::bwrap_args(workdir.path(), accounts, &view))
         .arg(&command.program);
     Ok(cgroups)
 }
