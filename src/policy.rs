@@ -47,6 +47,7 @@ use crate::contract::{JobSpec, Problem};
 pub mod ansible;
 pub mod clusters;
 pub mod concurrency;
+pub mod egress;
 pub mod helm;
 pub mod kubernetes;
 pub mod live;

@@ -730,11 +730,25 @@ async fn a_uid_s_network_held_by_a_runner_that_died_is_let_go_by_its_next_holder
 
     // A live runner's hold ends with its working directory. Guarding the
     // network here installs this process's table, and removes the dead
-    // one's as the next runner to start does.
+    // one's as the next runner to start does; but not a table whose
+    // runner keeps no lock file here (in a container of its own, say),
+    // which may be alive.
+    let foreign = format!("execplane_sandbox_{uid}_1");
+    let nft = |args: &[&str]| {
+        let status = Command::new(execplane::runner::sandbox::egress::NFT)
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(status.success(), "nft {args:?}");
+    };
+    nft(&["add", "table", "inet", &foreign]);
     execplane::runner::sandbox::check(&settings).await.unwrap();
+    let tables = listed_tables();
+    nft(&["delete", "table", "inet", &foreign]);
+    assert!(!tables.contains(&table), "the dead runner's table stayed");
     assert!(
-        !listed_tables().contains(&table),
-        "the dead runner's table stayed"
+        tables.contains(&foreign),
+        "a table with no lock file here was removed"
     );
     let workdir = execplane::runner::tool::Workdir::for_tools(&settings).unwrap();
     let reach = [

@@ -28,7 +28,7 @@ pub struct AnsiblePackage {
     /// for its tasks on the controller: ansible runs held to its nodes,
     /// these and the host's name servers (docs/SECURITY.md, "Network").
     #[serde(default)]
-    pub egress: Vec<crate::runner::sandbox::egress::Destination>,
+    pub egress: Vec<super::egress::Destination>,
 }
 
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]

@@ -35,7 +35,7 @@ pub struct TofuRules {
     /// providers' APIs. The CLI runs held to these and the host's name
     /// servers (docs/SECURITY.md, "Network"). Default: nothing.
     #[serde(default)]
-    pub egress: Vec<crate::runner::sandbox::egress::Destination>,
+    pub egress: Vec<super::egress::Destination>,
 }
 
 impl TofuRules {

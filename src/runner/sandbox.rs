@@ -169,8 +169,19 @@ pub struct Identity {
     lock: std::fs::File,
     /// The nftables CLI and this process's table, with the network guarded.
     guard: Option<(PathBuf, String)>,
-    /// What the uid's network is held to, and the script that lets it go.
-    held: tokio::sync::Mutex<Option<(Vec<egress::Destination>, String)>>,
+    /// The uid's network's hold, while there is one (or may be).
+    held: tokio::sync::Mutex<Option<Hold>>,
+}
+
+/// What a uid's network is held to.
+#[derive(Debug)]
+struct Hold {
+    reach: Vec<egress::Destination>,
+    /// The script that lets it go.
+    release: String,
+    /// Whether the hold is known to be in place: one that failed, or was
+    /// cut short, is released, never taken as held.
+    applied: bool,
 }
 
 impl Identity {
@@ -227,8 +238,8 @@ impl Identity {
                 // taking it would hold this attempt's tools to another's
                 // destinations: left for a later try.
                 let table = left.split_whitespace().nth(3).unwrap_or_default();
-                if egress::table_exists(nft, table) {
-                    tracing::warn!(uid, %error, "a sandbox uid is still held by a dead runner's table; skipped");
+                if egress::table_exists(nft, table) != Ok(false) {
+                    tracing::warn!(uid, %error, "a sandbox uid may still be held by a dead runner's table; skipped");
                     return Ok(None);
                 }
             }
@@ -260,11 +271,13 @@ impl Identity {
             return Ok(None);
         };
         let mut held = self.held.lock().await;
-        if held.as_ref().map(|(now, _)| now.as_slice()) == reach {
-            return Ok(None);
+        if let Some(hold) = held.as_ref() {
+            if hold.applied && Some(hold.reach.as_slice()) == reach {
+                return Ok(None);
+            }
         }
-        if let Some((_, release)) = held.take() {
-            egress::apply(nft, &release).await?;
+        if let Some(hold) = held.take() {
+            egress::apply(nft, &hold.release).await?;
             self.record("").map_err(|error| error.to_string())?;
         }
         let Some(reach) = reach else {
@@ -275,8 +288,13 @@ impl Identity {
         // Recorded first: a runner that dies from here on leaves it to
         // the uid's next holder.
         self.record(&release).map_err(|error| error.to_string())?;
-        *held = Some((reach.to_vec(), release));
+        let hold_now = held.insert(Hold {
+            reach: reach.to_vec(),
+            release,
+            applied: false,
+        });
         egress::apply(nft, &hold).await?;
+        hold_now.applied = true;
         Ok(Some(unresolved))
     }
 
@@ -290,11 +308,11 @@ impl Identity {
 
 impl Drop for Identity {
     fn drop(&mut self) {
-        let (Some((_, release)), Some((nft, _))) = (self.held.get_mut().take(), &self.guard) else {
+        let (Some(hold), Some((nft, _))) = (self.held.get_mut().take(), &self.guard) else {
             return;
         };
         // Before the lock goes: the next holder must not find it held.
-        match egress::apply_blocking(nft, &release) {
+        match egress::apply_blocking(nft, &hold.release) {
             Ok(()) => {
                 let _ = self.record("");
             }
@@ -864,9 +882,23 @@ impl Cgroups {
 
 impl Drop for Cgroups {
     fn drop(&mut self) {
+        // Empty once the supervisor has killed the tool: at once after a
+        // run, within moments when the run was dropped (the supervisor
+        // kills when its orders pipe closes). Whatever is left after a
+        // second is killed here, before the attempt's uid and its network
+        // hold are given up: no process of the tool outlives them.
+        let mut tries = 0;
+        while self.dirs().iter().any(|dir| has_tasks(dir)) && tries < 200 {
+            if tries >= 100 {
+                for dir in self.dirs() {
+                    kill_tasks(dir);
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            tries += 1;
+        }
         for dir in self.dirs() {
-            // Empty once the supervisor has exited; a few tries for the
-            // kernel to finish its bookkeeping.
+            // A few tries for the kernel to finish its bookkeeping.
             for _ in 0..20 {
                 match std::fs::remove_dir(dir) {
                     Ok(()) => break,
@@ -874,6 +906,26 @@ impl Drop for Cgroups {
                     Err(_) => std::thread::sleep(std::time::Duration::from_millis(5)),
                 }
             }
+        }
+    }
+}
+
+/// Whether the cgroup at `dir` has a process in it.
+fn has_tasks(dir: &Path) -> bool {
+    std::fs::read_to_string(dir.join("cgroup.procs")).is_ok_and(|procs| !procs.trim().is_empty())
+}
+
+/// SIGKILLs every process in the cgroup at `dir`, as listed now.
+fn kill_tasks(dir: &Path) {
+    let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
+        return;
+    };
+    for pid in procs
+        .lines()
+        .filter_map(|pid| pid.trim().parse::<i32>().ok())
+    {
+        if let Some(pid) = rustix::process::Pid::from_raw(pid) {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
         }
     }
 }

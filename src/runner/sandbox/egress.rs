@@ -33,61 +33,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-/// One entry of a deny list, or of what a held tool may reach.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Deserialize)]
-#[serde(try_from = "String")]
-pub enum Destination {
-    /// `host:port` (`[v6]:port`): that port at every address `host`
-    /// resolves to, and at every address of this machine when one of them
-    /// is its own.
-    Endpoint { host: String, port: u16 },
-    /// A CIDR, or one address: every port.
-    Net(IpNet),
-}
-
-impl std::fmt::Display for Destination {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Endpoint { host, port } if host.contains(':') => write!(f, "[{host}]:{port}"),
-            Self::Endpoint { host, port } => write!(f, "{host}:{port}"),
-            Self::Net(net) => write!(f, "{net}"),
-        }
-    }
-}
-
-impl TryFrom<String> for Destination {
-    type Error = String;
-
-    fn try_from(text: String) -> Result<Self, String> {
-        Self::parse(&text)
-    }
-}
-
-impl Destination {
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let text = text.trim();
-        if let Ok(net) = text.parse::<IpNet>() {
-            return Ok(Self::Net(net));
-        }
-        if let Ok(address) = text.parse::<IpAddr>() {
-            return Ok(Self::Net(address.into()));
-        }
-        let bad = || format!("`{text}` is neither host:port, [v6]:port, a CIDR nor an address");
-        let (host, port) = text.rsplit_once(':').ok_or_else(bad)?;
-        let host = host
-            .strip_prefix('[')
-            .and_then(|host| host.strip_suffix(']'))
-            .unwrap_or(host);
-        let port: u16 = port.parse().map_err(|_| bad())?;
-        if host.is_empty() || (host.contains(':') && host.parse::<IpAddr>().is_err()) || port == 0 {
-            return Err(bad());
-        }
-        Ok(Self::Endpoint {
-            host: host.to_owned(),
-            port,
-        })
-    }
-}
+pub use crate::policy::egress::Destination;
 
 /// How the tools' network is held.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -312,9 +258,11 @@ impl Reach {
         // Matched on the connection's original destination, what the tool
         // asked for: the output hook's NAT (a container's DNS at
         // 127.0.0.11, a service address) has already rewritten the packet.
+        // And only in the direction the tool opened it (a held tool is a
+        // client): a socket bound to an allowed address sends no replies.
         for (family, set) in [("ip", "dns4"), ("ip6", "dns6")] {
             hold += &rule(format!(
-                "meta l4proto {{ tcp, udp }} ct original proto-dst 53 ct original {family} daddr @{set} accept"
+                "ct direction original meta l4proto {{ tcp, udp }} ct original proto-dst 53 ct original {family} daddr @{set} accept"
             ));
         }
         for v4 in [true, false] {
@@ -327,7 +275,7 @@ impl Reach {
                 .collect();
             if !endpoints.is_empty() {
                 hold += &rule(format!(
-                    "meta l4proto {{ tcp, udp }} ct original {family} daddr . ct original proto-dst {{ {} }} accept",
+                    "ct direction original meta l4proto {{ tcp, udp }} ct original {family} daddr . ct original proto-dst {{ {} }} accept",
                     endpoints.join(", ")
                 ));
             }
@@ -339,7 +287,7 @@ impl Reach {
                 .collect();
             if !nets.is_empty() {
                 hold += &rule(format!(
-                    "ct original {family} daddr {{ {} }} accept",
+                    "ct direction original ct original {family} daddr {{ {} }} accept",
                     nets.join(", ")
                 ));
             }
@@ -380,7 +328,8 @@ fn table_prefix(uid_base: u32) -> String {
 /// host's firewall but not their pids (both may be pid 1).
 pub fn table_name(uid_base: u32) -> String {
     static WORD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let word = WORD.get_or_init(|| format!("{:08x}", rand::random::<u32>()));
+    // Not all digits: a runner that named tables by its pid reads a pid.
+    let word = WORD.get_or_init(|| format!("r{:08x}", rand::random::<u32>()));
     format!("{}{word}", table_prefix(uid_base))
 }
 
@@ -430,9 +379,24 @@ pub async fn apply(nft_path: &Path, script: &str) -> Result<(), String> {
 /// [`apply`], blocking: for a uid's release where nothing can wait (a
 /// drop), which must be done before the uid is free again.
 pub fn apply_blocking(nft: &Path, script: &str) -> Result<(), String> {
+    nft_blocking(nft, &["-f", "-"], script)
+}
+
+/// Whether `table` exists, blocking: `Err` when nft could not say.
+pub fn table_exists(nft: &Path, table: &str) -> Result<bool, String> {
+    match nft_blocking(nft, &["list", "table", "inet", table], "") {
+        Ok(()) => Ok(true),
+        Err(error) if error.contains("No such file or directory") => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+/// Runs the nftables CLI with `script` on its stdin, for at most 10 s (a
+/// drop waits for it on a runtime thread).
+fn nft_blocking(nft: &Path, args: &[&str], script: &str) -> Result<(), String> {
     use std::io::Write;
     let mut child = std::process::Command::new(nft)
-        .args(["-f", "-"])
+        .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
@@ -443,8 +407,6 @@ pub fn apply_blocking(nft: &Path, script: &str) -> Result<(), String> {
             .write_all(script.as_bytes())
             .map_err(|error| format!("writing to {}: {error}", nft.display()))?;
     }
-    // Bounded, like the async runs: a drop waits for it on a runtime
-    // thread.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while child
         .try_wait()
@@ -505,8 +467,8 @@ pub async fn install(
         .filter(|table| table.starts_with(&prefix))
         .map(str::to_owned)
         .collect();
-    // And the lock files of runners that left no table.
-    let locks = std::fs::read_dir(lock_dir)
+    // The lock files here: a table's, or one a runner died making.
+    let locks: Vec<String> = std::fs::read_dir(lock_dir)
         .into_iter()
         .flatten()
         .flatten()
@@ -514,22 +476,34 @@ pub async fn install(
             let name = entry.file_name().into_string().ok()?;
             Some(name.strip_prefix("table-")?.to_owned())
         })
-        .filter(|table| table.starts_with(&prefix) && !table.contains('.'));
+        .filter(|name| name.starts_with(&prefix) && *name != own)
+        .collect();
     let mut stale = String::new();
-    for table in tables.iter().cloned().chain(locks).collect::<BTreeSet<_>>() {
-        if table == own {
+    for name in locks {
+        let lock = lock_dir.join(format!("table-{name}"));
+        // One being made now is not locked yet.
+        let young = std::fs::metadata(&lock)
+            .and_then(|metadata| metadata.modified())
+            .is_ok_and(|at| at.elapsed().is_ok_and(|age| age < Duration::from_secs(60)));
+        if name.ends_with(".new") && young {
             continue;
         }
-        let lock = table_lock(lock_dir, &table);
-        // Held: its runner is alive. A table with no lock file at all was
-        // made by a runner that named tables by its pid, or by hand.
-        let dead = std::fs::symlink_metadata(&lock).is_err()
-            || open_lock(&lock).is_ok_and(|file| file.try_lock().is_ok());
-        if dead {
-            if tables.contains(&table) {
-                stale += &format!("delete table inet {table}\n");
-            }
-            let _ = std::fs::remove_file(&lock);
+        // Held: its runner is alive.
+        if !open_lock(&lock).is_ok_and(|file| file.try_lock().is_ok()) {
+            continue;
+        }
+        if tables.contains(&name) {
+            stale += &format!("delete table inet {name}\n");
+        }
+        let _ = std::fs::remove_file(&lock);
+    }
+    // A table with no lock file here is left: its runner may keep its
+    // lock files elsewhere (a container of its own), or name its table
+    // by its pid (an older runner), and deleting a live runner's table
+    // would take its deny list away.
+    for table in &tables {
+        if *table != own && !table_lock(lock_dir, table).exists() {
+            tracing::debug!(table, "a sandbox table with no lock file here: left");
         }
     }
     if !stale.is_empty() {
@@ -559,16 +533,6 @@ fn open_lock(path: &Path) -> std::io::Result<std::fs::File> {
         .open(path)
 }
 
-/// Whether `table` exists.
-pub fn table_exists(nft: &Path, table: &str) -> bool {
-    std::process::Command::new(nft)
-        .args(["list", "table", "inet", table])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|status| status.success())
-}
-
 /// `execplane sandbox-reach ADDR...`, run inside a sandbox by the start-up
 /// check: the addresses it could connect to, one per line; exit 1 when
 /// there is any.
@@ -592,41 +556,6 @@ pub fn reach(addresses: &[SocketAddr]) -> std::process::ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn entries_parse_as_endpoints_networks_or_errors() {
-        let endpoint = |host: &str, port| Destination::Endpoint {
-            host: host.into(),
-            port,
-        };
-        assert_eq!(
-            Destination::parse("kafka-0.example:9093").unwrap(),
-            endpoint("kafka-0.example", 9093)
-        );
-        assert_eq!(
-            Destination::parse("[::1]:5432").unwrap(),
-            endpoint("::1", 5432)
-        );
-        assert_eq!(
-            Destination::parse("169.254.0.0/16").unwrap(),
-            Destination::Net("169.254.0.0/16".parse().unwrap())
-        );
-        assert_eq!(
-            Destination::parse("10.1.2.3").unwrap(),
-            Destination::Net("10.1.2.3/32".parse().unwrap())
-        );
-        for bad in [
-            "",
-            "host",
-            "host:",
-            "host:0",
-            "host:http",
-            ":80",
-            "fe80::1::2:80",
-        ] {
-            assert!(Destination::parse(bad).is_err(), "{bad}");
-        }
-    }
 
     #[tokio::test]
     async fn own_addresses_are_refused_at_every_local_address() {
@@ -684,10 +613,10 @@ mod tests {
         let (hold, release) = reach.scripts("t", 7);
         for expected in [
             "add chain inet t reach_7\nflush chain inet t reach_7\n",
-            "add rule inet t reach_7 meta l4proto { tcp, udp } ct original proto-dst 53 ct original ip daddr @dns4 accept",
-            "add rule inet t reach_7 meta l4proto { tcp, udp } ct original ip daddr . ct original proto-dst { 127.0.0.1 . 2222 } accept",
-            "add rule inet t reach_7 meta l4proto { tcp, udp } ct original ip6 daddr . ct original proto-dst { ::1 . 22 } accept",
-            "add rule inet t reach_7 ct original ip daddr { 10.1.0.0/16 } accept",
+            "add rule inet t reach_7 ct direction original meta l4proto { tcp, udp } ct original proto-dst 53 ct original ip daddr @dns4 accept",
+            "add rule inet t reach_7 ct direction original meta l4proto { tcp, udp } ct original ip daddr . ct original proto-dst { 127.0.0.1 . 2222 } accept",
+            "add rule inet t reach_7 ct direction original meta l4proto { tcp, udp } ct original ip6 daddr . ct original proto-dst { ::1 . 22 } accept",
+            "add rule inet t reach_7 ct direction original ct original ip daddr { 10.1.0.0/16 } accept",
             "add rule inet t reach_7 reject with icmpx admin-prohibited\nadd element inet t held { 7 : jump reach_7 }\n",
         ] {
             assert!(hold.contains(expected), "{expected} not in\n{hold}");
