@@ -925,6 +925,19 @@ async fn a_tool_reaches_nothing_but_its_own_work(pool: PgPool) {
         );
     }
     assert_ne!(seen["pty"], "ok", "a terminal of the host's: {seen}");
+    // No socket the firewall does not see, no call that opens much of the
+    // kernel to it; the sockets it needs.
+    if cfg!(target_arch = "x86_64") {
+        for family in ["vsock", "alg"] {
+            assert_eq!(seen["sockets"][family], "EAFNOSUPPORT", "{family}: {seen}");
+        }
+        for call in ["io_uring_setup", "keyctl"] {
+            assert_eq!(seen["calls"][call], "EPERM", "{call}: {seen}");
+        }
+    }
+    for family in ["inet", "unix"] {
+        assert_eq!(seen["sockets"][family], "ok", "{family}: {seen}");
+    }
     for (path, outcome) in seen["peek"].as_object().unwrap() {
         assert_ne!(outcome, "ok", "{path} was readable: {seen}");
     }

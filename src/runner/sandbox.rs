@@ -28,6 +28,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 pub mod egress;
+pub mod seccomp;
 
 pub use egress::Network;
 
@@ -731,6 +732,11 @@ pub fn bwrap_args(workdir: &Path, accounts: &(PathBuf, PathBuf), view: &View) ->
     for path in &view.writable {
         push(&["--bind".as_ref(), path.as_os_str(), path.as_os_str()]);
     }
+    // The calls it may not make: the supervisor loads the filter into a
+    // descriptor of its own and names it here.
+    if seccomp::program().is_some() {
+        push(&["--seccomp".as_ref(), seccomp::FD_ARG.as_ref()]);
+    }
     // The sandbox's own root (where /etc's entries were made) read-only
     // too: a tool writes its working directory and nothing else.
     push(&[
@@ -959,6 +965,11 @@ pub async fn check(tools: &super::tool::ToolSettings) -> Result<(), String> {
     }
     for stale in sweep_stale(&tools.work_root, sandbox) {
         tracing::warn!(path = %stale.display(), "removed a working directory a dead runner left mounted");
+    }
+    if seccomp::program().is_none() {
+        tracing::warn!(
+            "no system call filter for this architecture: tools may open sockets of any family (vsock among them) and use io_uring, eBPF and the kernel's keyrings"
+        );
     }
     if swap_uncounted() {
         tracing::warn!(

@@ -108,6 +108,15 @@ pub fn run(options: &Options<'_>, command: &[OsString]) -> ExitCode {
             return ExitCode::from(CANNOT_START);
         }
     };
+    // The sandbox's system call filter, for bubblewrap to read from a
+    // descriptor the tool's first process inherits.
+    let (args, _filter) = match with_filter(args) {
+        Ok(found) => found,
+        Err(error) => {
+            eprintln!("execplane tool supervisor: cannot load the system call filter: {error}");
+            return ExitCode::from(CANNOT_START);
+        }
+    };
     let mut tool_command = Command::new(program);
     tool_command.args(args).stdin(stdin).process_group(0);
     if let Some(uid) = options.uid {
@@ -202,6 +211,37 @@ enum Order {
 
 /// The runner's orders, read on a thread of their own; the channel
 /// disconnects at end of file.
+/// `args` with [`FD_ARG`](crate::runner::sandbox::seccomp::FD_ARG)
+/// replaced by a descriptor holding the filter (not close-on-exec, kept
+/// open here until the tool has started), when it is there.
+fn with_filter(args: &[OsString]) -> std::io::Result<(Vec<OsString>, Option<rustix::fd::OwnedFd>)> {
+    use crate::runner::sandbox::seccomp;
+    use rustix::fd::AsRawFd;
+    if !args.iter().any(|arg| arg == seccomp::FD_ARG) {
+        return Ok((args.to_vec(), None));
+    }
+    let program = seccomp::program()
+        .ok_or_else(|| std::io::Error::other("no filter for this architecture"))?;
+    let filter = rustix::fs::memfd_create("execplane-seccomp", rustix::fs::MemfdFlags::empty())?;
+    let mut written = 0;
+    while written < program.len() {
+        written += rustix::io::write(&filter, &program[written..])?;
+    }
+    rustix::fs::seek(&filter, rustix::fs::SeekFrom::Start(0))?;
+    let named = filter.as_raw_fd().to_string();
+    let args = args
+        .iter()
+        .map(|arg| {
+            if arg == seccomp::FD_ARG {
+                OsString::from(&named)
+            } else {
+                arg.clone()
+            }
+        })
+        .collect();
+    Ok((args, Some(filter)))
+}
+
 fn read_orders() -> mpsc::Receiver<Order> {
     let (sender, receiver) = mpsc::channel();
     std::thread::spawn(move || {
