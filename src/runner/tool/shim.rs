@@ -209,17 +209,19 @@ enum Order {
     Kill,
 }
 
-/// The runner's orders, read on a thread of their own; the channel
-/// disconnects at end of file.
-/// `args` with [`FD_ARG`](crate::runner::sandbox::seccomp::FD_ARG)
-/// replaced by a descriptor holding the filter (not close-on-exec, kept
-/// open here until the tool has started), when it is there.
+/// `args` with bubblewrap's `--seccomp` [`FD_ARG`](crate::runner::sandbox::seccomp::FD_ARG)
+/// (the first, which the runner wrote, never one of the tool's own
+/// arguments further on) naming a descriptor that holds the filter (not
+/// close-on-exec, kept open here until the tool has started).
 fn with_filter(args: &[OsString]) -> std::io::Result<(Vec<OsString>, Option<rustix::fd::OwnedFd>)> {
     use crate::runner::sandbox::seccomp;
     use rustix::fd::AsRawFd;
-    if !args.iter().any(|arg| arg == seccomp::FD_ARG) {
+    let Some(at) = args
+        .windows(2)
+        .position(|pair| pair[0] == "--seccomp" && pair[1] == seccomp::FD_ARG)
+    else {
         return Ok((args.to_vec(), None));
-    }
+    };
     let program = seccomp::program()
         .ok_or_else(|| std::io::Error::other("no filter for this architecture"))?;
     let filter = rustix::fs::memfd_create("execplane-seccomp", rustix::fs::MemfdFlags::empty())?;
@@ -228,20 +230,13 @@ fn with_filter(args: &[OsString]) -> std::io::Result<(Vec<OsString>, Option<rust
         written += rustix::io::write(&filter, &program[written..])?;
     }
     rustix::fs::seek(&filter, rustix::fs::SeekFrom::Start(0))?;
-    let named = filter.as_raw_fd().to_string();
-    let args = args
-        .iter()
-        .map(|arg| {
-            if arg == seccomp::FD_ARG {
-                OsString::from(&named)
-            } else {
-                arg.clone()
-            }
-        })
-        .collect();
+    let mut args = args.to_vec();
+    args[at + 1] = filter.as_raw_fd().to_string().into();
     Ok((args, Some(filter)))
 }
 
+/// The runner's orders, read on a thread of their own; the channel
+/// disconnects at end of file.
 fn read_orders() -> mpsc::Receiver<Order> {
     let (sender, receiver) = mpsc::channel();
     std::thread::spawn(move || {
