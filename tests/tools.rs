@@ -931,6 +931,12 @@ async fn a_tool_reaches_nothing_but_its_own_work(pool: PgPool) {
         for family in ["vsock", "alg"] {
             assert_eq!(seen["sockets"][family], "EAFNOSUPPORT", "{family}: {seen}");
         }
+        for protocol in ["sctp", "generic_netlink"] {
+            assert_eq!(
+                seen["sockets"][protocol], "EPROTONOSUPPORT",
+                "{protocol}: {seen}"
+            );
+        }
         for call in ["io_uring_setup", "keyctl"] {
             assert_eq!(seen["calls"][call], "EPERM", "{call}: {seen}");
         }

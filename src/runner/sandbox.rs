@@ -167,7 +167,11 @@ impl std::fmt::Display for LimitHit {
 #[derive(Debug)]
 pub struct Identity {
     uid: u32,
-    lock: std::fs::File,
+    /// Held while this value lives; forgotten (held until the process
+    /// ends) when a tool's process outlived its run.
+    lock: Option<std::fs::File>,
+    /// Set by a run's cgroups when a process of it outlived the run.
+    lingering: std::sync::Arc<std::sync::atomic::AtomicBool>,
     /// The nftables CLI and this process's table, with the network guarded.
     guard: Option<(PathBuf, String)>,
     /// The uid's network's hold, while there is one (or may be).
@@ -248,7 +252,8 @@ impl Identity {
         }
         Ok(Some(Self {
             uid,
-            lock,
+            lock: Some(lock),
+            lingering: Default::default(),
             guard,
             held: tokio::sync::Mutex::new(None),
         }))
@@ -256,6 +261,11 @@ impl Identity {
 
     pub fn uid(&self) -> u32 {
         self.uid
+    }
+
+    /// The flag a run's cgroups set when a process of the run outlives it.
+    pub fn lingering(&self) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+        self.lingering.clone()
     }
 
     /// Holds the uid's sockets to `reach` (and the host's name servers)
@@ -302,13 +312,22 @@ impl Identity {
     /// Replaces the lock file's content with `text`.
     fn record(&self, text: &str) -> std::io::Result<()> {
         use std::os::unix::fs::FileExt;
-        self.lock.set_len(0)?;
-        self.lock.write_all_at(text.as_bytes(), 0)
+        let Some(lock) = &self.lock else {
+            return Ok(());
+        };
+        lock.set_len(0)?;
+        lock.write_all_at(text.as_bytes(), 0)
     }
 }
 
 impl Drop for Identity {
     fn drop(&mut self) {
+        if self.lingering.load(std::sync::atomic::Ordering::SeqCst) {
+            // A process of its tools still runs as the uid: the uid stays
+            // this process's, held to its destinations, until it ends.
+            std::mem::forget(self.lock.take());
+            return;
+        }
         let (Some(hold), Some((nft, _))) = (self.held.get_mut().take(), &self.guard) else {
             return;
         };
@@ -769,6 +788,9 @@ pub struct Cgroups {
     pids: PathBuf,
     cpu: PathBuf,
     limits: Limits,
+    /// Set when a process of the run outlived its end: the attempt's uid
+    /// ([`Identity::lingering`]) is then kept out of the pool.
+    lingering: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// The period of the tools' CPU quota (the kernel's default).
@@ -806,6 +828,7 @@ impl Cgroups {
             pids: pids?,
             cpu: cpu?,
             limits: *limits,
+            lingering: None,
         };
         for dir in cgroups.dirs() {
             std::fs::create_dir_all(dir).map_err(|error| {
@@ -841,6 +864,12 @@ impl Cgroups {
     }
 
     /// The directories the supervisor joins before it starts the tool.
+    /// Marks `lingering` when a process of the run outlives it.
+    pub fn watched_by(mut self, lingering: std::sync::Arc<std::sync::atomic::AtomicBool>) -> Self {
+        self.lingering = Some(lingering);
+        self
+    }
+
     pub fn dirs(&self) -> [&Path; 3] {
         [&self.memory, &self.pids, &self.cpu]
     }
@@ -894,7 +923,19 @@ impl Drop for Cgroups {
         // second is killed here, before the attempt's uid and its network
         // hold are given up: no process of the tool outlives them.
         let mut tries = 0;
-        while self.dirs().iter().any(|dir| has_tasks(dir)) && tries < 200 {
+        while self.dirs().iter().any(|dir| has_tasks(dir)) {
+            if tries == 200 {
+                // Stuck (in the kernel, say): its uid must not be anyone
+                // else's while it lives.
+                tracing::error!(
+                    cgroup = %self.pids.display(),
+                    "a tool's process outlived its run and its kill; its sandbox uid is kept out of the pool"
+                );
+                if let Some(lingering) = &self.lingering {
+                    lingering.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                return;
+            }
             if tries >= 100 {
                 for dir in self.dirs() {
                     kill_tasks(dir);
@@ -916,22 +957,40 @@ impl Drop for Cgroups {
     }
 }
 
-/// Whether the cgroup at `dir` has a process in it.
+/// Whether the cgroup at `dir` has a process in it (or cannot say).
 fn has_tasks(dir: &Path) -> bool {
-    std::fs::read_to_string(dir.join("cgroup.procs")).is_ok_and(|procs| !procs.trim().is_empty())
+    match std::fs::read_to_string(dir.join("cgroup.procs")) {
+        Ok(procs) => !procs.trim().is_empty(),
+        Err(error) => error.kind() != std::io::ErrorKind::NotFound,
+    }
 }
 
-/// SIGKILLs every process in the cgroup at `dir`, as listed now.
+/// SIGKILLs every process in the cgroup at `dir`: each through a pidfd,
+/// once the process it holds is seen in the cgroup, so a pid the kernel
+/// gave to another process meanwhile is never signalled.
 fn kill_tasks(dir: &Path) {
+    use rustix::process::{pidfd_open, pidfd_send_signal, Pid, PidfdFlags, Signal};
     let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
         return;
     };
+    let Some(name) = dir.file_name().and_then(|name| name.to_str()) else {
+        return;
+    };
+    let suffix = format!("/{name}");
     for pid in procs
         .lines()
         .filter_map(|pid| pid.trim().parse::<i32>().ok())
     {
-        if let Some(pid) = rustix::process::Pid::from_raw(pid) {
-            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        let Some(pid) = Pid::from_raw(pid) else {
+            continue;
+        };
+        let Ok(pidfd) = pidfd_open(pid, PidfdFlags::empty()) else {
+            continue;
+        };
+        let inside = std::fs::read_to_string(format!("/proc/{}/cgroup", pid.as_raw_nonzero()))
+            .is_ok_and(|cgroups| cgroups.lines().any(|line| line.ends_with(&suffix)));
+        if inside {
+            let _ = pidfd_send_signal(&pidfd, Signal::KILL);
         }
     }
 }

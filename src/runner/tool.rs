@@ -769,8 +769,9 @@ fn sandboxed(
             )
         })
         .unwrap_or_default();
-    let cgroups =
-        sandbox::Cgroups::create(&name, &settings.sandbox.limits).map_err(ToolError::Sandbox)?;
+    let cgroups = sandbox::Cgroups::create(&name, &settings.sandbox.limits)
+        .map_err(ToolError::Sandbox)?
+        .watched_by(identity.lingering());
     shim.arg("--uid").arg(uid.to_string());
     for dir in cgroups.dirs() {
         shim.arg("--cgroup").arg(dir);
