@@ -453,6 +453,16 @@ async fn a_release_goes_through_its_life_with_revisions_and_rendered_manifests(p
         "{message}"
     );
     assert_eq!(greeting(&admin, &namespace).await.as_deref(), Some("two"));
+    // Revision 0 is the latest to `helm get` and the one before it to
+    // `helm rollback`: what is checked would not be what is rolled back to.
+    let mut latest = rollback(true);
+    latest.inputs["revision"] = json!(0);
+    let (status, category, message, _) = run(latest).await;
+    assert_eq!(
+        (status.as_str(), category.as_deref()),
+        ("failed", Some("contract")),
+        "{message}"
+    );
     let (status, _, message, result) = run(rollback(true)).await;
     assert_eq!(status, "succeeded", "{message}");
     assert_eq!(result["revision"], 3, "{result}");

@@ -18,9 +18,9 @@
 //! metadata lists then, not only the bootstrap ones): a broker that moves
 //! to a new address, or joins later, is guarded when the runner restarts.
 //!
-//! A tool that runs a tenant's code (ansible's plays) is held to what it
-//! must reach besides: its nodes, and what the operator's policy grants
-//! ([`Reach`]). The table's `held` map sends the sockets of that tool's uid
+//! A tool that runs a tenant's code (ansible's plays, OpenTofu's modules
+//! and providers) is held to what it must reach: its nodes, what the
+//! operator's policy grants ([`Reach`]). The table's `held` map sends the sockets of that tool's uid
 //! to a chain of its own that accepts those destinations and the host's
 //! name servers and refuses the rest; the chain and its map entry are the
 //! uid's while its attempt holds it, and are taken away before the uid is
@@ -216,32 +216,39 @@ pub struct Reach {
 }
 
 impl Reach {
-    /// Resolves `allowed`; a name that does not resolve (in time) is left
-    /// out, and said in the second list: the tool cannot reach it, and
-    /// fails as it would on a name it cannot resolve.
+    /// Resolves `allowed`, every name at once (an attempt may name many
+    /// nodes, and each may take [`RESOLVE_TIMEOUT`]); a name that does not
+    /// resolve in time is left out, and said in the second list: the tool
+    /// cannot reach it, and fails as it would on a name it cannot resolve.
     pub async fn resolve(allowed: &[Destination]) -> (Self, Vec<String>) {
         let mut reach = Self::default();
-        let mut unresolved = Vec::new();
+        let mut lookups = Vec::new();
         for destination in allowed {
             match destination {
                 Destination::Net(net) => {
                     reach.nets.insert(net.trunc());
                 }
-                Destination::Endpoint { host, port } => {
+                Destination::Endpoint { host, port } => lookups.push(async move {
                     let found = tokio::time::timeout(
                         RESOLVE_TIMEOUT,
                         tokio::net::lookup_host((host.as_str(), *port)),
                     )
                     .await;
                     match found {
-                        Ok(Ok(addresses)) => reach
-                            .endpoints
-                            .extend(addresses.map(|address| (address.ip(), address.port()))),
-                        Ok(Err(error)) => unresolved.push(format!("{host}: {error}")),
-                        Err(_) => unresolved
-                            .push(format!("{host}: not resolved within {RESOLVE_TIMEOUT:?}")),
+                        Ok(Ok(addresses)) => Ok(addresses
+                            .map(|address| (address.ip(), address.port()))
+                            .collect::<Vec<_>>()),
+                        Ok(Err(error)) => Err(format!("{host}: {error}")),
+                        Err(_) => Err(format!("{host}: not resolved within {RESOLVE_TIMEOUT:?}")),
                     }
-                }
+                }),
+            }
+        }
+        let mut unresolved = Vec::new();
+        for found in futures_util::future::join_all(lookups).await {
+            match found {
+                Ok(addresses) => reach.endpoints.extend(addresses),
+                Err(error) => unresolved.push(error),
             }
         }
         (reach, unresolved)
@@ -300,7 +307,7 @@ impl Reach {
 
 /// The script that takes `uid`'s chain in `table` away, whether or not it
 /// has one there (its adds make the deletes find what they delete).
-pub fn release_script(table: &str, uid: u32) -> String {
+fn release_script(table: &str, uid: u32) -> String {
     let chain = format!("reach_{uid}");
     format!(
         "add chain inet {table} {chain}\nflush chain inet {table} {chain}\nadd element inet {table} held {{ {uid} : jump {chain} }}\ndelete element inet {table} held {{ {uid} }}\ndelete chain inet {table} {chain}\n"

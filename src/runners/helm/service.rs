@@ -206,6 +206,14 @@ impl Run<'_> {
             I::HelmInstall(release) => self.deploy("install", rules, release).await,
             I::HelmUpgrade(release) => self.deploy("upgrade", rules, release).await,
             I::HelmRollback(rollback) => {
+                // Revision 0 is the latest to `helm get`, and the one
+                // before it to `helm rollback`: what is checked must be
+                // what is rolled back to.
+                if rollback.revision == 0 {
+                    return Err(Failure::contract(
+                        "inputs.revision: a release revision, 1 or more",
+                    ));
+                }
                 let revision = rollback.revision.to_string();
                 // What it goes back to, and what it replaces.
                 self.check_release(namespace, Some(rollback.revision), rules)
@@ -656,9 +664,15 @@ impl Run<'_> {
             .values(&release.values_artifacts, &release.values)
             .await?;
         // An upgrade replaces (and deletes) what the release holds now: it
-        // must hold nothing outside the tenant's reach.
+        // must hold nothing outside the tenant's reach. Helm diffs against
+        // the last deployed revision, which is not the latest after a
+        // failed upgrade: both are checked.
         if verb == "upgrade" {
             self.check_release(&release.namespace, None, rules).await?;
+            if let Some(deployed) = self.deployed_revision(&release.namespace).await? {
+                self.check_release(&release.namespace, Some(deployed), rules)
+                    .await?;
+            }
         }
         let mut args = vec![verb, release.release.as_str(), archive.as_str()];
         args.extend(values.iter().flat_map(|file| ["--values", file.as_str()]));
@@ -732,12 +746,43 @@ impl Run<'_> {
             &timeout,
         ]);
         let rendered = self.helm_data("helm dry run", self.command(&dry)).await?;
-        serde_json::from_slice(&rendered.stdout).map_err(|error| {
+        helm_json(&rendered.stdout).map_err(|error| {
             Failure::new(
                 FailureCategory::RunnerError,
                 format!("helm printed no release: {error}"),
             )
         })
+    }
+
+    /// The newest revision of the release whose status is `deployed`, by
+    /// `helm history` (none for a release with no such revision).
+    async fn deployed_revision(&self, namespace: &str) -> Result<Option<u32>, Failure> {
+        let release = self.report.release.clone();
+        let args = [
+            "history",
+            &release,
+            "--namespace",
+            namespace,
+            "--max",
+            "256",
+            "--output",
+            "json",
+        ];
+        let exit = self.helm_data("helm history", self.command(&args)).await?;
+        let history = helm_json(&exit.stdout).map_err(|error| {
+            Failure::new(
+                FailureCategory::RunnerError,
+                format!("helm history printed no history: {error}"),
+            )
+        })?;
+        Ok(history
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|revision| revision["status"] == "deployed")
+            .filter_map(|revision| revision["revision"].as_u64())
+            .filter_map(|revision| u32::try_from(revision).ok())
+            .max())
     }
 
     /// The checked render as a chart of its own: the original's metadata
@@ -772,7 +817,14 @@ impl Run<'_> {
         }
         // JSON is YAML.
         std::fs::write(dir.join("Chart.yaml"), metadata.to_string()).map_err(local)?;
-        std::fs::write(dir.join("rendered/manifest.yaml"), objects).map_err(local)?;
+        // What was judged, as the judge read it: one JSON document each
+        // (JSON is YAML), never helm's text, which another parser may read
+        // otherwise (apimachinery splits at a line `---#`, libyaml does not).
+        std::fs::write(
+            dir.join("rendered/manifest.yaml"),
+            judged_stream(objects.as_bytes())?,
+        )
+        .map_err(local)?;
         std::fs::write(
             dir.join("templates/rendered.yaml"),
             "{{ .Files.Get \"rendered/manifest.yaml\" }}\n",
@@ -796,8 +848,8 @@ impl Run<'_> {
                     self.command(&["show", "crds", archive]).offline(),
                 )
                 .await?;
-            definitions_only(&crds.stdout)?;
-            std::fs::write(dir.join("crds/crds.yaml"), &crds.stdout).map_err(local)?;
+            let definitions = definitions_only(&crds.stdout)?;
+            std::fs::write(dir.join("crds/crds.yaml"), stream(&definitions)).map_err(local)?;
         }
         Ok(dir)
     }
@@ -842,7 +894,7 @@ impl Run<'_> {
             "json",
         ];
         let exit = self.helm_data("helm status", self.command(&args)).await?;
-        let status: Value = serde_json::from_slice(&exit.stdout).map_err(|error| {
+        let status: Value = helm_json(&exit.stdout).map_err(|error| {
             Failure::new(
                 FailureCategory::RunnerError,
                 format!("helm status printed no release: {error}"),
@@ -1159,7 +1211,7 @@ struct LoginFiles {
 /// A chart's `crds/` as `helm show crds` prints it, installed by helm as it
 /// is (whatever kind it holds), past the judge of the render: each of its
 /// objects must be a CustomResourceDefinition, read as the judge reads.
-fn definitions_only(crds: &[u8]) -> Result<(), Failure> {
+fn definitions_only(crds: &[u8]) -> Result<Vec<Value>, Failure> {
     let documents = judge::documents(crds).map_err(|problem| {
         Failure::new(
             FailureCategory::RunnerError,
@@ -1181,7 +1233,37 @@ fn definitions_only(crds: &[u8]) -> Result<(), Failure> {
             ));
         }
     }
-    Ok(())
+    Ok(documents)
+}
+
+/// Documents as helm reads a stream of them: one JSON document a line,
+/// `---` between (a JSON string holds no line break).
+fn stream(documents: &[Value]) -> String {
+    documents
+        .iter()
+        .map(Value::to_string)
+        .collect::<Vec<_>>()
+        .join("\n---\n")
+}
+
+/// A rendered chart's objects as the judge read them, written again.
+fn judged_stream(rendered: &[u8]) -> Result<String, Failure> {
+    let documents = judge::documents(rendered).map_err(|problem| {
+        Failure::new(
+            FailureCategory::RunnerError,
+            format!("the rendered chart: {problem}"),
+        )
+    })?;
+    Ok(stream(&documents))
+}
+
+/// The most memory one of helm's JSON answers may take once read (its dry
+/// run echoes the tenant's values).
+const MAX_HELM_JSON: usize = 64 * 1024 * 1024;
+
+/// One of helm's JSON answers, read within [`MAX_HELM_JSON`].
+fn helm_json(bytes: &[u8]) -> Result<Value, String> {
+    crate::runner::yaml::json(bytes, MAX_HELM_JSON).map_err(|error| error.to_string())
 }
 
 /// A pull or an index fetch the repository refused (a wrong login, or none
@@ -1252,6 +1334,23 @@ fn release_objects(release: &Value) -> String {
 mod tests {
     use super::*;
     use crate::contract::Operation;
+
+    #[test]
+    fn the_frozen_render_is_what_the_judge_read_not_helm_s_text() {
+        // libyaml reads one definition with a key `---#`; apimachinery's
+        // reader would split a second document off at that line.
+        let crds = b"apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: foos.example.com}\n---#:\n  apiVersion: rbac.authorization.k8s.io/v1\n  kind: RoleBinding\n  metadata: {name: pwn, namespace: team-b}\n";
+        let definitions = definitions_only(crds).unwrap();
+        assert_eq!(definitions.len(), 1);
+        let written = stream(&definitions);
+        assert_eq!(written.lines().count(), 1, "{written}");
+        assert!(
+            !written.lines().any(|line| line.starts_with("---")),
+            "{written}"
+        );
+        let two = judged_stream(b"a: 1\n---\nb: \"x\\n---\\ny\"\n").unwrap();
+        assert_eq!(two, "{\"a\":1}\n---\n{\"b\":\"x\\n---\\ny\"}");
+    }
 
     #[test]
     fn only_helm_s_own_timeout_line_reads_as_its_timeout() {

@@ -134,15 +134,13 @@ pub fn documents(bytes: &[u8]) -> Result<Vec<Value>, String> {
     Ok(manifests)
 }
 
-/// An object, or the items of a list (`List`, `ConfigMapList`, any kind
-/// ending in `List` with `items`, nested ones too), as the API server and
-/// helm read them: every object a list carries is judged on its own.
+/// An object, or the items of a list, nested ones too, as helm's client
+/// (apimachinery's unstructured decoding) reads them: any object with an
+/// `items` key is a list, whatever its kind says (a `ConfigMap` with
+/// `items` is created as its items, never as itself), and every object a
+/// list carries is judged on its own.
 fn flatten(object: Value, depth: usize, into: &mut Vec<Value>) -> Result<(), String> {
-    let is_list = object
-        .get("kind")
-        .and_then(Value::as_str)
-        .is_some_and(|kind| kind.ends_with("List"))
-        && object.get("items").is_some();
+    let is_list = object.get("items").is_some();
     if !is_list {
         into.push(object);
         return Ok(());
@@ -595,6 +593,18 @@ mod tests {
         }
         let config = json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"k": "v"}});
         assert_eq!(redacted(config.clone()), config);
+    }
+
+    #[test]
+    fn any_object_with_items_is_a_list_as_helm_s_client_reads_it() {
+        // A ConfigMap with `items` is created as its items, never itself.
+        let smuggled = b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: decoy}\nitems:\n  - {apiVersion: v1, kind: Secret, metadata: {name: x, namespace: team-b}}\n";
+        let read = documents(smuggled).unwrap();
+        assert_eq!(read.len(), 1);
+        assert_eq!(read[0]["kind"], "Secret");
+        assert_eq!(read[0]["metadata"]["namespace"], "team-b");
+        let not_a_list = b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: odd}\nitems: 3\n";
+        assert!(documents(not_a_list).is_err());
     }
 
     #[test]
