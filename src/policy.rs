@@ -669,6 +669,7 @@ impl OperatorPolicy {
             }
             policy.build(tenant, rules, &mut problems);
         }
+        problems.extend(policy.shared_namespaces());
         if problems.is_empty() {
             Ok(policy)
         } else {
@@ -706,6 +707,41 @@ impl OperatorPolicy {
                     .into_iter()
                     .map(|problem| format!("helm_marketplace[{index}]: {problem}")),
             );
+        }
+        problems
+    }
+
+    /// Namespaces two tenants could both name on one cluster: each must be
+    /// one tenant's (a pattern `team-a-*` also covers tenant `team-a-b`'s
+    /// namespaces, defaults shared by tenants share theirs).
+    fn shared_namespaces(&self) -> Vec<String> {
+        let mut held: Vec<(&str, &str, &str)> = Vec::new();
+        for (tenant, rules) in &self.tenants {
+            let Some(kubernetes) = rules
+                .kubernetes
+                .as_ref()
+                .or(self.defaults.kubernetes.as_ref())
+            else {
+                continue;
+            };
+            for (cluster, access) in &kubernetes.clusters {
+                for pattern in &access.namespaces {
+                    held.push((tenant, cluster, pattern));
+                }
+            }
+        }
+        let mut problems = Vec::new();
+        for (index, (tenant, cluster, pattern)) in held.iter().enumerate() {
+            for (other, other_cluster, other_pattern) in &held[index + 1..] {
+                if tenant != other
+                    && cluster == other_cluster
+                    && kubernetes::patterns_overlap(pattern, other_pattern)
+                {
+                    problems.push(format!(
+                        "tenants {tenant} and {other}: kubernetes.clusters.{cluster}.namespaces `{pattern}` and `{other_pattern}` can name the same namespace; each namespace must be one tenant's"
+                    ));
+                }
+            }
         }
         problems
     }

@@ -21,6 +21,17 @@ pub struct ClusterRules {
     pub cluster_scoped: bool,
 }
 
+/// Whether two namespace patterns (names, or `prefix*`) can both match
+/// one name.
+pub fn patterns_overlap(one: &str, other: &str) -> bool {
+    match (one.strip_suffix('*'), other.strip_suffix('*')) {
+        (None, None) => one == other,
+        (Some(prefix), None) => other.starts_with(prefix),
+        (None, Some(prefix)) => one.starts_with(prefix),
+        (Some(one), Some(other)) => one.starts_with(other) || other.starts_with(one),
+    }
+}
+
 #[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct KubernetesRules {
@@ -216,6 +227,44 @@ mod tests {
 
     /// Cluster-scoped kinds allowed are the tenant's definitions and
     /// roles, never another tenant's namespace.
+    #[test]
+    fn two_tenants_that_could_name_one_namespace_are_refused_at_load() {
+        let policy = |b: &str| {
+            format!(
+                "clusters:\n  dev: {{server: \"https://k.example:6443\", ca_file: /ca.pem}}\ntenants:\n  team-a:\n    kubernetes: {{clusters: {{dev: {{namespaces: [\"team-a\", \"team-a-*\"]}}}}}}\n  team-a-b:\n    kubernetes: {{clusters: {{dev: {{namespaces: [{b}]}}}}}}\n"
+            )
+        };
+        let problems =
+            crate::policy::OperatorPolicy::from_yaml(&policy("\"team-a-b\"")).unwrap_err();
+        assert!(
+            problems
+                .iter()
+                .any(|problem| problem.contains("team-a-*") && problem.contains("team-a-b")),
+            "{problems:?}"
+        );
+        crate::policy::OperatorPolicy::from_yaml(&policy("\"b-team\"")).unwrap();
+    }
+
+    #[test]
+    fn namespace_patterns_overlap_where_one_name_matches_both() {
+        for (one, other) in [
+            ("team-a", "team-a"),
+            ("team-a-*", "team-a-b"),
+            ("team-a-b", "team-a-*"),
+            ("team-a-*", "team-a-b-*"),
+            ("*", "anything"),
+        ] {
+            assert!(patterns_overlap(one, other), "{one} {other}");
+        }
+        for (one, other) in [
+            ("team-a", "team-b"),
+            ("team-a-*", "team-b-*"),
+            ("team-a", "team-a-*"),
+        ] {
+            assert!(!patterns_overlap(one, other), "{one} {other}");
+        }
+    }
+
     #[test]
     fn a_namespace_object_is_one_of_the_tenant_s_namespaces() {
         let rules = OperationRules {
