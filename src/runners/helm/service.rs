@@ -697,11 +697,15 @@ impl Run<'_> {
         let rendered = self
             .dry_run(&args, &release.namespace, rules.helm.lookup)
             .await?;
-        let objects = release_objects(&rendered);
-        self.check_objects(objects.as_bytes(), &release.namespace, rules)
+        let judged = self
+            .check_objects(
+                release_objects(&rendered).as_bytes(),
+                &release.namespace,
+                rules,
+            )
             .await?;
         let frozen = self
-            .freeze(&archive, &rendered, &objects, cluster_wide)
+            .freeze(&archive, &rendered, &judged, cluster_wide)
             .await?
             .display()
             .to_string();
@@ -794,7 +798,7 @@ impl Run<'_> {
         &self,
         archive: &str,
         rendered: &Value,
-        objects: &str,
+        judged: &[Value],
         cluster_wide: bool,
     ) -> Result<PathBuf, Failure> {
         let dir = self.workdir.path().join("frozen");
@@ -820,11 +824,7 @@ impl Run<'_> {
         // What was judged, as the judge read it: one JSON document each
         // (JSON is YAML), never helm's text, which another parser may read
         // otherwise (apimachinery splits at a line `---#`, libyaml does not).
-        std::fs::write(
-            dir.join("rendered/manifest.yaml"),
-            judged_stream(objects.as_bytes())?,
-        )
-        .map_err(local)?;
+        std::fs::write(dir.join("rendered/manifest.yaml"), stream(judged)).map_err(local)?;
         std::fs::write(
             dir.join("templates/rendered.yaml"),
             "{{ .Files.Get \"rendered/manifest.yaml\" }}\n",
@@ -1026,20 +1026,18 @@ impl Run<'_> {
             held.extend_from_slice(&exit.stdout);
             held.extend_from_slice(b"\n---\n");
         }
-        self.check_objects(&held, namespace, rules).await
+        self.check_objects(&held, namespace, rules).await.map(drop)
     }
 
     /// Every object of a rendered chart, resolved through the cluster's
-    /// discovery and checked against the tenant's rules with its scope.
+    /// discovery and checked against the tenant's rules with its scope;
+    /// the objects as read (what a frozen chart holds).
     async fn check_objects(
         &self,
         rendered: &[u8],
         namespace: &str,
         rules: &crate::policy::OperationRules,
-    ) -> Result<(), Failure> {
-        let Some((cluster, client)) = &self.cluster else {
-            return Ok(());
-        };
+    ) -> Result<Vec<Value>, Failure> {
         if rendered.len() >= MAX_CAPTURE {
             return Err(Failure::new(
                 FailureCategory::RunnerError,
@@ -1055,6 +1053,9 @@ impl Run<'_> {
                 format!("the rendered chart: {problem}"),
             )
         })?;
+        let Some((cluster, client)) = &self.cluster else {
+            return Ok(documents);
+        };
         let mut kinds = crate::runner::kit::kube::Kinds::default();
         for (index, object) in documents.iter().enumerate() {
             let field = format!("chart object {index}");
@@ -1091,7 +1092,7 @@ impl Run<'_> {
                     )
                 })?;
         }
-        Ok(())
+        Ok(documents)
     }
 
     /// Whether the cluster serves `kind` namespaced (one it does not serve
@@ -1208,9 +1209,10 @@ struct LoginFiles {
     ca_file: Option<String>,
 }
 
-/// A chart's `crds/` as `helm show crds` prints it, installed by helm as it
-/// is (whatever kind it holds), past the judge of the render: each of its
-/// objects must be a CustomResourceDefinition, read as the judge reads.
+/// A chart's `crds/` as `helm show crds` prints it, which helm installs
+/// past the judge of the render (whatever kind it holds): each of its
+/// objects must be a CustomResourceDefinition, read as the judge reads;
+/// they are what the frozen chart holds, written again.
 fn definitions_only(crds: &[u8]) -> Result<Vec<Value>, Failure> {
     let documents = judge::documents(crds).map_err(|problem| {
         Failure::new(
@@ -1244,17 +1246,6 @@ fn stream(documents: &[Value]) -> String {
         .map(Value::to_string)
         .collect::<Vec<_>>()
         .join("\n---\n")
-}
-
-/// A rendered chart's objects as the judge read them, written again.
-fn judged_stream(rendered: &[u8]) -> Result<String, Failure> {
-    let documents = judge::documents(rendered).map_err(|problem| {
-        Failure::new(
-            FailureCategory::RunnerError,
-            format!("the rendered chart: {problem}"),
-        )
-    })?;
-    Ok(stream(&documents))
 }
 
 /// The most memory one of helm's JSON answers may take once read (its dry
@@ -1348,7 +1339,7 @@ mod tests {
             !written.lines().any(|line| line.starts_with("---")),
             "{written}"
         );
-        let two = judged_stream(b"a: 1\n---\nb: \"x\\n---\\ny\"\n").unwrap();
+        let two = stream(&judge::documents(b"a: 1\n---\nb: \"x\\n---\\ny\"\n").unwrap());
         assert_eq!(two, "{\"a\":1}\n---\n{\"b\":\"x\\n---\\ny\"}");
     }
 
